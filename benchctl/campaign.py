@@ -1,0 +1,542 @@
+"""The campaign's operations, one function per state-machine task, written against ports.
+
+Each function is what one Lambda handler calls: it reads the small state it needs from the run
+store, acts through the ports (pools, serving, load, lake), records timeline events, and returns a
+small JSON-able dict. No AWS, Kubernetes or subprocess imports here: those live in the adapters.
+Every operation is idempotent: a redelivered event neither double-scales, double-deploys nor
+duplicates rows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from benchctl import aiperf_args
+from benchctl.errors import (
+    Aborted,
+    DeadlineExceeded,
+    InjectedFailure,
+    LoadFailed,
+    NotReadyYet,
+)
+from benchctl.plan import CampaignPlan, plan_campaign
+from benchctl.ports import DeploymentSpec, LoadPort, ServingPort, WorkerGroupSpec
+from benchctl.runstore import RunStore
+from benchctl.spec import CampaignSpec, parse_spec
+
+JSON = dict[str, Any]
+CAMPAIGN = "_campaign"  # experiment partition value of campaign-level timeline events
+
+
+class PoolPort(Protocol):
+    provider: str
+
+    def scale(self, pool: str, nodes: int, owner: str) -> JSON: ...
+    def ready(self, record: JSON) -> bool: ...
+    def restore(self, record: JSON) -> JSON: ...
+
+
+class LakePort(Protocol):
+    def write(self, table: str, rows: list[JSON], *, part_name: str) -> Any: ...
+    def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> Path: ...
+
+
+@dataclass
+class Providers:
+    """The adapters one engine wires in (local processes, or EKS/S3 on AWS)."""
+
+    engine: str
+    store: RunStore
+    pools: PoolPort
+    serving: ServingPort
+    load: LoadPort
+    lake: Any  # LakePort
+    tokenizer: str
+    smoke: Any  # callable(state, n, max_tokens) -> dict
+    report: Any = None  # callable(campaign_id) -> dict
+    clock: Any = time.time
+    versions: JSON = field(default_factory=dict)
+
+
+def now_iso(clock: Any = time.time) -> str:
+    return datetime.fromtimestamp(clock(), UTC).isoformat(timespec="milliseconds")
+
+
+# ---------------------------------------------------------------- context and guards
+
+
+@dataclass(frozen=True)
+class Ctx:
+    campaign_id: str
+    run_uri: str
+    lake_uri: str
+    poll_seconds: float
+    fail_at: str | None
+
+    @staticmethod
+    def parse(data: Any) -> Ctx:
+        if not isinstance(data, dict):
+            raise ValueError(f"event field 'ctx': expected an object, got {type(data).__name__}")
+        missing = [k for k in ("campaign_id", "run_uri", "lake_uri") if not data.get(k)]
+        if missing:
+            raise ValueError(f"event field 'ctx': missing {missing}")
+        return Ctx(
+            campaign_id=str(data["campaign_id"]),
+            run_uri=str(data["run_uri"]),
+            lake_uri=str(data["lake_uri"]),
+            poll_seconds=float(data.get("poll_seconds", 5)),
+            fail_at=data.get("fail_at"),
+        )
+
+    def to_json(self) -> JSON:
+        return {
+            "campaign_id": self.campaign_id,
+            "run_uri": self.run_uri,
+            "lake_uri": self.lake_uri,
+            "poll_seconds": self.poll_seconds,
+            "fail_at": self.fail_at,
+        }
+
+
+def guard(p: Providers, state: str | None, fail_at: str | None, *, cleanup: bool = False) -> None:
+    """Entry check of every task: injected failures (rehearsals) and a requested abort."""
+    if fail_at and state == fail_at:
+        raise InjectedFailure(f"failure injected at state {state} (--fail-at)")
+    if not cleanup and p.store.exists("abort.json"):
+        why = (p.store.read_json("abort.json") or {}).get("reason", "abort requested")
+        raise Aborted(f"campaign aborted before {state}: {why}")
+
+
+def _spec(p: Providers) -> CampaignSpec:
+    data = p.store.read_json("spec.json")
+    if data is None:
+        raise FileNotFoundError(f"{p.store.uri}/spec.json is missing: the Plan state writes it")
+    return parse_spec(data, f"{p.store.uri}/spec.json")
+
+
+def _plan(p: Providers) -> CampaignPlan:
+    data = p.store.read_json("plan.json")
+    if data is None:
+        raise FileNotFoundError(f"{p.store.uri}/plan.json is missing: the Plan state writes it")
+    return CampaignPlan.from_json(data)
+
+
+def timeline(p: Providers, campaign_id: str, experiment: str, event: str, *, key: str = "", pool: str = "",
+             **detail: Any) -> None:
+    """Record one timeline event (idempotent per experiment/event/key)."""
+    row = {
+        "campaign_id": campaign_id,
+        "experiment": experiment,
+        "event": event,
+        "at": now_iso(p.clock),
+        "pool": pool or None,
+        "detail_json": json.dumps(detail, sort_keys=True, default=str) if detail else None,
+    }
+    part = f"{event}-{key}" if key else event
+    p.lake.write("timeline", [row], part_name=part.replace("/", "_"))
+
+
+def _campaign_row(p: Providers, ctx: Ctx, status: str, **extra: Any) -> None:
+    campaign = p.store.read_json("campaign.json") or {}
+    campaign.update({"status": status, **extra})
+    if status != "running":
+        campaign.setdefault("ended_at", now_iso(p.clock))
+    p.store.write_json("campaign.json", campaign)
+    row = {
+        "campaign_id": ctx.campaign_id,
+        "spec_hash": campaign.get("spec_hash"),
+        "spec_name": campaign.get("spec_name"),
+        "model": campaign.get("model"),
+        "engine": p.engine,
+        "simulated": p.engine == "local",
+        "status": status,
+        "started_at": campaign.get("started_at"),
+        "ended_at": campaign.get("ended_at"),
+        "failed_state": campaign.get("failed_state"),
+        "error": campaign.get("error"),
+        "cause": campaign.get("cause"),
+        "versions_json": json.dumps(campaign.get("versions", {}), sort_keys=True),
+        "pricing_json": json.dumps(campaign.get("pricing", {}), sort_keys=True),
+        "lake_uri": ctx.lake_uri,
+    }
+    p.lake.write("campaigns", [row], part_name="campaign")
+
+
+# ---------------------------------------------------------------- Plan
+
+
+def plan(p: Providers, event: JSON) -> JSON:
+    """Validate the stored spec, expand the plan, refuse what exceeds the budget, write the manifest."""
+    inp = event.get("input") or {}
+    ctx = Ctx.parse(inp.get("ctx"))
+    guard(p, event.get("state"), ctx.fail_at)
+    spec = _spec(p)
+    the_plan = plan_campaign(spec, p.engine)
+    if the_plan.budget_problems:
+        from benchctl.errors import SpecError
+
+        raise SpecError(f"{p.store.uri}/spec.json", the_plan.budget_problems)
+    existing = p.store.read_json("plan.json")
+    if existing is None or existing.get("spec_hash") != the_plan.spec_hash:
+        p.store.write_json("plan.json", the_plan.to_json())
+    if p.store.read_json("campaign.json") is None:
+        p.store.write_json(
+            "campaign.json",
+            {
+                "campaign_id": ctx.campaign_id,
+                "execution": event.get("execution"),
+                "spec_hash": the_plan.spec_hash,
+                "spec_name": spec.name,
+                "model": spec.model.name,
+                "started_at": now_iso(p.clock),
+                "versions": p.versions,
+                "pricing": spec.pricing.model_dump(mode="json"),
+                "status": "running",
+            },
+        )
+    _campaign_row(p, ctx, "running")
+    timeline(p, ctx.campaign_id, CAMPAIGN, "planned", steps=sum(len(e.steps) for e in the_plan.experiments))
+    return {
+        "ctx": ctx.to_json(),
+        "experiments": [
+            {"index": e.index, "name": e.name, "steps": [s.step_id for s in e.steps]} for e in the_plan.experiments
+        ],
+    }
+
+
+# ---------------------------------------------------------------- pools
+
+
+def scale_pools(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    key = f"pools/{experiment}.json"
+    existing = p.store.read_json(key)
+    if existing is not None:  # redelivered event: never scale twice
+        return {"pools": existing["records"], "reused": True}
+    exp = _plan(p).experiment(experiment)
+    records = []
+    for pool, nodes in exp.nodes.items():
+        rec = p.pools.scale(pool, nodes, owner=f"{ctx.campaign_id}/{experiment}")
+        records.append(rec)
+        # persist after every pool so a crash in between still restores what was scaled
+        p.store.write_json(key, {"records": records, "requested_at": p.clock()})
+        timeline(p, ctx.campaign_id, experiment, "scale_requested", key=pool, pool=pool,
+                 nodes=nodes, previous=rec["previous"], simulated=rec.get("simulated", False))
+    if not records:
+        p.store.write_json(key, {"records": [], "requested_at": p.clock()})
+    return {"pools": records, "reused": False}
+
+
+def check_capacity(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    state = p.store.read_json(f"pools/{experiment}.json")
+    if state is None:
+        raise FileNotFoundError(f"pools/{experiment}.json missing: ScalePools did not run")
+    spec = _spec(p)
+    if all(p.pools.ready(r) for r in state["records"]):
+        for r in state["records"]:
+            timeline(p, ctx.campaign_id, experiment, "nodes_ready", key=r["pool"], pool=r["pool"],
+                     nodes=r["requested"], simulated=r.get("simulated", False))
+        return {"done": True}
+    if p.clock() - state["requested_at"] > spec.timeouts.capacity_s:
+        raise DeadlineExceeded(f"pools of {experiment} not ready within timeouts.capacity_s={spec.timeouts.capacity_s}")
+    return {"done": False}
+
+
+# ---------------------------------------------------------------- serving
+
+
+def deployment_spec(spec: CampaignSpec, campaign_id: str, experiment: str) -> DeploymentSpec:
+    exp = next(e for e in spec.experiments if e.name == experiment)
+    return DeploymentSpec(
+        deployment_id=f"{experiment}",
+        model_name=spec.model.name,
+        mode=exp.mode,
+        router=exp.router,
+        groups=tuple(WorkerGroupSpec(g.role, g.replicas, g.tensor_parallel, g.pool) for g in exp.workers),
+        labels={"benchctl/campaign": campaign_id, "benchctl/experiment": experiment},
+        mocker={k: v for k, v in exp.mocker.model_dump().items() if v is not None},
+    )
+
+
+def deploy(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    key = f"deployments/{experiment}.json"
+    existing = p.store.read_json(key)
+    if existing is not None:
+        return {"deployment": existing["state"].get("deployment_id"), "reused": True}
+    spec = _spec(p)
+    dspec = deployment_spec(spec, ctx.campaign_id, experiment)
+    # record intent first: a crash during deploy still leaves something for teardown to find
+    p.store.write_json(key, {"state": {"deployment_id": dspec.deployment_id, "pending": True},
+                             "deployed_at": p.clock()})
+    state = p.serving.deploy(dspec)
+    p.store.write_json(key, {"state": state, "deployed_at": p.clock()})
+    timeline(p, ctx.campaign_id, experiment, "deploy_applied", mode=dspec.mode, router=dspec.router,
+             groups=[g.__dict__ for g in dspec.groups])
+    return {"deployment": state.get("deployment_id"), "reused": False}
+
+
+def _deployment(p: Providers, experiment: str) -> JSON:
+    d = p.store.read_json(f"deployments/{experiment}.json")
+    if d is None or d["state"].get("pending"):
+        raise FileNotFoundError(f"deployments/{experiment}.json missing: Deploy did not complete")
+    return d
+
+
+def check_ready(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    d = _deployment(p, experiment)
+    spec = _spec(p)
+    if p.serving.probe_ready(d["state"]):
+        startup_s = p.clock() - d["deployed_at"]
+        timeline(p, ctx.campaign_id, experiment, "ready", startup_s=round(startup_s, 3))
+        return {"done": True}
+    if p.clock() - d["deployed_at"] > spec.timeouts.ready_s:
+        raise DeadlineExceeded(f"deployment of {experiment} not Ready within timeouts.ready_s={spec.timeouts.ready_s}")
+    return {"done": False}
+
+
+def smoke(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    d = _deployment(p, experiment)
+    spec = _spec(p)
+    result = p.smoke(d["state"], spec.smoke.requests, spec.smoke.max_tokens)
+    timeline(p, ctx.campaign_id, experiment, "smoke_ok", **result)
+    return {"ok": True, "requests": spec.smoke.requests}
+
+
+# ---------------------------------------------------------------- load
+
+
+def _load_key(experiment: str, step_id: str) -> str:
+    return f"loads/{experiment}/{step_id}.json"
+
+
+def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Any, est_s: float) -> JSON:
+    key = _load_key(experiment, step_id)
+    existing = p.store.read_json(key)
+    if existing is not None:
+        return {"job": existing["state"].get("job_id"), "reused": True}
+    artifact_dir = p.lake.raw_dir(ctx.campaign_id, experiment, step_id)
+    d = _deployment(p, experiment)
+    argv = argv_for(d["state"], str(artifact_dir))
+    job_id = f"{experiment}-{step_id}"
+    state = p.load.launch(argv, str(artifact_dir), job_id)
+    p.store.write_json(key, {"state": state, "argv": argv, "launched_at": p.clock(), "est_s": est_s,
+                             "artifact_dir": str(artifact_dir)})
+    timeline(p, ctx.campaign_id, experiment, "load_start", key=step_id, step_id=step_id)
+    return {"job": job_id, "reused": False}
+
+
+def launch_warmup(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    spec = _spec(p)
+    if spec.warmup.request_count == 0:
+        p.store.write_json(_load_key(experiment, "warmup"), {"state": {"skipped": True}, "launched_at": p.clock()})
+        return {"job": None, "skipped": True}
+    w = spec.workloads[0]
+    conc = max(w.concurrency)
+
+    def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
+        return aiperf_args.warmup_args(
+            model=spec.model.name, tokenizer=p.tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
+            request_count=spec.warmup.request_count, concurrency=conc, isl=w.isl, osl=min(w.osl, 64),
+            seed=spec.seed,
+        )
+
+    return _launch(p, ctx, experiment, "warmup", argv_for, est_s=60.0 + spec.warmup.request_count)
+
+
+def launch_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
+    step = _plan(p).step(experiment, step_id)
+    spec = _spec(p)
+
+    def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
+        return aiperf_args.step_args(
+            step, model=spec.model.name, tokenizer=p.tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
+            metrics_urls=dstate.get("metrics_urls", []),
+        )
+
+    return _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s)
+
+
+def check_load(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
+    """Done when the load generator exited. Serving death or a deadline fails the step."""
+    rec = p.store.read_json(_load_key(experiment, step_id))
+    if rec is None:
+        raise FileNotFoundError(f"{_load_key(experiment, step_id)} missing: the launch state did not run")
+    if rec["state"].get("skipped"):
+        return {"done": True}
+    if "exit_code" in rec:
+        return {"done": True, "exit_code": rec["exit_code"]}
+    d = _deployment(p, experiment)
+    p.serving.check_alive(d["state"])  # raises ServingFailed naming the dead process
+    code = p.load.poll(rec["state"])
+    if code is None:
+        spec = _spec(p)
+        limit = rec["est_s"] + spec.timeouts.load_grace_s
+        if p.clock() - rec["launched_at"] > limit:
+            raise DeadlineExceeded(f"load {step_id} of {experiment} still running after {limit:.0f} s")
+        return {"done": False}
+    rec["exit_code"] = code
+    rec["ended_at"] = p.clock()
+    p.store.write_json(_load_key(experiment, step_id), rec)
+    timeline(p, ctx.campaign_id, experiment, "load_end", key=step_id, step_id=step_id, exit_code=code)
+    if step_id == "warmup" and code != 0:
+        raise LoadFailed(f"warm-up AIPerf exited {code}; see {rec.get('artifact_dir')}")
+    return {"done": True, "exit_code": code}
+
+
+def stop_load(p: Providers, ctx: Ctx, experiment: str, step_id: str | None) -> list[str]:
+    """Abort path: stop this experiment's running load(s) first. Idempotent."""
+    stopped = []
+    keys = [_load_key(experiment, step_id)] if step_id else p.store.keys(f"loads/{experiment}")
+    for key in keys:
+        rec = p.store.read_json(key)
+        if rec is None or rec["state"].get("skipped") or "exit_code" in rec:
+            continue
+        p.load.stop(rec["state"])
+        rec["exit_code"] = p.load.poll(rec["state"])
+        rec["stopped"] = True
+        rec["ended_at"] = p.clock()
+        p.store.write_json(key, rec)
+        stopped.append(key)
+        timeline(p, ctx.campaign_id, experiment, "load_stopped", key=Path(key).stem, step_id=Path(key).stem)
+    return stopped
+
+
+# ---------------------------------------------------------------- ingest
+
+
+def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
+    from benchctl.ingest import StepContext, ingest_artifacts
+
+    step = _plan(p).step(experiment, step_id)
+    exp = next(e for e in _spec(p).experiments if e.name == experiment)
+    rec = p.store.read_json(_load_key(experiment, step_id)) or {}
+    artifact_dir = p.lake.raw_dir(ctx.campaign_id, experiment, step_id)
+    sctx = StepContext(
+        campaign_id=ctx.campaign_id,
+        experiment=experiment,
+        mode=exp.mode,
+        workload=step.workload,
+        step_id=step_id,
+        step_index=step.index,
+        repeat=step.repeat,
+        concurrency=step.concurrency,
+        isl=step.isl,
+        osl=step.osl,
+        random_seed=step.seed,
+        artifact_uri=str(artifact_dir),
+    )
+    result = ingest_artifacts(Path(artifact_dir), sctx)
+    for table in ("steps", "requests", "server_metrics"):
+        rows = getattr(result, table)
+        p.lake.write(table, rows, part_name=step_id)
+    status = result.steps[0]["status"] if result.steps else "failed"
+    timeline(p, ctx.campaign_id, experiment, "ingested", key=step_id, step_id=step_id, status=status,
+             requests=len(result.requests))
+    if status != "succeeded":
+        raise LoadFailed(
+            f"step {step_id} of {experiment}: AIPerf exit {rec.get('exit_code')}, "
+            f"{result.steps[0].get('error_count') if result.steps else '?'} errors; recorded as failed"
+        )
+    return {"status": status, "requests": len(result.requests)}
+
+
+# ---------------------------------------------------------------- teardown, abort, report
+
+
+def _error_of(error: Any) -> tuple[str, str]:
+    """Normalise a Catch ``$.error`` ({Error, Cause}) into (error, readable cause)."""
+    if not isinstance(error, dict):
+        return ("Unknown", str(error))
+    name = str(error.get("Error") or "Unknown")
+    cause = error.get("Cause") or ""
+    try:
+        parsed = json.loads(cause)
+        if isinstance(parsed, dict) and "errorMessage" in parsed:
+            cause = parsed["errorMessage"]
+    except (TypeError, ValueError):
+        pass
+    return name, str(cause) or name
+
+
+def teardown_experiment(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    """Stop load, remove the deployment, restore pools to their recorded sizes. Idempotent."""
+    done: JSON = {"experiment": experiment}
+    timeline(p, ctx.campaign_id, experiment, "teardown_start")
+    done["loads_stopped"] = stop_load(p, ctx, experiment, None)
+    dkey = f"deployments/{experiment}.json"
+    d = p.store.read_json(dkey)
+    if d is not None and not d.get("torn_down"):
+        removed = p.serving.teardown(d["state"])
+        d["torn_down"] = True
+        d["removed"] = removed
+        p.store.write_json(dkey, d)
+        done["deployment"] = removed
+    pkey = f"pools/{experiment}.json"
+    pools = p.store.read_json(pkey)
+    if pools is not None and not pools.get("restored"):
+        restored = []
+        for r in pools["records"]:
+            now = p.pools.restore(r)
+            restored.append({"pool": r["pool"], "now": now})
+            timeline(p, ctx.campaign_id, experiment, "pool_restored", key=r["pool"], pool=r["pool"],
+                     restored_to=now, simulated=r.get("simulated", False))
+        pools["restored"] = restored
+        p.store.write_json(pkey, pools)
+        done["pools"] = restored
+    timeline(p, ctx.campaign_id, experiment, "teardown_done")
+    return done
+
+
+def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any) -> JSON:
+    name, cause = _error_of(error)
+    teardown_experiment(p, ctx, experiment)
+    timeline(p, ctx.campaign_id, experiment, "failed", error=name, cause=cause)
+    return {"error": name, "cause": cause}
+
+
+def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
+    """Tear down every experiment of this campaign (found in the run store) and record the failure."""
+    name, cause = _error_of(error)
+    experiments = sorted({Path(k).stem for pre in ("deployments", "pools", "loads") for k in p.store.keys(pre)}
+                         | {Path(k).parent.name for k in p.store.keys("loads")})
+    experiments = [e for e in experiments if e and e != "loads"]
+    for exp in experiments:
+        teardown_experiment(p, ctx, exp)
+    failure = p.store.read_json("failure.json") or {}
+    status = "aborted" if name == "Aborted" or failure.get("error") == "Aborted" else "failed"
+    _campaign_row(p, ctx, status, failed_state=failure.get("state"), error=name, cause=cause)
+    timeline(p, ctx.campaign_id, CAMPAIGN, status, error=name, cause=cause, state=failure.get("state"))
+    return {"error": name, "cause": cause}
+
+
+def plan_failed(p: Providers, event: JSON) -> JSON:
+    name, cause = _error_of(event.get("error"))
+    inp = event.get("input") or {}
+    try:
+        ctx = Ctx.parse(inp.get("ctx"))
+    except ValueError:
+        return {"error": name, "cause": cause}
+    if p.store.read_json("campaign.json") is None:
+        p.store.write_json("campaign.json", {"campaign_id": ctx.campaign_id, "started_at": now_iso(p.clock)})
+    _campaign_row(p, ctx, "failed", failed_state="Plan", error=name, cause=cause)
+    return {"error": name, "cause": cause}
+
+
+def report(p: Providers, ctx: Ctx) -> JSON:
+    views = p.report(ctx.campaign_id) if p.report else {}
+    _campaign_row(p, ctx, "succeeded")
+    timeline(p, ctx.campaign_id, CAMPAIGN, "succeeded")
+    return {"views": sorted(views)}
+
+
+def record_failure(p: Providers, state: str | None, exc: BaseException) -> None:
+    """Remember the first failing state (the Catch payload names the error, not the state)."""
+    if isinstance(exc, NotReadyYet) or p.store.exists("failure.json"):
+        return
+    p.store.write_json(
+        "failure.json", {"state": state, "error": type(exc).__name__, "message": str(exc), "at": now_iso(p.clock)}
+    )

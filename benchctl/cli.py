@@ -1,0 +1,174 @@
+"""benchctl: the command line for people.
+
+Exit codes: 0 success; 1 a campaign ran and failed; 2 bad input (spec, artifacts, arguments);
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from benchctl.errors import ArtifactError, SpecError
+
+EPILOG = """examples:
+  benchctl validate examples/smoke.yaml
+  benchctl plan examples/seed-plan.yaml --json
+  benchctl run examples/smoke.yaml                 # local engine: real Dynamo mocker + AIPerf
+  benchctl query v_concurrency_sweep --lake runs/lake
+  benchctl ingest ART_DIR --lake runs/lake --campaign c1 --experiment agg --step s1
+"""
+
+
+def _err(msg: str) -> None:
+    print(f"benchctl: {msg}", file=sys.stderr)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from benchctl.spec import load_spec
+
+    spec = load_spec(args.spec)
+    print(f"{args.spec}: valid ({len(spec.experiments)} experiments, {len(spec.workloads)} workloads)")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from benchctl.plan import format_plan, plan_campaign
+    from benchctl.spec import load_spec
+
+    plan = plan_campaign(load_spec(args.spec), args.engine)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print(format_plan(plan))
+    if plan.budget_problems:
+        raise SpecError(str(args.spec), plan.budget_problems)
+    return 0
+
+
+def _print_table(lake: Path, view: str, campaign_id: str | None) -> None:
+    from benchctl.query import QueryEngine, format_result
+
+    sql = f"SELECT * FROM {view}" + (f" WHERE campaign_id = '{campaign_id}'" if campaign_id else "")
+    cols, rows = QueryEngine(lake).run(sql)
+    print(format_result(cols, rows, "table"))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from benchctl.local.runner import run_campaign
+
+    result = run_campaign(
+        Path(args.spec), Path(args.out), campaign_id=args.campaign_id, fail_at=args.fail_at,
+        poll_seconds=args.poll_seconds,
+    )
+    print(f"\ncampaign {result.campaign_id}: {result.status} in {result.elapsed_s:.0f} s")
+    print(f"  results (parquet lake): {result.lake}")
+    print(f"  run state, raw spec, report: {result.run_dir}")
+    if result.status != "SUCCEEDED":
+        print(f"  error: {result.error}: {result.cause}")
+    print("\nv_concurrency_sweep (SIMULATED: Dynamo mocker on CPU, not GPU measurements)")
+    _print_table(result.lake, "v_concurrency_sweep", result.campaign_id)
+    if result.status == "ABORTED":
+        return 130
+    return 0 if result.status == "SUCCEEDED" else 1
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from benchctl.ingest import StepContext, ingest_artifacts, ingest_sweep
+    from benchctl.lake import LocalLake
+
+    art = Path(args.artifact_dir)
+    if not art.is_dir():
+        raise ArtifactError(f"{art}: not a directory of AIPerf artifacts")
+    ctx = StepContext(
+        campaign_id=args.campaign, experiment=args.experiment, mode=args.mode, workload=args.workload,
+        step_id=args.step, step_index=0, repeat=args.repeat, concurrency=args.concurrency, isl=None, osl=None,
+        random_seed=None, artifact_uri=str(art.resolve()),
+    )
+    lake = LocalLake(Path(args.lake))
+    is_sweep = any(p.name.startswith("concurrency_") for p in art.iterdir() if p.is_dir())
+    results = ingest_sweep(art, ctx) if is_sweep else [ingest_artifacts(art, ctx)]
+    for r in results:
+        sid = r.steps[0]["step_id"] if r.steps else args.step
+        for table in ("steps", "requests", "server_metrics"):
+            lake.write(table, getattr(r, table), part_name=sid)
+        st = r.steps[0] if r.steps else {}
+        print(f"ingested {sid}: status {st.get('status')}, {len(r.requests)} requests, "
+              f"{len(r.server_metrics)} server metric rows")
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from benchctl.query import QueryEngine, format_result
+
+    cols, rows = QueryEngine(Path(args.lake)).run(args.name_or_sql)
+    print(format_result(cols, rows, args.format))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="benchctl", description=__doc__.split("\n")[0] if __doc__ else "",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+    )
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check a campaign spec; exit 2 with one line per problem")
+    p.add_argument("spec")
+    p.set_defaults(fn=cmd_validate)
+
+    p = sub.add_parser("plan", help="experiments x steps with deterministic ids, durations and cost estimate")
+    p.add_argument("spec")
+    p.add_argument("--json", action="store_true", help="machine-readable plan")
+    p.add_argument("--engine", choices=["local", "aws"], default="local", help="whose overheads to estimate")
+    p.set_defaults(fn=cmd_plan)
+
+    p = sub.add_parser("run", help="run a campaign with the local engine (the campaign ASL, real Dynamo mocker + AIPerf)")
+    p.add_argument("spec")
+    p.add_argument("--out", default="runs", help="workspace: lake in OUT/lake, run state in OUT/campaigns (default runs)")
+    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
+    p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
+    p.add_argument("--poll-seconds", type=float, default=1.0, help="Wait state period of the local run (default 1)")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("ingest", help="ingest one AIPerf artifact directory (or sweep directory) into a lake")
+    p.add_argument("artifact_dir")
+    p.add_argument("--lake", required=True)
+    p.add_argument("--campaign", required=True)
+    p.add_argument("--experiment", required=True)
+    p.add_argument("--step", required=True)
+    p.add_argument("--mode", choices=["aggregated", "disaggregated"], default="aggregated")
+    p.add_argument("--workload", default="concurrency-sweep")
+    p.add_argument("--repeat", type=int, default=0)
+    p.add_argument("--concurrency", type=int, default=None)
+    p.set_defaults(fn=cmd_ingest)
+
+    p = sub.add_parser("query", help="run a view (by name) or a SELECT over the lake with DuckDB")
+    p.add_argument("name_or_sql")
+    p.add_argument("--lake", default="runs/lake")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.set_defaults(fn=cmd_query)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except SpecError as err:
+        _err(f"invalid spec {err.source}:")
+        for line in err.problems:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except (ArtifactError, FileExistsError, FileNotFoundError, ValueError) as err:
+        _err(str(err))
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

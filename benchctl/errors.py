@@ -1,0 +1,53 @@
+"""Typed errors: the contract between handlers and the state machine.
+
+The ASL matches on the class name (Lambda reports it as ``errorType``):
+``NotReadyYet`` is absorbed by a Retry; every other error goes through a Catch to teardown.
+May import only the standard library.
+"""
+
+from __future__ import annotations
+
+
+class BenchError(Exception):
+    """Base of every error benchctl raises on purpose."""
+
+
+class NotReadyYet(BenchError):
+    """The awaited thing (capacity, deployment, load) is not there yet; the state machine retries."""
+
+
+class SpecError(BenchError):
+    """A campaign spec is invalid. ``problems`` holds one line per problem: field path, value, valid."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class ArtifactError(BenchError):
+    """Benchmark artifacts are missing or malformed (names the file and what was expected)."""
+
+
+class ServingFailed(BenchError):
+    """A serving process/deployment died or failed to become ready."""
+
+
+class LoadFailed(BenchError):
+    """The load generator failed (no usable results)."""
+
+
+class SmokeTestFailed(BenchError):
+    """The short requests after deploy did not succeed."""
+
+
+class Aborted(BenchError):
+    """A person (Ctrl-C) or a guard asked the campaign to stop."""
+
+
+class InjectedFailure(BenchError):
+    """A failure injected on purpose (rehearsal, --fail-at)."""
+
+
+class DeadlineExceeded(BenchError):
+    """Waiting for something took longer than its deadline."""

@@ -1,0 +1,241 @@
+"""The local engine: runs ``state_machines/campaign.asl.json`` on this machine.
+
+The ASL is executed by moto's embedded Step Functions interpreter (a port of LocalStack's: Map,
+Retry, Catch, Wait, Choice). Its Lambda tasks are dispatched in-process to the very handlers in
+``lambdas/``; the providers behind them are real Dynamo frontend/mocker processes, real AIPerf and
+a local parquet lake. Nothing leaves loopback; every process started is stopped, also on failure
+and Ctrl-C (first Ctrl-C: orderly abort through the state machine; second: immediate teardown).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchctl import campaign
+from benchctl.campaign import Ctx, Providers
+from benchctl.runstore import LocalRunStore, atomic_write_text
+
+ROOT = Path(__file__).resolve().parents[2]
+ASL_PATH = ROOT / "state_machines" / "campaign.asl.json"
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+
+def load_asl(substitutions: dict[str, str]) -> str:
+    """The ASL text with ``${Var}`` substitutions applied, as CDK's DefinitionBody does on AWS."""
+    text = ASL_PATH.read_text(encoding="utf-8")
+    for key, value in substitutions.items():
+        text = text.replace("${" + key + "}", value)
+    if "${" in text:
+        raise ValueError(f"{ASL_PATH}: unresolved substitution in {text[text.index('${'):][:40]!r}")
+    return text
+
+
+def function_arn(var: str) -> str:
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:benchctl-{var.removesuffix('FunctionArn').lower()}"
+
+
+@dataclass
+class Progress:
+    """What a person watching sees: state, experiment n/m, step n/m, elapsed time."""
+
+    out: Any = sys.stderr
+    started: float = field(default_factory=time.monotonic)
+    experiments: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    last: str = ""
+
+    def show(self, event: dict[str, Any]) -> None:
+        state = event.get("state") or event.get("action") or "?"
+        exp = event.get("experiment")
+        step = event.get("step")
+        where = []
+        if exp and exp in self.experiments:
+            where.append(f"experiment {self.experiments.index(exp) + 1}/{len(self.experiments)} {exp}")
+        if step and step in self.steps:
+            where.append(f"step {self.steps.index(step) + 1}/{len(self.steps)} {step}")
+        line = f"{state}" + (f"  [{' · '.join(where)}]" if where else "")
+        if line == self.last:
+            return
+        self.last = line
+        el = int(time.monotonic() - self.started)
+        print(f"[{el // 60:02d}:{el % 60:02d}] {line}", file=self.out, flush=True)
+
+    def note(self, text: str) -> None:
+        el = int(time.monotonic() - self.started)
+        print(f"[{el // 60:02d}:{el % 60:02d}] {text}", file=self.out, flush=True)
+
+
+class Dispatcher:
+    """botocore ``before-call`` hook: Lambda Invoke → the handler function, in this process."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.handlers: dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]] = {}
+        from lambdas import FUNCTIONS
+
+        for var, target in FUNCTIONS.items():
+            mod, fn = target.rsplit(".", 1)
+            self.handlers[function_arn(var)] = getattr(importlib.import_module(mod), fn)
+
+    def __call__(self, params: dict[str, Any], model: Any, **_: Any) -> tuple[Any, dict[str, Any]]:
+        from botocore.awsrequest import AWSResponse
+        from botocore.response import StreamingBody
+
+        name = urllib.parse.unquote(params["url_path"].split("/functions/")[1].split("/")[0])
+        body = params.get("body") or b"{}"
+        event = json.loads(body)
+        headers: dict[str, str] = {}
+        handler = self.handlers.get(name)
+        try:
+            if handler is None:
+                raise LookupError(f"no handler for function {name}")
+            self.progress.show(event)
+            raw = json.dumps(handler(event, None), default=str).encode()
+        except Exception as exc:  # becomes the ASL error name that Retry/Catch match
+            raw = json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}).encode()
+            headers["X-Amz-Function-Error"] = "Unhandled"
+            if type(exc).__name__ != "NotReadyYet":
+                self.progress.note(f"  ✗ {event.get('state')}: {type(exc).__name__}: {exc}")
+        parsed: dict[str, Any] = {
+            "StatusCode": 200,
+            "Payload": StreamingBody(io.BytesIO(raw), len(raw)),
+            "ExecutedVersion": "$LATEST",
+            "ResponseMetadata": {"HTTPStatusCode": 200, "HTTPHeaders": headers},
+        }
+        if headers:
+            parsed["FunctionError"] = "Unhandled"
+        return AWSResponse(f"https://lambda.{REGION}.amazonaws.com", 200, headers, None), parsed
+
+
+@dataclass
+class RunResult:
+    campaign_id: str
+    status: str  # SUCCEEDED | FAILED | ABORTED
+    error: str | None
+    cause: str | None
+    run_dir: Path
+    lake: Path
+    history: list[dict[str, Any]]
+    elapsed_s: float
+
+
+def _quiet_moto() -> None:
+    for name in ("moto", "moto.stepfunctions", "moto.stepfunctions.parser"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    logging.getLogger().setLevel(logging.CRITICAL) if not logging.getLogger().handlers else None
+
+
+def execute(
+    *,
+    campaign_id: str,
+    run_dir: Path,
+    lake: Path,
+    providers: Callable[[Ctx], Providers],
+    poll_seconds: float = 1.0,
+    fail_at: str | None = None,
+    progress: Progress | None = None,
+    on_force_stop: Callable[[], None] | None = None,
+) -> RunResult:
+    """Run one campaign execution of the ASL; blocks until it ends. The spec must be in run_dir."""
+    import boto3
+    from moto import mock_aws
+
+    from lambdas._runtime import use_providers
+
+    progress = progress or Progress()
+    for k, v in {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": REGION}.items():
+        os.environ.setdefault(k, v)
+    _quiet_moto()
+    ctx = Ctx(campaign_id=campaign_id, run_uri=str(run_dir), lake_uri=str(lake), poll_seconds=poll_seconds,
+              fail_at=fail_at)
+    store = LocalRunStore(run_dir)
+    plan = store.read_json("plan.json")
+    if plan:
+        progress.experiments = [e["name"] for e in plan["experiments"]]
+        progress.steps = [s["step_id"] for s in plan["experiments"][0]["steps"]] if plan["experiments"] else []
+    use_providers(providers)
+    dispatcher = Dispatcher(progress)
+    started = time.monotonic()
+    interrupted = 0
+    prev_int = signal.getsignal(signal.SIGINT)
+    prev_term = signal.getsignal(signal.SIGTERM)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+    try:
+        with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+            session = boto3.session.Session(region_name=REGION)
+            boto3.setup_default_session(region_name=REGION)  # moto's interpreter invokes via the default session
+            assert boto3.DEFAULT_SESSION is not None
+            boto3.DEFAULT_SESSION.events.register("before-call.lambda.Invoke", dispatcher)
+            sfn = session.client("stepfunctions")
+            from lambdas import FUNCTIONS
+
+            definition = load_asl({var: function_arn(var) for var in FUNCTIONS})
+            arn = sfn.create_state_machine(
+                name="benchctl-campaign", definition=definition,
+                roleArn=f"arn:aws:iam::{ACCOUNT}:role/benchctl-local",
+            )["stateMachineArn"]
+            execution = sfn.start_execution(
+                stateMachineArn=arn, name=campaign_id[:80], input=json.dumps({"ctx": ctx.to_json()})
+            )["executionArn"]
+            desc: dict[str, Any] = {}
+            while True:
+                try:
+                    desc = sfn.describe_execution(executionArn=execution)
+                    if desc["status"] != "RUNNING":
+                        break
+                    if not progress.steps and store.read_json("plan.json"):
+                        plan = store.read_json("plan.json") or {}
+                        progress.experiments = [e["name"] for e in plan["experiments"]]
+                        progress.steps = [s["step_id"] for s in plan["experiments"][0]["steps"]]
+                    time.sleep(0.25)
+                except KeyboardInterrupt:
+                    interrupted += 1
+                    if interrupted == 1:
+                        progress.note("interrupt: stopping the load first, then tearing down (Ctrl-C again to force)")
+                        atomic_write_text(run_dir / "abort.json", json.dumps({"reason": "interrupted (Ctrl-C/SIGTERM)"}))
+                    else:
+                        progress.note("forced stop: tearing down now")
+                        if on_force_stop:
+                            on_force_stop()
+                        campaign.abort_campaign(providers(ctx), ctx, {"Error": "Aborted", "Cause": "forced stop"})
+                        desc = {"status": "ABORTED", "error": "Aborted", "cause": "forced stop"}
+                        break
+            history = sfn.get_execution_history(executionArn=execution, maxResults=1000).get("events", [])
+            boto3.DEFAULT_SESSION.events.unregister("before-call.lambda.Invoke", dispatcher)
+    finally:
+        use_providers(None)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, prev_int)
+            signal.signal(signal.SIGTERM, prev_term)
+    status = desc.get("status", "FAILED")
+    if status == "FAILED" and interrupted:
+        status = "ABORTED"
+    return RunResult(
+        campaign_id=campaign_id,
+        status=status,
+        error=desc.get("error"),
+        cause=desc.get("cause"),
+        run_dir=run_dir,
+        lake=lake,
+        history=history,
+        elapsed_s=time.monotonic() - started,
+    )

@@ -1,0 +1,32 @@
+"""Local compute pool: starts nothing, records the same scale/ready/restore decisions as EKS would.
+
+Node-hours derived from its timeline are simulated and labelled so. Standard library only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LocalPool:
+    """A pool of simulated nodes. Its size lives in the run store so restore is exact."""
+
+    provider = "local"
+
+    def __init__(self, sizes: dict[str, int] | None = None) -> None:
+        self._sizes = dict(sizes or {})
+
+    def current(self, pool: str) -> dict[str, Any]:
+        return {"desired": self._sizes.get(pool, 0), "min": 0, "max": self._sizes.get(pool, 0)}
+
+    def scale(self, pool: str, nodes: int, owner: str) -> dict[str, Any]:
+        previous = self.current(pool)
+        self._sizes[pool] = max(nodes, previous["desired"])
+        return {"pool": pool, "owner": owner, "previous": previous, "requested": nodes, "simulated": True}
+
+    def ready(self, record: dict[str, Any]) -> bool:
+        return self._sizes.get(record["pool"], 0) >= record["requested"]
+
+    def restore(self, record: dict[str, Any]) -> dict[str, Any]:
+        self._sizes[record["pool"]] = record["previous"]["desired"]
+        return self.current(record["pool"])

@@ -1,0 +1,150 @@
+"""Wiring of the local engine: the providers (real Dynamo + AIPerf processes, local lake and pool)
+and ``run_campaign``, which validates, plans, executes the ASL and returns where results are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchctl import campaign
+from benchctl.campaign import Ctx, Providers
+from benchctl.errors import SpecError
+from benchctl.local.engine import Progress, RunResult, execute
+from benchctl.local.pool import LocalPool
+from benchctl.plan import plan_campaign
+from benchctl.runstore import LocalRunStore
+from benchctl.spec import load_spec, spec_hash
+
+REPORT_VIEWS = ("v_concurrency_sweep",)
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("aiperf", "ai-dynamo", "ai-dynamo-runtime", "benchctl", "moto", "duckdb", "pyarrow"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def report_views(lake: Path, campaign_id: str, out_dir: Path) -> dict[str, int]:
+    """Compute this campaign's comparison views; write each as CSV and JSON into out_dir."""
+    from benchctl.query import QueryEngine, format_result
+
+    engine = QueryEngine(lake)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for view in REPORT_VIEWS:
+        cols, rows = engine.run(f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'")
+        (out_dir / f"{view}.csv").write_text(format_result(cols, rows, "csv"), encoding="utf-8")
+        (out_dir / f"{view}.json").write_text(format_result(cols, rows, "json"), encoding="utf-8")
+        counts[view] = len(rows)
+    return counts
+
+
+class LocalProviders:
+    """Builds the providers of one local campaign (one instance per run)."""
+
+    def __init__(self, run_dir: Path, lake: Path) -> None:
+        from benchctl.lake import LocalLake
+        from benchctl.local import modeldir
+        from benchctl.local.load import LocalLoad
+        from benchctl.local.serving import LocalServing, smoke_test
+
+        modeldir.ensure_model_dir()
+        self.run_dir = run_dir
+        self.lake_root = lake
+        self.pool = LocalPool()
+        self.serving = LocalServing(run_dir)
+        self.load = LocalLoad()
+        self.lake = LocalLake(lake)
+        self.tokenizer = modeldir.TOKENIZER_NAME
+        self._smoke = smoke_test
+        self.versions = versions()
+
+    def smoke(self, state: dict[str, Any], n: int, max_tokens: int) -> dict[str, Any]:
+        return self._smoke(state["url"], state["model"], n=n, max_tokens=max_tokens)
+
+    def report(self, campaign_id: str) -> dict[str, int]:
+        return report_views(self.lake_root, campaign_id, self.run_dir / "report")
+
+    def __call__(self, ctx: Ctx) -> Providers:
+        return Providers(
+            engine="local",
+            store=LocalRunStore(Path(ctx.run_uri)),
+            pools=self.pool,
+            serving=self.serving,
+            load=self.load,
+            lake=self.lake,
+            tokenizer=self.tokenizer,
+            smoke=self.smoke,
+            report=self.report,
+            versions=self.versions,
+        )
+
+
+def new_campaign_id(spec_name: str, now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    return re.sub(r"[^a-z0-9-]", "-", f"{spec_name}-{now:%Y%m%d-%H%M%S}")
+
+
+def prepare(spec_path: Path, out: Path, campaign_id: str | None = None) -> tuple[str, Path, Path]:
+    """Validate and plan before anything starts; keep the spec (raw and normalised) with the run."""
+    text = spec_path.read_bytes()
+    spec = load_spec(spec_path)
+    plan = plan_campaign(spec, "local")
+    if plan.budget_problems:
+        raise SpecError(str(spec_path), plan.budget_problems)
+    cid = campaign_id or new_campaign_id(spec.name)
+    run_dir = out / "campaigns" / cid
+    if run_dir.exists():
+        raise FileExistsError(f"{run_dir} already exists: choose another --campaign-id")
+    lake = out / "lake"
+    run_dir.mkdir(parents=True)
+    lake.mkdir(parents=True, exist_ok=True)
+    (run_dir / f"spec.source{spec_path.suffix or '.yaml'}").write_bytes(text)
+    store = LocalRunStore(run_dir)
+    store.write_json("spec.json", spec.model_dump(mode="json"))
+    store.write_json("spec_meta.json", {"source": str(spec_path), "spec_hash": spec_hash(spec)})
+    return cid, run_dir, lake
+
+
+def run_campaign(
+    spec_path: Path,
+    out: Path,
+    *,
+    campaign_id: str | None = None,
+    fail_at: str | None = None,
+    poll_seconds: float = 1.0,
+    progress: Progress | None = None,
+) -> RunResult:
+    from benchctl.local import processes
+
+    cid, run_dir, lake = prepare(spec_path, out, campaign_id)
+    progress = progress or Progress()
+    progress.note(f"campaign {cid}: run state in {run_dir}, results in {lake}")
+    providers = LocalProviders(run_dir, lake)
+    try:
+        result = execute(
+            campaign_id=cid, run_dir=run_dir, lake=lake, providers=providers, poll_seconds=poll_seconds,
+            fail_at=fail_at, progress=progress, on_force_stop=processes.stop_all_started,
+        )
+    finally:
+        leftovers = processes.stop_all_started()
+        if leftovers:
+            progress.note(f"safety net stopped {len(leftovers)} leftover process(es): "
+                          + ", ".join(r["name"] for r in leftovers))
+    (run_dir / "result.json").write_text(
+        json.dumps({"status": result.status, "error": result.error, "cause": result.cause,
+                    "elapsed_s": round(result.elapsed_s, 2)}, indent=2), encoding="utf-8")
+    return result
+
+
+__all__ = ["LocalProviders", "campaign", "prepare", "run_campaign"]

@@ -1,0 +1,225 @@
+"""Planning: expand a campaign spec into experiments x steps with deterministic ids and estimates.
+
+Pure: no subprocess, no AWS, no Kubernetes, no file I/O. Plans are plain JSON-able dataclasses.
+Same spec ⇒ same plan (ids, order, estimates).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from benchctl.spec import CampaignSpec, ConcurrencySweep, Experiment, spec_hash
+
+# Stated assumptions for estimates (seconds). AWS figures are typical for GPU node groups with a
+# ~60 GB model on a shared volume; local figures are for the mocker on this kind of machine.
+OVERHEADS = {
+    "aws": {"capacity": 600.0, "ready": 900.0, "smoke": 30.0, "teardown": 180.0, "step_setup": 20.0},
+    "local": {"capacity": 0.0, "ready": 12.0, "smoke": 2.0, "teardown": 2.0, "step_setup": 8.0},
+}
+# Request-count steps need a time guess: TTFT + OSL x ITL per request (ms), a conservative GPU figure.
+EST_TTFT_MS = 200.0
+EST_ITL_MS = 20.0
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    step_id: str
+    index: int
+    workload: str
+    kind: str
+    repeat: int
+    seed: int
+    concurrency: int | None
+    isl: int
+    osl: int
+    duration_s: float | None
+    request_count: int | None
+    est_s: float
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    index: int
+    name: str
+    mode: str
+    router: str
+    gpus: int
+    nodes: dict[str, int]  # pool name -> nodes needed
+    steps: list[StepPlan]
+    est_s: float
+    est_node_hours: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    plan_id: str
+    spec_name: str
+    spec_hash: str
+    engine: str
+    experiments: list[ExperimentPlan]
+    est_s: float
+    est_gpu_hours: float
+    est_usd: float | None
+    budget_problems: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def step(self, experiment: str, step_id: str) -> StepPlan:
+        exp = self.experiment(experiment)
+        for s in exp.steps:
+            if s.step_id == step_id:
+                return s
+        raise KeyError(f"step {step_id!r} is not in experiment {experiment!r}")
+
+    def experiment(self, name: str) -> ExperimentPlan:
+        for e in self.experiments:
+            if e.name == name:
+                return e
+        raise KeyError(f"experiment {name!r} is not in the plan")
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> CampaignPlan:
+        exps = [
+            ExperimentPlan(**{**e, "steps": [StepPlan(**s) for s in e["steps"]]})
+            for e in data["experiments"]
+        ]
+        return CampaignPlan(**{**data, "experiments": exps})
+
+
+def nodes_needed(spec: CampaignSpec, exp: Experiment) -> dict[str, int]:
+    """Nodes per pool: first-fit of each worker (tensor_parallel GPUs on one node) onto nodes."""
+    free: dict[str, list[int]] = {}
+    for g in exp.workers:
+        gpn = spec.pool(g.pool).gpus_per_node
+        nodes = free.setdefault(g.pool, [])
+        for _ in range(g.replicas):
+            for i, f in enumerate(nodes):
+                if f >= g.tensor_parallel:
+                    nodes[i] -= g.tensor_parallel
+                    break
+            else:
+                nodes.append(gpn - g.tensor_parallel)
+    return {pool: len(n) for pool, n in sorted(free.items())}
+
+
+def _step_estimate(w: ConcurrencySweep, concurrency: int) -> float:
+    if w.duration_s is not None:
+        return float(w.duration_s)
+    assert w.request_count is not None
+    per_request_s = (EST_TTFT_MS + w.osl * EST_ITL_MS) / 1000.0
+    return math.ceil(w.request_count / concurrency) * per_request_s
+
+
+def expand_steps(spec: CampaignSpec, engine: str) -> list[StepPlan]:
+    steps: list[StepPlan] = []
+    setup = OVERHEADS[engine]["step_setup"]
+    for w in spec.workloads:
+        for repeat in range(spec.repeats):
+            for c in w.concurrency:
+                steps.append(
+                    StepPlan(
+                        step_id=f"{w.name}-c{c}-r{repeat}",
+                        index=len(steps),
+                        workload=w.name,
+                        kind=w.kind,
+                        repeat=repeat,
+                        seed=spec.seed + repeat,
+                        concurrency=c,
+                        isl=w.isl,
+                        osl=w.osl,
+                        duration_s=w.duration_s,
+                        request_count=w.request_count,
+                        est_s=round(_step_estimate(w, c) + setup, 1),
+                    )
+                )
+    return steps
+
+
+def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
+    if engine not in OVERHEADS:
+        raise ValueError(f"engine {engine!r} is not one of {sorted(OVERHEADS)}")
+    over = OVERHEADS[engine]
+    h = spec_hash(spec)
+    steps = expand_steps(spec, engine)
+    warmup_s = spec.warmup.request_count * (EST_TTFT_MS + 32 * EST_ITL_MS) / 1000.0 if spec.warmup.request_count else 0
+    experiments: list[ExperimentPlan] = []
+    total_s = 0.0
+    gpu_hours = 0.0
+    usd = 0.0
+    priced = True
+    for i, exp in enumerate(spec.experiments):
+        nodes = nodes_needed(spec, exp)
+        est = over["capacity"] + over["ready"] + over["smoke"] + warmup_s + sum(s.est_s for s in steps)
+        est += over["teardown"]
+        node_hours = {pool: n * est / 3600.0 for pool, n in nodes.items()}
+        for pool, nh in node_hours.items():
+            p = spec.pool(pool)
+            gpu_hours += nh * p.gpus_per_node
+            price = spec.pricing.instances.get(p.instance_type)
+            if price is None:
+                priced = False
+            else:
+                usd += nh * price.usd_per_hour
+        total_s += est
+        experiments.append(
+            ExperimentPlan(
+                index=i,
+                name=exp.name,
+                mode=exp.mode,
+                router=exp.router,
+                gpus=exp.gpus(),
+                nodes=nodes,
+                steps=steps,
+                est_s=round(est, 1),
+                est_node_hours={k: round(v, 4) for k, v in node_hours.items()},
+            )
+        )
+    usd += spec.pricing.eks_cluster_usd_per_hour * total_s / 3600.0
+    est_usd = round(usd, 2) if priced else None
+    problems: list[str] = []
+    if spec.budget.max_hours is not None and total_s / 3600.0 > spec.budget.max_hours:
+        problems.append(
+            f"budget.max_hours: estimated {total_s / 3600.0:.2f} h exceeds {spec.budget.max_hours} h"
+        )
+    if spec.budget.max_usd is not None:
+        if est_usd is None:
+            problems.append("budget.max_usd: set, but pricing.instances lacks a price for some pool")
+        elif est_usd > spec.budget.max_usd:
+            problems.append(f"budget.max_usd: estimated ${est_usd:.2f} exceeds ${spec.budget.max_usd:.2f}")
+    return CampaignPlan(
+        plan_id=f"{spec.name}-{h[:10]}",
+        spec_name=spec.name,
+        spec_hash=h,
+        engine=engine,
+        experiments=experiments,
+        est_s=round(total_s, 1),
+        est_gpu_hours=round(gpu_hours, 4),
+        est_usd=est_usd,
+        budget_problems=problems,
+    )
+
+
+def format_plan(plan: CampaignPlan) -> str:
+    lines = [
+        f"plan {plan.plan_id} (engine {plan.engine}): {len(plan.experiments)} experiments, "
+        f"est. {plan.est_s / 60:.1f} min, {plan.est_gpu_hours:.2f} GPU-h"
+        + (f", ${plan.est_usd:.2f}" if plan.est_usd is not None else ", cost unpriced"),
+    ]
+    for e in plan.experiments:
+        nodes = ", ".join(f"{p}×{n}" for p, n in e.nodes.items())
+        lines.append(
+            f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}, {e.gpus} GPUs on {nodes}; "
+            f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min"
+        )
+        for s in e.steps:
+            stop = f"{s.duration_s:g} s" if s.duration_s is not None else f"{s.request_count} requests"
+            lines.append(
+                f"      {s.step_id:<32} c={s.concurrency} isl={s.isl} osl={s.osl} {stop} "
+                f"seed={s.seed} est. {s.est_s:g} s"
+            )
+    for p in plan.budget_problems:
+        lines.append(f"  REFUSED {p}")
+    return "\n".join(lines)

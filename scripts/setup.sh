@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine of this kind: creates .venv/, installs the control plane,
+# the dev/test tools and the local engine (real Dynamo + AIPerf), then generates the offline
+# tokenizer/model directory the mocker and AIPerf need. Re-runs are a no-op unless a dependency
+# file changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+py=${BENCHCTL_PYTHON:-$(command -v python3.11 || command -v python3)}
+venv="$root/.venv"
+stamp="$venv/.benchctl-setup"
+want=$(cat requirements.txt requirements-dev.txt requirements-local.txt pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[setup] creating $venv"
+  "$py" -m venv "$venv"
+fi
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+  echo "[setup] installing dependencies into $venv (first time: several minutes)"
+  pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+  "${pip[@]}" install --upgrade pip wheel
+  "${pip[@]}" install -r requirements-dev.txt -r requirements-local.txt
+  # ai-dynamo pins aisimulate, a PyPI placeholder that cannot be installed here (FACTS.md)
+  "${pip[@]}" install --no-deps ai-dynamo-runtime==1.6.1 ai-dynamo==1.6.1
+  "${pip[@]}" install --no-deps -e .
+  rm -f "$venv/.benchctl-model-ok"
+  echo "$want" > "$stamp"
+fi
+if [ ! -f "$venv/.benchctl-model-ok" ]; then
+  echo "[setup] generating the offline tokenizer/model directory"
+  "$venv/bin/python" -m benchctl.local.modeldir --install
+  touch "$venv/.benchctl-model-ok"
+fi
