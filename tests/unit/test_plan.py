@@ -1,0 +1,67 @@
+"""Planning: deterministic ids, node packing, estimates and budget refusal."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from benchctl.plan import CampaignPlan, nodes_needed, plan_campaign
+from benchctl.spec import load_spec, parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_same_spec_same_plan_and_json_round_trip():
+    a = plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
+    b = plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
+    assert a.to_json() == b.to_json()
+    assert CampaignPlan.from_json(json.loads(json.dumps(a.to_json()))) == a
+    ids = [s.step_id for s in a.experiments[0].steps]
+    assert len(ids) == len(set(ids)) == 7 * 3
+    assert ids[0] == "concurrency-sweep-c1-r0" and ids[-1] == "concurrency-sweep-c64-r2"
+    assert [s.seed for s in a.experiments[0].steps[:8]] == [42] * 7 + [43]
+
+
+def test_seed_plan_packs_onto_two_p4d_nodes():
+    spec = load_spec(ROOT / "examples" / "seed-plan.yaml")
+    assert nodes_needed(spec, spec.experiments[0]) == {"p4d": 2}
+    assert nodes_needed(spec, spec.experiments[1]) == {"p4d": 2}
+    plan = plan_campaign(spec, "aws")
+    assert [e.gpus for e in plan.experiments] == [16, 16]
+
+
+def test_packing_does_not_split_a_worker_across_nodes():
+    data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    data["experiments"][0]["workers"][0].update(replicas=3, tensor_parallel=3)  # 3 per node max 2
+    spec = parse_spec(data)
+    assert nodes_needed(spec, spec.experiments[0]) == {"gpu-a100": 2}
+
+
+def test_estimates_add_up_and_budget_refuses():
+    data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text())
+    spec = parse_spec(data)
+    plan = plan_campaign(spec, "aws")
+    exp = plan.experiments[0]
+    assert exp.est_s > sum(s.est_s for s in exp.steps)  # plus capacity/ready/smoke/teardown
+    assert plan.est_usd is not None and plan.est_usd > 0
+    cheap = copy.deepcopy(data)
+    cheap["budget"] = {"max_usd": 1.0}
+    refused = plan_campaign(parse_spec(cheap), "aws")
+    assert refused.budget_problems and "budget.max_usd" in refused.budget_problems[0]
+
+
+def test_cli_plan_json_and_budget_exit(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "plan", "examples/seed-plan.yaml", "--json"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["plan_id"].startswith("seed-plan-")
+    data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text())
+    data["budget"] = {"max_hours": 0.5}
+    f = tmp_path / "b.yaml"
+    f.write_text(yaml.safe_dump(data))
+    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "plan", str(f), "--engine", "aws"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "budget.max_hours" in res.stderr
