@@ -75,7 +75,7 @@ class Ctx:
     campaign_id: str
     run_uri: str
     lake_uri: str
-    poll_seconds: float
+    poll_seconds: int
     fail_at: str | None
 
     @staticmethod
@@ -89,7 +89,7 @@ class Ctx:
             campaign_id=str(data["campaign_id"]),
             run_uri=str(data["run_uri"]),
             lake_uri=str(data["lake_uri"]),
-            poll_seconds=float(data.get("poll_seconds", 5)),
+            poll_seconds=max(1, int(data.get("poll_seconds", 5))),
             fail_at=data.get("fail_at"),
         )
 
@@ -347,6 +347,12 @@ def launch_warmup(p: Providers, ctx: Ctx, experiment: str) -> JSON:
     return _launch(p, ctx, experiment, "warmup", argv_for, est_s=60.0 + spec.warmup.request_count)
 
 
+def _urls(urls: Any) -> list[str]:
+    if isinstance(urls, dict):
+        return [str(u) for u in urls.values()]
+    return [str(u) for u in urls or []]
+
+
 def launch_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     step = _plan(p).step(experiment, step_id)
     spec = _spec(p)
@@ -354,7 +360,7 @@ def launch_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
         return aiperf_args.step_args(
             step, model=spec.model.name, tokenizer=p.tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
-            metrics_urls=dstate.get("metrics_urls", []),
+            metrics_urls=_urls(dstate.get("metrics_urls")),
         )
 
     return _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s)

@@ -17,12 +17,15 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   echo "[setup] installing dependencies into $venv (first time: several minutes)"
-  pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
-  "${pip[@]}" install --upgrade pip wheel
-  "${pip[@]}" install -r requirements-dev.txt -r requirements-local.txt
+  log="$venv/setup.log"
+  pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q "$@" >>"$log" 2>&1 ||
+    { echo "[setup] pip $* failed; last lines of $log:" >&2; grep -v '^WARNING: Location' "$log" | tail -20 >&2; exit 1; }; }
+  : >"$log"
+  pip install --upgrade pip wheel
+  pip install -r requirements-dev.txt -r requirements-local.txt
   # ai-dynamo pins aisimulate, a PyPI placeholder that cannot be installed here (FACTS.md)
-  "${pip[@]}" install --no-deps ai-dynamo-runtime==1.6.1 ai-dynamo==1.6.1
-  "${pip[@]}" install --no-deps -e .
+  pip install --no-deps ai-dynamo-runtime==1.6.1 ai-dynamo==1.6.1
+  pip install --no-deps -e .
   rm -f "$venv/.benchctl-model-ok"
   echo "$want" > "$stamp"
 fi

@@ -1,0 +1,20 @@
+# One gate: `make test` is exactly what CI runs (.ci/run). Both targets set up .venv first if needed.
+.PHONY: setup smoke test lint bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+smoke: setup
+	.venv/bin/benchctl run examples/smoke.yaml
+
+lint: setup
+	.venv/bin/ruff check .
+
+test: setup lint
+	.venv/bin/python -m pytest -p no:dash -q
+
+bench: setup
+	.venv/bin/python bench/local_campaign.py
+
+clean:
+	rm -rf runs cdk.out .pytest_cache .ruff_cache .mypy_cache

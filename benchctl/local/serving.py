@@ -1,0 +1,530 @@
+"""``ServingPort`` on this machine: a real Dynamo frontend plus Dynamo mocker workers (no GPU).
+
+Layout of one deployment, under ``<workdir>/deployments/<deployment_id>/``:
+
+* ``state.json``   the state dict returned by ``deploy`` (also what ``teardown`` updates);
+* ``discovery/``   the private file-discovery directory (``DYN_FILE_KV``); a stale directory from an
+  earlier deployment makes the frontend answer 404 for the model, so it is wiped on deploy and
+  removed on teardown;
+* ``logs/<name>.log`` stdout+stderr of each process (``frontend``, ``worker-0``, ``prefill-0``, ...).
+
+Processes (all bound to 127.0.0.1):
+
+* ``python -m dynamo.frontend --http-host 127.0.0.1 --http-port P --discovery-backend file
+  --request-plane tcp --router-mode {round-robin|kv}``;
+* one ``python -m dynamo.mocker`` process PER WORKER REPLICA (``--model-path <snapshot> --model-name
+  <model> --discovery-backend file --request-plane tcp`` + knobs; disaggregated: ``--disaggregation-mode
+  prefill --bootstrap-ports B`` or ``--disaggregation-mode decode``), each with its own metrics port
+  (``DYN_SYSTEM_PORT``, ``DYN_SYSTEM_HOST=127.0.0.1``). Why not ``--num-workers N`` in one process:
+  all N workers of a process share its single system port, the second one fails to bind it ("Address
+  already in use") and its metrics are lost, so per-worker metrics need one process per worker. A
+  mocker process costs about 100 MB RSS and little CPU, so this stays light at benchmark scale.
+
+Teardown order: frontend first, then all workers at once. Stopping the frontend first means no new
+request reaches a worker that is going away (clients get a clean connection refusal instead of
+5xx errors from half-dead routes), and the workers' de-registrations go to a discovery directory that
+nobody watches any more; the workers are then stopped together so their grace periods overlap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from benchctl.errors import ServingFailed, SmokeTestFailed
+from benchctl.local import modeldir, processes
+from benchctl.ports import JSON, DeploymentSpec, WorkerGroupSpec
+
+# spec.mocker knob -> dynamo.mocker 1.6.1 flag (value flags). Checked with `python -m dynamo.mocker --help`.
+MOCKER_VALUE_FLAGS: dict[str, str] = {
+    "speedup_ratio": "--speedup-ratio",
+    "decode_speedup_ratio": "--decode-speedup-ratio",
+    "block_size": "--block-size",
+    "num_gpu_blocks": "--num-gpu-blocks-override",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_model_len": "--max-model-len",
+    "preemption_mode": "--preemption-mode",
+    "data_parallel_size": "--data-parallel-size",
+    "startup_time": "--startup-time",
+    "planner_profile_data": "--planner-profile-data",
+    "engine_type": "--engine-type",
+    "kv_transfer_bandwidth": "--kv-transfer-bandwidth",
+    "kv_transfer_timing_mode": "--kv-transfer-timing-mode",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "kv_bytes_per_token": "--kv-bytes-per-token",
+    "num_host_blocks": "--num-host-blocks",
+    "host_offload_d2h_bandwidth_gbps": "--host-offload-d2h-bandwidth-gbps",
+    "host_offload_h2d_bandwidth_gbps": "--host-offload-h2d-bandwidth-gbps",
+}
+# spec.mocker knob -> (flag when true, flag when false).
+MOCKER_BOOL_FLAGS: dict[str, tuple[str, str]] = {
+    "enable_prefix_caching": ("--enable-prefix-caching", "--no-enable-prefix-caching"),
+    "enable_chunked_prefill": ("--enable-chunked-prefill", "--no-enable-chunked-prefill"),
+}
+ROLES = ("worker", "prefill", "decode")
+ROUTERS = ("round-robin", "kv")
+MODES = ("aggregated", "disaggregated")
+# Dynamo component under which each role registers its `generate` endpoint (frontend /health).
+_COMPONENT_OF_ROLE = {"worker": "backend", "decode": "backend", "prefill": "prefill"}
+_HTTP_TIMEOUT_S = 2.0
+_PORT_LOW, _PORT_HIGH = 20000, 32767  # see _free_ports
+_CHAT_TIMEOUT_S = 5.0
+
+
+def valid_mocker_knobs() -> list[str]:
+    return sorted([*MOCKER_VALUE_FLAGS, *MOCKER_BOOL_FLAGS])
+
+
+def _knob_flags(knobs: dict[str, Any], where: str) -> list[str]:
+    argv: list[str] = []
+    unknown = sorted(k for k in knobs if k not in MOCKER_VALUE_FLAGS and k not in MOCKER_BOOL_FLAGS)
+    if unknown:
+        raise ValueError(
+            f"unknown mocker knob(s) {unknown} in {where}; valid: {', '.join(valid_mocker_knobs())}"
+            f" (or a per-role table named one of {list(ROLES)})"
+        )
+    for key in sorted(knobs):
+        value = knobs[key]
+        if value is None:
+            continue
+        if key in MOCKER_BOOL_FLAGS:
+            if not isinstance(value, bool):
+                raise ValueError(f"mocker knob {key} in {where} must be true/false, got {value!r}")
+            argv.append(MOCKER_BOOL_FLAGS[key][0 if value else 1])
+        else:
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                raise ValueError(f"mocker knob {key} in {where} must be a number or string, got {value!r}")
+            argv += [MOCKER_VALUE_FLAGS[key], str(value)]
+    return argv
+
+
+def mocker_flags(mocker: dict[str, Any], role: str) -> list[str]:
+    """Mocker flags for one role: top-level knobs, overridden by an optional per-role table.
+
+    ``spec.mocker`` may hold ``{"speedup_ratio": 5, "prefill": {"speedup_ratio": 2}}``.
+    """
+    common = {k: v for k, v in mocker.items() if k not in ROLES}
+    for r in ROLES:
+        if r in mocker and not isinstance(mocker[r], dict):
+            raise ValueError(f"spec.mocker.{r} must be a table of knobs, got {mocker[r]!r}")
+        _knob_flags(mocker.get(r) or {}, f"spec.mocker.{r}")  # validate every role's table
+    _knob_flags(common, "spec.mocker")
+    merged = {**common, **(mocker.get(role) or {})}
+    return _knob_flags(merged, "spec.mocker")
+
+
+def validate_spec(spec: DeploymentSpec) -> None:
+    problems = []
+    if spec.mode not in MODES:
+        problems.append(f"mode {spec.mode!r} (valid: {', '.join(MODES)})")
+    if spec.router not in ROUTERS:
+        problems.append(f"router {spec.router!r} (valid: {', '.join(ROUTERS)})")
+    roles = [g.role for g in spec.groups]
+    for g in spec.groups:
+        if g.role not in ROLES:
+            problems.append(f"group role {g.role!r} (valid: {', '.join(ROLES)})")
+        if g.replicas < 1:
+            problems.append(f"group {g.role} replicas {g.replicas} (must be >= 1)")
+    if spec.mode == "aggregated" and (not roles or set(roles) != {"worker"}):
+        problems.append(f"aggregated needs only 'worker' groups, got {roles}")
+    if spec.mode == "disaggregated" and (set(roles) != {"prefill", "decode"}):
+        problems.append(f"disaggregated needs 'prefill' and 'decode' groups, got {roles}")
+    if not spec.deployment_id or "/" in spec.deployment_id or spec.deployment_id.startswith("."):
+        problems.append(f"deployment_id {spec.deployment_id!r} (must be a plain file name)")
+    if problems:
+        raise ValueError("invalid deployment spec: " + "; ".join(problems))
+    mocker_flags(spec.mocker, "worker")  # raises on unknown knobs
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports in [20000, 32767] (all held open while choosing, so they differ).
+
+    Dynamo 1.6.1 parses ``DYN_SYSTEM_PORT`` as a signed 16-bit integer: ports above 32767 (all of
+    Linux's default ephemeral range, which ``bind(0)`` would return) are rejected at start-up. Staying
+    below the ephemeral range also keeps outgoing connections from grabbing them before the
+    process binds. Random order makes clashes between concurrent deployments unlikely.
+    """
+    candidates = list(range(_PORT_LOW, _PORT_HIGH + 1))
+    random.SystemRandom().shuffle(candidates)
+    socks: list[socket.socket] = []
+    try:
+        for port in candidates:
+            if len(socks) == n:
+                break
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        if len(socks) < n:
+            raise ServingFailed(f"no {n} free loopback ports in {_PORT_LOW}-{_PORT_HIGH}")
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _http(method: str, url: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, bytes]:
+    if not url.startswith("http://127.0.0.1:"):
+        raise ValueError(f"refusing non-loopback URL {url}")
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (checked: loopback http)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (loopback http only)
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _tail(path: str | Path, n: int = 20) -> str:
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+def _describe_dead(rec: JSON) -> str:
+    code = processes.exit_code(rec)
+    how = f"exit code {code}" if code is not None else "exited"
+    return f"{rec['name']} (pid {rec['pid']}) {how}; last lines of {rec['log']}:\n{_tail(rec['log'])}"
+
+
+def smoke_test(
+    url: str, model: str, n: int = 3, max_tokens: int = 8, timeout_s: float = 30
+) -> dict[str, Any]:
+    """n short chat completions (alternately non-streaming and streaming).
+
+    Returns counts and latencies; raises SmokeTestFailed on any failure (HTTP error, bad or empty answer,
+    timeout).
+    """
+    latencies: list[float] = []
+    tokens = 0
+    deadline = time.monotonic() + timeout_s
+    for i in range(n):
+        stream = i % 2 == 1
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": f"Smoke test {i}: say hello."}],
+            "max_tokens": max_tokens,
+            "stream": stream,
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SmokeTestFailed(
+                f"smoke test against {url}: timed out after {i}/{n} requests ({timeout_s}s)"
+            )
+        t0 = time.monotonic()
+        try:
+            status, raw = _http("POST", url.rstrip("/") + "/v1/chat/completions", body, timeout=remaining)
+        except (OSError, urllib.error.URLError) as e:
+            raise SmokeTestFailed(f"smoke test request {i} to {url} failed: {e}") from e
+        latencies.append(time.monotonic() - t0)
+        if status != 200:
+            raise SmokeTestFailed(f"smoke test request {i} to {url}: HTTP {status}: {raw[:300]!r}")
+        try:
+            got = _parse_stream(raw) if stream else _parse_completion(raw)
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise SmokeTestFailed(
+                f"smoke test request {i} to {url}: bad response ({e}): {raw[:300]!r}"
+            ) from e
+        if not got["content"] and not got["completion_tokens"]:
+            raise SmokeTestFailed(f"smoke test request {i} to {url}: empty completion: {raw[:300]!r}")
+        tokens += got["completion_tokens"]
+    return {
+        "url": url,
+        "model": model,
+        "requests": n,
+        "ok": n,
+        "completion_tokens": tokens,
+        "latencies_s": [round(x, 4) for x in latencies],
+        "max_latency_s": round(max(latencies), 4) if latencies else 0.0,
+        "mean_latency_s": round(sum(latencies) / len(latencies), 4) if latencies else 0.0,
+    }
+
+
+def _parse_completion(raw: bytes) -> dict[str, Any]:
+    doc = json.loads(raw)
+    content = doc["choices"][0]["message"].get("content") or ""
+    return {
+        "content": content,
+        "completion_tokens": int((doc.get("usage") or {}).get("completion_tokens", 0)),
+    }
+
+
+def _parse_stream(raw: bytes) -> dict[str, Any]:
+    content, usage_tokens, chunks, done = "", 0, 0, False
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            done = True
+            continue
+        doc = json.loads(payload)
+        if doc.get("error"):
+            raise ValueError(f"error event {doc['error']}")
+        for choice in doc.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                content += delta["content"]
+                chunks += 1
+        if doc.get("usage"):
+            usage_tokens = int(doc["usage"].get("completion_tokens") or 0)
+    if not done:
+        raise ValueError("stream ended without [DONE]")
+    return {"content": content, "completion_tokens": usage_tokens or chunks}
+
+
+class LocalServing:
+    """Dynamo frontend + mocker processes on 127.0.0.1, one directory per deployment under ``workdir``."""
+
+    def __init__(self, workdir: Path | str) -> None:
+        self.workdir = Path(workdir).resolve()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def deployment_dir(self, deployment_id: str) -> Path:
+        return self.workdir / "deployments" / deployment_id
+
+    def _state_file(self, deployment_id: str) -> Path:
+        return self.deployment_dir(deployment_id) / "state.json"
+
+    def load_state(self, deployment_id: str) -> JSON | None:
+        try:
+            return json.loads(self._state_file(deployment_id).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _save_state(self, state: JSON) -> None:
+        path = self._state_file(state["deployment_id"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        tmp.replace(path)
+
+    @staticmethod
+    def _all_alive(state: JSON) -> bool:
+        return bool(state.get("processes")) and all(processes.is_alive(r) for r in state["processes"])
+
+    # -- ServingPort ---------------------------------------------------------------------------
+    def deploy(self, spec: DeploymentSpec) -> JSON:
+        """Start frontend and workers; return the state. Idempotent per deployment id:
+        a live deployment with the same id is returned as is, a dead or torn-down one is replaced."""
+        validate_spec(spec)
+        old = self.load_state(spec.deployment_id)
+        if old is not None and not old.get("torn_down") and self._all_alive(old):
+            return old
+        if old is not None:
+            self.teardown(old)
+
+        ddir = self.deployment_dir(spec.deployment_id)
+        discovery = ddir / "discovery"
+        logs = ddir / "logs"
+        shutil.rmtree(discovery, ignore_errors=True)
+        discovery.mkdir(parents=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        model_dir = modeldir.ensure_model_dir()
+
+        workers: list[tuple[str, WorkerGroupSpec]] = []
+        for g in spec.groups:
+            workers += [(g.role, g)] * g.replicas
+        n_prefill = sum(1 for role, _ in workers if role == "prefill")
+        ports = _free_ports(1 + len(workers) + n_prefill)
+        http_port, system_ports, bootstrap_ports = (
+            ports[0],
+            ports[1 : 1 + len(workers)],
+            ports[1 + len(workers) :],
+        )
+
+        base_env: dict[str, str | None] = {
+            **modeldir.tokenizer_env(),
+            "DYN_FILE_KV": str(discovery),
+            "DYN_TCP_RPC_HOST": "127.0.0.1",
+            "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
+            "DYN_EVENT_PLANE_HOST": "127.0.0.1",
+            "DYN_SYSTEM_HOST": "127.0.0.1",
+            "DYN_SYSTEM_PORT": None,  # only workers get a system (metrics) port
+            "PYTHONUNBUFFERED": "1",
+        }
+        common = ["--discovery-backend", "file", "--request-plane", "tcp"]
+        url = f"http://127.0.0.1:{http_port}"
+        state: JSON = {
+            "deployment_id": spec.deployment_id,
+            "url": url,
+            "model": spec.model_name,
+            "mode": spec.mode,
+            "router": spec.router,
+            "labels": dict(spec.labels),
+            "workdir": str(ddir),
+            "discovery_dir": str(discovery),
+            "model_path": str(model_dir),
+            "metrics_urls": {"frontend": f"{url}/metrics"},
+            "components": [],
+            "processes": [],
+            "expected_instances": {},
+            "started_at": time.time(),
+            "torn_down": False,
+        }
+        try:
+            fe_argv = [
+                sys.executable, "-m", "dynamo.frontend",
+                "--http-host", "127.0.0.1", "--http-port", str(http_port),
+                *common, "--router-mode", spec.router,
+            ]  # fmt: skip
+            rec = processes.start("frontend", fe_argv, base_env, logs / "frontend.log", cwd=ddir)
+            state["processes"].append(rec)
+            self._save_state(state)  # records on disk at once: a crash mid-deploy stays tear-down-able
+            state["components"].append({"name": "frontend", "role": "frontend", "http_port": http_port})
+
+            counters: dict[str, int] = {}
+            bootstrap_iter = iter(bootstrap_ports)
+            for (role, group), sys_port in zip(workers, system_ports, strict=True):
+                idx = counters.get(role, 0)
+                counters[role] = idx + 1
+                name = f"{role}-{idx}"
+                argv = [
+                    sys.executable, "-m", "dynamo.mocker",
+                    "--model-path", str(model_dir), "--model-name", spec.model_name,
+                    *common, *mocker_flags(spec.mocker, role),
+                ]  # fmt: skip
+                component: JSON = {
+                    "name": name,
+                    "role": role,
+                    "pool": group.pool,
+                    "system_port": sys_port,
+                    "tensor_parallel": group.tensor_parallel,
+                }
+                if role == "prefill":
+                    bport = next(bootstrap_iter)
+                    argv += ["--disaggregation-mode", "prefill", "--bootstrap-ports", str(bport)]
+                    component["bootstrap_port"] = bport
+                elif role == "decode":
+                    argv += ["--disaggregation-mode", "decode"]
+                env = {**base_env, "DYN_SYSTEM_PORT": str(sys_port)}
+                rec = processes.start(name, argv, env, logs / f"{name}.log", cwd=ddir)
+                state["processes"].append(rec)
+                metrics_url = f"http://127.0.0.1:{sys_port}/metrics"
+                component["metrics_url"] = metrics_url
+                state["components"].append(component)
+                state["metrics_urls"][name] = metrics_url
+                comp = _COMPONENT_OF_ROLE[role]
+                state["expected_instances"][comp] = state["expected_instances"].get(comp, 0) + 1
+                self._save_state(state)
+        except BaseException as e:
+            processes.stop(state["processes"], grace_s=2.0)
+            shutil.rmtree(discovery, ignore_errors=True)
+            state["torn_down"] = True
+            self._save_state(state)
+            if isinstance(e, Exception):
+                raise ServingFailed(f"deploy {spec.deployment_id}: could not start processes: {e}") from e
+            raise
+        self._save_state(state)
+        return state
+
+    def probe_ready(self, state: JSON) -> bool:
+        """One quick check: all processes alive (else ServingFailed), every worker registered with the
+        frontend, /v1/models lists the model and one tiny chat completion succeeds."""
+        if state.get("torn_down"):
+            raise ServingFailed(f"deployment {state['deployment_id']} was torn down")
+        self.check_alive(state)
+        url = state["url"]
+        try:
+            status, raw = _http("GET", url + "/health", None, _HTTP_TIMEOUT_S)
+            if status != 200:
+                return False
+            counts: dict[str, set[Any]] = {}
+            for inst in json.loads(raw).get("instances") or []:
+                if inst.get("endpoint") == "generate":
+                    counts.setdefault(inst.get("component"), set()).add(inst.get("instance_id"))
+            for comp, want in (state.get("expected_instances") or {}).items():
+                if len(counts.get(comp, ())) < want:
+                    return False
+            status, raw = _http("GET", url + "/v1/models", None, _HTTP_TIMEOUT_S)
+            if status != 200 or state["model"] not in {
+                m.get("id") for m in json.loads(raw).get("data") or []
+            }:
+                return False
+            body = {
+                "model": state["model"],
+                "messages": [{"role": "user", "content": "ping"}],
+                "max_tokens": 2,
+            }
+            status, raw = _http("POST", url + "/v1/chat/completions", body, _CHAT_TIMEOUT_S)
+            if status != 200:
+                return False
+            _parse_completion(raw)
+        except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError):
+            return False
+        return True
+
+    def check_alive(self, state: JSON) -> None:
+        dead = [r for r in state.get("processes") or [] if not processes.is_alive(r)]
+        if dead:
+            raise ServingFailed(
+                f"deployment {state['deployment_id']}: "
+                + f"{len(dead)} process(es) died: {', '.join(r['name'] for r in dead)}\n"
+                + "\n".join(_describe_dead(r) for r in dead)
+            )
+
+    def teardown(self, state: JSON) -> JSON:
+        """Stop the frontend, then all workers; remove the discovery directory. Idempotent.
+
+        Also works with a partial state (e.g. ``{"deployment_id": ..., "pending": True}`` recorded
+        before a deploy that crashed): the process records that ``deploy`` keeps in
+        ``<workdir>/deployments/<id>/state.json`` (written after every process start) are used too.
+        """
+        dep_id = state["deployment_id"]
+        disk = self.load_state(dep_id) or {}
+        recs: list[JSON] = []
+        seen = set()
+        for rec in [*(state.get("processes") or []), *(disk.get("processes") or [])]:
+            key = (int(rec["pid"]), int(rec["start_time"]))
+            if key not in seen:
+                seen.add(key)
+                recs.append(rec)
+        running = [r["name"] for r in recs if processes.is_alive(r)]
+        killed = processes.stop([r for r in recs if r["name"] == "frontend"], grace_s=5.0)
+        killed += processes.stop([r for r in recs if r["name"] != "frontend"], grace_s=5.0)
+        removed = []
+        discovery = Path(
+            state.get("discovery_dir")
+            or disk.get("discovery_dir")
+            or self.deployment_dir(dep_id) / "discovery"
+        )
+        if discovery.exists():
+            shutil.rmtree(discovery, ignore_errors=True)
+            removed.append(str(discovery))
+        leftovers = [
+            r["name"]
+            for r in recs
+            if processes.group_members(int(r["pid"]))
+            and processes.proc_start_time(int(r["pid"])) in (None, r["start_time"])
+        ]
+        if leftovers:
+            raise ServingFailed(f"deployment {dep_id}: could not stop {leftovers}")
+        if disk:
+            with contextlib.suppress(OSError):
+                self._save_state({**disk, "torn_down": True, "torn_down_at": time.time()})
+        state["torn_down"] = True
+        return {
+            "deployment_id": dep_id,
+            "stopped": running,
+            "killed": [r["name"] for r in killed],
+            "removed": removed,
+        }

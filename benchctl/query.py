@@ -1,0 +1,242 @@
+"""Query the local lake with DuckDB using the same SQL that Athena runs.
+
+One DuckDB view per lake table (over the hive-partitioned parquet files; an empty view with the
+schema's columns when the table has no file yet), then one view per ``sql/views/<name>.sql``.
+
+A view file holds ONE query in Athena's (Trino) dialect: a ``SELECT``/``WITH`` statement, the body
+of the view; the file name is the view name. Athena gets ``CREATE OR REPLACE VIEW <name> AS <body>``
+from whoever deploys it; locally the body is transpiled with sqlglot (``read="trino"``,
+``write="duckdb"``). Views may use other views; they are created in dependency order.
+
+Imports duckdb and sqlglot (local engine only).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from benchctl import schema
+
+VIEWS_DIR = Path(__file__).resolve().parent.parent / "sql" / "views"
+
+_DUCK_TYPES = {
+    "string": "VARCHAR",
+    "bigint": "BIGINT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "timestamp": "TIMESTAMP",
+}
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def view_sql_files(views_dir: Path = VIEWS_DIR) -> dict[str, Path]:
+    """``{view name: file}`` for every ``*.sql`` in ``views_dir``."""
+    if not views_dir.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(views_dir.glob("*.sql"))}
+
+
+def parse_query(sql: str, *, dialect: str = "trino", what: str = "query") -> Any:
+    """The single SELECT/WITH statement in ``sql`` as a sqlglot expression; ValueError otherwise."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except ParseError as e:
+        raise ValueError(f"{what}: not valid {dialect} SQL: {e}") from None
+    if len(statements) != 1:
+        raise ValueError(f"{what}: expected exactly one SQL statement, found {len(statements)}")
+    stmt = statements[0]
+    if not isinstance(stmt, exp.Query):
+        raise ValueError(
+            f"{what}: only a SELECT (or WITH ... SELECT) query is allowed here, got {stmt.key.upper()}"
+        )
+    return stmt
+
+
+def to_duckdb(sql: str, *, what: str = "query") -> str:
+    """Trino (Athena) SQL -> DuckDB SQL, refusing anything but one query."""
+    stmt = parse_query(sql, what=what)
+    return stmt.sql(dialect="duckdb")
+
+
+class QueryEngine:
+    def __init__(self, lake_root: Path, *, views_dir: Path = VIEWS_DIR) -> None:
+        import duckdb
+
+        self.lake_root = Path(lake_root)
+        self.views_dir = Path(views_dir)
+        self.con = duckdb.connect(":memory:")
+        self.table_views: list[str] = []
+        self.sql_views: list[str] = []
+        for table in schema.table_names():
+            self.con.execute(self._table_view_sql(table))
+            self.table_views.append(table)
+        self._load_sql_views()
+
+    # ---------------------------------------------------------------------------------------------
+    def _table_view_sql(self, table: str) -> str:
+        cols = schema.columns(table)
+        base = self.lake_root / table
+        has_files = base.is_dir() and any(not p.name.startswith(".") for p in base.rglob("*.parquet"))
+        if not has_files:
+            select = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[t]}) AS {_q(n)}" for n, t in cols)
+            return f"CREATE OR REPLACE VIEW {_q(table)} AS SELECT {select} WHERE false"
+        glob = str(base / "**" / "*.parquet").replace("'", "''")
+        hive_types = ", ".join(f"'{k}': 'VARCHAR'" for k in schema.partition_keys(table))
+        source = (
+            f"read_parquet('{glob}', hive_partitioning = true, union_by_name = true, "
+            f"hive_types = {{{hive_types}}})"
+        )
+        present = {row[0] for row in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}  # noqa: S608
+        # Columns no file has yet (schema grew) read as NULL of the schema type.
+        select = ", ".join(
+            f"CAST({_q(n) if n in present else 'NULL'} AS {_DUCK_TYPES[t]}) AS {_q(n)}" for n, t in cols
+        )
+        # identifiers come from the schema module, quoted; the path is quote-escaped
+        return f"CREATE OR REPLACE VIEW {_q(table)} AS SELECT {select} FROM {source}"  # noqa: S608
+
+    def _load_sql_views(self) -> None:
+        import duckdb
+
+        pending: dict[str, str] = {}
+        for name, path in view_sql_files(self.views_dir).items():
+            if not _IDENT.match(name):
+                raise ValueError(f"{path}: the file name must be a valid view name (letters, digits, _)")
+            body = to_duckdb(path.read_text(encoding="utf-8"), what=str(path))
+            pending[name] = f"CREATE OR REPLACE VIEW {_q(name)} AS {body}"
+        # Views may reference each other: create what can be created until nothing changes.
+        errors: dict[str, str] = {}
+        while pending:
+            progressed = False
+            for name in list(pending):
+                try:
+                    self.con.execute(pending[name])
+                except duckdb.Error as e:
+                    errors[name] = str(e)
+                    continue
+                del pending[name]
+                errors.pop(name, None)
+                self.sql_views.append(name)
+                progressed = True
+            if not progressed:
+                detail = "; ".join(f"{self.views_dir / (n + '.sql')}: {errors[n]}" for n in pending)
+                raise ValueError(f"cannot create view(s) {sorted(pending)}: {detail}")
+
+    # ---------------------------------------------------------------------------------------------
+    def views(self) -> list[str]:
+        return [*self.table_views, *self.sql_views]
+
+    def run(self, name_or_sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run a view by name, or one SELECT/WITH query (Trino dialect, as on Athena).
+
+        Anything else (DDL, DML, several statements) raises ValueError: the CLI only reads.
+        """
+        text = name_or_sql.strip().rstrip(";").strip()
+        if _IDENT.match(text):
+            if text not in self.views():
+                raise ValueError(f"unknown view or table {text!r}; known: {self.views()}")
+            sql = f"SELECT * FROM {_q(text)}"  # noqa: S608 (a known view name, quoted)
+        else:
+            sql = to_duckdb(text)
+        cur = self.con.execute(sql)
+        columns = [d[0] for d in cur.description or []]
+        return columns, cur.fetchall()
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> QueryEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+# --------------------------------------------------------------------------------------------------
+# formatting
+
+
+def _round(v: float) -> str:
+    if math.isnan(v) or math.isinf(v):
+        return str(v)
+    a = abs(v)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        return f"{v:,.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.4g}"
+
+
+def _text(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float | Decimal):
+        return _round(float(v))
+    if isinstance(v, datetime | date):
+        return v.isoformat(sep=" ") if isinstance(v, datetime) else v.isoformat()
+    return str(v)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return float(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, datetime | date):
+        return v.isoformat()
+    if isinstance(v, bytes):
+        return v.hex()
+    return v
+
+
+def format_result(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table") -> str:
+    """``table`` (aligned text, numbers rounded for reading), ``csv`` or ``json`` (full precision)."""
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        for r in rows:
+            w.writerow(["" if v is None else _jsonable(v) for v in r])
+        return buf.getvalue()
+    if fmt == "json":
+        return json.dumps(
+            [dict(zip(columns, (_jsonable(v) for v in r), strict=True)) for r in rows], indent=2, default=str
+        )
+    if fmt != "table":
+        raise ValueError(f"unknown format {fmt!r}; valid: table, csv, json")
+    cells = [[_text(v) for v in r] for r in rows]
+    numeric = [
+        bool(rows) and all(isinstance(r[i], int | float | Decimal) or r[i] is None for r in rows)
+        for i in range(len(columns))
+    ]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    out = [line(list(columns)), "  ".join("-" * w for w in widths)]
+    out += [line(c) for c in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)

@@ -1,0 +1,146 @@
+"""The local campaign end to end: the real CLI runs the campaign ASL with real Dynamo mocker
+workers and real AIPerf, writes the parquet lake and prints the comparison table."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ROOT, leftovers, read_table, run_pids, start_run, wait_for, write_spec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    bin_ = Path(sys.executable).parent / "benchctl"
+    res = subprocess.run([str(bin_), "run", "examples/smoke.yaml", "--out", str(out), "--campaign-id", "smoke-e2e"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=840)
+    return res, out
+
+
+def test_smoke_campaign_succeeds_and_prints_both_modes(smoke_run):
+    res, out = smoke_run
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCEEDED" in res.stdout
+    table = res.stdout.split("v_concurrency_sweep", 1)[1]
+    assert "SIMULATED" in table
+    header = table.splitlines()[1]
+    for col in ("concurrency", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_output_tokens_per_s",
+                "disagg_output_tokens_per_s"):
+        assert col in header
+    rows = [r for r in read_table(out / "lake", "steps") if r["campaign_id"] == "smoke-e2e"]
+    assert sorted((r["experiment"], r["concurrency"]) for r in rows) == sorted(
+        (e, c) for e in ("agg", "disagg") for c in (1, 4, 16))
+    assert all(r["status"] == "succeeded" for r in rows)
+    # progress shown to a person
+    assert "experiment 2/2 disagg" in res.stderr and "step 3/3" in res.stderr
+
+
+def test_step_statistics_equal_aiperf_summary_exactly(smoke_run):
+    _, out = smoke_run
+    lake = out / "lake"
+    steps = read_table(lake, "steps")
+    requests = read_table(lake, "requests")
+    assert steps
+    for row in steps:
+        raw = lake / "raw" / f"campaign_id={row['campaign_id']}" / f"experiment={row['experiment']}" / f"step_id={row['step_id']}"
+        summary = json.loads((raw / "profile_export_aiperf.json").read_text())
+        assert row["ttft_p50_ms"] == summary["time_to_first_token"]["p50"]
+        assert row["ttft_p99_ms"] == summary["time_to_first_token"]["p99"]
+        assert row["itl_p50_ms"] == summary["inter_token_latency"]["p50"]
+        assert row["itl_p99_ms"] == summary["inter_token_latency"]["p99"]
+        assert row["request_latency_p50_ms"] == summary["request_latency"]["p50"]
+        assert row["output_tokens_per_s"] == summary["output_token_throughput"]["avg"]
+        assert row["request_throughput_per_s"] == summary["request_throughput"]["avg"]
+        records = [json.loads(line) for line in (raw / "profile_export.jsonl").read_text().splitlines() if line.strip()]
+        profiling = [r for r in records if r["metadata"].get("benchmark_phase") == "profiling"]
+        mine = [r for r in requests if (r["campaign_id"], r["experiment"], r["step_id"]) ==
+                (row["campaign_id"], row["experiment"], row["step_id"])]
+        assert len(mine) == len(profiling) > 0
+        assert sum(1 for r in mine if r["error_type"]) == sum(1 for r in profiling if r.get("error"))
+
+
+def test_timeline_and_campaign_record(smoke_run):
+    _, out = smoke_run
+    events = [(r["experiment"], r["event"]) for r in read_table(out / "lake", "timeline")]
+    for exp in ("agg", "disagg"):
+        for ev in ("scale_requested", "nodes_ready", "deploy_applied", "ready", "smoke_ok", "load_start",
+                   "load_end", "ingested", "teardown_done", "pool_restored"):
+            assert (exp, ev) in events, (exp, ev)
+    camp = read_table(out / "lake", "campaigns")
+    assert [c["status"] for c in camp] == ["succeeded"]
+    assert camp[0]["simulated"] is True
+    assert not leftovers(out / "campaigns" / "smoke-e2e")
+
+
+def _short_spec(tmp_path: Path) -> Path:
+    def mutate(d):
+        d["experiments"] = d["experiments"][:1]
+        d["workloads"][0].update(concurrency=[1, 2, 4], duration_s=8)
+        d["warmup"] = {"request_count": 2}
+
+    return write_spec(tmp_path, "short", mutate)
+
+
+def _first_step_ingested(out: Path):
+    return lambda: bool(list((out / "lake" / "steps").rglob("*.parquet"))) if (out / "lake" / "steps").exists() else False
+
+
+def _assert_failed_cleanly(out: Path, expected_status: str) -> None:
+    run_dir = out / "campaigns" / "e2e"
+    assert run_pids(run_dir), "the run recorded no processes"
+    assert not leftovers(run_dir), f"processes left: {leftovers(run_dir)}"
+    camp = read_table(out / "lake", "campaigns")
+    assert [c["status"] for c in camp] == [expected_status]
+    assert camp[0]["error"]
+    steps = read_table(out / "lake", "steps")
+    assert any(s["status"] == "succeeded" for s in steps)  # completed step kept
+    for s in steps:
+        raw = out / "lake" / "raw" / "campaign_id=e2e" / f"experiment={s['experiment']}" / f"step_id={s['step_id']}"
+        assert (raw / "profile_export.jsonl").exists()
+    events = {(r["experiment"], r["event"]) for r in read_table(out / "lake", "timeline")}
+    assert ("agg", "teardown_done") in events and ("agg", "pool_restored") in events
+
+
+def test_killing_a_mocker_fails_through_teardown(tmp_path, reaper):
+    out = tmp_path / "out"
+    reaper.append(out / "campaigns" / "e2e")
+    proc = start_run(_short_spec(tmp_path), out)
+    try:
+        wait_for(_first_step_ingested(out), 300, proc, "the first step's ingestion")
+        dep = json.loads((out / "campaigns" / "e2e" / "deployments" / "agg.json").read_text())
+        worker = next(r for r in dep["state"]["processes"] if "mocker" in r["name"])
+        os.kill(int(worker["pid"]), signal.SIGKILL)
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, output
+    assert "FAILED" in output and "ServingFailed" in output
+    _assert_failed_cleanly(out, "failed")
+    history = (out / "campaigns" / "e2e" / "failure.json").read_text()
+    assert "ServingFailed" in history
+
+
+def test_ctrl_c_aborts_through_teardown(tmp_path, reaper):
+    out = tmp_path / "out"
+    reaper.append(out / "campaigns" / "e2e")
+    proc = start_run(_short_spec(tmp_path), out)
+    try:
+        wait_for(_first_step_ingested(out), 300, proc, "the first step's ingestion")
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert "stopping the load first" in output
+    _assert_failed_cleanly(out, "aborted")
