@@ -434,6 +434,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         osl=step.osl,
         random_seed=step.seed,
         artifact_uri=str(artifact_dir),
+        workload_kind=step.kind,
     )
     result = ingest_artifacts(Path(artifact_dir), sctx)
     for table in ("steps", "requests", "server_metrics"):

@@ -49,9 +49,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_table(lake: Path, view: str, campaign_id: str | None) -> None:
+    from benchctl.lake import check_path_value
     from benchctl.query import QueryEngine, format_result
 
-    sql = f"SELECT * FROM {view}" + (f" WHERE campaign_id = '{campaign_id}'" if campaign_id else "")
+    if campaign_id:
+        check_path_value("campaign_id", campaign_id)  # path-safe characters only: safe to quote
+    sql = f"SELECT * FROM {view}" + (f" WHERE campaign_id = '{campaign_id}'" if campaign_id else "")  # noqa: S608
     cols, rows = QueryEngine(lake).run(sql)
     print(format_result(cols, rows, "table"))
 

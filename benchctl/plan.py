@@ -209,7 +209,7 @@ def format_plan(plan: CampaignPlan) -> str:
         + (f", ${plan.est_usd:.2f}" if plan.est_usd is not None else ", cost unpriced"),
     ]
     for e in plan.experiments:
-        nodes = ", ".join(f"{p}×{n}" for p, n in e.nodes.items())
+        nodes = ", ".join(f"{p} x{n}" for p, n in e.nodes.items())
         lines.append(
             f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}, {e.gpus} GPUs on {nodes}; "
             f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min"

@@ -36,13 +36,15 @@ def versions() -> dict[str, str]:
 
 def report_views(lake: Path, campaign_id: str, out_dir: Path) -> dict[str, int]:
     """Compute this campaign's comparison views; write each as CSV and JSON into out_dir."""
+    from benchctl.lake import check_path_value
     from benchctl.query import QueryEngine, format_result
 
+    check_path_value("campaign_id", campaign_id)  # path-safe characters only: safe to quote
     engine = QueryEngine(lake)
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
     for view in REPORT_VIEWS:
-        cols, rows = engine.run(f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'")
+        cols, rows = engine.run(f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'")  # noqa: S608
         (out_dir / f"{view}.csv").write_text(format_result(cols, rows, "csv"), encoding="utf-8")
         (out_dir / f"{view}.json").write_text(format_result(cols, rows, "json"), encoding="utf-8")
         counts[view] = len(rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -92,7 +93,5 @@ def reaper():
     yield dirs
     for d in dirs:
         for r in leftovers(d):
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(int(r["pid"]), signal.SIGKILL)
-            except OSError:
-                pass

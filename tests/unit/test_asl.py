@@ -59,7 +59,7 @@ def is_teardown(name, st):
 
 
 def test_every_catch_leads_through_teardown_to_a_fail_state():
-    for path, states in scopes(ASL["States"]):
+    for _path, states in scopes(ASL["States"]):
         for name, st in states.items():
             for c in st.get("Catch", []):
                 target = c["Next"]

@@ -1,0 +1,300 @@
+"""Integration tests of the local engine: real Dynamo frontend + mocker processes and real AIPerf.
+
+Every deployment and AIPerf run goes through fixtures that always tear down (try/finally), and each
+test checks afterwards that none of the pids it started (nor their process groups) survive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dynamo.frontend")
+pytest.importorskip("aiperf")
+
+from benchctl.errors import ServingFailed
+from benchctl.local import modeldir, processes
+from benchctl.local.load import LocalLoad
+from benchctl.local.serving import LocalServing, mocker_flags, smoke_test
+from benchctl.ports import DeploymentSpec, WorkerGroupSpec
+
+pytestmark = pytest.mark.integration
+
+MODEL = modeldir.TOKENIZER_NAME
+READY_TIMEOUT_S = 60.0
+
+
+def _agg(dep_id: str, replicas: int = 2, **mocker: object) -> DeploymentSpec:
+    return DeploymentSpec(
+        deployment_id=dep_id,
+        model_name=MODEL,
+        mode="aggregated",
+        router="round-robin",
+        groups=(WorkerGroupSpec("worker", replicas),),
+        mocker={"speedup_ratio": 10, **mocker},
+    )
+
+
+def _disagg(dep_id: str) -> DeploymentSpec:
+    return DeploymentSpec(
+        deployment_id=dep_id,
+        model_name=MODEL,
+        mode="disaggregated",
+        router="kv",
+        groups=(WorkerGroupSpec("prefill", 1), WorkerGroupSpec("decode", 1)),
+        mocker={"speedup_ratio": 10, "block_size": 16},
+    )
+
+
+def _gone(rec: dict) -> bool:
+    """The recorded process and its whole process group are gone (or the pid belongs to someone else)."""
+    pid = int(rec["pid"])
+    if processes.proc_start_time(pid) not in (None, rec["start_time"]):
+        return True  # pid reused by an unrelated process
+    return not processes.is_alive(rec) and not processes.group_members(pid)
+
+
+def _wait_ready(serving: LocalServing, state: dict) -> float:
+    t0 = time.monotonic()
+    while not serving.probe_ready(state):
+        assert time.monotonic() - t0 < READY_TIMEOUT_S, f"not ready after {READY_TIMEOUT_S}s"
+        time.sleep(0.25)
+    return time.monotonic() - t0
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:  # loopback only
+        assert resp.status == 200
+        return resp.read().decode()
+
+
+def _served_requests(metrics_text: str) -> float:
+    """Sum of dynamo_component_requests_total for the `generate` endpoint in a worker's /metrics."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("dynamo_component_requests_total{") and 'dynamo_endpoint="generate"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _descendants(root: int) -> set[tuple[int, int]]:
+    """(pid, start_time) of ``root`` and every process below it in the parent tree (any session)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                raw = Path(f"/proc/{entry.name}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(raw[raw.rfind(")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        st = processes.proc_start_time(pid)
+        if st is not None:
+            found.add((pid, st))
+        todo += children.get(pid, [])
+    return found
+
+
+@pytest.fixture
+def serving(tmp_path: Path) -> Iterator[tuple[LocalServing, Callable[[DeploymentSpec], dict]]]:
+    """A LocalServing plus a deploy function; every deployment is torn down, then checked gone."""
+    svc = LocalServing(tmp_path / "run")
+    states: list[dict] = []
+
+    def deploy(spec: DeploymentSpec) -> dict:
+        state = svc.deploy(spec)
+        states.append(state)
+        return state
+
+    try:
+        yield svc, deploy
+    finally:
+        try:
+            for state in states:
+                svc.teardown(state)
+        finally:
+            processes.stop_all_started()
+    for state in states:
+        for rec in state["processes"]:
+            assert _gone(rec), f"{rec['name']} pid {rec['pid']} survived teardown"
+        assert not Path(state["discovery_dir"]).exists()
+
+
+def test_model_dir_is_an_offline_hub_cache() -> None:
+    path = modeldir.ensure_model_dir()
+    assert (
+        path == modeldir.model_path()
+        and (path / "config.json").is_file()
+        and (path / "tokenizer.json").is_file()
+    )
+    info = modeldir.verify(path)  # round trip, Qwen ids, special tokens, ChatML template
+    assert info["vocab_size"] >= 151646
+    # resolve the repo id from the cache with the offline variables set, as AIPerf does
+    code = (
+        "from transformers import AutoTokenizer as A; t = A.from_pretrained('Qwen/Qwen3-30B-A3B');"
+        "m = [{'role': 'user', 'content': 'x'}];"
+        "print(t.apply_chat_template(m, tokenize=True, add_generation_prompt=True))"
+    )
+    env = {**os.environ, **modeldir.tokenizer_env()}
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "151644" in out.stdout
+
+
+def test_mocker_knobs_are_mapped_and_unknown_ones_rejected() -> None:
+    flags = mocker_flags(
+        {
+            "speedup_ratio": 2,
+            "num_gpu_blocks": 512,
+            "enable_prefix_caching": False,
+            "prefill": {"speedup_ratio": 4},
+        },
+        "prefill",
+    )
+    assert flags == ["--no-enable-prefix-caching", "--num-gpu-blocks-override", "512", "--speedup-ratio", "4"]
+    with pytest.raises(ValueError, match=r"valid:.*speedup_ratio"):
+        mocker_flags({"speed_up": 3}, "worker")
+
+
+def test_aggregated_two_workers(serving) -> None:
+    svc, deploy = serving
+    state = deploy(_agg("agg-a", replicas=2))
+    assert state["url"].startswith("http://127.0.0.1:")
+    assert set(state["metrics_urls"]) == {"frontend", "worker-0", "worker-1"}
+    assert len(state["processes"]) == 3
+    assert json.loads((Path(state["workdir"]) / "state.json").read_text())["deployment_id"] == "agg-a"
+    took = _wait_ready(svc, state)
+    print(f"aggregated x2 ready in {took:.1f}s")
+    assert svc.deploy(_agg("agg-a", replicas=2))["processes"] == state["processes"]  # idempotent
+
+    result = smoke_test(state["url"], state["model"], n=4)
+    assert result["ok"] == 4 and result["completion_tokens"] > 0
+
+    fe = _get(state["metrics_urls"]["frontend"])
+    assert "dynamo_frontend_requests_total" in fe
+    for name in ("worker-0", "worker-1"):  # one process per worker => per-worker metrics, round-robin
+        text = _get(state["metrics_urls"][name])
+        assert "vllm:" in text
+        assert _served_requests(text) >= 1, f"{name} served nothing"
+    svc.check_alive(state)
+
+    removed = svc.teardown(state)
+    assert set(removed["stopped"]) == {"frontend", "worker-0", "worker-1"}
+    assert all(_gone(r) for r in state["processes"])
+    assert svc.teardown(state)["stopped"] == []  # idempotent
+
+
+def test_disaggregated_one_prefill_one_decode(serving) -> None:
+    svc, deploy = serving
+    state = deploy(_disagg("disagg-b"))
+    assert set(state["metrics_urls"]) == {"frontend", "prefill-0", "decode-0"}
+    took = _wait_ready(svc, state)
+    print(f"disaggregated 1P+1D ready in {took:.1f}s")
+    result = smoke_test(state["url"], state["model"], n=3)
+    assert result["ok"] == 3
+    assert _served_requests(_get(state["metrics_urls"]["prefill-0"])) >= 1
+    assert _served_requests(_get(state["metrics_urls"]["decode-0"])) >= 1
+    # a partial state (what the campaign records before deploy returns) is enough to tear down
+    removed = svc.teardown({"deployment_id": "disagg-b", "pending": True})
+    assert set(removed["stopped"]) == {"frontend", "prefill-0", "decode-0"}
+    assert all(_gone(r) for r in state["processes"])
+    svc.teardown(state)
+
+
+def test_small_aiperf_run(serving, tmp_path: Path) -> None:
+    svc, deploy = serving
+    state = deploy(_agg("agg-c", replicas=2))
+    _wait_ready(svc, state)
+    artifact_dir = tmp_path / "artifacts" / "job-c"
+    argv = [
+        "--streaming", "--isl", "64", "--isl-stddev", "0", "--osl", "16",
+        "--extra-inputs", "ignore_eos:true", "--concurrency", "2", "--request-count", "10",
+        "--warmup-request-count", "2", "--random-seed", "7", "--ui-type", "none",
+        "--endpoint-type", "chat", "--model", MODEL, "--tokenizer", MODEL,
+        "--url", state["url"], "--artifact-dir", str(artifact_dir),
+    ]  # fmt: skip
+    load = LocalLoad()
+    t0 = time.monotonic()
+    job = load.launch(argv, str(artifact_dir), "job-c")
+    try:
+        while (rc := load.poll(job)) is None:
+            assert time.monotonic() - t0 < 120, "aiperf took too long"
+            time.sleep(0.5)
+    finally:
+        load.stop(job)
+    print(f"aiperf 10 requests took {time.monotonic() - t0:.1f}s")
+    assert rc == 0, Path(job["log"]).read_text()[-3000:]
+    assert Path(job["log"]) == artifact_dir.parent / "job-c.aiperf.log"
+    summary = json.loads((artifact_dir / "profile_export_aiperf.json").read_text())
+    assert summary["request_count"]["avg"] == 10
+    assert summary["time_to_first_token"]["avg"] > 0
+    records = [json.loads(line) for line in (artifact_dir / "profile_export.jsonl").read_text().splitlines()]
+    assert sum(r["metadata"]["benchmark_phase"] == "profiling" for r in records) == 10
+    assert not any(r.get("error") for r in records)
+    assert _gone(job["process"])
+
+
+def test_killed_worker_is_detected(serving) -> None:
+    svc, deploy = serving
+    state = deploy(_agg("agg-d", replicas=2))
+    _wait_ready(svc, state)
+    victim = next(r for r in state["processes"] if r["name"] == "worker-1")
+    os.kill(victim["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    with pytest.raises(ServingFailed, match="worker-1"):
+        while time.monotonic() < deadline:
+            svc.check_alive(state)
+            time.sleep(0.1)
+    with pytest.raises(ServingFailed, match="worker-1"):
+        svc.probe_ready(state)
+    svc.teardown(state)  # with a dead process: fine
+    svc.teardown(state)
+
+
+def test_stop_running_aiperf_leaves_nothing(serving, tmp_path: Path) -> None:
+    svc, deploy = serving
+    state = deploy(_agg("agg-e", replicas=1, speedup_ratio=1))
+    _wait_ready(svc, state)
+    artifact_dir = tmp_path / "artifacts" / "job-e"
+    argv = [
+        "profile", "--streaming", "--isl", "64", "--osl", "512", "--concurrency", "2",
+        "--request-count", "100000", "--ui-type", "none", "--endpoint-type", "chat",
+        "--model", MODEL, "--tokenizer", MODEL, "--url", state["url"], "--artifact-dir", str(artifact_dir),
+    ]  # fmt: skip
+    load = LocalLoad()
+    job = load.launch(argv, str(artifact_dir), "job-e")
+    try:
+        tree: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 60  # wait until AIPerf has spawned its service processes
+        while len(processes.group_members(job["process"]["pid"])) < 4:
+            tree |= _descendants(job["process"]["pid"])
+            assert load.poll(job) is None, Path(job["log"]).read_text()[-3000:]
+            assert time.monotonic() < deadline, "aiperf did not spawn its services"
+            time.sleep(0.25)
+        time.sleep(2)  # let it send requests
+        tree |= _descendants(job["process"]["pid"])
+        assert load.poll(job) is None
+    finally:
+        t0 = time.monotonic()
+        load.stop(job)
+        print(f"aiperf stop took {time.monotonic() - t0:.1f}s")
+    assert load.poll(job) is not None
+    assert _gone(job["process"])
+    assert len(tree) >= 4
+    survivors = [pid for pid, st in tree if processes.is_alive({"pid": pid, "start_time": st})]
+    assert survivors == [], f"aiperf processes survived stop: {survivors}"
+    load.stop(job)  # idempotent

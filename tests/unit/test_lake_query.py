@@ -1,0 +1,322 @@
+"""The local lake (hive-partitioned parquet) and the DuckDB query engine over it, with the Athena SQL."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import sqlglot
+
+from benchctl import schema
+from benchctl.ingest import ingest_artifacts
+from benchctl.lake import LocalLake
+from benchctl.query import VIEWS_DIR, QueryEngine, format_result, parse_query, view_sql_files
+from tests.unit.test_ingest import CTX, SAMPLES
+
+CAMPAIGN = "camp-1"
+
+
+def _step(mode: str, concurrency: int, repeat: int, ttft: float, **extra: Any) -> dict[str, Any]:
+    experiment = "agg" if mode == "aggregated" else "disagg"
+    row = {
+        "campaign_id": CAMPAIGN,
+        "experiment": experiment,
+        "mode": mode,
+        "workload": "sweep",
+        "workload_kind": "concurrency_sweep",
+        "step_id": f"sweep-c{concurrency}-r{repeat}",
+        "step_index": repeat,
+        "repeat": repeat,
+        "concurrency": concurrency,
+        "isl": 256,
+        "osl": 32,
+        "status": "succeeded",
+        "ttft_p50_ms": ttft,
+        "ttft_p99_ms": ttft * 2,
+        "itl_p50_ms": ttft / 10,
+        "itl_p99_ms": ttft / 5,
+        "output_tokens_per_s": 1000.0 / ttft,
+        "request_latency_p50_ms": ttft * 5,
+        "request_count": 40,
+        "started_at": datetime(2026, 1, 1, 12, 0, 0),
+    }
+    row.update(extra)
+    return row
+
+
+def _write_steps(lake: LocalLake, rows: list[dict[str, Any]]) -> None:
+    for r in rows:
+        lake.write("steps", [r], part_name=r["step_id"])
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> LocalLake:
+    return LocalLake(tmp_path / "lake")
+
+
+# ---------------------------------------------------------------------------------------------- the lake
+
+
+def test_layout_is_hive_partitioned_without_partition_columns_in_files(lake: LocalLake) -> None:
+    paths = lake.write("steps", [_step("aggregated", 1, 0, 10.0)], part_name="sweep-c1-r0")
+    assert paths == [
+        lake.root / "steps" / f"campaign_id={CAMPAIGN}" / "experiment=agg" / "sweep-c1-r0.parquet"
+    ]
+    file_schema = pq.read_schema(paths[0])
+    assert "campaign_id" not in file_schema.names and "experiment" not in file_schema.names
+    assert file_schema.names == [n for n, _ in schema.data_columns("steps")]
+    campaign = {"campaign_id": CAMPAIGN, "status": "running", "simulated": True}
+    (cpath,) = lake.write("campaigns", [campaign], part_name="campaign")
+    assert cpath == lake.root / "campaigns" / f"campaign_id={CAMPAIGN}" / "campaign.parquet"
+    assert lake.tables() == ["campaigns", "steps"]
+
+
+def test_rows_are_grouped_by_partition(lake: LocalLake) -> None:
+    rows = [
+        _step("aggregated", 1, 0, 10.0),
+        _step("disaggregated", 1, 0, 8.0),
+        _step("aggregated", 4, 0, 12.0),
+    ]
+    paths = lake.write("steps", rows, part_name="batch-1")
+    assert [p.parent.name for p in paths] == ["experiment=agg", "experiment=disagg"]
+    assert pq.read_table(paths[0]).num_rows == 2
+
+
+def test_same_part_name_overwrites(lake: LocalLake) -> None:
+    # Given a step written once; When the same event is delivered again (with a corrected value)
+    lake.write("steps", [_step("aggregated", 1, 0, 10.0)], part_name="sweep-c1-r0")
+    lake.write("steps", [_step("aggregated", 1, 0, 11.0)], part_name="sweep-c1-r0")
+    # Then there is still one row, the latest
+    _, rows = QueryEngine(lake.root).run("SELECT step_id, ttft_p50_ms FROM steps")
+    assert rows == [("sweep-c1-r0", 11.0)]
+
+
+def test_write_is_atomic(lake: LocalLake, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a part already written
+    (path,) = lake.write("steps", [_step("aggregated", 1, 0, 10.0)], part_name="sweep-c1-r0")
+    before = path.read_bytes()
+
+    # When the next write dies half-way through writing the file
+    def broken_write(table: Any, where: Any, **kwargs: Any) -> None:
+        Path(where).write_bytes(b"PAR1 half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", broken_write)
+    with pytest.raises(OSError, match="disk full"):
+        lake.write("steps", [_step("aggregated", 1, 0, 99.0)], part_name="sweep-c1-r0")
+    with pytest.raises(OSError, match="disk full"):
+        lake.write("steps", [_step("aggregated", 4, 0, 99.0)], part_name="sweep-c4-r0")
+    monkeypatch.undo()
+
+    # Then the old file is intact, no partial or temporary file is left, and readers see the old row
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["sweep-c1-r0.parquet"]
+    assert QueryEngine(lake.root).run("SELECT ttft_p50_ms FROM steps")[1] == [(10.0,)]
+
+
+@pytest.mark.parametrize("bad", ["Camp-1", "camp/1", "..", "camp 1", "", "camp=1"])
+def test_partition_values_must_be_path_safe(lake: LocalLake, bad: str) -> None:
+    with pytest.raises(ValueError, match="cannot be a lake path segment"):
+        lake.write("steps", [_step("aggregated", 1, 0, 10.0, campaign_id=bad)], part_name="p")
+    with pytest.raises(ValueError, match="cannot be a lake path segment"):
+        lake.write("steps", [_step("aggregated", 1, 0, 10.0)], part_name=bad or "A")
+    with pytest.raises(ValueError, match="cannot be a lake path segment"):
+        lake.raw_dir(bad, "agg", "s1")
+    assert not (lake.root / "steps").exists()
+
+
+def test_missing_partition_value_is_refused(lake: LocalLake) -> None:
+    with pytest.raises(ValueError, match="experiment None cannot be a lake path segment"):
+        lake.write("timeline", [{"campaign_id": CAMPAIGN, "event": "ready"}], part_name="p")
+
+
+def test_unknown_column_is_refused_before_writing(lake: LocalLake) -> None:
+    with pytest.raises(ValueError, match=r"unknown column\(s\) \['ttft_ms'\]"):
+        lake.write("steps", [_step("aggregated", 1, 0, 10.0, ttft_ms=3.0)], part_name="p")
+    assert lake.tables() == []
+
+
+def test_raw_dir(lake: LocalLake) -> None:
+    d = lake.raw_dir(CAMPAIGN, "agg", "sweep-c1-r0")
+    assert d == lake.root / "raw" / f"campaign_id={CAMPAIGN}" / "experiment=agg" / "step_id=sweep-c1-r0"
+    assert d.is_dir()
+    assert lake.tables() == []  # raw/ is not a table
+
+
+# ---------------------------------------------------------------------------------------------- queries
+
+
+def test_empty_lake_has_empty_views_with_the_schema_columns(lake: LocalLake) -> None:
+    engine = QueryEngine(lake.root)
+    for table in schema.table_names():
+        cols, rows = engine.run(table)
+        assert cols == schema.column_names(table) and rows == []
+    cols, rows = engine.run("v_concurrency_sweep")
+    assert rows == [] and "agg_ttft_p50_ms" in cols
+
+
+def test_concurrency_sweep_pivots_modes(lake: LocalLake) -> None:
+    # Given two repeats of aggregated and disaggregated at concurrency 1 and 4, plus rows that must not count
+    _write_steps(
+        lake,
+        [
+            _step("aggregated", 1, 0, 10.0),
+            _step("aggregated", 1, 1, 12.0),
+            _step("disaggregated", 1, 0, 8.0),
+            _step("disaggregated", 1, 1, 9.0),
+            _step("aggregated", 4, 0, 20.0),
+            _step("disaggregated", 4, 0, 16.0),
+            _step("disaggregated", 4, 1, 999.0, status="failed"),
+            _step("aggregated", 4, 1, 22.0, workload_kind=None),  # written without a kind: a sweep
+        ],
+    )
+    lake.write(
+        "steps",
+        [_step("aggregated", 4, 0, 999.0, workload="other", workload_kind="prefix_cache", step_id="x")],
+        part_name="x",
+    )
+    engine = QueryEngine(lake.root)
+    cols, rows = engine.run("v_concurrency_sweep")
+    got = [dict(zip(cols, r, strict=True)) for r in rows]
+    # Then one row per concurrency, modes side by side, means over repeats
+    assert [(g["campaign_id"], g["concurrency"]) for g in got] == [(CAMPAIGN, 1), (CAMPAIGN, 4)]
+    c1, c4 = got
+    assert c1["agg_ttft_p50_ms"] == pytest.approx(11.0)
+    assert c1["disagg_ttft_p50_ms"] == pytest.approx(8.5)
+    assert c1["agg_ttft_p99_ms"] == pytest.approx(22.0)
+    assert c1["disagg_itl_p50_ms"] == pytest.approx(0.85)
+    assert c1["disagg_itl_p99_ms"] == pytest.approx(1.7)
+    assert c1["agg_output_tokens_per_s"] == pytest.approx((100.0 + 1000.0 / 12.0) / 2)
+    assert c1["agg_request_latency_p50_ms"] == pytest.approx(55.0)
+    assert (c1["n_repeats"], c1["agg_n_steps"], c1["disagg_n_steps"]) == (2, 2, 2)
+    assert c4["agg_ttft_p50_ms"] == pytest.approx(21.0)
+    assert c4["disagg_ttft_p50_ms"] == pytest.approx(16.0)  # the failed step is left out
+    assert (c4["n_repeats"], c4["agg_n_steps"], c4["disagg_n_steps"]) == (2, 2, 1)
+    expected = """campaign_id workload isl osl concurrency n_repeats agg_n_steps disagg_n_steps
+        agg_ttft_p50_ms disagg_ttft_p50_ms agg_ttft_p99_ms disagg_ttft_p99_ms agg_itl_p50_ms disagg_itl_p50_ms
+        agg_itl_p99_ms disagg_itl_p99_ms agg_output_tokens_per_s disagg_output_tokens_per_s
+        agg_request_latency_p50_ms disagg_request_latency_p50_ms"""
+    assert cols == expected.split()
+
+
+def test_columns_added_to_the_schema_later_read_as_null(
+    lake: LocalLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given files written before a column existed (simulated: drop a column from the schema while writing)
+    t = schema.TABLES["steps"]
+    trimmed = schema.Table(
+        t.name, tuple(c for c in t.columns if c[0] != "benchmark_id"), t.partition_keys, ""
+    )
+    monkeypatch.setitem(schema.TABLES, "steps", trimmed)
+    row = _step("aggregated", 1, 0, 10.0)
+    lake.write("steps", [row], part_name="old")
+    monkeypatch.undo()
+    # Then the view still has the column, as NULL
+    _, rows = QueryEngine(lake.root).run("SELECT benchmark_id, ttft_p50_ms FROM steps")
+    assert rows == [(None, 10.0)]
+
+
+def test_partition_columns_are_varchar(lake: LocalLake) -> None:
+    lake.write(
+        "steps", [_step("aggregated", 1, 0, 10.0, campaign_id="20260101", experiment="1")], part_name="p"
+    )
+    engine = QueryEngine(lake.root)
+    types = dict(engine.con.execute("SELECT column_name, column_type FROM (DESCRIBE steps)").fetchall())
+    assert types["campaign_id"] == "VARCHAR" and types["experiment"] == "VARCHAR"
+    assert types["started_at"] == "TIMESTAMP" and types["request_count"] == "BIGINT"
+    assert engine.run("SELECT campaign_id, experiment FROM steps")[1] == [("20260101", "1")]
+
+
+def test_run_accepts_trino_queries(lake: LocalLake) -> None:
+    _write_steps(lake, [_step("aggregated", 1, 0, 10.0), _step("aggregated", 4, 0, 20.0)])
+    engine = QueryEngine(lake.root)
+    # Trino spellings (approx_percentile, date_format-free) work through sqlglot
+    cols, rows = engine.run(
+        "WITH s AS (SELECT concurrency, ttft_p50_ms FROM steps) "
+        "SELECT approx_percentile(ttft_p50_ms, 0.5) AS p, count(*) AS n FROM s;"
+    )
+    assert cols == ["p", "n"] and rows[0][1] == 2
+    assert engine.run("  steps ; ")[1][0][0] == CAMPAIGN
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DROP VIEW steps",
+        "INSERT INTO steps (mode) VALUES ('x')",
+        "DELETE FROM steps",
+        "CREATE TABLE t AS SELECT 1",
+        "SELECT 1; SELECT 2",
+        "SELECT FROM WHERE",
+        "no_such_view",
+    ],
+)
+def test_run_refuses_anything_but_one_query(lake: LocalLake, sql: str) -> None:
+    with pytest.raises(ValueError):
+        QueryEngine(lake.root).run(sql)
+
+
+def test_ingested_samples_round_trip(tmp_path: Path, lake: LocalLake) -> None:
+    # Given a real AIPerf summary ingested and written
+    if SAMPLES is None:
+        pytest.skip("AIPerf samples not found")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "profile_export_aiperf.json").write_bytes((SAMPLES / "profile_export_aiperf.json").read_bytes())
+    (run / "profile_export.jsonl").write_bytes((SAMPLES / "error_record.jsonl").read_bytes())
+    result = ingest_artifacts(run, CTX)
+    for table, rows in result.tables().items():
+        lake.write(table, rows, part_name=CTX.step_id)
+    engine = QueryEngine(lake.root)
+    summary = json.loads((SAMPLES / "profile_export_aiperf.json").read_text(encoding="utf-8"))
+    _, rows = engine.run("SELECT ttft_p99_ms, request_count, status FROM steps")
+    assert rows == [(summary["time_to_first_token"]["p99"], 40, "succeeded")]
+    _, rows = engine.run("SELECT error_type FROM requests")
+    assert rows == [("ClientConnectorError",)]
+    _, rows = engine.run("v_concurrency_sweep")
+    assert rows[0][4] == 4  # concurrency
+
+
+# ------------------------------------------------------------------------------------------ the SQL files
+
+
+def test_view_files_exist() -> None:
+    assert "v_concurrency_sweep" in view_sql_files(VIEWS_DIR)
+
+
+@pytest.mark.parametrize("path", sorted(VIEWS_DIR.glob("*.sql")), ids=lambda p: p.name)
+def test_every_view_is_one_trino_query(path: Path) -> None:
+    sql = path.read_text(encoding="utf-8")
+    statements = [s for s in sqlglot.parse(sql, read="trino") if s is not None]
+    assert len(statements) == 1
+    parse_query(sql, what=str(path))  # a SELECT/WITH, as Athena's CREATE VIEW ... AS needs
+    assert sqlglot.transpile(sql, read="trino", write="duckdb")
+
+
+# ---------------------------------------------------------------------------------------------- formats
+
+
+def test_format_result() -> None:
+    cols = ["mode", "ttft_ms", "n", "when"]
+    rows = [
+        ("aggregated", 55.146340500001, 40, datetime(2026, 1, 1, 12)),
+        ("disagg", 0.000123456, None, None),
+    ]
+    table = format_result(cols, rows, "table")
+    lines = table.splitlines()
+    assert lines[0].split() == cols
+    assert "55.15" in lines[2] and "0.0001235" in lines[3]
+    assert lines[-1] == "(2 rows)"
+    # numbers right-aligned under their header
+    assert lines[2].index("55.15") + len("55.15") == lines[0].index("ttft_ms") + len("ttft_ms")
+    csv_text = format_result(cols, rows, "csv")
+    assert csv_text.splitlines()[1] == "aggregated,55.146340500001,40,2026-01-01T12:00:00"
+    data = json.loads(format_result(cols, rows, "json"))
+    assert data[1] == {"mode": "disagg", "ttft_ms": 0.000123456, "n": None, "when": None}
+    with pytest.raises(ValueError, match="unknown format"):
+        format_result(cols, rows, "xml")
+    assert format_result(["x"], [(12345.678,)], "table").splitlines()[2].strip() == "12,345.7"
