@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchctl.errors import SpecError
@@ -250,6 +249,8 @@ def load_spec_text(path: Path) -> str:
 
 
 def parse_spec_text(text: str, source: str) -> CampaignSpec:
+    import yaml  # lazily: Lambdas only ever read the JSON spec the Plan state stored
+
     try:
         data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as err:

@@ -1,0 +1,1 @@
+"""CDK stacks, one per lifecycle: results data that must survive; the control plane."""
