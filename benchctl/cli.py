@@ -88,7 +88,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     ctx = StepContext(
         campaign_id=args.campaign, experiment=args.experiment, mode=args.mode, workload=args.workload,
         step_id=args.step, step_index=0, repeat=args.repeat, concurrency=args.concurrency, isl=None, osl=None,
-        random_seed=None, artifact_uri=str(art.resolve()),
+        random_seed=None, artifact_uri=str(art.resolve()), workload_kind="concurrency_sweep",
     )
     lake = LocalLake(Path(args.lake))
     is_sweep = any(p.name.startswith("concurrency_") for p in art.iterdir() if p.is_dir())
