@@ -9,6 +9,7 @@ smoke: setup
 
 lint: setup
 	.venv/bin/ruff check .
+	.venv/bin/mypy benchctl lambdas stacks app.py
 
 test: setup lint
 	.venv/bin/python -m pytest -p no:dash -q

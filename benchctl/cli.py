@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs", help="workspace: lake in OUT/lake, run state in OUT/campaigns (default runs)")
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
     p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
-    p.add_argument("--poll-seconds", type=float, default=1.0, help="Wait state period of the local run (default 1)")
+    p.add_argument("--poll-seconds", type=int, default=1, help="Wait state period in whole seconds (default 1)")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("ingest", help="ingest one AIPerf artifact directory (or sweep directory) into a lake")

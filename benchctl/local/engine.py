@@ -145,10 +145,10 @@ def execute(
     run_dir: Path,
     lake: Path,
     providers: Callable[[Ctx], Providers],
-    poll_seconds: float = 1.0,
+    poll_seconds: int = 1,
     fail_at: str | None = None,
     progress: Progress | None = None,
-    on_force_stop: Callable[[], None] | None = None,
+    on_force_stop: Callable[[], object] | None = None,
 ) -> RunResult:
     """Run one campaign execution of the ASL; blocks until it ends. The spec must be in run_dir."""
     import boto3
@@ -160,7 +160,7 @@ def execute(
     for k, v in {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": REGION}.items():
         os.environ.setdefault(k, v)
     _quiet_moto()
-    ctx = Ctx(campaign_id=campaign_id, run_uri=str(run_dir), lake_uri=str(lake), poll_seconds=poll_seconds,
+    ctx = Ctx(campaign_id=campaign_id, run_uri=str(run_dir), lake_uri=str(lake), poll_seconds=max(1, poll_seconds),
               fail_at=fail_at)
     store = LocalRunStore(run_dir)
     plan = store.read_json("plan.json")

@@ -124,7 +124,7 @@ def run_campaign(
     *,
     campaign_id: str | None = None,
     fail_at: str | None = None,
-    poll_seconds: float = 1.0,
+    poll_seconds: int = 1,
     progress: Progress | None = None,
 ) -> RunResult:
     from benchctl.local import processes
