@@ -437,8 +437,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         workload_kind=step.kind,
     )
     result = ingest_artifacts(Path(artifact_dir), sctx)
-    for table in ("steps", "requests", "server_metrics"):
-        rows = getattr(result, table)
+    for table, rows in result.tables().items():
         p.lake.write(table, rows, part_name=step_id)
     status = result.steps[0]["status"] if result.steps else "failed"
     timeline(p, ctx.campaign_id, experiment, "ingested", key=step_id, step_id=step_id, status=status,

@@ -95,8 +95,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     results = ingest_sweep(art, ctx) if is_sweep else [ingest_artifacts(art, ctx)]
     for r in results:
         sid = r.steps[0]["step_id"] if r.steps else args.step
-        for table in ("steps", "requests", "server_metrics"):
-            lake.write(table, getattr(r, table), part_name=sid)
+        for table, rows in r.tables().items():
+            lake.write(table, rows, part_name=sid)
         st = r.steps[0] if r.steps else {}
         print(f"ingested {sid}: status {st.get('status')}, {len(r.requests)} requests, "
               f"{len(r.server_metrics)} server metric rows")

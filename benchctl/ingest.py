@@ -676,41 +676,17 @@ def server_metrics_rows(
             stats = series.get("stats") or {}
             if not isinstance(stats, dict):
                 raise ArtifactError(f"{path}: {where}.stats: expected an object of stat -> number")
+            series_of = {"source": source, "endpoint_url": url, "metric": name, "metric_type": mtype, "unit": unit}
             for stat_name, value in stats.items():
-                if value is None:
-                    continue
-                v = _number(path, f"{where}.stats.{stat_name}", value)
-                rows.append(
-                    _server_row(
-                        ctx,
-                        source=source,
-                        endpoint_url=url,
-                        metric=name,
-                        metric_type=mtype,
-                        unit=unit,
-                        labels=labels,
-                        stat=stat_name,
-                        value=v,
-                    )
-                )
+                if value is not None:
+                    v = _number(path, f"{where}.stats.{stat_name}", value)
+                    rows.append(_server_row(ctx, **series_of, labels=labels, stat=stat_name, value=v))
             buckets = series.get("buckets") or {}
             if not isinstance(buckets, dict):
                 raise ArtifactError(f"{path}: {where}.buckets: expected an object of bound -> count")
             for le, count in buckets.items():
                 v = _number(path, f"{where}.buckets.{le}", count)
-                rows.append(
-                    _server_row(
-                        ctx,
-                        source=source,
-                        endpoint_url=url,
-                        metric=name,
-                        metric_type=mtype,
-                        unit=unit,
-                        labels={**labels, "le": str(le)},
-                        stat="bucket",
-                        value=v,
-                    )
-                )
+                rows.append(_server_row(ctx, **series_of, labels={**labels, "le": str(le)}, stat="bucket", value=v))
     return rows
 
 
