@@ -44,6 +44,20 @@ def load_asl(substitutions: dict[str, str]) -> str:
     return text
 
 
+def task_states() -> list[str]:
+    """Names of every Task state in the ASL (top level and inside Map iterators)."""
+    def walk(states: dict[str, Any]) -> list[str]:
+        out = []
+        for name, st in states.items():
+            if st["Type"] == "Task":
+                out.append(name)
+            elif st["Type"] == "Map":
+                out += walk(st["ItemProcessor"]["States"])
+        return out
+
+    return walk(json.loads(ASL_PATH.read_text(encoding="utf-8"))["States"])
+
+
 def function_arn(var: str) -> str:
     return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:benchctl-{var.removesuffix('FunctionArn').lower()}"
 

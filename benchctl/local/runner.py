@@ -13,7 +13,7 @@ from typing import Any
 from benchctl import campaign
 from benchctl.campaign import Ctx, Providers
 from benchctl.errors import SpecError
-from benchctl.local.engine import Progress, RunResult, execute
+from benchctl.local.engine import Progress, RunResult, execute, task_states
 from benchctl.local.pool import LocalPool
 from benchctl.plan import plan_campaign
 from benchctl.runstore import LocalRunStore
@@ -129,6 +129,8 @@ def run_campaign(
 ) -> RunResult:
     from benchctl.local import processes
 
+    if fail_at is not None and fail_at not in task_states():
+        raise ValueError(f"--fail-at {fail_at!r} is not a Task state of the campaign ASL; valid: {task_states()}")
     cid, run_dir, lake = prepare(spec_path, out, campaign_id)
     progress = progress or Progress()
     progress.note(f"campaign {cid}: run state in {run_dir}, results in {lake}")

@@ -108,3 +108,17 @@ def test_waiting_is_done_by_wait_states_not_handlers():
     waits = [(p, n, s) for p, n, s in all_states() if s["Type"] == "Wait"]
     assert {n for _, n, _ in waits} == {"WaitForCapacity", "WaitForReady", "WaitForWarmUp", "WaitForLoad"}
     assert all(s["SecondsPath"] == "$.ctx.poll_seconds" for _, _, s in waits)
+
+
+def test_fail_at_names_are_checked_before_anything_starts(tmp_path):
+    import subprocess
+    import sys
+
+    from benchctl.local.engine import task_states
+
+    names = task_states()
+    assert "LaunchLoad" in names and "Plan" in names and "AbortCampaign" in names
+    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "run", "examples/smoke.yaml", "--out", str(tmp_path),
+                          "--fail-at", "Nope"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "LaunchLoad" in res.stderr
+    assert not (tmp_path / "campaigns").exists()
