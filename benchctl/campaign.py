@@ -507,11 +507,11 @@ def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any) -> JS
 def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
     """Tear down every experiment of this campaign (found in the run store) and record the failure."""
     name, cause = _error_of(error)
-    experiments = sorted({Path(k).stem for pre in ("deployments", "pools", "loads") for k in p.store.keys(pre)}
-                         | {Path(k).parent.name for k in p.store.keys("loads")})
-    experiments = [e for e in experiments if e and e != "loads"]
-    for exp in experiments:
-        teardown_experiment(p, ctx, exp)
+    plan = p.store.read_json("plan.json")
+    names = [e["name"] for e in plan["experiments"]] if plan else []
+    for exp in names:  # only experiments that created something: scaled, deployed or loaded
+        if p.store.exists(f"pools/{exp}.json") or p.store.exists(f"deployments/{exp}.json") or p.store.keys(f"loads/{exp}"):
+            teardown_experiment(p, ctx, exp)
     failure = p.store.read_json("failure.json") or {}
     status = "aborted" if name == "Aborted" or failure.get("error") == "Aborted" else "failed"
     _campaign_row(p, ctx, status, failed_state=failure.get("state"), error=name, cause=cause)

@@ -144,3 +144,18 @@ def test_ctrl_c_aborts_through_teardown(tmp_path, reaper):
     assert proc.returncode == 130, output
     assert "stopping the load first" in output
     _assert_failed_cleanly(out, "aborted")
+
+
+def test_timeline_names_only_planned_experiments(tmp_path, reaper):
+    """The abort path tears down (and records) only the campaign's experiments, nothing else."""
+    out = tmp_path / "out"
+    reaper.append(out / "campaigns" / "e2e")
+    proc = start_run(_short_spec(tmp_path), out, "--fail-at", "IngestStep")
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, output
+    assert "InjectedFailure" in output
+    exps = {r["experiment"] for r in read_table(out / "lake", "timeline")}
+    assert exps == {"_campaign", "agg"}
+    assert not leftovers(out / "campaigns" / "e2e")
+    events = {(r["experiment"], r["event"]) for r in read_table(out / "lake", "timeline")}
+    assert ("agg", "pool_restored") in events and ("_campaign", "failed") in events
