@@ -23,6 +23,7 @@ from benchctl.errors import (
     InjectedFailure,
     LoadFailed,
     NotReadyYet,
+    SpecError,
 )
 from benchctl.plan import CampaignPlan, plan_campaign
 from benchctl.ports import DeploymentSpec, LoadPort, ServingPort, WorkerGroupSpec
@@ -55,7 +56,7 @@ class Providers:
     pools: PoolPort
     serving: ServingPort
     load: LoadPort
-    lake: Any  # LakePort
+    lake: LakePort
     tokenizer: str
     smoke: Any  # callable(state, n, max_tokens) -> dict
     report: Any = None  # callable(campaign_id) -> dict
@@ -178,8 +179,6 @@ def plan(p: Providers, event: JSON) -> JSON:
     spec = _spec(p)
     the_plan = plan_campaign(spec, p.engine)
     if the_plan.budget_problems:
-        from benchctl.errors import SpecError
-
         raise SpecError(f"{p.store.uri}/spec.json", the_plan.budget_problems)
     existing = p.store.read_json("plan.json")
     if existing is None or existing.get("spec_hash") != the_plan.spec_hash:

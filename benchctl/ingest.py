@@ -231,18 +231,15 @@ def _read_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[st
         truncated_tail = lineno == last and not ends_with_newline
         try:
             obj = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            if truncated_tail:
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if truncated_tail:  # a write cut short: drop the last line, say so
                 warnings.append(_truncated_warning(path, lineno, len(raw)))
                 continue
-            raise ArtifactError(
-                f"{path}:{lineno}: expected UTF-8 text, found byte 0x{raw[exc.start]:02x} "
-                f"at column {exc.start + 1} that is not UTF-8"
-            ) from None
-        except json.JSONDecodeError as exc:
-            if truncated_tail:
-                warnings.append(_truncated_warning(path, lineno, len(raw)))
-                continue
+            if isinstance(exc, UnicodeDecodeError):
+                raise ArtifactError(
+                    f"{path}:{lineno}: expected UTF-8 text, found byte 0x{raw[exc.start]:02x} "
+                    f"at column {exc.start + 1} that is not UTF-8"
+                ) from None
             raise ArtifactError(
                 f"{path}:{lineno}: expected one JSON object per line (an AIPerf record), "
                 f"got invalid JSON ({exc.msg} at column {exc.colno})"

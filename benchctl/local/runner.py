@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchctl import campaign
 from benchctl.campaign import Ctx, Providers
 from benchctl.errors import SpecError
 from benchctl.local.engine import Progress, RunResult, execute, task_states
@@ -150,5 +149,3 @@ def run_campaign(
                     "elapsed_s": round(result.elapsed_s, 2)}, indent=2), encoding="utf-8")
     return result
 
-
-__all__ = ["LocalProviders", "campaign", "prepare", "run_campaign"]
