@@ -110,40 +110,41 @@ def _assert_failed_cleanly(out: Path, expected_status: str) -> None:
     assert ("agg", "teardown_done") in events and ("agg", "pool_restored") in events
 
 
-def test_killing_a_mocker_fails_through_teardown(tmp_path, reaper):
+def _interrupt_after_first_step(tmp_path: Path, reaper, act) -> tuple[subprocess.Popen, str]:
+    """Run the short spec, wait until its first step is in the lake, then act on the run."""
     out = tmp_path / "out"
     reaper.append(out / "campaigns" / "e2e")
     proc = start_run(_short_spec(tmp_path), out)
     try:
         wait_for(_first_step_ingested(out), 300, proc, "the first step's ingestion")
-        dep = json.loads((out / "campaigns" / "e2e" / "deployments" / "agg.json").read_text())
-        worker = next(r for r in dep["state"]["processes"] if r["name"] != "frontend")
-        os.kill(int(worker["pid"]), signal.SIGKILL)
+        act(proc, out)
         output, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc, output
+
+
+def _kill_a_worker(proc: subprocess.Popen, out: Path) -> None:
+    dep = json.loads((out / "campaigns" / "e2e" / "deployments" / "agg.json").read_text())
+    worker = next(r for r in dep["state"]["processes"] if r["name"] != "frontend")
+    os.kill(int(worker["pid"]), signal.SIGKILL)
+
+
+def test_killing_a_mocker_fails_through_teardown(tmp_path, reaper):
+    proc, output = _interrupt_after_first_step(tmp_path, reaper, _kill_a_worker)
     assert proc.returncode == 1, output
     assert "FAILED" in output and "ServingFailed" in output
+    out = tmp_path / "out"
     _assert_failed_cleanly(out, "failed")
-    history = (out / "campaigns" / "e2e" / "failure.json").read_text()
-    assert "ServingFailed" in history
+    assert "ServingFailed" in (out / "campaigns" / "e2e" / "failure.json").read_text()
 
 
 def test_ctrl_c_aborts_through_teardown(tmp_path, reaper):
-    out = tmp_path / "out"
-    reaper.append(out / "campaigns" / "e2e")
-    proc = start_run(_short_spec(tmp_path), out)
-    try:
-        wait_for(_first_step_ingested(out), 300, proc, "the first step's ingestion")
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc, output = _interrupt_after_first_step(tmp_path, reaper, lambda p, _out: p.send_signal(signal.SIGINT))
     assert proc.returncode == 130, output
     assert "stopping the load first" in output
-    _assert_failed_cleanly(out, "aborted")
+    _assert_failed_cleanly(tmp_path / "out", "aborted")
 
 
 def test_timeline_names_only_planned_experiments(tmp_path, reaper):
