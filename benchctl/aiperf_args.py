@@ -27,6 +27,12 @@ def _common(model: str, tokenizer: str, url: str, artifact_dir: str, seed: int) 
     ]  # fmt: skip
 
 
+def _stop_args(step: StepPlan, grace_s: float) -> list[str]:
+    if step.duration_s is not None:
+        return ["--benchmark-duration", f"{step.duration_s:g}", "--benchmark-grace-period", f"{grace_s:g}"]
+    return ["--request-count", str(step.request_count)]
+
+
 def step_args(
     step: StepPlan,
     *,
@@ -36,24 +42,55 @@ def step_args(
     artifact_dir: str,
     metrics_urls: list[str] | tuple[str, ...] = (),
     grace_s: float = 30.0,
+    input_file: str | None = None,
+    slo: dict[str, float | None] | None = None,
 ) -> list[str]:
-    """Arguments for one measured step (one concurrency level, one repeat)."""
-    if step.kind != "concurrency_sweep":
-        raise ValueError(f"step {step.step_id}: workload kind {step.kind!r} has no AIPerf mapping")
+    """Arguments for one measured step (one workload variant, one repeat).
+
+    ``input_file`` is the step's generated dataset (sequence distribution, prefix cache): a
+    mooncake-trace JSONL sent line by line in file order (``--dataset-sampling-strategy sequential``),
+    one request per line. ``slo`` (``ttft_ms``, ``itl_ms``) is also given to AIPerf as ``--goodput``, so
+    its own good-request fraction stands next to the one the views compute from the requests.
+    """
     args = _common(model, tokenizer, url, artifact_dir, step.seed)
-    args += [
-        "--concurrency", str(step.concurrency),
-        "--isl", str(step.isl), "--isl-stddev", "0",
-        "--osl", str(step.osl), "--osl-stddev", "0",
-    ]  # fmt: skip
-    if step.duration_s is not None:
-        args += ["--benchmark-duration", f"{step.duration_s:g}", "--benchmark-grace-period", f"{grace_s:g}"]
+    args += ["--concurrency", str(step.concurrency)]
+    if step.kind == "concurrency_sweep":
+        args += _fixed_lengths(step)
+        args += _stop_args(step, grace_s)
+    elif step.kind == "multi_turn":
+        p = step.params
+        args += _fixed_lengths(step)
+        args += [
+            "--conversation-num", str(p["dataset_conversations"]),
+            "--conversation-turn-mean", str(p["turns"]), "--conversation-turn-stddev", "0",
+            "--conversation-turn-delay-mean", f"{p['turn_delay_ms']:g}", "--conversation-turn-delay-stddev", "0",
+        ]  # fmt: skip
+        args += _stop_args(step, grace_s)
+    elif step.kind in ("sequence_distribution", "prefix_cache"):
+        if input_file is None:
+            raise ValueError(f"step {step.step_id}: a {step.kind} step needs its generated input_file")
+        args += [
+            "--input-file", input_file,
+            "--custom-dataset-type", "mooncake_trace",
+            "--dataset-sampling-strategy", "sequential",
+            "--request-count", str(step.request_count),
+        ]  # fmt: skip
+        if step.kind == "prefix_cache":
+            args += ["--isl-block-size", str(step.params["block_size"])]
     else:
-        args += ["--request-count", str(step.request_count)]
+        raise ValueError(f"step {step.step_id}: workload kind {step.kind!r} has no AIPerf mapping")
+    bounds = [f"{metric}:{(slo or {}).get(key):g}" for key, metric in
+              (("ttft_ms", "time_to_first_token"), ("itl_ms", "inter_token_latency")) if (slo or {}).get(key)]
+    if bounds:
+        args += ["--goodput", " ".join(bounds)]
     extra = [u for u in metrics_urls if not u.startswith(url.rstrip("/") + "/metrics")]
     if extra:
         args += ["--server-metrics", *extra]
     return args
+
+
+def _fixed_lengths(step: StepPlan) -> list[str]:
+    return ["--isl", str(step.isl), "--isl-stddev", "0", "--osl", str(step.osl), "--osl-stddev", "0"]
 
 
 def warmup_args(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from benchctl import aiperf_args
+from benchctl.datasets import Dataset, prefix_dataset, sequence_dataset
 from benchctl.errors import (
     Aborted,
     DeadlineExceeded,
@@ -25,10 +26,11 @@ from benchctl.errors import (
     NotReadyYet,
     SpecError,
 )
-from benchctl.plan import CampaignPlan, plan_campaign
+from benchctl.plan import CampaignPlan, StepPlan, plan_campaign
 from benchctl.ports import DeploymentSpec, LoadPort, ServingPort, WorkerGroupSpec
 from benchctl.runstore import RunStore
-from benchctl.spec import CampaignSpec, parse_spec
+from benchctl.schema import json_text
+from benchctl.spec import CampaignSpec, Experiment, parse_spec
 
 JSON = dict[str, Any]
 CAMPAIGN = "_campaign"  # experiment partition value of campaign-level timeline events
@@ -45,6 +47,7 @@ class PoolPort(Protocol):
 class LakePort(Protocol):
     def write(self, table: str, rows: list[JSON], *, part_name: str) -> Any: ...
     def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> Path: ...
+    def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str: ...
 
 
 @dataclass
@@ -199,12 +202,31 @@ def plan(p: Providers, event: JSON) -> JSON:
             },
         )
     _campaign_row(p, ctx, "running")
+    p.lake.write("experiments", [experiment_row(ctx.campaign_id, i, e) for i, e in enumerate(spec.experiments)],
+                 part_name="experiment")
     timeline(p, ctx.campaign_id, CAMPAIGN, "planned", steps=sum(len(e.steps) for e in the_plan.experiments))
     return {
         "ctx": ctx.to_json(),
         "experiments": [
             {"index": e.index, "name": e.name, "steps": [s.step_id for s in e.steps]} for e in the_plan.experiments
         ],
+    }
+
+
+def experiment_row(campaign_id: str, index: int, e: Experiment) -> JSON:
+    return {
+        "campaign_id": campaign_id,
+        "experiment": e.name,
+        "experiment_index": index,
+        "mode": e.mode,
+        "router": e.router,
+        "kv_offload": e.kv_offload is not None,
+        "kv_offload_json": json_text(e.kv_offload.model_dump(mode="json")) if e.kv_offload else None,
+        "gpus": e.gpus(),
+        "workers_json": json_text([g.model_dump(mode="json") for g in e.workers]),
+        "base_experiment": e.base,
+        "changed_feature": e.feature,
+        "mocker_json": json_text(e.mocker.model_dump(mode="json", exclude_none=True)),
     }
 
 
@@ -248,8 +270,17 @@ def check_capacity(p: Providers, ctx: Ctx, experiment: str) -> JSON:
 # ---------------------------------------------------------------- serving
 
 
+def mocker_knobs(spec: CampaignSpec, exp: Experiment) -> JSON:
+    """The local mocker's knobs; KV offload on sizes the mocker's host (CPU) block tier from its GB."""
+    knobs = {k: v for k, v in exp.mocker.model_dump().items() if v is not None}
+    if exp.kv_offload is not None and "num_host_blocks" not in knobs:
+        block_bytes = spec.model.kv_bytes_per_token * exp.mocker.block_size
+        knobs["num_host_blocks"] = max(1, int(exp.kv_offload.cpu_cache_gb * 1e9 // block_bytes))
+    return knobs
+
+
 def deployment_spec(spec: CampaignSpec, campaign_id: str, experiment: str) -> DeploymentSpec:
-    exp = next(e for e in spec.experiments if e.name == experiment)
+    exp = spec.experiment(experiment)
     return DeploymentSpec(
         deployment_id=f"{experiment}",
         model_name=spec.model.name,
@@ -257,7 +288,8 @@ def deployment_spec(spec: CampaignSpec, campaign_id: str, experiment: str) -> De
         router=exp.router,
         groups=tuple(WorkerGroupSpec(g.role, g.replicas, g.tensor_parallel, g.pool) for g in exp.workers),
         labels={"benchctl/campaign": campaign_id, "benchctl/experiment": experiment},
-        mocker={k: v for k, v in exp.mocker.model_dump().items() if v is not None},
+        mocker=mocker_knobs(spec, exp),
+        kv_offload=exp.kv_offload.model_dump(mode="json") if exp.kv_offload else None,
     )
 
 
@@ -312,7 +344,8 @@ def _load_key(experiment: str, step_id: str) -> str:
     return f"loads/{experiment}/{step_id}.json"
 
 
-def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Any, est_s: float) -> JSON:
+def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Any, est_s: float,
+            extra: JSON | None = None) -> JSON:
     key = _load_key(experiment, step_id)
     existing = p.store.read_json(key)
     if existing is not None:
@@ -323,7 +356,7 @@ def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Any
     job_id = f"{experiment}-{step_id}"
     state = p.load.launch(argv, str(artifact_dir), job_id)
     p.store.write_json(key, {"state": state, "argv": argv, "launched_at": p.clock(), "est_s": est_s,
-                             "artifact_dir": str(artifact_dir)})
+                             "artifact_dir": str(artifact_dir), **(extra or {})})
     timeline(p, ctx.campaign_id, experiment, "load_start", key=step_id, step_id=step_id)
     return {"job": job_id, "reused": False}
 
@@ -333,13 +366,18 @@ def launch_warmup(p: Providers, ctx: Ctx, experiment: str) -> JSON:
     if spec.warmup.request_count == 0:
         p.store.write_json(_load_key(experiment, "warmup"), {"state": {"skipped": True}, "launched_at": p.clock()})
         return {"job": None, "skipped": True}
-    w = spec.workloads[0]
-    conc = max(w.concurrency)
+    # synthetic prompts (never a step's dataset, so no step's prefix is cached by the warm-up) at the
+    # campaign's highest concurrency and the first workload's shortest input length
+    steps = _plan(p).experiment(experiment).steps
+    conc = max(s.concurrency or 1 for s in steps)
+    isl, osl = spec.workloads[0].max_lengths()
+    first = steps[0]
+    isl = first.isl or first.params.get("isl_range", [isl])[0]
 
     def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
         return aiperf_args.warmup_args(
             model=spec.model.name, tokenizer=p.tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
-            request_count=spec.warmup.request_count, concurrency=conc, isl=w.isl, osl=min(w.osl, 64),
+            request_count=spec.warmup.request_count, concurrency=conc, isl=isl, osl=min(osl, 64),
             seed=spec.seed,
         )
 
@@ -352,17 +390,49 @@ def _urls(urls: Any) -> list[str]:
     return [str(u) for u in urls or []]
 
 
+# Hash ids of one step's prefix dataset live in [index * span, (index + 1) * span): disjoint per step,
+# so no step's blocks are ever in the cache because of another step.
+_HASH_ID_SPAN = 10_000_000
+
+
+def step_dataset(step: StepPlan) -> Dataset | None:
+    """The dataset a step sends (generated from its seed: same plan, same bytes), or None."""
+    prm = step.params
+    if step.kind == "sequence_distribution":
+        return sequence_dataset(
+            prm["dataset"], prm["distribution"], step.request_count or 0, tuple(prm["isl_range"]),
+            tuple(prm["osl_range"]), step.seed, zipf_exponent=prm["zipf_exponent"],
+            lognormal_sigma=prm["lognormal_sigma"],
+        )
+    if step.kind == "prefix_cache":
+        assert step.isl is not None and step.osl is not None
+        return prefix_dataset(
+            prm["dataset"], prm["prefix_ratio"], step.request_count or 0, step.isl, step.osl,
+            prm["block_size"], step.seed, id_base=step.index * _HASH_ID_SPAN,
+        )
+    return None
+
+
 def launch_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     step = _plan(p).step(experiment, step_id)
     spec = _spec(p)
+    extra: JSON = {}
+    ds = step_dataset(step)
+    if ds is not None and not p.store.exists(_load_key(experiment, step_id)):
+        # the input is kept raw before anything runs: the hash in the lake names the exact bytes sent
+        uri = p.lake.write_raw(ctx.campaign_id, experiment, step_id, ds.name, ds.data)
+        extra["dataset"] = {"name": ds.name, "uri": uri, "sha256": ds.sha256, "meta": ds.meta,
+                            "type": ds.custom_dataset_type}
 
     def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
         return aiperf_args.step_args(
             step, model=spec.model.name, tokenizer=p.tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
             metrics_urls=_urls(dstate.get("metrics_urls")),
+            input_file=extra["dataset"]["uri"] if "dataset" in extra else None,
+            slo=spec.slo.model_dump(),
         )
 
-    return _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s)
+    return _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, extra=extra)
 
 
 def check_load(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
@@ -417,9 +487,23 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     from benchctl.ingest import StepContext, ingest_artifacts
 
     step = _plan(p).step(experiment, step_id)
-    exp = next(e for e in _spec(p).experiments if e.name == experiment)
+    spec = _spec(p)
+    exp = spec.experiment(experiment)
     rec = p.store.read_json(_load_key(experiment, step_id)) or {}
     artifact_dir = p.lake.raw_dir(ctx.campaign_id, experiment, step_id)
+    dataset = rec.get("dataset") or {}
+    meta = dataset.get("meta") or {}
+    fields = {
+        "variant": step.variant,
+        "distribution": step.params.get("distribution"),
+        "prefix_ratio": step.params.get("prefix_ratio"),
+        "prefix_ratio_actual": meta.get("prefix_ratio_actual"),
+        "turns": step.params.get("turns"),
+        "dataset_sha256": dataset.get("sha256"),
+        "dataset_uri": dataset.get("uri"),
+        "slo_ttft_ms": spec.slo.ttft_ms,
+        "slo_itl_ms": spec.slo.itl_ms,
+    }
     sctx = StepContext(
         campaign_id=ctx.campaign_id,
         experiment=experiment,
@@ -434,6 +518,8 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         random_seed=step.seed,
         artifact_uri=str(artifact_dir),
         workload_kind=step.kind,
+        step_fields=fields,
+        requested_lengths=_requested_lengths(dataset),
     )
     result = ingest_artifacts(Path(artifact_dir), sctx)
     for table, rows in result.tables().items():
@@ -447,6 +533,17 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
             f"{result.steps[0].get('error_count') if result.steps else '?'} errors; recorded as failed"
         )
     return {"status": status, "requests": len(result.requests)}
+
+
+def _requested_lengths(dataset: JSON) -> tuple[tuple[int, int], ...] | None:
+    """(input, output) lengths the step's kept dataset asked for, line by line (read back from raw)."""
+    from benchctl.datasets import parse_dataset
+
+    if not dataset.get("uri"):
+        return None
+    data = Path(dataset["uri"]).read_bytes()
+    lines = parse_dataset(data, dataset["uri"])
+    return tuple((int(x["input_length"]), int(x["output_length"])) for x in lines)
 
 
 # ---------------------------------------------------------------- teardown, abort, report

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from benchctl.errors import ArtifactError, SpecError
 
@@ -48,15 +49,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(lake: Path, view: str, campaign_id: str | None) -> None:
+def _print_table(lake: Path, view: str, campaign_id: str | None, columns: tuple[str, ...] = (),
+                 *, engine: Any = None) -> int:
     from benchctl.lake import check_path_value
     from benchctl.query import QueryEngine, format_result
 
     if campaign_id:
         check_path_value("campaign_id", campaign_id)  # path-safe characters only: safe to quote
-    sql = f"SELECT * FROM {view}" + (f" WHERE campaign_id = '{campaign_id}'" if campaign_id else "")  # noqa: S608
-    cols, rows = QueryEngine(lake).run(sql)
+    select = ", ".join(columns) if columns else "*"
+    sql = f"SELECT {select} FROM {view}" + (f" WHERE campaign_id = '{campaign_id}'" if campaign_id else "")  # noqa: S608
+    cols, rows = (engine or QueryEngine(lake)).run(sql)
     print(format_result(cols, rows, "table"))
+    return len(rows)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -71,11 +75,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  run state, raw spec, report: {result.run_dir}")
     if result.status != "SUCCEEDED":
         print(f"  error: {result.error}: {result.cause}")
-    print("\nv_concurrency_sweep (SIMULATED: Dynamo mocker on CPU, not GPU measurements)")
-    _print_table(result.lake, "v_concurrency_sweep", result.campaign_id)
+    _print_report(result.lake, result.campaign_id, result.run_dir)
     if result.status == "ABORTED":
         return 130
     return 0 if result.status == "SUCCEEDED" else 1
+
+
+def _print_report(lake: Path, campaign_id: str, run_dir: Path) -> None:
+    from benchctl.local.runner import REPORT_VIEWS
+    from benchctl.query import QueryEngine
+
+    engine = QueryEngine(lake)
+    print("\nAll figures below are SIMULATED: Dynamo mocker workers on CPU, not GPU measurements.")
+    for view, columns in REPORT_VIEWS.items():
+        if view == "v_feature_ladder":
+            _, rows = engine.run(f"SELECT 1 FROM {view} WHERE campaign_id = '{campaign_id}'")  # noqa: S608
+            if not rows:
+                continue  # not a ladder campaign
+        print(f"\n{view} (SIMULATED)")
+        _print_table(lake, view, campaign_id, columns, engine=engine)
+    print(f"\nevery column of every view: {run_dir / 'report'}/<view>.csv; "
+          f"`benchctl query <view> --lake {lake}` for more")
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from benchctl.datasets import line_of_session
 from benchctl.errors import ArtifactError
 from benchctl.schema import json_text, normalize_row
 
@@ -53,6 +54,7 @@ _REQUESTS: dict[str, float | None] = {"requests": None}
 _PERCENT: dict[str, float | None] = {"%": None}
 _TOKENS_PER_S: dict[str, float | None] = {"tokens/sec": None, "tokens/s": None}
 _REQUESTS_PER_S: dict[str, float | None] = {"requests/sec": None, "requests/s": None}
+_RATIO: dict[str, float | None] = {"ratio": None}
 _TOKENS_PER_S_USER: dict[str, float | None] = {"tokens/sec/user": None, "tokens/s/user": None}
 
 _EPOCH = datetime(1970, 1, 1)
@@ -76,6 +78,11 @@ class StepContext:
     random_seed: int | None = None
     artifact_uri: str | None = None
     workload_kind: str | None = None  # the workload's ``kind`` (e.g. concurrency_sweep); views filter on it
+    # further ``steps`` columns known before the run: variant, distribution, prefix_ratio(_actual),
+    # turns, dataset_sha256, dataset_uri, slo_ttft_ms, slo_itl_ms
+    step_fields: dict[str, Any] = field(default_factory=dict)
+    # requested (input, output) lengths per request, in dataset order, when the step sent a dataset
+    requested_lengths: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass
@@ -379,6 +386,7 @@ def _base_step(ctx: StepContext) -> dict[str, Any]:
         "osl": ctx.osl,
         "artifact_uri": ctx.artifact_uri,
         "random_seed": ctx.random_seed,
+        **ctx.step_fields,
     }
 
 
@@ -455,6 +463,7 @@ def _step_from_summary(
             "total_usage_prompt_cache_read_tokens.avg",
             stat("total_usage_prompt_cache_read_tokens", "avg", _TOKENS),
         ),
+        aiperf_good_request_fraction=stat("good_request_fraction", "avg", _RATIO),
         aiperf_version=_str_or_none(summary.get("aiperf_version")),
         benchmark_id=_str_or_none(summary.get("benchmark_id")),
         started_at=started or _iso_utc(summary.get("start_time")),
@@ -562,6 +571,16 @@ def _request_row(
     isl = tokens("input_sequence_length")
     if isl is None:
         isl = tokens("error_isl")  # failed requests carry the ISL they were sent with here
+    requested_isl, requested_osl = ctx.isl, ctx.osl
+    if ctx.requested_lengths is not None:
+        # a generated dataset: each line's session id comes back as the conversation id
+        line = line_of_session(str_md("conversation_id"))
+        if line is None or line >= len(ctx.requested_lengths):
+            raise ArtifactError(
+                f"{path}:{lineno}: metadata.conversation_id {md.get('conversation_id')!r} names no line of "
+                f"the step's dataset ({len(ctx.requested_lengths)} lines, ids line-000000..)"
+            )
+        requested_isl, requested_osl = ctx.requested_lengths[line]
     return {
         "campaign_id": ctx.campaign_id,
         "experiment": ctx.experiment,
@@ -579,9 +598,10 @@ def _request_row(
         "request_latency_ms": metric("request_latency", _TO_MS),
         "isl": isl,
         "osl": tokens("output_sequence_length"),
-        "requested_isl": ctx.isl,
-        "requested_osl": ctx.osl,
+        "requested_isl": requested_isl,
+        "requested_osl": requested_osl,
         "cached_tokens": tokens("usage_prompt_cache_read_tokens"),
+        "output_tokens_per_s_user": metric("output_token_throughput_per_user", _TOKENS_PER_S_USER),
         "error_code": code if isinstance(code, int) and not isinstance(code, bool) else None,
         "error_type": _str_or_none(err.get("type")),
         "error_message": _str_or_none(err.get("message")),

@@ -6,6 +6,7 @@ Layout (partition columns live in the path, not inside the files, as Athena/Glue
     <root>/<table>/campaign_id=<c>/experiment=<e>/<part>.parquet     # steps, requests, server_metrics,
                                                                      # timeline, costs
     <root>/raw/campaign_id=<c>/experiment=<e>/step_id=<s>/...        # AIPerf artifacts as written
+    <root>/raw/campaign_id=<c>/experiment=<e>/step_id=<s>/inputs/    # datasets we generated for it
 
 Writes are atomic (a temporary file in the same directory, then ``os.replace``) and idempotent: the
 same ``part_name`` overwrites the same file, so a redelivered event never duplicates rows. Callers pick
@@ -101,6 +102,30 @@ class LocalLake:
         )
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str:
+        """Keep an input file (e.g. a generated dataset) in the step's raw area, atomically; its path.
+
+        Written under ``inputs/`` next to what AIPerf writes; rewriting identical bytes is a no-op,
+        different bytes under the same name are refused (a raw input is never silently replaced).
+        """
+        check_path_value("raw file name", name)
+        directory = self.raw_dir(campaign_id, experiment, step_id) / "inputs"
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / name
+        if final.exists():
+            if final.read_bytes() != data:
+                raise FileExistsError(f"{final}: exists with other content; raw inputs are never replaced")
+            return str(final)
+        tmp = directory / f".{name}.{uuid.uuid4().hex}.tmp"
+        try:
+            tmp.write_bytes(data)
+            tmp.replace(final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        return str(final)
 
     def tables(self) -> list[str]:
         """Schema tables that have at least one parquet file, in schema order."""

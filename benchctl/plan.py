@@ -10,7 +10,15 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from benchctl.spec import CampaignSpec, ConcurrencySweep, Experiment, spec_hash
+from benchctl.spec import (
+    CampaignSpec,
+    ConcurrencySweep,
+    Experiment,
+    MultiTurn,
+    PrefixCache,
+    SequenceDistribution,
+    spec_hash,
+)
 
 # Stated assumptions for estimates (seconds). AWS figures are typical for GPU node groups with a
 # ~60 GB model on a shared volume; local figures are for the mocker on this kind of machine.
@@ -32,11 +40,16 @@ class StepPlan:
     repeat: int
     seed: int
     concurrency: int | None
-    isl: int
-    osl: int
+    isl: int | None  # None when lengths vary per request (sequence distribution)
+    osl: int | None
     duration_s: float | None
     request_count: int | None
     est_s: float
+    # what distinguishes this step within its workload: "c16" (concurrency), "zipf" (distribution),
+    # "p25" (prefix ratio %); equal across experiments, so comparisons join on (workload, variant)
+    variant: str = ""
+    # kind-specific parameters (JSON): turns, conversations, distribution, ranges, prefix ratio, ...
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,9 @@ class ExperimentPlan:
     steps: list[StepPlan]
     est_s: float
     est_node_hours: dict[str, float] = field(default_factory=dict)
+    kv_offload: bool = False
+    base: str | None = None  # feature ladder: the experiment this one changes
+    feature: str | None = None  # ... and the one feature it changes
 
 
 @dataclass(frozen=True)
@@ -105,12 +121,74 @@ def nodes_needed(spec: CampaignSpec, exp: Experiment) -> dict[str, int]:
     return {pool: len(n) for pool, n in sorted(free.items())}
 
 
-def _step_estimate(w: ConcurrencySweep, concurrency: int) -> float:
-    if w.duration_s is not None:
-        return float(w.duration_s)
-    assert w.request_count is not None
-    per_request_s = (EST_TTFT_MS + w.osl * EST_ITL_MS) / 1000.0
-    return math.ceil(w.request_count / concurrency) * per_request_s
+def _request_s(isl: float, osl: float) -> float:
+    del isl  # the conservative per-request figure depends on the output length only
+    return (EST_TTFT_MS + osl * EST_ITL_MS) / 1000.0
+
+
+def _count_estimate(request_count: int, concurrency: int, isl: float, osl: float) -> float:
+    return math.ceil(request_count / concurrency) * _request_s(isl, osl)
+
+
+def _ratio_label(ratio: float) -> str:
+    pct = ratio * 100
+    return f"p{pct:g}".replace(".", "_")
+
+
+def _workload_steps(w: Any, repeat: int, seed: int) -> list[tuple[str, dict[str, Any], float]]:
+    """(variant, fields, load seconds) of one repeat of one workload, in run order."""
+    out: list[tuple[str, dict[str, Any], float]] = []
+    params: dict[str, Any]
+    if isinstance(w, ConcurrencySweep):
+        for c in w.concurrency:
+            est = w.duration_s if w.duration_s is not None else _count_estimate(w.request_count or 0, c, w.isl, w.osl)
+            out.append((f"c{c}", {"concurrency": c, "isl": w.isl, "osl": w.osl, "duration_s": w.duration_s,
+                                  "request_count": w.request_count, "params": {}}, float(est)))
+    elif isinstance(w, MultiTurn):
+        if w.duration_s is not None:
+            est = w.duration_s
+        else:
+            per_turn = _request_s(w.isl, w.osl) + w.turn_delay_ms / 1000.0
+            est = math.ceil((w.request_count or 0) / w.conversations) * per_turn
+        params = {"turns": w.turns, "conversations": w.conversations, "turn_delay_ms": w.turn_delay_ms,
+                  "dataset_conversations": w.dataset_conversations or _dataset_conversations(w)}
+        out.append((f"c{w.conversations}", {"concurrency": w.conversations, "isl": w.isl, "osl": w.osl,
+                                             "duration_s": w.duration_s, "request_count": w.request_count,
+                                             "params": params}, float(est)))
+    elif isinstance(w, SequenceDistribution):
+        mid_isl = sum(w.isl_range) / 2
+        mid_osl = sum(w.osl_range) / 2
+        for dist in w.distributions:
+            params = {"distribution": dist, "isl_range": list(w.isl_range), "osl_range": list(w.osl_range),
+                      "zipf_exponent": w.zipf_exponent, "lognormal_sigma": w.lognormal_sigma,
+                      "dataset": f"{w.name}-{dist}-s{seed}.jsonl"}
+            out.append((dist, {"concurrency": w.concurrency, "isl": None, "osl": None, "duration_s": None,
+                               "request_count": w.requests, "params": params},
+                        _count_estimate(w.requests, w.concurrency, mid_isl, mid_osl)))
+    elif isinstance(w, PrefixCache):
+        for ratio in w.ratios:
+            label = _ratio_label(ratio)
+            params = {"prefix_ratio": ratio, "block_size": w.block_size,
+                      "dataset": f"{w.name}-{label}-s{seed}.jsonl"}
+            out.append((label, {"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl, "duration_s": None,
+                                "request_count": w.requests, "params": params},
+                        _count_estimate(w.requests, w.concurrency, w.isl, w.osl)))
+    else:  # pragma: no cover - the spec's union is closed
+        raise ValueError(f"workload kind {getattr(w, 'kind', w)!r} has no plan")
+    return out
+
+
+def _dataset_conversations(w: MultiTurn) -> int:
+    """AIPerf's --conversation-num: it generates that many conversations AND stops after sending them.
+
+    Request-bound: exactly the whole conversations asked for. Duration-bound: enough that the duration
+    ends the step first and no conversation is sent twice (a resent one would hit the cache).
+    """
+    if w.request_count is not None:
+        return w.request_count // w.turns
+    # duration-bound: a generous upper bound on conversations finished in the step
+    per_conversation_s = w.turns * (_request_s(w.isl, w.osl) / 10.0 + w.turn_delay_ms / 1000.0)
+    return max(w.conversations, math.ceil((w.duration_s or 0) / max(per_conversation_s, 0.05) * w.conversations))
 
 
 def expand_steps(spec: CampaignSpec, engine: str) -> list[StepPlan]:
@@ -118,21 +196,24 @@ def expand_steps(spec: CampaignSpec, engine: str) -> list[StepPlan]:
     setup = OVERHEADS[engine]["step_setup"]
     for w in spec.workloads:
         for repeat in range(spec.repeats):
-            for c in w.concurrency:
+            seed = spec.repeat_seed(repeat)
+            for variant, f, est in _workload_steps(w, repeat, seed):
                 steps.append(
                     StepPlan(
-                        step_id=f"{w.name}-c{c}-r{repeat}",
+                        step_id=f"{w.name}-{variant}-r{repeat}",
                         index=len(steps),
                         workload=w.name,
                         kind=w.kind,
                         repeat=repeat,
-                        seed=spec.seed + repeat,
-                        concurrency=c,
-                        isl=w.isl,
-                        osl=w.osl,
-                        duration_s=w.duration_s,
-                        request_count=w.request_count,
-                        est_s=round(_step_estimate(w, c) + setup, 1),
+                        seed=seed,
+                        concurrency=f["concurrency"],
+                        isl=f["isl"],
+                        osl=f["osl"],
+                        duration_s=f["duration_s"],
+                        request_count=f["request_count"],
+                        est_s=round(est + setup, 1),
+                        variant=variant,
+                        params=f["params"],
                     )
                 )
     return steps
@@ -175,6 +256,9 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
                 steps=steps,
                 est_s=round(est, 1),
                 est_node_hours={k: round(v, 4) for k, v in node_hours.items()},
+                kv_offload=exp.kv_offload is not None,
+                base=exp.base,
+                feature=exp.feature,
             )
         )
     usd += spec.pricing.eks_cluster_usd_per_hour * total_s / 3600.0
@@ -210,15 +294,20 @@ def format_plan(plan: CampaignPlan) -> str:
     ]
     for e in plan.experiments:
         nodes = ", ".join(f"{p} x{n}" for p, n in e.nodes.items())
+        ladder = f" [ladder: {e.base} + {e.feature}]" if e.base else ""
+        offload = ", KV offload" if e.kv_offload else ""
         lines.append(
-            f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}, {e.gpus} GPUs on {nodes}; "
-            f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min"
+            f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, {e.gpus} GPUs on {nodes}; "
+            f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min{ladder}"
         )
         for s in e.steps:
             stop = f"{s.duration_s:g} s" if s.duration_s is not None else f"{s.request_count} requests"
+            lengths = (f"isl={s.isl} osl={s.osl}" if s.isl is not None else
+                       f"isl={s.params['isl_range'][0]}-{s.params['isl_range'][1]} "
+                       f"osl={s.params['osl_range'][0]}-{s.params['osl_range'][1]}")
+            extra = "".join(f" {k}={s.params[k]}" for k in ("turns", "prefix_ratio") if k in s.params)
             lines.append(
-                f"      {s.step_id:<32} c={s.concurrency} isl={s.isl} osl={s.osl} {stop} "
-                f"seed={s.seed} est. {s.est_s:g} s"
+                f"      {s.step_id:<36} c={s.concurrency} {lengths}{extra} {stop} seed={s.seed} est. {s.est_s:g} s"
             )
     for p in plan.budget_problems:
         lines.append(f"  REFUSED {p}")

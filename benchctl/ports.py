@@ -37,6 +37,9 @@ class DeploymentSpec:
     # Local mocker knobs (ignored on AWS): speedup_ratio, block_size, num_gpu_blocks,
     # kv_transfer_bandwidth, num_host_blocks, ...
     mocker: dict[str, Any] = field(default_factory=dict)
+    # KV cache offload (KVBM) settings, e.g. {"cpu_cache_gb": 16}; None = off. Locally the mocker's
+    # host block tier (``mocker["num_host_blocks"]``) stands in for it.
+    kv_offload: dict[str, Any] | None = None
 
 
 class ServingPort(Protocol):

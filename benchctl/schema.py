@@ -67,6 +67,25 @@ TABLES: dict[str, Table] = {
             """,
         ),
         _table(
+            "experiments",
+            "one row per experiment of a campaign: its serving features and, on a ladder, what it changes",
+            _EXPERIMENT_PARTS,
+            """
+            campaign_id string
+            experiment string
+            experiment_index bigint
+            mode string
+            router string
+            kv_offload boolean
+            kv_offload_json string
+            gpus bigint
+            workers_json string
+            base_experiment string
+            changed_feature string
+            mocker_json string
+            """,
+        ),
+        _table(
             "steps",
             "one row per AIPerf invocation; statistics copied exactly from AIPerf's summary JSON",
             _EXPERIMENT_PARTS,
@@ -116,6 +135,16 @@ TABLES: dict[str, Table] = {
             ingest_warnings_json string
             artifact_uri string
             random_seed bigint
+            variant string
+            distribution string
+            prefix_ratio double
+            prefix_ratio_actual double
+            turns bigint
+            dataset_sha256 string
+            dataset_uri string
+            slo_ttft_ms double
+            slo_itl_ms double
+            aiperf_good_request_fraction double
             """,
         ),
         _table(
@@ -142,6 +171,7 @@ TABLES: dict[str, Table] = {
             requested_isl bigint
             requested_osl bigint
             cached_tokens bigint
+            output_tokens_per_s_user double
             error_code bigint
             error_type string
             error_message string

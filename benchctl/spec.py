@@ -28,6 +28,8 @@ class Strict(BaseModel):
 class ModelSpec(Strict):
     name: str = Field(min_length=1, description="served model name, e.g. Qwen/Qwen3-30B-A3B")
     max_context: int = Field(default=40960, gt=0, description="model context length in tokens")
+    # Qwen3-30B-A3B: 48 layers x 4 KV heads x 128 head_dim x (K, V) x 2 bytes (BF16) = 98,304 B/token.
+    kv_bytes_per_token: int = Field(default=98304, gt=0, description="KV cache bytes per token")
 
 
 class PoolSpec(Strict):
@@ -53,7 +55,22 @@ class LocalMocker(Strict):
     speedup_ratio: float = Field(default=1.0, ge=0)
     block_size: int = Field(default=64, gt=0)
     num_gpu_blocks: int | None = Field(default=None, gt=0)
-    kv_transfer_bandwidth: float | None = Field(default=None, gt=0)
+    kv_transfer_bandwidth: float | None = Field(default=None, gt=0, description="GB/s, prefill -> decode")
+    num_host_blocks: int | None = Field(default=None, gt=0, description="CPU KV tier size (offload)")
+    host_offload_d2h_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    host_offload_h2d_bandwidth_gbps: float | None = Field(default=None, gt=0)
+
+
+class KvOffload(Strict):
+    """KV cache offload (KVBM): GPU -> CPU (-> disk). Locally the mocker's host block tier models it."""
+
+    cpu_cache_gb: float = Field(default=16.0, gt=0, description="DYN_KVBM_CPU_CACHE_GB per worker")
+    disk_cache_gb: float | None = Field(default=None, gt=0, description="DYN_KVBM_DISK_CACHE_GB per worker")
+
+
+# What one rung of a feature ladder may change: exactly one of these (``workers`` only with ``mode``,
+# since a mode change re-splits the workers into roles).
+LADDER_FEATURES = ("mode", "router", "kv_offload")
 
 
 class Experiment(Strict):
@@ -61,7 +78,10 @@ class Experiment(Strict):
     mode: Literal["aggregated", "disaggregated"]
     router: Literal["round-robin", "kv"] = "round-robin"
     workers: list[WorkerGroup] = Field(min_length=1)
+    kv_offload: KvOffload | None = None
     mocker: LocalMocker = LocalMocker()
+    base: Name | None = Field(default=None, description="ladder: the experiment this one changes")
+    change: dict[str, Any] | None = Field(default=None, description="ladder: the one feature changed")
 
     @model_validator(mode="after")
     def _roles_match_mode(self) -> Experiment:
@@ -80,8 +100,28 @@ class Experiment(Strict):
     def gpus(self) -> int:
         return sum(g.replicas * g.tensor_parallel for g in self.workers)
 
+    @property
+    def feature(self) -> str | None:
+        """The ladder feature this experiment changes relative to ``base`` (None outside a ladder)."""
+        if not self.change:
+            return None
+        return next(f for f in LADDER_FEATURES if f in self.change)
+
+
+def _one_stop_rule(duration_s: float | None, request_count: int | None) -> None:
+    if (duration_s is None) == (request_count is None):
+        raise ValueError("give exactly one of duration_s or request_count")
+
+
+def _unique(v: list[Any], what: str) -> list[Any]:
+    if len(set(v)) != len(v):
+        raise ValueError(f"{what} values must be unique, got {v}")
+    return v
+
 
 class ConcurrencySweep(Strict):
+    """The plan's concurrency sweep: one step per concurrency, fixed ISL/OSL."""
+
     kind: Literal["concurrency_sweep"] = "concurrency_sweep"
     name: Name = "concurrency-sweep"
     concurrency: list[Annotated[int, Field(gt=0, le=4096)]] = Field(min_length=1)
@@ -93,18 +133,109 @@ class ConcurrencySweep(Strict):
     @field_validator("concurrency")
     @classmethod
     def _unique(cls, v: list[int]) -> list[int]:
-        if len(set(v)) != len(v):
-            raise ValueError(f"concurrency values must be unique, got {v}")
-        return v
+        return _unique(v, "concurrency")
 
     @model_validator(mode="after")
-    def _one_stop_rule(self) -> ConcurrencySweep:
-        if (self.duration_s is None) == (self.request_count is None):
-            raise ValueError("give exactly one of duration_s or request_count")
+    def _stop(self) -> ConcurrencySweep:
+        _one_stop_rule(self.duration_s, self.request_count)
         return self
 
+    def max_lengths(self) -> tuple[int, int]:
+        return self.isl, self.osl
 
-Workload = Annotated[ConcurrencySweep, Field(discriminator="kind")]
+
+class MultiTurn(Strict):
+    """Conversations whose history accumulates: each turn resends all earlier turns plus ``isl`` new tokens."""
+
+    kind: Literal["multi_turn"] = "multi_turn"
+    name: Name = "multi-turn"
+    conversations: int = Field(gt=0, le=1024, description="concurrent conversations (AIPerf --concurrency)")
+    turns: int = Field(gt=0, le=100, description="turns per conversation")
+    isl: int = Field(gt=0, description="new input tokens per turn")
+    osl: int = Field(gt=0)
+    turn_delay_ms: float = Field(default=0.0, ge=0, description="think time between turns")
+    duration_s: float | None = Field(default=None, gt=0)
+    request_count: int | None = Field(default=None, gt=0)
+    dataset_conversations: int | None = Field(
+        default=None, gt=0, description="distinct conversations AIPerf generates (default: enough for the step)"
+    )
+
+    @model_validator(mode="after")
+    def _stop(self) -> MultiTurn:
+        _one_stop_rule(self.duration_s, self.request_count)
+        if self.request_count is not None and self.request_count % self.turns:
+            raise ValueError(
+                f"request_count {self.request_count} must be a multiple of turns {self.turns} "
+                f"(whole conversations; every request is one turn)"
+            )
+        return self
+
+    def max_lengths(self) -> tuple[int, int]:
+        # the last turn carries every earlier turn's input and output
+        return self.turns * self.isl + (self.turns - 1) * self.osl, self.osl
+
+
+class SequenceDistribution(Strict):
+    """Request lengths drawn from named distributions (datasets we generate with the spec's seed)."""
+
+    kind: Literal["sequence_distribution"] = "sequence_distribution"
+    name: Name = "sequence-distribution"
+    distributions: list[Literal["uniform", "zipf", "lognormal"]] = Field(min_length=1)
+    isl_range: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]]
+    osl_range: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]]
+    concurrency: int = Field(gt=0, le=4096)
+    requests: int = Field(gt=0, le=100_000, description="dataset lines = requests per step")
+    zipf_exponent: float = Field(default=1.1, gt=0)
+    lognormal_sigma: float | None = Field(default=None, gt=0, description="default ln(hi/lo)/4")
+
+    @field_validator("distributions")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        return _unique(v, "distributions")
+
+    @field_validator("isl_range", "osl_range")
+    @classmethod
+    def _ordered(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if v[0] > v[1]:
+            raise ValueError(f"range [{v[0]}, {v[1]}] is reversed; give [low, high]")
+        return v
+
+    def max_lengths(self) -> tuple[int, int]:
+        return self.isl_range[1], self.osl_range[1]
+
+
+class PrefixCache(Strict):
+    """Input prefix duplication: each request's first ``ratio`` of ISL is one prefix shared by all."""
+
+    kind: Literal["prefix_cache"] = "prefix_cache"
+    name: Name = "prefix-cache"
+    ratios: list[Annotated[float, Field(ge=0, le=1)]] = Field(min_length=1)
+    isl: int = Field(gt=0)
+    osl: int = Field(gt=0)
+    concurrency: int = Field(gt=0, le=4096)
+    requests: int = Field(gt=0, le=100_000, description="requests per ratio")
+    block_size: int = Field(default=64, gt=0, le=4096, description="tokens per hash block (AIPerf --isl-block-size)")
+
+    @field_validator("ratios")
+    @classmethod
+    def _unique(cls, v: list[float]) -> list[float]:
+        return _unique(v, "ratios")
+
+    def max_lengths(self) -> tuple[int, int]:
+        return self.isl, self.osl
+
+
+Workload = Annotated[
+    ConcurrencySweep | MultiTurn | SequenceDistribution | PrefixCache, Field(discriminator="kind")
+]
+WORKLOAD_KINDS = ("concurrency_sweep", "multi_turn", "sequence_distribution", "prefix_cache")
+
+
+class Slo(Strict):
+    """Per-request service level: goodput is the share of requests meeting every bound that is set."""
+
+    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token bound")
+    itl_ms: float | None = Field(default=None, gt=0, description="mean inter-token latency bound")
 
 
 class WarmUp(Strict):
@@ -146,12 +277,68 @@ class CampaignSpec(Strict):
     experiments: list[Experiment] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
     repeats: int = Field(default=1, gt=0, le=20)
-    seed: int = Field(default=42, ge=0, description="base random seed; repeat r uses seed + r")
+    seed: int = Field(default=42, ge=0, description="base random seed")
+    seed_policy: Literal["per-repeat", "fixed"] = Field(
+        default="per-repeat",
+        description="per-repeat: repeat r uses seed + r (fresh prompts); fixed: every repeat reuses seed",
+    )
+    slo: Slo = Slo()
     warmup: WarmUp = WarmUp()
     smoke: SmokeTest = SmokeTest()
     pricing: Pricing = Pricing()
     budget: Budget = Budget()
     timeouts: Timeouts = Timeouts()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_ladder(cls, data: Any) -> Any:
+        """Experiments with ``base`` + ``change`` become the base's settings with that one change."""
+        if not isinstance(data, dict) or not isinstance(data.get("experiments"), list):
+            return data
+        problems: list[str] = []
+        done: dict[str, dict[str, Any]] = {}
+        out: list[Any] = []
+        for i, raw in enumerate(data["experiments"]):
+            if not isinstance(raw, dict) or raw.get("base") is None:
+                out.append(raw)
+                if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+                    done[raw["name"]] = raw
+                continue
+            where = f"experiments[{i}]"
+            base, change = raw["base"], raw.get("change")
+            if base not in done:
+                problems.append(f"{where}.base: {base!r} is not an earlier experiment; valid: {sorted(done)}")
+                out.append(raw)
+                continue
+            if not isinstance(change, dict) or not change:
+                problems.append(f"{where}.change: required with base; give exactly one of {list(LADDER_FEATURES)}")
+                out.append(raw)
+                continue
+            unknown = sorted(set(change) - {*LADDER_FEATURES, "workers"})
+            features = [f for f in LADDER_FEATURES if f in change]
+            if unknown:
+                problems.append(f"{where}.change: {unknown} cannot be changed on a ladder; "
+                                f"valid: {list(LADDER_FEATURES)} (workers only with mode)")
+            elif len(features) != 1:
+                problems.append(f"{where}.change: changes {features or 'nothing'}; a ladder rung changes "
+                                f"exactly one of {list(LADDER_FEATURES)}")
+            elif "workers" in change and features != ["mode"]:
+                problems.append(f"{where}.change: workers may change only together with mode")
+            elif change[features[0]] == done[base].get(features[0]):
+                problems.append(f"{where}.change.{features[0]}: equals the base's value; nothing changes")
+            extra = sorted(set(raw) - {"name", "base", "change", "mocker"})
+            if extra:
+                problems.append(f"{where}: {extra} are taken from the base; put the one change under 'change'")
+            merged = {k: v for k, v in done[base].items() if k not in ("name", "base", "change")}
+            merged.update(change)
+            merged.update({"name": raw.get("name"), "base": base, "change": change})
+            if "mocker" in raw:
+                merged["mocker"] = raw["mocker"]
+            done[str(raw.get("name"))] = merged
+            out.append(merged)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return {**data, "experiments": out}
 
     @model_validator(mode="after")
     def _cross_checks(self) -> CampaignSpec:
@@ -166,6 +353,11 @@ class CampaignSpec(Strict):
         if len(set(wl)) != len(wl):
             problems.append("workloads: workload names must be unique")
         for i, e in enumerate(self.experiments):
+            if e.kv_offload is None and e.mocker.num_host_blocks is not None:
+                problems.append(
+                    f"experiments[{i}].mocker.num_host_blocks: a host KV tier is KV offload; "
+                    f"set kv_offload (e.g. {{cpu_cache_gb: 16}}) instead, or as well"
+                )
             for j, g in enumerate(e.workers):
                 where = f"experiments[{i}].workers[{j}]"
                 pool = pools.get(g.pool)
@@ -178,9 +370,15 @@ class CampaignSpec(Strict):
                         f"gpus_per_node {pool.gpus_per_node}"
                     )
         for i, w in enumerate(self.workloads):
-            if w.isl + w.osl > self.model.max_context:
+            isl, osl = w.max_lengths()
+            if osl > self.model.max_context:
                 problems.append(
-                    f"workloads[{i}]: isl {w.isl} + osl {w.osl} exceeds model.max_context "
+                    f"workloads[{i}]: osl {osl} exceeds model.max_context {self.model.max_context}"
+                )
+            elif isl + osl > self.model.max_context:
+                what = "longest turn (all turns' history)" if isinstance(w, MultiTurn) else "isl"
+                problems.append(
+                    f"workloads[{i}]: {what} {isl} + osl {osl} exceeds model.max_context "
                     f"{self.model.max_context}"
                 )
         for inst in self.pricing.instances:
@@ -196,13 +394,19 @@ class CampaignSpec(Strict):
     def pool(self, name: str) -> PoolSpec:
         return next(p for p in self.pools if p.name == name)
 
+    def experiment(self, name: str) -> Experiment:
+        return next(e for e in self.experiments if e.name == name)
+
+    def repeat_seed(self, repeat: int) -> int:
+        return self.seed + repeat if self.seed_policy == "per-repeat" else self.seed
+
 
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("concurrency_sweep",) or str(part).startswith("function-"):
+        elif part in WORKLOAD_KINDS or str(part).startswith("function-"):
             continue  # discriminator tag pydantic puts into the path
         else:
             out += ("." if out else "") + str(part)

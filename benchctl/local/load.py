@@ -47,7 +47,8 @@ class LocalLoad:
         adir.mkdir(parents=True, exist_ok=True)
         log = adir.parent / f"{job_id}.aiperf.log"
         modeldir.ensure_model_dir()
-        env = {**modeldir.tokenizer_env(), "PYTHONUNBUFFERED": "1"}
+        # AIPerf caches datasets under ~/.cache/aiperf by default: nothing outside our directories
+        env = {**modeldir.tokenizer_env(), "PYTHONUNBUFFERED": "1", "AIPERF_DATASET_MMAP_CACHE_ENABLED": "false"}
         rec = processes.start(f"aiperf-{job_id}", [*aiperf_command(), *args], env, log, cwd=adir.parent)
         return {"job_id": job_id, "artifact_dir": str(adir), "log": str(log), "process": rec}
 

@@ -1,34 +1,65 @@
--- v_concurrency_sweep: aggregated vs disaggregated, side by side, per concurrency.
+-- v_concurrency_sweep: the seeds' table, aggregated vs disaggregated side by side per concurrency.
+-- One row per campaign x sweep workload (with its ISL/OSL) x concurrency x pair of experiments
+-- (an aggregated one, a disaggregated one; a campaign with one of each has one row per concurrency).
+-- Each figure is the mean over repeats of AIPerf's own per-step statistic; *_sd is the standard
+-- deviation across repeats (NULL with one repeat); n_repeats, agg_n_steps/disagg_n_steps and
+-- *_n_requests are the sample counts behind them. Goodput: mean share of requests meeting the spec's
+-- SLO (see v_step_stats). Only succeeded steps count.
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
--- One row per campaign x sweep workload (with its ISL/OSL) x concurrency; each figure is the mean
--- over repeats of AIPerf's own per-step statistic (n_repeats; agg_n_steps/disagg_n_steps count the
--- steps behind each side). Only succeeded steps count.
--- workload_kind holds the workload's kind (spec `kind`); rows written without it are taken as
--- concurrency sweeps, the only kind the spec had when the column was added.
+WITH per_exp AS (
+    SELECT
+        campaign_id, experiment, mode, workload, isl, osl, concurrency,
+        count(*) AS n_steps,
+        count(DISTINCT "repeat") AS n_repeats,
+        sum(n_requests) AS n_requests,
+        avg(ttft_p50_ms) AS ttft_p50_ms,
+        stddev_samp(ttft_p50_ms) AS ttft_p50_ms_sd,
+        avg(ttft_p99_ms) AS ttft_p99_ms,
+        avg(itl_p50_ms) AS itl_p50_ms,
+        avg(itl_p99_ms) AS itl_p99_ms,
+        avg(output_tokens_per_s) AS output_tokens_per_s,
+        stddev_samp(output_tokens_per_s) AS output_tokens_per_s_sd,
+        avg(request_latency_p50_ms) AS request_latency_p50_ms,
+        avg(goodput_ratio) AS goodput_ratio
+    FROM v_step_stats
+    WHERE status = 'succeeded' AND workload_kind = 'concurrency_sweep' AND concurrency IS NOT NULL
+    GROUP BY campaign_id, experiment, mode, workload, isl, osl, concurrency
+),
+agg AS (SELECT * FROM per_exp WHERE mode = 'aggregated'),
+dis AS (SELECT * FROM per_exp WHERE mode = 'disaggregated')
 SELECT
-    campaign_id,
-    workload,
-    isl,
-    osl,
-    concurrency,
-    count(DISTINCT "repeat") AS n_repeats,
-    count(CASE WHEN mode = 'aggregated' THEN 1 END) AS agg_n_steps,
-    count(CASE WHEN mode = 'disaggregated' THEN 1 END) AS disagg_n_steps,
-    avg(CASE WHEN mode = 'aggregated' THEN ttft_p50_ms END) AS agg_ttft_p50_ms,
-    avg(CASE WHEN mode = 'disaggregated' THEN ttft_p50_ms END) AS disagg_ttft_p50_ms,
-    avg(CASE WHEN mode = 'aggregated' THEN ttft_p99_ms END) AS agg_ttft_p99_ms,
-    avg(CASE WHEN mode = 'disaggregated' THEN ttft_p99_ms END) AS disagg_ttft_p99_ms,
-    avg(CASE WHEN mode = 'aggregated' THEN itl_p50_ms END) AS agg_itl_p50_ms,
-    avg(CASE WHEN mode = 'disaggregated' THEN itl_p50_ms END) AS disagg_itl_p50_ms,
-    avg(CASE WHEN mode = 'aggregated' THEN itl_p99_ms END) AS agg_itl_p99_ms,
-    avg(CASE WHEN mode = 'disaggregated' THEN itl_p99_ms END) AS disagg_itl_p99_ms,
-    avg(CASE WHEN mode = 'aggregated' THEN output_tokens_per_s END) AS agg_output_tokens_per_s,
-    avg(CASE WHEN mode = 'disaggregated' THEN output_tokens_per_s END) AS disagg_output_tokens_per_s,
-    avg(CASE WHEN mode = 'aggregated' THEN request_latency_p50_ms END) AS agg_request_latency_p50_ms,
-    avg(CASE WHEN mode = 'disaggregated' THEN request_latency_p50_ms END) AS disagg_request_latency_p50_ms
-FROM steps
-WHERE status = 'succeeded'
-  AND coalesce(workload_kind, 'concurrency_sweep') = 'concurrency_sweep'
-  AND concurrency IS NOT NULL
-GROUP BY campaign_id, workload, isl, osl, concurrency
-ORDER BY campaign_id, workload, isl, osl, concurrency
+    coalesce(a.campaign_id, d.campaign_id) AS campaign_id,
+    coalesce(a.workload, d.workload) AS workload,
+    coalesce(a.isl, d.isl) AS isl,
+    coalesce(a.osl, d.osl) AS osl,
+    coalesce(a.concurrency, d.concurrency) AS concurrency,
+    greatest(coalesce(a.n_repeats, 0), coalesce(d.n_repeats, 0)) AS n_repeats,
+    coalesce(a.n_steps, 0) AS agg_n_steps,
+    coalesce(d.n_steps, 0) AS disagg_n_steps,
+    a.ttft_p50_ms AS agg_ttft_p50_ms,
+    d.ttft_p50_ms AS disagg_ttft_p50_ms,
+    a.ttft_p99_ms AS agg_ttft_p99_ms,
+    d.ttft_p99_ms AS disagg_ttft_p99_ms,
+    a.itl_p50_ms AS agg_itl_p50_ms,
+    d.itl_p50_ms AS disagg_itl_p50_ms,
+    a.itl_p99_ms AS agg_itl_p99_ms,
+    d.itl_p99_ms AS disagg_itl_p99_ms,
+    a.output_tokens_per_s AS agg_output_tokens_per_s,
+    d.output_tokens_per_s AS disagg_output_tokens_per_s,
+    a.request_latency_p50_ms AS agg_request_latency_p50_ms,
+    d.request_latency_p50_ms AS disagg_request_latency_p50_ms,
+    a.goodput_ratio AS agg_goodput_ratio,
+    d.goodput_ratio AS disagg_goodput_ratio,
+    a.ttft_p50_ms_sd AS agg_ttft_p50_ms_sd,
+    d.ttft_p50_ms_sd AS disagg_ttft_p50_ms_sd,
+    a.output_tokens_per_s_sd AS agg_output_tokens_per_s_sd,
+    d.output_tokens_per_s_sd AS disagg_output_tokens_per_s_sd,
+    a.n_requests AS agg_n_requests,
+    d.n_requests AS disagg_n_requests,
+    a.experiment AS agg_experiment,
+    d.experiment AS disagg_experiment
+FROM agg a
+FULL OUTER JOIN dis d
+    ON a.campaign_id = d.campaign_id AND a.workload = d.workload AND a.isl = d.isl AND a.osl = d.osl
+    AND a.concurrency = d.concurrency
+ORDER BY 1, 2, 3, 4, 5, agg_experiment, disagg_experiment

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -196,11 +197,53 @@ def test_concurrency_sweep_pivots_modes(lake: LocalLake) -> None:
     assert c4["agg_ttft_p50_ms"] == pytest.approx(21.0)
     assert c4["disagg_ttft_p50_ms"] == pytest.approx(16.0)  # the failed step is left out
     assert (c4["n_repeats"], c4["agg_n_steps"], c4["disagg_n_steps"]) == (2, 2, 1)
+    # spread across repeats: sample standard deviation, NULL for a single repeat
+    assert c1["agg_ttft_p50_ms_sd"] == pytest.approx(statistics.stdev([10.0, 12.0]))
+    assert c4["disagg_ttft_p50_ms_sd"] is None
+    assert (c1["agg_experiment"], c1["disagg_experiment"]) == ("agg", "disagg")
     expected = """campaign_id workload isl osl concurrency n_repeats agg_n_steps disagg_n_steps
         agg_ttft_p50_ms disagg_ttft_p50_ms agg_ttft_p99_ms disagg_ttft_p99_ms agg_itl_p50_ms disagg_itl_p50_ms
         agg_itl_p99_ms disagg_itl_p99_ms agg_output_tokens_per_s disagg_output_tokens_per_s
-        agg_request_latency_p50_ms disagg_request_latency_p50_ms"""
+        agg_request_latency_p50_ms disagg_request_latency_p50_ms agg_goodput_ratio disagg_goodput_ratio
+        agg_ttft_p50_ms_sd disagg_ttft_p50_ms_sd agg_output_tokens_per_s_sd disagg_output_tokens_per_s_sd
+        agg_n_requests disagg_n_requests agg_experiment disagg_experiment"""
     assert cols == expected.split()
+
+
+def _request(step: dict[str, Any], i: int, ttft: float, itl: float, **extra: Any) -> dict[str, Any]:
+    return {"campaign_id": step["campaign_id"], "experiment": step["experiment"], "step_id": step["step_id"],
+            "repeat": step["repeat"], "request_index": i, "ttft_ms": ttft, "itl_ms": itl, "isl": 256,
+            "osl": 32, **extra}
+
+
+def test_goodput_is_the_share_of_requests_meeting_every_slo_bound(lake: LocalLake) -> None:
+    # Given an aggregated step with an SLO (TTFT <= 100 ms, ITL <= 10 ms) and four requests of which
+    # one meets both bounds, one misses TTFT, one misses ITL and one failed fast
+    agg = _step("aggregated", 1, 0, 10.0, slo_ttft_ms=100.0, slo_itl_ms=10.0, benchmark_duration_s=2.0)
+    dis = _step("disaggregated", 1, 0, 10.0)  # and a step without any SLO
+    _write_steps(lake, [agg, dis])
+    lake.write("requests", [
+        _request(agg, 0, 50.0, 5.0), _request(agg, 1, 150.0, 5.0), _request(agg, 2, 50.0, 20.0),
+        _request(agg, 3, 1.0, 1.0, error_type="HTTPError", error_code=500),
+        _request(dis, 0, 50.0, 5.0),
+    ], part_name="r")
+    engine = QueryEngine(lake.root)
+    _, rows = engine.run("SELECT experiment, n_requests, n_ok, goodput_ratio, goodput_per_s FROM v_step_stats "
+                            "ORDER BY experiment")
+    # Then goodput counts only the request meeting every bound; no SLO means no goodput figure
+    assert rows == [("agg", 4, 3, 0.25, 0.5), ("disagg", 1, 1, None, None)]
+    _, rows = engine.run("SELECT agg_goodput_ratio, disagg_goodput_ratio, agg_n_requests FROM v_concurrency_sweep")
+    assert rows == [(0.25, None, 4)]
+
+
+def test_concurrency_sweep_pairs_every_aggregated_with_every_disaggregated_experiment(lake: LocalLake) -> None:
+    # Given a ladder: one aggregated experiment, two disaggregated ones (the second adds the KV router)
+    _write_steps(lake, [_step("aggregated", 1, 0, 10.0), _step("disaggregated", 1, 0, 8.0),
+                        _step("disaggregated", 1, 0, 6.0, experiment="disagg-kv")])
+    _, rows = QueryEngine(lake.root).run(
+        "SELECT agg_experiment, disagg_experiment, agg_ttft_p50_ms, disagg_ttft_p50_ms FROM v_concurrency_sweep")
+    # Then each pair is its own row: the rungs are never averaged together
+    assert rows == [("agg", "disagg", 10.0, 8.0), ("agg", "disagg-kv", 10.0, 6.0)]
 
 
 def test_columns_added_to_the_schema_later_read_as_null(

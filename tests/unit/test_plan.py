@@ -20,9 +20,28 @@ def test_same_spec_same_plan_and_json_round_trip():
     assert a.to_json() == b.to_json()
     assert CampaignPlan.from_json(json.loads(json.dumps(a.to_json()))) == a
     ids = [s.step_id for s in a.experiments[0].steps]
-    assert len(ids) == len(set(ids)) == 7 * 3
-    assert ids[0] == "concurrency-sweep-c1-r0" and ids[-1] == "concurrency-sweep-c64-r2"
+    # 3 repeats of: 7 concurrencies + 1 multi-turn step + 3 distributions + 5 prefix ratios
+    assert len(ids) == len(set(ids)) == (7 + 1 + 3 + 5) * 3
+    assert ids[0] == "concurrency-sweep-c1-r0" and ids[20] == "concurrency-sweep-c64-r2"
+    assert ids[21:24] == ["multi-turn-c8-r0", "multi-turn-c8-r1", "multi-turn-c8-r2"]
+    assert ids[24:27] == [f"sequence-distribution-{d}-r0" for d in ("uniform", "zipf", "lognormal")]
+    assert ids[-5:] == [f"prefix-cache-p{p}-r2" for p in (0, 25, 50, 75, 100)]
     assert [s.seed for s in a.experiments[0].steps[:8]] == [42] * 7 + [43]
+    # every experiment runs the same steps (comparisons join on workload + variant)
+    assert [s.variant for s in a.experiments[0].steps] == [s.variant for s in a.experiments[1].steps]
+
+
+def test_step_params_carry_each_workloads_definition():
+    plan = plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
+    steps = {s.step_id: s for s in plan.experiments[0].steps}
+    mt = steps["multi-turn-c8-r1"]
+    assert (mt.kind, mt.concurrency, mt.isl, mt.osl, mt.duration_s) == ("multi_turn", 8, 512, 256, 300)
+    assert mt.params["turns"] == 5 and mt.params["dataset_conversations"] >= 8
+    sd = steps["sequence-distribution-zipf-r2"]
+    assert (sd.concurrency, sd.request_count, sd.isl, sd.seed) == (16, 500, None, 44)
+    assert sd.params["isl_range"] == [128, 4096] and sd.params["osl_range"] == [64, 2048]
+    pc = steps["prefix-cache-p25-r0"]
+    assert (pc.isl, pc.osl, pc.concurrency, pc.params["prefix_ratio"]) == (2048, 512, 16, 0.25)
 
 
 def test_seed_plan_packs_onto_two_p4d_nodes():

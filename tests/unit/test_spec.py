@@ -103,3 +103,105 @@ def test_cli_validate_exit_codes(tmp_path):
     assert run_cli("validate", str(notyaml)).returncode == 2
     missing = run_cli("validate", str(tmp_path / "none.yaml"))
     assert missing.returncode == 2 and "not found" in missing.stderr
+
+
+# ------------------------------------------------------------------ the four workloads' parameters
+
+
+def _workload(data, kind):
+    return next(w for w in data["workloads"] if w["kind"] == kind)
+
+
+def test_smoke_has_all_four_workloads():
+    assert sorted(w["kind"] for w in SMOKE["workloads"]) == [
+        "concurrency_sweep", "multi_turn", "prefix_cache", "sequence_distribution"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "change", "expected"),
+    [
+        ("prefix_cache", {"ratios": [0, 1.5]}, "workloads[3].ratios[1]: 1.5 is invalid: Input should be less than or equal to 1"),
+        ("prefix_cache", {"ratios": [-0.25]}, "workloads[3].ratios[0]: -0.25 is invalid: Input should be greater than or equal to 0"),
+        ("sequence_distribution", {"isl_range": [4096, 128]}, "workloads[2].isl_range: range [4096, 128] is reversed; give [low, high]"),
+        ("sequence_distribution", {"distributions": ["zipf", "pareto"]}, "workloads[2].distributions[1]: \"pareto\" is invalid: Input should be 'uniform', 'zipf' or 'lognormal'"),
+        ("sequence_distribution", {"osl_range": [64, 50000]}, "workloads[2]: osl 50000 exceeds model.max_context 40960"),
+        ("concurrency_sweep", {"osl": 41000}, "workloads[0]: osl 41000 exceeds model.max_context 40960"),
+        ("multi_turn", {"turns": 24, "isl": 2000}, "workloads[1]: longest turn (all turns' history) 48368 + osl 16 exceeds model.max_context 40960"),
+        ("multi_turn", {"duration_s": 10}, "workloads[1]: give exactly one of duration_s or request_count"),
+        ("multi_turn", {"request_count": 25}, "workloads[1]: request_count 25 must be a multiple of turns 3"),
+        ("prefix_cache", {"kind": "prefix_caching"}, "workloads[3]: "),
+    ],
+)
+def test_bad_workload_parameters_are_named(kind, change, expected):
+    lines = problems(lambda d: _workload(d, kind).update(change))
+    assert any(line.startswith(expected) for line in lines), lines
+
+
+def test_unknown_workload_kind_lists_the_valid_kinds():
+    lines = problems(lambda d: _workload(d, "prefix_cache").update(kind="prefix_caching"))
+    assert len(lines) == 1 and "prefix_caching" in lines[0]
+    for kind in ("concurrency_sweep", "multi_turn", "sequence_distribution", "prefix_cache"):
+        assert kind in lines[0]
+
+
+def test_cli_validate_exits_2_on_a_bad_ratio(tmp_path):
+    data = copy.deepcopy(SMOKE)
+    _workload(data, "prefix_cache")["ratios"] = [0, 2]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    res = run_cli("validate", str(bad))
+    assert res.returncode == 2
+    assert "workloads[3].ratios[1]: 2 is invalid" in res.stderr
+
+
+# ------------------------------------------------------------------------------- feature ladder
+
+
+LADDER = ROOT / "examples" / "feature-ladder.yaml"
+
+
+def test_ladder_rungs_inherit_the_base_and_change_one_feature():
+    spec = load_spec(LADDER)
+    by = {e.name: e for e in spec.experiments}
+    assert (by["agg-kv"].mode, by["agg-kv"].router, by["agg-kv"].feature) == ("aggregated", "kv", "router")
+    assert by["agg-kv"].workers == by["agg"].workers
+    assert (by["disagg-kv"].mode, by["disagg-kv"].router, by["disagg-kv"].feature) == ("disaggregated", "kv", "mode")
+    assert by["disagg-kv"].gpus() == by["agg"].gpus()
+    off = by["disagg-kv-off"]
+    assert off.feature == "kv_offload" and off.kv_offload is not None and off.kv_offload.cpu_cache_gb == 4
+    assert (off.mode, off.router, off.workers) == (by["disagg-kv"].mode, "kv", by["disagg-kv"].workers)
+
+
+LADDER_DATA = yaml.safe_load(LADDER.read_text())
+
+
+@pytest.mark.parametrize(
+    ("rung", "expected"),
+    [
+        ({"name": "x", "base": "agg", "change": {"router": "kv", "kv_offload": {}}},
+         "experiments[4].change: changes ['router', 'kv_offload']; a ladder rung changes exactly one of"),
+        ({"name": "x", "base": "nope", "change": {"router": "kv"}},
+         "experiments[4].base: 'nope' is not an earlier experiment; valid: ['agg', 'agg-kv', 'disagg-kv', 'disagg-kv-off']"),
+        ({"name": "x", "base": "agg", "change": {"router": "round-robin"}},
+         "experiments[4].change.router: equals the base's value; nothing changes"),
+        ({"name": "x", "base": "agg", "change": {"tensor_parallel": 2}},
+         "experiments[4].change: ['tensor_parallel'] cannot be changed on a ladder"),
+        ({"name": "x", "base": "agg", "change": {"router": "kv"}, "mode": "aggregated"},
+         "experiments[4]: ['mode'] are taken from the base"),
+        ({"name": "x", "base": "agg"}, "experiments[4].change: required with base"),
+    ],
+)
+def test_bad_ladder_rungs_are_refused(rung, expected):
+    data = copy.deepcopy(LADDER_DATA)
+    data["experiments"].append(rung)
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "ladder.yaml")
+    assert any(line.startswith(expected) for line in err.value.problems), err.value.problems
+
+
+def test_seed_policy_fixed_reuses_the_seed():
+    data = copy.deepcopy(SMOKE)
+    data.update(repeats=3, seed_policy="fixed")
+    assert {parse_spec(data).repeat_seed(r) for r in range(3)} == {42}
+    data["seed_policy"] = "per-repeat"
+    assert [parse_spec(data).repeat_seed(r) for r in range(3)] == [42, 43, 44]

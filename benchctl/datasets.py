@@ -1,0 +1,208 @@
+"""Request datasets we generate ourselves, as AIPerf input files: length distributions and prefix sharing.
+
+AIPerf 0.13 has no Zipf or lognormal length distribution and no exact "x % of the prompt is a shared
+prefix" knob, so the plan's sequence-distribution and prefix-cache workloads send datasets made here,
+in AIPerf's ``mooncake_trace`` format (``--custom-dataset-type mooncake_trace``), one JSON object per
+line::
+
+    {"input_length": 812, "output_length": 97, "session_id": "line-000000"}        # sequence distribution
+    {"hash_ids": [0, 1, 5000, 5001], "input_length": 256, "output_length": 32, "session_id": "line-000001"}
+
+``session_id`` is unique per line: AIPerf reports it as the request's ``conversation_id``, which is how
+each request's requested lengths are joined to what it actually sent and received (lines sharing a
+session id would become turns of one conversation). ``hash_ids`` name the prompt's blocks of ``block_size`` tokens (AIPerf's ``--isl-block-size``): lines
+that share a hash id share that block's tokens, so a shared LEADING run of ids is a shared prefix.
+
+Determinism: everything is drawn from ``random.Random(seed)`` (CPython's Mersenne Twister and its
+documented algorithms), lines are serialised with sorted keys and fixed separators, so the same
+arguments give byte-identical files and the same SHA-256 on every machine; a different seed gives a
+different file. Pure: standard library only (Lambdas build these too).
+
+Length distributions over an integer range ``[lo, hi]`` (both bounds always respected):
+
+* ``uniform``: every length equally likely (``Random.randint``).
+* ``zipf``: bounded Zipf, ``P(lo + k) ∝ 1 / (k + 1) ** exponent`` for ``k = 0 .. hi - lo``: short
+  requests dominate, with a long tail up to ``hi``.
+* ``lognormal``: a lognormal with median ``sqrt(lo * hi)`` (the range's geometric centre) and shape
+  ``sigma`` (default ``ln(hi / lo) / 4``, so the range spans ±2 sigma), truncated to
+  ``[lo - 0.5, hi + 0.5)`` by rejection and rounded to the nearest integer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import itertools
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+DISTRIBUTIONS = ("uniform", "zipf", "lognormal")
+DATASET_TYPE = "mooncake_trace"
+DEFAULT_ZIPF_EXPONENT = 1.1
+SESSION_PREFIX = "line-"
+
+
+def session_id(line: int) -> str:
+    return f"{SESSION_PREFIX}{line:06d}"
+
+
+def line_of_session(conversation_id: str | None) -> int | None:
+    """The dataset line a request came from (its ``conversation_id``), or None for other requests."""
+    if not conversation_id or not conversation_id.startswith(SESSION_PREFIX):
+        return None
+    digits = conversation_id[len(SESSION_PREFIX):]
+    return int(digits) if digits.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One generated AIPerf input file and what it asks for."""
+
+    name: str  # file name, e.g. "seq-dist-zipf-r0.jsonl"
+    data: bytes  # the file's bytes (JSONL)
+    lines: list[dict[str, Any]]  # the parsed lines, in file order
+    custom_dataset_type: str = DATASET_TYPE
+    block_size: int | None = None  # AIPerf --isl-block-size, for hash_ids datasets
+    meta: dict[str, Any] = field(default_factory=dict)  # e.g. prefix_ratio_actual, distribution
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def _encode(lines: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(line, sort_keys=True, separators=(",", ":")).encode() + b"\n" for line in lines)
+
+
+def default_lognormal_sigma(lo: int, hi: int) -> float:
+    return max(math.log(hi / lo) / 4.0, 1e-3) if hi > lo else 1e-3
+
+
+def zipf_cum_weights(lo: int, hi: int, exponent: float) -> list[float]:
+    return list(itertools.accumulate(1.0 / (k + 1) ** exponent for k in range(hi - lo + 1)))
+
+
+def sample_lengths(
+    distribution: str,
+    n: int,
+    lo: int,
+    hi: int,
+    rng: random.Random,
+    *,
+    zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
+    lognormal_sigma: float | None = None,
+) -> list[int]:
+    """``n`` integer lengths in ``[lo, hi]`` from the named distribution (see the module text)."""
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"unknown distribution {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    if not 0 < lo <= hi:
+        raise ValueError(f"length range [{lo}, {hi}] must satisfy 0 < lo <= hi")
+    if distribution == "uniform":
+        return [rng.randint(lo, hi) for _ in range(n)]
+    if distribution == "zipf":
+        cum = zipf_cum_weights(lo, hi, zipf_exponent)
+        total = cum[-1]
+        return [lo + min(bisect.bisect_right(cum, rng.random() * total), hi - lo) for _ in range(n)]
+    sigma = lognormal_sigma if lognormal_sigma is not None else default_lognormal_sigma(lo, hi)
+    mu = 0.5 * (math.log(lo) + math.log(hi))
+    out: list[int] = []
+    while len(out) < n:
+        x = rng.lognormvariate(mu, sigma)
+        if lo - 0.5 <= x < hi + 0.5:
+            out.append(min(max(round(x), lo), hi))
+    return out
+
+
+def sequence_dataset(
+    name: str,
+    distribution: str,
+    n: int,
+    isl_range: tuple[int, int],
+    osl_range: tuple[int, int],
+    seed: int,
+    *,
+    zipf_exponent: float = DEFAULT_ZIPF_EXPONENT,
+    lognormal_sigma: float | None = None,
+) -> Dataset:
+    """``n`` requests whose input and output lengths follow ``distribution`` independently."""
+    rng = random.Random(f"{seed}:{distribution}")  # noqa: S311 (reproducible data, not secrets)
+    kw: dict[str, Any] = {"zipf_exponent": zipf_exponent}
+    isl = sample_lengths(distribution, n, *isl_range, rng, **kw, lognormal_sigma=lognormal_sigma)
+    osl = sample_lengths(distribution, n, *osl_range, rng, **kw, lognormal_sigma=lognormal_sigma)
+    lines = [{"input_length": i, "output_length": o, "session_id": session_id(n)}
+             for n, (i, o) in enumerate(zip(isl, osl, strict=True))]
+    return Dataset(
+        name=name,
+        data=_encode(lines),
+        lines=lines,
+        meta={"distribution": distribution, "seed": seed, "isl_range": list(isl_range),
+              "osl_range": list(osl_range), "zipf_exponent": zipf_exponent,
+              "lognormal_sigma": lognormal_sigma if lognormal_sigma is not None else (
+                  default_lognormal_sigma(*isl_range), default_lognormal_sigma(*osl_range))},
+    )
+
+
+def shared_blocks(ratio: float, isl: int, block_size: int) -> int:
+    """Blocks of the shared prefix: ``ratio * isl`` tokens rounded to whole blocks."""
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"prefix ratio {ratio} must be within 0..1")
+    return min(round(ratio * isl / block_size), math.ceil(isl / block_size))
+
+
+def prefix_dataset(
+    name: str,
+    ratio: float,
+    n: int,
+    isl: int,
+    osl: int,
+    block_size: int,
+    seed: int,
+    *,
+    id_base: int = 0,
+) -> Dataset:
+    """``n`` requests of ``isl`` tokens whose first ``ratio`` of tokens (to the block) is one shared prefix.
+
+    Every request has ``ceil(isl / block_size)`` blocks; the first ``shared_blocks(...)`` carry the same
+    hash ids in every line, the rest are unique to the line. Ids start at ``id_base`` (callers give
+    each step a disjoint range, so one step's "unique" blocks are never cached by another step), and
+    the unique ids are shuffled with ``seed`` (so a repeat with another seed sends other blocks).
+    Actual ratio = shared tokens / isl, where a trailing partial block counts its real token count.
+    """
+    if isl <= 0 or osl <= 0 or block_size <= 0 or n <= 0:
+        raise ValueError("isl, osl, block_size and n must be positive")
+    blocks = math.ceil(isl / block_size)
+    k = shared_blocks(ratio, isl, block_size)
+    shared = list(range(id_base, id_base + k))
+    uniques = list(range(id_base + k, id_base + k + n * (blocks - k)))
+    random.Random(f"{seed}:prefix").shuffle(uniques)  # noqa: S311 (reproducible data)
+    lines = []
+    for i in range(n):
+        own = uniques[i * (blocks - k):(i + 1) * (blocks - k)]
+        lines.append({"hash_ids": shared + own, "input_length": isl, "output_length": osl,
+                      "session_id": session_id(i)})
+    shared_tokens = min(k * block_size, isl)
+    return Dataset(
+        name=name,
+        data=_encode(lines),
+        lines=lines,
+        block_size=block_size,
+        meta={"prefix_ratio": ratio, "prefix_ratio_actual": shared_tokens / isl, "shared_blocks": k,
+              "blocks": blocks, "seed": seed, "id_base": id_base},
+    )
+
+
+def parse_dataset(data: bytes, where: str) -> list[dict[str, Any]]:
+    """Read back a mooncake-trace file (what AIPerf will send), with errors naming the line."""
+    lines = []
+    for lineno, raw in enumerate(data.splitlines(), 1):
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}:{lineno}: not JSON ({e.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("input_length"), int):
+            raise ValueError(f"{where}:{lineno}: expected an object with an integer input_length")
+        lines.append(obj)
+    return lines
