@@ -36,12 +36,93 @@ def test_smoke_campaign_succeeds_and_prints_both_modes(smoke_run):
     for col in ("concurrency", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_output_tokens_per_s",
                 "disagg_output_tokens_per_s"):
         assert col in header
+    for view in ("v_multi_turn", "v_sequence_distribution", "v_prefix_cache", "v_pareto"):
+        assert f"\n{view} (SIMULATED)" in res.stdout
     rows = [r for r in read_table(out / "lake", "steps") if r["campaign_id"] == "smoke-e2e"]
-    assert sorted((r["experiment"], r["concurrency"]) for r in rows) == sorted(
-        (e, c) for e in ("agg", "disagg") for c in (1, 4, 16))
+    plan = json.loads((out / "campaigns" / "smoke-e2e" / "plan.json").read_text())
+    assert sorted((r["experiment"], r["step_id"]) for r in rows) == sorted(
+        (e["name"], s["step_id"]) for e in plan["experiments"] for s in e["steps"])
+    assert {r["workload_kind"] for r in rows} == {"concurrency_sweep", "multi_turn", "sequence_distribution",
+                                                  "prefix_cache"}
     assert all(r["status"] == "succeeded" for r in rows)
     # progress shown to a person
-    assert "experiment 2/2 disagg" in res.stderr and "step 3/3" in res.stderr
+    assert "experiment 2/2 disagg" in res.stderr and "step 10/10" in res.stderr
+
+
+def _view(out, name):
+    from benchctl.query import QueryEngine
+
+    cols, rows = QueryEngine(out / "lake").run(f"SELECT * FROM {name} WHERE campaign_id = 'smoke-e2e'")
+    return [dict(zip(cols, r, strict=True)) for r in rows]
+
+
+def test_all_five_views_have_results_for_both_modes(smoke_run):
+    _, out = smoke_run
+    sweep = _view(out, "v_concurrency_sweep")
+    assert [r["concurrency"] for r in sweep] == [1, 4, 16]
+    mt = _view(out, "v_multi_turn")
+    assert [r["turn"] for r in mt] == [1, 2, 3]
+    prefix = _view(out, "v_prefix_cache")
+    assert [r["prefix_ratio"] for r in prefix] == [0.0, 0.5, 1.0]
+    for rows in (sweep, mt, prefix):
+        assert all(r["agg_ttft_p50_ms"] and r["disagg_ttft_p50_ms"] for r in rows)
+    sd = _view(out, "v_sequence_distribution")
+    assert {(r["distribution"], r["mode"]) for r in sd if r["isl_bucket"] == "all"} == {
+        (d, m) for d in ("uniform", "zipf", "lognormal") for m in ("aggregated", "disaggregated")}
+    pareto = _view(out, "v_pareto")
+    assert {r["mode"] for r in pareto if r["on_frontier"]} == {"aggregated", "disaggregated"}
+
+
+def test_measured_hit_rate_rises_with_the_prefix_ratio(smoke_run):
+    _, out = smoke_run
+    rows = _view(out, "v_prefix_cache")
+    agg = [r["agg_cache_hit_rate"] for r in rows]
+    # the mocker really caches: the server's figure follows the input duplication (cold first requests
+    # and whole blocks keep it below the ratio)
+    assert agg[0] == 0.0 and agg[0] < agg[1] < agg[2]
+    for r in rows:
+        assert r["agg_cache_hit_rate"] <= r["prefix_ratio_actual"] + 0.05
+    disagg = [r["disagg_cache_hit_rate"] for r in rows]
+    assert disagg[0] == 0.0 and disagg[0] < disagg[1] < disagg[2]
+    # multi-turn history is reused by later turns
+    assert all(r["agg_cache_hit_rate"] > 0.2 for r in _view(out, "v_multi_turn"))
+
+
+def test_datasets_are_kept_raw_and_hashed_with_the_step(smoke_run):
+    import hashlib
+
+    _, out = smoke_run
+    steps = [r for r in read_table(out / "lake", "steps") if r["workload_kind"] in ("sequence_distribution",
+                                                                                   "prefix_cache")]
+    assert len(steps) == 12
+    for r in steps:
+        data = Path(r["dataset_uri"]).read_bytes()
+        assert Path(r["dataset_uri"]).parent.parent == Path(r["artifact_uri"])  # in the step's raw area
+        assert hashlib.sha256(data).hexdigest() == r["dataset_sha256"]
+    # same seed, same workload variant: both experiments sent byte-identical datasets
+    by_step = {}
+    for r in steps:
+        by_step.setdefault(r["step_id"], set()).add(r["dataset_sha256"])
+    assert all(len(h) == 1 for h in by_step.values())
+    # requested lengths per request are the dataset's, and AIPerf sent exactly those inputs
+    requests = [r for r in read_table(out / "lake", "requests") if r["step_id"].startswith("sequence-distribution")]
+    assert len(requests) == 2 * 3 * 48
+    assert all(r["requested_isl"] == r["isl"] for r in requests)
+    assert len({r["requested_isl"] for r in requests}) > 20
+
+
+def test_warmup_never_reaches_results_and_goodput_matches_aiperf(smoke_run):
+    _, out = smoke_run
+    lake = out / "lake"
+    for table in ("steps", "requests", "server_metrics"):
+        assert not [r for r in read_table(lake, table) if r["step_id"] == "warmup"]
+    assert (lake / "raw" / "campaign_id=smoke-e2e" / "experiment=agg" / "step_id=warmup").is_dir()
+    from benchctl.query import QueryEngine
+
+    _, rows = QueryEngine(lake).run(
+        "SELECT s.goodput_ratio, t.aiperf_good_request_fraction FROM v_step_stats s JOIN steps t "
+        "ON s.campaign_id = t.campaign_id AND s.experiment = t.experiment AND s.step_id = t.step_id")
+    assert rows and all(ours is not None and ours == pytest.approx(theirs) for ours, theirs in rows)
 
 
 def test_step_statistics_equal_aiperf_summary_exactly(smoke_run):

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -613,3 +614,43 @@ def test_prometheus_scrape_rows_before_after_delta() -> None:
     assert ("dynamo_frontend_inflight_requests", "delta") not in by  # not in the before scrape
     assert by[("dynamo_frontend_inflight_requests", "after")]["labels_json"] == "{}"
     assert {r["source"] for r in rows} == {"frontend"}
+
+
+# ------------------------------------------------------------------------------- generated datasets
+
+
+def _with_conversation(line: str, conversation_id: str) -> str:
+    rec = json.loads(line)
+    rec["metadata"]["conversation_id"] = conversation_id
+    return json.dumps(rec)
+
+
+def test_dataset_requests_get_their_lines_requested_lengths(tmp_path: Path, records: list[str]) -> None:
+    # Given a step that sent a 3-line dataset; AIPerf reports each line's session id as conversation id
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copy(SAMPLES / SUMMARY_JSON, d / SUMMARY_JSON)
+    profiling = [_with_conversation(records[2], "line-000002"), _with_conversation(records[3], "line-000000"),
+                 _with_conversation(records[4], "line-000001")]
+    _write_records(d, [*records[:2], *profiling])
+    ctx = replace(CTX, isl=None, osl=None, requested_lengths=((100, 10), (200, 20), (300, 30)),
+                  step_fields={"distribution": "zipf", "dataset_sha256": "ab" * 32, "variant": "zipf"})
+    result = ingest_artifacts(d, ctx)
+    # Then each request carries its own line's lengths next to what it actually sent
+    assert [(r["requested_isl"], r["requested_osl"]) for r in result.requests] == [(300, 30), (100, 10), (200, 20)]
+    assert result.requests[0]["isl"] == 256  # actual, from AIPerf
+    assert result.requests[0]["output_tokens_per_s_user"] == json.loads(records[2])["metrics"][
+        "output_token_throughput_per_user"]["value"]
+    # and the step row carries the dataset's identity
+    st = result.steps[0]
+    assert (st["distribution"], st["dataset_sha256"], st["variant"]) == ("zipf", "ab" * 32, "zipf")
+
+
+def test_a_request_from_no_line_of_the_dataset_is_an_error(tmp_path: Path, records: list[str]) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    _write_records(d, [_with_conversation(records[2], "line-000007")])
+    ctx = replace(CTX, requested_lengths=((100, 10),))
+    with pytest.raises(ArtifactError, match=r"profile_export.jsonl:1: metadata.conversation_id 'line-000007' "
+                                            r"names no line of the step's dataset \(1 lines"):
+        ingest_artifacts(d, ctx)
