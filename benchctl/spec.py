@@ -326,11 +326,15 @@ class CampaignSpec(Strict):
                 problems.append(f"{where}.change: workers may change only together with mode")
             elif change[features[0]] == done[base].get(features[0]):
                 problems.append(f"{where}.change.{features[0]}: equals the base's value; nothing changes")
-            extra = sorted(set(raw) - {"name", "base", "change", "mocker"})
-            if extra:
-                problems.append(f"{where}: {extra} are taken from the base; put the one change under 'change'")
             merged = {k: v for k, v in done[base].items() if k not in ("name", "base", "change")}
             merged.update(change)
+            # fields besides the change come from the base; repeating them is fine only when they agree
+            # (a normalised spec, as the Plan state stores it, spells every field out)
+            clash = sorted(k for k in set(raw) - {"name", "base", "change", "mocker"}
+                           if _normal(k, raw[k]) != _normal(k, merged.get(k)))
+            if clash:
+                problems.append(f"{where}: {clash} differ from the base {base!r}; a rung inherits every field "
+                                f"but the one under 'change'")
             merged.update({"name": raw.get("name"), "base": base, "change": change})
             if "mocker" in raw:
                 merged["mocker"] = raw["mocker"]
@@ -399,6 +403,20 @@ class CampaignSpec(Strict):
 
     def repeat_seed(self, repeat: int) -> int:
         return self.seed + repeat if self.seed_policy == "per-repeat" else self.seed
+
+
+def _normal(field_name: str, value: Any) -> Any:
+    """An experiment field's value with defaults filled in (to compare two spellings), else as given."""
+    from pydantic import TypeAdapter
+
+    info = Experiment.model_fields.get(field_name)
+    if info is None:
+        return value
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(info.annotation)
+        return adapter.dump_python(adapter.validate_python(value), mode="json")
+    except ValidationError:
+        return value
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

@@ -3,7 +3,8 @@
 -- server's measured cache hit rate next to the input duplication ratio (they differ: the first
 -- requests of a step find a cold cache; blocks are cached whole).
 -- One row per campaign x prefix workload x ratio x pair of experiments (aggregated, disaggregated);
--- means over repeats of succeeded steps (n_repeats), cache figures from v_step_cache.
+-- means over repeats of succeeded steps (n_repeats; *_sd = standard deviation across repeats), cache
+-- figures from v_step_cache.
 --   *_ttft_improvement_pct   (TTFT p50 at ratio 0 - TTFT p50 at this ratio) / TTFT p50 at ratio 0 x 100
 --   *_cache_hit_rate         server-measured hit rate of the mode (see v_step_cache)
 --   *_client_cache_hit_rate  cached tokens reported to the client / input tokens (aggregated only)
@@ -15,6 +16,7 @@ WITH per_exp AS (
         avg(prefix_ratio_actual) AS prefix_ratio_actual,
         count(DISTINCT "repeat") AS n_repeats,
         avg(ttft_p50_ms) AS ttft_p50_ms,
+        stddev_samp(ttft_p50_ms) AS ttft_p50_ms_sd,
         avg(ttft_p99_ms) AS ttft_p99_ms,
         avg(cache_hit_rate) AS cache_hit_rate,
         avg(client_cache_hit_rate) AS client_cache_hit_rate,
@@ -58,6 +60,8 @@ SELECT
     d.kv_usage_max AS disagg_kv_usage_max,
     a.preemptions AS agg_preemptions,
     d.preemptions AS disagg_preemptions,
+    a.ttft_p50_ms_sd AS agg_ttft_p50_ms_sd,
+    d.ttft_p50_ms_sd AS disagg_ttft_p50_ms_sd,
     a.experiment AS agg_experiment,
     d.experiment AS disagg_experiment
 FROM agg a

@@ -1,6 +1,7 @@
 """Spec validation: one line per problem naming the field path, the bad value and what is valid."""
 
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -186,8 +187,8 @@ LADDER_DATA = yaml.safe_load(LADDER.read_text())
          "experiments[4].change.router: equals the base's value; nothing changes"),
         ({"name": "x", "base": "agg", "change": {"tensor_parallel": 2}},
          "experiments[4].change: ['tensor_parallel'] cannot be changed on a ladder"),
-        ({"name": "x", "base": "agg", "change": {"router": "kv"}, "mode": "aggregated"},
-         "experiments[4]: ['mode'] are taken from the base"),
+        ({"name": "x", "base": "agg", "change": {"router": "kv"}, "mode": "disaggregated"},
+         "experiments[4]: ['mode'] differ from the base 'agg'; a rung inherits every field but the one under"),
         ({"name": "x", "base": "agg"}, "experiments[4].change: required with base"),
     ],
 )
@@ -197,6 +198,14 @@ def test_bad_ladder_rungs_are_refused(rung, expected):
     with pytest.raises(SpecError) as err:
         parse_spec(data, "ladder.yaml")
     assert any(line.startswith(expected) for line in err.value.problems), err.value.problems
+
+
+@pytest.mark.parametrize("name", ["smoke.yaml", "seed-plan.yaml", "feature-ladder.yaml"])
+def test_normalised_spec_parses_back_to_itself(name):
+    # the Plan state stores spec.model_dump() as spec.json and every later state parses it again
+    spec = load_spec(ROOT / "examples" / name)
+    again = parse_spec(json.loads(json.dumps(spec.model_dump(mode="json"))), "spec.json")
+    assert again == spec and spec_hash(again) == spec_hash(spec)
 
 
 def test_seed_policy_fixed_reuses_the_seed():
