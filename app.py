@@ -1,27 +1,42 @@
 #!/usr/bin/env python3
-"""CDK app: wiring only. Never calls AWS; synthesises offline and without Docker."""
+"""CDK app: wiring only. Never calls AWS; synthesises offline and without Docker.
+
+Configuration is CDK context (``cdk.json``, or ``-c benchctl:<key>=<value>``), checked by
+``stacks.config`` first: a missing or malformed key stops synth with a message naming it. cdk-nag's
+AwsSolutions checks run on every stack; their findings are synth errors unless suppressed with a
+written reason next to the resource.
+"""
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
 
+from stacks.config import ConfigError, load
 from stacks.control_plane import ControlPlaneStack
 from stacks.results import ResultsStack
 
 
-def main() -> None:
+def main() -> int:
     # `cdk synth` passes cdk.json's context itself; `python app.py` (CDK_OUTDIR set) reads it here
     context = None
     if "CDK_CONTEXT_JSON" not in os.environ:
         context = json.loads((Path(__file__).parent / "cdk.json").read_text())["context"]
     app = cdk.App(context=context)
-    env_name = app.node.try_get_context("benchctl:env_name") or "dev"
-    results = ResultsStack(app, f"benchctl-{env_name}-results")
-    ControlPlaneStack(app, f"benchctl-{env_name}-control-plane", results=results)
+    try:
+        config = load(app.node)
+        results = ResultsStack(app, f"benchctl-{config.env_name}-results", config=config)
+        ControlPlaneStack(app, f"benchctl-{config.env_name}-control-plane", config=config, results=results)
+    except ConfigError as err:
+        print(f"benchctl: cannot synthesize: {err}", file=sys.stderr)
+        return 2
+    cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
     app.synth()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -65,6 +65,35 @@ def parse_query(sql: str, *, dialect: str = "trino", what: str = "query") -> Any
     return stmt
 
 
+def athena_view_ddl(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
+    """``(view, "CREATE OR REPLACE VIEW view AS <file body>")`` for every view file, dependencies first.
+
+    The body is the file's own text (Athena runs the Trino dialect the files are written in); the
+    order follows the views each query reads (sqlglot's table references), so running the list in
+    order creates every view.
+    """
+    from sqlglot import exp
+
+    files = view_sql_files(views_dir)
+    deps: dict[str, set[str]] = {}
+    bodies: dict[str, str] = {}
+    for name, path in files.items():
+        if not _IDENT.match(name):
+            raise ValueError(f"{path}: the file name must be a valid view name (letters, digits, _)")
+        body = path.read_text(encoding="utf-8")
+        stmt = parse_query(body, what=str(path))
+        ctes = {c.alias_or_name for c in stmt.find_all(exp.CTE)}
+        deps[name] = {t.name for t in stmt.find_all(exp.Table)} & set(files) - ctes - {name}
+        bodies[name] = body.strip().rstrip(";")
+    ordered: list[str] = []
+    while len(ordered) < len(files):
+        ready = sorted(n for n in files if n not in ordered and deps[n] <= set(ordered))
+        if not ready:
+            raise ValueError(f"views depend on each other in a cycle: {sorted(set(files) - set(ordered))}")
+        ordered += ready
+    return [(n, f"CREATE OR REPLACE VIEW {n} AS\n{bodies[n]}") for n in ordered]
+
+
 def to_duckdb(sql: str, *, what: str = "query") -> str:
     """Trino (Athena) SQL -> DuckDB SQL, refusing anything but one query."""
     stmt = parse_query(sql, what=what)

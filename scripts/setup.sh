@@ -29,6 +29,19 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   rm -f "$venv/.benchctl-model-ok"
   echo "$want" > "$stamp"
 fi
+layer="$root/build/lambda-layer"
+if [ "$(cat "$layer/.stamp" 2>/dev/null || true)" != "$want" ]; then
+  # Lambda dependencies that no managed layer provides (PyYAML), for Linux x86_64 / CPython 3.11,
+  # fetched as wheels by pip itself: no Docker. CDK synth packages this directory as a layer.
+  echo "[setup] building the Lambda dependency layer in $layer"
+  log="$venv/setup.log"
+  rm -rf "$layer"
+  "$venv/bin/python" -m pip --disable-pip-version-check -q install --target "$layer/python" \
+    --platform manylinux2014_x86_64 --implementation cp --python-version 3.11 --only-binary=:all: \
+    "$(grep -i '^pyyaml' requirements.txt)" >>"$log" 2>&1 ||
+    { echo "[setup] building the Lambda layer failed; last lines of $log:" >&2; tail -20 "$log" >&2; exit 1; }
+  echo "$want" > "$layer/.stamp"
+fi
 if [ ! -f "$venv/.benchctl-model-ok" ]; then
   echo "[setup] generating the offline tokenizer/model directory"
   "$venv/bin/python" -m benchctl.local.modeldir --install
