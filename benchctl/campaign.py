@@ -10,6 +10,7 @@ duplicates rows.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,7 +47,7 @@ class PoolPort(Protocol):
 
 class LakePort(Protocol):
     def write(self, table: str, rows: list[JSON], *, part_name: str) -> Any: ...
-    def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> Path: ...
+    def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> Path | str: ...
     def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str: ...
 
 
@@ -63,8 +64,15 @@ class Providers:
     tokenizer: str
     smoke: Any  # callable(state, n, max_tokens) -> dict
     report: Any = None  # callable(campaign_id) -> dict
+    read_uri: Any = None  # callable(uri) -> bytes: a spec given by URI at start (AWS: s3://...)
     clock: Any = time.time
     versions: JSON = field(default_factory=dict)
+
+
+def new_campaign_id(spec_name: str, now: datetime | None = None) -> str:
+    """``<spec name>-<UTC yyyymmdd-hhmmss>``: readable, sortable, path- and execution-name-safe."""
+    now = now or datetime.now(UTC)
+    return re.sub(r"[^a-z0-9-]", "-", f"{spec_name}-{now:%Y%m%d-%H%M%S}")
 
 
 def now_iso(clock: Any = time.time) -> str:
@@ -174,11 +182,54 @@ def _campaign_row(p: Providers, ctx: Ctx, status: str, **extra: Any) -> None:
 # ---------------------------------------------------------------- Plan
 
 
+def start_ctx(inp: JSON, execution: str | None, env: dict[str, str]) -> JSON:
+    """The campaign context of an execution started without one (console, schedule, ``benchctl start``).
+
+    Input: ``{"spec_uri": "s3://...", "campaign_id"?: ..., "poll_seconds"?: ...}``. The campaign id is
+    the given one, else the execution's name (unique per state machine); run state goes under
+    ``BENCHCTL_RUNS_URI/<campaign_id>``, results to ``BENCHCTL_LAKE_URI``.
+    """
+    from benchctl.spec import safe_name
+
+    if not inp.get("spec_uri"):
+        raise ValueError("execution input: give 'spec_uri' (a campaign spec in the results bucket, e.g. "
+                         "s3://<bucket>/specs/seed-plan.yaml) or start with `benchctl start SPEC`")
+    missing = [k for k in ("BENCHCTL_RUNS_URI", "BENCHCTL_LAKE_URI") if not env.get(k)]
+    if missing:
+        raise ValueError(f"execution input has no 'ctx' and this engine has no {missing} to build one")
+    cid = inp.get("campaign_id") or safe_name(str(execution or "").rsplit(":", 1)[-1])
+    if not cid:
+        raise ValueError("execution input: no 'campaign_id' and no execution name to take it from")
+    poll = inp.get("poll_seconds", 30)
+    if isinstance(poll, bool) or not isinstance(poll, int) or not 1 <= poll <= 3600:
+        raise ValueError(f"execution input 'poll_seconds': {poll!r} must be an integer 1..3600")
+    return Ctx(campaign_id=str(cid), run_uri=f"{env['BENCHCTL_RUNS_URI'].rstrip('/')}/{cid}",
+               lake_uri=env["BENCHCTL_LAKE_URI"], poll_seconds=poll, fail_at=inp.get("fail_at")).to_json()
+
+
+def _import_spec(p: Providers, uri: str) -> None:
+    """Copy a spec given by URI into the run store (validated; the raw text is kept beside it)."""
+    from benchctl.spec import parse_spec_text
+
+    if p.read_uri is None:
+        raise ValueError(f"spec_uri {uri}: this engine cannot read URIs; give the spec to `benchctl run`")
+    raw = p.read_uri(uri)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(uri, [f"(file): not UTF-8 text ({err.reason} at byte {err.start})"]) from None
+    spec = parse_spec_text(text, uri)
+    p.store.write_json("spec_meta.json", {"source": uri, "source_text": text})
+    p.store.write_json("spec.json", spec.model_dump(mode="json"))
+
+
 def plan(p: Providers, event: JSON) -> JSON:
     """Validate the stored spec, expand the plan, refuse what exceeds the budget, write the manifest."""
     inp = event.get("input") or {}
     ctx = Ctx.parse(inp.get("ctx"))
     guard(p, event.get("state"), ctx.fail_at)
+    if inp.get("spec_uri") and not p.store.exists("spec.json"):
+        _import_spec(p, str(inp["spec_uri"]))
     spec = _spec(p)
     the_plan = plan_campaign(spec, p.engine)
     if the_plan.budget_problems:

@@ -20,6 +20,8 @@ EPILOG = """examples:
   benchctl run examples/smoke.yaml                 # local engine: real Dynamo mocker + AIPerf
   benchctl query v_concurrency_sweep --lake runs/lake
   benchctl ingest ART_DIR --lake runs/lake --campaign c1 --experiment agg --step s1
+  benchctl start examples/seed-plan.yaml --bucket BUCKET --state-machine-arn ARN   # AWS
+  benchctl status EXECUTION_ARN
 """
 
 
@@ -98,6 +100,40 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path) -> None:
           f"`benchctl query <view> --lake {lake}` for more")
 
 
+def cmd_start(args: argparse.Namespace) -> int:
+    import os
+
+    from benchctl.aws_start import start
+
+    bucket = args.bucket or os.environ.get("BENCHCTL_BUCKET")
+    if not bucket:
+        raise ValueError("no results bucket: pass --bucket or set BENCHCTL_BUCKET (the results stack's "
+                         "BucketName output)")
+    s = start(Path(args.spec), bucket=bucket,
+              state_machine_arn=args.state_machine_arn or os.environ.get("BENCHCTL_STATE_MACHINE_ARN"),
+              campaign_id=args.campaign_id, poll_seconds=args.poll_seconds, upload_only=args.upload_only)
+    if s.execution_arn is None:
+        print(f"uploaded {s.spec_uri}; schedule it with context benchctl:schedule "
+              f'{{"expression": "cron(...)", "spec_key": "{s.spec_uri.split("/", 3)[3]}"}}')
+        return 0
+    print(f"campaign {s.campaign_id} started")
+    print(f"  execution: {s.execution_arn}")
+    print(f"  console:   {s.console_url}")
+    print(f"  input:     {json.dumps(s.input)}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from benchctl.aws_start import status
+
+    st = status(args.execution_arn)
+    width = max(len(k) for k in st)
+    for k, v in st.items():
+        if v is not None:
+            print(f"{k:<{width}}  {v}")
+    return 0
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from benchctl.ingest import StepContext, ingest_artifacts, ingest_sweep
     from benchctl.lake import LocalLake
@@ -155,6 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
     p.add_argument("--poll-seconds", type=int, default=1, help="Wait state period in whole seconds (default 1)")
     p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("start", help="AWS: validate SPEC here, store it in the results bucket, start the state machine")
+    p.add_argument("spec")
+    p.add_argument("--state-machine-arn", help="default $BENCHCTL_STATE_MACHINE_ARN (stack output StateMachineArn)")
+    p.add_argument("--bucket", help="results bucket, default $BENCHCTL_BUCKET (stack output BucketName)")
+    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; also the execution name")
+    p.add_argument("--poll-seconds", type=int, default=30, help="Wait state period on AWS (default 30)")
+    p.add_argument("--upload-only", action="store_true", help="only store the spec as specs/<file> (for a schedule)")
+    p.set_defaults(fn=cmd_start)
+
+    p = sub.add_parser("status", help="AWS: status of a campaign execution (and why it failed)")
+    p.add_argument("execution_arn")
+    p.set_defaults(fn=cmd_status)
 
     p = sub.add_parser("ingest", help="ingest one AIPerf artifact directory (or sweep directory) into a lake")
     p.add_argument("artifact_dir")

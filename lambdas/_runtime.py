@@ -40,7 +40,12 @@ def run(event: dict[str, Any], actions: dict[str, Callable[..., dict[str, Any]]]
     if action not in actions:
         raise ValueError(f"event field 'action': {action!r} is not one of {sorted(actions)}")
     state = event.get("state")
-    ctx = Ctx.parse(event.get("ctx") if "ctx" in event else (event.get("input") or {}).get("ctx"))
+    raw_ctx = event.get("ctx") if "ctx" in event else (event.get("input") or {}).get("ctx")
+    if raw_ctx is None and action == "plan":  # started from the console, a schedule or `benchctl start`
+        inp = event.get("input") or {}
+        raw_ctx = campaign.start_ctx(inp, event.get("execution"), dict(os.environ))
+        event = {**event, "input": {**inp, "ctx": raw_ctx}}
+    ctx = Ctx.parse(raw_ctx)
     p = providers_for(ctx)
     logger.append_keys(campaign_id=ctx.campaign_id, state=state)
     try:

@@ -5,12 +5,10 @@ and ``run_campaign``, which validates, plans, executes the ASL and returns where
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchctl.campaign import Ctx, Providers
+from benchctl.campaign import Ctx, Providers, new_campaign_id
 from benchctl.errors import SpecError
 from benchctl.local.engine import Progress, RunResult, execute, task_states
 from benchctl.local.pool import LocalPool
@@ -118,11 +116,6 @@ class LocalProviders:
             report=self.report,
             versions=self.versions,
         )
-
-
-def new_campaign_id(spec_name: str, now: datetime | None = None) -> str:
-    now = now or datetime.now(UTC)
-    return re.sub(r"[^a-z0-9-]", "-", f"{spec_name}-{now:%Y%m%d-%H%M%S}")
 
 
 def prepare(spec_path: Path, out: Path, campaign_id: str | None = None) -> tuple[str, Path, Path]:

@@ -1,0 +1,95 @@
+"""Starting and following campaigns on AWS: ``benchctl start`` and ``benchctl status``.
+
+``start`` validates and plans the spec HERE first (a bad spec never reaches AWS: exit 2, nothing
+uploaded, nothing started), keeps the spec's own bytes in the results bucket under ``specs/``, and
+starts the state machine with a small input, the same one the console and the schedule use::
+
+    {"spec_uri": "s3://<bucket>/specs/<campaign id>.yaml", "campaign_id": "<campaign id>", "poll_seconds": 30}
+
+The execution is named after the campaign id, so one id can never run twice. ``--upload-only`` just
+stores the spec as ``specs/<file name>`` (what a schedule's ``spec_key`` points at).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchctl.plan import plan_campaign
+from benchctl.spec import load_spec, load_spec_text, safe_name
+
+SPECS_PREFIX = "specs"
+
+
+@dataclass(frozen=True)
+class Started:
+    campaign_id: str
+    spec_uri: str
+    execution_arn: str | None
+    console_url: str | None
+    input: dict[str, Any]
+
+
+def console_url(execution_arn: str) -> str:
+    region = execution_arn.split(":")[3]
+    return (f"https://{region}.console.aws.amazon.com/states/home?region={region}"
+            f"#/v2/executions/details/{execution_arn}")
+
+
+def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campaign_id: str | None = None,
+          poll_seconds: int = 30, upload_only: bool = False, session: Any = None) -> Started:
+    import boto3
+
+    from benchctl.campaign import new_campaign_id
+    from benchctl.errors import SpecError
+
+    spec = load_spec(spec_path)
+    plan = plan_campaign(spec, "aws")
+    if plan.budget_problems:
+        raise SpecError(str(spec_path), plan.budget_problems)
+    if not 1 <= poll_seconds <= 3600:
+        raise ValueError(f"--poll-seconds {poll_seconds}: must be 1..3600")
+    if not upload_only and not state_machine_arn:
+        raise ValueError("no state machine: pass --state-machine-arn or set BENCHCTL_STATE_MACHINE_ARN "
+                         "(the control-plane stack's StateMachineArn output)")
+    cid = campaign_id or new_campaign_id(spec.name)
+    if safe_name(cid) != cid:
+        raise ValueError(f"--campaign-id {cid!r}: use lowercase letters, digits and '-'")
+    session = session or boto3.session.Session()
+    suffix = spec_path.suffix if spec_path.suffix in (".yaml", ".yml", ".json") else ".yaml"
+    key = f"{SPECS_PREFIX}/{spec_path.name}" if upload_only else f"{SPECS_PREFIX}/{cid}{suffix}"
+    body = load_spec_text(spec_path).encode("utf-8")
+    session.client("s3").put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/yaml")
+    uri = f"s3://{bucket}/{key}"
+    inp = {"spec_uri": uri, "campaign_id": cid, "poll_seconds": poll_seconds}
+    if upload_only:
+        return Started(cid, uri, None, None, inp)
+    resp = session.client("stepfunctions").start_execution(
+        stateMachineArn=state_machine_arn, name=cid, input=json.dumps(inp))
+    arn = resp["executionArn"]
+    return Started(cid, uri, arn, console_url(arn), inp)
+
+
+def status(execution_arn: str, *, session: Any = None) -> dict[str, Any]:
+    """Status of one execution: its state, times, campaign id and, when it failed, why."""
+    import boto3
+
+    session = session or boto3.session.Session()
+    sfn = session.client("stepfunctions")
+    d = sfn.describe_execution(executionArn=execution_arn)
+    inp = json.loads(d.get("input") or "{}")
+    out: dict[str, Any] = {
+        "execution": execution_arn,
+        "status": d["status"],
+        "campaign_id": inp.get("campaign_id") or (inp.get("ctx") or {}).get("campaign_id") or d.get("name"),
+        "spec_uri": inp.get("spec_uri"),
+        "started": str(d.get("startDate")),
+        "stopped": str(d["stopDate"]) if d.get("stopDate") else None,
+        "console": console_url(execution_arn),
+    }
+    if d["status"] != "RUNNING" and d["status"] != "SUCCEEDED":
+        out["error"] = d.get("error")
+        out["cause"] = d.get("cause")
+    return out

@@ -1,0 +1,122 @@
+"""AWS entry points under moto: `benchctl start`/`status`, and the Plan handler started without a ctx
+(console, schedule) writing the run store and the lake on S3 like the local engine does locally."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+
+from benchctl.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "bench-results"
+ASL = (ROOT / "state_machines" / "campaign.asl.json").read_text()
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch):
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
+                 "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    for k in ("BENCHCTL_BUCKET", "BENCHCTL_STATE_MACHINE_ARN"):
+        monkeypatch.delenv(k, raising=False)
+    with mock_aws():
+        boto3.client("s3").create_bucket(Bucket=BUCKET)
+        sm = boto3.client("stepfunctions").create_state_machine(
+            name="campaign", definition=ASL, roleArn="arn:aws:iam::123456789012:role/sfn")
+        yield sm["stateMachineArn"]
+
+
+def _objects() -> list[str]:
+    return [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+
+
+def test_start_keeps_the_spec_and_starts_with_a_small_input(aws, capsys):
+    rc = main(["start", "examples/seed-plan.yaml", "--bucket", BUCKET, "--state-machine-arn", aws,
+               "--campaign-id", "seed-1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    body = boto3.client("s3").get_object(Bucket=BUCKET, Key="specs/seed-1.yaml")["Body"].read()
+    assert body == (ROOT / "examples" / "seed-plan.yaml").read_bytes()  # the spec's own bytes
+    (ex,) = boto3.client("stepfunctions").list_executions(stateMachineArn=aws)["executions"]
+    assert ex["name"] == "seed-1"
+    inp = json.loads(boto3.client("stepfunctions").describe_execution(executionArn=ex["executionArn"])["input"])
+    assert inp == {"spec_uri": f"s3://{BUCKET}/specs/seed-1.yaml", "campaign_id": "seed-1", "poll_seconds": 30}
+    assert f"#/v2/executions/details/{ex['executionArn']}" in out and "us-east-1.console.aws.amazon.com" in out
+    assert main(["status", ex["executionArn"]]) == 0
+    status = capsys.readouterr().out
+    assert "RUNNING" in status and "seed-1" in status
+
+
+def test_a_bad_spec_never_reaches_aws(aws, tmp_path, capsys):
+    data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text())
+    data["workloads"][3]["ratios"] = [0, 1.5]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    assert main(["start", str(bad), "--bucket", BUCKET, "--state-machine-arn", aws]) == 2
+    assert "workloads[3].ratios[1]: 1.5 is invalid" in capsys.readouterr().err
+    assert _objects() == []
+    assert boto3.client("stepfunctions").list_executions(stateMachineArn=aws)["executions"] == []
+
+
+def test_start_needs_a_state_machine_and_a_bucket(aws, capsys):
+    assert main(["start", "examples/seed-plan.yaml", "--bucket", BUCKET]) == 2
+    assert "pass --state-machine-arn or set BENCHCTL_STATE_MACHINE_ARN" in capsys.readouterr().err
+    assert main(["start", "examples/seed-plan.yaml", "--state-machine-arn", aws]) == 2
+    assert "pass --bucket or set BENCHCTL_BUCKET" in capsys.readouterr().err
+    assert _objects() == []
+
+
+def test_upload_only_stores_what_a_schedule_points_at(aws, capsys):
+    assert main(["start", "examples/seed-plan.yaml", "--bucket", BUCKET, "--upload-only"]) == 0
+    assert _objects() == ["specs/seed-plan.yaml"]
+    assert '"spec_key": "specs/seed-plan.yaml"' in capsys.readouterr().out
+
+
+def test_plan_on_aws_from_a_console_or_schedule_input(aws, monkeypatch):
+    from lambdas import plan as plan_handler
+    from lambdas import pools as pools_handler
+    from lambdas._runtime import use_providers
+
+    monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
+    monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")
+    use_providers(None)  # the AWS providers, built from the environment
+    spec = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    spec["budget"]["max_hours"] = 3  # AWS overheads (node start-up, model load) exceed the local 1 h
+    boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/smoke.yaml", Body=yaml.safe_dump(spec).encode())
+    # the schedule's input: no ctx, no campaign id; the execution name becomes the campaign id
+    execution = "arn:aws:states:us-east-1:123456789012:execution:campaign:weekly-2026-11-29"
+    out = plan_handler.handler({"action": "plan", "state": "Plan", "execution": execution,
+                                "input": {"spec_uri": f"s3://{BUCKET}/specs/smoke.yaml", "poll_seconds": 60}})
+    ctx = out["ctx"]
+    assert ctx == {"campaign_id": "weekly-2026-11-29", "run_uri": f"s3://{BUCKET}/runs/weekly-2026-11-29",
+                   "lake_uri": f"s3://{BUCKET}/lake", "poll_seconds": 60, "fail_at": None}
+    assert [e["name"] for e in out["experiments"]] == ["agg", "disagg"]
+    keys = set(_objects())
+    for k in ("spec.json", "plan.json", "campaign.json"):
+        assert f"runs/weekly-2026-11-29/{k}" in keys
+    assert "lake/campaigns/campaign_id=weekly-2026-11-29/campaign.parquet" in keys
+    assert "lake/experiments/campaign_id=weekly-2026-11-29/experiment=disagg/experiment.parquet" in keys
+    # the EKS side is not built yet: the next state fails loudly and the failure is recorded
+    with pytest.raises(NotImplementedError, match=r"AWS pools.scale: the EKS adapters"):
+        pools_handler.handler({"action": "scale", "state": "ScalePools", "ctx": ctx, "experiment": "agg"})
+    failure = json.loads(boto3.client("s3").get_object(
+        Bucket=BUCKET, Key="runs/weekly-2026-11-29/failure.json")["Body"].read())
+    assert failure["state"] == "ScalePools" and failure["error"] == "NotImplementedError"
+
+
+def test_an_input_without_ctx_or_spec_uri_is_refused(aws, monkeypatch):
+    from lambdas import plan as plan_handler
+    from lambdas._runtime import use_providers
+
+    monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
+    monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")
+    use_providers(None)
+    with pytest.raises(ValueError, match="execution input: give 'spec_uri'"):
+        plan_handler.handler({"action": "plan", "state": "Plan", "input": {}, "execution": "x:y"})
+    assert _objects() == []
