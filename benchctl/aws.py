@@ -57,6 +57,19 @@ class NotBuiltYet:
         return fail
 
 
+def _athena_report(env: dict[str, str]) -> Any:
+    database, workgroup = env.get("BENCHCTL_DATABASE"), env.get("BENCHCTL_WORKGROUP")
+    if not database or not workgroup:
+        return None
+
+    def report(campaign_id: str) -> dict[str, str]:
+        from benchctl.aws_report import athena_report
+
+        return athena_report(campaign_id, database=database, workgroup=workgroup)
+
+    return report
+
+
 def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers:
     from benchctl.aws_lake import S3Lake, S3RunStore
 
@@ -73,5 +86,6 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
         tokenizer=env.get("BENCHCTL_TOKENIZER", "Qwen/Qwen3-30B-A3B"),
         smoke=NotBuiltYet("smoke"),
         read_uri=read_s3_uri,
+        report=_athena_report(env),
         versions={"benchctl_engine": "aws"},
     )

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +50,7 @@ class LakePort(Protocol):
     def write(self, table: str, rows: list[JSON], *, part_name: str) -> Any: ...
     def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> Path | str: ...
     def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str: ...
+    def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> AbstractContextManager[Path]: ...
 
 
 @dataclass
@@ -570,9 +572,10 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         artifact_uri=str(artifact_dir),
         workload_kind=step.kind,
         step_fields=fields,
-        requested_lengths=_requested_lengths(dataset),
     )
-    result = ingest_artifacts(Path(artifact_dir), sctx)
+    with p.lake.raw_local(ctx.campaign_id, experiment, step_id) as local_dir:
+        requested = _requested_lengths(local_dir, dataset)
+        result = ingest_artifacts(local_dir, replace(sctx, requested_lengths=requested))
     for table, rows in result.tables().items():
         p.lake.write(table, rows, part_name=step_id)
     status = result.steps[0]["status"] if result.steps else "failed"
@@ -586,14 +589,14 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     return {"status": status, "requests": len(result.requests)}
 
 
-def _requested_lengths(dataset: JSON) -> tuple[tuple[int, int], ...] | None:
+def _requested_lengths(raw_dir: Path, dataset: JSON) -> tuple[tuple[int, int], ...] | None:
     """(input, output) lengths the step's kept dataset asked for, line by line (read back from raw)."""
     from benchctl.datasets import parse_dataset
 
-    if not dataset.get("uri"):
+    if not dataset.get("name"):
         return None
-    data = Path(dataset["uri"]).read_bytes()
-    lines = parse_dataset(data, dataset["uri"])
+    path = raw_dir / "inputs" / dataset["name"]
+    lines = parse_dataset(path.read_bytes(), dataset["uri"])
     return tuple((int(x["input_length"]), int(x["output_length"])) for x in lines)
 
 

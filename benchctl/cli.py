@@ -84,8 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_report(lake: Path, campaign_id: str, run_dir: Path) -> None:
-    from benchctl.local.runner import REPORT_VIEWS
-    from benchctl.query import QueryEngine
+    from benchctl.query import REPORT_VIEWS, QueryEngine
 
     engine = QueryEngine(lake)
     print("\nAll figures below are SIMULATED: Dynamo mocker workers on CPU, not GPU measurements.")

@@ -22,6 +22,7 @@ import os
 import re
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,11 @@ class LocalLake:
         )
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    @contextlib.contextmanager
+    def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> Iterator[Path]:
+        """The step's raw artifact directory itself (the S3 lake yields a downloaded copy)."""
+        yield self.raw_dir(campaign_id, experiment, step_id)
 
     def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str:
         """Keep an input file (e.g. a generated dataset) in the step's raw area, atomically; its path.

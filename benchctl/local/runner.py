@@ -13,39 +13,9 @@ from benchctl.errors import SpecError
 from benchctl.local.engine import Progress, RunResult, execute, task_states
 from benchctl.local.pool import LocalPool
 from benchctl.plan import plan_campaign
+from benchctl.query import REPORT_VIEWS
 from benchctl.runstore import LocalRunStore
 from benchctl.spec import load_spec, spec_hash
-
-# The comparison views a campaign reports (all columns go to report/<view>.csv|json) and the columns
-# `benchctl run` prints for a person (the views hold more: spreads, sample counts, experiments).
-REPORT_VIEWS: dict[str, tuple[str, ...]] = {
-    "v_concurrency_sweep": (
-        "workload", "concurrency", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_itl_p50_ms", "disagg_itl_p50_ms",
-        "agg_output_tokens_per_s", "disagg_output_tokens_per_s", "agg_goodput_ratio", "disagg_goodput_ratio",
-        "n_repeats", "agg_experiment", "disagg_experiment",
-    ),
-    "v_multi_turn": (
-        "workload", "turn", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_ttft_p99_ms", "disagg_ttft_p99_ms",
-        "agg_n_requests", "disagg_n_requests", "agg_conversation_p50_s", "disagg_conversation_p50_s",
-        "agg_cache_hit_rate", "disagg_cache_hit_rate", "agg_experiment", "disagg_experiment",
-    ),
-    "v_sequence_distribution": (
-        "distribution", "experiment", "isl_bucket", "n_requests", "ttft_p50_ms", "ttft_p99_ms", "ttft_cv",
-        "tps_user_p50", "tps_user_cv", "requested_isl_mean", "actual_isl_mean", "output_tokens_per_s",
-    ),
-    "v_prefix_cache": (
-        "workload", "prefix_ratio", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_ttft_improvement_pct",
-        "disagg_ttft_improvement_pct", "agg_cache_hit_rate", "disagg_cache_hit_rate", "agg_kv_usage_max",
-        "n_repeats", "agg_experiment", "disagg_experiment",
-    ),
-    "v_pareto": (
-        "workload", "experiment", "variant", "gpus", "output_tokens_per_s_per_gpu", "ttft_p50_ms", "on_frontier",
-    ),
-    "v_feature_ladder": (
-        "experiment", "base_experiment", "changed_feature", "workload", "variant", "ttft_p50_change_pct",
-        "output_tokens_per_s_change_pct", "base_cache_hit_rate", "cache_hit_rate",
-    ),
-}
 
 
 def versions() -> dict[str, str]:

@@ -110,6 +110,57 @@ def test_plan_on_aws_from_a_console_or_schedule_input(aws, monkeypatch):
     assert failure["state"] == "ScalePools" and failure["error"] == "NotImplementedError"
 
 
+def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, monkeypatch, tmp_path):
+    from benchctl.aws_lake import S3Lake, S3RunStore
+    from benchctl.ingest import StepContext, ingest_artifacts
+    from lambdas import ingest as ingest_handler
+    from lambdas import plan as plan_handler
+    from lambdas._runtime import use_providers
+
+    monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
+    monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")
+    use_providers(None)
+    spec = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    spec["budget"]["max_hours"] = 3
+    boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/s.yaml", Body=yaml.safe_dump(spec).encode())
+    ctx = plan_handler.handler({"action": "plan", "state": "Plan", "execution": "arn:x:execution:campaign:c-1",
+                                "input": {"spec_uri": f"s3://{BUCKET}/specs/s.yaml"}})["ctx"]
+    # Given a finished AIPerf step whose artifacts the Job left in the raw area on S3
+    samples = ROOT.parent / "shared" / "samples" / "aiperf-0.13.0"
+    if not samples.is_dir():
+        pytest.skip("AIPerf samples not found")
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "profile_export_aiperf.json").write_bytes((samples / "profile_export_aiperf.json").read_bytes())
+    head = (samples / "profile_export.head.jsonl").read_text().splitlines()
+    profiling = []
+    for i, line in enumerate(head):
+        rec = json.loads(line)
+        rec["metadata"].update(benchmark_phase="profiling", x_request_id=f"r{i}")
+        profiling.append(json.dumps(rec))
+    (art / "profile_export.jsonl").write_text("\n".join(head + profiling) + "\n")
+    step = "concurrency-sweep-c4-r0"
+    lake = S3Lake(BUCKET, "lake")
+    raw = lake.raw_dir("c-1", "agg", step)
+    for f in art.iterdir():
+        boto3.client("s3").put_object(Bucket=BUCKET, Key=raw.removeprefix(f"s3://{BUCKET}/") + f.name,
+                                      Body=f.read_bytes())
+    S3RunStore(BUCKET, "runs/c-1").write_json(f"loads/agg/{step}.json", {"state": {}, "exit_code": 0})
+    # When the Ingest function runs on AWS
+    out = ingest_handler.handler({"action": "ingest", "state": "IngestStep", "ctx": ctx, "experiment": "agg",
+                                  "step": step})
+    # Then the S3 lake holds the rows a local ingest of the same artifacts gives, under the same keys
+    assert out == {"status": "succeeded", "requests": len(head)}
+    local = ingest_artifacts(art, StepContext("c-1", "agg", "aggregated", "concurrency-sweep", step, 2, 0,
+                                              concurrency=4, isl=256, osl=32, random_seed=42, artifact_uri=raw,
+                                              workload_kind="concurrency_sweep"))
+    (s3_step,) = lake.read_table("steps", "c-1")
+    for col in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "output_tokens_per_s", "request_count", "artifact_uri"):
+        assert s3_step[col] == local.steps[0][col], col
+    assert sorted(r["x_request_id"] for r in lake.read_table("requests", "c-1")) == [f"r{i}" for i in range(len(head))]
+    assert f"lake/steps/campaign_id=c-1/experiment=agg/{step}.parquet" in _objects()
+
+
 def test_an_input_without_ctx_or_spec_uri_is_refused(aws, monkeypatch):
     from lambdas import plan as plan_handler
     from lambdas._runtime import use_providers
@@ -120,3 +171,23 @@ def test_an_input_without_ctx_or_spec_uri_is_refused(aws, monkeypatch):
     with pytest.raises(ValueError, match="execution input: give 'spec_uri'"):
         plan_handler.handler({"action": "plan", "state": "Plan", "input": {}, "execution": "x:y"})
     assert _objects() == []
+
+
+def test_report_on_aws_creates_every_view_in_order_then_queries_the_campaign(aws):
+    from benchctl.aws_report import athena_report
+    from benchctl.query import REPORT_VIEWS, athena_view_ddl
+
+    athena = boto3.client("athena")
+    athena.create_work_group(Name="wg", Configuration={"ResultConfiguration": {"OutputLocation": f"s3://{BUCKET}/ar/"}})
+    out = athena_report("camp-1", database="benchctl_dev", workgroup="wg", sleep=lambda s: None)
+    assert set(out) == set(REPORT_VIEWS)
+    ids = athena.list_query_executions(WorkGroup="wg")["QueryExecutionIds"]
+    sent = [athena.get_query_execution(QueryExecutionId=i)["QueryExecution"]["Query"] for i in ids]
+    ddl = [d for _, d in athena_view_ddl()]
+    assert sorted(sent[: len(ddl)]) == sorted(ddl) or sorted(sent) == sorted(
+        ddl + [f"SELECT * FROM {v} WHERE campaign_id = 'camp-1'" for v in REPORT_VIEWS])
+    # dependencies first: v_step_stats before every view that reads it
+    order = [name for name, _ in athena_view_ddl()]
+    assert order.index("v_step_stats") < order.index("v_step_cache") < order.index("v_prefix_cache")
+    with pytest.raises(ValueError, match="cannot be a lake path segment"):
+        athena_report("x'; DROP TABLE steps; --", database="d", workgroup="wg", sleep=lambda s: None)
