@@ -1,5 +1,5 @@
 # One gate: `make test` is exactly what CI runs (.ci/run). Both targets set up .venv first if needed.
-.PHONY: setup smoke test lint bench clean
+.PHONY: setup smoke test lint bench synth clean
 
 setup:
 	@bash scripts/setup.sh
@@ -14,8 +14,11 @@ lint: setup
 test: setup lint
 	.venv/bin/python -m pytest -p no:dash -q
 
+synth: setup
+	CDK_OUTDIR=cdk.out .venv/bin/python app.py
+
 bench: setup
 	.venv/bin/python bench/local_campaign.py
 
 clean:
-	rm -rf runs cdk.out .pytest_cache .ruff_cache .mypy_cache
+	rm -rf runs cdk.out build .pytest_cache .ruff_cache .mypy_cache
