@@ -31,13 +31,12 @@ import contextlib
 import io
 import json
 import tempfile
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchctl import schema
-from benchctl.lake import RAW_DIR, check_path_value
+from benchctl.lake import RAW_DIR, check_path_value, partition_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     import boto3
@@ -113,13 +112,8 @@ class S3Lake:
         ``database``, each partition is then registered in the Glue table ``<table>`` (idempotent).
         An empty ``rows`` writes nothing.
         """
-        check_path_value("part_name", part_name)
         keys = schema.partition_keys(table)
-        groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-        for row in rows:
-            norm = schema.normalize_row(table, row)
-            part = tuple(check_path_value(k, norm[k]) for k in keys)
-            groups[part].append(norm)
+        groups = partition_rows(table, rows, part_name)
         if not groups:
             return []
 

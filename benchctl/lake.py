@@ -41,6 +41,22 @@ def check_path_value(kind: str, value: Any) -> str:
     return value
 
 
+def partition_rows(
+    table: str, rows: list[dict[str, Any]], part_name: str
+) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """Rows normalised against the schema, grouped by their partition values (path-safe, checked).
+
+    Every lake writes through this first, so a bad row or name fails before anything is written.
+    """
+    check_path_value("part_name", part_name)
+    keys = schema.partition_keys(table)
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        norm = schema.normalize_row(table, row)
+        groups[tuple(check_path_value(k, norm[k]) for k in keys)].append(norm)
+    return dict(groups)
+
+
 class LocalLake:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -62,13 +78,8 @@ class LocalLake:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        check_path_value("part_name", part_name)
         keys = schema.partition_keys(table)
-        groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-        for row in rows:
-            norm = schema.normalize_row(table, row)
-            part = tuple(check_path_value(k, norm[k]) for k in keys)
-            groups[part].append(norm)
+        groups = partition_rows(table, rows, part_name)
 
         file_schema = schema.arrow_schema(table, include_partitions=False)
         data_cols = [n for n, _ in schema.data_columns(table)]
