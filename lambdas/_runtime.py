@@ -55,5 +55,21 @@ def run(event: dict[str, Any], actions: dict[str, Callable[..., dict[str, Any]]]
         campaign.record_failure(p, state, exc)
         if type(exc).__name__ != "NotReadyYet":
             logger.warning("task failed", extra={"error": type(exc).__name__, "detail": str(exc)})
+            emit_metric("TaskFailed", state, p.engine)
         raise
+    emit_metric("TaskSucceeded", state, p.engine)
     return result
+
+
+def emit_metric(name: str, state: str | None, engine: str) -> None:
+    """One CloudWatch metric (Powertools, embedded metric format on stdout) per task outcome, on AWS only:
+    namespace ``benchctl``, dimension ``state``. Alarms on ``TaskFailed`` need no log parsing."""
+    if engine != "aws":
+        return
+    from aws_lambda_powertools import Metrics
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "benchctl"), service="benchctl")
+    metrics.add_dimension(name="state", value=state or "unknown")
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+    metrics.flush_metrics()

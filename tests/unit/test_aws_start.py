@@ -78,7 +78,7 @@ def test_upload_only_stores_what_a_schedule_points_at(aws, capsys):
     assert '"spec_key": "specs/seed-plan.yaml"' in capsys.readouterr().out
 
 
-def test_plan_on_aws_from_a_console_or_schedule_input(aws, monkeypatch):
+def test_plan_on_aws_from_a_console_or_schedule_input(aws, monkeypatch, capsys):
     from lambdas import plan as plan_handler
     from lambdas import pools as pools_handler
     from lambdas._runtime import use_providers
@@ -103,8 +103,12 @@ def test_plan_on_aws_from_a_console_or_schedule_input(aws, monkeypatch):
     assert "lake/campaigns/campaign_id=weekly-2026-11-29/campaign.parquet" in keys
     assert "lake/experiments/campaign_id=weekly-2026-11-29/experiment=disagg/experiment.parquet" in keys
     # the EKS side is not built yet: the next state fails loudly and the failure is recorded
+    capsys.readouterr()
     with pytest.raises(NotImplementedError, match=r"AWS pools.scale: the EKS adapters"):
         pools_handler.handler({"action": "scale", "state": "ScalePools", "ctx": ctx, "experiment": "agg"})
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [(m["state"], m["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]) for m in emf] == [
+        ("ScalePools", "TaskFailed")]
     failure = json.loads(boto3.client("s3").get_object(
         Bucket=BUCKET, Key="runs/weekly-2026-11-29/failure.json")["Body"].read())
     assert failure["state"] == "ScalePools" and failure["error"] == "NotImplementedError"
