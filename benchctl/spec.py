@@ -231,6 +231,29 @@ Workload = Annotated[
 WORKLOAD_KINDS = ("concurrency_sweep", "multi_turn", "sequence_distribution", "prefix_cache")
 
 
+class Kubernetes(Strict):
+    """Where and with what the AWS engine runs an experiment in the cluster (ignored locally).
+
+    Images are part of what is measured: pin them (a tag, or better a digest); the digests actually
+    run are read back from the pods and recorded with the campaign.
+    """
+
+    namespace: Name = "dynamo-bench"
+    dynamo_image: str = Field(default="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", min_length=1)
+    aiperf_image: str = Field(default="python:3.11-slim", min_length=1,
+                              description="image with `aiperf` 0.13.0 installed (pip install aiperf==0.13.0)")
+    uploader_image: str = Field(default="public.ecr.aws/aws-cli/aws-cli:2.22.0", min_length=1,
+                                description="copies a Job's artifacts to the results bucket")
+    hf_token_secret: str = Field(default="hf-token", min_length=1, description="Secret with key HF_TOKEN")
+    model_pvc: str = Field(default="model-cache", min_length=1, description="PVC holding the HF model cache")
+    load_service_account: str = Field(default="benchctl-load", min_length=1,
+                                      description="ServiceAccount of load Jobs (S3 write to the raw prefix)")
+    load_cpu: str = Field(default="8", description="CPU request/limit of an AIPerf Job (not the bottleneck)")
+    load_memory: str = Field(default="16Gi")
+    shared_memory: str = Field(default="16Gi", description="/dev/shm of each worker")
+    prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
+
+
 class Slo(Strict):
     """Per-request service level: goodput is the share of requests meeting every bound that is set."""
 
@@ -283,6 +306,7 @@ class CampaignSpec(Strict):
         description="per-repeat: repeat r uses seed + r (fresh prompts); fixed: every repeat reuses seed",
     )
     slo: Slo = Slo()
+    kubernetes: Kubernetes = Kubernetes()
     warmup: WarmUp = WarmUp()
     smoke: SmokeTest = SmokeTest()
     pricing: Pricing = Pricing()
