@@ -22,6 +22,7 @@ EPILOG = """examples:
   benchctl ingest ART_DIR --lake runs/lake --campaign c1 --experiment agg --step s1
   benchctl start examples/seed-plan.yaml --bucket BUCKET --state-machine-arn ARN   # AWS
   benchctl status EXECUTION_ARN
+  benchctl render examples/seed-plan.yaml --out manifests   # Kubernetes manifests the AWS engine applies
 """
 
 
@@ -166,6 +167,30 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    import yaml
+
+    from benchctl.campaign import new_campaign_id
+    from benchctl.k8s.render import render_campaign
+    from benchctl.spec import load_spec
+
+    spec = load_spec(args.spec)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out}: exists and is not an empty directory; give a new or empty --out")
+    campaign_id = args.campaign_id or new_campaign_id(spec.name)
+    manifests = render_campaign(spec, campaign_id)
+    for rel, obj in manifests:
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(obj, sort_keys=False), encoding="utf-8")
+        meta = obj["metadata"]
+        where = f"{meta['namespace']}/" if "namespace" in meta else ""
+        print(f"{path}: {obj['kind']} {where}{meta['name']}")
+    print(f"{len(manifests)} manifests for campaign {campaign_id} in {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="benchctl", description=__doc__.split("\n")[0] if __doc__ else "",
@@ -215,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=None)
     p.set_defaults(fn=cmd_ingest)
+
+    p = sub.add_parser("render", help="write the Kubernetes manifests (DGDs, NodePools, Jobs) of a campaign as YAML")
+    p.add_argument("spec")
+    p.add_argument("--out", required=True, help="directory to write into (must be new or empty)")
+    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
+    p.set_defaults(fn=cmd_render)
 
     p = sub.add_parser("query", help="run a view (by name) or a SELECT over the lake with DuckDB")
     p.add_argument("name_or_sql")

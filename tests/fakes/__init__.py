@@ -1,0 +1,1 @@
+"""In-process fakes of external services for fast tests."""

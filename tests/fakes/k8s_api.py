@@ -1,0 +1,395 @@
+"""FakeKubeApi: an in-process Kubernetes API server (HTTP on 127.0.0.1) for the kinds benchctl uses.
+
+It implements what our code relies on, not all of Kubernetes:
+
+* create (POST) -> 409 AlreadyExists for an existing name; get/replace/patch/delete -> 404 when missing;
+* list with label selectors ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k`` (comma-joined = AND);
+* ``metadata.resourceVersion`` on every write, ``metadata.generation`` bumped when anything but
+  metadata/status changes; PUT with a stale resourceVersion -> 409;
+* ``status`` is never written by clients (dropped from create/replace/patch): tests set it with
+  :meth:`set_status`, :meth:`put`, or hooks (:meth:`on_create`, :meth:`on_get`, :meth:`status_after_gets`);
+* delete marks ``deletionTimestamp`` and keeps the object visible for ``delete_gets`` more GETs
+  (per kind with :meth:`set_delete_gets`), so "wait until gone" loops are exercised; objects owned
+  (ownerReferences uid) by a removed object go with it;
+* bearer-token check (401 otherwise), pod logs (``/log`` with ``container`` and ``tailLines``), ``/version``.
+
+Every request is appended to ``requests`` as ``(method, path)``; deletions to ``deletes``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import threading
+import urllib.parse
+from collections.abc import Callable
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from benchctl.k8s.client import RESOURCES, Resource
+
+JSON = dict[str, Any]
+Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
+CreateHook = Callable[["FakeKubeApi", JSON], None]
+GetHook = Callable[["FakeKubeApi", JSON, int], None]
+
+
+class HttpError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge(out.get(k), v)
+    return out
+
+
+def _selector(text: str) -> Callable[[dict[str, str]], bool]:
+    terms: list[tuple[str, str, str]] = []  # (op, key, value)
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        if " in " in term or " notin " in term or "(" in term:
+            raise HttpError(400, "BadRequest", f"set-based selector {term!r} not supported by the fake")
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            terms.append(("!=", k.strip(), v.strip()))
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            terms.append(("=", k.strip(), v.strip()))
+        elif term.startswith("!"):
+            terms.append(("!", term[1:].strip(), ""))
+        else:
+            terms.append(("exists", term, ""))
+
+    def match(labels: dict[str, str]) -> bool:
+        checks = {"!=": lambda k, v: labels.get(k) != v, "=": lambda k, v: labels.get(k) == v,
+                  "!": lambda k, _: k not in labels, "exists": lambda k, _: k in labels}
+        return all(checks[op](k, v) for op, k, v in terms)
+
+    return match
+
+
+def _spec_part(obj: JSON) -> JSON:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+class FakeKubeApi:
+    def __init__(self, token: str = "test-token", *, delete_gets: int = 0) -> None:
+        self.tokens = {token}
+        self.delete_gets = delete_gets
+        self.requests: list[tuple[str, str]] = []
+        self.deletes: list[tuple[str, str, str, str | None]] = []  # kind, namespace, name, propagation
+        self._objects: dict[Key, JSON] = {}
+        self._logs: dict[tuple[str, str, str], str] = {}
+        self._create_hooks: dict[str, list[CreateHook]] = {}
+        self._get_hooks: dict[str, list[GetHook]] = {}
+        self._get_counts: dict[Key, int] = {}
+        self._delete_gets_by_kind: dict[str, int] = {}
+        self._terminating: dict[Key, int] = {}  # key -> GETs left before it disappears
+        self._rv = itertools.count(1)
+        self._uid = itertools.count(1)
+        self.lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> FakeKubeApi:
+        api = self
+
+        class Handler(_Handler):
+            fake = api
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "use FakeKubeApi as a context manager"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    # ------------------------------------------------------------ test hooks
+
+    def put(self, obj: JSON) -> JSON:
+        """Store ``obj`` as is (status included), filling metadata; replaces an existing one."""
+        with self.lock:
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            r = RESOURCES[obj["kind"]]
+            key = (r.kind, meta.get("namespace", "") if r.namespaced else "", meta["name"])
+            old = self._objects.get(key)
+            meta.setdefault("uid", old["metadata"]["uid"] if old else f"uid-{next(self._uid)}")
+            meta.setdefault("creationTimestamp", _now())
+            meta.setdefault("generation", old["metadata"].get("generation", 1) if old else 1)
+            meta["resourceVersion"] = str(next(self._rv))
+            self._objects[key] = obj
+            return copy.deepcopy(obj)
+
+    def stored(self, kind: str, name: str, namespace: str | None = None) -> JSON | None:
+        """The object as stored (a copy), without counting as a GET; None when absent."""
+        with self.lock:
+            obj = self._objects.get((kind, namespace or "", name))
+            return copy.deepcopy(obj) if obj else None
+
+    def set_status(self, kind: str, namespace: str | None, name: str, status: JSON) -> None:
+        with self.lock:
+            obj = self._objects[(kind, namespace or "", name)]
+            obj["status"] = copy.deepcopy(status)
+            obj["metadata"]["resourceVersion"] = str(next(self._rv))
+
+    def on_create(self, kind: str, callback: CreateHook) -> None:
+        """``callback(api, obj)`` after each create of ``kind`` (may set status, add pods, ...)."""
+        self._create_hooks.setdefault(kind, []).append(callback)
+
+    def on_get(self, kind: str, callback: GetHook) -> None:
+        """``callback(api, obj, n)`` before answering the n-th GET (1-based) of an object of ``kind``."""
+        self._get_hooks.setdefault(kind, []).append(callback)
+
+    def status_after_gets(self, kind: str, gets: int, status: JSON | Callable[[JSON], JSON]) -> None:
+        """From the ``gets``-th GET of each ``kind`` object on, its status is ``status`` (or ``status(obj)``)."""
+        def hook(api: FakeKubeApi, obj: JSON, n: int) -> None:
+            if n == gets:
+                meta = obj["metadata"]
+                api.set_status(kind, meta.get("namespace"), meta["name"], status(obj) if callable(status) else status)
+        self.on_get(kind, hook)
+
+    def set_delete_gets(self, kind: str, gets: int) -> None:
+        """Deleted objects of ``kind`` stay visible (terminating) for ``gets`` more GETs."""
+        self._delete_gets_by_kind[kind] = gets
+
+    def add_node(self, name: str, labels: dict[str, str] | None = None, allocatable_gpus: int = 0,
+                 ready: bool = True, unschedulable: bool = False) -> JSON:
+        return self.put({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {"unschedulable": True} if unschedulable else {},
+            "status": {
+                "allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": str(allocatable_gpus)},
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        })
+
+    def add_pod(self, namespace: str, name: str, *, labels: dict[str, str] | None = None, phase: str = "Running",
+                owner: JSON | None = None, logs: str = "", containers: tuple[str, ...] = ("main",)) -> JSON:
+        """A pod (optionally owned by ``owner``, e.g. a Job or DGD passed to an on_create hook)."""
+        meta: JSON = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+        if owner is not None:
+            meta["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}]
+        for c in containers:
+            self.set_logs(namespace, name, logs, container=c)
+        return self.put({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                         "spec": {"containers": [{"name": c, "image": "fake"} for c in containers]},
+                         "status": {"phase": phase}})
+
+    def set_logs(self, namespace: str, pod: str, text: str, container: str | None = None) -> None:
+        self._logs[(namespace, pod, container or "")] = text
+
+    # ------------------------------------------------------------ API semantics
+
+    def _key(self, r: Resource, ns: str | None, name: str) -> Key:
+        return (r.kind, (ns or "") if r.namespaced else "", name)
+
+    def _existing(self, r: Resource, ns: str | None, name: str) -> tuple[Key, JSON]:
+        key = self._key(r, ns, name)
+        if key not in self._objects:
+            raise HttpError(404, "NotFound", f'{r.plural}.{r.api_version.split("/")[0]} "{name}" not found')
+        return key, self._objects[key]
+
+    def _remove(self, key: Key) -> None:
+        obj = self._objects.pop(key, None)
+        self._terminating.pop(key, None)
+        if obj is None:
+            return
+        uid = obj["metadata"]["uid"]
+        for other, o in list(self._objects.items()):
+            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or []):
+                self._remove(other)
+
+    def handle(self, method: str, r: Resource, ns: str | None, name: str | None, query: dict[str, str],
+               body: Any, content_type: str) -> tuple[int, Any]:
+        with self.lock:
+            if method == "GET" and name is None:
+                match = _selector(query.get("labelSelector", ""))
+                items = [{k: v for k, v in copy.deepcopy(o).items() if k not in ("kind", "apiVersion")}
+                         for (kind, o_ns, _), o in sorted(self._objects.items())
+                         if kind == r.kind and (not ns or o_ns == ns)
+                         and match(o["metadata"].get("labels") or {})]
+                return 200, {"kind": f"{r.kind}List", "apiVersion": r.api_version, "items": items,
+                             "metadata": {"resourceVersion": str(next(self._rv))}}
+            if method == "POST" and name is None:
+                return self._create(r, ns, body)
+            if name is None:
+                raise HttpError(405, "MethodNotAllowed", f"{method} on a collection")
+            key, obj = self._existing(r, ns, name)
+            if method == "GET":
+                return 200, self._get(key, obj)
+            if method == "DELETE":
+                if key not in self._terminating:
+                    self.deletes.append((r.kind, key[1], name, (body or {}).get("propagationPolicy")))
+                    obj["metadata"]["deletionTimestamp"] = _now()
+                    self._terminating[key] = self._delete_gets_by_kind.get(r.kind, self.delete_gets)
+                    if self._terminating[key] <= 0:
+                        self._remove(key)
+                return 200, copy.deepcopy(obj)
+            if method == "PUT":
+                body.setdefault("metadata", {})
+                rv = body["metadata"].get("resourceVersion")
+                if rv and rv != obj["metadata"]["resourceVersion"]:
+                    raise HttpError(409, "Conflict", f'Operation cannot be fulfilled on {r.plural} "{name}": '
+                                                     "the object has been modified")
+                return 200, self._update(key, obj, body)
+            if method == "PATCH":
+                if content_type != "application/merge-patch+json":
+                    raise HttpError(415, "UnsupportedMediaType", f"patch content type {content_type!r}")
+                return 200, self._update(key, obj, _merge(obj, {k: v for k, v in body.items() if k != "status"}))
+            raise HttpError(405, "MethodNotAllowed", method)
+
+    def _create(self, r: Resource, ns: str | None, body: JSON) -> tuple[int, JSON]:
+        meta = body.get("metadata") or {}
+        if body.get("kind") != r.kind or body.get("apiVersion") != r.api_version:
+            raise HttpError(400, "BadRequest", f"body is {body.get('apiVersion')}/{body.get('kind')}, path is {r.kind}")
+        if not meta.get("name"):
+            raise HttpError(422, "Invalid", f"{r.kind}: metadata.name is required")
+        if r.namespaced and meta.get("namespace", ns) != ns:
+            raise HttpError(400, "BadRequest", f"namespace {meta.get('namespace')} does not match the path's {ns}")
+        key = self._key(r, ns, meta["name"])
+        if key in self._objects:
+            raise HttpError(409, "AlreadyExists", f'{r.plural} "{meta["name"]}" already exists')
+        obj = {k: v for k, v in copy.deepcopy(body).items() if k != "status"}
+        obj["metadata"] = {k: v for k, v in meta.items() if k not in ("uid", "resourceVersion", "generation")}
+        if r.namespaced:
+            obj["metadata"]["namespace"] = ns
+        self.put(obj)
+        for hook in self._create_hooks.get(r.kind, []):
+            hook(self, copy.deepcopy(self._objects[key]))
+        return 201, copy.deepcopy(self._objects[key])
+
+    def _get(self, key: Key, obj: JSON) -> JSON:
+        self._get_counts[key] = n = self._get_counts.get(key, 0) + 1
+        for hook in self._get_hooks.get(key[0], []):
+            hook(self, copy.deepcopy(obj), n)
+        out = copy.deepcopy(self._objects[key])
+        if key in self._terminating:  # the last of its lingering GETs: gone afterwards
+            self._terminating[key] -= 1
+            if self._terminating[key] <= 0:
+                self._remove(key)
+        return out
+
+    def _update(self, key: Key, old: JSON, new: JSON) -> JSON:
+        new = copy.deepcopy(new)
+        if new.get("metadata", {}).get("name") != key[2]:
+            raise HttpError(400, "BadRequest", f"metadata.name {new.get('metadata', {}).get('name')!r} != {key[2]!r}")
+        for k in ("uid", "creationTimestamp", "namespace", "deletionTimestamp"):
+            if k in old["metadata"]:
+                new["metadata"][k] = old["metadata"][k]
+        new["status"] = copy.deepcopy(old.get("status"))
+        if new["status"] is None:
+            del new["status"]
+        changed = _spec_part(new) != _spec_part(old)
+        new["metadata"]["generation"] = old["metadata"].get("generation", 1) + (1 if changed else 0)
+        new["metadata"]["resourceVersion"] = str(next(self._rv))
+        self._objects[key] = new
+        return copy.deepcopy(new)
+
+    def pod_logs(self, ns: str, pod: str, query: dict[str, str]) -> str:
+        with self.lock:
+            self._existing(RESOURCES["Pod"], ns, pod)
+            container = query.get("container", "")
+            text = self._logs.get((ns, pod, container), self._logs.get((ns, pod, ""), ""))
+        if "tailLines" in query:
+            text = "".join(text.splitlines(keepends=True)[-int(query["tailLines"]):])
+        return text
+
+
+_BY_PATH = {(r.api_version, r.plural): r for r in RESOURCES.values()}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeKubeApi
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _send(self, code: int, payload: Any, content_type: str = "application/json") -> None:
+        data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _serve(self, method: str) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        self.fake.requests.append((method, self.path))
+        query = dict(urllib.parse.parse_qsl(url.query))
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            if self.headers.get("Authorization", "").removeprefix("Bearer ") not in self.fake.tokens:
+                raise HttpError(401, "Unauthorized", "Unauthorized")
+            body = json.loads(raw) if raw else None
+            parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
+            if parts == ["version"] and method == "GET":
+                return self._send(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})
+            if parts[:2] == ["api", "v1"]:
+                api_version, rest = "v1", parts[2:]
+            elif parts[0] == "apis" and len(parts) >= 4:
+                api_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+            else:
+                raise HttpError(404, "NotFound", f"no API at {url.path}")
+            ns = None
+            if len(rest) >= 3 and rest[0] == "namespaces":
+                ns, rest = rest[1], rest[2:]
+            r = _BY_PATH.get((api_version, rest[0]))
+            if r is None or len(rest) > 3 or (ns and not r.namespaced):
+                raise HttpError(404, "NotFound", f"the server could not find the requested resource {url.path}")
+            name = rest[1] if len(rest) > 1 else None
+            if len(rest) == 3:
+                if (r.kind, rest[2], method) != ("Pod", "log", "GET") or ns is None or name is None:
+                    raise HttpError(404, "NotFound", f"no subresource {rest[2]} of {r.plural}")
+                return self._send(200, self.fake.pod_logs(ns, name, query), "text/plain")
+            code, out = self.fake.handle(method, r, ns, name, query, body,
+                                         self.headers.get("Content-Type", "").split(";")[0])
+            self._send(code, out)
+        except HttpError as err:
+            self._send(err.code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "message": err.message, "reason": err.reason, "code": err.code})
