@@ -1,11 +1,9 @@
 """AWS providers, built from the Lambda environment and the campaign context.
 
-What exists: the run store and the lake on S3 (``benchctl.aws_lake``, partitions registered in Glue)
-and reading a spec by ``s3://`` URI, so the Plan state works on AWS as it does locally. The EKS side
-(scaling node groups, applying the DynamoGraphDeployment, AIPerf Jobs) is the next piece; until it
-lands, those ports raise :class:`NotImplementedError` naming what is missing, the state machine's
-Catch takes the campaign through teardown (nothing was scaled, so nothing needs restoring) to a
-failed end, and the failure is recorded in the lake: loud, never pretending.
+The run store and the lake on S3 (``benchctl.aws_lake``, partitions registered in Glue); GPU pools
+as EKS managed node groups or Auto Mode NodePools (``benchctl.eks_pools``); serving, load and smoke
+as Kubernetes objects rendered from the spec (``benchctl.aws_k8s``, ``benchctl.k8s``); a preflight
+of the cluster before anything is scaled; the report in Athena.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from benchctl.campaign import Ctx, Providers
+from benchctl.campaign import JSON, Ctx, Providers
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
@@ -39,24 +37,6 @@ def read_s3_uri(uri: str) -> bytes:
         raise
 
 
-class NotBuiltYet:
-    """A port whose AWS adapter is not built yet: every call raises, naming the port and the call."""
-
-    provider = "eks"
-
-    def __init__(self, port: str) -> None:
-        self.port = port
-
-    def __getattr__(self, name: str) -> Any:
-        def fail(*_args: Any, **_kwargs: Any) -> Any:
-            raise NotImplementedError(
-                f"AWS {self.port}.{name}: the EKS adapters (node groups, DynamoGraphDeployment, AIPerf "
-                f"Jobs) are not built yet; run campaigns locally with `benchctl run`"
-            )
-
-        return fail
-
-
 def _athena_report(env: dict[str, str]) -> Any:
     database, workgroup = env.get("BENCHCTL_DATABASE"), env.get("BENCHCTL_WORKGROUP")
     if not database or not workgroup:
@@ -71,21 +51,75 @@ def _athena_report(env: dict[str, str]) -> Any:
 
 
 def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers:
+    """Providers of one campaign on AWS. The campaign spec is read from the run store when first needed
+    (the Plan state writes it), the Kubernetes client is built when first used (endpoint + CA from
+    ``describe_cluster``, a presigned token that refreshes itself)."""
+    import boto3
+
+    from benchctl.aws_k8s import EksLoad, EksServing, EksSmoke, preflight
     from benchctl.aws_lake import S3Lake, S3RunStore
+    from benchctl.eks_pools import pools_for
+    from benchctl.k8s.eks import kube_for_cluster
+    from benchctl.k8s.render import render_nodepool
+    from benchctl.spec import CampaignSpec, parse_spec
 
     env = dict(os.environ if env is None else env)
+    cluster = env.get("BENCHCTL_CLUSTER", "")
     run_bucket, run_prefix = split_s3_uri(ctx.run_uri)
     lake_bucket, lake_prefix = split_s3_uri(ctx.lake_uri)
+    store = S3RunStore(run_bucket, run_prefix)
+    session = boto3.session.Session()
+    cache: dict[str, Any] = {}
+
+    def spec() -> CampaignSpec:
+        if "spec" not in cache:
+            data = store.read_json("spec.json")
+            if data is None:
+                raise FileNotFoundError(f"{store.uri}/spec.json is missing: the Plan state writes it")
+            cache["spec"] = parse_spec(data, f"{store.uri}/spec.json")
+        result: CampaignSpec = cache["spec"]
+        return result
+
+    def kube() -> Any:
+        if "kube" not in cache:
+            if not cluster:
+                raise ValueError("BENCHCTL_CLUSTER is not set: the control-plane stack sets it from "
+                                 "context benchctl:cluster_name")
+            cache["kube"] = kube_for_cluster(cluster, session)
+        return cache["kube"]
+
+    class _Pools:  # the spec is known only after Plan; build the pool adapters on first use
+        provider = "eks"
+
+        def _real(self) -> Any:
+            if "pools" not in cache:
+                cache["pools"] = pools_for(spec(), ctx.campaign_id, cluster_name=cluster, session=session, kube=kube,
+                                           render_nodepool=lambda pool, gpus: render_nodepool(
+                                               spec(), ctx.campaign_id, pool, gpus))
+            return cache["pools"]
+
+        def scale(self, pool: str, nodes: int, owner: str) -> JSON:
+            result: JSON = self._real().scale(pool, nodes, owner)
+            return result
+
+        def ready(self, record: JSON) -> bool:
+            return bool(self._real().ready(record))
+
+        def restore(self, record: JSON) -> JSON:
+            result: JSON = self._real().restore(record)
+            return result
+
     return Providers(
         engine="aws",
-        store=S3RunStore(run_bucket, run_prefix),
-        pools=NotBuiltYet("pools"),
-        serving=NotBuiltYet("serving"),
-        load=NotBuiltYet("load"),
+        store=store,
+        pools=_Pools(),
+        serving=EksServing(kube, spec, ctx.campaign_id),
+        load=EksLoad(kube, spec, ctx.campaign_id),
         lake=S3Lake(lake_bucket, lake_prefix, database=env.get("BENCHCTL_DATABASE") or None),
         tokenizer=env.get("BENCHCTL_TOKENIZER", "Qwen/Qwen3-30B-A3B"),
-        smoke=NotBuiltYet("smoke"),
+        smoke=EksSmoke(kube, spec, ctx.campaign_id),
         read_uri=read_s3_uri,
         report=_athena_report(env),
+        preflight=lambda s: preflight(s, kube(), eks=session.client("eks"), cluster_name=cluster),
         versions={"benchctl_engine": "aws"},
     )

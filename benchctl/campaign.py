@@ -67,6 +67,7 @@ class Providers:
     smoke: Any  # callable(state, n, max_tokens) -> dict
     report: Any = None  # callable(campaign_id) -> dict
     read_uri: Any = None  # callable(uri) -> bytes: a spec given by URI at start (AWS: s3://...)
+    preflight: Any = None  # callable(spec) -> list of missing prerequisites, checked before any scaling
     clock: Any = time.time
     versions: JSON = field(default_factory=dict)
 
@@ -236,6 +237,12 @@ def plan(p: Providers, event: JSON) -> JSON:
     the_plan = plan_campaign(spec, p.engine)
     if the_plan.budget_problems:
         raise SpecError(f"{p.store.uri}/spec.json", the_plan.budget_problems)
+    if p.preflight is not None:  # before anything is scaled: every missing prerequisite, by name
+        missing = p.preflight(spec)
+        if missing:
+            from benchctl.errors import PreflightFailed
+
+            raise PreflightFailed(missing)
     existing = p.store.read_json("plan.json")
     if existing is None or existing.get("spec_hash") != the_plan.spec_hash:
         p.store.write_json("plan.json", the_plan.to_json())
@@ -375,7 +382,13 @@ def check_ready(p: Providers, ctx: Ctx, experiment: str) -> JSON:
     spec = _spec(p)
     if p.serving.probe_ready(d["state"]):
         startup_s = p.clock() - d["deployed_at"]
-        timeline(p, ctx.campaign_id, experiment, "ready", startup_s=round(startup_s, 3))
+        running: JSON = {}
+        if hasattr(p.serving, "versions"):  # on EKS: the image digests the pods actually run
+            running = p.serving.versions(d["state"])
+            campaign = p.store.read_json("campaign.json") or {}
+            campaign.setdefault("versions", {}).setdefault("experiments", {})[experiment] = running
+            p.store.write_json("campaign.json", campaign)
+        timeline(p, ctx.campaign_id, experiment, "ready", startup_s=round(startup_s, 3), **running)
         return {"done": True}
     if p.clock() - d["deployed_at"] > spec.timeouts.ready_s:
         raise DeadlineExceeded(f"deployment of {experiment} not Ready within timeouts.ready_s={spec.timeouts.ready_s}")
@@ -508,6 +521,8 @@ def check_load(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         return {"done": False}
     rec["exit_code"] = code
     rec["ended_at"] = p.clock()
+    if code != 0 and hasattr(p.load, "failure_logs"):  # on EKS: the pods' last log lines, kept with the record
+        rec["logs"] = p.load.failure_logs(rec["state"])
     p.store.write_json(_load_key(experiment, step_id), rec)
     timeline(p, ctx.campaign_id, experiment, "load_end", key=step_id, step_id=step_id, exit_code=code)
     if step_id == "warmup" and code != 0:

@@ -51,3 +51,11 @@ class InjectedFailure(BenchError):
 
 class DeadlineExceeded(BenchError):
     """Waiting for something took longer than its deadline."""
+
+
+class PreflightFailed(BenchError):
+    """A prerequisite of the engine is missing (cluster, namespace, CRD, secret, volume, node group)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("preflight: " + "; ".join(problems))

@@ -32,6 +32,44 @@ def aws(monkeypatch: pytest.MonkeyPatch):
         yield sm["stateMachineArn"]
 
 
+@pytest.fixture
+def cluster(aws, monkeypatch):
+    """A moto EKS cluster with node group gpu-ng (0/4/0) and a fake Kubernetes API with the prerequisites."""
+    from benchctl.k8s.client import KubeClient
+    from tests.fakes.k8s_api import FakeKubeApi
+
+    eks = boto3.client("eks")
+    role = "arn:aws:iam::123456789012:role/eks"
+    eks.create_cluster(name="bench", roleArn=role, resourcesVpcConfig={})
+    eks.create_nodegroup(clusterName="bench", nodegroupName="gpu-ng", nodeRole=role, subnets=["s-1"],
+                         scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 0})
+    with FakeKubeApi() as api:
+        for obj in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dynamo-bench"}},
+                    {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                     "metadata": {"name": "dynamographdeployments.nvidia.com"}},
+                    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": "dynamo-bench"}},
+                    {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": "model-cache", "namespace": "dynamo-bench"}}):
+            api.put(obj)
+        monkeypatch.setattr("benchctl.k8s.eks.kube_for_cluster",
+                            lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
+        monkeypatch.setenv("BENCHCTL_CLUSTER", "bench")
+        monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
+        monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")
+        yield api
+
+
+def _eks_smoke_spec() -> bytes:
+    spec = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    spec["budget"]["max_hours"] = 3  # AWS overheads (node start-up, model load) exceed the local 1 h
+    spec["pools"][0].update(provider="managed-nodegroup", nodegroup="gpu-ng")
+    return yaml.safe_dump(spec).encode()
+
+
+def _scaling() -> dict:
+    return boto3.client("eks").describe_nodegroup(clusterName="bench", nodegroupName="gpu-ng")["nodegroup"]["scalingConfig"]
+
+
 def _objects() -> list[str]:
     return [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents", [])]
 
@@ -78,17 +116,14 @@ def test_upload_only_stores_what_a_schedule_points_at(aws, capsys):
     assert '"spec_key": "specs/seed-plan.yaml"' in capsys.readouterr().out
 
 
-def test_plan_on_aws_from_a_console_or_schedule_input(aws, monkeypatch, capsys):
+def test_plan_on_aws_from_a_console_or_schedule_input(aws, cluster, capsys):
     from lambdas import plan as plan_handler
     from lambdas import pools as pools_handler
+    from lambdas import teardown as teardown_handler
     from lambdas._runtime import use_providers
 
-    monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
-    monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")
     use_providers(None)  # the AWS providers, built from the environment
-    spec = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
-    spec["budget"]["max_hours"] = 3  # AWS overheads (node start-up, model load) exceed the local 1 h
-    boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/smoke.yaml", Body=yaml.safe_dump(spec).encode())
+    boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/smoke.yaml", Body=_eks_smoke_spec())
     # the schedule's input: no ctx, no campaign id; the execution name becomes the campaign id
     execution = "arn:aws:states:us-east-1:123456789012:execution:campaign:weekly-2026-11-29"
     out = plan_handler.handler({"action": "plan", "state": "Plan", "execution": execution,
@@ -102,31 +137,45 @@ def test_plan_on_aws_from_a_console_or_schedule_input(aws, monkeypatch, capsys):
         assert f"runs/weekly-2026-11-29/{k}" in keys
     assert "lake/campaigns/campaign_id=weekly-2026-11-29/campaign.parquet" in keys
     assert "lake/experiments/campaign_id=weekly-2026-11-29/experiment=disagg/experiment.parquet" in keys
-    # the EKS side is not built yet: the next state fails loudly and the failure is recorded
+    # ScalePools scales the named node group and records what it was; an abort restores exactly that
     capsys.readouterr()
-    with pytest.raises(NotImplementedError, match=r"AWS pools.scale: the EKS adapters"):
-        pools_handler.handler({"action": "scale", "state": "ScalePools", "ctx": ctx, "experiment": "agg"})
+    pools_handler.handler({"action": "scale", "state": "ScalePools", "ctx": ctx, "experiment": "agg"})
+    assert _scaling() == {"minSize": 1, "maxSize": 4, "desiredSize": 1}
+    teardown_handler.handler({"action": "campaign", "state": "AbortCampaign", "ctx": ctx,
+                              "error": {"Error": "DeadlineExceeded", "Cause": "test"}})
+    assert _scaling() == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     assert [(m["state"], m["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]) for m in emf] == [
-        ("ScalePools", "TaskFailed")]
-    failure = json.loads(boto3.client("s3").get_object(
-        Bucket=BUCKET, Key="runs/weekly-2026-11-29/failure.json")["Body"].read())
-    assert failure["state"] == "ScalePools" and failure["error"] == "NotImplementedError"
+        ("ScalePools", "TaskSucceeded"), ("AbortCampaign", "TaskSucceeded")]
 
 
-def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, monkeypatch, tmp_path):
+def test_plan_on_aws_stops_before_scaling_when_preflight_fails(aws, cluster):
+    from lambdas import plan as plan_handler
+    from lambdas._runtime import use_providers
+
+    use_providers(None)
+    cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other", "namespace": "dynamo-bench"}})
+    from benchctl.k8s.client import KubeClient
+
+    KubeClient(cluster.url, token=lambda: "test-token").delete("v1", "Secret", "hf-token", "dynamo-bench")
+    boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/smoke.yaml", Body=_eks_smoke_spec())
+    with pytest.raises(Exception, match=r"preflight: missing secret dynamo-bench/hf-token") as err:
+        plan_handler.handler({"action": "plan", "state": "Plan", "execution": "arn:x:execution:campaign:c-2",
+                              "input": {"spec_uri": f"s3://{BUCKET}/specs/smoke.yaml"}})
+    assert type(err.value).__name__ == "PreflightFailed"
+    assert _scaling() == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
+    assert not [k for k in _objects() if k.startswith("runs/c-2/plan")]
+
+
+def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, cluster, tmp_path):
     from benchctl.aws_lake import S3Lake, S3RunStore
     from benchctl.ingest import StepContext, ingest_artifacts
     from lambdas import ingest as ingest_handler
     from lambdas import plan as plan_handler
     from lambdas._runtime import use_providers
 
-    monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
-    monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")
     use_providers(None)
-    spec = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
-    spec["budget"]["max_hours"] = 3
-    boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/s.yaml", Body=yaml.safe_dump(spec).encode())
+    boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/s.yaml", Body=_eks_smoke_spec())
     ctx = plan_handler.handler({"action": "plan", "state": "Plan", "execution": "arn:x:execution:campaign:c-1",
                                 "input": {"spec_uri": f"s3://{BUCKET}/specs/s.yaml"}})["ctx"]
     # Given a finished AIPerf step whose artifacts the Job left in the raw area on S3

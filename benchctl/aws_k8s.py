@@ -1,0 +1,269 @@
+"""The serving, load and smoke ports on EKS, plus the preflight check: Kubernetes objects we render.
+
+* ``EksServing`` (ServingPort): the experiment's DynamoGraphDeployment. Ready when its ``Ready``
+  condition is True AND ``status.observedGeneration`` caught up with ``metadata.generation``
+  (FACTS); ``status.state == failed`` is a ServingFailed naming the conditions. Teardown deletes, by
+  our labels only, the experiment's Jobs and then its deployment, and waits (bounded) until the pods
+  are gone; repeating it is harmless.
+* ``EksLoad`` (LoadPort): one Job per AIPerf step (its artifacts go to the step's raw S3 prefix);
+  ``poll`` maps Job conditions to an exit code; ``failure_logs`` collects the pods' log tails;
+  ``stop`` deletes the Job (Foreground: its pods go with it).
+* ``EksSmoke``: a short Job of a few chat requests plus a ``/metrics`` GET against the frontend.
+* ``preflight``: before anything is scaled, every prerequisite checked and each missing one named.
+
+Objects are only created from ``benchctl.k8s.render`` (so they carry our labels) and only deleted
+through label selectors naming this campaign and experiment: nothing of anybody else's is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchctl.errors import ServingFailed, SmokeTestFailed
+from benchctl.k8s.client import ApiError, Conflict, KubeClient, NotFound
+from benchctl.k8s.render import (
+    LABEL_CAMPAIGN,
+    frontend_service_url,
+    labels,
+    render_dgd,
+    render_load_job,
+    render_smoke_job,
+    selector,
+)
+from benchctl.ports import JSON, DeploymentSpec
+from benchctl.spec import CampaignSpec
+
+DGD = ("nvidia.com/v1beta1", "DynamoGraphDeployment")
+JOB = ("batch/v1", "Job")
+KubeSource = KubeClient | Callable[[], KubeClient]
+SpecSource = CampaignSpec | Callable[[], CampaignSpec]
+_RAW = re.compile(r"/campaign_id=([^/]+)/experiment=([^/]+)/step_id=([^/]+)/?$")
+
+
+def _resolve(source: Any) -> Any:
+    return source() if callable(source) and not isinstance(source, KubeClient | CampaignSpec) else source
+
+
+class _Base:
+    def __init__(self, kube: KubeSource, spec: SpecSource, campaign_id: str, *,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._kube, self._spec, self.campaign_id = kube, spec, campaign_id
+        self.clock, self.sleep = clock, sleep
+
+    @property
+    def kube(self) -> KubeClient:
+        kube: KubeClient = _resolve(self._kube)
+        return kube
+
+    @property
+    def spec(self) -> CampaignSpec:
+        spec: CampaignSpec = _resolve(self._spec)
+        return spec
+
+    @property
+    def namespace(self) -> str:
+        return self.spec.kubernetes.namespace
+
+    def _ours(self, obj: JSON) -> bool:
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN) == self.campaign_id
+
+    def _wait_gone(self, deleted: list[tuple[str, str, str]], sel: str, timeout_s: float) -> list[str]:
+        """Wait (bounded) until the deleted objects and every pod matching ``sel`` are gone; what is left."""
+        deadline = self.clock() + timeout_s
+        while True:
+            left = []
+            for api_version, kind, name in deleted:
+                try:
+                    self.kube.get(api_version, kind, name, self.namespace)
+                    left.append(f"{kind}/{name}")
+                except NotFound:
+                    pass
+            left += [f"Pod/{o['metadata']['name']}" for o in self.kube.list("v1", "Pod", self.namespace, sel)]
+            if not left or self.clock() >= deadline:
+                return left
+            self.sleep(2.0)
+
+
+def _conditions(obj: JSON) -> dict[str, str]:
+    return {str(c.get("type")): str(c.get("status")) for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+class EksServing(_Base):
+    teardown_wait_s = 240.0
+
+    def deploy(self, dspec: DeploymentSpec) -> JSON:
+        experiment = dspec.deployment_id
+        obj = render_dgd(self.spec, self.campaign_id, experiment)
+        name = obj["metadata"]["name"]
+        try:
+            self.kube.create(obj)
+        except Conflict:  # redelivered event, or somebody else's object with our name
+            existing = self.kube.get(*DGD, name, self.namespace)
+            if not self._ours(existing):
+                raise ServingFailed(f"DynamoGraphDeployment {self.namespace}/{name} exists and is not this "
+                                    f"campaign's ({LABEL_CAMPAIGN} missing or different); refusing to touch it") from None
+        url = frontend_service_url(self.spec, self.campaign_id, experiment)
+        return {"deployment_id": experiment, "name": name, "namespace": self.namespace, "url": url,
+                "metrics_urls": [f"{url}/metrics"], "model": self.spec.model.name, "engine": "eks"}
+
+    def _get(self, state: JSON) -> JSON:
+        try:
+            return self.kube.get(*DGD, state["name"], state["namespace"])
+        except NotFound:
+            raise ServingFailed(f"DynamoGraphDeployment {state['namespace']}/{state['name']} is gone") from None
+
+    def probe_ready(self, state: JSON) -> bool:
+        dgd = self._get(state)
+        status = dgd.get("status") or {}
+        if status.get("state") == "failed":
+            raise ServingFailed(f"DynamoGraphDeployment {state['name']} failed: conditions {status.get('conditions')}")
+        caught_up = int(status.get("observedGeneration", -1)) >= int(dgd["metadata"].get("generation", 0))
+        return caught_up and _conditions(dgd).get("Ready") == "True"
+
+    def check_alive(self, state: JSON) -> None:
+        status = self._get(state).get("status") or {}
+        if status.get("state") == "failed":
+            raise ServingFailed(f"DynamoGraphDeployment {state['name']} failed during the load: "
+                                f"{status.get('conditions')}")
+
+    def versions(self, state: JSON) -> JSON:
+        """Image digests actually running (the pods' ``imageID``), per container image."""
+        sel = selector(labels(self.campaign_id, state["deployment_id"]))
+        digests: dict[str, str] = {}
+        for pod in self.kube.list("v1", "Pod", state["namespace"], sel):
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                if cs.get("image") and cs.get("imageID"):
+                    digests[str(cs["image"])] = str(cs["imageID"])
+        return {"images": digests}
+
+    def teardown(self, state: JSON) -> JSON:
+        experiment = state["deployment_id"]
+        sel = selector(labels(self.campaign_id, experiment))
+        removed: JSON = {"jobs": [], "deployments": []}
+        deleted: list[tuple[str, str, str]] = []
+        for kind, key in ((JOB, "jobs"), (DGD, "deployments")):  # load first, then serving
+            for obj in self.kube.list(*kind, self.namespace, sel):
+                name = obj["metadata"]["name"]
+                if self._ours(obj) and self.kube.delete(*kind, name, self.namespace):
+                    removed[key].append(name)
+                    deleted.append((*kind, name))
+        removed["left"] = self._wait_gone(deleted, sel, self.teardown_wait_s)
+        return removed
+
+
+def _raw_parts(artifact_dir: str) -> tuple[str, str, str]:
+    m = _RAW.search(artifact_dir)
+    if not m:
+        raise ValueError(f"{artifact_dir!r} is not a step's raw area (…/campaign_id=C/experiment=E/step_id=S/)")
+    return m.group(1), m.group(2), m.group(3)
+
+
+class EksLoad(_Base):
+    def launch(self, argv: list[str], artifact_dir: str, job_id: str) -> JSON:
+        campaign_id, experiment, step_id = _raw_parts(artifact_dir)
+        if campaign_id != self.campaign_id:
+            raise ValueError(f"{artifact_dir}: campaign {campaign_id!r} is not {self.campaign_id!r}")
+        input_uri = next((a for a in argv if a.startswith("s3://") and "/inputs/" in a), None)
+        job = render_load_job(self.spec, campaign_id, experiment, step_id, argv, artifact_dir, input_s3_uri=input_uri)
+        name = job["metadata"]["name"]
+        try:
+            self.kube.create(job)
+        except Conflict:
+            if not self._ours(self.kube.get(*JOB, name, self.namespace)):
+                raise ValueError(f"Job {self.namespace}/{name} exists and is not this campaign's") from None
+        return {"job_id": job_id, "name": name, "namespace": self.namespace, "artifact_dir": artifact_dir}
+
+    def poll(self, state: JSON) -> int | None:
+        try:
+            job = self.kube.get(*JOB, state["name"], state["namespace"])
+        except NotFound:
+            return 1  # gone before finishing: deleted or expired; nothing to wait for
+        cond = _conditions(job)
+        st = job.get("status") or {}
+        if cond.get("Complete") == "True" or int(st.get("succeeded") or 0) > 0:
+            return 0
+        if cond.get("Failed") == "True" or int(st.get("failed") or 0) > 0:
+            return 1
+        return None
+
+    def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:
+        out: JSON = {}
+        try:
+            pods = self.kube.list("v1", "Pod", state["namespace"], {"job-name": state["name"]})
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                for c in ("aiperf", "upload", None):
+                    try:
+                        out[f"{name}/{c or 'default'}"] = self.kube.logs(name, state["namespace"], c, tail_lines)
+                    except ApiError:
+                        continue
+        except ApiError as err:
+            out["error"] = str(err)
+        return out
+
+    def stop(self, state: JSON) -> None:
+        self.kube.delete(*JOB, state["name"], state["namespace"])
+
+
+class EksSmoke(_Base):
+    timeout_s = 240.0
+
+    def __call__(self, state: JSON, n: int, max_tokens: int) -> JSON:
+        job = render_smoke_job(self.spec, self.campaign_id, state["deployment_id"], state["url"])
+        name = job["metadata"]["name"]
+        with contextlib.suppress(Conflict):  # a redelivered event: follow the Job already there
+            self.kube.create(job)
+        deadline = self.clock() + self.timeout_s
+        load = EksLoad(self._kube, self._spec, self.campaign_id, clock=self.clock, sleep=self.sleep)
+        jstate = {"name": name, "namespace": self.namespace}
+        while True:
+            code = load.poll(jstate)
+            if code == 0:
+                return {"requests": n, "max_tokens": max_tokens, "job": name}
+            if code is not None or self.clock() >= deadline:
+                logs = load.failure_logs(jstate)
+                raise SmokeTestFailed(f"smoke Job {name} {'failed' if code else 'timed out'}; logs: "
+                                      + "; ".join(f"{k}: {v[-400:]}" for k, v in logs.items()))
+            self.sleep(3.0)
+
+
+def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_name: str = "") -> list[str]:
+    """Every missing prerequisite, by name (empty: all there). Read-only: nothing is created."""
+    problems: list[str] = []
+    try:
+        kube.version()
+    except ApiError as err:
+        return [f"cluster {cluster_name or kube}: Kubernetes API not reachable ({err})"]
+    k = spec.kubernetes
+    checks = [
+        (("v1", "Namespace", k.namespace, None), f"namespace {k.namespace!r}"),
+        (("apiextensions.k8s.io/v1", "CustomResourceDefinition", "dynamographdeployments.nvidia.com", None),
+         "CRD dynamographdeployments.nvidia.com (install the dynamo-platform chart)"),
+        (("v1", "Secret", k.hf_token_secret, k.namespace), f"secret {k.namespace}/{k.hf_token_secret} (HF token)"),
+        (("v1", "PersistentVolumeClaim", k.model_pvc, k.namespace), f"volume claim {k.namespace}/{k.model_pvc} (model cache)"),
+    ]
+    if any(p.provider == "auto-mode" for p in spec.pools):
+        checks.append((("apiextensions.k8s.io/v1", "CustomResourceDefinition", "nodepools.karpenter.sh", None),
+                       "CRD nodepools.karpenter.sh (EKS Auto Mode)"))
+    for (api_version, kind, name, ns), what in checks:
+        try:
+            kube.get(api_version, kind, name, ns)
+        except NotFound:
+            problems.append(f"missing {what}")
+        except ApiError as err:
+            problems.append(f"cannot read {what}: {err}")
+    for pool in spec.pools:
+        if pool.provider != "managed-nodegroup" or eks is None:
+            continue
+        if not pool.nodegroup:
+            problems.append(f"pool {pool.name}: no nodegroup named in the spec")
+            continue
+        try:
+            eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=pool.nodegroup)
+        except eks.exceptions.ResourceNotFoundException:
+            problems.append(f"pool {pool.name}: node group {pool.nodegroup!r} not found in cluster {cluster_name!r}")
+    return problems
