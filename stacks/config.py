@@ -49,6 +49,8 @@ class Config:
     notify_email: str | None = None
     athena_bytes_scanned_cutoff: int = 10 * 1024**3
     raw_archive_days: int = 90
+    namespace: str = "dynamo-bench"
+    load_service_account: str = "benchctl-load"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -125,7 +127,14 @@ def load(node: Node) -> Config:
     email = node.try_get_context(PREFIX + "notify_email") or None
     if email is not None and (not isinstance(email, str) or "@" not in email):
         raise ConfigError(f"CDK context '{PREFIX}notify_email': {email!r} is not an e-mail address")
+    namespace = node.try_get_context(PREFIX + "namespace") or "dynamo-bench"
+    account = node.try_get_context(PREFIX + "load_service_account") or "benchctl-load"
+    for key, value in (("namespace", namespace), ("load_service_account", account)):
+        if not isinstance(value, str) or not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", value):
+            raise ConfigError(f"CDK context '{PREFIX}{key}': {value!r} is not a Kubernetes name (DNS-1123 label)")
     return Config(
+        namespace=namespace,
+        load_service_account=account,
         env_name=env_name,
         cluster_name=_required(node, "cluster_name", _CLUSTER, "an EKS cluster name", "dynamo-bench"),
         powertools_layer_arn=_required(

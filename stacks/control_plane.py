@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -48,7 +49,7 @@ ASSET_EXCLUDES = [
     ".venv", ".git", ".ci", "runs", "cdk.out", "build", "tests", "bench", "examples", "stacks", "scripts",
     "*.pyc", "__pycache__", ".*_cache", "benchctl/local", "*.md", "Makefile",
 ]
-EKS_FUNCTIONS = {"Pools", "Serving", "Load", "Teardown"}
+EKS_FUNCTIONS = {"Plan", "Pools", "Serving", "Load", "Teardown"}  # Plan: the preflight
 NODEGROUP_FUNCTIONS = {"Pools", "Teardown"}
 EXECUTION_STATUSES = ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
 
@@ -117,6 +118,8 @@ class ControlPlaneStack(Stack):
                 role.add_to_policy(iam.PolicyStatement(
                     actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig", "eks:DescribeUpdate"],
                     resources=nodegroup_arns))
+            if name == "Plan" and nodegroup_arns:
+                role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=nodegroup_arns))
             if name == "Report":
                 role.add_to_policy(iam.PolicyStatement(
                     actions=["athena:StartQueryExecution", "athena:GetQueryExecution", "athena:GetQueryResults",
@@ -177,6 +180,7 @@ class ControlPlaneStack(Stack):
              "appliesTo": [{"regex": "/^Resource::.*$/"}]},
         ], apply_to_children=True)
 
+        self._load_job_identity(config, results)
         self._notifications(config)
         if config.schedule is not None:
             self._schedule(config, results)
@@ -197,6 +201,22 @@ class ControlPlaneStack(Stack):
             actions=["glue:GetTable", "glue:GetPartition", "glue:GetPartitions", "glue:BatchCreatePartition",
                      "glue:CreatePartition", "glue:BatchGetPartition"],
             resources=results.glue_arns()))
+
+    def _load_job_identity(self, config: Config, results: ResultsStack) -> None:
+        """What the AIPerf Jobs in the cluster may do (EKS Pod Identity for their service account): read
+        a step's generated inputs and write its artifacts, under the raw prefix, nothing else."""
+        bucket = results.bucket
+        role = iam.Role(self, "LoadJobRole", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
+                        description="benchctl AIPerf Jobs: upload a step's artifacts to the raw prefix")
+        role.assume_role_policy.add_statements(iam.PolicyStatement(  # type: ignore[union-attr]
+            actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]))
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"],
+                                               resources=[bucket.arn_for_objects(f"{LAKE_PREFIX}/raw/*")]))
+        NagSuppressions.add_resource_suppressions(role, [_wildcard_reason("lake/raw/* objects of each step")],
+                                                  apply_to_children=True)
+        eks.CfnPodIdentityAssociation(self, "LoadJobIdentity", cluster_name=config.cluster_name,
+                                      namespace=config.namespace, service_account=config.load_service_account,
+                                      role_arn=role.role_arn)
 
     def _notifications(self, config: Config) -> None:
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN,

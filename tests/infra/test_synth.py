@@ -238,6 +238,19 @@ def test_only_pool_functions_scale_node_groups_and_only_the_configured_ones(temp
     assert athena == {"Report"}
 
 
+def test_load_jobs_may_only_touch_the_raw_prefix_through_pod_identity(templates):
+    cp = templates[CP]
+    assoc = _one(cp, "AWS::EKS::PodIdentityAssociation")
+    assert (assoc["ClusterName"], assoc["Namespace"], assoc["ServiceAccount"]) == (
+        CONTEXT["benchctl:cluster_name"], CONTEXT["benchctl:namespace"], CONTEXT["benchctl:load_service_account"])
+    role_id = assoc["RoleArn"]["Fn::GetAtt"][0]
+    trust = cp["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert {p for st in trust for p in _as_list(st["Principal"]["Service"])} == {"pods.eks.amazonaws.com"}
+    stmts = [st for rid, st in _statements(cp) if rid.startswith("LoadJobRole")]
+    assert {a for st in stmts for a in _as_list(st["Action"])} == {"s3:PutObject", "s3:GetObject"}
+    assert all("/lake/raw/*" in json.dumps(st["Resource"]) for st in stmts)
+
+
 # --------------------------------------------------------------------------------------- nag, cfn-lint
 
 
