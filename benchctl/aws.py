@@ -98,8 +98,8 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
                                                spec(), ctx.campaign_id, pool, gpus))
             return cache["pools"]
 
-        def scale(self, pool: str, nodes: int, owner: str) -> JSON:
-            result: JSON = self._real().scale(pool, nodes, owner)
+        def scale(self, pool: str, nodes: int, owner: str, *, before_change: Any = None) -> JSON:
+            result: JSON = self._real().scale(pool, nodes, owner, before_change=before_change)
             return result
 
         def ready(self, record: JSON) -> bool:

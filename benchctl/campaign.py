@@ -26,6 +26,7 @@ from benchctl.errors import (
     InjectedFailure,
     LoadFailed,
     NotReadyYet,
+    ScaleInterrupted,
     SpecError,
 )
 from benchctl.plan import CampaignPlan, StepPlan, plan_campaign
@@ -41,7 +42,8 @@ CAMPAIGN = "_campaign"  # experiment partition value of campaign-level timeline 
 class PoolPort(Protocol):
     provider: str
 
-    def scale(self, pool: str, nodes: int, owner: str) -> JSON: ...
+    def scale(self, pool: str, nodes: int, owner: str, *, before_change: Any = None) -> JSON:
+        """Scale ``pool`` to hold ``nodes``; call ``before_change(record)`` before changing anything."""
     def ready(self, record: JSON) -> bool: ...
     def restore(self, record: JSON) -> JSON: ...
 
@@ -294,21 +296,31 @@ def experiment_row(campaign_id: str, index: int, e: Experiment) -> JSON:
 
 
 def scale_pools(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    """Scale each pool the experiment needs. The prior size is persisted BEFORE each change (the pool
+    adapter calls back first), so a crash at any point leaves teardown what to restore."""
     key = f"pools/{experiment}.json"
     existing = p.store.read_json(key)
-    if existing is not None:  # redelivered event: never scale twice
-        return {"pools": existing["records"], "reused": True}
+    if existing is not None:
+        if existing.get("complete", True) and not any(r.get("pending") for r in existing["records"]):
+            return {"pools": existing["records"], "reused": True}  # redelivered event: never scale twice
+        raise ScaleInterrupted(
+            f"ScalePools of {experiment} was interrupted mid-change ({key}); teardown restores the recorded "
+            "sizes instead of scaling again on top of an unknown state")
     exp = _plan(p).experiment(experiment)
-    records = []
+    records: list[JSON] = []
+
+    def persist(pending: JSON | None = None, complete: bool = False) -> None:
+        recs = records + ([{**pending, "pending": True}] if pending else [])
+        p.store.write_json(key, {"records": recs, "requested_at": p.clock(), "complete": complete})
+
+    persist()
     for pool, nodes in exp.nodes.items():
-        rec = p.pools.scale(pool, nodes, owner=f"{ctx.campaign_id}/{experiment}")
+        rec = p.pools.scale(pool, nodes, owner=f"{ctx.campaign_id}/{experiment}", before_change=persist)
         records.append(rec)
-        # persist after every pool so a crash in between still restores what was scaled
-        p.store.write_json(key, {"records": records, "requested_at": p.clock()})
+        persist()
         timeline(p, ctx.campaign_id, experiment, "scale_requested", key=pool, pool=pool,
                  nodes=nodes, previous=rec["previous"], simulated=rec.get("simulated", False))
-    if not records:
-        p.store.write_json(key, {"records": [], "requested_at": p.clock()})
+    persist(complete=True)
     return {"pools": records, "reused": False}
 
 

@@ -29,6 +29,7 @@ from benchctl.spec import CampaignSpec, PoolSpec
 JSON = dict[str, Any]
 KubeSource = KubeClient | Callable[[], KubeClient] | None
 
+BeforeChange = Callable[[JSON], None] | None
 CAMPAIGN_LABEL = LABEL_CAMPAIGN  # the same labels every rendered object carries
 POOL_LABEL = "benchctl.io/pool"
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
@@ -153,7 +154,10 @@ class ManagedNodeGroupPools:
         cfg = ng.get("scalingConfig") or {}
         return {k: int(cfg.get(k, 0)) for k in SCALING_KEYS}
 
-    def scale(self, pool: str, nodes: int, owner: str) -> JSON:
+    def scale(self, pool: str, nodes: int, owner: str, *, before_change: BeforeChange = None) -> JSON:
+        """Scale the pool's node group to hold ``nodes``; ``before_change(record)`` is called with the
+        record (``previous`` included) BEFORE the node group is changed, so a crash in between still
+        leaves what to restore."""
         spec, nodegroup = self._nodegroup(pool)
         _check_nodes(spec, nodes)
         ng = self._describe(pool, nodegroup)
@@ -167,18 +171,7 @@ class ManagedNodeGroupPools:
             "maxSize": max(previous["maxSize"], nodes),
             "desiredSize": max(previous["desiredSize"], nodes),
         }
-        update_id = None
-        if target != previous:
-            try:
-                update = self.eks.update_nodegroup_config(
-                    clusterName=self.cluster_name, nodegroupName=nodegroup, scalingConfig=target)["update"]
-            except Exception as err:
-                if _error_code(err) == "ResourceInUseException":
-                    raise PoolScalingFailed(f"pool {pool!r}: node group {nodegroup!r} has another update in "
-                                            f"progress; not scaling it: {err}") from None
-                raise
-            update_id = update.get("id")
-        return {
+        record: JSON = {
             "pool": pool,
             "provider": self.provider,
             "cluster": self.cluster_name,
@@ -187,11 +180,24 @@ class ManagedNodeGroupPools:
             "target": target,
             "requested": nodes,
             "gpus_per_node": spec.gpus_per_node,
-            "update_id": update_id,
+            "update_id": None,
             "owner": owner,
             "requested_at": self.clock(),
             "simulated": False,
         }
+        if target != previous:
+            if before_change is not None:
+                before_change(record)
+            try:
+                update = self.eks.update_nodegroup_config(
+                    clusterName=self.cluster_name, nodegroupName=nodegroup, scalingConfig=target)["update"]
+            except Exception as err:
+                if _error_code(err) == "ResourceInUseException":
+                    raise PoolScalingFailed(f"pool {pool!r}: node group {nodegroup!r} has another update in "
+                                            f"progress; not scaling it: {err}") from None
+                raise
+            record["update_id"] = update.get("id")
+        return record
 
     def ready(self, record: JSON) -> bool:
         pool, nodegroup = record["pool"], record["nodegroup"]
@@ -262,7 +268,7 @@ class AutoModePools:
     def _ours(self, obj: JSON) -> bool:
         return ((obj.get("metadata") or {}).get("labels") or {}).get(CAMPAIGN_LABEL) == self.campaign_id
 
-    def scale(self, pool: str, nodes: int, owner: str) -> JSON:
+    def scale(self, pool: str, nodes: int, owner: str, *, before_change: BeforeChange = None) -> JSON:
         spec = _pool_spec(self.pool_specs, pool, self.provider)
         _check_nodes(spec, nodes)
         obj = copy.deepcopy(self.render_nodepool(pool, nodes))
@@ -276,6 +282,10 @@ class AutoModePools:
         meta.setdefault("labels", {}).update({CAMPAIGN_LABEL: self.campaign_id, POOL_LABEL: pool})
         kube = self.kube()
         created = True
+        if before_change is not None:  # recorded first: a crash after the create still gets it deleted
+            before_change({"pool": pool, "provider": self.provider, "cluster": self.cluster_name, "nodepool": name,
+                           "campaign_id": self.campaign_id, "requested": nodes, "previous": None,
+                           "owner": owner, "simulated": False})
         try:
             kube.create(obj)
         except Conflict:
@@ -357,8 +367,8 @@ class EksPools:
                              f"available: {sorted(self.adapters)}")
         return adapter
 
-    def scale(self, pool: str, nodes: int, owner: str) -> JSON:
-        return dict(self._adapter(pool).scale(pool, nodes, owner))
+    def scale(self, pool: str, nodes: int, owner: str, *, before_change: BeforeChange = None) -> JSON:
+        return dict(self._adapter(pool).scale(pool, nodes, owner, before_change=before_change))
 
     def ready(self, record: JSON) -> bool:
         return bool(self._adapter(record["pool"], record.get("provider")).ready(record))

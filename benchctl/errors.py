@@ -59,3 +59,7 @@ class PreflightFailed(BenchError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("preflight: " + "; ".join(problems))
+
+
+class ScaleInterrupted(BenchError):
+    """A pool change was cut short (the record says so); the campaign restores instead of retrying."""

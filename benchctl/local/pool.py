@@ -19,10 +19,13 @@ class LocalPool:
     def current(self, pool: str) -> dict[str, Any]:
         return {"desired": self._sizes.get(pool, 0), "min": 0, "max": self._sizes.get(pool, 0)}
 
-    def scale(self, pool: str, nodes: int, owner: str) -> dict[str, Any]:
+    def scale(self, pool: str, nodes: int, owner: str, *, before_change: Any = None) -> dict[str, Any]:
         previous = self.current(pool)
+        record = {"pool": pool, "owner": owner, "previous": previous, "requested": nodes, "simulated": True}
+        if before_change is not None:  # the record is kept before anything changes, as on EKS
+            before_change(record)
         self._sizes[pool] = max(nodes, previous["desired"])
-        return {"pool": pool, "owner": owner, "previous": previous, "requested": nodes, "simulated": True}
+        return record
 
     def ready(self, record: dict[str, Any]) -> bool:
         return self._sizes.get(record["pool"], 0) >= record["requested"]

@@ -290,3 +290,36 @@ def test_auto_mode_teardown_removes_our_nodepool(api, tmp_path):
     assert _names(api, "NodePool", ours=True)
     campaign.teardown_experiment(p, ctx, "agg")
     assert _names(api, "NodePool", ours=True) == []
+
+
+def test_a_crash_right_after_the_node_group_changed_still_restores_it(api, aws, tmp_path):  # noqa: F811
+    # Given ScalePools dies after EKS accepted the change but before its result was recorded
+    spec = _spec()
+    store = LocalRunStore(tmp_path / "run")
+    store.write_json("spec.json", spec.model_dump(mode="json"))
+    store.write_json("plan.json", plan_campaign(spec, "aws").to_json())
+    kube = kube_of(api)
+    p = Providers(engine="aws", store=store, pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session,
+                                                             kube=kube),
+                  serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
+                  load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
+    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
+
+    killed: list[bool] = []
+
+    def die(**_: Any) -> None:
+        if not killed:  # only the first change: the process "dies" once
+            killed.append(True)
+            raise SystemExit("Lambda killed after UpdateNodegroupConfig")
+
+    aws.session.events.register("after-call.eks.UpdateNodegroupConfig", die)
+    with pytest.raises(SystemExit):
+        campaign.scale_pools(p, ctx, "agg")
+    assert aws.scaling("gpu-ng") != ORIGINAL  # the change happened
+    # Then a redelivered ScalePools refuses to scale on top of it, and teardown restores the recorded size
+    from benchctl.errors import ScaleInterrupted
+
+    with pytest.raises(ScaleInterrupted, match="interrupted mid-change"):
+        campaign.scale_pools(p, ctx, "agg")
+    campaign.teardown_experiment(p, ctx, "agg")
+    assert aws.scaling("gpu-ng") == ORIGINAL
