@@ -27,10 +27,12 @@ from benchctl.errors import ServingFailed, SmokeTestFailed
 from benchctl.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from benchctl.k8s.render import (
     LABEL_CAMPAIGN,
+    dgd_name,
     frontend_service_url,
     labels,
     render_dgd,
     render_load_job,
+    render_prefetch_job,
     render_smoke_job,
     selector,
 )
@@ -96,7 +98,22 @@ class EksServing(_Base):
     teardown_wait_s = 240.0
 
     def deploy(self, dspec: DeploymentSpec) -> JSON:
+        """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first
+        the campaign's model prefetch Job (once per campaign; the deployment follows when it is done)."""
         experiment = dspec.deployment_id
+        url = frontend_service_url(self.spec, self.campaign_id, experiment)
+        state = {"deployment_id": experiment, "name": dgd_name(self.campaign_id, experiment),
+                 "namespace": self.namespace, "url": url, "metrics_urls": [f"{url}/metrics"],
+                 "model": self.spec.model.name, "engine": "eks"}
+        if self.spec.kubernetes.prefetch_model:
+            job = render_prefetch_job(self.spec, self.campaign_id)
+            with contextlib.suppress(Conflict):  # another experiment of this campaign started it
+                self.kube.create(job)
+            return {**state, "prefetch_job": job["metadata"]["name"]}
+        self._apply(experiment)
+        return state
+
+    def _apply(self, experiment: str) -> None:
         obj = render_dgd(self.spec, self.campaign_id, experiment)
         name = obj["metadata"]["name"]
         try:
@@ -106,9 +123,23 @@ class EksServing(_Base):
             if not self._ours(existing):
                 raise ServingFailed(f"DynamoGraphDeployment {self.namespace}/{name} exists and is not this "
                                     f"campaign's ({LABEL_CAMPAIGN} missing or different); refusing to touch it") from None
-        url = frontend_service_url(self.spec, self.campaign_id, experiment)
-        return {"deployment_id": experiment, "name": name, "namespace": self.namespace, "url": url,
-                "metrics_urls": [f"{url}/metrics"], "model": self.spec.model.name, "engine": "eks"}
+
+    def _prefetch_done(self, state: JSON) -> bool:
+        """True once the prefetch Job succeeded (then the deployment is applied, idempotently)."""
+        name = state["prefetch_job"]
+        load = EksLoad(self._kube, self._spec, self.campaign_id)
+        code = load.poll({"name": name, "namespace": state["namespace"]})
+        if code is None:
+            return False
+        if code != 0:
+            logs = load.failure_logs({"name": name, "namespace": state["namespace"]})
+            raise ServingFailed(f"model prefetch Job {name} failed: "
+                                + "; ".join(f"{k}: {v[-400:]}" for k, v in logs.items()))
+        try:
+            self.kube.get(*DGD, state["name"], state["namespace"])
+        except NotFound:
+            self._apply(state["deployment_id"])
+        return True
 
     def _get(self, state: JSON) -> JSON:
         try:
@@ -117,6 +148,8 @@ class EksServing(_Base):
             raise ServingFailed(f"DynamoGraphDeployment {state['namespace']}/{state['name']} is gone") from None
 
     def probe_ready(self, state: JSON) -> bool:
+        if state.get("prefetch_job") and not self._prefetch_done(state):
+            return False
         dgd = self._get(state)
         status = dgd.get("status") or {}
         if status.get("state") == "failed":
@@ -131,14 +164,22 @@ class EksServing(_Base):
                                 f"{status.get('conditions')}")
 
     def versions(self, state: JSON) -> JSON:
-        """Image digests actually running (the pods' ``imageID``), per container image."""
+        """Image digests actually running (the pods' ``imageID``), per container image; with a model
+        prefetch, its own duration from the Job's start and completion times (apart from start-up)."""
         sel = selector(labels(self.campaign_id, state["deployment_id"]))
         digests: dict[str, str] = {}
         for pod in self.kube.list("v1", "Pod", state["namespace"], sel):
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
                 if cs.get("image") and cs.get("imageID"):
                     digests[str(cs["image"])] = str(cs["imageID"])
-        return {"images": digests}
+        out: JSON = {"images": digests}
+        if state.get("prefetch_job"):
+            with contextlib.suppress(NotFound):
+                st = self.kube.get(*JOB, state["prefetch_job"], state["namespace"]).get("status") or {}
+                out["model_prefetch"] = {"job": state["prefetch_job"], "started": st.get("startTime"),
+                                         "completed": st.get("completionTime"),
+                                         "seconds": _seconds_between(st.get("startTime"), st.get("completionTime"))}
+        return out
 
     def teardown(self, state: JSON) -> JSON:
         experiment = state["deployment_id"]
@@ -153,6 +194,16 @@ class EksServing(_Base):
                     deleted.append((*kind, name))
         removed["left"] = self._wait_gone(deleted, sel, self.teardown_wait_s)
         return removed
+
+
+def _seconds_between(start: Any, end: Any) -> float | None:
+    from datetime import datetime
+
+    try:
+        return (datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+                - datetime.fromisoformat(str(start).replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return None
 
 
 def _raw_parts(artifact_dir: str) -> tuple[str, str, str]:
@@ -196,11 +247,15 @@ class EksLoad(_Base):
             pods = self.kube.list("v1", "Pod", state["namespace"], {"job-name": state["name"]})
             for pod in pods:
                 name = pod["metadata"]["name"]
-                for c in ("aiperf", "upload", None):
+                spec = pod.get("spec") or {}
+                containers = [c["name"] for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]]
+                for c in containers or [None]:
                     try:
-                        out[f"{name}/{c or 'default'}"] = self.kube.logs(name, state["namespace"], c, tail_lines)
+                        text = self.kube.logs(name, state["namespace"], c, tail_lines)
                     except ApiError:
                         continue
+                    if text:
+                        out[f"{name}/{c or 'default'}"] = text
         except ApiError as err:
             out["error"] = str(err)
         return out

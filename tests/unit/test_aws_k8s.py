@@ -323,3 +323,35 @@ def test_a_crash_right_after_the_node_group_changed_still_restores_it(api, aws, 
         campaign.scale_pools(p, ctx, "agg")
     campaign.teardown_experiment(p, ctx, "agg")
     assert aws.scaling("gpu-ng") == ORIGINAL
+
+
+def test_model_prefetch_runs_once_per_campaign_before_the_deployment_and_is_timed_apart(api):
+    data = _spec().model_dump(mode="json")
+    data["kubernetes"]["prefetch_model"] = True
+    s = serving(api, parse_spec(data))
+    agg = s.deploy(deployment_spec(s.spec, CID, "agg"))
+    dis = s.deploy(deployment_spec(s.spec, CID, "disagg"))  # the same prefetch Job, not a second one
+    assert agg["prefetch_job"] == dis["prefetch_job"] and len(_names(api, "Job", ours=True)) == 1
+    assert api.stored("DynamoGraphDeployment", agg["name"], NS) is None  # not before the model is there
+    assert s.probe_ready(agg) is False
+    api.set_status("Job", NS, agg["prefetch_job"], {"succeeded": 1, "startTime": "2026-11-30T10:00:00Z",
+                                                    "completionTime": "2026-11-30T10:07:30Z"})
+    assert s.probe_ready(agg) is False  # the deployment is applied now, not ready yet
+    assert api.stored("DynamoGraphDeployment", agg["name"], NS) is not None
+    api.set_status("DynamoGraphDeployment", NS, agg["name"], _ready()(api.stored("DynamoGraphDeployment",
+                                                                                   agg["name"], NS)))
+    assert s.probe_ready(agg) is True
+    assert s.versions(agg)["model_prefetch"]["seconds"] == 450.0
+
+
+def test_a_failed_prefetch_fails_the_deployment_with_its_logs(api):
+    data = _spec().model_dump(mode="json")
+    data["kubernetes"]["prefetch_model"] = True
+    s = serving(api, parse_spec(data))
+    st = s.deploy(deployment_spec(s.spec, CID, "agg"))
+    job = api.stored("Job", st["prefetch_job"], NS)
+    api.add_pod(NS, "pf-0", labels={"job-name": st["prefetch_job"]}, owner=job, logs="401 Unauthorized",
+                containers=("prefetch",))
+    api.set_status("Job", NS, st["prefetch_job"], {"failed": 1})
+    with pytest.raises(ServingFailed, match="401 Unauthorized"):
+        s.probe_ready(st)
