@@ -61,6 +61,7 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
     from benchctl.eks_pools import pools_for
     from benchctl.k8s.eks import kube_for_cluster
     from benchctl.k8s.render import render_nodepool
+    from benchctl.locks import DynamoLocks
     from benchctl.spec import CampaignSpec, parse_spec
 
     env = dict(os.environ if env is None else env)
@@ -121,5 +122,6 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
         read_uri=read_s3_uri,
         report=_athena_report(env),
         preflight=lambda s: preflight(s, kube(), eks=session.client("eks"), cluster_name=cluster),
+        locks=DynamoLocks(env["BENCHCTL_LOCK_TABLE"], session=session) if env.get("BENCHCTL_LOCK_TABLE") else None,
         versions={"benchctl_engine": "aws"},
     )

@@ -70,6 +70,7 @@ class Providers:
     report: Any = None  # callable(campaign_id) -> dict
     read_uri: Any = None  # callable(uri) -> bytes: a spec given by URI at start (AWS: s3://...)
     preflight: Any = None  # callable(spec) -> list of missing prerequisites, checked before any scaling
+    locks: Any = None  # benchctl.locks.Locks: one campaign per pool
     clock: Any = time.time
     versions: JSON = field(default_factory=dict)
 
@@ -245,6 +246,11 @@ def plan(p: Providers, event: JSON) -> JSON:
             from benchctl.errors import PreflightFailed
 
             raise PreflightFailed(missing)
+    if p.locks is not None:  # one campaign per pool; a second one fails here, before touching anything
+        from benchctl.locks import lock_keys
+
+        ttl = the_plan.est_s + spec.timeouts.capacity_s + spec.timeouts.ready_s + 3600 * (1 + len(spec.experiments))
+        p.locks.acquire(lock_keys(spec), ctx.campaign_id, ttl)
     existing = p.store.read_json("plan.json")
     if existing is None or existing.get("spec_hash") != the_plan.spec_hash:
         p.store.write_json("plan.json", the_plan.to_json())
@@ -681,6 +687,16 @@ def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any) -> JS
     return {"error": name, "cause": cause}
 
 
+def release_locks(p: Providers, ctx: Ctx) -> list[str]:
+    """Release this campaign's pool locks (only ours; nothing if none were taken)."""
+    if p.locks is None or not p.store.exists("spec.json"):
+        return []
+    from benchctl.locks import lock_keys
+
+    released: list[str] = p.locks.release(lock_keys(_spec(p)), ctx.campaign_id)
+    return released
+
+
 def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
     """Tear down every experiment of this campaign (found in the run store) and record the failure."""
     name, cause = _error_of(error)
@@ -693,6 +709,12 @@ def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
     status = "aborted" if name == "Aborted" or failure.get("error") == "Aborted" else "failed"
     _campaign_row(p, ctx, status, failed_state=failure.get("state"), error=name, cause=cause)
     timeline(p, ctx.campaign_id, CAMPAIGN, status, error=name, cause=cause, state=failure.get("state"))
+    release_locks(p, ctx)
+    return {"error": name, "cause": cause}
+
+
+def plan_failed_without_ctx(event: JSON) -> JSON:
+    name, cause = _error_of(event.get("error"))
     return {"error": name, "cause": cause}
 
 
@@ -706,6 +728,7 @@ def plan_failed(p: Providers, event: JSON) -> JSON:
     if p.store.read_json("campaign.json") is None:
         p.store.write_json("campaign.json", {"campaign_id": ctx.campaign_id, "started_at": now_iso(p.clock)})
     _campaign_row(p, ctx, "failed", failed_state="Plan", error=name, cause=cause)
+    release_locks(p, ctx)  # only ours: a LockHeld failure leaves the holder's locks alone
     return {"error": name, "cause": cause}
 
 
@@ -713,6 +736,7 @@ def report(p: Providers, ctx: Ctx) -> JSON:
     views = p.report(ctx.campaign_id) if p.report else {}
     _campaign_row(p, ctx, "succeeded")
     timeline(p, ctx.campaign_id, CAMPAIGN, "succeeded")
+    release_locks(p, ctx)
     return {"views": sorted(views)}
 
 

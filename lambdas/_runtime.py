@@ -41,9 +41,14 @@ def run(event: dict[str, Any], actions: dict[str, Callable[..., dict[str, Any]]]
         raise ValueError(f"event field 'action': {action!r} is not one of {sorted(actions)}")
     state = event.get("state")
     raw_ctx = event.get("ctx") if "ctx" in event else (event.get("input") or {}).get("ctx")
-    if raw_ctx is None and action == "plan":  # started from the console, a schedule or `benchctl start`
+    if raw_ctx is None and action in ("plan", "plan_failed"):  # started from the console, a schedule, `start`
         inp = event.get("input") or {}
-        raw_ctx = campaign.start_ctx(inp, event.get("execution"), dict(os.environ))
+        try:
+            raw_ctx = campaign.start_ctx(inp, event.get("execution"), dict(os.environ))
+        except ValueError:
+            if action == "plan":
+                raise
+            return campaign.plan_failed_without_ctx(event)  # nothing to record it in
         event = {**event, "input": {**inp, "ctx": raw_ctx}}
     ctx = Ctx.parse(raw_ctx)
     p = providers_for(ctx)

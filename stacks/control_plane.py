@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -51,6 +52,7 @@ ASSET_EXCLUDES = [
 ]
 EKS_FUNCTIONS = {"Plan", "Pools", "Serving", "Load", "Teardown"}  # Plan: the preflight
 NODEGROUP_FUNCTIONS = {"Pools", "Teardown"}
+LOCK_FUNCTIONS = {"Plan", "Teardown", "Report"}
 EXECUTION_STATUSES = ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
 
 
@@ -98,6 +100,16 @@ class ControlPlaneStack(Stack):
             "POWERTOOLS_METRICS_NAMESPACE": "benchctl",
             "POWERTOOLS_LOG_LEVEL": "INFO",
         }
+        self.lock_table = dynamodb.Table(
+            self, "PoolLocks",
+            partition_key=dynamodb.Attribute(name="pool", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute="expires_at",
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True),
+            removal_policy=RemovalPolicy.DESTROY,  # locks only: nothing to keep once the stack is gone
+        )
+        env["BENCHCTL_LOCK_TABLE"] = self.lock_table.table_name
         self.functions: dict[str, lambda_.Function] = {}
         for var, handler in FUNCTIONS.items():
             name = var.removesuffix("FunctionArn")
@@ -108,6 +120,9 @@ class ControlPlaneStack(Stack):
             role.add_to_policy(iam.PolicyStatement(
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
             self._grant_lake(role, results)
+            if name in LOCK_FUNCTIONS:  # Plan takes the pool locks; Report and the abort path release them
+                actions = ["dynamodb:GetItem", "dynamodb:DeleteItem"] + (["dynamodb:PutItem"] if name == "Plan" else [])
+                role.add_to_policy(iam.PolicyStatement(actions=actions, resources=[self.lock_table.table_arn]))
             if name == "Plan":
                 role.add_to_policy(iam.PolicyStatement(
                     actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{SPECS_PREFIX}/*")]))

@@ -12,6 +12,7 @@ from benchctl.campaign import Ctx, Providers, new_campaign_id
 from benchctl.errors import SpecError
 from benchctl.local.engine import Progress, RunResult, execute, task_states
 from benchctl.local.pool import LocalPool
+from benchctl.locks import FileLocks
 from benchctl.plan import plan_campaign
 from benchctl.query import REPORT_VIEWS
 from benchctl.runstore import LocalRunStore
@@ -66,6 +67,7 @@ class LocalProviders:
         self.tokenizer = modeldir.TOKENIZER_NAME
         self._smoke = smoke_test
         self.versions = versions()
+        self.locks = FileLocks(run_dir.parent.parent / "locks")  # <workspace>/locks, shared by its campaigns
 
     def smoke(self, state: dict[str, Any], n: int, max_tokens: int) -> dict[str, Any]:
         return self._smoke(state["url"], state["model"], n=n, max_tokens=max_tokens)
@@ -85,6 +87,7 @@ class LocalProviders:
             smoke=self.smoke,
             report=self.report,
             versions=self.versions,
+            locks=self.locks,
         )
 
 

@@ -238,6 +238,18 @@ def test_only_pool_functions_scale_node_groups_and_only_the_configured_ones(temp
     assert athena == {"Report"}
 
 
+def test_pool_locks_table_and_who_may_take_or_release_a_lock(templates):
+    cp = templates[CP]
+    table = _one(cp, "AWS::DynamoDB::Table")
+    assert table["KeySchema"] == [{"AttributeName": "pool", "KeyType": "HASH"}]
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    puts = {rid.split("Role")[0] for rid, s in _statements(cp) if "dynamodb:PutItem" in _as_list(s["Action"])}
+    deletes = {rid.split("Role")[0] for rid, s in _statements(cp) if "dynamodb:DeleteItem" in _as_list(s["Action"])}
+    assert puts == {"Plan"} and deletes == {"Plan", "Teardown", "Report"}
+    for fn in _resources(cp, "AWS::Lambda::Function").values():
+        assert "BENCHCTL_LOCK_TABLE" in fn["Properties"]["Environment"]["Variables"]
+
+
 def test_load_jobs_may_only_touch_the_raw_prefix_through_pod_identity(templates):
     cp = templates[CP]
     assoc = _one(cp, "AWS::EKS::PodIdentityAssociation")

@@ -1,0 +1,105 @@
+"""One campaign per pool: file locks (local) and DynamoDB conditional writes (AWS, under moto)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+
+from benchctl.locks import DynamoLocks, FileLocks, LockHeld, lock_keys
+from benchctl.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def dynamo(monkeypatch):
+    for k, v in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    with mock_aws():
+        boto3.client("dynamodb").create_table(
+            TableName="locks", KeySchema=[{"AttributeName": "pool", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pool", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+        yield
+
+
+def _locks(kind: str, tmp_path: Path, clock: Clock):
+    return FileLocks(tmp_path / "locks", clock=clock) if kind == "file" else DynamoLocks("locks", clock=clock)
+
+
+@pytest.mark.parametrize("kind", ["file", "dynamo"])
+def test_a_second_campaign_is_refused_naming_the_holder(kind, tmp_path, dynamo):
+    clock = Clock()
+    locks = _locks(kind, tmp_path, clock)
+    locks.acquire(["managed-nodegroup:gpu-p4d", "auto-mode:l40s"], "camp-a", ttl_s=3600)
+    locks.acquire(["managed-nodegroup:gpu-p4d"], "camp-a", ttl_s=3600)  # redelivered Plan: ours already
+    with pytest.raises(LockHeld, match=r"pool managed-nodegroup:gpu-p4d is in use by campaign 'camp-a'"):
+        locks.acquire(["auto-mode:other", "managed-nodegroup:gpu-p4d"], "camp-b", ttl_s=3600)
+    # all or nothing: camp-b did not keep the free pool it took before the refusal
+    assert locks.release(["auto-mode:other"], "camp-b") == []
+    assert locks.release(["managed-nodegroup:gpu-p4d", "auto-mode:l40s"], "camp-b") == []  # not its locks
+    assert locks.release(["managed-nodegroup:gpu-p4d", "auto-mode:l40s"], "camp-a") == [
+        "managed-nodegroup:gpu-p4d", "auto-mode:l40s"]
+    locks.acquire(["managed-nodegroup:gpu-p4d"], "camp-b", ttl_s=3600)  # free again
+
+
+@pytest.mark.parametrize("kind", ["file", "dynamo"])
+def test_an_expired_lock_of_a_dead_campaign_can_be_taken(kind, tmp_path, dynamo):
+    clock = Clock()
+    locks = _locks(kind, tmp_path, clock)
+    locks.acquire(["local:gpu"], "dead", ttl_s=60)
+    clock.t += 61
+    locks.acquire(["local:gpu"], "alive", ttl_s=60)
+    assert locks.release(["local:gpu"], "dead") == []
+    assert locks.release(["local:gpu"], "alive") == ["local:gpu"]
+
+
+def test_keys_name_what_is_shared():
+    data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text())
+    assert lock_keys(parse_spec(data)) == ["managed-nodegroup:gpu-p4d"]
+    smoke = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    assert lock_keys(parse_spec(smoke)) == ["local:gpu-a100"]
+
+
+def test_a_second_plan_on_the_same_pools_fails_and_touches_nothing(tmp_path):
+    from benchctl import campaign
+    from benchctl.campaign import Ctx, Providers
+    from benchctl.lake import LocalLake
+    from benchctl.local.pool import LocalPool
+    from benchctl.runstore import LocalRunStore
+
+    spec = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    pool = LocalPool()
+    locks = FileLocks(tmp_path / "locks")
+
+    def providers(cid: str) -> tuple[Providers, Ctx]:
+        store = LocalRunStore(tmp_path / cid)
+        store.write_json("spec.json", parse_spec(spec).model_dump(mode="json"))
+        p = Providers(engine="local", store=store, pools=pool, serving=None, load=None,  # type: ignore[arg-type]
+                      lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None, locks=locks)
+        return p, Ctx(cid, str(tmp_path / cid), str(tmp_path / "lake"), 1, None)
+
+    a, actx = providers("camp-a")
+    campaign.plan(a, {"input": {"ctx": actx.to_json()}, "state": "Plan"})
+    b, bctx = providers("camp-b")
+    with pytest.raises(LockHeld, match="in use by campaign 'camp-a'"):
+        campaign.plan(b, {"input": {"ctx": bctx.to_json()}, "state": "Plan"})
+    assert not b.store.exists("plan.json") and pool.current("gpu-a100")["desired"] == 0
+    campaign.plan_failed(b, {"input": {"ctx": bctx.to_json()}, "error": {"Error": "LockHeld", "Cause": "x"}})
+    # b's failure released nothing of a's: a third campaign is still refused until a reports
+    c, cctx = providers("camp-c")
+    with pytest.raises(LockHeld):
+        campaign.plan(c, {"input": {"ctx": cctx.to_json()}, "state": "Plan"})
+    campaign.report(a, actx)
+    campaign.plan(c, {"input": {"ctx": cctx.to_json()}, "state": "Plan"})
