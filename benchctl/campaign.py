@@ -697,6 +697,11 @@ def release_locks(p: Providers, ctx: Ctx) -> list[str]:
     return released
 
 
+def mark_campaign(p: Providers, ctx: Ctx, status: str, **extra: Any) -> None:
+    """Record the campaign's status (run store and lake), e.g. when the sweeper ended it."""
+    _campaign_row(p, ctx, status, **extra)
+
+
 def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
     """Tear down every experiment of this campaign (found in the run store) and record the failure."""
     name, cause = _error_of(error)

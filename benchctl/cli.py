@@ -100,6 +100,21 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path) -> None:
           f"`benchctl query <view> --lake {lake}` for more")
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from benchctl.local.runner import sweep_workspace
+
+    out = Path(args.out)
+    if not out.is_dir():
+        raise FileNotFoundError(f"{out}: no such workspace (the --out of `benchctl run`)")
+    report = sweep_workspace(out, dry_run=args.dry_run)
+    for entry in report:
+        exps = ", ".join(entry.get("experiments") or []) or "-"
+        print(f"{entry['campaign_id']}: {entry['action']} (experiments: {exps})")
+    if not report:
+        print(f"{out}: no campaigns")
+    return 0
+
+
 def cmd_start(args: argparse.Namespace) -> int:
     import os
 
@@ -215,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
     p.add_argument("--poll-seconds", type=int, default=1, help="Wait state period in whole seconds (default 1)")
     p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("sweep", help="tear down what dead local campaigns left behind (pools, processes, locks)")
+    p.add_argument("--out", default="runs", help="workspace of `benchctl run` (default runs)")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be torn down")
+    p.set_defaults(fn=cmd_sweep)
 
     p = sub.add_parser("start", help="AWS: validate SPEC here, store it in the results bucket, start the state machine")
     p.add_argument("spec")

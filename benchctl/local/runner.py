@@ -5,6 +5,8 @@ and ``run_campaign``, which validates, plans, executes the ASL and returns where
 from __future__ import annotations
 
 import json
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,39 @@ def prepare(spec_path: Path, out: Path, campaign_id: str | None = None) -> tuple
     return cid, run_dir, lake
 
 
+def campaign_running(run_dir: Path) -> bool:
+    """A local campaign runs while its runner process (``runner.json``) lives and no result was written."""
+    if (run_dir / "result.json").exists():
+        return False
+    try:
+        pid = int(json.loads((run_dir / "runner.json").read_text(encoding="utf-8"))["pid"])
+    except (FileNotFoundError, KeyError, ValueError, TypeError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    return not cmdline.exists() or b"benchctl" in cmdline.read_bytes() or b"pytest" in cmdline.read_bytes()
+
+
+def sweep_workspace(out: Path, *, dry_run: bool = False) -> list[dict[str, Any]]:
+    """`benchctl sweep`: tear down what dead local campaigns of this workspace left behind."""
+    from benchctl.sweep import sweep
+
+    campaigns = out / "campaigns"
+    ids = [d.name for d in campaigns.iterdir() if d.is_dir()] if campaigns.is_dir() else []
+
+    def providers_for(cid: str) -> tuple[Providers, Ctx]:
+        run_dir = campaigns / cid
+        ctx = Ctx(campaign_id=cid, run_uri=str(run_dir), lake_uri=str(out / "lake"), poll_seconds=1, fail_at=None)
+        return LocalProviders(run_dir, out / "lake")(ctx), ctx
+
+    return sweep(ids, providers_for, lambda cid: campaign_running(campaigns / cid), dry_run=dry_run)
+
+
 def run_campaign(
     spec_path: Path,
     out: Path,
@@ -129,6 +164,8 @@ def run_campaign(
     progress = progress or Progress()
     progress.note(f"campaign {cid}: run state in {run_dir}, results in {lake}")
     providers = LocalProviders(run_dir, lake)
+    (run_dir / "runner.json").write_text(json.dumps({"pid": os.getpid(), "started": datetime.now(UTC).isoformat()}),
+                                         encoding="utf-8")  # what `benchctl sweep` checks for liveness
     try:
         result = execute(
             campaign_id=cid, run_dir=run_dir, lake=lake, providers=providers, poll_seconds=poll_seconds,

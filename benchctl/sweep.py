@@ -1,0 +1,69 @@
+"""The sweeper: tear down what campaigns left behind when their execution is no longer running.
+
+A campaign whose runner died without its abort path (a killed process, a deleted execution, a Lambda
+that never ran its Catch) may have left pools scaled, a deployment up, a load running or its pool locks
+held. For every campaign that is NOT running, the sweeper runs the same teardown the state machine
+would (``campaign.teardown_experiment``: load first, then serving, then pools back to their recorded
+sizes), releases its locks, and records what it did in the timeline and the campaign record. On EKS it
+then deletes any object still labelled with that campaign (created but never recorded: a crash between
+the API call and the run-store write). Running campaigns are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from benchctl import campaign
+from benchctl.campaign import CAMPAIGN, Ctx, Providers
+
+JSON = dict[str, Any]
+
+
+def leftovers(p: Providers) -> list[str]:
+    """Experiments of this campaign that still have something up (per the run store)."""
+    plan = p.store.read_json("plan.json") or {}
+    out = []
+    for exp in (e["name"] for e in plan.get("experiments", [])):
+        pools = p.store.read_json(f"pools/{exp}.json")
+        dep = p.store.read_json(f"deployments/{exp}.json")
+        loads = [p.store.read_json(k) or {} for k in p.store.keys(f"loads/{exp}")]
+        if ((pools is not None and not pools.get("restored") and pools.get("records"))
+                or (dep is not None and not dep.get("torn_down"))
+                or any("exit_code" not in r and not (r.get("state") or {}).get("skipped") for r in loads)):
+            out.append(exp)
+    return out
+
+
+def sweep(campaign_ids: Iterable[str], providers_for: Callable[[str], tuple[Providers, Ctx]],
+          is_running: Callable[[str], bool], *, dry_run: bool = False,
+          extra: Callable[[str], JSON] | None = None) -> list[JSON]:
+    """Sweep each campaign that is not running; one report line (a dict) per campaign looked at."""
+    report: list[JSON] = []
+    for cid in sorted(set(campaign_ids)):
+        if is_running(cid):
+            report.append({"campaign_id": cid, "action": "left alone: still running"})
+            continue
+        p, ctx = providers_for(cid)
+        todo = leftovers(p)
+        entry: JSON = {"campaign_id": cid, "experiments": todo}
+        if dry_run:
+            entry["action"] = "would tear down" if todo else "nothing left"
+            report.append(entry)
+            continue
+        for exp in todo:
+            entry.setdefault("teardown", {})[exp] = campaign.teardown_experiment(p, ctx, exp)
+        entry["locks_released"] = campaign.release_locks(p, ctx)
+        if extra is not None:
+            entry["labelled_objects_deleted"] = extra(cid)
+        if todo or entry["locks_released"] or entry.get("labelled_objects_deleted"):
+            entry["action"] = "swept"
+            campaign.timeline(p, cid, CAMPAIGN, "swept", experiments=todo)
+            record = p.store.read_json("campaign.json") or {}
+            if record.get("status") in (None, "running"):
+                campaign.mark_campaign(p, ctx, "failed", error="Swept",
+                                       cause="its execution ended without tearing down; the sweeper did")
+        else:
+            entry["action"] = "nothing left"
+        report.append(entry)
+    return report
