@@ -37,7 +37,7 @@ def leftovers(p: Providers) -> list[str]:
 
 def sweep(campaign_ids: Iterable[str], providers_for: Callable[[str], tuple[Providers, Ctx]],
           is_running: Callable[[str], bool], *, dry_run: bool = False,
-          extra: Callable[[str], JSON] | None = None) -> list[JSON]:
+          extra: Callable[[str], Any] | None = None) -> list[JSON]:
     """Sweep each campaign that is not running; one report line (a dict) per campaign looked at."""
     report: list[JSON] = []
     for cid in sorted(set(campaign_ids)):

@@ -50,6 +50,7 @@ class Config:
     athena_bytes_scanned_cutoff: int = 10 * 1024**3
     raw_archive_days: int = 90
     namespace: str = "dynamo-bench"
+    sweep_schedule: str = "rate(1 hour)"
     load_service_account: str = "benchctl-load"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -132,7 +133,11 @@ def load(node: Node) -> Config:
     for key, value in (("namespace", namespace), ("load_service_account", account)):
         if not isinstance(value, str) or not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", value):
             raise ConfigError(f"CDK context '{PREFIX}{key}': {value!r} is not a Kubernetes name (DNS-1123 label)")
+    sweep = node.try_get_context(PREFIX + "sweep_schedule") or "rate(1 hour)"
+    if not isinstance(sweep, str) or not (_CRON.match(sweep) or _RATE.match(sweep)):
+        raise ConfigError(f"CDK context '{PREFIX}sweep_schedule': {sweep!r} is not cron(...) or rate(N unit)")
     return Config(
+        sweep_schedule=sweep,
         namespace=namespace,
         load_service_account=account,
         env_name=env_name,

@@ -195,6 +195,7 @@ class ControlPlaneStack(Stack):
              "appliesTo": [{"regex": "/^Resource::.*$/"}]},
         ], apply_to_children=True)
 
+        self._sweeper(config, results, code, layers, env, cluster_arn, nodegroup_arns)
         self._load_job_identity(config, results)
         self._notifications(config)
         if config.schedule is not None:
@@ -216,6 +217,44 @@ class ControlPlaneStack(Stack):
             actions=["glue:GetTable", "glue:GetPartition", "glue:GetPartitions", "glue:BatchCreatePartition",
                      "glue:CreatePartition", "glue:BatchGetPartition"],
             resources=results.glue_arns()))
+
+    def _sweeper(self, config: Config, results: ResultsStack, code: lambda_.Code, layers: list[lambda_.ILayerVersion],
+                 env: dict[str, str], cluster_arn: str, nodegroup_arns: list[str]) -> None:
+        """A scheduled function that tears down what ended campaigns left (``benchctl.aws_sweep``)."""
+        log_group = logs.LogGroup(self, "SweepLogs", retention=logs.RetentionDays.ONE_YEAR,
+                                  removal_policy=RemovalPolicy.RETAIN)
+        role = iam.Role(self, "SweepRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                        description="benchctl sweeper: tear down campaigns whose execution ended")
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
+        self._grant_lake(role, results)
+        role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:Scan", "dynamodb:GetItem", "dynamodb:DeleteItem"],
+                                               resources=[self.lock_table.table_arn]))
+        role.add_to_policy(iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[
+            f"arn:{self.partition}:states:{self.region}:{self.account}:execution:"
+            f"{self.state_machine.state_machine_name}:*"]))
+        role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn]))
+        if nodegroup_arns:
+            role.add_to_policy(iam.PolicyStatement(
+                actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig", "eks:DescribeUpdate"],
+                resources=nodegroup_arns))
+        self.sweep_function = lambda_.Function(
+            self, "SweepFunction", runtime=lambda_.Runtime.PYTHON_3_11, handler="lambdas.sweep.handler",
+            code=code, layers=layers, role=role, log_group=log_group, timeout=Duration.minutes(15),
+            memory_size=512, tracing=lambda_.Tracing.ACTIVE,
+            environment={**env, "BENCHCTL_NAMESPACE": config.namespace})
+        NagSuppressions.add_resource_suppressions(self.sweep_function, [
+            {"id": "AwsSolutions-L1", "reason": "pinned to Python 3.11 on purpose: the version the code is "
+             "tested on (CI) and the one the Powertools and SDK-for-pandas layer ARNs are built for"}])
+        NagSuppressions.add_resource_suppressions(role, [
+            _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database", "executions of this "
+                             "state machine", "node-group update ids"),
+            {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords support no "
+             "resource-level permissions", "appliesTo": ["Resource::*"]},
+        ], apply_to_children=True)
+        events.Rule(self, "SweepSchedule", description="benchctl sweeper: ended campaigns' leftovers",
+                    schedule=events.Schedule.expression(config.sweep_schedule),
+                    targets=[targets.LambdaFunction(self.sweep_function)])
 
     def _load_job_identity(self, config: Config, results: ResultsStack) -> None:
         """What the AIPerf Jobs in the cluster may do (EKS Pod Identity for their service account): read

@@ -83,8 +83,8 @@ def test_state_machine_is_the_asl_file_with_substitutions(templates):
     fns = _resources(cp, "AWS::Lambda::Function")
     for var, ref in subs.items():
         assert ref["Fn::GetAtt"][0] in fns, var  # every Task's Lambda exists
-    assert len(fns) == len(FUNCTIONS)
-    assert {f["Properties"]["Handler"] for f in fns.values()} == set(FUNCTIONS.values())
+    assert len(fns) == len(FUNCTIONS) + 1  # + the sweeper, outside the state machine
+    assert {f["Properties"]["Handler"] for f in fns.values()} == {*FUNCTIONS.values(), "lambdas.sweep.handler"}
     assert props["TracingConfiguration"] == {"Enabled": True}
     assert props["LoggingConfiguration"]["Level"] == "ALL"
 
@@ -175,9 +175,19 @@ def test_schedule_is_off_unless_set(default_out, templates):
     assert stmt["Action"] == "states:StartExecution" and "Ref" in stmt["Resource"]
 
 
+def test_the_sweeper_runs_on_a_schedule_and_may_only_read_executions(templates):
+    cp = templates[CP]
+    rule = next(r["Properties"] for k, r in _resources(cp, "AWS::Events::Rule").items() if k.startswith("SweepSchedule"))
+    assert rule["ScheduleExpression"] == CONTEXT["benchctl:sweep_schedule"]
+    actions = {a for rid, s in _statements(cp) if rid.startswith("SweepRole") for a in _as_list(s["Action"])}
+    assert "states:DescribeExecution" in actions and not any(a.startswith("states:Start") for a in actions)
+    assert "dynamodb:PutItem" not in actions  # it releases locks, never takes them
+
+
 def test_execution_status_rule_notifies_an_encrypted_topic(templates):
     cp = templates[CP]
-    rule = _one(cp, "AWS::Events::Rule")
+    rule = next(r["Properties"] for k, r in _resources(cp, "AWS::Events::Rule").items()
+                if k.startswith("CampaignStatusRule"))
     pattern = rule["EventPattern"]
     assert pattern["source"] == ["aws.states"]
     assert pattern["detail-type"] == ["Step Functions Execution Status Change"]
@@ -227,7 +237,7 @@ def test_no_wildcard_action_on_wildcard_resource(templates):
 def test_only_pool_functions_scale_node_groups_and_only_the_configured_ones(templates):
     scaling = {rid.split("Role")[0] for rid, s in _statements(templates[CP])
                if "eks:UpdateNodegroupConfig" in _as_list(s["Action"])}
-    assert scaling == {"Pools", "Teardown"}
+    assert scaling == {"Pools", "Teardown", "Sweep"}
     for _rid, s in _statements(templates[CP]):
         if "eks:UpdateNodegroupConfig" in _as_list(s["Action"]):
             text = json.dumps(s["Resource"])
@@ -245,7 +255,7 @@ def test_pool_locks_table_and_who_may_take_or_release_a_lock(templates):
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     puts = {rid.split("Role")[0] for rid, s in _statements(cp) if "dynamodb:PutItem" in _as_list(s["Action"])}
     deletes = {rid.split("Role")[0] for rid, s in _statements(cp) if "dynamodb:DeleteItem" in _as_list(s["Action"])}
-    assert puts == {"Plan"} and deletes == {"Plan", "Teardown", "Report"}
+    assert puts == {"Plan"} and deletes == {"Plan", "Teardown", "Report", "Sweep"}
     for fn in _resources(cp, "AWS::Lambda::Function").values():
         assert "BENCHCTL_LOCK_TABLE" in fn["Properties"]["Environment"]["Variables"]
 

@@ -1,0 +1,89 @@
+"""The sweeper on AWS (a scheduled Lambda): campaigns are found by what they left, not by a list.
+
+Candidates: every campaign id on an object labelled ``app.kubernetes.io/managed-by=benchctl`` in the
+cluster (DynamoGraphDeployments and Jobs in the namespace, NodePools) and every holder of a pool lock.
+A campaign is running when the execution recorded in its run store (``campaign.json``) is RUNNING;
+with no recorded execution it is left alone (never guess). Each campaign that is not running is torn
+down from its run-store records (``benchctl.sweep``), then any object still carrying its label is
+deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from benchctl.campaign import Ctx, Providers
+from benchctl.k8s.client import KubeClient, NotFound
+from benchctl.k8s.render import LABEL_CAMPAIGN, LABEL_MANAGED
+from benchctl.sweep import sweep
+
+KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
+         ("karpenter.sh/v1", "NodePool", False))
+
+
+def labelled(kube: KubeClient, namespace: str, campaign_id: str | None = None) -> list[tuple[str, str, str, str | None]]:
+    """(api_version, kind, name, namespace) of our objects, optionally of one campaign only."""
+    sel = {LABEL_MANAGED: "benchctl", **({LABEL_CAMPAIGN: campaign_id} if campaign_id else {})}
+    out = []
+    for api_version, kind, namespaced in KINDS:
+        ns = namespace if namespaced else None
+        try:
+            objs = kube.list(api_version, kind, ns, sel)
+        except NotFound:  # e.g. no Karpenter CRD on a cluster without Auto Mode
+            continue
+        out += [(api_version, kind, o["metadata"]["name"], ns) for o in objs]
+    return out
+
+
+def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: KubeClient | None = None,
+              dry_run: bool = False) -> list[dict[str, Any]]:
+    import boto3
+
+    from benchctl.aws import providers_from_env, split_s3_uri
+    from benchctl.aws_lake import S3RunStore
+    from benchctl.k8s.eks import kube_for_cluster
+
+    env = dict(os.environ if env is None else env)
+    session = session or boto3.session.Session()
+    kube = kube or kube_for_cluster(env["BENCHCTL_CLUSTER"], session)
+    namespace = env.get("BENCHCTL_NAMESPACE", "dynamo-bench")
+    runs_uri, lake_uri = env["BENCHCTL_RUNS_URI"].rstrip("/"), env["BENCHCTL_LAKE_URI"]
+    ids: set[str] = set()
+    for api_version, kind, name, ns in labelled(kube, namespace):
+        obj = kube.get(api_version, kind, name, ns)
+        cid = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN)
+        if cid:
+            ids.add(cid)
+    if env.get("BENCHCTL_LOCK_TABLE"):
+        ddb = session.client("dynamodb")
+        for page in ddb.get_paginator("scan").paginate(TableName=env["BENCHCTL_LOCK_TABLE"]):
+            ids.update(i["campaign_id"]["S"] for i in page.get("Items", []) if "campaign_id" in i)
+    sfn = session.client("stepfunctions")
+
+    def store(cid: str) -> S3RunStore:
+        bucket, prefix = split_s3_uri(f"{runs_uri}/{cid}")
+        return S3RunStore(bucket, prefix, session=session)
+
+    def is_running(cid: str) -> bool:
+        execution = (store(cid).read_json("campaign.json") or {}).get("execution")
+        if not execution:
+            return True  # unknown: never tear down what we cannot prove has ended
+        try:
+            return bool(sfn.describe_execution(executionArn=execution)["status"] == "RUNNING")
+        except sfn.exceptions.ExecutionDoesNotExist:
+            return False
+
+    def providers_for(cid: str) -> tuple[Providers, Ctx]:
+        ctx = Ctx(campaign_id=cid, run_uri=f"{runs_uri}/{cid}", lake_uri=lake_uri, poll_seconds=30, fail_at=None)
+        p = providers_from_env(ctx, env)
+        return p, ctx
+
+    def delete_labelled(cid: str) -> list[str]:
+        deleted = []
+        for api_version, kind, name, ns in labelled(kube, namespace, cid):
+            if kube.delete(api_version, kind, name, ns):
+                deleted.append(f"{kind}/{name}")
+        return deleted
+
+    return sweep(ids, providers_for, is_running, dry_run=dry_run, extra=delete_labelled)

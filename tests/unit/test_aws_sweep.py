@@ -1,0 +1,64 @@
+"""The AWS sweeper under moto (Step Functions, S3, EKS) with the fake Kubernetes API: a campaign whose
+execution ended is torn down (node group restored, labelled objects deleted); a running one and other
+people's objects are left alone."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import boto3
+import yaml
+
+from benchctl.aws_lake import S3RunStore
+from benchctl.k8s.client import KubeClient
+from benchctl.k8s.render import labels
+from tests.unit.test_aws_start import ASL, BUCKET, _eks_smoke_spec, _scaling, aws, cluster  # noqa: F401
+
+
+def _campaign(sfn, sm_arn: str, cid: str, *, stop: bool) -> None:
+    from benchctl import campaign
+    from lambdas._runtime import providers_for, use_providers
+
+    ex = sfn.start_execution(stateMachineArn=sm_arn, name=cid, input="{}")["executionArn"]
+    if stop:
+        sfn.stop_execution(executionArn=ex)
+    use_providers(None)
+    ctx = campaign.Ctx(cid, f"s3://{BUCKET}/runs/{cid}", f"s3://{BUCKET}/lake", 30, None)
+    store = S3RunStore(BUCKET, f"runs/{cid}")
+    store.write_json("spec.json", yaml.safe_load(_eks_smoke_spec()))
+    p = providers_for(ctx)
+    campaign.plan(p, {"input": {"ctx": ctx.to_json()}, "state": "Plan", "execution": ex})
+    campaign.scale_pools(p, ctx, "agg")
+
+
+def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
+    from benchctl.aws_sweep import aws_sweep
+
+    sfn = boto3.client("stepfunctions")
+    # the dead campaign scaled the node group and deployed; the live one only deployed
+    _campaign(sfn, aws, "dead-1", stop=True)
+    assert _scaling()["desiredSize"] == 1
+    kube = KubeClient(cluster.url, token=lambda: "test-token")
+    for cid, name in (("dead-1", "bc-agg-dead"), ("live-1", "bc-agg-live")):
+        cluster.put({"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+                     "metadata": {"name": name, "namespace": "dynamo-bench", "labels": labels(cid, "agg")}})
+    cluster.put({"apiVersion": "batch/v1", "kind": "Job",
+                 "metadata": {"name": "theirs", "namespace": "dynamo-bench", "labels": {"team": "x"}}})
+    ex = sfn.start_execution(stateMachineArn=aws, name="live-1", input="{}")["executionArn"]
+    S3RunStore(BUCKET, "runs/live-1").write_json("campaign.json", {"execution": ex})
+    env = {**os.environ, "BENCHCTL_NAMESPACE": "dynamo-bench"}
+
+    dry = {r["campaign_id"]: r["action"] for r in aws_sweep(env, kube=kube, dry_run=True)}
+    assert dry == {"dead-1": "would tear down", "live-1": "left alone: still running"}
+    assert _scaling()["desiredSize"] == 1
+
+    report = {r["campaign_id"]: r for r in aws_sweep(env, kube=kube)}
+    assert report["dead-1"]["action"] == "swept"
+    assert report["dead-1"]["labelled_objects_deleted"] == ["DynamoGraphDeployment/bc-agg-dead"]
+    assert report["live-1"]["action"] == "left alone: still running"
+    assert _scaling() == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
+    assert cluster.stored("DynamoGraphDeployment", "bc-agg-live", "dynamo-bench") is not None
+    assert cluster.stored("Job", "theirs", "dynamo-bench") is not None
+    record = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key="runs/dead-1/campaign.json")["Body"].read())
+    assert (record["status"], record["error"]) == ("failed", "Swept")
