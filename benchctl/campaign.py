@@ -22,6 +22,7 @@ from benchctl import aiperf_args
 from benchctl.datasets import Dataset, prefix_dataset, sequence_dataset
 from benchctl.errors import (
     Aborted,
+    BudgetExceeded,
     DeadlineExceeded,
     InjectedFailure,
     LoadFailed,
@@ -53,6 +54,7 @@ class LakePort(Protocol):
     def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> Path | str: ...
     def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str: ...
     def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> AbstractContextManager[Path]: ...
+    def read_table(self, table: str, campaign_id: str | None = None) -> list[JSON]: ...
 
 
 @dataclass
@@ -497,9 +499,32 @@ def step_dataset(step: StepPlan) -> Dataset | None:
     return None
 
 
+def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> None:
+    """Before a step: accrued cost + the remaining estimate must stay within the budget, else abort."""
+    from benchctl.costs import budget_problem
+
+    spec, plan = _spec(p), _plan(p)
+    if spec.budget.max_usd is None and spec.budget.max_hours is None:
+        return
+    done: set[tuple[str, str]] = set()
+    for e in plan.experiments:
+        for key in p.store.keys(f"loads/{e.name}"):
+            rec = p.store.read_json(key) or {}
+            if "exit_code" in rec and Path(key).stem != "warmup":
+                done.add((e.name, Path(key).stem))
+        if p.store.exists(f"pools/{e.name}.json") and (p.store.read_json(f"pools/{e.name}.json") or {}).get("restored"):
+            done.update((e.name, s.step_id) for s in e.steps)  # a finished (or failed) experiment
+    problem = budget_problem(spec, plan, p.lake.read_table("timeline", ctx.campaign_id), done, now_iso(p.clock))
+    if problem:
+        timeline(p, ctx.campaign_id, experiment, "budget_exceeded", key=step_id, step_id=step_id, reason=problem)
+        raise BudgetExceeded(problem)
+
+
 def launch_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     step = _plan(p).step(experiment, step_id)
     spec = _spec(p)
+    if not p.store.exists(_load_key(experiment, step_id)):
+        budget_guard(p, ctx, experiment, step_id)
     extra: JSON = {}
     ds = step_dataset(step)
     if ds is not None and not p.store.exists(_load_key(experiment, step_id)):
@@ -712,6 +737,7 @@ def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
             teardown_experiment(p, ctx, exp)
     failure = p.store.read_json("failure.json") or {}
     status = "aborted" if name == "Aborted" or failure.get("error") == "Aborted" else "failed"
+    write_costs(p, ctx)  # what the failed campaign cost is part of its record
     _campaign_row(p, ctx, status, failed_state=failure.get("state"), error=name, cause=cause)
     timeline(p, ctx.campaign_id, CAMPAIGN, status, error=name, cause=cause, state=failure.get("state"))
     release_locks(p, ctx)
@@ -737,7 +763,20 @@ def plan_failed(p: Providers, event: JSON) -> JSON:
     return {"error": name, "cause": cause}
 
 
+def write_costs(p: Providers, ctx: Ctx) -> list[JSON]:
+    """The campaign's cost rows (experiment x pool, from its timeline and steps) into ``costs``."""
+    from benchctl.costs import cost_rows
+
+    if not (p.store.exists("spec.json") and p.store.exists("plan.json")):
+        return []
+    rows: list[JSON] = cost_rows(ctx.campaign_id, _spec(p), _plan(p), p.lake.read_table("timeline", ctx.campaign_id),
+                                 p.lake.read_table("steps", ctx.campaign_id), simulated=p.engine == "local")
+    p.lake.write("costs", rows, part_name="costs")
+    return rows
+
+
 def report(p: Providers, ctx: Ctx) -> JSON:
+    write_costs(p, ctx)
     views = p.report(ctx.campaign_id) if p.report else {}
     _campaign_row(p, ctx, "succeeded")
     timeline(p, ctx.campaign_id, CAMPAIGN, "succeeded")

@@ -63,3 +63,7 @@ class PreflightFailed(BenchError):
 
 class ScaleInterrupted(BenchError):
     """A pool change was cut short (the record says so); the campaign restores instead of retrying."""
+
+
+class BudgetExceeded(BenchError):
+    """Accrued cost plus the remaining estimate would exceed the spec's budget: the campaign aborts."""

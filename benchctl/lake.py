@@ -144,6 +144,29 @@ class LocalLake:
             raise
         return str(final)
 
+    def read_table(self, table: str, campaign_id: str | None = None) -> list[dict[str, Any]]:
+        """All rows of ``table`` (optionally one campaign), partition keys included, schema order.
+
+        Same contract as ``S3Lake.read_table``: for the few rows a report needs, not for analysis.
+        """
+        import pyarrow.parquet as pq
+
+        names = schema.column_names(table)
+        keys = schema.partition_keys(table)
+        base = self.root / table
+        if campaign_id is not None:
+            base = base / f"campaign_id={check_path_value('campaign_id', campaign_id)}"
+        if not base.is_dir():
+            return []
+        rows: list[dict[str, Any]] = []
+        for f in sorted(p for p in base.rglob("*.parquet") if not p.name.startswith(".")):
+            segments = dict(seg.split("=", 1) for seg in f.relative_to(self.root / table).parts[:-1] if "=" in seg)
+            values = {k: segments.get(k) for k in keys}
+            for rec in pq.read_table(f).to_pylist():
+                full = {**rec, **values}
+                rows.append({n: full.get(n) for n in names})
+        return rows
+
     def tables(self) -> list[str]:
         """Schema tables that have at least one parquet file, in schema order."""
         return [t for t in schema.table_names() if self.files(t)]

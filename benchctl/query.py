@@ -59,6 +59,11 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
         "disagg_ttft_improvement_pct", "agg_cache_hit_rate", "disagg_cache_hit_rate", "agg_kv_usage_max",
         "n_repeats", "agg_experiment", "disagg_experiment",
     ),
+    "v_cost_efficiency": (
+        "category", "experiment", "gpus", "gpu_kinds", "gpu_usd_per_hour", "cost_usd", "output_tokens_per_s",
+        "usd_per_1m_output_tokens", "usage_usd_per_1m_output_tokens", "tokens_per_usd", "goodput_per_usd_hour",
+        "simulated", "scope",
+    ),
     "v_pareto": (
         "workload", "experiment", "variant", "gpus", "output_tokens_per_s_per_gpu", "ttft_p50_ms", "on_frontier",
     ),

@@ -1,0 +1,172 @@
+-- v_cost_efficiency: the seeds' cost-efficiency table. One row per campaign x experiment.
+-- Cost = the period's cost / the successful output tokens of the same period x 1,000,000, from the
+-- costs rows (benchctl.costs.cost_rows: one per experiment x pool) and the steps.
+--   category              'aggregated same-GPU baseline': aggregated, at most one GPU kind;
+--                         'disaggregated same GPU total': disaggregated on one GPU kind with the same
+--                         GPU kind and worker-GPU total (gpus) as an aggregated experiment of the
+--                         campaign; 'disaggregated heterogeneous': disaggregated over pools of more than
+--                         one GPU kind; else 'other' (e.g. disaggregated with more or fewer GPUs than any
+--                         baseline: throughput bought with extra GPUs is not credited to disaggregation)
+--   mode, router, kv_offload   the experiment's serving settings (experiments table)
+--   gpus                  GPUs the workers use (replicas x tensor_parallel)
+--   gpus_allocated        GPUs on the nodes allocated (nodes x GPUs per node, over its pools)
+--   gpu_kinds             the pools' GPU kinds, sorted, joined with '+'
+--   nodes                 nodes allocated over its pools
+--   gpu_usd_per_hour      sum over pools of nodes x on-demand $/node-hour (the seeds' "GPU $/hr");
+--                         NULL when a pool has no price
+--   node_hours, gpu_hours allocated node-hours and GPU-hours
+--   cost_usd              allocation-based cost: nodes from scale request to pool restore x price,
+--                         plus the EKS cluster fee share (eks_fee_usd); NULL when a pool is unpriced
+--   usage_cost_usd        the same nodes and price over the steps' load windows only (no start-up,
+--                         warm-up, idle or teardown time, no cluster fee)
+--   successful_output_tokens   sum of AIPerf's total_output_tokens over the succeeded steps (all
+--                         workloads); failed steps' tokens are not counted, their time is paid
+--   usd_per_1m_output_tokens   cost_usd / successful_output_tokens x 1e6
+--   usage_usd_per_1m_output_tokens   usage_cost_usd / successful_output_tokens x 1e6
+--   output_tokens_per_s   successful_output_tokens / sum of benchmark_duration_s over the succeeded
+--                         steps (the duration-weighted mean throughput over every workload)
+--   sweep_peak_output_tokens_per_s   the highest concurrency-sweep throughput (mean over repeats per
+--                         concurrency, then the max over concurrencies)
+--   goodput_ratio         mean over the succeeded steps of v_step_stats.goodput_ratio (share of
+--                         requests meeting the spec's SLO); NULL without an SLO
+--   goodput_per_s         the highest SLO-meeting request rate of the concurrency sweep (mean over
+--                         repeats per concurrency of v_step_stats.goodput_per_s, max over concurrencies)
+-- Comparing at equal money (heterogeneous GPUs are judged at the same cost and SLO, not raw speed):
+--   tokens_per_usd        successful_output_tokens / cost_usd (= 1e6 / usd_per_1m_output_tokens)
+--   output_tokens_per_s_per_usd_hour   output_tokens_per_s / gpu_usd_per_hour
+--   goodput_per_usd_hour  goodput_per_s / gpu_usd_per_hour: SLO-meeting requests per second that one
+--                         dollar per hour of GPU nodes buys
+--   n_steps_succeeded, n_steps_failed   the steps behind the figures
+--   price_source          where the prices came from (spec pricing.source, as of); 'unpriced' if none
+--   scope                 what the cost includes and what it does not (storage, network, ...)
+--   simulated             true for the local engine (mocker): simulated numbers, illustrative prices
+-- The costs rows are written at Report; without them the cost columns are NULL.
+-- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
+WITH pools AS (
+    SELECT
+        campaign_id,
+        experiment,
+        count(DISTINCT gpu_kind) AS n_gpu_kinds,
+        array_join(array_sort(array_agg(DISTINCT gpu_kind)), '+') AS gpu_kinds,
+        sum(nodes) AS nodes,
+        sum(nodes * cast(json_extract_scalar(fees_json, '$.gpus_per_node') AS bigint)) AS gpus_allocated,
+        CASE
+            WHEN count(price_per_node_hour_usd) = count(*) THEN sum(nodes * price_per_node_hour_usd)
+        END AS gpu_usd_per_hour,
+        sum(node_hours) AS node_hours,
+        sum(gpu_hours) AS gpu_hours,
+        CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) END AS cost_usd,
+        sum(cast(json_extract_scalar(fees_json, '$.eks_cluster_usd') AS double)) AS eks_fee_usd,
+        CASE
+            WHEN count(json_extract_scalar(fees_json, '$.usage_based_usd')) = count(*)
+            THEN sum(cast(json_extract_scalar(fees_json, '$.usage_based_usd') AS double))
+        END AS usage_cost_usd,
+        array_join(array_sort(array_agg(DISTINCT price_source)), '; ') AS price_source,
+        max(json_extract_scalar(fees_json, '$.scope_text')) AS scope,
+        bool_or(simulated) AS simulated
+    FROM costs
+    GROUP BY campaign_id, experiment
+),
+tok AS (
+    SELECT
+        campaign_id,
+        experiment,
+        count(CASE WHEN status = 'succeeded' THEN 1 END) AS n_steps_succeeded,
+        count(CASE WHEN status IS NULL OR status <> 'succeeded' THEN 1 END) AS n_steps_failed,
+        coalesce(sum(CASE WHEN status = 'succeeded' THEN total_output_tokens END), 0)
+            AS successful_output_tokens,
+        sum(CASE WHEN status = 'succeeded' AND total_output_tokens IS NOT NULL THEN benchmark_duration_s END)
+            AS benchmark_s
+    FROM steps
+    GROUP BY campaign_id, experiment
+),
+good AS (
+    SELECT campaign_id, experiment, avg(goodput_ratio) AS goodput_ratio
+    FROM v_step_stats
+    WHERE status = 'succeeded'
+    GROUP BY campaign_id, experiment
+),
+sweep AS (
+    SELECT
+        campaign_id, experiment, workload, concurrency,
+        avg(output_tokens_per_s) AS output_tokens_per_s,
+        avg(goodput_per_s) AS goodput_per_s
+    FROM v_step_stats
+    WHERE status = 'succeeded' AND workload_kind = 'concurrency_sweep' AND concurrency IS NOT NULL
+    GROUP BY campaign_id, experiment, workload, concurrency
+),
+peak AS (
+    SELECT
+        campaign_id, experiment,
+        max(output_tokens_per_s) AS sweep_peak_output_tokens_per_s,
+        max(goodput_per_s) AS goodput_per_s
+    FROM sweep
+    GROUP BY campaign_id, experiment
+),
+base AS (
+    SELECT
+        e.campaign_id,
+        e.experiment,
+        e.experiment_index,
+        e.mode,
+        e.router,
+        e.kv_offload,
+        e.gpus,
+        p.n_gpu_kinds,
+        p.gpu_kinds
+    FROM experiments e
+    LEFT JOIN pools p ON p.campaign_id = e.campaign_id AND p.experiment = e.experiment
+),
+baselines AS (
+    SELECT DISTINCT campaign_id, gpu_kinds, gpus
+    FROM base
+    WHERE mode = 'aggregated' AND n_gpu_kinds = 1
+)
+SELECT
+    b.campaign_id,
+    b.experiment,
+    CASE
+        WHEN b.mode = 'aggregated' AND coalesce(b.n_gpu_kinds, 1) <= 1 THEN 'aggregated same-GPU baseline'
+        WHEN b.mode = 'disaggregated' AND b.n_gpu_kinds > 1 THEN 'disaggregated heterogeneous'
+        WHEN b.mode = 'disaggregated' AND b.n_gpu_kinds = 1 AND a.gpus IS NOT NULL
+            THEN 'disaggregated same GPU total'
+        ELSE 'other'
+    END AS category,
+    b.mode,
+    b.router,
+    b.kv_offload,
+    b.gpus,
+    p.gpus_allocated,
+    b.gpu_kinds,
+    p.nodes,
+    p.gpu_usd_per_hour,
+    p.node_hours,
+    p.gpu_hours,
+    p.cost_usd,
+    p.eks_fee_usd,
+    p.usage_cost_usd,
+    t.successful_output_tokens,
+    p.cost_usd / nullif(t.successful_output_tokens, 0) * 1e6 AS usd_per_1m_output_tokens,
+    p.usage_cost_usd / nullif(t.successful_output_tokens, 0) * 1e6 AS usage_usd_per_1m_output_tokens,
+    t.successful_output_tokens / nullif(t.benchmark_s, 0) AS output_tokens_per_s,
+    k.sweep_peak_output_tokens_per_s,
+    g.goodput_ratio,
+    k.goodput_per_s,
+    t.successful_output_tokens / nullif(p.cost_usd, 0) AS tokens_per_usd,
+    t.successful_output_tokens / nullif(t.benchmark_s, 0) / nullif(p.gpu_usd_per_hour, 0)
+        AS output_tokens_per_s_per_usd_hour,
+    k.goodput_per_s / nullif(p.gpu_usd_per_hour, 0) AS goodput_per_usd_hour,
+    coalesce(t.n_steps_succeeded, 0) AS n_steps_succeeded,
+    coalesce(t.n_steps_failed, 0) AS n_steps_failed,
+    p.price_source,
+    p.scope,
+    coalesce(p.simulated, c.simulated) AS simulated
+FROM base b
+LEFT JOIN pools p ON p.campaign_id = b.campaign_id AND p.experiment = b.experiment
+LEFT JOIN baselines a
+    ON a.campaign_id = b.campaign_id AND a.gpu_kinds = b.gpu_kinds AND a.gpus = b.gpus
+LEFT JOIN tok t ON t.campaign_id = b.campaign_id AND t.experiment = b.experiment
+LEFT JOIN good g ON g.campaign_id = b.campaign_id AND g.experiment = b.experiment
+LEFT JOIN peak k ON k.campaign_id = b.campaign_id AND k.experiment = b.experiment
+LEFT JOIN campaigns c ON c.campaign_id = b.campaign_id
+ORDER BY b.campaign_id, b.experiment_index, b.experiment
