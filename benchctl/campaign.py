@@ -321,15 +321,39 @@ def scale_pools(p: Providers, ctx: Ctx, experiment: str) -> JSON:
         recs = records + ([{**pending, "pending": True}] if pending else [])
         p.store.write_json(key, {"records": recs, "requested_at": p.clock(), "complete": complete})
 
+    adopted = _handed_over_to(p, experiment)
+
+    def adopt(rec: JSON) -> JSON:
+        """A warm pool from the previous experiment: its prior size is the one recorded before it."""
+        if rec["pool"] in adopted:
+            return {**rec, "previous": adopted[rec["pool"]]["previous"], "handed_from": adopted[rec["pool"]]["from"]}
+        return rec
+
     persist()
     for pool, nodes in exp.nodes.items():
-        rec = p.pools.scale(pool, nodes, owner=f"{ctx.campaign_id}/{experiment}", before_change=persist)
+        try:
+            rec = adopt(p.pools.scale(pool, nodes, owner=f"{ctx.campaign_id}/{experiment}",
+                                      before_change=lambda r: persist(adopt(r))))
+        except NotReadyYet:
+            persist()  # nothing changed (e.g. the node group is still being restored): retry cleanly
+            raise
         records.append(rec)
         persist()
         timeline(p, ctx.campaign_id, experiment, "scale_requested", key=pool, pool=pool,
                  nodes=nodes, previous=rec["previous"], simulated=rec.get("simulated", False))
     persist(complete=True)
     return {"pools": records, "reused": False}
+
+
+def _handed_over_to(p: Providers, experiment: str) -> JSON:
+    """Pools the experiment before this one (in plan order) kept warm for it: {pool: {previous, from}}."""
+    plan = p.store.read_json("plan.json")
+    names = [e["name"] for e in plan["experiments"]] if plan else []
+    if experiment not in names or names.index(experiment) == 0:
+        return {}
+    before = names[names.index(experiment) - 1]
+    handed = (p.store.read_json(f"pools/{before}.json") or {}).get("handed_over") or {}
+    return {pool: {"previous": h["previous"], "from": before} for pool, h in handed.items()}
 
 
 def check_capacity(p: Providers, ctx: Ctx, experiment: str) -> JSON:
@@ -512,7 +536,8 @@ def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> None:
             rec = p.store.read_json(key) or {}
             if "exit_code" in rec and Path(key).stem != "warmup":
                 done.add((e.name, Path(key).stem))
-        if p.store.exists(f"pools/{e.name}.json") and (p.store.read_json(f"pools/{e.name}.json") or {}).get("restored"):
+        dep = p.store.read_json(f"deployments/{e.name}.json") or {}
+        if dep.get("torn_down"):
             done.update((e.name, s.step_id) for s in e.steps)  # a finished (or failed) experiment
     problem = budget_problem(spec, plan, p.lake.read_table("timeline", ctx.campaign_id), done, now_iso(p.clock))
     if problem:
@@ -676,8 +701,13 @@ def _error_of(error: Any) -> tuple[str, str]:
     return name, str(cause) or name
 
 
-def teardown_experiment(p: Providers, ctx: Ctx, experiment: str) -> JSON:
-    """Stop load, remove the deployment, restore pools to their recorded sizes. Idempotent."""
+def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bool = False) -> JSON:
+    """Stop load, remove the deployment, restore pools to their recorded sizes. Idempotent.
+
+    ``handover`` (the normal end of an experiment only): pools the next experiment also uses
+    (``ExperimentPlan.handover``) stay as they are, kept warm instead of drained and booted again; the
+    next experiment adopts their recorded prior size, and whoever ends last restores it. Every failure
+    path calls this without ``handover``, so it restores everything still unrestored."""
     done: JSON = {"experiment": experiment}
     timeline(p, ctx.campaign_id, experiment, "teardown_start")
     done["loads_stopped"] = stop_load(p, ctx, experiment, None)
@@ -691,16 +721,30 @@ def teardown_experiment(p: Providers, ctx: Ctx, experiment: str) -> JSON:
         done["deployment"] = removed
     pkey = f"pools/{experiment}.json"
     pools = p.store.read_json(pkey)
-    if pools is not None and not pools.get("restored"):
-        restored = []
+    keep = _plan(p).experiment(experiment).handover if handover and p.store.exists("plan.json") else {}
+    if pools is not None:
+        restored = list(pools.get("restored") or [])
+        handed = dict(pools.get("handed_over") or {})
+        done_pools = {x["pool"] for x in restored}
         for r in pools["records"]:
+            if r["pool"] in done_pools:
+                continue
+            if r["pool"] in keep:  # the next experiment needs it: keep it warm, restore after the last user
+                handed[r["pool"]] = {"previous": r["previous"], "nodes": r["requested"]}
+                timeline(p, ctx.campaign_id, experiment, "pool_handed_over", key=r["pool"], pool=r["pool"],
+                         nodes=r["requested"], simulated=r.get("simulated", False))
+                continue
             now = p.pools.restore(r)
             restored.append({"pool": r["pool"], "now": now})
+            handed.pop(r["pool"], None)
             timeline(p, ctx.campaign_id, experiment, "pool_restored", key=r["pool"], pool=r["pool"],
                      restored_to=now, simulated=r.get("simulated", False))
         pools["restored"] = restored
+        pools["handed_over"] = handed
         p.store.write_json(pkey, pools)
         done["pools"] = restored
+        if handed:
+            done["handed_over"] = sorted(handed)
     timeline(p, ctx.campaign_id, experiment, "teardown_done")
     return done
 

@@ -192,9 +192,9 @@ class ManagedNodeGroupPools:
                 update = self.eks.update_nodegroup_config(
                     clusterName=self.cluster_name, nodegroupName=nodegroup, scalingConfig=target)["update"]
             except Exception as err:
-                if _error_code(err) == "ResourceInUseException":
-                    raise PoolScalingFailed(f"pool {pool!r}: node group {nodegroup!r} has another update in "
-                                            f"progress; not scaling it: {err}") from None
+                if _error_code(err) == "ResourceInUseException":  # e.g. the previous experiment's restore
+                    raise NotReadyYet(f"pool {pool!r}: node group {nodegroup!r} has another update in "
+                                      f"progress; scaling is retried: {err}") from None
                 raise
             record["update_id"] = update.get("id")
         return record

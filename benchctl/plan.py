@@ -66,6 +66,8 @@ class ExperimentPlan:
     kv_offload: bool = False
     base: str | None = None  # feature ladder: the experiment this one changes
     feature: str | None = None  # ... and the one feature it changes
+    # pools the NEXT experiment also uses: kept warm at its end instead of restored and booted again
+    handover: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -231,9 +233,13 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
     gpu_hours = 0.0
     usd = 0.0
     priced = True
+    all_nodes = [nodes_needed(spec, exp) for exp in spec.experiments]
     for i, exp in enumerate(spec.experiments):
-        nodes = nodes_needed(spec, exp)
-        est = over["capacity"] + over["ready"] + over["smoke"] + warmup_s + sum(s.est_s for s in steps)
+        nodes = all_nodes[i]
+        following = all_nodes[i + 1] if i + 1 < len(all_nodes) else {}
+        handover = {pool: n for pool, n in nodes.items() if pool in following}
+        warm = i > 0 and bool(nodes) and all(pool in all_nodes[i - 1] for pool in nodes)  # no capacity wait
+        est = (0.0 if warm else over["capacity"]) + over["ready"] + over["smoke"] + warmup_s + sum(s.est_s for s in steps)
         est += over["teardown"]
         node_hours = {pool: n * est / 3600.0 for pool, n in nodes.items()}
         for pool, nh in node_hours.items():
@@ -257,6 +263,7 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
                 est_s=round(est, 1),
                 est_node_hours={k: round(v, 4) for k, v in node_hours.items()},
                 kv_offload=exp.kv_offload is not None,
+                handover=handover,
                 base=exp.base,
                 feature=exp.feature,
             )
@@ -295,6 +302,7 @@ def format_plan(plan: CampaignPlan) -> str:
     for e in plan.experiments:
         nodes = ", ".join(f"{p} x{n}" for p, n in e.nodes.items())
         ladder = f" [ladder: {e.base} + {e.feature}]" if e.base else ""
+        ladder += f" [keeps {', '.join(sorted(e.handover))} warm for the next]" if e.handover else ""
         offload = ", KV offload" if e.kv_offload else ""
         lines.append(
             f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, {e.gpus} GPUs on {nodes}; "

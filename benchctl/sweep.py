@@ -28,7 +28,8 @@ def leftovers(p: Providers) -> list[str]:
         pools = p.store.read_json(f"pools/{exp}.json")
         dep = p.store.read_json(f"deployments/{exp}.json")
         loads = [p.store.read_json(k) or {} for k in p.store.keys(f"loads/{exp}")]
-        if ((pools is not None and not pools.get("restored") and pools.get("records"))
+        restored = {r["pool"] for r in (pools or {}).get("restored") or []}
+        if ((pools is not None and any(r["pool"] not in restored for r in pools.get("records") or []))
                 or (dep is not None and not dep.get("torn_down"))
                 or any("exit_code" not in r and not (r.get("state") or {}).get("skipped") for r in loads)):
             out.append(exp)

@@ -10,7 +10,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     return run(
         event,
         {
-            "experiment": lambda p, ctx, ev: campaign.teardown_experiment(p, ctx, ev["experiment"]),
+            "experiment": lambda p, ctx, ev: campaign.teardown_experiment(p, ctx, ev["experiment"], handover=True),
             "experiment_failed": lambda p, ctx, ev: campaign.experiment_failed(p, ctx, ev["experiment"], ev.get("error")),
             "campaign": lambda p, ctx, ev: campaign.abort_campaign(p, ctx, ev.get("error")),
             "plan_failed": lambda p, ctx, ev: campaign.plan_failed(p, ev),

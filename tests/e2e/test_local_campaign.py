@@ -154,8 +154,11 @@ def test_timeline_and_campaign_record(smoke_run):
     events = [(r["experiment"], r["event"]) for r in read_table(out / "lake", "timeline")]
     for exp in ("agg", "disagg"):
         for ev in ("scale_requested", "nodes_ready", "deploy_applied", "ready", "smoke_ok", "load_start",
-                   "load_end", "ingested", "teardown_done", "pool_restored"):
+                   "load_end", "ingested", "teardown_done"):
             assert (exp, ev) in events, (exp, ev)
+    # both use the same pool: agg keeps it warm for disagg, the last user restores it
+    assert ("agg", "pool_handed_over") in events and ("agg", "pool_restored") not in events
+    assert ("disagg", "pool_restored") in events
     camp = read_table(out / "lake", "campaigns")
     assert [c["status"] for c in camp] == ["succeeded"]
     assert camp[0]["simulated"] is True
