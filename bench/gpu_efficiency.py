@@ -106,6 +106,8 @@ def main() -> int:
     for line in Latencies().describe():
         print(f"  - {line}")
     print("gain 'vs baseline' = (load/billed) / baseline's (load/billed) = baseline billed / this billed")
+    print("baseline = the engine before pools were kept warm; the engine now does 'keep_warm' (ExperimentPlan."
+          "handover);\n'prepull', 'prefetch' (ahead of the nodes) and 'reorder' are simulated only, not built yet")
     for spec in args.specs:
         print()
         print("\n".join(report(Path(spec))))
