@@ -781,6 +781,11 @@ def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
             teardown_experiment(p, ctx, exp)
     failure = p.store.read_json("failure.json") or {}
     status = "aborted" if name == "Aborted" or failure.get("error") == "Aborted" else "failed"
+    if failure.get("error") and failure.get("error") != name:
+        # the Catch payload is the LAST failure (e.g. a cleanup state that failed too); the lake
+        # keeps the first one, which started it all, and names the later one in the timeline
+        timeline(p, ctx.campaign_id, CAMPAIGN, "cleanup_failed", error=name, cause=cause)
+        name, cause = str(failure["error"]), str(failure.get("message") or cause)
     write_costs(p, ctx)  # what the failed campaign cost is part of its record
     _campaign_row(p, ctx, status, failed_state=failure.get("state"), error=name, cause=cause)
     timeline(p, ctx.campaign_id, CAMPAIGN, status, error=name, cause=cause, state=failure.get("state"))

@@ -300,7 +300,7 @@ def _number(loc: Path | str, what: str, value: Any) -> float | int:
 
 def _convert(loc: Path | str, what: str, value: Any, unit: Any, units: dict[str, float | None]) -> float:
     value = _number(loc, what, value)
-    if unit not in units:
+    if not isinstance(unit, str) or unit not in units:
         raise ArtifactError(f"{loc}: {what}: unknown unit {unit!r}; expected one of {sorted(units)}")
     factor = units[unit]
     return float(value) if factor is None else float(value) * factor
@@ -311,6 +311,8 @@ def _as_int(loc: Path | str, what: str, value: float | None) -> int | None:
         return None
     if not math.isfinite(value) or not float(value).is_integer():
         raise ArtifactError(f"{loc}: {what}: expected a whole number, got {value!r}")
+    if not -(2**63) <= int(value) < 2**63:
+        raise ArtifactError(f"{loc}: {what}: {value:.3g} does not fit a 64-bit integer")
     return int(value)
 
 
@@ -329,10 +331,13 @@ def _stat(
     return _convert(path, f"{metric}.{stat}", value, m["unit"], units)
 
 
-def _ns_to_dt(ns: Any) -> datetime | None:
+def _ns_to_dt(ns: Any, where: str = "timestamp") -> datetime | None:
     if isinstance(ns, bool) or not isinstance(ns, int):
         return None
-    return _EPOCH + timedelta(microseconds=ns // 1000)  # integer maths: no float rounding
+    try:
+        return _EPOCH + timedelta(microseconds=ns // 1000)  # integer maths: no float rounding
+    except OverflowError:
+        raise ArtifactError(f"{where}: {ns} ns since the epoch is not a time a datetime can hold") from None
 
 
 def _profiling_window(
@@ -348,12 +353,13 @@ def _profiling_window(
         starts = [s for s, _ in spans if isinstance(s, int)]
         ends = [e for _, e in spans if isinstance(e, int)]
         if starts and ends:
-            return _ns_to_dt(min(starts)), _ns_to_dt(max(ends))
+            return _ns_to_dt(min(starts), PHASE_MANIFEST_JSON), _ns_to_dt(max(ends), PHASE_MANIFEST_JSON)
     starts = [r["metadata"].get("request_start_ns") for _, r in profiling]
     ends = [r["metadata"].get("request_end_ns") for _, r in profiling]
     starts = [s for s in starts if isinstance(s, int) and not isinstance(s, bool)]
     ends = [e for e in ends if isinstance(e, int) and not isinstance(e, bool)]
-    return (_ns_to_dt(min(starts)) if starts else None, _ns_to_dt(max(ends)) if ends else None)
+    return (_ns_to_dt(min(starts), RECORDS_JSONL) if starts else None,
+            _ns_to_dt(max(ends), RECORDS_JSONL) if ends else None)
 
 
 def _iso_utc(value: Any) -> datetime | None:

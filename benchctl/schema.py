@@ -313,10 +313,12 @@ def _coerce(table: str, name: str, type_name: str, value: Any) -> Any:
     if type_name == "bigint":
         if isinstance(value, bool):
             raise ValueError(f"{where}: expected an integer, got a boolean")
-        if isinstance(value, int):
-            return value
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            return int(value)
+            value = int(value)
+        if isinstance(value, int):
+            if not -(2**63) <= value < 2**63:
+                raise ValueError(f"{where}: {value:.3g} does not fit a 64-bit integer (bigint)")
+            return value
         raise ValueError(f"{where}: expected an integer, got {type(value).__name__} {value!r:.80}")
     if type_name == "double":
         if isinstance(value, bool):

@@ -300,7 +300,7 @@ class CampaignSpec(Strict):
     experiments: list[Experiment] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
     repeats: int = Field(default=1, gt=0, le=20)
-    seed: int = Field(default=42, ge=0, description="base random seed")
+    seed: int = Field(default=42, ge=0, le=2**62, description="base random seed")
     seed_policy: Literal["per-repeat", "fixed"] = Field(
         default="per-repeat",
         description="per-repeat: repeat r uses seed + r (fresh prompts); fixed: every repeat reuses seed",
@@ -330,7 +330,7 @@ class CampaignSpec(Strict):
                 continue
             where = f"experiments[{i}]"
             base, change = raw["base"], raw.get("change")
-            if base not in done:
+            if not isinstance(base, str) or base not in done:
                 problems.append(f"{where}.base: {base!r} is not an earlier experiment; valid: {sorted(done)}")
                 out.append(raw)
                 continue
@@ -482,7 +482,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> CampaignSpec:
     try:
         return CampaignSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(source, _problems(err)) from None
+        # a problem is one line: a line break inside a key or value is shown escaped
+        raise SpecError(source, [line.replace("\n", "\\n") for line in _problems(err)]) from None
 
 
 def load_spec_text(path: Path) -> str:
@@ -500,7 +501,8 @@ def parse_spec_text(text: str, source: str) -> CampaignSpec:
     try:
         data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise SpecError(source, [f"(file): not valid {'JSON' if source.endswith('.json') else 'YAML'}: {err}"]) from None
+        detail = " ".join(str(err).split())  # one line per problem, even for PyYAML's multi-line messages
+        raise SpecError(source, [f"(file): not valid {'JSON' if source.endswith('.json') else 'YAML'}: {detail}"]) from None
     return parse_spec(data, source)
 
 

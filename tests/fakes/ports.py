@@ -1,0 +1,254 @@
+"""In-process fakes of the serving / load / smoke ports, for running the real campaign ASL fast.
+
+What is real: the ASL (moto's interpreter via ``benchctl.local.engine.execute``), the handlers in
+``lambdas/``, ``benchctl.campaign``, the run store (``LocalRunStore``), the lake (``LocalLake``), the
+pool (``LocalPool``) and ingestion. What is fake: Dynamo and AIPerf.
+
+* :class:`FakeServing` deploys instantly and is Ready on the first probe; :meth:`FakeServing.kill`
+  makes a deployment "die" (``check_alive`` then raises ``ServingFailed``, as a killed mocker does).
+* :class:`FakeLoad` "runs" AIPerf by copying the real AIPerf 0.13.0 sample artifacts into the
+  artifact directory at launch; the next poll reports exit 0. ``stop`` of a running job reports -15.
+* :class:`FakeWorld` holds one of each (plus a ``LocalPool`` with known starting sizes) and is the
+  providers factory ``execute``/``use_providers`` take; it records every call so a test can assert
+  that nothing is left running and that nothing was done twice.
+
+Standard library and benchctl only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchctl.campaign import Ctx, Providers
+from benchctl.errors import ServingFailed
+from benchctl.lake import LocalLake
+from benchctl.local.pool import LocalPool
+from benchctl.ports import DeploymentSpec
+from benchctl.runstore import LocalRunStore
+
+JSON = dict[str, Any]
+SUMMARY_JSON = "profile_export_aiperf.json"
+RECORDS_JSONL = "profile_export.jsonl"
+
+
+def samples_dir() -> Path | None:
+    """The AIPerf 0.13.0 sample artifacts (``shared/samples/aiperf-0.13.0``), or None when absent."""
+    candidates = [
+        os.environ.get("BENCHCTL_AIPERF_SAMPLES"),
+        str(Path(__file__).resolve().parents[3] / "shared" / "samples" / "aiperf-0.13.0"),
+        "/work/shared/samples/aiperf-0.13.0",
+    ]
+    for c in candidates:
+        if c and (Path(c) / SUMMARY_JSON).is_file():
+            return Path(c)
+    return None
+
+
+def sample_records(dataset_lines: int | None = None) -> list[str]:
+    """The sample's two warm-up records plus profiling copies of them (AIPerf 0.13 JSONL lines).
+
+    With ``dataset_lines`` (the step sent a generated dataset, ``--input-file``), one profiling record
+    per dataset line, whose conversation id names that line (``line-000000``...), as AIPerf's are.
+    """
+    from benchctl.datasets import SESSION_PREFIX
+
+    samples = samples_dir()
+    assert samples is not None, "AIPerf samples not found"
+    head = (samples / "profile_export.head.jsonl").read_text(encoding="utf-8").splitlines()
+    profiling = []
+    for i in range(len(head) if dataset_lines is None else dataset_lines):
+        rec = json.loads(head[i % len(head)])
+        rec["metadata"].update(benchmark_phase="profiling", phase_name="profiling", phase_kind="profiling",
+                               phase_index=1)
+        rec["metadata"]["x_request_id"] = f"{rec['metadata']['x_request_id']}-p{i}"
+        if dataset_lines is not None:
+            rec["metadata"]["conversation_id"] = f"{SESSION_PREFIX}{i:06d}"
+        profiling.append(json.dumps(rec))
+    return head + profiling
+
+
+def write_sample_artifacts(dest: Path, dataset_lines: int | None = None) -> list[str]:
+    """What AIPerf 0.13 leaves in its artifact directory after a successful run; the names written."""
+    samples = samples_dir()
+    assert samples is not None, "AIPerf samples not found"
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(samples / SUMMARY_JSON, dest / SUMMARY_JSON)
+    shutil.copyfile(samples / "phase_manifest.json", dest / "phase_manifest.json")
+    (dest / RECORDS_JSONL).write_text("\n".join(sample_records(dataset_lines)) + "\n", encoding="utf-8")
+    return [SUMMARY_JSON, "phase_manifest.json", RECORDS_JSONL]
+
+
+class FakeServing:
+    """Deployments that start instantly. Status per deployment id: running | dead | torn_down."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, str] = {}
+        self.deploy_calls: list[str] = []
+        self.teardown_calls: list[str] = []
+        self.probes = 0
+
+    def deploy(self, spec: DeploymentSpec) -> JSON:
+        self.deploy_calls.append(spec.deployment_id)
+        self.status[spec.deployment_id] = "running"
+        return {
+            "deployment_id": spec.deployment_id,
+            "url": "http://127.0.0.1:9/v1",  # never contacted: the load is fake too
+            "model": spec.model_name,
+            "metrics_urls": {"frontend": "http://127.0.0.1:9/metrics"},
+            "mode": spec.mode,
+        }
+
+    def probe_ready(self, state: JSON) -> bool:
+        self.probes += 1
+        if self.status.get(state["deployment_id"]) == "dead":
+            raise ServingFailed(f"fake deployment {state['deployment_id']} died")
+        return self.status.get(state["deployment_id"]) == "running"
+
+    def check_alive(self, state: JSON) -> None:
+        st = self.status.get(state["deployment_id"])
+        if st != "running":
+            raise ServingFailed(f"fake deployment {state['deployment_id']}: worker process exited ({st})")
+
+    def teardown(self, state: JSON) -> JSON:
+        dep = state["deployment_id"]
+        self.teardown_calls.append(dep)
+        was = self.status.get(dep)
+        self.status[dep] = "torn_down"
+        return {"removed": [dep] if was in ("running", "dead") else []}
+
+    def kill(self, deployment_id: str) -> None:
+        """The deployment's worker dies (what the e2e test does with SIGKILL)."""
+        self.status[deployment_id] = "dead"
+
+    def not_torn_down(self) -> list[str]:
+        return sorted(d for d, s in self.status.items() if s != "torn_down")
+
+
+class FakeLoad:
+    """AIPerf runs that finish at the next poll. Status per job id: running | exited | stopped."""
+
+    def __init__(self, on_launch: Callable[[str], None] | None = None) -> None:
+        self.status: dict[str, str] = {}
+        self.launch_calls: list[str] = []
+        self.stop_calls: list[str] = []
+        self.on_launch = on_launch
+
+    def launch(self, argv: list[str], artifact_dir: str, job_id: str) -> JSON:
+        assert argv and isinstance(argv, list), argv
+        self.launch_calls.append(job_id)
+        lines = None
+        if "--input-file" in argv:  # a generated dataset, sent line by line
+            data = Path(argv[argv.index("--input-file") + 1]).read_bytes()
+            lines = sum(1 for line in data.splitlines() if line.strip())
+        write_sample_artifacts(Path(artifact_dir), lines)
+        self.status[job_id] = "running"
+        if self.on_launch is not None:
+            self.on_launch(job_id)
+        return {"job_id": job_id, "artifact_dir": artifact_dir, "fake": True}
+
+    def poll(self, state: JSON) -> int | None:
+        job = state["job_id"]
+        st = self.status.get(job)
+        if st == "running":  # finishes "between" launch and the first poll
+            self.status[job] = "exited"
+            return 0
+        if st == "exited":
+            return 0
+        if st == "stopped":
+            return -15
+        raise AssertionError(f"poll of a job never launched: {job}")
+
+    def stop(self, state: JSON) -> None:
+        job = state["job_id"]
+        self.stop_calls.append(job)
+        if self.status.get(job) == "running":
+            self.status[job] = "stopped"
+
+    def running(self) -> list[str]:
+        return sorted(j for j, s in self.status.items() if s == "running")
+
+
+@dataclass
+class FakeWorld:
+    """The providers factory: real store / lake / pool, fake serving / load / smoke."""
+
+    lake_root: Path
+    pool_sizes: dict[str, int] = field(default_factory=lambda: {"gpu-a100": 0, "unrelated-pool": 3})
+    preflight_missing: list[str] = field(default_factory=list)
+    kill_on_launch: dict[str, str] = field(default_factory=dict)  # job id -> deployment id that dies then
+    report: Callable[[str], JSON] | None = None
+    pool: LocalPool = field(init=False)
+    serving: FakeServing = field(init=False)
+    load: FakeLoad = field(init=False)
+    lake: LocalLake = field(init=False)
+    smoke_calls: list[tuple[str, int, int]] = field(default_factory=list, init=False)
+    calls: Counter[str] = field(default_factory=Counter, init=False)
+
+    def __post_init__(self) -> None:
+        self.initial_sizes = dict(self.pool_sizes)
+        self.pool = LocalPool(dict(self.pool_sizes))
+        self.serving = FakeServing()
+        self.load = FakeLoad(on_launch=self._on_launch)
+        self.lake = LocalLake(self.lake_root)
+        self._count_pool_calls()
+
+    def _count_pool_calls(self) -> None:
+        scale, restore = self.pool.scale, self.pool.restore
+
+        def counted_scale(pool: str, nodes: int, owner: str, *, before_change: Any = None) -> JSON:
+            self.calls[f"scale:{pool}"] += 1
+            return scale(pool, nodes, owner, before_change=before_change)
+
+        def counted_restore(record: JSON) -> JSON:
+            self.calls[f"restore:{record['pool']}"] += 1
+            return restore(record)
+
+        self.pool.scale = counted_scale  # type: ignore[method-assign]
+        self.pool.restore = counted_restore  # type: ignore[method-assign]
+
+    def _on_launch(self, job_id: str) -> None:
+        if job_id in self.kill_on_launch:
+            self.serving.kill(self.kill_on_launch[job_id])
+
+    def pool_sizes_now(self) -> dict[str, int]:
+        return {name: self.pool.current(name)["desired"] for name in self.initial_sizes}
+
+    def smoke(self, state: JSON, n: int, max_tokens: int) -> JSON:
+        self.smoke_calls.append((state["deployment_id"], n, max_tokens))
+        self.serving.check_alive(state)
+        return {"requests": n, "ok": n}
+
+    def preflight(self, spec: Any) -> list[str]:
+        return list(self.preflight_missing)
+
+    def __call__(self, ctx: Ctx) -> Providers:
+        return Providers(
+            engine="local",
+            store=LocalRunStore(Path(ctx.run_uri)),
+            pools=self.pool,
+            serving=self.serving,
+            load=self.load,
+            lake=self.lake,
+            tokenizer="fake-tokenizer",
+            smoke=self.smoke,
+            report=self.report,
+            preflight=self.preflight,
+            versions={"fake": "1"},
+        )
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """What is still 'running': deployments not torn down, loads neither finished nor stopped, pools
+        not back at their starting sizes. Empty lists everywhere when the campaign cleaned up."""
+        return {
+            "deployments": self.serving.not_torn_down(),
+            "loads": self.load.running(),
+            "pools": [f"{k}={v} (was {self.initial_sizes[k]})" for k, v in self.pool_sizes_now().items()
+                      if v != self.initial_sizes[k]],
+        }
