@@ -42,7 +42,7 @@ from constructs import Construct
 
 from lambdas import FUNCTIONS
 from stacks.config import Config, ConfigError
-from stacks.results import ATHENA_PREFIX, LAKE_PREFIX, RUNS_PREFIX, SPECS_PREFIX, ResultsStack
+from stacks.results import ATHENA_PREFIX, LAKE_PREFIX, REPORTS_PREFIX, RUNS_PREFIX, SPECS_PREFIX, ResultsStack
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA_LAYER_DIR = ROOT / "build" / "lambda-layer"
@@ -145,7 +145,7 @@ class ControlPlaneStack(Stack):
                     resources=results.glue_arns()))
                 role.add_to_policy(iam.PolicyStatement(
                     actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-                    resources=[bucket.arn_for_objects(f"{ATHENA_PREFIX}/*")]))
+                    resources=[bucket.arn_for_objects(f"{ATHENA_PREFIX}/*"), bucket.arn_for_objects(f"{REPORTS_PREFIX}/*")]))
                 role.add_to_policy(iam.PolicyStatement(actions=["s3:GetBucketLocation"], resources=[bucket.bucket_arn]))
             fn = lambda_.Function(
                 self,
@@ -197,7 +197,7 @@ class ControlPlaneStack(Stack):
 
         self._sweeper(config, results, code, layers, env, cluster_arn, nodegroup_arns)
         self._load_job_identity(config, results)
-        self._notifications(config)
+        self._notifications(config, results)
         if config.schedule is not None:
             self._schedule(config, results)
         CfnOutput(self, "StateMachineArn", value=self.state_machine.state_machine_arn)
@@ -272,7 +272,7 @@ class ControlPlaneStack(Stack):
                                       namespace=config.namespace, service_account=config.load_service_account,
                                       role_arn=role.role_arn)
 
-    def _notifications(self, config: Config) -> None:
+    def _notifications(self, config: Config, results: ResultsStack) -> None:
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN,
                       description="benchctl campaign notifications")
         key.grant_encrypt_decrypt(iam.ServicePrincipal("events.amazonaws.com"))
@@ -289,7 +289,11 @@ class ControlPlaneStack(Stack):
                 detail_type=["Step Functions Execution Status Change"],
                 detail={"stateMachineArn": [self.state_machine.state_machine_arn], "status": EXECUTION_STATUSES},
             ),
-            targets=[targets.SnsTopic(self.topic)],
+            targets=[targets.SnsTopic(self.topic, message=events.RuleTargetInput.from_text(
+                f"benchctl campaign {events.EventField.from_path('$.detail.name')} ended: "
+                f"{events.EventField.from_path('$.detail.status')}. Report: s3://{results.bucket.bucket_name}/"
+                f"{REPORTS_PREFIX}/{events.EventField.from_path('$.detail.name')}/report.html (written when the "
+                f"Report state ran). Execution: {events.EventField.from_path('$.detail.executionArn')}"))],
         )
         CfnOutput(self, "StatusTopicArn", value=self.topic.topic_arn)
 

@@ -35,6 +35,7 @@ LAKE_PREFIX = "lake"
 RUNS_PREFIX = "runs"
 SPECS_PREFIX = "specs"
 ATHENA_PREFIX = "athena-results"
+REPORTS_PREFIX = "reports"
 PARQUET = {
     "input_format": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
     "output_format": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",

@@ -194,6 +194,8 @@ def test_execution_status_rule_notifies_an_encrypted_topic(templates):
     assert set(pattern["detail"]["status"]) == {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
     topic_id = next(iter(_resources(cp, "AWS::SNS::Topic")))
     assert rule["Targets"][0]["Arn"] == {"Ref": topic_id}
+    message = json.dumps(rule["Targets"][0]["InputTransformer"])
+    assert "/reports/<detail-name>/report.html" in message  # the notification links the campaign's report
     assert "KmsMasterKeyId" in _one(cp, "AWS::SNS::Topic")
     assert _one(cp, "AWS::SNS::Subscription")["Endpoint"] == "bench-team@example.com"
 
