@@ -23,6 +23,8 @@ EPILOG = """examples:
   benchctl start examples/seed-plan.yaml --bucket BUCKET --state-machine-arn ARN   # AWS
   benchctl status EXECUTION_ARN
   benchctl render examples/seed-plan.yaml --out manifests   # Kubernetes manifests the AWS engine applies
+  benchctl predict examples/seed-plan.yaml --lake runs/lake   # aiconfigurator's predictions, offline
+  benchctl report --lake runs/lake --out report.html   # one self-contained HTML report (figures, tables)
 """
 
 
@@ -96,7 +98,8 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path) -> None:
                 continue  # not a ladder campaign
         print(f"\n{view} (SIMULATED)")
         _print_table(lake, view, campaign_id, columns, engine=engine)
-    print(f"\nevery column of every view: {run_dir / 'report'}/<view>.csv; "
+    print(f"\nthe report (tables, figures, timeline, cost, provenance; opens offline): {run_dir / 'report' / 'report.html'}")
+    print(f"every column of every view: {run_dir / 'report'}/<view>.csv; "
           f"`benchctl query <view> --lake {lake}` for more")
 
 
@@ -206,6 +209,34 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    from benchctl.lake import LocalLake, check_path_value
+    from benchctl.plan import plan_campaign
+    from benchctl.predict import format_predictions, predict_plan
+    from benchctl.spec import load_spec
+
+    spec = load_spec(args.spec)
+    plan = plan_campaign(spec, "aws")
+    campaign_id = check_path_value("campaign_id", args.campaign_id or plan.plan_id)
+    rows = predict_plan(spec, plan, campaign_id)
+    print(format_predictions(rows))
+    if args.lake:
+        files = LocalLake(Path(args.lake)).write("predictions", rows, part_name="predictions")
+        print(f"{len(rows)} prediction rows for campaign {campaign_id} in {len(files)} file(s) under "
+              f"{Path(args.lake) / 'predictions'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from benchctl.report import write_report
+
+    out = Path(args.out)
+    fmt = args.format or ("md" if out.suffix.lower() in {".md", ".markdown"} else "html")
+    path = write_report(Path(args.lake), args.campaign, out, fmt)
+    print(f"{fmt} report of {f'campaign {args.campaign}' if args.campaign else 'the latest campaign'}: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="benchctl", description=__doc__.split("\n")[0] if __doc__ else "",
@@ -267,11 +298,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
     p.set_defaults(fn=cmd_render)
 
+    p = sub.add_parser("predict", help="aiconfigurator's offline predictions for each concurrency-sweep step (not measured)")
+    p.add_argument("spec")
+    p.add_argument("--lake", help="also write them to this lake's predictions table")
+    p.add_argument("--campaign-id", help="campaign the rows belong to (default: the plan id, <spec name>-<hash>)")
+    p.set_defaults(fn=cmd_predict)
+
     p = sub.add_parser("query", help="run a view (by name) or a SELECT over the lake with DuckDB")
     p.add_argument("name_or_sql")
     p.add_argument("--lake", default="runs/lake")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.set_defaults(fn=cmd_query)
+
+    p = sub.add_parser("report", help="write one self-contained report of a campaign (HTML with SVG figures, or Markdown)")
+    p.add_argument("--lake", default="runs/lake", help="the lake (default runs/lake: `benchctl run --out runs`)")
+    p.add_argument("--campaign", help="campaign id (default: the latest in the lake's campaigns table)")
+    p.add_argument("--out", required=True, help="file to write (atomically), e.g. report.html")
+    p.add_argument("--format", choices=["html", "md"], help="default: md for a .md --out, else html")
+    p.set_defaults(fn=cmd_report)
     return ap
 
 

@@ -235,6 +235,35 @@ TABLES: dict[str, Table] = {
             simulated boolean
             """,
         ),
+        _table(
+            "predictions",
+            "experiment x concurrency-sweep step: figures PREDICTED by aiconfigurator before spending, not measured",
+            _EXPERIMENT_PARTS,
+            # predicted_*: the whole experiment at the step's concurrency (all its GPUs); memory_gb_per_gpu:
+            # aiconfigurator's estimate (GiB, the larger of prefill/decode); fits_memory: against the pool's
+            # GPU memory; null figures with a note when no prediction could be made (unknown GPU, ...).
+            """
+            campaign_id string
+            experiment string
+            step_id string
+            workload string
+            concurrency bigint
+            isl bigint
+            osl bigint
+            system string
+            decode_system string
+            mode string
+            tp bigint
+            predicted_ttft_ms double
+            predicted_itl_ms double
+            predicted_output_tokens_per_s double
+            predicted_tokens_per_s_per_gpu double
+            memory_gb_per_gpu double
+            fits_memory boolean
+            source string
+            note string
+            """,
+        ),
     )
 }
 

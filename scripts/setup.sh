@@ -47,3 +47,26 @@ if [ ! -f "$venv/.benchctl-model-ok" ]; then
   "$venv/bin/python" -m benchctl.local.modeldir --install
   touch "$venv/.benchctl-model-ok"
 fi
+# --- chromium (report screenshot test) ---
+# Headless Chromium renders the HTML report in tests/e2e/test_report.py (screenshot + DOM). Installed
+# from Debian only when missing and we are root; a failure here never fails the set-up: that test then
+# fails naming the problem.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing Debian's chromium (headless browser for the report test)"
+    mkdir -p "$venv"
+    chromium_log="$venv/setup.log"
+    if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+           DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+         >>"$chromium_log" 2>&1; then
+      echo "[setup] WARNING: installing chromium failed (last lines of $chromium_log below); the set-up" \
+           "goes on, tests/e2e/test_report.py will fail until" \
+           "'apt-get install -y --no-install-recommends chromium' succeeds" >&2
+      tail -5 "$chromium_log" >&2 || true
+    fi
+  else
+    echo "[setup] note: chromium is missing and we are not root: tests/e2e/test_report.py is skipped" \
+         "until it is installed (apt-get install -y --no-install-recommends chromium)" >&2
+  fi
+fi
+# --- end chromium ---

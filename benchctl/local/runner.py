@@ -47,6 +47,9 @@ def report_views(lake: Path, campaign_id: str, out_dir: Path) -> dict[str, int]:
         (out_dir / f"{view}.csv").write_text(format_result(cols, rows, "csv"), encoding="utf-8")
         (out_dir / f"{view}.json").write_text(format_result(cols, rows, "json"), encoding="utf-8")
         counts[view] = len(rows)
+    from benchctl.report import write_report
+
+    write_report(lake, campaign_id, out_dir / "report.html", "html")  # the one file a person opens
     return counts
 
 
@@ -114,6 +117,37 @@ def prepare(spec_path: Path, out: Path, campaign_id: str | None = None) -> tuple
     return cid, run_dir, lake
 
 
+def write_predictions(run_dir: Path, lake: Path, campaign_id: str, progress: Progress) -> int:
+    """aiconfigurator's GPU predictions for the sweep steps, into the lake's ``predictions`` table, so
+    the report can put predicted (GPU) beside measured (here: simulated) figures. Best effort: a
+    missing or failing predictor is noted, never fatal."""
+    from benchctl.lake import LocalLake
+
+    try:
+        from benchctl.predict import predict_plan
+    except ImportError as err:
+        progress.note(f"no predictions: {err}")
+        return 0
+    store = LocalRunStore(run_dir)
+    spec = load_spec_from_store(store)
+    plan = plan_campaign(spec, "local")
+    try:
+        rows = predict_plan(spec, plan, campaign_id)
+    except Exception as err:  # a prediction is a bonus: the campaign must not fail for it
+        progress.note(f"no predictions: aiconfigurator failed: {type(err).__name__}: {err}")
+        return 0
+    if rows:
+        LocalLake(lake).write("predictions", rows, part_name="predictions")
+        progress.note(f"predictions: {len(rows)} sweep steps rated by aiconfigurator (PREDICTED for the pool's GPU)")
+    return len(rows)
+
+
+def load_spec_from_store(store: LocalRunStore) -> Any:
+    from benchctl.spec import parse_spec
+
+    return parse_spec(store.read_json("spec.json"), f"{store.uri}/spec.json")
+
+
 def campaign_running(run_dir: Path) -> bool:
     """A local campaign runs while its runner process (``runner.json``) lives and no result was written."""
     if (run_dir / "result.json").exists():
@@ -162,6 +196,7 @@ def run_campaign(
         raise ValueError(f"--fail-at {fail_at!r} is not a Task state of the campaign ASL; valid: {task_states()}")
     cid, run_dir, lake = prepare(spec_path, out, campaign_id)
     progress = progress or Progress()
+    write_predictions(run_dir, lake, cid, progress)
     progress.note(f"campaign {cid}: run state in {run_dir}, results in {lake}")
     providers = LocalProviders(run_dir, lake)
     (run_dir / "runner.json").write_text(json.dumps({"pid": os.getpid(), "started": datetime.now(UTC).isoformat()}),

@@ -244,3 +244,14 @@ def test_timeline_names_only_planned_experiments(tmp_path, reaper):
     assert not leftovers(out / "campaigns" / "e2e")
     events = {(r["experiment"], r["event"]) for r in read_table(out / "lake", "timeline")}
     assert ("agg", "pool_restored") in events and ("_campaign", "failed") in events
+
+
+def test_cost_efficiency_has_the_plans_rows_with_cost_and_scope(smoke_run):
+    res, out = smoke_run
+    rows = {r["experiment"]: r for r in _view(out, "v_cost_efficiency")}
+    assert rows["agg"]["category"] == "aggregated same-GPU baseline"
+    assert rows["disagg"]["category"] == "disaggregated same GPU total"
+    for r in rows.values():
+        assert r["cost_usd"] > 0 and r["usd_per_1m_output_tokens"] > 0 and r["output_tokens_per_s"] > 0
+        assert r["simulated"] is True and "GPU nodes" in r["scope"]
+    assert "\nv_cost_efficiency (SIMULATED)" in res.stdout

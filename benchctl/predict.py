@@ -1,0 +1,353 @@
+"""Predicting before spending: what aiconfigurator expects each concurrency-sweep step to measure.
+
+aiconfigurator (``aiconfigurator==0.12.0``, with ``aiconfigurator-core`` and its measured performance
+tables for ``a100_sxm`` and ``l40s`` with vLLM) rates one serving configuration in about a second,
+offline: its model configs are built in (we never let it reach Hugging Face). We call its Python API
+in-process (:func:`aiconfigurator.cli.api.cli_estimate`, what ``aiconfigurator cli estimate`` runs),
+once per unique configuration (a module-level cache: repeats and equal steps cost nothing).
+
+How a step becomes an aiconfigurator configuration (stated, so the figures can be judged):
+
+* aggregated: aiconfigurator's ``agg`` estimate rates ONE replica (``tp`` GPUs) at a batch size. The
+  step's ``concurrency`` requests spread over the experiment's replicas, so the batch is
+  ``ceil(concurrency / replicas)`` (the most-loaded replica: TTFT/ITL are its figures).
+* disaggregated: the ``disagg`` estimate with the prefill and decode groups' TP and replica counts,
+  prefill batch 1, decode batch ``ceil(concurrency / decode replicas)``.
+* Expert parallelism off (``etp = tp``, ``ep = 1``): vLLM's default, and what our workers run.
+* Throughput is aiconfigurator's ``tokens/s`` scaled from its in-flight count to the step's
+  ``concurrency``; per GPU means over ALL the experiment's GPUs (idle replicas included), as measured.
+* Memory: aiconfigurator's GiB per GPU (weights, activations, the batch's KV cache, NCCL, 3.5 GiB
+  slack); it fits when within vLLM's default ``gpu_memory_utilization`` (0.9) of the pool's GPU
+  memory, parsed from ``gpu_kind`` (``A100-40GB`` -> 40). aiconfigurator's ``a100_sxm`` is the 80 GB
+  part; p4d has 40 GB A100s with less HBM bandwidth (1.56 vs 2.04 TB/s), so memory is checked here
+  and decode-bound figures there are likely optimistic.
+
+Not modelled: routing (KV router), KV-cache offload, prefix-cache hits, queueing beyond the batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchctl.plan import CampaignPlan
+from benchctl.spec import CampaignSpec, Experiment, PoolSpec, WorkerGroup
+
+BACKEND = "vllm"
+AIC_VERSION = "0.12.0"  # the pin in requirements-dev.txt; the installed version is what `source` reports
+VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory it may use
+LABEL = "PREDICTED by aiconfigurator, not measured"
+
+# aiconfigurator system <- GPU named in the pool's gpu_kind, else its EC2 instance family
+_GPU_SYSTEMS = ((re.compile(r"\bA100\b"), "a100_sxm"), (re.compile(r"\bL40S\b"), "l40s"))
+_INSTANCE_SYSTEMS = (("p4d.", "a100_sxm"), ("p4de.", "a100_sxm"), ("g6e.", "l40s"))
+_GB = re.compile(r"(\d+(?:\.\d+)?)\s*Gi?B\b", re.IGNORECASE)
+
+
+def gpu_system(pool: PoolSpec) -> str | None:
+    """The aiconfigurator system for a pool's GPUs (A100 -> ``a100_sxm``, L40S -> ``l40s``), else None."""
+    kind = pool.gpu_kind.upper()
+    for pattern, system in _GPU_SYSTEMS:
+        if pattern.search(kind):
+            return system
+    instance = pool.instance_type.lower()
+    for prefix, system in _INSTANCE_SYSTEMS:
+        if instance.startswith(prefix):
+            return system
+    return None
+
+
+def gpu_memory_gb(pool: PoolSpec) -> float | None:
+    """GPU memory named in ``gpu_kind`` ("A100-40GB" -> 40.0), None when it names none."""
+    m = _GB.search(pool.gpu_kind)
+    return float(m.group(1)) if m else None
+
+
+def source() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("aiconfigurator")
+    except PackageNotFoundError:  # pragma: no cover - it is a dev requirement
+        v = f"{AIC_VERSION} (not installed)"
+    return f"aiconfigurator {v} estimate"
+
+
+# -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Config:
+    """One aiconfigurator estimate: the cache key (everything that changes its answer)."""
+
+    model: str
+    mode: str  # "agg" | "disagg"
+    system: str
+    decode_system: str | None
+    isl: int
+    osl: int
+    tp: int  # agg: the replica's TP; disagg: prefill TP
+    batch: int  # agg: per-replica batch; disagg: per-decode-worker batch
+    prefill_workers: int = 0
+    decode_tp: int = 0
+    decode_workers: int = 0
+
+
+# cache of estimates: config -> raw result dict, or the error text when aiconfigurator refused it
+_CACHE: dict[_Config, dict[str, Any] | str] = {}
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence aiconfigurator's INFO logging and deprecation notices during a call."""
+    loggers = [logging.getLogger(n) for n in ("aiconfigurator", "aiconfigurator_core")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _builtin_model(model: str) -> bool:
+    """True when aiconfigurator ships the model's config (no Hugging Face download needed)."""
+    if Path(model).is_dir():  # a local model directory with its config.json
+        return True
+    with _quiet():
+        from aiconfigurator.sdk.common import DefaultHFModels
+    return model in DefaultHFModels
+
+
+def _estimate(cfg: _Config) -> dict[str, Any] | str:
+    """aiconfigurator's raw result for ``cfg`` (cached), or why it gave none."""
+    if cfg in _CACHE:
+        return _CACHE[cfg]
+    try:
+        with _quiet():
+            from aiconfigurator.cli.api import cli_estimate
+
+            kwargs: dict[str, Any] = {
+                "mode": cfg.mode, "backend_name": BACKEND, "isl": cfg.isl, "osl": cfg.osl,
+                "batch_size": cfg.batch, "tp_size": cfg.tp, "moe_tp_size": cfg.tp, "moe_ep_size": 1,
+            }
+            if cfg.mode == "disagg":
+                kwargs.update(
+                    decode_system_name=cfg.decode_system,
+                    prefill_tp_size=cfg.tp, prefill_moe_tp_size=cfg.tp, prefill_moe_ep_size=1,
+                    prefill_batch_size=1, prefill_num_workers=cfg.prefill_workers,
+                    decode_tp_size=cfg.decode_tp, decode_moe_tp_size=cfg.decode_tp, decode_moe_ep_size=1,
+                    decode_batch_size=cfg.batch, decode_num_workers=cfg.decode_workers,
+                )
+            res = cli_estimate(cfg.model, cfg.system, **kwargs)
+        raw = dict(res.raw)
+        raw["ttft"], raw["tpot"] = float(res.ttft), float(res.tpot)
+        raw["_backend_version"] = res.backend_version
+        if res.kv_cache_warning:
+            raw["_kv_cache_warning"] = str(res.kv_cache_warning)
+        out: dict[str, Any] | str = raw
+    except Exception as err:  # aiconfigurator refuses unsupported shapes (AssertionError, data missing, ...)
+        out = f"aiconfigurator gave no estimate: {type(err).__name__}: {' '.join(str(err).split())[:240]}"
+    _CACHE[cfg] = out
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+def _one_shape(groups: list[WorkerGroup]) -> tuple[str, int, int] | None:
+    """(pool, tp, replicas) when all groups share pool and TP, else None (not predicted)."""
+    shapes = {(g.pool, g.tensor_parallel) for g in groups}
+    if len(shapes) != 1:
+        return None
+    (pool, tp), = shapes
+    return pool, tp, sum(g.replicas for g in groups)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How an experiment maps onto aiconfigurator, or why it does not (``problem``)."""
+
+    mode: str
+    system: str | None = None
+    decode_system: str | None = None
+    tp: int | None = None  # the row's tp: every group's TP when they agree, else None
+    p_pool: PoolSpec | None = None
+    p_tp: int = 0
+    p_replicas: int = 0
+    d_pool: PoolSpec | None = None
+    d_tp: int = 0
+    d_replicas: int = 0
+    problem: str | None = None
+
+
+def _layout(spec: CampaignSpec, exp: Experiment) -> _Layout:
+    if exp.mode == "aggregated":
+        shape = _one_shape(list(exp.workers))
+        if shape is None:
+            return _Layout("agg", problem="worker groups differ in pool or TP: aiconfigurator rates one shape")
+        pool_name, tp, replicas = shape
+        pool = spec.pool(pool_name)
+        system = gpu_system(pool)
+        lay = _Layout("agg", system=system, tp=tp, p_pool=pool, p_tp=tp, p_replicas=replicas)
+        if system is None:
+            return _no_system(lay, pool)
+        return lay
+    pre = _one_shape([g for g in exp.workers if g.role == "prefill"])
+    dec = _one_shape([g for g in exp.workers if g.role == "decode"])
+    if pre is None or dec is None:
+        return _Layout("disagg", problem="prefill or decode groups differ in pool or TP: not predicted")
+    p_pool, d_pool = spec.pool(pre[0]), spec.pool(dec[0])
+    lay = _Layout(
+        "disagg", system=gpu_system(p_pool), decode_system=gpu_system(d_pool),
+        tp=pre[1] if pre[1] == dec[1] else None,
+        p_pool=p_pool, p_tp=pre[1], p_replicas=pre[2], d_pool=d_pool, d_tp=dec[1], d_replicas=dec[2],
+    )
+    if lay.system is None:
+        return _no_system(lay, p_pool)
+    if lay.decode_system is None:
+        return _no_system(lay, d_pool)
+    return lay
+
+
+def _no_system(lay: _Layout, pool: PoolSpec) -> _Layout:
+    return _Layout(
+        lay.mode, system=lay.system, decode_system=lay.decode_system, tp=lay.tp,
+        problem=(f"no aiconfigurator performance data for pool {pool.name} ({pool.gpu_kind}, "
+                 f"{pool.instance_type}): only A100 (a100_sxm) and L40S (l40s) are mapped"),
+    )
+
+
+def _fits(mem_gib: float | None, pool: PoolSpec | None) -> tuple[bool | None, str]:
+    if mem_gib is None or pool is None:
+        return None, "memory not estimated"
+    cap = gpu_memory_gb(pool)
+    if cap is None:
+        return None, f"{mem_gib:.1f} GiB/GPU; {pool.gpu_kind} names no memory size, fit unchecked"
+    budget = VLLM_GPU_MEMORY_UTILIZATION * cap
+    ok = mem_gib <= budget
+    return ok, (f"{mem_gib:.1f} GiB/GPU vs {budget:.1f} ({VLLM_GPU_MEMORY_UTILIZATION:g} x {cap:g}) on "
+                f"{pool.name}: {'fits' if ok else 'DOES NOT FIT'}")
+
+
+def _predict_step(model: str, exp: Experiment, lay: _Layout, concurrency: int, isl: int,
+                  osl: int) -> dict[str, Any]:
+    """The predicted figures and note of one (experiment, concurrency, isl, osl)."""
+    empty: dict[str, Any] = {
+        "predicted_ttft_ms": None, "predicted_itl_ms": None, "predicted_output_tokens_per_s": None,
+        "predicted_tokens_per_s_per_gpu": None, "memory_gb_per_gpu": None, "fits_memory": None,
+    }
+    if lay.problem is not None:
+        return {**empty, "note": lay.problem}
+    if not _builtin_model(model):
+        return {**empty, "note": f"model {model} has no built-in aiconfigurator config (offline only)"}
+    assert lay.system is not None
+    if lay.mode == "agg":
+        batch = math.ceil(concurrency / lay.p_replicas)
+        cfg = _Config(model, "agg", lay.system, None, isl, osl, lay.p_tp, batch)
+        shape = (f"agg: {lay.p_replicas} x tp{lay.p_tp} (etp{lay.p_tp} ep1) on {lay.system}, "
+                 f"per-replica batch {batch} = ceil({concurrency}/{lay.p_replicas})")
+    else:
+        batch = math.ceil(concurrency / lay.d_replicas)
+        cfg = _Config(model, "disagg", lay.system, lay.decode_system, isl, osl, lay.p_tp, batch,
+                      prefill_workers=lay.p_replicas, decode_tp=lay.d_tp, decode_workers=lay.d_replicas)
+        shape = (f"disagg: prefill {lay.p_replicas} x tp{lay.p_tp} on {lay.system} (batch 1), decode "
+                 f"{lay.d_replicas} x tp{lay.d_tp} on {lay.decode_system}, per-worker batch {batch} = "
+                 f"ceil({concurrency}/{lay.d_replicas}); etp=tp ep1")
+    raw = _estimate(cfg)
+    if isinstance(raw, str):
+        return {**empty, "note": f"{shape}; {raw}"}
+    in_flight = float(raw.get("concurrency") or 0) or float(batch)
+    tokens_s = float(raw["tokens/s"]) * concurrency / in_flight
+    if lay.mode == "agg":
+        mem = float(raw["memory"])
+        fits, mem_note = _fits(mem, lay.p_pool)
+    else:
+        p_mem, d_mem = float(raw["(p)memory"]), float(raw["(d)memory"])
+        p_fits, p_note = _fits(p_mem, lay.p_pool)
+        d_fits, d_note = _fits(d_mem, lay.d_pool)
+        mem = max(p_mem, d_mem)
+        fits = None if p_fits is None or d_fits is None else (p_fits and d_fits)
+        mem_note = f"prefill {p_note}; decode {d_note}"
+    notes = [shape, f"vllm {raw.get('_backend_version')} perf data", mem_note]
+    if "a100_sxm" in (lay.system, lay.decode_system):
+        notes.append("a100_sxm data is the 80 GB part (more HBM bandwidth than A100-40GB): likely optimistic")
+    if raw.get("_kv_cache_warning"):
+        notes.append(str(raw["_kv_cache_warning"]))
+    return {
+        "predicted_ttft_ms": float(raw["ttft"]),
+        "predicted_itl_ms": float(raw["tpot"]),
+        "predicted_output_tokens_per_s": tokens_s,
+        "predicted_tokens_per_s_per_gpu": tokens_s / exp.gpus(),
+        "memory_gb_per_gpu": mem,
+        "fits_memory": fits,
+        "note": "; ".join(notes),
+    }
+
+
+def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> list[dict[str, Any]]:
+    """One ``predictions`` row per concurrency-sweep step of each experiment of ``plan``, in plan order.
+
+    Deterministic; never raises for what aiconfigurator cannot rate (unknown GPU, unsupported TP, a
+    model without a built-in config): such rows carry null figures and a note saying why.
+    """
+    rows: list[dict[str, Any]] = []
+    src = source()
+    for ep in plan.experiments:
+        exp = spec.experiment(ep.name)
+        lay = _layout(spec, exp)
+        for step in ep.steps:
+            if step.kind != "concurrency_sweep" or step.concurrency is None or step.isl is None or step.osl is None:
+                continue
+            figures = _predict_step(spec.model.name, exp, lay, step.concurrency, step.isl, step.osl)
+            rows.append({
+                "campaign_id": campaign_id,
+                "experiment": ep.name,
+                "step_id": step.step_id,
+                "workload": step.workload,
+                "concurrency": step.concurrency,
+                "isl": step.isl,
+                "osl": step.osl,
+                "system": lay.system,
+                "decode_system": lay.decode_system,
+                "mode": exp.mode,
+                "tp": lay.tp,
+                **figures,
+                "source": src,
+            })
+    return rows
+
+
+def format_predictions(rows: list[dict[str, Any]]) -> str:
+    """A table of the predictions, one line per experiment x step (repeats share one line)."""
+    from benchctl.query import format_result
+
+    columns = ("experiment", "steps", "c", "isl", "osl", "system", "ttft_ms", "itl_ms", "out_tok_s",
+               "tok_s_gpu", "gib_gpu", "fits")
+    lines: dict[tuple[str, str, int, int, int], list[Any]] = {}
+    problems: dict[str, str] = {}
+    for r in rows:
+        key = (r["experiment"], r["workload"], r["concurrency"], r["isl"], r["osl"])
+        if key in lines:
+            lines[key][1] += 1
+            continue
+        system = r["system"] or "-"
+        if r["decode_system"] and r["decode_system"] != r["system"]:
+            system += f"/{r['decode_system']}"
+        lines[key] = [r["experiment"], 1, r["concurrency"], r["isl"], r["osl"], system,
+                      r["predicted_ttft_ms"], r["predicted_itl_ms"], r["predicted_output_tokens_per_s"],
+                      r["predicted_tokens_per_s_per_gpu"], r["memory_gb_per_gpu"],
+                      None if r["fits_memory"] is None else ("yes" if r["fits_memory"] else "NO")]
+        if r["predicted_ttft_ms"] is None:
+            problems.setdefault(r["experiment"], r["note"])
+    out = [f"{LABEL} ({rows[0]['source'] if rows else source()}); "
+           "steps = concurrency-sweep steps sharing the line (repeats)",
+           format_result(columns, list(lines.values()), "table")]
+    out += [f"  {exp}: {note}" for exp, note in problems.items()]
+    return "\n".join(out)

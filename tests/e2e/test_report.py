@@ -1,0 +1,183 @@
+"""`benchctl report` end to end: a short real local campaign (Dynamo mocker + AIPerf, both modes, every
+workload kind), its HTML report rendered by headless Chromium (DOM + screenshot) and its Markdown twin."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import ROOT, write_spec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+CAMPAIGN = "report-e2e"
+TABLE_SECTIONS = ("tbl-v_concurrency_sweep", "tbl-v_prefix_cache", "tbl-v_cost_efficiency", "tbl-v_multi_turn",
+                  "tbl-v_sequence_distribution", "tbl-v_pareto", "datasets")
+FIGURE_SECTIONS = ("fig-pareto", "fig-concurrency", "fig-multi-turn", "fig-distribution", "fig-prefix",
+                   "fig-timeline")
+INSTALL_HINT = ("Debian's chromium is needed to render the report: run scripts/setup.sh as root (it installs it) "
+                "or `apt-get install -y --no-install-recommends chromium`")
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium")
+    if exe:
+        return exe
+    if os.geteuid() != 0:
+        pytest.skip(f"chromium is not installed and we are not root to install it; {INSTALL_HINT}")
+    pytest.fail(f"chromium is not installed (scripts/setup.sh should have installed it; see .venv/setup.log). "
+                f"{INSTALL_HINT}")
+
+
+def _short_spec(tmp_path: Path) -> Path:
+    """examples/smoke.yaml trimmed: one concurrency, short request-count steps, every workload kind."""
+
+    def mutate(d: dict[str, Any]) -> None:
+        kinds = {w["kind"]: w for w in d["workloads"]}
+        kinds["concurrency_sweep"].pop("duration_s", None)
+        kinds["concurrency_sweep"].update(concurrency=[4], request_count=16)
+        kinds["multi_turn"].update(conversations=4, turns=3, request_count=12)
+        kinds["sequence_distribution"].update(distributions=["uniform"], requests=16)
+        kinds["prefix_cache"].update(ratios=[0, 1.0], requests=16)
+        d["warmup"] = {"request_count": 4}
+
+    return write_spec(tmp_path, "report-short", mutate)
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+@pytest.fixture(scope="module")
+def campaign_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _chromium()  # fail (or skip) before spending minutes on a campaign
+    tmp = tmp_path_factory.mktemp("report")
+    out = tmp / "out"
+    res = subprocess.run([_bin("benchctl"), "run", str(_short_spec(tmp)), "--out", str(out), "--campaign-id", CAMPAIGN],
+                         capture_output=True, text=True, cwd=ROOT, timeout=840)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    return out
+
+
+class _Dom(HTMLParser):
+    """Sections (id -> attributes), marks inside each section's figures, text per section."""
+
+    MARKS = frozenset({"circle", "rect", "path"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: dict[str, dict[str, str]] = {}
+        self.marks: dict[str, int] = {}
+        self.svgs: dict[str, int] = {}
+        self.text: dict[str, list[str]] = {}
+        self.external: list[str] = []
+        self._stack: list[str] = []  # open section ids
+        self._svg_depth = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "script" or (tag in {"link", "img", "iframe", "object", "embed", "source", "audio", "video"}
+                               and re.search(r"^\s*(https?:)?//", a.get("src", "") + a.get("href", "")
+                                             + a.get("data", ""))):
+            self.external.append(f"<{tag} {a}>")
+        if tag == "section":
+            sid = a.get("id", "")
+            self.sections[sid] = a
+            self._stack.append(sid)
+        if tag == "svg" and "figure" in a.get("class", "").split():
+            self._svg_depth += 1
+            for sid in self._stack:
+                self.svgs[sid] = self.svgs.get(sid, 0) + 1
+        elif self._svg_depth and tag in self.MARKS and "mark" in a.get("class", "").split():
+            for sid in self._stack:
+                self.marks[sid] = self.marks.get(sid, 0) + 1
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "section" and self._stack:
+            self._stack.pop()
+        if tag == "svg" and self._svg_depth:
+            self._svg_depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        for sid in self._stack:
+            self.text.setdefault(sid, []).append(data)
+
+
+def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def check_report_of(out: Path, tmp_path: Path) -> None:
+    """`benchctl report` on the campaign's lake, then what a browser makes of it."""
+    html_path = tmp_path / "report.html"
+    res = _run([_bin("benchctl"), "report", "--lake", str(out / "lake"), "--out", str(html_path)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    html = html_path.read_text(encoding="utf-8")
+    assert f"Campaign {CAMPAIGN}" in html  # the latest (only) campaign by default
+
+    # self-contained: nothing is fetched from anywhere
+    static = _Dom()
+    static.feed(html)
+    assert not static.external, static.external
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html)
+    assert "@import" not in html and not re.search(r"url\(\s*['\"]?(https?:)?//", html)
+    assert "http://" not in html and "https://" not in html
+
+    chromium = _chromium()
+    profile = tmp_path / "chromium-profile"
+    base = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            f"--user-data-dir={profile}", "--window-size=1400,6000"]
+    dom_res = _run([*base, "--dump-dom", html_path.as_uri()])
+    assert dom_res.returncode == 0 and "<section" in dom_res.stdout, dom_res.stderr[-3000:]
+    dom = _Dom()
+    dom.feed(dom_res.stdout)
+
+    for sid in TABLE_SECTIONS:
+        assert sid in dom.sections, f"section {sid} missing from the rendered DOM"
+        assert int(dom.sections[sid]["data-rows"]) > 0, f"{sid}: no rows"
+    for sid in FIGURE_SECTIONS:
+        assert sid in dom.sections, f"section {sid} missing from the rendered DOM"
+        assert int(dom.sections[sid]["data-points"]) > 0, f"{sid}: no data points"
+        assert dom.svgs.get(sid, 0) >= 1 and dom.marks.get(sid, 0) >= int(dom.sections[sid]["data-points"]), sid
+        text = " ".join(dom.text[sid])
+        assert "SIMULATED" in text, sid
+        if sid != "fig-timeline":
+            assert "(aggregated)" in text and "(disaggregated)" in text, f"{sid}: not both modes"
+        else:
+            assert "aggregated" in text and "disaggregated" in text
+    assert "predictions" in dom.sections and "provenance" in dom.sections
+    assert "simulated-banner" in dom_res.stdout and "Dynamo mocker on CPU" in dom_res.stdout
+    prov = " ".join(dom.text["provenance"])
+    for needle in ("spec_hash", "aiperf", "pricing source", "succeeded"):
+        assert needle in prov, needle
+
+    png = tmp_path / "report.png"
+    shot = _run([*base, f"--screenshot={png}", html_path.as_uri()])
+    assert shot.returncode == 0, shot.stderr[-3000:]
+    assert png.is_file() and png.stat().st_size > 20_000, f"screenshot too small: {png.stat().st_size if png.exists() else 0}"
+
+    md_path = tmp_path / "report.md"
+    res = _run([_bin("benchctl"), "report", "--lake", str(out / "lake"), "--campaign", CAMPAIGN,
+                "--out", str(md_path), "--format", "md"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    md = md_path.read_text(encoding="utf-8")
+    assert "<svg" not in md and "see the HTML report" in md and "(v_concurrency_sweep) (SIMULATED)" in md
+
+    bad = _run([_bin("benchctl"), "report", "--lake", str(out / "lake"), "--campaign", "nope",
+                "--out", str(tmp_path / "x.html")])
+    assert bad.returncode == 2 and f"valid: {CAMPAIGN}" in bad.stderr
+
+
+def test_report_of_a_real_campaign_renders_in_chromium(campaign_out: Path, tmp_path: Path) -> None:
+    check_report_of(campaign_out, tmp_path)

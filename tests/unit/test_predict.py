@@ -1,0 +1,214 @@
+"""`benchctl predict`: aiconfigurator's offline predictions for every concurrency-sweep step.
+
+The real aiconfigurator runs in-process (about a second per unique configuration; the seed plan has
+11, computed once for the module and cached), so the whole file takes ~15 s.
+"""
+
+import copy
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchctl import predict, schema
+from benchctl.cli import main
+from benchctl.lake import LocalLake
+from benchctl.plan import plan_campaign
+from benchctl.spec import PoolSpec, load_spec, parse_spec
+
+pytest.importorskip("aiconfigurator.cli.api")
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = ROOT / "examples" / "seed-plan.yaml"
+FIGURES = ("predicted_ttft_ms", "predicted_itl_ms", "predicted_output_tokens_per_s",
+           "predicted_tokens_per_s_per_gpu", "memory_gb_per_gpu")
+
+
+@pytest.fixture(scope="module")
+def seed():
+    spec = load_spec(SEED)
+    plan = plan_campaign(spec, "aws")
+    return spec, plan, predict.predict_plan(spec, plan, "c1")
+
+
+def _by_concurrency(rows, experiment):
+    """{concurrency: row} of one experiment's repeat-0 steps."""
+    return {r["concurrency"]: r for r in rows if r["experiment"] == experiment and r["step_id"].endswith("-r0")}
+
+
+def _small_spec(pool: dict, workers: list[dict], concurrency: list[int], repeats: int = 1):
+    data = yaml.safe_load(SEED.read_text())
+    data["pools"] = [{**data["pools"][0], **pool}]
+    data["experiments"] = [{"name": "e", "mode": "aggregated", "workers": workers}]
+    data["workloads"] = [copy.deepcopy(data["workloads"][0]) | {"concurrency": concurrency}]
+    data["repeats"] = repeats
+    data.pop("budget")
+    data.pop("pricing")
+    spec = parse_spec(data)
+    return spec, plan_campaign(spec, "aws")
+
+
+# ------------------------------------------------------------------------------------------------ pure
+def test_gpu_system_and_memory_from_the_pool():
+    def pool(kind, instance="x.large"):
+        return PoolSpec(name="p", instance_type=instance, gpus_per_node=8, gpu_kind=kind)
+
+    assert predict.gpu_system(pool("A100-40GB", "p4d.24xlarge")) == "a100_sxm"
+    assert predict.gpu_system(pool("L40S-48GB", "g6e.12xlarge")) == "l40s"
+    assert predict.gpu_system(pool("gpu", "p4d.24xlarge")) == "a100_sxm"  # by instance family
+    assert predict.gpu_system(pool("H100-80GB", "p5.48xlarge")) is None
+    assert predict.gpu_system(pool("A10G-24GB", "g5.12xlarge")) is None  # A10G is not an A100
+    assert predict.gpu_system(pool("L40-48GB")) is None  # L40 is not an L40S
+    assert predict.gpu_memory_gb(pool("A100-40GB")) == 40.0
+    assert predict.gpu_memory_gb(pool("L40S-48GB")) == 48.0
+    assert predict.gpu_memory_gb(pool("A100")) is None
+
+
+# ------------------------------------------------------------------------------------ the seed plan
+def test_a_prediction_for_every_concurrency_sweep_step(seed):
+    spec, plan, rows = seed
+    want = [(e.name, s.step_id) for e in plan.experiments for s in e.steps if s.kind == "concurrency_sweep"]
+    assert [(r["experiment"], r["step_id"]) for r in rows] == want
+    assert len(want) == 2 * 7 * spec.repeats
+    for r in rows:
+        assert r["source"] == "aiconfigurator 0.12.0 estimate"
+        assert r["system"] == "a100_sxm" and r["tp"] == 4
+        assert (r["isl"], r["osl"]) == (1024, 512)
+        for f in FIGURES:
+            assert isinstance(r[f], float) and math.isfinite(r[f]) and r[f] > 0, (r["step_id"], f, r[f])
+
+
+def test_repeats_of_a_step_get_the_same_prediction(seed):
+    _, _, rows = seed
+    by_variant: dict = {}
+    for r in rows:
+        key = (r["experiment"], r["concurrency"])
+        figures = tuple(r[f] for f in FIGURES)
+        assert by_variant.setdefault(key, figures) == figures
+
+
+def test_modes_and_systems(seed):
+    _, _, rows = seed
+    agg, disagg = _by_concurrency(rows, "agg-tp4x4"), _by_concurrency(rows, "disagg-2p2d-tp4")
+    assert agg[1]["mode"] == "aggregated" and agg[1]["decode_system"] is None
+    assert disagg[1]["mode"] == "disaggregated" and disagg[1]["decode_system"] == "a100_sxm"
+    assert "per-replica batch 4 = ceil(16/4)" in agg[16]["note"]
+    assert "per-worker batch 8 = ceil(16/2)" in disagg[16]["note"]
+
+
+def test_latency_and_throughput_grow_with_concurrency(seed):
+    # What aiconfigurator's model guarantees here: a bigger batch never lowers TTFT/ITL nor throughput.
+    # Disaggregated TTFT is the prefill worker's at batch 1 (it models no queueing): flat, not rising.
+    _, _, rows = seed
+    for exp in ("agg-tp4x4", "disagg-2p2d-tp4"):
+        by_c = _by_concurrency(rows, exp)
+        cs = sorted(by_c)
+        assert cs == [1, 2, 4, 8, 16, 32, 64]
+        for lo, hi in itertools.pairwise(cs):
+            assert by_c[hi]["predicted_ttft_ms"] >= by_c[lo]["predicted_ttft_ms"], (exp, lo, hi)
+            assert by_c[hi]["predicted_itl_ms"] >= by_c[lo]["predicted_itl_ms"], (exp, lo, hi)
+            assert by_c[hi]["predicted_output_tokens_per_s"] > by_c[lo]["predicted_output_tokens_per_s"], (exp, lo, hi)
+        assert by_c[64]["predicted_itl_ms"] > by_c[1]["predicted_itl_ms"]
+    agg = _by_concurrency(rows, "agg-tp4x4")
+    assert agg[64]["predicted_ttft_ms"] > agg[1]["predicted_ttft_ms"]
+
+
+def test_memory_is_reported_and_fits_a100_40gb(seed):
+    _, _, rows = seed
+    for r in rows:
+        assert r["fits_memory"] is True
+        assert 15 < r["memory_gb_per_gpu"] < 0.9 * 40  # ~15 GiB of BF16 weights per GPU at TP4
+        assert "0.9 x 40" in r["note"] and "fits" in r["note"]
+
+
+def test_rows_normalise_against_the_schema(seed):
+    _, _, rows = seed
+    names = schema.column_names("predictions")
+    assert schema.partition_keys("predictions") == ["campaign_id", "experiment"]
+    for r in rows:
+        assert set(r) == set(names)
+        assert schema.normalize_row("predictions", r) == {n: r[n] for n in names}
+
+
+# ----------------------------------------------------------------------------------- small variants
+def test_unknown_gpu_yields_a_note_and_null_figures():
+    spec, plan = _small_spec({"instance_type": "p5.48xlarge", "gpu_kind": "H100-80GB"},
+                             [{"role": "worker", "pool": "p4d", "replicas": 2, "tensor_parallel": 4}], [1, 8])
+    rows = predict.predict_plan(spec, plan, "c1")
+    assert [r["concurrency"] for r in rows] == [1, 8]
+    for r in rows:
+        assert r["system"] is None
+        assert all(r[f] is None for f in FIGURES) and r["fits_memory"] is None
+        assert "no aiconfigurator performance data" in r["note"] and "H100-80GB" in r["note"]
+        schema.normalize_row("predictions", r)
+
+
+def test_tp1_does_not_fit_a_40gb_a100_but_fits_an_80gb_one():
+    workers = [{"role": "worker", "pool": "p4d", "replicas": 1, "tensor_parallel": 1}]
+    (small,) = predict.predict_plan(*_small_spec({}, workers, [1]), "c1")
+    (big,) = predict.predict_plan(*_small_spec({"instance_type": "p4de.24xlarge", "gpu_kind": "A100-80GB"},
+                                               workers, [1]), "c1")
+    assert small["memory_gb_per_gpu"] == big["memory_gb_per_gpu"] > 36  # ~57 GiB of weights on one GPU
+    assert small["fits_memory"] is False and "DOES NOT FIT" in small["note"]
+    assert big["fits_memory"] is True
+
+
+def test_unsupported_shape_is_a_note_not_a_crash():
+    # no a100_sxm vLLM MoE data at TP8 (etp8)
+    spec, plan = _small_spec({}, [{"role": "worker", "pool": "p4d", "replicas": 1, "tensor_parallel": 8}], [1])
+    (row,) = predict.predict_plan(spec, plan, "c1")
+    assert row["predicted_ttft_ms"] is None and "aiconfigurator gave no estimate" in row["note"]
+
+
+def test_each_configuration_is_estimated_once(monkeypatch):
+    import aiconfigurator.cli.api as api
+
+    calls = []
+    real = api.cli_estimate
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["batch_size"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(predict, "_CACHE", {})
+    monkeypatch.setattr(api, "cli_estimate", counting)
+    # 4 replicas: concurrency 1, 2 and 4 all mean batch 1 per replica; 3 repeats of each
+    spec, plan = _small_spec({}, [{"role": "worker", "pool": "p4d", "replicas": 4, "tensor_parallel": 4}],
+                             [1, 2, 4], repeats=3)
+    first = predict.predict_plan(spec, plan, "c1")
+    assert len(first) == 9 and calls == [1]
+    assert predict.predict_plan(spec, plan, "c1") == first and calls == [1]
+    by_c = {r["concurrency"]: r for r in first}
+    assert by_c[4]["predicted_output_tokens_per_s"] == pytest.approx(4 * by_c[1]["predicted_output_tokens_per_s"])
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+def test_cli_prints_and_writes_the_lake(seed, tmp_path, capsys):
+    lake = tmp_path / "lake"
+    assert main(["predict", str(SEED), "--lake", str(lake), "--campaign-id", "c1"]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTED by aiconfigurator, not measured" in out
+    assert "agg-tp4x4" in out and "disagg-2p2d-tp4" in out
+    stored = LocalLake(lake).read_table("predictions", "c1")
+    _, _, rows = seed
+    key = lambda r: (r["experiment"], r["step_id"])  # noqa: E731
+    assert sorted(stored, key=key) == sorted((schema.normalize_row("predictions", r) for r in rows), key=key)
+    # rewriting is idempotent (same part name)
+    assert main(["predict", str(SEED), "--lake", str(lake), "--campaign-id", "c1"]) == 0
+    assert len(LocalLake(lake).read_table("predictions", "c1")) == len(rows)
+
+
+def test_cli_without_lake_only_prints(tmp_path, capsys):
+    spec = tmp_path / "h100.yaml"
+    data = yaml.safe_load(SEED.read_text())
+    data["pools"][0] |= {"instance_type": "p5.48xlarge", "gpu_kind": "H100-80GB"}
+    data.pop("pricing")
+    data.pop("budget")
+    spec.write_text(yaml.safe_dump(data))
+    assert main(["predict", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "no aiconfigurator performance data for pool p4d" in out
+    assert not (tmp_path / "lake").exists()
