@@ -45,7 +45,7 @@ def _athena_report(env: dict[str, str]) -> Any:
     def report(campaign_id: str) -> dict[str, str]:
         from benchctl.aws_report import athena_report
 
-        return athena_report(campaign_id, database=database, workgroup=workgroup)
+        return athena_report(campaign_id, database=database, workgroup=workgroup, bucket=env.get("BENCHCTL_BUCKET"))
 
     return report
 

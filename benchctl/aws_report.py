@@ -11,6 +11,7 @@ waits in the state machine.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from benchctl.lake import check_path_value
@@ -40,18 +41,84 @@ def run_query(athena: Any, sql: str, *, database: str, workgroup: str, timeout_s
     return dict(ex)
 
 
-def athena_report(campaign_id: str, *, database: str, workgroup: str, session: Any = None,
-                  sleep: Any = time.sleep) -> dict[str, str]:
-    """Create the views, query each comparison view for ``campaign_id``; ``{view: result CSV URI}``."""
+_TYPES: dict[str, Any] = {"bigint": int, "integer": int, "double": float, "float": float, "real": float}
+
+
+def _cell(value: Any, type_name: str) -> Any:
+    if value is None:
+        return None
+    if type_name == "boolean":
+        return value == "true"
+    conv = _TYPES.get(type_name)
+    if conv is None:
+        return value
+    try:
+        return conv(value)
+    except ValueError:
+        return value
+
+
+def query_rows(athena: Any, sql: str, *, database: str, workgroup: str, sleep: Any = time.sleep) -> tuple[str, Any]:
+    """Run ``sql``; (result CSV URI, Rows) with values typed from Athena's column metadata."""
+    from benchctl.report import Rows
+
+    ex = run_query(athena, sql, database=database, workgroup=workgroup, sleep=sleep)
+    columns: list[str] = []
+    types: list[str] = []
+    rows: list[dict[str, Any]] = []
+    first = True
+    for page in athena.get_paginator("get_query_results").paginate(QueryExecutionId=ex["QueryExecutionId"]):
+        rs = page.get("ResultSet") or {}
+        if not columns:
+            info = (rs.get("ResultSetMetadata") or {}).get("ColumnInfo") or []
+            columns = [c["Name"] for c in info]
+            types = [str(c.get("Type", "varchar")).lower() for c in info]
+        for raw in rs.get("Rows") or []:
+            values = [d.get("VarCharValue") for d in raw.get("Data") or []]
+            if first and values == columns:  # Athena repeats the header as the first row of a SELECT
+                first = False
+                continue
+            first = False
+            rows.append({c: _cell(v, t) for c, v, t in zip(columns, values, types, strict=False)})
+    return ex.get("ResultConfiguration", {}).get("OutputLocation", ""), Rows(columns, rows)
+
+
+def athena_report(campaign_id: str, *, database: str, workgroup: str, bucket: str | None = None,
+                  session: Any = None, sleep: Any = time.sleep) -> dict[str, str]:
+    """Create the views, query each for ``campaign_id``, and (with ``bucket``) write the HTML report to
+    ``s3://<bucket>/reports/<campaign_id>/report.html`` (what the status notification links).
+
+    ``{view: result CSV URI, "report": report URI}``.
+    """
     import boto3
 
+    from benchctl.report import assemble_report_data, render_html, report_queries
+
     check_path_value("campaign_id", campaign_id)  # path-safe characters only: safe to quote in SQL
-    athena = (session or boto3.session.Session()).client("athena")
+    session = session or boto3.session.Session()
+    athena = session.client("athena")
     for _, ddl in athena_view_ddl():
         run_query(athena, ddl, database=database, workgroup=workgroup, sleep=sleep)
-    out = {}
-    for view in REPORT_VIEWS:
-        sql = f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'"  # noqa: S608 (checked id)
-        ex = run_query(athena, sql, database=database, workgroup=workgroup, sleep=sleep)
-        out[view] = ex.get("ResultConfiguration", {}).get("OutputLocation", "")
+    out: dict[str, str] = {}
+    results = {}
+    queries = {**report_queries(campaign_id),
+               **{v: f"SELECT * FROM {v} WHERE campaign_id = '{campaign_id}'" for v in REPORT_VIEWS}}  # noqa: S608
+    for key, sql in queries.items():
+        uri, rows = query_rows(athena, sql, database=database, workgroup=workgroup, sleep=sleep)
+        results[key] = rows
+        if not key.startswith("_"):
+            out[key] = uri
+    if bucket:
+        _, camp = query_rows(athena, f"SELECT * FROM campaigns WHERE campaign_id = '{campaign_id}'",  # noqa: S608
+                             database=database, workgroup=workgroup, sleep=sleep)
+        campaign = camp.rows[0] if camp.rows else {"campaign_id": campaign_id}
+        _, predictions = query_rows(athena, f"SELECT * FROM predictions WHERE campaign_id = '{campaign_id}'",  # noqa: S608
+                                    database=database, workgroup=workgroup, sleep=sleep)
+        data = assemble_report_data(Path("s3"), campaign, results, predictions if predictions.rows else None,
+                                    None if predictions.rows else "no predictions for this campaign "
+                                    "(`benchctl predict SPEC` writes them)")
+        key = f"reports/{campaign_id}/report.html"
+        session.client("s3").put_object(Bucket=bucket, Key=key, Body=render_html(data).encode("utf-8"),
+                                        ContentType="text/html; charset=utf-8")
+        out["report"] = f"s3://{bucket}/{key}"
     return out

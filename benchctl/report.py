@@ -180,26 +180,40 @@ def _load_predictions(engine: Any, cid: str) -> tuple[Rows | None, str | None]:
     return Rows(list(table[0]), table), None
 
 
+def report_queries(cid: str) -> dict[str, str]:
+    """The SQL the report reads (Trino/Athena dialect; DuckDB runs it too), by what it feeds."""
+    check_path_value("campaign_id", cid)  # path-safe characters only: safe to quote in SQL
+    queries = {v: f"SELECT * FROM {v} WHERE campaign_id = '{cid}'" for v, _, _ in TABLES}  # noqa: S608
+    queries["_timeline"] = f"SELECT * FROM timeline WHERE campaign_id = '{cid}' ORDER BY at, event"  # noqa: S608
+    queries["_experiments"] = (f"SELECT experiment, mode, experiment_index FROM experiments "  # noqa: S608
+                               f"WHERE campaign_id = '{cid}' ORDER BY experiment_index, experiment")
+    queries["_steps"] = (f"SELECT experiment, mode, step_id, step_index, workload_kind, dataset_sha256 "  # noqa: S608
+                         f"FROM steps WHERE campaign_id = '{cid}' ORDER BY step_index, step_id, experiment")
+    return queries
+
+
 def load_report_data(lake: Path, campaign_id: str | None) -> ReportData:
     from benchctl.query import QueryEngine
 
     lake = Path(lake)
     with QueryEngine(lake) as engine:
         campaign = _pick_campaign(engine, lake, campaign_id)
-        cid = check_path_value("campaign_id", str(campaign["campaign_id"]))  # safe to quote in SQL
-
-        def q(sql: str) -> Rows:
+        cid = check_path_value("campaign_id", str(campaign["campaign_id"]))
+        results: dict[str, Rows] = {}
+        for key, sql in report_queries(cid).items():
             cols, raw = engine.run(sql)
-            return Rows(cols, _dicts(cols, raw))
-
-        views = {v: q(f"SELECT * FROM {v} WHERE campaign_id = '{cid}'") for v, _, _ in TABLES}  # noqa: S608
-        timeline = q(f"SELECT * FROM timeline WHERE campaign_id = '{cid}' ORDER BY at, event").rows  # noqa: S608
-        exps = q(f"SELECT experiment, mode, experiment_index FROM experiments WHERE campaign_id = '{cid}' "  # noqa: S608
-                 "ORDER BY experiment_index, experiment").rows
-        steps = q(f"SELECT experiment, mode, step_id, step_index, workload_kind, dataset_sha256 FROM steps "  # noqa: S608
-                  f"WHERE campaign_id = '{cid}' ORDER BY step_index, step_id, experiment").rows
+            results[key] = Rows(cols, _dicts(cols, raw))
         predictions, note = _load_predictions(engine, cid)
+    return assemble_report_data(lake, campaign, results, predictions, note)
 
+
+def assemble_report_data(lake: Path, campaign: dict[str, Any], results: dict[str, Rows],
+                         predictions: Rows | None, note: str | None) -> ReportData:
+    """A ReportData from the rows of :func:`report_queries` (whichever engine ran them)."""
+    views = {v: results[v] for v, _, _ in TABLES if v in results}
+    timeline = results["_timeline"].rows
+    exps = results["_experiments"].rows
+    steps = results["_steps"].rows
     modes: dict[str, str] = {}
     order: list[str] = []
     for r in exps:

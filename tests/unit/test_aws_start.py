@@ -226,21 +226,29 @@ def test_an_input_without_ctx_or_spec_uri_is_refused(aws, monkeypatch):
     assert _objects() == []
 
 
-def test_report_on_aws_creates_every_view_in_order_then_queries_the_campaign(aws):
+def test_report_on_aws_creates_every_view_in_order_then_queries_the_campaign_and_writes_the_report(aws):
     from benchctl.aws_report import athena_report
     from benchctl.query import REPORT_VIEWS, athena_view_ddl
 
     athena = boto3.client("athena")
     athena.create_work_group(Name="wg", Configuration={"ResultConfiguration": {"OutputLocation": f"s3://{BUCKET}/ar/"}})
-    out = athena_report("camp-1", database="benchctl_dev", workgroup="wg", sleep=lambda s: None)
-    assert set(out) == set(REPORT_VIEWS)
+    out = athena_report("camp-1", database="benchctl_dev", workgroup="wg", bucket=BUCKET, sleep=lambda s: None)
+    assert set(REPORT_VIEWS) <= set(out) and out["report"] == f"s3://{BUCKET}/reports/camp-1/report.html"
     ids = athena.list_query_executions(WorkGroup="wg")["QueryExecutionIds"]
-    sent = [athena.get_query_execution(QueryExecutionId=i)["QueryExecution"]["Query"] for i in ids]
-    ddl = [d for _, d in athena_view_ddl()]
-    assert sorted(sent[: len(ddl)]) == sorted(ddl) or sorted(sent) == sorted(
-        ddl + [f"SELECT * FROM {v} WHERE campaign_id = 'camp-1'" for v in REPORT_VIEWS])
+    sent = {athena.get_query_execution(QueryExecutionId=i)["QueryExecution"]["Query"] for i in ids}
+    assert {d for _, d in athena_view_ddl()} <= sent
+    assert {f"SELECT * FROM {v} WHERE campaign_id = 'camp-1'" for v in REPORT_VIEWS} <= sent
     # dependencies first: v_step_stats before every view that reads it
     order = [name for name, _ in athena_view_ddl()]
     assert order.index("v_step_stats") < order.index("v_step_cache") < order.index("v_prefix_cache")
+    html = boto3.client("s3").get_object(Bucket=BUCKET, Key="reports/camp-1/report.html")["Body"].read().decode()
+    assert html.startswith("<!DOCTYPE html>") and "camp-1" in html and "http://" not in html.split("<body", 1)[1]
     with pytest.raises(ValueError, match="cannot be a lake path segment"):
         athena_report("x'; DROP TABLE steps; --", database="d", workgroup="wg", sleep=lambda s: None)
+
+
+def test_athena_rows_are_typed_from_the_column_metadata():
+    from benchctl.aws_report import _cell
+
+    assert (_cell("42", "bigint"), _cell("1.5", "double"), _cell("true", "boolean"), _cell("x", "varchar"),
+            _cell(None, "double")) == (42, 1.5, True, "x", None)
