@@ -238,7 +238,8 @@ def _q(name: str) -> str:
 # formatting
 
 
-def _round(v: float) -> str:
+def round_for_reading(v: float) -> str:
+    """A number as people read it in a table: thousands separated, 2 decimals, 4 digits below 1."""
     if math.isnan(v) or math.isinf(v):
         return str(v)
     a = abs(v)
@@ -257,7 +258,7 @@ def _text(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float | Decimal):
-        return _round(float(v))
+        return round_for_reading(float(v))
     if isinstance(v, datetime | date):
         return v.isoformat(sep=" ") if isinstance(v, datetime) else v.isoformat()
     return str(v)

@@ -30,7 +30,7 @@ from typing import Any
 
 from benchctl import schema
 from benchctl.lake import check_path_value
-from benchctl.query import REPORT_VIEWS
+from benchctl.query import REPORT_VIEWS, round_for_reading
 
 FORMATS = ("html", "md")
 SIM_TAG = "SIMULATED"
@@ -266,16 +266,7 @@ def fmt_value(v: Any) -> str:
     if isinstance(v, Decimal):
         v = float(v)
     if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
-            return str(v)
-        a = abs(v)
-        if a == 0:
-            return "0"
-        if a >= 1000:
-            return f"{v:,.1f}"
-        if a >= 1:
-            return f"{v:.2f}"
-        return f"{v:.4g}"
+        return round_for_reading(v)  # the same rounding as `benchctl query`'s tables
     if isinstance(v, datetime):
         return v.isoformat(sep=" ", timespec="seconds")
     if isinstance(v, date):
