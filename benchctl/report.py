@@ -418,6 +418,23 @@ def _legend(items: list[tuple[str, str, str, bool, str | None, bool]], x: float,
     return out
 
 
+def _y_grid(ya: Axis, py: Any, ml: float, pw: float) -> list[str]:
+    """Horizontal grid lines, ticks and tick labels of a chart's y axis."""
+    out = []
+    for t in ya.ticks:
+        y = py(t)
+        out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#e6e6e6"/>')
+        out.append(f'<line x1="{ml - 5}" y1="{y:.1f}" x2="{ml}" y2="{y:.1f}"/>')
+        out.append(f'<text x="{ml - 8}" y="{y + 4:.1f}" text-anchor="end" stroke="none">{_t(ya.label(t))}</text>')
+    return out
+
+
+def _frame(ml: float, mt: float, pw: float, ph: float) -> list[str]:
+    """The x and y axis lines of a plot area."""
+    return [f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}"/>',
+            f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}"/>']
+
+
 def xy_chart(fig_id: str, title: str, x_label: str, y_label: str, series: list[Series], *, simulated: bool,
              x_log: bool = False, x_fixed: tuple[float, float] | None = None,
              y_fixed: tuple[float, float] | None = None, x_ticks: list[float] | None = None,
@@ -445,18 +462,13 @@ def xy_chart(fig_id: str, title: str, x_label: str, y_label: str, series: list[S
     out = _svg_open(fig_id, title, width, height, simulated)
     # grid, ticks and tick labels
     out.append('<g class="axes" stroke="#000" stroke-width="1">')
-    for t in ya.ticks:
-        y = py(t)
-        out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#e6e6e6"/>')
-        out.append(f'<line x1="{ml - 5}" y1="{y:.1f}" x2="{ml}" y2="{y:.1f}"/>')
-        out.append(f'<text x="{ml - 8}" y="{y + 4:.1f}" text-anchor="end" stroke="none">{_t(ya.label(t))}</text>')
+    out += _y_grid(ya, py, ml, pw)
     for t in xa.ticks:
         x = px(t)
         out.append(f'<line x1="{x:.1f}" y1="{mt}" x2="{x:.1f}" y2="{mt + ph}" stroke="#f0f0f0"/>')
         out.append(f'<line x1="{x:.1f}" y1="{mt + ph}" x2="{x:.1f}" y2="{mt + ph + 5}"/>')
         out.append(f'<text x="{x:.1f}" y="{mt + ph + 18}" text-anchor="middle" stroke="none">{_t(xa.label(t))}</text>')
-    out.append(f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}"/>')
-    out.append(f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}"/>')
+    out += _frame(ml, mt, pw, ph)
     out.append("</g>")
     out.append(f'<text class="axis-label" x="{ml + pw / 2:.0f}" y="{height - 10}" text-anchor="middle">'
                f'{_t(x_label + (" (log scale)" if xa.log else ""))}</text>')
@@ -509,13 +521,8 @@ def bar_chart(fig_id: str, title: str, y_label: str, groups: list[str], bars: li
 
     out = _svg_open(fig_id, title, width, height, simulated)
     out.append('<g class="axes" stroke="#000" stroke-width="1">')
-    for t in ya.ticks:
-        y = py(t)
-        out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#e6e6e6"/>')
-        out.append(f'<line x1="{ml - 5}" y1="{y:.1f}" x2="{ml}" y2="{y:.1f}"/>')
-        out.append(f'<text x="{ml - 8}" y="{y + 4:.1f}" text-anchor="end" stroke="none">{_t(ya.label(t))}</text>')
-    out.append(f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}"/>')
-    out.append(f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}"/>')
+    out += _y_grid(ya, py, ml, pw)
+    out += _frame(ml, mt, pw, ph)
     out.append("</g>")
     gw = pw / max(len(groups), 1)
     bw = gw * 0.8 / max(len(bars), 1)
