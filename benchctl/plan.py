@@ -123,13 +123,13 @@ def nodes_needed(spec: CampaignSpec, exp: Experiment) -> dict[str, int]:
     return {pool: len(n) for pool, n in sorted(free.items())}
 
 
-def _request_s(isl: float, osl: float) -> float:
-    del isl  # the conservative per-request figure depends on the output length only
+def _request_s(osl: float) -> float:
+    """A conservative per-request time: TTFT + OSL x ITL (GPU figures above)."""
     return (EST_TTFT_MS + osl * EST_ITL_MS) / 1000.0
 
 
-def _count_estimate(request_count: int, concurrency: int, isl: float, osl: float) -> float:
-    return math.ceil(request_count / concurrency) * _request_s(isl, osl)
+def _count_estimate(request_count: int, concurrency: int, osl: float) -> float:
+    return math.ceil(request_count / concurrency) * _request_s(osl)
 
 
 def _ratio_label(ratio: float) -> str:
@@ -137,20 +137,20 @@ def _ratio_label(ratio: float) -> str:
     return f"p{pct:g}".replace(".", "_")
 
 
-def _workload_steps(w: Any, repeat: int, seed: int) -> list[tuple[str, dict[str, Any], float]]:
+def _workload_steps(w: Any, seed: int) -> list[tuple[str, dict[str, Any], float]]:
     """(variant, fields, load seconds) of one repeat of one workload, in run order."""
     out: list[tuple[str, dict[str, Any], float]] = []
     params: dict[str, Any]
     if isinstance(w, ConcurrencySweep):
         for c in w.concurrency:
-            est = w.duration_s if w.duration_s is not None else _count_estimate(w.request_count or 0, c, w.isl, w.osl)
+            est = w.duration_s if w.duration_s is not None else _count_estimate(w.request_count or 0, c, w.osl)
             out.append((f"c{c}", {"concurrency": c, "isl": w.isl, "osl": w.osl, "duration_s": w.duration_s,
                                   "request_count": w.request_count, "params": {}}, float(est)))
     elif isinstance(w, MultiTurn):
         if w.duration_s is not None:
             est = w.duration_s
         else:
-            per_turn = _request_s(w.isl, w.osl) + w.turn_delay_ms / 1000.0
+            per_turn = _request_s(w.osl) + w.turn_delay_ms / 1000.0
             est = math.ceil((w.request_count or 0) / w.conversations) * per_turn
         params = {"turns": w.turns, "conversations": w.conversations, "turn_delay_ms": w.turn_delay_ms,
                   "dataset_conversations": w.dataset_conversations or _dataset_conversations(w)}
@@ -158,7 +158,6 @@ def _workload_steps(w: Any, repeat: int, seed: int) -> list[tuple[str, dict[str,
                                              "duration_s": w.duration_s, "request_count": w.request_count,
                                              "params": params}, float(est)))
     elif isinstance(w, SequenceDistribution):
-        mid_isl = sum(w.isl_range) / 2
         mid_osl = sum(w.osl_range) / 2
         for dist in w.distributions:
             params = {"distribution": dist, "isl_range": list(w.isl_range), "osl_range": list(w.osl_range),
@@ -166,7 +165,7 @@ def _workload_steps(w: Any, repeat: int, seed: int) -> list[tuple[str, dict[str,
                       "dataset": f"{w.name}-{dist}-s{seed}.jsonl"}
             out.append((dist, {"concurrency": w.concurrency, "isl": None, "osl": None, "duration_s": None,
                                "request_count": w.requests, "params": params},
-                        _count_estimate(w.requests, w.concurrency, mid_isl, mid_osl)))
+                        _count_estimate(w.requests, w.concurrency, mid_osl)))
     elif isinstance(w, PrefixCache):
         for ratio in w.ratios:
             label = _ratio_label(ratio)
@@ -174,7 +173,7 @@ def _workload_steps(w: Any, repeat: int, seed: int) -> list[tuple[str, dict[str,
                       "dataset": f"{w.name}-{label}-s{seed}.jsonl"}
             out.append((label, {"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl, "duration_s": None,
                                 "request_count": w.requests, "params": params},
-                        _count_estimate(w.requests, w.concurrency, w.isl, w.osl)))
+                        _count_estimate(w.requests, w.concurrency, w.osl)))
     else:  # pragma: no cover - the spec's union is closed
         raise ValueError(f"workload kind {getattr(w, 'kind', w)!r} has no plan")
     return out
@@ -189,7 +188,7 @@ def _dataset_conversations(w: MultiTurn) -> int:
     if w.request_count is not None:
         return w.request_count // w.turns
     # duration-bound: a generous upper bound on conversations finished in the step
-    per_conversation_s = w.turns * (_request_s(w.isl, w.osl) / 10.0 + w.turn_delay_ms / 1000.0)
+    per_conversation_s = w.turns * (_request_s(w.osl) / 10.0 + w.turn_delay_ms / 1000.0)
     return max(w.conversations, math.ceil((w.duration_s or 0) / max(per_conversation_s, 0.05) * w.conversations))
 
 
@@ -199,7 +198,7 @@ def expand_steps(spec: CampaignSpec, engine: str) -> list[StepPlan]:
     for w in spec.workloads:
         for repeat in range(spec.repeats):
             seed = spec.repeat_seed(repeat)
-            for variant, f, est in _workload_steps(w, repeat, seed):
+            for variant, f, est in _workload_steps(w, seed):
                 steps.append(
                     StepPlan(
                         step_id=f"{w.name}-{variant}-r{repeat}",
