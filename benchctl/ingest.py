@@ -146,17 +146,27 @@ def ingest_artifacts(
         )
 
     result.requests = [
-        normalize_row("requests", _request_row(records_path, ln, i, rec, ctx))
+        _lake_row("requests", _request_row(records_path, ln, i, rec, ctx), f"{records_path}:{ln}")
         for i, (ln, rec) in enumerate(profiling)
     ]
     sm_path = artifact_dir / SERVER_METRICS_JSON
     if sm_path.is_file():
         result.server_metrics = [
-            normalize_row("server_metrics", row) for row in server_metrics_rows(sm_path, ctx, sources=sources)
+            _lake_row("server_metrics", row, str(sm_path))
+            for row in server_metrics_rows(sm_path, ctx, sources=sources)
         ]
     step["ingest_warnings_json"] = json_text(warnings) if warnings else None
-    result.steps = [normalize_row("steps", step)]
+    result.steps = [_lake_row("steps", step, str(artifact_dir))]
     return result
+
+
+def _lake_row(table: str, row: dict[str, Any], where: str) -> dict[str, Any]:
+    """``row`` checked against the lake schema; a value the lake cannot hold (e.g. an integer beyond
+    64 bits) is an ArtifactError naming the file it came from, not a failure later at write time."""
+    try:
+        return normalize_row(table, row)
+    except ValueError as err:
+        raise ArtifactError(f"{where}: {err}") from None
 
 
 def ingest_sweep(

@@ -136,7 +136,8 @@ def _shape(path: str) -> str:
 def _starts_with_a_field_path(line: str, doc: Any) -> bool:
     """``line`` is ``<path>: <message>`` where path is a field path of the spec's shape (any list index)
     or a key the input has, or ``(spec)`` / ``(file)``."""
-    shapes = KNOWN_SHAPES | {_shape(_render(p)) for p, _ in _nodes(doc)} | {"(spec)", "(file)"}
+    # the product shows a line break inside a key escaped (one line per problem)
+    shapes = KNOWN_SHAPES | {_shape(_render(p).replace("\n", "\\n")) for p, _ in _nodes(doc)} | {"(spec)", "(file)"}
     prefixes = [line[:i] for i in range(len(line)) if line.startswith(": ", i) and i + 2 < len(line)]
 
     def known(prefix: str) -> bool:
