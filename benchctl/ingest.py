@@ -1,6 +1,6 @@
 """Turn one AIPerf 0.13 artifact directory into lake rows (``steps``, ``requests``, ``server_metrics``).
 
-Rules (see ``docs``/FACTS "AIPerf 0.13.0" for the file formats):
+Rules (see docs/FACTS.md, "AIPerf 0.13.0", for the file formats):
 
 - ``steps``: one row per AIPerf invocation; every statistic is copied from
   ``profile_export_aiperf.json`` (never recomputed). Only the unit is normalised: latencies to ms

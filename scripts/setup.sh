@@ -23,7 +23,7 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   : >"$log"
   pip install --upgrade pip wheel
   pip install -r requirements-dev.txt -r requirements-local.txt
-  # ai-dynamo pins aisimulate, a PyPI placeholder that cannot be installed here (FACTS.md)
+  # ai-dynamo pins aisimulate, a PyPI placeholder that cannot be installed here (docs/FACTS.md)
   pip install --no-deps ai-dynamo-runtime==1.6.1 ai-dynamo==1.6.1
   pip install --no-deps -e .
   rm -f "$venv/.benchctl-model-ok"

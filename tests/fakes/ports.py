@@ -18,7 +18,6 @@ Standard library and benchctl only.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections import Counter
 from collections.abc import Callable
@@ -38,17 +37,8 @@ SUMMARY_JSON = "profile_export_aiperf.json"
 RECORDS_JSONL = "profile_export.jsonl"
 
 
-def samples_dir() -> Path | None:
-    """The AIPerf 0.13.0 sample artifacts (``shared/samples/aiperf-0.13.0``), or None when absent."""
-    candidates = [
-        os.environ.get("BENCHCTL_AIPERF_SAMPLES"),
-        str(Path(__file__).resolve().parents[3] / "shared" / "samples" / "aiperf-0.13.0"),
-        "/work/shared/samples/aiperf-0.13.0",
-    ]
-    for c in candidates:
-        if c and (Path(c) / SUMMARY_JSON).is_file():
-            return Path(c)
-    return None
+# Real AIPerf 0.13.0 outputs, committed with the tests (tests/data/README.md says where they come from).
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "aiperf-0.13.0"
 
 
 def sample_records(dataset_lines: int | None = None) -> list[str]:
@@ -59,9 +49,7 @@ def sample_records(dataset_lines: int | None = None) -> list[str]:
     """
     from benchctl.datasets import SESSION_PREFIX
 
-    samples = samples_dir()
-    assert samples is not None, "AIPerf samples not found"
-    head = (samples / "profile_export.head.jsonl").read_text(encoding="utf-8").splitlines()
+    head = (SAMPLES / "profile_export.head.jsonl").read_text(encoding="utf-8").splitlines()
     profiling = []
     for i in range(len(head) if dataset_lines is None else dataset_lines):
         rec = json.loads(head[i % len(head)])
@@ -76,11 +64,9 @@ def sample_records(dataset_lines: int | None = None) -> list[str]:
 
 def write_sample_artifacts(dest: Path, dataset_lines: int | None = None) -> list[str]:
     """What AIPerf 0.13 leaves in its artifact directory after a successful run; the names written."""
-    samples = samples_dir()
-    assert samples is not None, "AIPerf samples not found"
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(samples / SUMMARY_JSON, dest / SUMMARY_JSON)
-    shutil.copyfile(samples / "phase_manifest.json", dest / "phase_manifest.json")
+    shutil.copyfile(SAMPLES / SUMMARY_JSON, dest / SUMMARY_JSON)
+    shutil.copyfile(SAMPLES / "phase_manifest.json", dest / "phase_manifest.json")
     (dest / RECORDS_JSONL).write_text("\n".join(sample_records(dataset_lines)) + "\n", encoding="utf-8")
     return [SUMMARY_JSON, "phase_manifest.json", RECORDS_JSONL]
 

@@ -36,11 +36,6 @@ PREFIX = "lake"
 DATABASE = "benchctl_results"
 TABLES = ["steps", "requests", "server_metrics", "timeline", "campaigns"]
 
-needs_samples = pytest.mark.skipif(
-    SAMPLES is None, reason="AIPerf samples (shared/samples/aiperf-0.13.0) not found"
-)
-
-
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Any:
     for var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_GLUE"):
@@ -89,7 +84,6 @@ def _typed(rows: list[dict[str, Any]]) -> list[list[tuple[str, str, Any]]]:
 
 def _artifact_dir(root: Path) -> Path:
     """A real AIPerf 0.13 artifact dir: summary, manifest, warm-up + profiling + failed records, metrics."""
-    assert SAMPLES is not None
     root.mkdir(parents=True)
     shutil.copy(SAMPLES / SUMMARY_JSON, root / SUMMARY_JSON)
     shutil.copy(SAMPLES / PHASE_MANIFEST_JSON, root / PHASE_MANIFEST_JSON)
@@ -152,7 +146,6 @@ def _batches(tmp_path: Path) -> list[tuple[str, list[dict[str, Any]], str]]:
 # ------------------------------------------------------------------------------ local == S3 (the key)
 
 
-@needs_samples
 def test_s3_lake_matches_local_lake_keys_rows_and_types(s3: Any, tmp_path: Path) -> None:
     # Given the same rows (real AIPerf artifacts ingested, plus timeline and campaigns)
     local = LocalLake(tmp_path / "lake")
@@ -196,7 +189,6 @@ def test_s3_lake_matches_local_lake_keys_rows_and_types(s3: Any, tmp_path: Path)
     assert type(step["request_count"]) is int and type(step["was_cancelled"]) is bool
 
 
-@needs_samples
 def test_parquet_schema_in_s3_is_the_schema(s3: Any, tmp_path: Path) -> None:
     remote = S3Lake(BUCKET, PREFIX)
     local = LocalLake(tmp_path / "lake")

@@ -12,6 +12,7 @@ import yaml
 from moto import mock_aws
 
 from benchctl.cli import main
+from tests.fakes.ports import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "bench-results"
@@ -179,9 +180,7 @@ def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, cluste
     ctx = plan_handler.handler({"action": "plan", "state": "Plan", "execution": "arn:x:execution:campaign:c-1",
                                 "input": {"spec_uri": f"s3://{BUCKET}/specs/s.yaml"}})["ctx"]
     # Given a finished AIPerf step whose artifacts the Job left in the raw area on S3
-    samples = ROOT.parent / "shared" / "samples" / "aiperf-0.13.0"
-    if not samples.is_dir():
-        pytest.skip("AIPerf samples not found")
+    samples = SAMPLES
     art = tmp_path / "art"
     art.mkdir()
     (art / "profile_export_aiperf.json").write_bytes((samples / "profile_export_aiperf.json").read_bytes())

@@ -36,7 +36,7 @@ from benchctl.errors import ArtifactError, SpecError
 from benchctl.ingest import PHASE_MANIFEST_JSON, RECORDS_JSONL, SUMMARY_JSON, StepContext, ingest_artifacts
 from benchctl.lake import LocalLake
 from benchctl.spec import CampaignSpec, parse_spec, parse_spec_text
-from tests.fakes.ports import sample_records, samples_dir
+from tests.fakes.ports import SAMPLES, sample_records
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text(encoding="utf-8"))
@@ -261,7 +261,6 @@ def test_cli_validate_exits_0_or_2_never_a_traceback(tmp_path: Path, case: str) 
 
 # ======================================================================================== (b) artifacts
 
-needs_samples = pytest.mark.skipif(samples_dir() is None, reason="AIPerf samples (shared/samples/aiperf-0.13.0) not found")
 CTX = StepContext(campaign_id="c-1", experiment="agg", mode="aggregated", workload="concurrency-sweep",
                   step_id="concurrency-sweep-c4-r0", step_index=0, repeat=0, concurrency=4, isl=256, osl=32,
                   random_seed=42, workload_kind="concurrency_sweep")
@@ -272,7 +271,7 @@ def _artifacts(root: Path, name: str = "art") -> Path:
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
-    samples = samples_dir()
+    samples = SAMPLES
     assert samples is not None
     shutil.copyfile(samples / SUMMARY_JSON, d / SUMMARY_JSON)
     shutil.copyfile(samples / PHASE_MANIFEST_JSON, d / PHASE_MANIFEST_JSON)
@@ -300,7 +299,6 @@ def _parses(line: bytes) -> bool:
     return True
 
 
-@needs_samples
 @SETTINGS
 @given(cut=st.floats(0, 1))
 @example(cut=0.0)
@@ -322,7 +320,6 @@ def test_truncated_records_at_any_byte(tmp_path: Path, cut: float) -> None:
     assert len(cut_short) == (1 if tail.strip() and not _parses(tail) else 0), out.warnings
 
 
-@needs_samples
 def test_missing_summary_is_a_failed_step(tmp_path: Path) -> None:
     d = _artifacts(tmp_path)
     (d / SUMMARY_JSON).unlink()
@@ -331,9 +328,8 @@ def test_missing_summary_is_a_failed_step(tmp_path: Path) -> None:
     assert any("missing" in w for w in result.warnings)
 
 
-@needs_samples
 def test_an_all_failed_run_is_a_failed_step_with_its_errors(tmp_path: Path) -> None:
-    samples = samples_dir()
+    samples = SAMPLES
     assert samples is not None
     error = json.loads((samples / "error_record.jsonl").read_text(encoding="utf-8").strip())
     d = tmp_path / "failed"
@@ -364,7 +360,6 @@ HUGE = st.sampled_from([1e308, -1e308, math.inf, -math.inf, math.nan, 10**30, -(
 
 
 
-@needs_samples
 @SETTINGS
 @given(data=st.data(), target=st.sampled_from([SUMMARY_JSON, RECORDS_JSONL, PHASE_MANIFEST_JSON]))
 def test_huge_or_wrong_values_anywhere(tmp_path: Path, data: st.DataObject, target: str) -> None:
@@ -385,7 +380,6 @@ def test_huge_or_wrong_values_anywhere(tmp_path: Path, data: st.DataObject, targ
     check_ingest(d, [target])
 
 
-@needs_samples
 @pytest.mark.parametrize("unit", ["furlongs", "", "MS", "tokens"])
 def test_unknown_unit_in_the_summary_is_an_artifact_error(tmp_path: Path, unit: str) -> None:
     d = _artifacts(tmp_path)
@@ -396,7 +390,6 @@ def test_unknown_unit_in_the_summary_is_an_artifact_error(tmp_path: Path, unit: 
         ingest_artifacts(d, CTX)
 
 
-@needs_samples
 @pytest.mark.parametrize("target", [SUMMARY_JSON, RECORDS_JSONL])
 def test_unit_of_the_wrong_type_is_an_artifact_error(tmp_path: Path, target: str) -> None:
     d = _artifacts(tmp_path)
@@ -411,7 +404,6 @@ def test_unit_of_the_wrong_type_is_an_artifact_error(tmp_path: Path, target: str
     check_ingest(d, [target])
 
 
-@needs_samples
 @pytest.mark.parametrize("where", ["manifest", "records"])
 def test_timestamps_beyond_datetime_are_an_artifact_error(tmp_path: Path, where: str) -> None:
     d = _artifacts(tmp_path)
@@ -430,7 +422,6 @@ def test_timestamps_beyond_datetime_are_an_artifact_error(tmp_path: Path, where:
         check_ingest(d, [RECORDS_JSONL])
 
 
-@needs_samples
 def test_ingested_rows_always_fit_the_lake(tmp_path: Path) -> None:
     d = _artifacts(tmp_path)
     summary = json.loads((d / SUMMARY_JSON).read_text(encoding="utf-8"))
@@ -444,7 +435,6 @@ def test_ingested_rows_always_fit_the_lake(tmp_path: Path) -> None:
         lake.write(table, rows, part_name=CTX.step_id)
 
 
-@needs_samples
 @SETTINGS
 @given(target=st.sampled_from([SUMMARY_JSON, RECORDS_JSONL, PHASE_MANIFEST_JSON]), at=st.floats(0, 1),
        junk=st.sampled_from([b"\xff", b"\xfe\xfe", b"\xc3", b"\xe2\x82", b"\x80abc", b"\xed\xa0\x80"]))
@@ -458,7 +448,6 @@ def test_non_utf8_bytes_anywhere(tmp_path: Path, target: str, at: float, junk: b
         assert not isinstance(out, ArtifactError) or "UTF-8" in str(out), out
 
 
-@needs_samples
 def test_very_long_strings_are_kept_or_refused_not_crashed(tmp_path: Path) -> None:
     d = _artifacts(tmp_path)
     summary = json.loads((d / SUMMARY_JSON).read_text(encoding="utf-8"))

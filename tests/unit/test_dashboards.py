@@ -6,7 +6,7 @@
   datasource is a declared datasource variable of the right plugin; every ``$variable`` is declared.
 - Prometheus: every metric name in a PromQL expression (or a ``label_values()`` variable query) is in
   ALLOWED: Dynamo's frontend/mocker metric families from the AIPerf 0.13.0 samples, the vLLM/KVBM/NIXL
-  names of shared/docs/FACTS.md and the standard dcgm-exporter counters.
+  names of docs/FACTS.md and the standard dcgm-exporter counters.
 - Athena: every table/view and column in the panels' SQL exists: tables from benchctl.schema.TABLES,
   views from sql/views/*.sql with their output columns from running them in DuckDB on an empty lake;
   columns resolved by sqlglot's qualifier (Trino dialect), then the query also runs on that lake.
@@ -30,7 +30,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from benchctl import schema
 from benchctl.query import QueryEngine, view_sql_files
-from tests.fakes.ports import samples_dir
+from tests.fakes.ports import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
 DASH_DIR = ROOT / "dashboards"
@@ -280,20 +280,10 @@ def test_promql_metric_extraction() -> None:
     assert variable_query_metrics("label_values(namespace)") == set()
 
 
-def _shared_file(*parts: str) -> Path | None:
-    for base in (Path(__file__).resolve().parents[3] / "shared", Path("/work/shared")):
-        if (base.joinpath(*parts)).is_file():
-            return base.joinpath(*parts)
-    return None
-
-
 def facts_metric_names() -> tuple[set[str], set[str]]:
     """(exact names, wildcard patterns) of vLLM/KVBM/NIXL metrics in FACTS.md's "Dynamo on Kubernetes"
     "Metrics:" item."""
-    facts = _shared_file("docs", "FACTS.md")
-    if facts is None:
-        pytest.skip("shared/docs/FACTS.md not found")
-    text = facts.read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "FACTS.md").read_text(encoding="utf-8")
     section = re.search(r"^## Dynamo on Kubernetes.*?(?=^## )", text, re.S | re.M)
     assert section, "FACTS.md has no 'Dynamo on Kubernetes' section"
     item = re.search(r"^- Metrics:.*?(?=^- |\Z)", section.group(0), re.S | re.M)
@@ -310,9 +300,7 @@ def family(names: set[str]) -> set[str]:
 
 @cache
 def allowed_metrics() -> frozenset[str]:
-    samples = samples_dir()
-    if samples is None:
-        pytest.skip("AIPerf samples (shared/samples/aiperf-0.13.0) not found")
+    samples = SAMPLES
     sampled = set()
     for name in ("fe_metrics.txt", "mocker_metrics.txt"):
         sampled |= {ln.strip() for ln in (samples / name).read_text(encoding="utf-8").splitlines() if ln.strip()}

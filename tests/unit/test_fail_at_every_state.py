@@ -27,13 +27,12 @@ import yaml
 
 from benchctl.local.engine import ASL_PATH, Progress, RunResult, execute, task_states
 from benchctl.local.runner import prepare
-from tests.fakes.ports import FakeWorld, samples_dir
+from tests.fakes.ports import FakeWorld
 
 ROOT = Path(__file__).resolve().parents[2]
 ASL = json.loads(ASL_PATH.read_text(encoding="utf-8"))
 CID = "failat"
 
-pytestmark = pytest.mark.skipif(samples_dir() is None, reason="AIPerf samples (shared/samples/aiperf-0.13.0) not found")
 
 
 # ------------------------------------------------------------------------------------------ the ASL

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -25,24 +24,7 @@ from benchctl.ingest import (
     parse_prometheus_text,
     prometheus_scrape_rows,
 )
-
-
-def _samples_dir() -> Path | None:
-    candidates = [
-        os.environ.get("BENCHCTL_AIPERF_SAMPLES"),
-        Path(__file__).resolve().parents[3] / "shared" / "samples" / "aiperf-0.13.0",
-        "/work/shared/samples/aiperf-0.13.0",
-    ]
-    for c in candidates:
-        if c and (Path(c) / SUMMARY_JSON).is_file():
-            return Path(c)
-    return None
-
-
-SAMPLES = _samples_dir()
-pytestmark = pytest.mark.skipif(
-    SAMPLES is None, reason="AIPerf samples (shared/samples/aiperf-0.13.0) not found"
-)
+from tests.fakes.ports import SAMPLES
 
 CTX = StepContext(
     campaign_id="camp-1",
@@ -129,7 +111,6 @@ SERVER_METRICS = {
 
 
 def _sample_lines() -> tuple[list[str], str]:
-    assert SAMPLES is not None
     head = (SAMPLES / "profile_export.head.jsonl").read_text(encoding="utf-8").splitlines()
     error = (SAMPLES / "error_record.jsonl").read_text(encoding="utf-8").strip()
     return head, error
@@ -155,7 +136,6 @@ def _write_records(path: Path, lines: list[str], *, final_newline: bool = True) 
 
 @pytest.fixture
 def artifact_dir(tmp_path: Path, records: list[str]) -> Path:
-    assert SAMPLES is not None
     d = tmp_path / "run"
     d.mkdir()
     shutil.copy(SAMPLES / SUMMARY_JSON, d / SUMMARY_JSON)
@@ -165,7 +145,6 @@ def artifact_dir(tmp_path: Path, records: list[str]) -> Path:
 
 
 def _summary() -> dict:
-    assert SAMPLES is not None
     return json.loads((SAMPLES / SUMMARY_JSON).read_text(encoding="utf-8"))
 
 
@@ -524,7 +503,6 @@ def _exposition(names: list[str]) -> str:
 def test_prometheus_parser_on_dynamo_metric_names(sample: str) -> None:
     # The samples list the metric names Dynamo's frontend / mocker expose (names only, no values):
     # build an exposition with those names and parse it back.
-    assert SAMPLES is not None
     names = [n for n in (SAMPLES / sample).read_text(encoding="utf-8").split() if n]
     samples = parse_prometheus_text(_exposition(names))
     assert [s[0] for s in samples] == names
@@ -536,7 +514,6 @@ def test_prometheus_parser_on_dynamo_metric_names(sample: str) -> None:
 
 
 def test_names_only_file_is_not_an_exposition() -> None:
-    assert SAMPLES is not None
     with pytest.raises(ArtifactError, match=r"fe_metrics\.txt:1: expected a Prometheus sample"):
         parse_prometheus_text(
             (SAMPLES / "fe_metrics.txt").read_text(encoding="utf-8"), source="fe_metrics.txt"

@@ -305,8 +305,6 @@ def test_run_refuses_anything_but_one_query(lake: LocalLake, sql: str) -> None:
 
 def test_ingested_samples_round_trip(tmp_path: Path, lake: LocalLake) -> None:
     # Given a real AIPerf summary ingested and written
-    if SAMPLES is None:
-        pytest.skip("AIPerf samples not found")
     run = tmp_path / "run"
     run.mkdir()
     (run / "profile_export_aiperf.json").write_bytes((SAMPLES / "profile_export_aiperf.json").read_bytes())

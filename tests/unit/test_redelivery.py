@@ -24,13 +24,12 @@ from benchctl.local.engine import ASL_PATH, function_arn
 from benchctl.local.runner import prepare, report_views
 from lambdas import FUNCTIONS
 from lambdas._runtime import use_providers
-from tests.fakes.ports import FakeWorld, samples_dir
+from tests.fakes.ports import FakeWorld
 
 ROOT = Path(__file__).resolve().parents[2]
 ASL = json.loads(ASL_PATH.read_text(encoding="utf-8"))
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:benchctl-campaign:redeliver"
 
-pytestmark = pytest.mark.skipif(samples_dir() is None, reason="AIPerf samples (shared/samples/aiperf-0.13.0) not found")
 
 
 def _task(name: str) -> dict[str, Any]:

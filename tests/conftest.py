@@ -1,0 +1,42 @@
+"""Session-wide rules for every test tier.
+
+In CI (``CI`` set to a true value) a skipped test fails the run: a skip there means a part of the
+product went untested, usually because something the project's own set-up should install is missing.
+The only skips allowed are those whose reason names a tool in ``OPTIONAL_TOOLS``, which the README
+calls optional.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+OPTIONAL_TOOLS: tuple[str, ...] = ()  # none today: set-up installs everything the tests use
+_SKIPS: list[tuple[str, str]] = []
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        _SKIPS.append((report.nodeid, reason))
+
+
+def disallowed_skips(skips: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(node, why) for node, why in skips if not any(tool in why for tool in OPTIONAL_TOOLS)]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    bad = disallowed_skips(_SKIPS)
+    if _ci() and bad and exitstatus == pytest.ExitCode.OK:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"CI=true: {len(bad)} skipped test(s) fail the run (a skip hides an untested part):"]
+        lines += [f"  {node}: {why}" for node, why in bad]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
