@@ -9,6 +9,7 @@ duplicates rows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -454,6 +455,16 @@ def _load_key(experiment: str, step_id: str) -> str:
     return f"loads/{experiment}/{step_id}.json"
 
 
+def load_keys(p: Providers, experiment: str) -> list[str]:
+    """Run-store keys of the experiment's loads (warm-up and every planned step), named from the plan
+    rather than listed, so the cleanup path does not depend on listing the store."""
+    plan = p.store.read_json("plan.json")
+    if plan is None:
+        return p.store.keys(f"loads/{experiment}")
+    steps: list[JSON] = next((e["steps"] for e in plan["experiments"] if e["name"] == experiment), [])
+    return [_load_key(experiment, s) for s in ["warmup", *(st["step_id"] for st in steps)]]
+
+
 def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Any, est_s: float,
             extra: JSON | None = None) -> JSON:
     key = _load_key(experiment, step_id)
@@ -601,7 +612,7 @@ def check_load(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
 def stop_load(p: Providers, ctx: Ctx, experiment: str, step_id: str | None) -> list[str]:
     """Abort path: stop this experiment's running load(s) first. Idempotent."""
     stopped = []
-    keys = [_load_key(experiment, step_id)] if step_id else p.store.keys(f"loads/{experiment}")
+    keys = [_load_key(experiment, step_id)] if step_id else load_keys(p, experiment)
     for key in keys:
         rec = p.store.read_json(key)
         if rec is None or rec["state"].get("skipped") or "exit_code" in rec:
@@ -701,16 +712,65 @@ def _error_of(error: Any) -> tuple[str, str]:
     return name, str(cause) or name
 
 
+class _Cleanup:
+    """Runs every cleanup item even when one of them raises: a bug or outage in one item (say, the lake)
+    must not leave GPUs scaled or processes running. The first error is re-raised at the end (the
+    state's Retry/Catch sees the cause); the others are recorded in the timeline. ``NotReadyYet``
+    (a node group busy with another update) is not an error: it asks the state to retry later."""
+
+    def __init__(self, p: Providers, ctx: Ctx, experiment: str) -> None:
+        self.p, self.ctx, self.experiment = p, ctx, experiment
+        self.errors: list[tuple[str, Exception]] = []
+
+    def attempt(self, item: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            self.errors.append((item, exc))
+            return None
+
+    def failed(self, item_prefix: str) -> bool:
+        return any(item.startswith(item_prefix) for item, _ in self.errors)
+
+    def finish(self) -> None:
+        if not self.errors:
+            return
+        for n, (item, exc) in enumerate(self.errors):
+            if n == 0 or isinstance(exc, NotReadyYet):
+                continue
+            with contextlib.suppress(Exception):  # the lake may be what fails; the first error is raised below
+                timeline(self.p, self.ctx.campaign_id, self.experiment, "cleanup_error", key=f"{n}",
+                         item=item, error=type(exc).__name__, cause=str(exc))
+        item, first = self.errors[0]
+        if len(self.errors) > 1 and not isinstance(first, NotReadyYet):
+            first.args = (f"{first} (cleanup item {item!r}; {len(self.errors) - 1} more cleanup error(s) "
+                          "recorded in the timeline)",)
+        raise first
+
+
 def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bool = False) -> JSON:
     """Stop load, remove the deployment, restore pools to their recorded sizes. Idempotent.
+
+    Every item is attempted even when an earlier one fails (see ``_Cleanup``): the load is stopped
+    first, then the deployment, then each pool, each on its own.
 
     ``handover`` (the normal end of an experiment only): pools the next experiment also uses
     (``ExperimentPlan.handover``) stay as they are, kept warm instead of drained and booted again; the
     next experiment adopts their recorded prior size, and whoever ends last restores it. Every failure
     path calls this without ``handover``, so it restores everything still unrestored."""
     done: JSON = {"experiment": experiment}
-    timeline(p, ctx.campaign_id, experiment, "teardown_start")
-    done["loads_stopped"] = stop_load(p, ctx, experiment, None)
+    c = _Cleanup(p, ctx, experiment)
+    c.attempt("timeline", timeline, p, ctx.campaign_id, experiment, "teardown_start")
+    done["loads_stopped"] = c.attempt("stop load", stop_load, p, ctx, experiment, None)
+    c.attempt("deployment", _teardown_deployment, p, experiment, done)
+    c.attempt("pools", _restore_pools, p, ctx, experiment, handover, done, c)
+    if not c.errors:
+        c.attempt("timeline", timeline, p, ctx.campaign_id, experiment, "teardown_done")
+    c.finish()
+    return done
+
+
+def _teardown_deployment(p: Providers, experiment: str, done: JSON) -> None:
     dkey = f"deployments/{experiment}.json"
     d = p.store.read_json(dkey)
     if d is not None and not d.get("torn_down"):
@@ -719,34 +779,58 @@ def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bo
         d["removed"] = removed
         p.store.write_json(dkey, d)
         done["deployment"] = removed
+
+
+def _restore_pools(p: Providers, ctx: Ctx, experiment: str, handover: bool, done: JSON, c: _Cleanup) -> None:
     pkey = f"pools/{experiment}.json"
     pools = p.store.read_json(pkey)
+    if pools is None:
+        return
     keep = _plan(p).experiment(experiment).handover if handover and p.store.exists("plan.json") else {}
-    if pools is not None:
-        restored = list(pools.get("restored") or [])
-        handed = dict(pools.get("handed_over") or {})
-        done_pools = {x["pool"] for x in restored}
-        for r in pools["records"]:
-            if r["pool"] in done_pools:
+    restored = list(pools.get("restored") or [])
+    handed = dict(pools.get("handed_over") or {})
+    done_pools = {x["pool"] for x in restored}
+    for r in pools["records"]:
+        if r["pool"] in done_pools:
+            continue
+        if r["pool"] in keep:  # the next experiment needs it: keep it warm, restore after the last user
+            handed[r["pool"]] = {"previous": r["previous"], "nodes": r["requested"]}
+            c.attempt("timeline", timeline, p, ctx.campaign_id, experiment, "pool_handed_over", key=r["pool"],
+                      pool=r["pool"], nodes=r["requested"], simulated=r.get("simulated", False))
+            continue
+        now = c.attempt(f"pool {r['pool']}", p.pools.restore, r)
+        if c.failed(f"pool {r['pool']}"):
+            continue  # still recorded as unrestored: a retry, the abort path or the sweeper restores it
+        restored.append({"pool": r["pool"], "now": now})
+        handed.pop(r["pool"], None)
+        c.attempt("timeline", timeline, p, ctx.campaign_id, experiment, "pool_restored", key=r["pool"],
+                  pool=r["pool"], restored_to=now, simulated=r.get("simulated", False))
+    pools["restored"] = restored
+    pools["handed_over"] = handed
+    p.store.write_json(pkey, pools)
+    done["pools"] = restored
+    if handed:
+        done["handed_over"] = sorted(handed)
+
+
+def unrestored_pools(p: Providers) -> dict[str, set[str]]:
+    """{experiment: pools it scaled and nobody restored yet}. A pool handed over to the next experiment
+    counts for the experiment that adopted it (which restores it), not for the one that handed it."""
+    plan = p.store.read_json("plan.json") or {}
+    names = [e["name"] for e in plan.get("experiments", [])]
+    out: dict[str, set[str]] = {}
+    for i, exp in enumerate(names):
+        pools = p.store.read_json(f"pools/{exp}.json")
+        if pools is None:
+            continue
+        restored = {r["pool"] for r in pools.get("restored") or []}
+        nxt = (p.store.read_json(f"pools/{names[i + 1]}.json") or {}) if i + 1 < len(names) else {}
+        adopted = {r["pool"] for r in nxt.get("records") or []}
+        for r in pools.get("records") or []:
+            if r["pool"] in restored or (r["pool"] in (pools.get("handed_over") or {}) and r["pool"] in adopted):
                 continue
-            if r["pool"] in keep:  # the next experiment needs it: keep it warm, restore after the last user
-                handed[r["pool"]] = {"previous": r["previous"], "nodes": r["requested"]}
-                timeline(p, ctx.campaign_id, experiment, "pool_handed_over", key=r["pool"], pool=r["pool"],
-                         nodes=r["requested"], simulated=r.get("simulated", False))
-                continue
-            now = p.pools.restore(r)
-            restored.append({"pool": r["pool"], "now": now})
-            handed.pop(r["pool"], None)
-            timeline(p, ctx.campaign_id, experiment, "pool_restored", key=r["pool"], pool=r["pool"],
-                     restored_to=now, simulated=r.get("simulated", False))
-        pools["restored"] = restored
-        pools["handed_over"] = handed
-        p.store.write_json(pkey, pools)
-        done["pools"] = restored
-        if handed:
-            done["handed_over"] = sorted(handed)
-    timeline(p, ctx.campaign_id, experiment, "teardown_done")
-    return done
+            out.setdefault(exp, set()).add(r["pool"])
+    return out
 
 
 def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any) -> JSON:
@@ -757,12 +841,17 @@ def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any) -> JS
 
 
 def release_locks(p: Providers, ctx: Ctx) -> list[str]:
-    """Release this campaign's pool locks (only ours; nothing if none were taken)."""
+    """Release this campaign's pool locks (only ours; nothing if none were taken). The lock of a pool
+    this campaign scaled and could not restore is kept: another campaign would otherwise record the
+    scaled size as its "previous" and never give those GPUs back. A retry, the sweeper or the lock's
+    expiry releases it."""
     if p.locks is None or not p.store.exists("spec.json"):
         return []
     from benchctl.locks import lock_keys
 
-    released: list[str] = p.locks.release(lock_keys(_spec(p)), ctx.campaign_id)
+    spec = _spec(p)
+    stuck = set(lock_keys(spec, set().union(*unrestored_pools(p).values())))
+    released: list[str] = p.locks.release([k for k in lock_keys(spec) if k not in stuck], ctx.campaign_id)
     return released
 
 
@@ -771,25 +860,38 @@ def mark_campaign(p: Providers, ctx: Ctx, status: str, **extra: Any) -> None:
     _campaign_row(p, ctx, status, **extra)
 
 
+def _touched(p: Providers, experiment: str) -> bool:
+    """Whether the experiment created anything: scaled, deployed or loaded."""
+    return (p.store.exists(f"pools/{experiment}.json") or p.store.exists(f"deployments/{experiment}.json")
+            or any(p.store.exists(k) for k in load_keys(p, experiment)))
+
+
 def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
-    """Tear down every experiment of this campaign (found in the run store) and record the failure."""
+    """Tear down every experiment of this campaign (found in the run store) and record the failure.
+
+    Every item is attempted even when another fails (``_Cleanup``): each experiment's teardown, the
+    cost rows, the campaign record and the lock release."""
     name, cause = _error_of(error)
-    plan = p.store.read_json("plan.json")
+    c = _Cleanup(p, ctx, CAMPAIGN)
+    plan = c.attempt("read plan", p.store.read_json, "plan.json")
     names = [e["name"] for e in plan["experiments"]] if plan else []
-    for exp in names:  # only experiments that created something: scaled, deployed or loaded
-        if p.store.exists(f"pools/{exp}.json") or p.store.exists(f"deployments/{exp}.json") or p.store.keys(f"loads/{exp}"):
-            teardown_experiment(p, ctx, exp)
-    failure = p.store.read_json("failure.json") or {}
+    for exp in names:  # only experiments that created something
+        if c.attempt(f"inspect {exp}", _touched, p, exp):
+            c.attempt(f"teardown {exp}", teardown_experiment, p, ctx, exp)
+    failure = c.attempt("read failure", p.store.read_json, "failure.json") or {}
     status = "aborted" if name == "Aborted" or failure.get("error") == "Aborted" else "failed"
     if failure.get("error") and failure.get("error") != name:
         # the Catch payload is the LAST failure (e.g. a cleanup state that failed too); the lake
         # keeps the first one, which started it all, and names the later one in the timeline
-        timeline(p, ctx.campaign_id, CAMPAIGN, "cleanup_failed", error=name, cause=cause)
+        c.attempt("timeline", timeline, p, ctx.campaign_id, CAMPAIGN, "cleanup_failed", error=name, cause=cause)
         name, cause = str(failure["error"]), str(failure.get("message") or cause)
-    write_costs(p, ctx)  # what the failed campaign cost is part of its record
-    _campaign_row(p, ctx, status, failed_state=failure.get("state"), error=name, cause=cause)
-    timeline(p, ctx.campaign_id, CAMPAIGN, status, error=name, cause=cause, state=failure.get("state"))
-    release_locks(p, ctx)
+    c.attempt("costs", write_costs, p, ctx)  # what the failed campaign cost is part of its record
+    c.attempt("campaign record", _campaign_row, p, ctx, status, failed_state=failure.get("state"), error=name,
+              cause=cause)
+    c.attempt("timeline", timeline, p, ctx.campaign_id, CAMPAIGN, status, error=name, cause=cause,
+              state=failure.get("state"))
+    c.attempt("locks", release_locks, p, ctx)
+    c.finish()
     return {"error": name, "cause": cause}
 
 
@@ -805,10 +907,14 @@ def plan_failed(p: Providers, event: JSON) -> JSON:
         ctx = Ctx.parse(inp.get("ctx"))
     except ValueError:
         return {"error": name, "cause": cause}
-    if p.store.read_json("campaign.json") is None:
-        p.store.write_json("campaign.json", {"campaign_id": ctx.campaign_id, "started_at": now_iso(p.clock)})
-    _campaign_row(p, ctx, "failed", failed_state="Plan", error=name, cause=cause)
-    release_locks(p, ctx)  # only ours: a LockHeld failure leaves the holder's locks alone
+    c = _Cleanup(p, ctx, CAMPAIGN)
+    if c.attempt("read campaign", p.store.read_json, "campaign.json") is None:
+        c.attempt("campaign record", p.store.write_json, "campaign.json",
+                  {"campaign_id": ctx.campaign_id, "started_at": now_iso(p.clock)})
+    status = "aborted" if name == "Aborted" else "failed"
+    c.attempt("campaign record", _campaign_row, p, ctx, status, failed_state="Plan", error=name, cause=cause)
+    c.attempt("locks", release_locks, p, ctx)  # only ours: a LockHeld failure leaves the holder's locks alone
+    c.finish()
     return {"error": name, "cause": cause}
 
 
@@ -825,10 +931,14 @@ def write_costs(p: Providers, ctx: Ctx) -> list[JSON]:
 
 
 def report(p: Providers, ctx: Ctx) -> JSON:
+    """The campaign's end: cost rows, its final status, then the views and the report (which show that
+    status), then its locks. An abort requested while the last experiment was torn down is honoured
+    here, before the campaign is called succeeded."""
     write_costs(p, ctx)
-    views = p.report(ctx.campaign_id) if p.report else {}
+    guard(p, "Report", None)
     _campaign_row(p, ctx, "succeeded")
     timeline(p, ctx.campaign_id, CAMPAIGN, "succeeded")
+    views = p.report(ctx.campaign_id) if p.report else {}
     release_locks(p, ctx)
     return {"views": sorted(views)}
 

@@ -58,8 +58,8 @@ def partition_rows(
 
 
 class LocalLake:
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).resolve()  # once: paths written into the lake (raw URIs) are absolute
 
     # ---------------------------------------------------------------------------------------------
     def partition_dir(self, table: str, values: dict[str, str]) -> Path:

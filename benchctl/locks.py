@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from benchctl.errors import BenchError
+from benchctl.local.processes import live_start_time
 from benchctl.spec import CampaignSpec
 
 
@@ -35,10 +37,13 @@ class Locks(Protocol):
     def release(self, keys: list[str], campaign_id: str) -> list[str]: ...
 
 
-def lock_keys(spec: CampaignSpec) -> list[str]:
-    """What this campaign will scale, named by what is shared in the account/cluster."""
+def lock_keys(spec: CampaignSpec, pools: set[str] | None = None) -> list[str]:
+    """What this campaign will scale (or only ``pools`` of it), named by what is shared in the
+    account/cluster."""
     keys = set()
     for pool in spec.pools:
+        if pools is not None and pool.name not in pools:
+            continue
         shared = pool.nodegroup if pool.provider == "managed-nodegroup" and pool.nodegroup else pool.name
         keys.add(f"{pool.provider}:{shared}")
     return sorted(keys)
@@ -50,9 +55,16 @@ def _held_message(key: str, holder: str, expires_at: float, now: float) -> str:
 
 
 class FileLocks:
-    def __init__(self, root: Path, clock: Callable[[], float] = time.time) -> None:
-        self.root = Path(root)
+    """Local locks: one JSON file per key. Each names its holder's process (pid and start time, so a
+    reused pid is not mistaken for the holder); a lock whose holder process is gone is taken over at
+    once, and ``notify`` says so (the dead campaign's leftovers are the sweeper's job)."""
+
+    def __init__(self, root: Path | str, clock: Callable[[], float] = time.time,
+                 notify: Callable[[str], None] | None = None, pid: int | None = None) -> None:
+        self.root = Path(root).resolve()
         self.clock = clock
+        self.notify = notify or (lambda msg: print(f"benchctl: {msg}", file=sys.stderr, flush=True))
+        self.pid = os.getpid() if pid is None else pid
 
     def _path(self, key: str) -> Path:
         return self.root / (key.replace(":", "__").replace("/", "_") + ".json")
@@ -64,30 +76,44 @@ class FileLocks:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
+    @staticmethod
+    def holder_alive(held: dict[str, Any]) -> bool:
+        """False when the lock names a holder process that no longer runs (or whose pid was reused);
+        True when it runs, or when the lock names no process (written by an older version: trust it)."""
+        pid, started = held.get("pid"), held.get("pid_start_time")
+        if not isinstance(pid, int) or not isinstance(started, int):
+            return True
+        return live_start_time(pid) == started
+
     def acquire(self, keys: list[str], campaign_id: str, ttl_s: float) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         now = self.clock()
         taken: list[str] = []
+        body = {"campaign_id": campaign_id, "acquired_at": now, "expires_at": now + ttl_s, "pid": self.pid,
+                "pid_start_time": live_start_time(self.pid)}
         try:
             for key in keys:
                 path = self._path(key)
-                body = json.dumps({"key": key, "campaign_id": campaign_id, "acquired_at": now,
-                                   "expires_at": now + ttl_s}).encode()
+                data = json.dumps({"key": key, **body}).encode()
                 try:
                     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
                 except FileExistsError:
                     held = self._read(path) or {}
-                    if held.get("campaign_id") == campaign_id:
+                    holder = held.get("campaign_id", "?")
+                    if holder == campaign_id:
                         continue  # ours already (a redelivered Plan)
                     if held and held.get("expires_at", 0) > now:
-                        raise LockHeld(_held_message(key, held.get("campaign_id", "?"), held["expires_at"], now)) from None
-                    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # expired (or unreadable): take it over
-                    tmp.write_bytes(body)
+                        if self.holder_alive(held):
+                            raise LockHeld(_held_message(key, holder, held["expires_at"], now)) from None
+                        self.notify(f"pool {key}: its lock was held by campaign {holder!r}, whose process "
+                                    f"{held.get('pid')} is gone; taken over (`benchctl sweep` stops what it left)")
+                    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # expired, dead or unreadable: take it over
+                    tmp.write_bytes(data)
                     tmp.replace(path)
                     taken.append(key)
                     continue
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(body)
+                    fh.write(data)
                 taken.append(key)
         except BaseException:
             self.release(taken, campaign_id)  # all or nothing

@@ -38,13 +38,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 class LocalRunStore:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.uri = str(root)
+    """A directory. A relative root is made absolute once, here: every key and listing is then
+    relative to the same absolute (and symlink-resolved) root, whatever the working directory."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).resolve()
+        self.uri = str(self.root)
 
     def _path(self, key: str) -> Path:
         p = (self.root / key).resolve()
-        if self.root.resolve() not in p.parents:
+        if self.root not in p.parents:
             raise ValueError(f"run store key {key!r} escapes {self.root}")
         return p
 

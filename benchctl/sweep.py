@@ -21,17 +21,17 @@ JSON = dict[str, Any]
 
 
 def leftovers(p: Providers) -> list[str]:
-    """Experiments of this campaign that still have something up (per the run store)."""
+    """Experiments of this campaign that still have something up (per the run store): a pool nobody
+    restored (a pool handed over to the next experiment is that experiment's), a deployment not torn
+    down, or a load that never ended."""
     plan = p.store.read_json("plan.json") or {}
+    pools = campaign.unrestored_pools(p)
     out = []
     for exp in (e["name"] for e in plan.get("experiments", [])):
-        pools = p.store.read_json(f"pools/{exp}.json")
         dep = p.store.read_json(f"deployments/{exp}.json")
-        loads = [p.store.read_json(k) or {} for k in p.store.keys(f"loads/{exp}")]
-        restored = {r["pool"] for r in (pools or {}).get("restored") or []}
-        if ((pools is not None and any(r["pool"] not in restored for r in pools.get("records") or []))
-                or (dep is not None and not dep.get("torn_down"))
-                or any("exit_code" not in r and not (r.get("state") or {}).get("skipped") for r in loads)):
+        loads = [p.store.read_json(k) or {} for k in campaign.load_keys(p, exp)]
+        if (exp in pools or (dep is not None and not dep.get("torn_down"))
+                or any(r and "exit_code" not in r and not (r.get("state") or {}).get("skipped") for r in loads)):
             out.append(exp)
     return out
 

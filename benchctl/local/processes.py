@@ -54,6 +54,13 @@ def proc_start_time(pid: int) -> int | None:
     return None if st is None else st[2]
 
 
+def live_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` while it runs (not a zombie), else None: with the start time recorded
+    earlier, tells "that very process still runs" apart from "ended" and "pid reused"."""
+    st = _read_stat(pid)
+    return None if st is None or st[0] in ("Z", "X") else st[2]
+
+
 def group_members(pgid: int) -> list[int]:
     """Pids of live (non-zombie) processes in process group ``pgid``."""
     members = []

@@ -103,3 +103,54 @@ def test_a_second_plan_on_the_same_pools_fails_and_touches_nothing(tmp_path):
         campaign.plan(c, {"input": {"ctx": cctx.to_json()}, "state": "Plan"})
     campaign.report(a, actx)
     campaign.plan(c, {"input": {"ctx": cctx.to_json()}, "state": "Plan"})
+
+
+def test_a_lock_whose_holder_process_is_gone_is_taken_over_at_once(tmp_path):
+    """A local campaign that died (its runner process is gone) does not block the pool for hours."""
+    import subprocess
+    import sys
+
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    FileLocks(tmp_path / "locks", pid=runner.pid).acquire(["local:gpu"], "died", ttl_s=3600)
+    runner.kill()
+    runner.wait()  # the holder's process ended (and was reaped): the lock names a process that is gone
+    said: list[str] = []
+    later = FileLocks(tmp_path / "locks", notify=said.append)
+    later.acquire(["local:gpu"], "next", ttl_s=3600)
+    assert len(said) == 1 and "'died'" in said[0] and "taken over" in said[0] and "benchctl sweep" in said[0]
+    assert later.release(["local:gpu"], "died") == []  # the lock is the new holder's now
+    assert later.release(["local:gpu"], "next") == ["local:gpu"]
+
+
+def test_a_lock_whose_holder_runs_is_not_taken(tmp_path):
+    import os
+
+    FileLocks(tmp_path / "locks", pid=os.getppid()).acquire(["local:gpu"], "alive", ttl_s=3600)
+    with pytest.raises(LockHeld, match="in use by campaign 'alive'"):
+        FileLocks(tmp_path / "locks", notify=pytest.fail).acquire(["local:gpu"], "next", ttl_s=3600)
+
+
+def test_local_stores_work_from_a_relative_root(tmp_path, monkeypatch):
+    """The README's commands use relative paths (`--out runs`): every local store must work with them."""
+    from benchctl.lake import LocalLake
+    from benchctl.runstore import LocalRunStore
+
+    monkeypatch.chdir(tmp_path)
+    store = LocalRunStore(Path("runs/campaigns/c1"))
+    store.write_json("loads/agg/warmup.json", {"a": 1})
+    store.write_json("loads/agg/s1.json", {"b": 2})
+    assert store.keys("loads/agg") == ["loads/agg/s1.json", "loads/agg/warmup.json"]
+    assert store.keys("") == ["loads/agg/s1.json", "loads/agg/warmup.json"]
+    assert store.read_json("loads/agg/s1.json") == {"b": 2} and store.exists("loads/agg/warmup.json")
+    assert Path(store.uri).is_absolute() and Path(store.uri) == tmp_path.resolve() / "runs/campaigns/c1"
+    with pytest.raises(ValueError, match="escapes"):
+        store.read_json("../c2/plan.json")
+    lake = LocalLake(Path("runs/lake"))
+    raw = lake.raw_dir("c1", "agg", "s1")
+    assert raw.is_absolute() and raw.is_dir()
+    locks = FileLocks(Path("runs/locks"))
+    locks.acquire(["local:gpu"], "c1", ttl_s=60)
+    assert (tmp_path / "runs" / "locks" / "local__gpu.json").exists()
+    monkeypatch.chdir(tmp_path / "runs")  # the working directory moves on: nothing points elsewhere
+    assert store.keys("loads/agg") == ["loads/agg/s1.json", "loads/agg/warmup.json"]
+    assert locks.release(["local:gpu"], "c1") == ["local:gpu"]

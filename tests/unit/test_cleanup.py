@@ -1,0 +1,188 @@
+"""Cleanup that a bug in one item cannot take down: teardown and abort attempt every item (stop the
+load, remove the deployment, restore each pool, write costs and the campaign record, release the locks)
+even when one raises; the first error is the one raised, the others are recorded. And the sweeper,
+which touches only what a dead campaign left: never a finished campaign, never a pool handed over to
+the next experiment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchctl import campaign, sweep
+from benchctl.campaign import Ctx, Providers
+from benchctl.lake import LocalLake
+from benchctl.local.pool import LocalPool
+from benchctl.locks import FileLocks, lock_keys
+from benchctl.plan import plan_campaign
+from benchctl.runstore import LocalRunStore
+from benchctl.spec import parse_spec
+from tests.unit.test_fail_at_every_state import read_table, run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Serving:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.torn: list[str] = []
+
+    def teardown(self, state):
+        if self.fail:
+            raise RuntimeError("the serving API is down")
+        self.torn.append(state["deployment_id"])
+        return {"removed": True}
+
+
+class Load:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.stopped: list[str] = []
+
+    def stop(self, state):
+        if self.fail:
+            raise RuntimeError("cannot signal the load")
+        self.stopped.append(state["job_id"])
+
+    def poll(self, state):
+        return -15
+
+
+class FailingPool(LocalPool):
+    def __init__(self, sizes, fail: set[str]) -> None:
+        super().__init__(sizes)
+        self.fail = fail
+
+    def restore(self, record):
+        if record["pool"] in self.fail:
+            raise RuntimeError(f"node group {record['pool']} update rejected")
+        return super().restore(record)
+
+
+class BrokenLake(LocalLake):
+    """A lake whose writes of some tables fail (an outage, a schema bug)."""
+
+    def __init__(self, root, broken: set[str]) -> None:
+        super().__init__(root)
+        self.broken = broken
+
+    def write(self, table, rows, *, part_name):
+        if table in self.broken:
+            raise OSError(f"cannot write {table}")
+        return super().write(table, rows, part_name=part_name)
+
+
+def _world(tmp_path: Path, *, serving=None, load=None, pool=None, lake=None) -> tuple[Providers, Ctx]:
+    spec = parse_spec(yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text()))
+    store = LocalRunStore(tmp_path / "run")
+    store.write_json("spec.json", spec.model_dump(mode="json"))
+    store.write_json("plan.json", plan_campaign(spec, "local").to_json())
+    p = Providers(engine="local", store=store, pools=pool or LocalPool({"gpu-a100": 0}),
+                  serving=serving or Serving(), load=load or Load(),  # type: ignore[arg-type]
+                  lake=lake or LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None,
+                  locks=FileLocks(tmp_path / "locks"))
+    ctx = Ctx("c1", str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
+    p.locks.acquire(lock_keys(spec), "c1", 3600)
+    return p, ctx
+
+
+def _started(p: Providers, ctx: Ctx, exp: str = "agg") -> None:
+    """An experiment with its pool scaled, its deployment up and its first step's load running."""
+    campaign.scale_pools(p, ctx, exp)
+    p.store.write_json(f"deployments/{exp}.json", {"state": {"deployment_id": exp}, "deployed_at": 0})
+    p.store.write_json(f"loads/{exp}/concurrency-sweep-c1-r0.json",
+                       {"state": {"job_id": f"{exp}-c1"}, "launched_at": 0, "est_s": 1})
+
+
+def test_a_failing_deployment_teardown_still_stops_the_load_and_restores_the_pool(tmp_path):
+    serving = Serving(fail=True)
+    p, ctx = _world(tmp_path, serving=serving)
+    _started(p, ctx)
+    with pytest.raises(RuntimeError, match="the serving API is down"):
+        campaign.teardown_experiment(p, ctx, "agg")
+    assert p.load.stopped == ["agg-c1"]  # type: ignore[attr-defined]
+    assert p.pools.current("gpu-a100")["desired"] == 0  # type: ignore[attr-defined]
+    assert p.store.read_json("pools/agg.json")["restored"][0]["pool"] == "gpu-a100"
+    events = [r["event"] for r in p.lake.read_table("timeline", "c1")]
+    assert "pool_restored" in events and "teardown_done" not in events  # not done: a retry finishes it
+    serving.fail = False
+    campaign.teardown_experiment(p, ctx, "agg")  # the retry: only what is left
+    assert serving.torn == ["agg"] and "teardown_done" in [r["event"] for r in p.lake.read_table("timeline", "c1")]
+
+
+def test_a_failing_load_stop_does_not_keep_the_gpus(tmp_path):
+    p, ctx = _world(tmp_path, load=Load(fail=True))
+    _started(p, ctx)
+    with pytest.raises(RuntimeError, match="cannot signal the load"):
+        campaign.teardown_experiment(p, ctx, "agg")
+    assert p.serving.torn == ["agg"]  # type: ignore[attr-defined]
+    assert p.pools.current("gpu-a100")["desired"] == 0  # type: ignore[attr-defined]
+
+
+def test_abort_attempts_every_item_and_keeps_the_first_error(tmp_path):
+    lake = BrokenLake(tmp_path / "lake", broken=set())
+    p, ctx = _world(tmp_path, lake=lake)
+    _started(p, ctx)
+    p.store.write_json("failure.json", {"state": "CheckLoad", "error": "LoadFailed", "message": "step died"})
+    lake.broken = {"costs", "campaigns"}  # the lake fails for the cost rows and the campaign record
+    with pytest.raises(OSError, match=r"cannot write costs .*cleanup item 'costs'; 1 more cleanup error"):
+        campaign.abort_campaign(p, ctx, {"Error": "LoadFailed", "Cause": "step died"})
+    assert p.load.stopped == ["agg-c1"] and p.serving.torn == ["agg"]  # type: ignore[attr-defined]
+    assert p.pools.current("gpu-a100")["desired"] == 0  # type: ignore[attr-defined]
+    assert not list((tmp_path / "locks").glob("*.json"))  # the locks were released all the same
+    errors = [json.loads(r["detail_json"]) for r in lake.read_table("timeline", "c1") if r["event"] == "cleanup_error"]
+    assert [(e["item"], e["error"]) for e in errors] == [("campaign record", "OSError")]
+    assert campaign.unrestored_pools(p) == {}
+
+
+def test_the_lock_of_a_pool_that_could_not_be_restored_is_kept(tmp_path):
+    """Releasing it would let another campaign record our scaled size as its 'previous' size."""
+    p, ctx = _world(tmp_path, pool=FailingPool({"gpu-a100": 0}, fail={"gpu-a100"}))
+    _started(p, ctx)
+    with pytest.raises(RuntimeError, match="update rejected"):
+        campaign.abort_campaign(p, ctx, {"Error": "ServingFailed", "Cause": "x"})
+    assert campaign.unrestored_pools(p) == {"agg": {"gpu-a100"}}
+    assert [f.name for f in (tmp_path / "locks").glob("*.json")] == ["local__gpu-a100.json"]
+    camp = p.lake.read_table("campaigns", "c1")
+    assert [(c["status"], c["error"]) for c in camp] == [("failed", "ServingFailed")]  # recorded anyway
+    p.pools.fail = set()  # type: ignore[attr-defined]
+    campaign.abort_campaign(p, ctx, {"Error": "ServingFailed", "Cause": "x"})  # the retry restores, releases
+    assert campaign.unrestored_pools(p) == {} and not list((tmp_path / "locks").glob("*.json"))
+
+
+def test_a_handed_over_pool_is_the_next_experiments_to_restore(tmp_path):
+    p, ctx = _world(tmp_path)
+    campaign.scale_pools(p, ctx, "agg")
+    campaign.teardown_experiment(p, ctx, "agg", handover=True)
+    assert campaign.unrestored_pools(p) == {"agg": {"gpu-a100"}}  # handed over, not adopted yet: still agg's
+    campaign.scale_pools(p, ctx, "disagg")
+    assert campaign.unrestored_pools(p) == {"disagg": {"gpu-a100"}}
+    campaign.teardown_experiment(p, ctx, "disagg", handover=True)
+    assert campaign.unrestored_pools(p) == {}
+    assert sweep.leftovers(p) == []
+
+
+def _tree(root: Path) -> dict[str, float]:
+    return {str(f.relative_to(root)): f.stat().st_mtime_ns for f in root.rglob("*") if f.is_file()}
+
+
+def test_the_sweeper_leaves_a_succeeded_campaign_alone(tmp_path, monkeypatch):
+    result, world, _, _ = run(tmp_path, monkeypatch, fail_at=None)
+    assert result.status == "SUCCEEDED"
+    out = tmp_path / "out"
+    events = {(r["experiment"], r["event"]) for r in read_table(out / "lake", "timeline")}
+    assert ("agg", "pool_handed_over") in events  # the case that used to count as "never restored"
+    before = _tree(out)
+
+    def providers_for(cid):
+        c = Ctx(cid, str(out / "campaigns" / cid), str(out / "lake"), 1, None)
+        return world(c), c
+
+    dry = sweep.sweep(["failat"], providers_for, lambda cid: False, dry_run=True)
+    assert dry == [{"campaign_id": "failat", "experiments": [], "action": "nothing left"}]
+    real = sweep.sweep(["failat"], providers_for, lambda cid: False)
+    assert real[0]["action"] == "nothing left" and real[0]["experiments"] == []
+    assert _tree(out) == before  # not one byte written into the finished campaign
