@@ -9,6 +9,7 @@ and Ctrl-C (first Ctrl-C: orderly abort through the state machine; second: immed
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import json
@@ -135,6 +136,42 @@ class Dispatcher:
         return AWSResponse(f"https://lambda.{REGION}.amazonaws.com", 200, headers, None), parsed
 
 
+class Interrupts:
+    """SIGINT, SIGTERM and SIGHUP while a local campaign runs: counted, never raised.
+
+    The handlers are installed explicitly (main thread only): a process started in the background by a
+    non-interactive shell inherits SIGINT *ignored*, and Python keeps it ignored, so without this a
+    Ctrl-C or ``kill -INT`` was silently lost and the campaign ran on. The handler only counts; the
+    engine acts on the count at its next poll (within 0.25 s), so no KeyboardInterrupt can be raised
+    (and swallowed) in the middle of library code.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.names: list[str] = []
+        self.during: list[str] = []  # what was running when each signal arrived (``describe()``)
+        self.describe: Callable[[], str] = lambda: ""
+        self._previous: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        self.names.append(signal.Signals(signum).name)
+        self.during.append(self.describe())
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
 @dataclass
 class RunResult:
     campaign_id: str
@@ -163,8 +200,13 @@ def execute(
     fail_at: str | None = None,
     progress: Progress | None = None,
     on_force_stop: Callable[[], object] | None = None,
+    interrupts: Interrupts | None = None,
 ) -> RunResult:
-    """Run one campaign execution of the ASL; blocks until it ends. The spec must be in run_dir."""
+    """Run one campaign execution of the ASL; blocks until it ends. The spec must be in run_dir.
+
+    A first interrupt (``interrupts``) asks the state machine to abort: ``abort.json`` makes the next
+    task fail with ``Aborted``, and the Catch paths stop the load first, then tear down. A second one
+    tears down at once, here."""
     import boto3
     from moto import mock_aws
 
@@ -184,16 +226,11 @@ def execute(
     use_providers(providers)
     dispatcher = Dispatcher(progress)
     started = time.monotonic()
-    interrupted = 0
-    prev_int = signal.getsignal(signal.SIGINT)
-    prev_term = signal.getsignal(signal.SIGTERM)
-
-    def on_signal(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-    try:
+    handled = 0
+    with contextlib.ExitStack() as stack:
+        intr = interrupts if interrupts is not None else stack.enter_context(Interrupts())
+        intr.describe = lambda: progress.last
+        stack.callback(use_providers, None)
         with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
             session = boto3.session.Session(region_name=REGION)
             boto3.setup_default_session(region_name=REGION)  # moto's interpreter invokes via the default session
@@ -212,34 +249,29 @@ def execute(
             )["executionArn"]
             desc: dict[str, Any] = {}
             while True:
-                try:
-                    desc = sfn.describe_execution(executionArn=execution)
-                    if desc["status"] != "RUNNING":
-                        break
-                    if not progress.steps and store.read_json("plan.json"):
-                        plan = store.read_json("plan.json") or {}
-                        progress.experiments = [e["name"] for e in plan["experiments"]]
-                        progress.steps = [s["step_id"] for s in plan["experiments"][0]["steps"]]
-                    time.sleep(0.25)
-                except KeyboardInterrupt:
-                    interrupted += 1
-                    if interrupted == 1:
+                if intr.count > handled:
+                    if handled == 0:
                         progress.note("interrupt: stopping the load first, then tearing down (Ctrl-C again to force)")
-                        atomic_write_text(run_dir / "abort.json", json.dumps({"reason": "interrupted (Ctrl-C/SIGTERM)"}))
-                    else:
+                        request_abort(run_dir, f"interrupted ({intr.names[0]})", during=intr.during[0])
+                    if intr.count >= 2:
                         progress.note("forced stop: tearing down now")
                         if on_force_stop:
                             on_force_stop()
                         campaign.abort_campaign(providers(ctx), ctx, {"Error": "Aborted", "Cause": "forced stop"})
                         desc = {"status": "ABORTED", "error": "Aborted", "cause": "forced stop"}
                         break
+                    handled = intr.count
+                desc = sfn.describe_execution(executionArn=execution)
+                if desc["status"] != "RUNNING":
+                    break
+                if not progress.steps and store.read_json("plan.json"):
+                    plan = store.read_json("plan.json") or {}
+                    progress.experiments = [e["name"] for e in plan["experiments"]]
+                    progress.steps = [s["step_id"] for s in plan["experiments"][0]["steps"]]
+                time.sleep(0.25)
             history = sfn.get_execution_history(executionArn=execution, maxResults=1000).get("events", [])
             boto3.DEFAULT_SESSION.events.unregister("before-call.lambda.Invoke", dispatcher)
-    finally:
-        use_providers(None)
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, prev_int)
-            signal.signal(signal.SIGTERM, prev_term)
+        interrupted = intr.count > 0
     status = desc.get("status", "FAILED")
     if status == "FAILED" and interrupted:
         status = "ABORTED"
@@ -253,3 +285,8 @@ def execute(
         history=history,
         elapsed_s=time.monotonic() - started,
     )
+
+
+def request_abort(run_dir: Path, reason: str, *, during: str = "") -> None:
+    """Ask the running state machine to abort: the next task's guard fails with ``Aborted``."""
+    atomic_write_text(run_dir / "abort.json", json.dumps({"reason": reason, "during": during.strip()}))

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchctl.campaign import Ctx, Providers, new_campaign_id
 from benchctl.errors import SpecError
-from benchctl.local.engine import Progress, RunResult, execute, task_states
+from benchctl.local.engine import Interrupts, Progress, RunResult, execute, task_states
 from benchctl.local.pool import LocalPool
 from benchctl.locks import FileLocks
 from benchctl.plan import plan_campaign
 from benchctl.query import REPORT_VIEWS
-from benchctl.runstore import LocalRunStore
+from benchctl.runstore import LocalRunStore, atomic_write_text
 from benchctl.spec import load_spec, spec_hash
 
 
@@ -56,7 +57,7 @@ def report_views(lake: Path, campaign_id: str, out_dir: Path) -> dict[str, int]:
 class LocalProviders:
     """Builds the providers of one local campaign (one instance per run)."""
 
-    def __init__(self, run_dir: Path, lake: Path) -> None:
+    def __init__(self, run_dir: Path, lake: Path, notify: Callable[[str], None] | None = None) -> None:
         from benchctl.lake import LocalLake
         from benchctl.local import modeldir
         from benchctl.local.load import LocalLoad
@@ -72,7 +73,7 @@ class LocalProviders:
         self.tokenizer = modeldir.TOKENIZER_NAME
         self._smoke = smoke_test
         self.versions = versions()
-        self.locks = FileLocks(run_dir.parent.parent / "locks")  # <workspace>/locks, shared by its campaigns
+        self.locks = FileLocks(run_dir.parent.parent / "locks", notify=notify)  # <workspace>/locks: shared
 
     def smoke(self, state: dict[str, Any], n: int, max_tokens: int) -> dict[str, Any]:
         return self._smoke(state["url"], state["model"], n=n, max_tokens=max_tokens)
@@ -149,20 +150,23 @@ def load_spec_from_store(store: LocalRunStore) -> Any:
 
 
 def campaign_running(run_dir: Path) -> bool:
-    """A local campaign runs while its runner process (``runner.json``) lives and no result was written."""
+    """A local campaign runs while its runner process (``runner.json``: pid and start time) lives and
+    no result was written."""
+    from benchctl.local import processes
+
     if (run_dir / "result.json").exists():
         return False
     try:
-        pid = int(json.loads((run_dir / "runner.json").read_text(encoding="utf-8"))["pid"])
+        runner = json.loads((run_dir / "runner.json").read_text(encoding="utf-8"))
+        pid = int(runner["pid"])
     except (FileNotFoundError, KeyError, ValueError, TypeError):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    started = processes.live_start_time(pid)
+    if started is None:
         return False
-    except PermissionError:
-        return True
-    cmdline = Path(f"/proc/{pid}/cmdline")
+    if isinstance(runner.get("start_time"), int):
+        return started == runner["start_time"]  # the same process, not a reused pid
+    cmdline = Path(f"/proc/{pid}/cmdline")  # a record without a start time: judge by the command line
     return not cmdline.exists() or b"benchctl" in cmdline.read_bytes() or b"pytest" in cmdline.read_bytes()
 
 
@@ -190,29 +194,34 @@ def run_campaign(
     poll_seconds: int = 1,
     progress: Progress | None = None,
 ) -> RunResult:
+    """Validate, plan, predict and run one local campaign; interrupts (SIGINT/SIGTERM/SIGHUP) are
+    honoured from the first line on: one before the execution starts makes its Plan end ``aborted``."""
     from benchctl.local import processes
 
     if fail_at is not None and fail_at not in task_states():
         raise ValueError(f"--fail-at {fail_at!r} is not a Task state of the campaign ASL; valid: {task_states()}")
-    cid, run_dir, lake = prepare(spec_path, out, campaign_id)
-    progress = progress or Progress()
-    write_predictions(run_dir, lake, cid, progress)
-    progress.note(f"campaign {cid}: run state in {run_dir}, results in {lake}")
-    providers = LocalProviders(run_dir, lake)
-    (run_dir / "runner.json").write_text(json.dumps({"pid": os.getpid(), "started": datetime.now(UTC).isoformat()}),
-                                         encoding="utf-8")  # what `benchctl sweep` checks for liveness
-    try:
-        result = execute(
-            campaign_id=cid, run_dir=run_dir, lake=lake, providers=providers, poll_seconds=poll_seconds,
-            fail_at=fail_at, progress=progress, on_force_stop=processes.stop_all_started,
-        )
-    finally:
-        leftovers = processes.stop_all_started()
-        if leftovers:
-            progress.note(f"safety net stopped {len(leftovers)} leftover process(es): "
-                          + ", ".join(r["name"] for r in leftovers))
-    (run_dir / "result.json").write_text(
-        json.dumps({"status": result.status, "error": result.error, "cause": result.cause,
-                    "elapsed_s": round(result.elapsed_s, 2)}, indent=2), encoding="utf-8")
+    with Interrupts() as interrupts:
+        cid, run_dir, lake = prepare(spec_path, out, campaign_id)
+        progress = progress or Progress()
+        if not interrupts.count:
+            write_predictions(run_dir, lake, cid, progress)
+        progress.note(f"campaign {cid}: run state in {run_dir}, results in {lake}")
+        providers = LocalProviders(run_dir, lake, notify=progress.note)
+        atomic_write_text(run_dir / "runner.json", json.dumps(  # what `benchctl sweep` checks for liveness
+            {"pid": os.getpid(), "start_time": processes.proc_start_time(os.getpid()),
+             "started": datetime.now(UTC).isoformat()}))
+        try:
+            result = execute(
+                campaign_id=cid, run_dir=run_dir, lake=lake, providers=providers, poll_seconds=poll_seconds,
+                fail_at=fail_at, progress=progress, on_force_stop=processes.stop_all_started,
+                interrupts=interrupts,
+            )
+        finally:
+            leftovers = processes.stop_all_started()
+            if leftovers:
+                progress.note(f"safety net stopped {len(leftovers)} leftover process(es): "
+                              + ", ".join(r["name"] for r in leftovers))
+        atomic_write_text(run_dir / "result.json", json.dumps(
+            {"status": result.status, "error": result.error, "cause": result.cause,
+             "elapsed_s": round(result.elapsed_s, 2)}, indent=2))
     return result
-

@@ -66,12 +66,34 @@ def write_spec(tmp_path: Path, name: str, mutate) -> Path:
     return path
 
 
-def start_run(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_run(spec: Path, out: Path, *extra: str, campaign_id: str = "e2e",
+              sigint_ignored: bool = False) -> subprocess.Popen:
+    """``benchctl run`` as a person starts it. ``sigint_ignored``: as a background job of a
+    non-interactive shell (``cmd &`` in a script, many CI runners) starts it, with SIGINT ignored."""
     bin_ = Path(sys.executable).parent / "benchctl"
     return subprocess.Popen(
-        [str(bin_), "run", str(spec), "--out", str(out), "--campaign-id", "e2e", *extra],
+        [str(bin_), "run", str(spec), "--out", str(out), "--campaign-id", campaign_id, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,  # noqa: PLW1509 - a signal disposition only
     )
+
+
+SMOKE_ID = "smoke-e2e"
+
+
+@pytest.fixture(scope="session")
+def smoke_campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`benchctl run examples/smoke.yaml` once per test session (both modes, all four workloads); every
+    e2e test that only reads a finished campaign (views, lake, report, Chromium) uses this one."""
+    out = tmp_path_factory.mktemp("smoke")
+    bin_ = Path(sys.executable).parent / "benchctl"
+    res = subprocess.run([str(bin_), "run", "examples/smoke.yaml", "--out", str(out), "--campaign-id", SMOKE_ID],
+                         capture_output=True, text=True, cwd=ROOT, timeout=1500)
+    return res, out
 
 
 def wait_for(predicate, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:

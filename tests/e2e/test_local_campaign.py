@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke")
-    bin_ = Path(sys.executable).parent / "benchctl"
-    res = subprocess.run([str(bin_), "run", "examples/smoke.yaml", "--out", str(out), "--campaign-id", "smoke-e2e"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=840)
-    return res, out
+def smoke_run(smoke_campaign):
+    return smoke_campaign
 
 
 def test_smoke_campaign_succeeds_and_prints_both_modes(smoke_run):
@@ -255,3 +250,50 @@ def test_cost_efficiency_has_the_plans_rows_with_cost_and_scope(smoke_run):
         assert r["cost_usd"] > 0 and r["usd_per_1m_output_tokens"] > 0 and r["output_tokens_per_s"] > 0
         assert r["simulated"] is True and "GPU nodes" in r["scope"]
     assert "\nv_cost_efficiency (SIMULATED)" in res.stdout
+
+
+def test_a_failing_run_store_cannot_take_the_cleanup_down(tmp_path, reaper, monkeypatch):
+    """A bug in the normal path's run-store listing (what a relative --out once caused) fails the
+    campaign, and the failure path still stops everything, restores the pool, releases the lock and
+    keeps the completed steps. In-process, so the failure can be injected; the processes are real."""
+    import io
+
+    from benchctl.local.engine import Progress
+    from benchctl.local.runner import run_campaign
+    from benchctl.runstore import LocalRunStore
+
+    out = tmp_path / "out"
+    lake = out / "lake"
+    reaper.append(out / "campaigns" / "e2e")
+    real_keys = LocalRunStore.keys
+
+    def keys(self, prefix):
+        if (lake / "steps").is_dir() and any((lake / "steps").rglob("*.parquet")):
+            raise OSError(f"injected: listing {prefix!r} of the run store failed")
+        return real_keys(self, prefix)
+
+    monkeypatch.setattr(LocalRunStore, "keys", keys)
+    shown = io.StringIO()
+    result = run_campaign(_short_spec(tmp_path), out, campaign_id="e2e", progress=Progress(out=shown))
+    assert result.status == "FAILED", shown.getvalue()
+    assert "injected: listing" in json.loads((out / "campaigns" / "e2e" / "failure.json").read_text())["message"]
+    _assert_failed_cleanly(out, "failed")
+    camp = read_table(lake, "campaigns")
+    assert camp[0]["error"] == "OSError" and camp[0]["failed_state"] == "LaunchLoad"
+    steps = read_table(lake, "steps")
+    assert [(s["step_id"], s["status"]) for s in steps] == [("concurrency-sweep-c1-r0", "succeeded")]
+    assert not list((out / "locks").glob("*.json"))
+    pools = LocalRunStore(out / "campaigns" / "e2e").read_json("pools/agg.json")
+    assert [r["pool"] for r in pools["restored"]] == ["gpu-a100"]
+
+
+def test_the_ci_check_accepts_the_real_smoke_output(smoke_run):
+    """scripts/check_smoke.py (what CI runs on `make smoke`'s output) agrees with a real smoke run."""
+    import importlib.util
+
+    res, _ = smoke_run
+    spec = importlib.util.spec_from_file_location("check_smoke", ROOT / "scripts" / "check_smoke.py")
+    assert spec is not None and spec.loader is not None
+    check_smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_smoke)
+    assert check_smoke.problems(res.stdout + res.stderr) == []

@@ -1,5 +1,6 @@
-"""`benchctl report` end to end: a short real local campaign (Dynamo mocker + AIPerf, both modes, every
-workload kind), its HTML report rendered by headless Chromium (DOM + screenshot) and its Markdown twin."""
+"""The report end to end, on the session's smoke campaign (real Dynamo mocker + AIPerf, both modes, every
+workload kind): the report the run itself wrote and `benchctl report`'s, rendered by headless Chromium
+(DOM, layout, screenshot), and the Markdown twin."""
 
 from __future__ import annotations
 
@@ -10,15 +11,14 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ROOT, write_spec
+from tests.e2e.conftest import ROOT, SMOKE_ID
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
-CAMPAIGN = "report-e2e"
+CAMPAIGN = SMOKE_ID
 TABLE_SECTIONS = ("tbl-v_concurrency_sweep", "tbl-v_prefix_cache", "tbl-v_cost_efficiency", "tbl-v_multi_turn",
                   "tbl-v_sequence_distribution", "tbl-v_pareto", "datasets")
 FIGURE_SECTIONS = ("fig-pareto", "fig-concurrency", "fig-multi-turn", "fig-distribution", "fig-prefix",
@@ -37,32 +37,14 @@ def _chromium() -> str:
                 f"{INSTALL_HINT}")
 
 
-def _short_spec(tmp_path: Path) -> Path:
-    """examples/smoke.yaml trimmed: one concurrency, short request-count steps, every workload kind."""
-
-    def mutate(d: dict[str, Any]) -> None:
-        kinds = {w["kind"]: w for w in d["workloads"]}
-        kinds["concurrency_sweep"].pop("duration_s", None)
-        kinds["concurrency_sweep"].update(concurrency=[4], request_count=16)
-        kinds["multi_turn"].update(conversations=4, turns=3, request_count=12)
-        kinds["sequence_distribution"].update(distributions=["uniform"], requests=16)
-        kinds["prefix_cache"].update(ratios=[0, 1.0], requests=16)
-        d["warmup"] = {"request_count": 4}
-
-    return write_spec(tmp_path, "report-short", mutate)
-
-
 def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
 @pytest.fixture(scope="module")
-def campaign_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    _chromium()  # fail (or skip) before spending minutes on a campaign
-    tmp = tmp_path_factory.mktemp("report")
-    out = tmp / "out"
-    res = subprocess.run([_bin("benchctl"), "run", str(_short_spec(tmp)), "--out", str(out), "--campaign-id", CAMPAIGN],
-                         capture_output=True, text=True, cwd=ROOT, timeout=840)
+def campaign_out(smoke_campaign: tuple[subprocess.CompletedProcess[str], Path]) -> Path:
+    _chromium()
+    res, out = smoke_campaign
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     return out
 
@@ -181,3 +163,48 @@ def check_report_of(out: Path, tmp_path: Path) -> None:
 
 def test_report_of_a_real_campaign_renders_in_chromium(campaign_out: Path, tmp_path: Path) -> None:
     check_report_of(campaign_out, tmp_path)
+
+
+# A page that loads the report in a frame and measures, in the browser, every table against its card.
+_MEASURE = """<!doctype html><html><body style="margin:0">
+<iframe id="f" src="report.html" style="width:1100px;height:9000px;border:0"></iframe>
+<script>
+document.getElementById("f").addEventListener("load", () => {
+  const d = document.getElementById("f").contentDocument, out = [];
+  for (const t of d.querySelectorAll("table")) {
+    const box = t.parentElement, card = t.closest("section");
+    out.push({card: card.id, box: box.getBoundingClientRect().right, edge: card.getBoundingClientRect().right,
+              table: t.getBoundingClientRect().width, scrollW: box.scrollWidth, clientW: box.clientWidth,
+              overflow: getComputedStyle(box).overflowX});
+  }
+  const pre = document.createElement("pre");
+  pre.id = "measured"; pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+</script></body></html>"""
+
+
+def test_the_runs_own_report_shows_its_final_status_and_wide_tables_scroll(campaign_out: Path,
+                                                                          tmp_path: Path) -> None:
+    """The report the Report state wrote (the file a person opens): the campaign's final status, and
+    every table inside its card, the wide ones scrolling instead of spilling over or being cut off."""
+    import html as html_lib
+    import json
+
+    written = campaign_out / "campaigns" / CAMPAIGN / "report" / "report.html"
+    page = written.read_text(encoding="utf-8")
+    assert "status <b>succeeded</b>" in page and "status <b>running</b>" not in page
+    shutil.copyfile(written, tmp_path / "report.html")
+    (tmp_path / "measure.html").write_text(_MEASURE, encoding="utf-8")
+    res = _run([_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}",
+                "--allow-file-access-from-files", "--virtual-time-budget=10000", "--window-size=1200,1000",
+                "--dump-dom", (tmp_path / "measure.html").as_uri()])
+    found = re.search(r'<pre id="measured">(.*?)</pre>', res.stdout, re.S)
+    assert found, res.stderr[-3000:]
+    tables = json.loads(html_lib.unescape(found.group(1)))
+    assert {t["card"] for t in tables} >= set(TABLE_SECTIONS)
+    for t in tables:
+        assert t["box"] <= t["edge"] + 1, f"{t['card']}: the table's box spills over its card: {t}"
+        if t["table"] > t["clientW"] + 1:  # wider than the card: it must scroll, not be cut off
+            assert t["overflow"] in ("auto", "scroll") and t["scrollW"] >= t["table"] - 1, t
+    assert any(t["table"] > t["clientW"] + 1 for t in tables), "no wide table: the check checked nothing"
