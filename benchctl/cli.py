@@ -19,7 +19,7 @@ EPILOG = """examples:
   benchctl plan examples/seed-plan.yaml --json
   benchctl run examples/smoke.yaml                 # local engine: real Dynamo mocker + AIPerf
   benchctl query v_concurrency_sweep --lake runs/lake
-  benchctl ingest ART_DIR --lake runs/lake --campaign c1 --experiment agg --step s1
+  benchctl ingest ART_DIR --lake runs/lake --campaign c1 --experiment agg --step s1 --mode aggregated
   benchctl start examples/seed-plan.yaml --bucket BUCKET --state-machine-arn ARN   # AWS
   benchctl status EXECUTION_ARN
   benchctl render examples/seed-plan.yaml --out manifests   # Kubernetes manifests the AWS engine applies
@@ -32,10 +32,42 @@ def _err(msg: str) -> None:
     print(f"benchctl: {msg}", file=sys.stderr)
 
 
+def _path(arg: str) -> Path:
+    """A path argument, resolved once at the edge: everything below works with absolute paths."""
+    return Path(arg).expanduser().resolve()
+
+
+def _lake(arg: str) -> Path:
+    lake = _path(arg)
+    if not lake.is_dir():
+        raise FileNotFoundError(f"--lake {arg}: no lake there ({lake} is not a directory); a lake is the "
+                                "OUT/lake of `benchctl run --out OUT` (default runs/lake)")
+    return lake
+
+
+class AwsUnavailable(Exception):
+    """No AWS credentials, region or endpoint for an AWS command (bad input, not a failed campaign)."""
+
+
+def _aws(fn: Any) -> Any:
+    """Run an AWS call; turn "no credentials / no region / cannot connect / denied" into one line."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return fn()
+    except ClientError as err:
+        e = err.response.get("Error", {})
+        raise AwsUnavailable(f"AWS refused the call: {e.get('Code')}: {e.get('Message')}") from None
+    except BotoCoreError as err:
+        hint = ("; configure credentials and a region (aws configure, or AWS_PROFILE / AWS_REGION)"
+                if "credentials" in str(err).lower() or "region" in str(err).lower() else "")
+        raise AwsUnavailable(f"AWS: {err}{hint}") from None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from benchctl.spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(_path(args.spec))
     print(f"{args.spec}: valid ({len(spec.experiments)} experiments, {len(spec.workloads)} workloads)")
     return 0
 
@@ -44,7 +76,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from benchctl.plan import format_plan, plan_campaign
     from benchctl.spec import load_spec
 
-    plan = plan_campaign(load_spec(args.spec), args.engine)
+    plan = plan_campaign(load_spec(_path(args.spec)), args.engine)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     else:
@@ -72,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from benchctl.local.runner import run_campaign
 
     result = run_campaign(
-        Path(args.spec), Path(args.out), campaign_id=args.campaign_id, fail_at=args.fail_at,
+        _path(args.spec), _path(args.out), campaign_id=args.campaign_id, fail_at=args.fail_at,
         poll_seconds=args.poll_seconds,
     )
     print(f"\ncampaign {result.campaign_id}: {result.status} in {result.elapsed_s:.0f} s")
@@ -98,17 +130,22 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path) -> None:
                 continue  # not a ladder campaign
         print(f"\n{view} (SIMULATED)")
         _print_table(lake, view, campaign_id, columns, engine=engine)
-    print(f"\nthe report (tables, figures, timeline, cost, provenance; opens offline): {run_dir / 'report' / 'report.html'}")
-    print(f"every column of every view: {run_dir / 'report'}/<view>.csv; "
-          f"`benchctl query <view> --lake {lake}` for more")
+    report = run_dir / "report" / "report.html"
+    if report.is_file():
+        print(f"\nthe report (tables, figures, timeline, cost, provenance; opens offline): {report}")
+        print(f"every column of every view: {run_dir / 'report'}/<view>.csv; "
+              f"`benchctl query <view> --lake {lake}` for more")
+    else:
+        print(f"\nno report was written (the campaign did not reach its Report state); write one from what "
+              f"the lake holds: benchctl report --lake {lake} --campaign {campaign_id} --out report.html")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from benchctl.local.runner import sweep_workspace
 
-    out = Path(args.out)
+    out = _path(args.out)
     if not out.is_dir():
-        raise FileNotFoundError(f"{out}: no such workspace (the --out of `benchctl run`)")
+        raise FileNotFoundError(f"--out {args.out}: no such workspace (the --out of `benchctl run`, default runs)")
     report = sweep_workspace(out, dry_run=args.dry_run)
     for entry in report:
         exps = ", ".join(entry.get("experiments") or []) or "-"
@@ -127,9 +164,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     if not bucket:
         raise ValueError("no results bucket: pass --bucket or set BENCHCTL_BUCKET (the results stack's "
                          "BucketName output)")
-    s = start(Path(args.spec), bucket=bucket,
-              state_machine_arn=args.state_machine_arn or os.environ.get("BENCHCTL_STATE_MACHINE_ARN"),
-              campaign_id=args.campaign_id, poll_seconds=args.poll_seconds, upload_only=args.upload_only)
+    s = _aws(lambda: start(
+        _path(args.spec), bucket=bucket,
+        state_machine_arn=args.state_machine_arn or os.environ.get("BENCHCTL_STATE_MACHINE_ARN"),
+        campaign_id=args.campaign_id, poll_seconds=args.poll_seconds, upload_only=args.upload_only))
     if s.execution_arn is None:
         print(f"uploaded {s.spec_uri}; schedule it with context benchctl:schedule "
               f'{{"expression": "cron(...)", "spec_key": "{s.spec_uri.split("/", 3)[3]}"}}')
@@ -144,7 +182,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from benchctl.aws_start import status
 
-    st = status(args.execution_arn)
+    st = _aws(lambda: status(args.execution_arn))
     width = max(len(k) for k in st)
     for k, v in st.items():
         if v is not None:
@@ -156,15 +194,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from benchctl.ingest import StepContext, ingest_artifacts, ingest_sweep
     from benchctl.lake import LocalLake
 
-    art = Path(args.artifact_dir)
+    art = _path(args.artifact_dir)
     if not art.is_dir():
         raise ArtifactError(f"{art}: not a directory of AIPerf artifacts")
     ctx = StepContext(
         campaign_id=args.campaign, experiment=args.experiment, mode=args.mode, workload=args.workload,
         step_id=args.step, step_index=0, repeat=args.repeat, concurrency=args.concurrency, isl=None, osl=None,
-        random_seed=None, artifact_uri=str(art.resolve()), workload_kind="concurrency_sweep",
+        random_seed=None, artifact_uri=str(art), workload_kind="concurrency_sweep",
     )
-    lake = LocalLake(Path(args.lake))
+    lake = LocalLake(_path(args.lake))
     is_sweep = any(p.name.startswith("concurrency_") for p in art.iterdir() if p.is_dir())
     results = ingest_sweep(art, ctx) if is_sweep else [ingest_artifacts(art, ctx)]
     for r in results:
@@ -180,7 +218,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     from benchctl.query import QueryEngine, format_result
 
-    cols, rows = QueryEngine(Path(args.lake)).run(args.name_or_sql)
+    cols, rows = QueryEngine(_lake(args.lake)).run(args.name_or_sql)
     print(format_result(cols, rows, args.format))
     return 0
 
@@ -192,8 +230,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     from benchctl.k8s.render import render_campaign
     from benchctl.spec import load_spec
 
-    spec = load_spec(args.spec)
-    out = Path(args.out)
+    spec = load_spec(_path(args.spec))
+    out = _path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out}: exists and is not an empty directory; give a new or empty --out")
     campaign_id = args.campaign_id or new_campaign_id(spec.name)
@@ -215,24 +253,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from benchctl.predict import format_predictions, predict_plan
     from benchctl.spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(_path(args.spec))
     plan = plan_campaign(spec, "aws")
     campaign_id = check_path_value("campaign_id", args.campaign_id or plan.plan_id)
     rows = predict_plan(spec, plan, campaign_id)
     print(format_predictions(rows))
     if args.lake:
-        files = LocalLake(Path(args.lake)).write("predictions", rows, part_name="predictions")
+        files = LocalLake(_path(args.lake)).write("predictions", rows, part_name="predictions")
         print(f"{len(rows)} prediction rows for campaign {campaign_id} in {len(files)} file(s) under "
-              f"{Path(args.lake) / 'predictions'}")
+              f"{_path(args.lake) / 'predictions'}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from benchctl.report import write_report
 
-    out = Path(args.out)
+    out = _path(args.out)
     fmt = args.format or ("md" if out.suffix.lower() in {".md", ".markdown"} else "html")
-    path = write_report(Path(args.lake), args.campaign, out, fmt)
+    path = write_report(_lake(args.lake), args.campaign, out, fmt)
     print(f"{fmt} report of {f'campaign {args.campaign}' if args.campaign else 'the latest campaign'}: {path}")
     return 0
 
@@ -286,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign", required=True)
     p.add_argument("--experiment", required=True)
     p.add_argument("--step", required=True)
-    p.add_argument("--mode", choices=["aggregated", "disaggregated"], default="aggregated")
+    p.add_argument("--mode", choices=["aggregated", "disaggregated"], required=True,
+                   help="how the server was deployed (AIPerf's artifacts do not say)")
     p.add_argument("--workload", default="concurrency-sweep")
     p.add_argument("--repeat", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=None)
@@ -328,8 +367,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in err.problems:
             print(f"  {line}", file=sys.stderr)
         return 2
-    except (ArtifactError, FileExistsError, FileNotFoundError, ValueError) as err:
+    except (ArtifactError, FileExistsError, FileNotFoundError, ValueError, AwsUnavailable) as err:
         _err(str(err))
+        return 2
+    except OSError as err:  # a path that is a directory, unreadable, ...: named, never a traceback
+        _err(f"{err.filename or ''}: {err.strerror or err}")
         return 2
     except KeyboardInterrupt:
         _err("interrupted")

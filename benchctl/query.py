@@ -209,16 +209,38 @@ class QueryEngine:
 
         Anything else (DDL, DML, several statements) raises ValueError: the CLI only reads.
         """
+        import duckdb
+
         text = name_or_sql.strip().rstrip(";").strip()
         if _IDENT.match(text):
             if text not in self.views():
-                raise ValueError(f"unknown view or table {text!r}; known: {self.views()}")
+                raise ValueError(f"unknown view or table {text!r}; valid: {', '.join(self.views())}")
             sql = f"SELECT * FROM {_q(text)}"  # noqa: S608 (a known view name, quoted)
         else:
             sql = to_duckdb(text)
-        cur = self.con.execute(sql)
+        try:
+            cur = self.con.execute(sql)
+        except duckdb.Error as err:  # an unknown table or column, a type error: the person's query
+            raise ValueError(self._explain(err, text)) from None
         columns = [d[0] for d in cur.description or []]
         return columns, cur.fetchall()
+
+    def _explain(self, err: Exception, query: str) -> str:
+        """One line: DuckDB's own complaint, then the columns of the tables the query reads (or the
+        tables and views there are, when it reads an unknown one)."""
+        from sqlglot import exp
+
+        first = str(err).strip().splitlines()[0]
+        try:
+            tables = sorted({t.name for t in parse_query(query).find_all(exp.Table)} & set(self.views()))
+        except ValueError:
+            tables = []
+        known = [t for t in tables if t in self.views()]
+        if not known or "Catalog Error" in first:
+            return f"query: {first}; tables and views: {', '.join(self.views())}"
+        cols = "; ".join(
+            f"{t}: {', '.join(r[0] for r in self.con.execute(f'DESCRIBE {_q(t)}').fetchall())}" for t in known)
+        return f"query: {first}; columns of {cols}"
 
     def close(self) -> None:
         self.con.close()

@@ -491,6 +491,10 @@ def load_spec_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(str(path), ["(file): not found"]) from None
+    except IsADirectoryError:
+        raise SpecError(str(path), ["(file): is a directory; give a spec file (e.g. examples/smoke.yaml)"]) from None
+    except PermissionError:
+        raise SpecError(str(path), ["(file): not readable (permission denied)"]) from None
     except UnicodeDecodeError as err:
         raise SpecError(str(path), [f"(file): not UTF-8 text ({err.reason} at byte {err.start})"]) from None
 
