@@ -1,5 +1,8 @@
-# One gate: `make test` is exactly what CI runs (.ci/run). Both targets set up .venv first if needed.
-.PHONY: setup smoke test lint bench synth clean
+# One gate: `make test` is exactly what CI runs (.ci/run runs `make smoke`, then `make test`).
+# Every target sets up .venv first if needed (scripts/setup.sh is idempotent).
+.PHONY: setup smoke test unit integration e2e infra lint bench synth clean
+
+PYTEST = .venv/bin/python -m pytest -p no:dash -q
 
 setup:
 	@bash scripts/setup.sh
@@ -11,8 +14,22 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy benchctl lambdas stacks app.py
 
+# The tiers: unit (no real processes, no synth), integration (real Dynamo/AIPerf/aiconfigurator
+# processes), e2e (whole local campaigns), infra (CDK synth and the platforms' own checks).
+unit: setup
+	$(PYTEST) tests/unit
+
+integration: setup
+	$(PYTEST) tests/integration
+
+e2e: setup
+	$(PYTEST) tests/e2e
+
+infra: setup
+	$(PYTEST) tests/infra
+
 test: setup lint
-	.venv/bin/python -m pytest -p no:dash -q
+	$(PYTEST) tests
 
 synth: setup
 	CDK_OUTDIR=cdk.out .venv/bin/python app.py
