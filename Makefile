@@ -14,10 +14,10 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy benchctl lambdas stacks app.py
 
-# The tiers: unit (no real processes, no synth), integration (real Dynamo/AIPerf/aiconfigurator
-# processes), e2e (whole local campaigns), infra (CDK synth and the platforms' own checks).
+# The tiers: unit (no real processes, no synth; on both cores), integration (real Dynamo, AIPerf,
+# aiconfigurator), e2e (whole local campaigns), infra (CDK synth and the platforms' own checks).
 unit: setup
-	$(PYTEST) tests/unit
+	$(PYTEST) -n 2 tests/unit
 
 integration: setup
 	$(PYTEST) tests/integration
@@ -28,8 +28,8 @@ e2e: setup
 infra: setup
 	$(PYTEST) tests/infra
 
-test: setup lint
-	$(PYTEST) tests
+test: setup lint unit
+	$(PYTEST) tests/integration tests/e2e tests/infra
 
 synth: setup
 	CDK_OUTDIR=cdk.out .venv/bin/python app.py

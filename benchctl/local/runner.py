@@ -121,22 +121,33 @@ def prepare(spec_path: Path, out: Path, campaign_id: str | None = None) -> tuple
 def write_predictions(run_dir: Path, lake: Path, campaign_id: str, progress: Progress) -> int:
     """aiconfigurator's GPU predictions for the sweep steps, into the lake's ``predictions`` table, so
     the report can put predicted (GPU) beside measured (here: simulated) figures. Best effort: a
-    missing or failing predictor is noted, never fatal."""
+    missing or failing predictor is noted, never fatal.
+
+    Predictions are deterministic for the same spec and aiconfigurator version, so they are kept in
+    ``<workspace>/cache/predictions/<key>.json`` and reused (a repeated `make smoke` skips seconds of
+    estimates)."""
+    import hashlib
+
     from benchctl.lake import LocalLake
 
     try:
-        from benchctl.predict import predict_plan
+        from benchctl.predict import predict_plan, source
     except ImportError as err:
         progress.note(f"no predictions: {err}")
         return 0
     store = LocalRunStore(run_dir)
     spec = load_spec_from_store(store)
-    plan = plan_campaign(spec, "local")
+    key = hashlib.sha256(f"{spec_hash(spec)} {source()}".encode()).hexdigest()[:24]
+    cached = run_dir.parent.parent / "cache" / "predictions" / f"{key}.json"
     try:
-        rows = predict_plan(spec, plan, campaign_id)
-    except Exception as err:  # a prediction is a bonus: the campaign must not fail for it
-        progress.note(f"no predictions: aiconfigurator failed: {type(err).__name__}: {err}")
-        return 0
+        rows = [{**r, "campaign_id": campaign_id} for r in json.loads(cached.read_text(encoding="utf-8"))]
+    except (FileNotFoundError, ValueError, TypeError):
+        try:
+            rows = predict_plan(spec, plan_campaign(spec, "local"), campaign_id)
+        except Exception as err:  # a prediction is a bonus: the campaign must not fail for it
+            progress.note(f"no predictions: aiconfigurator failed: {type(err).__name__}: {err}")
+            return 0
+        atomic_write_text(cached, json.dumps(rows, default=str))
     if rows:
         LocalLake(lake).write("predictions", rows, part_name="predictions")
         progress.note(f"predictions: {len(rows)} sweep steps rated by aiconfigurator (PREDICTED for the pool's GPU)")

@@ -1,7 +1,7 @@
 """`benchctl predict`: aiconfigurator's offline predictions for every concurrency-sweep step.
 
 The real aiconfigurator runs in-process (about a second per unique configuration; the seed plan has
-11, computed once for the module and cached), so the whole file takes ~15 s.
+11, computed once for the module and cached), so the whole file takes ~15 s: the integration tier.
 """
 
 import copy
@@ -18,8 +18,7 @@ from benchctl.lake import LocalLake
 from benchctl.plan import plan_campaign
 from benchctl.spec import PoolSpec, load_spec, parse_spec
 
-pytest.importorskip("aiconfigurator.cli.api")
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "examples" / "seed-plan.yaml"
