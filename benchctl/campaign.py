@@ -28,6 +28,7 @@ from benchctl.errors import (
     LoadFailed,
     NotReadyYet,
     ScaleInterrupted,
+    SmokeTestFailed,
     SpecError,
 )
 from benchctl.plan import CampaignPlan, StepPlan, plan_campaign
@@ -439,12 +440,51 @@ def check_ready(p: Providers, ctx: Ctx, experiment: str) -> JSON:
     return {"done": False}
 
 
+def _smoke_key(experiment: str) -> str:
+    return f"smoke/{experiment}.json"
+
+
 def smoke(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    """Start the smoke requests (CheckSmoke waits for them). A smoke port with ``start``/``poll`` (EKS: a
+    Job) is started and left running; a plain callable (the local engine: a few requests on loopback,
+    seconds) runs now. A redelivered event starts nothing twice."""
+    key = _smoke_key(experiment)
+    if p.store.exists(key):
+        return {"started": True, "reused": True}
     d = _deployment(p, experiment)
     spec = _spec(p)
-    result = p.smoke(d["state"], spec.smoke.requests, spec.smoke.max_tokens)
-    timeline(p, ctx.campaign_id, experiment, "smoke_ok", **result)
-    return {"ok": True, "requests": spec.smoke.requests}
+    start = getattr(p.smoke, "start", None)
+    if start is None:
+        result = p.smoke(d["state"], spec.smoke.requests, spec.smoke.max_tokens)
+        p.store.write_json(key, {"result": result, "started_at": p.clock()})
+    else:
+        p.store.write_json(key, {"state": start(d["state"], spec.smoke.requests, spec.smoke.max_tokens),
+                                 "started_at": p.clock()})
+    return {"started": True, "reused": False}
+
+
+def check_smoke(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    """Done when the smoke requests succeeded; their failure, or no end within ``timeouts.smoke_s``,
+    fails the experiment with the smoke pods' last log lines."""
+    key = _smoke_key(experiment)
+    rec = p.store.read_json(key)
+    if rec is None:
+        raise FileNotFoundError(f"{key} missing: the SmokeTest state did not run")
+    if "result" not in rec:
+        code = p.smoke.poll(rec["state"])
+        limit = _spec(p).timeouts.smoke_s
+        if code is None and p.clock() - rec["started_at"] <= limit:
+            return {"done": False}
+        if code != 0:
+            logs = p.smoke.failure_logs(rec["state"]) if hasattr(p.smoke, "failure_logs") else {}
+            what = "failed" if code is not None else f"did not finish within timeouts.smoke_s={limit:g}"
+            raise SmokeTestFailed(f"smoke test of {experiment} {what}; logs: "
+                                  + ("; ".join(f"{k}: {str(v)[-400:]}" for k, v in logs.items()) or "none"))
+        rec["result"] = {k: v for k, v in rec["state"].items() if k in ("requests", "max_tokens", "name")}
+        rec["ended_at"] = p.clock()
+        p.store.write_json(key, rec)
+    timeline(p, ctx.campaign_id, experiment, "smoke_ok", **rec["result"])
+    return {"done": True}
 
 
 # ---------------------------------------------------------------- load
@@ -701,24 +741,39 @@ def _error_of(error: Any) -> tuple[str, str]:
     return name, str(cause) or name
 
 
-def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bool = False) -> JSON:
+def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bool = False,
+                        wait_gone: bool = False) -> JSON:
     """Stop load, remove the deployment, restore pools to their recorded sizes. Idempotent.
 
     ``handover`` (the normal end of an experiment only): pools the next experiment also uses
     (``ExperimentPlan.handover``) stay as they are, kept warm instead of drained and booted again; the
     next experiment adopts their recorded prior size, and whoever ends last restores it. Every failure
-    path calls this without ``handover``, so it restores everything still unrestored."""
+    path calls this without ``handover``, so it restores everything still unrestored.
+
+    ``wait_gone`` (the state machine's teardown states): while the deleted deployment's objects and pods
+    are still there (``serving.remaining``), return ``done: False`` instead of restoring the pools; the
+    state machine waits ``poll_seconds`` and calls again, for at most ``timeouts.teardown_s`` after the
+    deletion, then the pools are restored anyway and what was left is recorded. Nothing sleeps here."""
     done: JSON = {"experiment": experiment}
     timeline(p, ctx.campaign_id, experiment, "teardown_start")
     done["loads_stopped"] = stop_load(p, ctx, experiment, None)
     dkey = f"deployments/{experiment}.json"
     d = p.store.read_json(dkey)
     if d is not None and not d.get("torn_down"):
-        removed = p.serving.teardown(d["state"])
+        if "deleted_at" not in d:
+            d["removed"] = p.serving.teardown(d["state"])
+            d["deleted_at"] = p.clock()
+            p.store.write_json(dkey, d)
+        remaining = getattr(p.serving, "remaining", None)
+        left = list(remaining(d["state"])) if wait_gone and remaining is not None else []
+        if left:
+            limit = _spec(p).timeouts.teardown_s if p.store.exists("spec.json") else 240.0
+            if p.clock() - d["deleted_at"] < limit:
+                return {**done, "done": False, "left": left}
+            d["left"] = left  # waited long enough: the pools go back anyway, and we say what stayed
         d["torn_down"] = True
-        d["removed"] = removed
         p.store.write_json(dkey, d)
-        done["deployment"] = removed
+        done["deployment"] = d["removed"]
     pkey = f"pools/{experiment}.json"
     pools = p.store.read_json(pkey)
     keep = _plan(p).experiment(experiment).handover if handover and p.store.exists("plan.json") else {}
@@ -746,14 +801,16 @@ def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bo
         if handed:
             done["handed_over"] = sorted(handed)
     timeline(p, ctx.campaign_id, experiment, "teardown_done")
+    done["done"] = True
     return done
 
 
-def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any) -> JSON:
+def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any, *, wait_gone: bool = False) -> JSON:
     name, cause = _error_of(error)
-    teardown_experiment(p, ctx, experiment)
+    if not teardown_experiment(p, ctx, experiment, wait_gone=wait_gone)["done"]:
+        return {"done": False, "error": name, "cause": cause}
     timeline(p, ctx.campaign_id, experiment, "failed", error=name, cause=cause)
-    return {"error": name, "cause": cause}
+    return {"done": True, "error": name, "cause": cause}
 
 
 def release_locks(p: Providers, ctx: Ctx) -> list[str]:
@@ -771,14 +828,22 @@ def mark_campaign(p: Providers, ctx: Ctx, status: str, **extra: Any) -> None:
     _campaign_row(p, ctx, status, **extra)
 
 
-def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
-    """Tear down every experiment of this campaign (found in the run store) and record the failure."""
+def abort_campaign(p: Providers, ctx: Ctx, error: Any, *, wait_gone: bool = False) -> JSON:
+    """Tear down every experiment of this campaign (found in the run store) and record the failure.
+
+    With ``wait_gone`` (the AbortCampaign state) it returns ``done: False`` while a deleted deployment is
+    still going away (see ``teardown_experiment``); the failure is recorded once, when all is torn down."""
     name, cause = _error_of(error)
     plan = p.store.read_json("plan.json")
     names = [e["name"] for e in plan["experiments"]] if plan else []
+    waiting = []
     for exp in names:  # only experiments that created something: scaled, deployed or loaded
-        if p.store.exists(f"pools/{exp}.json") or p.store.exists(f"deployments/{exp}.json") or p.store.keys(f"loads/{exp}"):
-            teardown_experiment(p, ctx, exp)
+        created = (p.store.exists(f"pools/{exp}.json") or p.store.exists(f"deployments/{exp}.json")
+                   or p.store.keys(f"loads/{exp}"))
+        if created and not teardown_experiment(p, ctx, exp, wait_gone=wait_gone)["done"]:
+            waiting.append(exp)
+    if waiting:
+        return {"done": False, "error": name, "cause": cause, "waiting_for": waiting}
     failure = p.store.read_json("failure.json") or {}
     status = "aborted" if name == "Aborted" or failure.get("error") == "Aborted" else "failed"
     if failure.get("error") and failure.get("error") != name:
@@ -790,7 +855,7 @@ def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
     _campaign_row(p, ctx, status, failed_state=failure.get("state"), error=name, cause=cause)
     timeline(p, ctx.campaign_id, CAMPAIGN, status, error=name, cause=cause, state=failure.get("state"))
     release_locks(p, ctx)
-    return {"error": name, "cause": cause}
+    return {"done": True, "error": name, "cause": cause}
 
 
 def plan_failed_without_ctx(event: JSON) -> JSON:
