@@ -241,8 +241,13 @@ def plan(p: Providers, event: JSON) -> JSON:
         _import_spec(p, str(inp["spec_uri"]))
     spec = _spec(p)
     the_plan = plan_campaign(spec, p.engine)
-    if the_plan.budget_problems:
-        raise SpecError(f"{p.store.uri}/spec.json", the_plan.budget_problems)
+    problems = list(the_plan.budget_problems)
+    if p.engine == "aws":  # one Step Functions execution: its history quota and timeout (started from a console
+        from benchctl.plan import aws_limits  # or schedule, nothing else checked them)
+
+        problems += aws_limits(spec, the_plan, ctx.poll_seconds)[1]
+    if problems:
+        raise SpecError(f"{p.store.uri}/spec.json", problems)
     if p.preflight is not None:  # before anything is scaled: every missing prerequisite, by name
         missing = p.preflight(spec)
         if missing:
