@@ -1,5 +1,5 @@
 """Runs INSIDE the Lambda-like environment of tests/infra/test_lambda_environment.py, started as
-``<runtime python> -I -S lambda_driver.py CONFIG.json``: isolated, no site-packages, so ``sys.path`` is
+``<runtime python> -I -S -B lambda_driver.py CONFIG.json``: isolated, no site-packages, so ``sys.path`` is
 the interpreter's standard library plus exactly what a function has on AWS, in Lambda's order: the code
 asset (``/var/task``), the layers (``/opt/python``), the runtime's own packages. Nothing of the test's
 environment (moto, the dev tools, the work tree) is importable here.

@@ -4,7 +4,8 @@ function gets on AWS, against AWS's APIs played by moto's server and the cluster
 The environment (``build/lambda-env``, built by ``scripts/build_lambda.sh`` from ``stacks/layers.py``):
 
 * the runtime's interpreter: CPython 3.13 (the ``python3.13`` runtime's language version; this machine's
-  pyenv build, not Amazon Linux's), run isolated (``-I -S``: no site-packages, no PYTHONPATH);
+  pyenv build, not Amazon Linux's), run isolated (``-I -S -B``: no site-packages, no PYTHONPATH, nothing
+  written next to the read-only code);
 * ``/var/task``: the code asset exactly as synthesized (``cdk.out``), not the work tree;
 * ``/opt/python``: the managed layers' library versions (Powertools 3.23.0 with its ``[all]`` extras;
   awswrangler 3.17.0, pyarrow 24.0.0, pandas 3.0.1, numpy 2.4.2; each without the boto3/botocore their
@@ -188,7 +189,8 @@ def run(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
                 "bucket": BUCKET, "dataset_name": dataset.name, "result": str(tmp / "result.json"),
             }
             (tmp / "config.json").write_text(json.dumps(config))
-            proc = subprocess.run([str(python), "-I", "-S", str(DRIVER), str(tmp / "config.json")],
+            # -I -S: isolated, no site-packages; -B: no bytecode written (on AWS /var/task and /opt are read-only)
+            proc = subprocess.run([str(python), "-I", "-S", "-B", str(DRIVER), str(tmp / "config.json")],
                                   env=_function_env(default_out, url), capture_output=True, text=True, timeout=600,
                                   cwd=tmp)
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
