@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """CDK app: wiring only. Never calls AWS; synthesises offline and without Docker.
 
-Configuration is CDK context (``cdk.json``, or ``-c benchctl:<key>=<value>``), checked by
-``stacks.config`` first: a missing or malformed key stops synth with a message naming it. cdk-nag's
+Configuration is CDK context (``cdk.json``, or ``-c benchctl:<key>=<value>`` on the CDK CLI), checked by
+``stacks.config`` first: a missing, unknown or out-of-range key stops synth with a message naming it and
+what is valid. cdk-nag's
 AwsSolutions checks run on every stack; their findings are synth errors unless suppressed with a
 written reason next to the resource.
 """
@@ -21,9 +22,12 @@ from stacks.results import ResultsStack
 
 
 def main() -> int:
-    # `cdk synth` passes cdk.json's context itself; `python app.py` (CDK_OUTDIR set) reads it here
+    # The CDK CLI (`npx aws-cdk@2 synth|deploy [-c benchctl:key=value]`, which runs cdk.json's "app": this
+    # project's own .venv interpreter) hands over cdk.json's context merged with -c, in CDK_CONTEXT_JSON or,
+    # when large, a file named by CONTEXT_OVERFLOW_LOCATION_ENV; `make synth` runs `python app.py` without
+    # the CLI, so cdk.json's context is read here.
     context = None
-    if "CDK_CONTEXT_JSON" not in os.environ:
+    if not {"CDK_CONTEXT_JSON", "CONTEXT_OVERFLOW_LOCATION_ENV"} & set(os.environ):
         context = json.loads((Path(__file__).parent / "cdk.json").read_text())["context"]
     app = cdk.App(context=context)
     try:

@@ -24,17 +24,31 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
-def read_s3_uri(uri: str) -> bytes:
+def read_s3_uri(uri: str, *, s3: Any = None) -> bytes:
+    """The object's bytes. A missing one is a FileNotFoundError naming the specs that are there: S3 says
+    AccessDenied, not NoSuchKey, to a reader that may not list the bucket, so on either the prefix is
+    listed (the Plan role may list ``specs/``) before anything is concluded."""
     import boto3
     from botocore.exceptions import ClientError
 
     bucket, key = split_s3_uri(uri)
+    s3 = s3 or boto3.client("s3")
     try:
-        return bytes(boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     except ClientError as err:
-        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-            raise FileNotFoundError(f"{uri}: no such object (upload the spec: `benchctl start --upload-only`)") from None
-        raise
+        if err.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404", "AccessDenied", "403"):
+            raise
+        prefix = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+        try:
+            listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1000).get("Contents", [])
+        except ClientError:
+            raise err from None  # cannot tell: the original answer stands
+        there = sorted(o["Key"] for o in listed)
+        if key in there:
+            raise
+        raise FileNotFoundError(
+            f"{uri}: no such spec; under s3://{bucket}/{prefix} there are: {', '.join(there) or 'none'} "
+            "(upload one with `benchctl start SPEC --upload-only`)") from None
 
 
 def _athena_report(env: dict[str, str]) -> Any:
@@ -48,6 +62,44 @@ def _athena_report(env: dict[str, str]) -> Any:
         return athena_report(campaign_id, database=database, workgroup=workgroup, bucket=env.get("BENCHCTL_BUCKET"))
 
     return report
+
+
+POD_IDENTITY_ADDON = "eks-pod-identity-agent"
+
+
+def _allowed(env: dict[str, str]) -> list[str]:
+    return [n for n in env.get("BENCHCTL_NODEGROUPS", "").split(",") if n]
+
+
+def _allowed_pools_only(spec: Any, env: dict[str, str]) -> Any:
+    """The spec without pools on node groups this deployment may not touch (named apart, not as AccessDenied)."""
+    allowed = _allowed(env)
+    keep = [p for p in spec.pools if p.provider != "managed-nodegroup" or not p.nodegroup or p.nodegroup in allowed]
+    return spec if len(keep) == len(spec.pools) else spec.model_copy(update={"pools": keep})
+
+
+def deployment_preflight(spec: Any, env: dict[str, str], cluster: str, eks: Any) -> list[str]:
+    """What this deployment itself must allow, checked before anything is scaled: the spec's node groups
+    are among those the stack may scale (``benchctl:nodegroups``), and, outside Auto Mode, the EKS Pod
+    Identity Agent add-on is installed (the load Jobs get their S3 credentials through it)."""
+    problems = []
+    allowed = _allowed(env)
+    for pool in spec.pools:
+        if pool.provider == "managed-nodegroup" and pool.nodegroup and pool.nodegroup not in allowed:
+            problems.append(
+                f"pool {pool.name}: node group {pool.nodegroup!r} is not one this deployment may scale "
+                f"(CDK context benchctl:nodegroups = {allowed}); add it there and deploy again, or use one of those")
+    if not any(p.provider == "auto-mode" for p in spec.pools):
+        try:
+            eks.describe_addon(clusterName=cluster, addonName=POD_IDENTITY_ADDON)
+        except Exception as err:
+            if str(getattr(err, "response", {}).get("Error", {}).get("Code")) == "ResourceNotFoundException":
+                problems.append(
+                    f"cluster {cluster}: the EKS add-on {POD_IDENTITY_ADDON} is not installed; the load Jobs get "
+                    "their S3 credentials through EKS Pod Identity (aws eks create-addon --cluster-name "
+                    f"{cluster} --addon-name {POD_IDENTITY_ADDON})")
+            # any other answer (no permission, an API that cannot say): the Jobs' own uploads would tell
+    return problems
 
 
 def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers:
@@ -121,7 +173,8 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
         smoke=EksSmoke(kube, spec, ctx.campaign_id),
         read_uri=read_s3_uri,
         report=_athena_report(env),
-        preflight=lambda s: preflight(s, kube(), eks=session.client("eks"), cluster_name=cluster),
+        preflight=lambda s: deployment_preflight(s, env, cluster, session.client("eks"))
+        + preflight(_allowed_pools_only(s, env), kube(), eks=session.client("eks"), cluster_name=cluster),
         locks=DynamoLocks(env["BENCHCTL_LOCK_TABLE"], session=session) if env.get("BENCHCTL_LOCK_TABLE") else None,
         versions={"benchctl_engine": "aws"},
     )

@@ -3,12 +3,13 @@
 * ``EksServing`` (ServingPort): the experiment's DynamoGraphDeployment. Ready when its ``Ready``
   condition is True AND ``status.observedGeneration`` caught up with ``metadata.generation``
   (FACTS); ``status.state == failed`` is a ServingFailed naming the conditions. Teardown deletes, by
-  our labels only, the experiment's Jobs and then its deployment, and waits (bounded) until the pods
-  are gone; repeating it is harmless.
+  our labels only, the experiment's Jobs and then its deployment; ``remaining`` says what is still
+  going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
 * ``EksLoad`` (LoadPort): one Job per AIPerf step (its artifacts go to the step's raw S3 prefix);
   ``poll`` maps Job conditions to an exit code; ``failure_logs`` collects the pods' log tails;
   ``stop`` deletes the Job (Foreground: its pods go with it).
-* ``EksSmoke``: a short Job of a few chat requests plus a ``/metrics`` GET against the frontend.
+* ``EksSmoke``: a short Job of a few chat requests plus a ``/metrics`` GET against the frontend;
+  started by SmokeTest, polled by CheckSmoke.
 * ``preflight``: before anything is scaled, every prerequisite checked and each missing one named.
 
 Objects are only created from ``benchctl.k8s.render`` (so they carry our labels) and only deleted
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchctl.errors import ServingFailed, SmokeTestFailed
+from benchctl.errors import ServingFailed
 from benchctl.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from benchctl.k8s.render import (
     LABEL_CAMPAIGN,
@@ -73,21 +74,16 @@ class _Base:
     def _ours(self, obj: JSON) -> bool:
         return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN) == self.campaign_id
 
-    def _wait_gone(self, deleted: list[tuple[str, str, str]], sel: str, timeout_s: float) -> list[str]:
-        """Wait (bounded) until the deleted objects and every pod matching ``sel`` are gone; what is left."""
-        deadline = self.clock() + timeout_s
-        while True:
-            left = []
-            for api_version, kind, name in deleted:
-                try:
-                    self.kube.get(api_version, kind, name, self.namespace)
-                    left.append(f"{kind}/{name}")
-                except NotFound:
-                    pass
-            left += [f"Pod/{o['metadata']['name']}" for o in self.kube.list("v1", "Pod", self.namespace, sel)]
-            if not left or self.clock() >= deadline:
-                return left
-            self.sleep(2.0)
+    def _left(self, kinds: tuple[tuple[str, str], ...], sel: str) -> list[str]:
+        """Our objects of these kinds and our pods still matching ``sel`` (deleted ones go away in a while)."""
+        left = []
+        for api_version, kind in kinds:
+            for o in self.kube.list(api_version, kind, self.namespace, sel):
+                if self._ours(o):
+                    with contextlib.suppress(NotFound):  # read it again: gone between the list and now
+                        self.kube.get(api_version, kind, o["metadata"]["name"], self.namespace)
+                        left.append(f"{kind}/{o['metadata']['name']}")
+        return left + [f"Pod/{o['metadata']['name']}" for o in self.kube.list("v1", "Pod", self.namespace, sel)]
 
 
 def _conditions(obj: JSON) -> dict[str, str]:
@@ -95,8 +91,6 @@ def _conditions(obj: JSON) -> dict[str, str]:
 
 
 class EksServing(_Base):
-    teardown_wait_s = 240.0
-
     def deploy(self, dspec: DeploymentSpec) -> JSON:
         """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first
         the campaign's model prefetch Job (once per campaign; the deployment follows when it is done)."""
@@ -185,15 +179,17 @@ class EksServing(_Base):
         experiment = state["deployment_id"]
         sel = selector(labels(self.campaign_id, experiment))
         removed: JSON = {"jobs": [], "deployments": []}
-        deleted: list[tuple[str, str, str]] = []
         for kind, key in ((JOB, "jobs"), (DGD, "deployments")):  # load first, then serving
             for obj in self.kube.list(*kind, self.namespace, sel):
                 name = obj["metadata"]["name"]
                 if self._ours(obj) and self.kube.delete(*kind, name, self.namespace):
                     removed[key].append(name)
-                    deleted.append((*kind, name))
-        removed["left"] = self._wait_gone(deleted, sel, self.teardown_wait_s)
         return removed
+
+    def remaining(self, state: JSON) -> list[str]:
+        """What of the experiment is still there after ``teardown`` (objects being deleted, their pods).
+        Never waits: the state machine polls this (TeardownExperiment comes back until it is empty)."""
+        return self._left((JOB, DGD), selector(labels(self.campaign_id, state["deployment_id"])))
 
 
 def _seconds_between(start: Any, end: Any) -> float | None:
@@ -265,25 +261,20 @@ class EksLoad(_Base):
 
 
 class EksSmoke(_Base):
-    timeout_s = 240.0
+    """A short Job of a few chat requests plus a ``/metrics`` GET against the frontend: started here,
+    polled by CheckSmoke (never waited for in a function)."""
 
-    def __call__(self, state: JSON, n: int, max_tokens: int) -> JSON:
+    def start(self, state: JSON, n: int, max_tokens: int) -> JSON:
         job = render_smoke_job(self.spec, self.campaign_id, state["deployment_id"], state["url"])
-        name = job["metadata"]["name"]
         with contextlib.suppress(Conflict):  # a redelivered event: follow the Job already there
             self.kube.create(job)
-        deadline = self.clock() + self.timeout_s
-        load = EksLoad(self._kube, self._spec, self.campaign_id, clock=self.clock, sleep=self.sleep)
-        jstate = {"name": name, "namespace": self.namespace}
-        while True:
-            code = load.poll(jstate)
-            if code == 0:
-                return {"requests": n, "max_tokens": max_tokens, "job": name}
-            if code is not None or self.clock() >= deadline:
-                logs = load.failure_logs(jstate)
-                raise SmokeTestFailed(f"smoke Job {name} {'failed' if code else 'timed out'}; logs: "
-                                      + "; ".join(f"{k}: {v[-400:]}" for k, v in logs.items()))
-            self.sleep(3.0)
+        return {"name": job["metadata"]["name"], "namespace": self.namespace, "requests": n, "max_tokens": max_tokens}
+
+    def poll(self, job: JSON) -> int | None:
+        return EksLoad(self._kube, self._spec, self.campaign_id).poll(job)
+
+    def failure_logs(self, job: JSON) -> JSON:
+        return EksLoad(self._kube, self._spec, self.campaign_id).failure_logs(job)
 
 
 def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_name: str = "") -> list[str]:

@@ -1,7 +1,8 @@
 """Starting and following campaigns on AWS: ``benchctl start`` and ``benchctl status``.
 
-``start`` validates and plans the spec HERE first (a bad spec never reaches AWS: exit 2, nothing
-uploaded, nothing started), keeps the spec's own bytes in the results bucket under ``specs/``, and
+``start`` validates and plans the spec HERE first (a bad spec, a campaign over budget, or one whose
+execution would pass Step Functions' history quota or the 48 h timeout never reaches AWS: exit 2,
+nothing uploaded, nothing started), keeps the spec's own bytes in the results bucket under ``specs/``, and
 starts the state machine with a small input, the same one the console and the schedule use::
 
     {"spec_uri": "s3://<bucket>/specs/<campaign id>.yaml", "campaign_id": "<campaign id>", "poll_seconds": 30}
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchctl.plan import plan_campaign
+from benchctl.plan import aws_limits, plan_campaign
 from benchctl.spec import load_spec, load_spec_text, safe_name
 
 SPECS_PREFIX = "specs"
@@ -47,10 +48,11 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
 
     spec = load_spec(spec_path)
     plan = plan_campaign(spec, "aws")
-    if plan.budget_problems:
-        raise SpecError(str(spec_path), plan.budget_problems)
     if not 1 <= poll_seconds <= 3600:
         raise ValueError(f"--poll-seconds {poll_seconds}: must be 1..3600")
+    _, limits = aws_limits(spec, plan, poll_seconds)  # history quota and timeout of one execution
+    if plan.budget_problems or limits:
+        raise SpecError(str(spec_path), plan.budget_problems + limits)
     if not upload_only and not state_machine_arn:
         raise ValueError("no state machine: pass --state-machine-arn or set BENCHCTL_STATE_MACHINE_ARN "
                          "(the control-plane stack's StateMachineArn output)")

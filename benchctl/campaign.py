@@ -29,6 +29,7 @@ from benchctl.errors import (
     LoadFailed,
     NotReadyYet,
     ScaleInterrupted,
+    SmokeTestFailed,
     SpecError,
 )
 from benchctl.plan import CampaignPlan, StepPlan, plan_campaign
@@ -241,8 +242,13 @@ def plan(p: Providers, event: JSON) -> JSON:
         _import_spec(p, str(inp["spec_uri"]))
     spec = _spec(p)
     the_plan = plan_campaign(spec, p.engine)
-    if the_plan.budget_problems:
-        raise SpecError(f"{p.store.uri}/spec.json", the_plan.budget_problems)
+    problems = list(the_plan.budget_problems)
+    if p.engine == "aws":  # one Step Functions execution: its history quota and timeout (started from a console
+        from benchctl.plan import aws_limits  # or schedule, nothing else checked them)
+
+        problems += aws_limits(spec, the_plan, ctx.poll_seconds)[1]
+    if problems:
+        raise SpecError(f"{p.store.uri}/spec.json", problems)
     if p.preflight is not None:  # before anything is scaled: every missing prerequisite, by name
         missing = p.preflight(spec)
         if missing:
@@ -440,12 +446,51 @@ def check_ready(p: Providers, ctx: Ctx, experiment: str) -> JSON:
     return {"done": False}
 
 
+def _smoke_key(experiment: str) -> str:
+    return f"smoke/{experiment}.json"
+
+
 def smoke(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    """Start the smoke requests (CheckSmoke waits for them). A smoke port with ``start``/``poll`` (EKS: a
+    Job) is started and left running; a plain callable (the local engine: a few requests on loopback,
+    seconds) runs now. A redelivered event starts nothing twice."""
+    key = _smoke_key(experiment)
+    if p.store.exists(key):
+        return {"started": True, "reused": True}
     d = _deployment(p, experiment)
     spec = _spec(p)
-    result = p.smoke(d["state"], spec.smoke.requests, spec.smoke.max_tokens)
-    timeline(p, ctx.campaign_id, experiment, "smoke_ok", **result)
-    return {"ok": True, "requests": spec.smoke.requests}
+    start = getattr(p.smoke, "start", None)
+    if start is None:
+        result = p.smoke(d["state"], spec.smoke.requests, spec.smoke.max_tokens)
+        p.store.write_json(key, {"result": result, "started_at": p.clock()})
+    else:
+        p.store.write_json(key, {"state": start(d["state"], spec.smoke.requests, spec.smoke.max_tokens),
+                                 "started_at": p.clock()})
+    return {"started": True, "reused": False}
+
+
+def check_smoke(p: Providers, ctx: Ctx, experiment: str) -> JSON:
+    """Done when the smoke requests succeeded; their failure, or no end within ``timeouts.smoke_s``,
+    fails the experiment with the smoke pods' last log lines."""
+    key = _smoke_key(experiment)
+    rec = p.store.read_json(key)
+    if rec is None:
+        raise FileNotFoundError(f"{key} missing: the SmokeTest state did not run")
+    if "result" not in rec:
+        code = p.smoke.poll(rec["state"])
+        limit = _spec(p).timeouts.smoke_s
+        if code is None and p.clock() - rec["started_at"] <= limit:
+            return {"done": False}
+        if code != 0:
+            logs = p.smoke.failure_logs(rec["state"]) if hasattr(p.smoke, "failure_logs") else {}
+            what = "failed" if code is not None else f"did not finish within timeouts.smoke_s={limit:g}"
+            raise SmokeTestFailed(f"smoke test of {experiment} {what}; logs: "
+                                  + ("; ".join(f"{k}: {str(v)[-400:]}" for k, v in logs.items()) or "none"))
+        rec["result"] = {k: v for k, v in rec["state"].items() if k in ("requests", "max_tokens", "name")}
+        rec["ended_at"] = p.clock()
+        p.store.write_json(key, rec)
+    timeline(p, ctx.campaign_id, experiment, "smoke_ok", **rec["result"])
+    return {"done": True}
 
 
 # ---------------------------------------------------------------- load
@@ -748,7 +793,8 @@ class _Cleanup:
         raise first
 
 
-def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bool = False) -> JSON:
+def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bool = False,
+                        wait_gone: bool = False) -> JSON:
     """Stop load, remove the deployment, restore pools to their recorded sizes. Idempotent.
 
     Every item is attempted even when an earlier one fails (see ``_Cleanup``): the load is stopped
@@ -757,28 +803,49 @@ def teardown_experiment(p: Providers, ctx: Ctx, experiment: str, *, handover: bo
     ``handover`` (the normal end of an experiment only): pools the next experiment also uses
     (``ExperimentPlan.handover``) stay as they are, kept warm instead of drained and booted again; the
     next experiment adopts their recorded prior size, and whoever ends last restores it. Every failure
-    path calls this without ``handover``, so it restores everything still unrestored."""
+    path calls this without ``handover``, so it restores everything still unrestored.
+
+    ``wait_gone`` (the state machine's teardown states): while the deleted deployment's objects and pods
+    are still there (``serving.remaining``), return ``done: False`` instead of restoring the pools; the
+    state machine waits ``poll_seconds`` and calls again, for at most ``timeouts.teardown_s`` after the
+    deletion, then the pools are restored anyway and what was left is recorded. Nothing sleeps here."""
     done: JSON = {"experiment": experiment}
     c = _Cleanup(p, ctx, experiment)
     c.attempt("timeline", timeline, p, ctx.campaign_id, experiment, "teardown_start")
     done["loads_stopped"] = c.attempt("stop load", stop_load, p, ctx, experiment, None)
-    c.attempt("deployment", _teardown_deployment, p, experiment, done)
+    left = c.attempt("deployment", _teardown_deployment, p, experiment, done, wait_gone)
+    if left:  # the deployment is still going away: the pools wait (the state machine calls again)
+        c.finish()
+        return {**done, "done": False, "left": left}
     c.attempt("pools", _restore_pools, p, ctx, experiment, handover, done, c)
     if not c.errors:
         c.attempt("timeline", timeline, p, ctx.campaign_id, experiment, "teardown_done")
     c.finish()
+    done["done"] = True
     return done
 
 
-def _teardown_deployment(p: Providers, experiment: str, done: JSON) -> None:
+def _teardown_deployment(p: Providers, experiment: str, done: JSON, wait_gone: bool) -> list[str]:
+    """Delete the deployment (once); what of it is still going away while the wait allows, else []."""
     dkey = f"deployments/{experiment}.json"
     d = p.store.read_json(dkey)
-    if d is not None and not d.get("torn_down"):
-        removed = p.serving.teardown(d["state"])
-        d["torn_down"] = True
-        d["removed"] = removed
+    if d is None or d.get("torn_down"):
+        return []
+    if "deleted_at" not in d:
+        d["removed"] = p.serving.teardown(d["state"])
+        d["deleted_at"] = p.clock()
         p.store.write_json(dkey, d)
-        done["deployment"] = removed
+    remaining = getattr(p.serving, "remaining", None)
+    left = list(remaining(d["state"])) if wait_gone and remaining is not None else []
+    if left:
+        limit = _spec(p).timeouts.teardown_s if p.store.exists("spec.json") else 240.0
+        if p.clock() - d["deleted_at"] < limit:
+            return left
+        d["left"] = left  # waited long enough: the pools go back anyway, and we say what stayed
+    d["torn_down"] = True
+    p.store.write_json(dkey, d)
+    done["deployment"] = d["removed"]
+    return []
 
 
 def _restore_pools(p: Providers, ctx: Ctx, experiment: str, handover: bool, done: JSON, c: _Cleanup) -> None:
@@ -833,11 +900,12 @@ def unrestored_pools(p: Providers) -> dict[str, set[str]]:
     return out
 
 
-def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any) -> JSON:
+def experiment_failed(p: Providers, ctx: Ctx, experiment: str, error: Any, *, wait_gone: bool = False) -> JSON:
     name, cause = _error_of(error)
-    teardown_experiment(p, ctx, experiment)
+    if not teardown_experiment(p, ctx, experiment, wait_gone=wait_gone)["done"]:
+        return {"done": False, "error": name, "cause": cause}
     timeline(p, ctx.campaign_id, experiment, "failed", error=name, cause=cause)
-    return {"error": name, "cause": cause}
+    return {"done": True, "error": name, "cause": cause}
 
 
 def release_locks(p: Providers, ctx: Ctx) -> list[str]:
@@ -866,18 +934,26 @@ def _touched(p: Providers, experiment: str) -> bool:
             or any(p.store.exists(k) for k in load_keys(p, experiment)))
 
 
-def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
+def abort_campaign(p: Providers, ctx: Ctx, error: Any, *, wait_gone: bool = False) -> JSON:
     """Tear down every experiment of this campaign (found in the run store) and record the failure.
 
     Every item is attempted even when another fails (``_Cleanup``): each experiment's teardown, the
-    cost rows, the campaign record and the lock release."""
+    cost rows, the campaign record and the lock release. With ``wait_gone`` (the AbortCampaign state)
+    it returns ``done: False`` while a deleted deployment is still going away (see
+    ``teardown_experiment``); the failure is recorded once, when all is torn down."""
     name, cause = _error_of(error)
     c = _Cleanup(p, ctx, CAMPAIGN)
     plan = c.attempt("read plan", p.store.read_json, "plan.json")
     names = [e["name"] for e in plan["experiments"]] if plan else []
+    waiting = []
     for exp in names:  # only experiments that created something
         if c.attempt(f"inspect {exp}", _touched, p, exp):
-            c.attempt(f"teardown {exp}", teardown_experiment, p, ctx, exp)
+            torn = c.attempt(f"teardown {exp}", teardown_experiment, p, ctx, exp, wait_gone=wait_gone)
+            if torn is not None and not torn["done"]:
+                waiting.append(exp)
+    if waiting:
+        c.finish()
+        return {"done": False, "error": name, "cause": cause, "waiting_for": waiting}
     failure = c.attempt("read failure", p.store.read_json, "failure.json") or {}
     status = "aborted" if name == "Aborted" or failure.get("error") == "Aborted" else "failed"
     if failure.get("error") and failure.get("error") != name:
@@ -892,7 +968,7 @@ def abort_campaign(p: Providers, ctx: Ctx, error: Any) -> JSON:
               state=failure.get("state"))
     c.attempt("locks", release_locks, p, ctx)
     c.finish()
-    return {"error": name, "cause": cause}
+    return {"done": True, "error": name, "cause": cause}
 
 
 def plan_failed_without_ctx(event: JSON) -> JSON:

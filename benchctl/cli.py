@@ -76,13 +76,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from benchctl.plan import format_plan, plan_campaign
     from benchctl.spec import load_spec
 
-    plan = plan_campaign(load_spec(_path(args.spec)), args.engine)
-    if args.json:
-        print(json.dumps(plan.to_json(), indent=2))
-    else:
-        print(format_plan(plan))
-    if plan.budget_problems:
-        raise SpecError(str(args.spec), plan.budget_problems)
+    spec = load_spec(_path(args.spec))
+    plan = plan_campaign(spec, args.engine)
+    problems = list(plan.budget_problems)
+    out = plan.to_json()
+    text = format_plan(plan)
+    if args.engine == "aws":  # what one Step Functions execution can hold (moto, locally, has no such limits)
+        from dataclasses import asdict
+
+        from benchctl.plan import aws_limits, format_history
+
+        est, limits = aws_limits(spec, plan, args.poll_seconds)
+        out["step_functions"] = asdict(est)
+        text += "\n" + format_history(est)
+        problems += limits
+    print(json.dumps(out, indent=2) if args.json else text)
+    if problems:
+        raise SpecError(str(args.spec), problems)
     return 0
 
 
@@ -290,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("--json", action="store_true", help="machine-readable plan")
     p.add_argument("--engine", choices=["local", "aws"], default="local", help="whose overheads to estimate")
+    p.add_argument("--poll-seconds", type=int, default=30,
+                   help="AWS: the Wait states' period (as for `start`), for the execution-history estimate (default 30)")
     p.set_defaults(fn=cmd_plan)
 
     p = sub.add_parser("run", help="run a campaign with the local engine (the campaign ASL, real Dynamo mocker + AIPerf)")

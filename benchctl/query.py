@@ -8,7 +8,8 @@ of the view; the file name is the view name. Athena gets ``CREATE OR REPLACE VIE
 from whoever deploys it; locally the body is transpiled with sqlglot (``read="trino"``,
 ``write="duckdb"``). Views may use other views; they are created in dependency order.
 
-Imports duckdb and sqlglot (local engine only).
+Imports duckdb and sqlglot (local engine only); what the Report function uses on AWS (``REPORT_VIEWS``,
+``athena_view_ddl``, ``round_for_reading``) needs neither.
 """
 
 from __future__ import annotations
@@ -102,15 +103,28 @@ def parse_query(sql: str, *, dialect: str = "trino", what: str = "query") -> Any
     return stmt
 
 
+_COMMENT_OR_STRING = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'", re.DOTALL)
+_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+_CTE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s+AS\s*\(", re.IGNORECASE)
+
+
+def view_references(body: str, views: set[str]) -> set[str]:
+    """The other views of ``views`` that a view's query reads, from its words alone (comments and string
+    literals stripped, names it defines itself as CTEs ignored). Standard library only: the Report
+    function runs this on AWS, where sqlglot is not shipped; tests/unit/test_lake_query.py holds it to
+    sqlglot's table references for every view file."""
+    text = _COMMENT_OR_STRING.sub(" ", body)
+    ctes = {m.group(1) for m in _CTE.finditer(text)}
+    return {w for w in _WORD.findall(text) if w in views} - ctes
+
+
 def athena_view_ddl(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
     """``(view, "CREATE OR REPLACE VIEW view AS <file body>")`` for every view file, dependencies first.
 
     The body is the file's own text (Athena runs the Trino dialect the files are written in); the
-    order follows the views each query reads (sqlglot's table references), so running the list in
-    order creates every view.
+    order follows the views each query reads (``view_references``), so running the list in order
+    creates every view. No sqlglot: the Report function on AWS calls this.
     """
-    from sqlglot import exp
-
     files = view_sql_files(views_dir)
     deps: dict[str, set[str]] = {}
     bodies: dict[str, str] = {}
@@ -118,9 +132,7 @@ def athena_view_ddl(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
         if not _IDENT.match(name):
             raise ValueError(f"{path}: the file name must be a valid view name (letters, digits, _)")
         body = path.read_text(encoding="utf-8")
-        stmt = parse_query(body, what=str(path))
-        ctes = {c.alias_or_name for c in stmt.find_all(exp.CTE)}
-        deps[name] = {t.name for t in stmt.find_all(exp.Table)} & set(files) - ctes - {name}
+        deps[name] = view_references(body, set(files) - {name})
         bodies[name] = body.strip().rstrip(";")
     ordered: list[str] = []
     while len(ordered) < len(files):

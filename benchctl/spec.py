@@ -290,6 +290,9 @@ class Timeouts(Strict):
     capacity_s: float = Field(default=1800, gt=0)
     ready_s: float = Field(default=1800, gt=0)
     load_grace_s: float = Field(default=600, ge=0, description="allowed beyond a step's estimate")
+    smoke_s: float = Field(default=300, gt=0, le=3600, description="for the smoke requests to finish")
+    teardown_s: float = Field(default=240, ge=0, le=3600,
+                              description="waited for a deleted deployment's pods to be gone before pools are restored")
 
 
 class CampaignSpec(Strict):

@@ -1,4 +1,4 @@
-"""Serving: deploy Dynamo for the experiment, check readiness, smoke-test it."""
+"""Serving: deploy Dynamo for the experiment, check readiness, start and check its smoke test."""
 
 from typing import Any
 
@@ -13,5 +13,6 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             "deploy": lambda p, ctx, ev: campaign.deploy(p, ctx, ev["experiment"]),
             "check": lambda p, ctx, ev: campaign.check_ready(p, ctx, ev["experiment"]),
             "smoke": lambda p, ctx, ev: campaign.smoke(p, ctx, ev["experiment"]),
+            "check_smoke": lambda p, ctx, ev: campaign.check_smoke(p, ctx, ev["experiment"]),
         },
     )

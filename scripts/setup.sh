@@ -29,18 +29,21 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   rm -f "$venv/.benchctl-model-ok"
   echo "$want" > "$stamp"
 fi
-layer="$root/build/lambda-layer"
-if [ "$(cat "$layer/.stamp" 2>/dev/null || true)" != "$want" ]; then
-  # Lambda dependencies that no managed layer provides (PyYAML), for Linux x86_64 / CPython 3.11,
-  # fetched as wheels by pip itself: no Docker. CDK synth packages this directory as a layer.
-  echo "[setup] building the Lambda dependency layer in $layer"
+# What the Lambda functions get on AWS besides their code (our layer) and the environment the tests run
+# them in: scripts/build_lambda.sh (pip --platform wheels, no Docker; rebuilt only when its inputs change)
+bash "$root/scripts/build_lambda.sh"
+# Node.js tools, project-local (scripts/node/node_modules, from its package-lock.json): AWS's States
+# Language checker @wmfs/statelint (tests/infra) and the CDK CLI (`cdk synth/deploy -c benchctl:...`)
+node_dir="$root/scripts/node"
+node_want=$(cat "$node_dir/package.json" "$node_dir/package-lock.json" | sha256sum | cut -c1-16)
+if [ "$(cat "$node_dir/node_modules/.benchctl-stamp" 2>/dev/null || true)" != "$node_want" ]; then
+  command -v npm >/dev/null 2>&1 ||
+    { echo "[setup] npm is missing: install Node.js (the CDK needs it too), then run scripts/setup.sh again" >&2; exit 1; }
+  echo "[setup] installing the Node.js tools (statelint, CDK CLI) into $node_dir/node_modules"
   log="$venv/setup.log"
-  rm -rf "$layer"
-  "$venv/bin/python" -m pip --disable-pip-version-check -q install --target "$layer/python" \
-    --platform manylinux2014_x86_64 --implementation cp --python-version 3.11 --only-binary=:all: \
-    "$(grep -i '^pyyaml' requirements.txt)" >>"$log" 2>&1 ||
-    { echo "[setup] building the Lambda layer failed; last lines of $log:" >&2; tail -20 "$log" >&2; exit 1; }
-  echo "$want" > "$layer/.stamp"
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) >>"$log" 2>&1 ||
+    { echo "[setup] npm ci in $node_dir failed; last lines of $log:" >&2; tail -20 "$log" >&2; exit 1; }
+  echo "$node_want" > "$node_dir/node_modules/.benchctl-stamp"
 fi
 if [ ! -f "$venv/.benchctl-model-ok" ]; then
   echo "[setup] generating the offline tokenizer/model directory"

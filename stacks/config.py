@@ -1,15 +1,20 @@
-"""Deployment configuration from CDK context (``cdk.json``, or ``-c key=value``), checked before synth.
+"""Deployment configuration from CDK context (``cdk.json``, or ``-c benchctl:<key>=<value>``), checked before synth.
 
-Every key is ``benchctl:<name>``. A missing required key or a malformed value raises
-:class:`ConfigError` naming the key, what is wrong and how to pass it, so ``cdk synth`` stops with
-that message instead of producing a template that fails at deploy time or, worse, at 3 a.m. when
-the schedule fires.
+Every key is ``benchctl:<name>`` and must be one of :data:`KEYS`. A missing required key, an unknown
+``benchctl:`` key (a typo would otherwise be ignored without a word) or a value out of its range raises
+:class:`ConfigError` naming the key, what is wrong and what is valid, so ``cdk synth`` stops with that
+message instead of producing a template that fails at deploy time or, worse, at 3 a.m. when the
+schedule fires.
+
+Values given with ``-c`` on the CDK command line arrive as strings: numbers, booleans (``true``/
+``false``), lists (JSON, or comma-separated names) and objects (JSON) are read from that text.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,12 +23,40 @@ from constructs import Node
 PREFIX = "benchctl:"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 _CLUSTER = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
-_LAYER = re.compile(r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$")
+_LAYER = re.compile(r"^arn:aws[a-z-]*:lambda:([a-z0-9-]+):\d{12}:layer:([A-Za-z0-9_-]+):\d+$")
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_VPC = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 # EventBridge Scheduler: cron(min hour day-of-month month day-of-week year) | rate(N unit) | at(yyyy-mm-ddThh:mm:ss)
 _CRON = re.compile(r"^cron\((\S+ ){5}\S+\)$")
 _RATE = re.compile(r"^rate\([1-9]\d* (minute|minutes|hour|hours|day|days)\)$")
 _AT = re.compile(r"^at\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\)$")
 _SPEC_KEY = re.compile(r"^specs/[A-Za-z0-9._/-]+\.(yaml|yml|json)$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+# every key benchctl reads, with what it takes (the text of an error names it)
+KEYS: dict[str, str] = {
+    "env_name": "lowercase letters, digits and '-', 1..31 characters (default dev)",
+    "cluster_name": "the EKS cluster's name (required)",
+    "nodegroups": "a list of EKS managed node group names the functions may scale (default none)",
+    "namespace": "a Kubernetes namespace name (default dynamo-bench)",
+    "load_service_account": "a Kubernetes service account name (default benchctl-load)",
+    "sweep_schedule": "cron(...) or rate(N minutes|hours|days) (default rate(1 hour))",
+    "powertools_layer_arn": "a Powertools v3 python3.13 x86_64 layer version ARN of the deploy Region "
+                            "(default: resolved per Region, stacks/layers.py)",
+    "sdk_pandas_layer_arn": "an AWS SDK for pandas Python313 layer version ARN of the deploy Region "
+                            "(default: resolved per Region, stacks/layers.py)",
+    "athena_bytes_scanned_cutoff": "an integer 10485760..1099511627776 bytes (10 MB .. 1 TB; default 10 GB)",
+    "raw_archive_days": "an integer 1..36500 (days before raw artifacts move to Glacier IR; default 90)",
+    "schedule": 'null, or {"expression": "cron(...)", "spec_key": "specs/x.yaml", "timezone": "UTC", '
+                '"poll_seconds": 30}',
+    "notify_email": "null, or an e-mail address to subscribe to the status topic",
+    "create_access_entries": "true or false: the stack creates the EKS access entries of the functions "
+                             "that call Kubernetes (default true; the cluster's authentication mode must "
+                             "be API or API_AND_CONFIG_MAP)",
+    "vpc_id": "null, or the VPC (vpc-...) to run the functions that call Kubernetes in (with subnet_ids)",
+    "subnet_ids": "a list of private subnets (subnet-...) of vpc_id, for those functions (with vpc_id)",
+}
 
 
 class ConfigError(ValueError):
@@ -42,8 +75,8 @@ class Schedule:
 class Config:
     env_name: str
     cluster_name: str
-    powertools_layer_arn: str
-    sdk_pandas_layer_arn: str
+    powertools_layer_arn: str | None = None  # None: resolved per Region (stacks/layers.py)
+    sdk_pandas_layer_arn: str | None = None
     nodegroups: tuple[str, ...] = ()
     schedule: Schedule | None = None
     notify_email: str | None = None
@@ -52,6 +85,9 @@ class Config:
     namespace: str = "dynamo-bench"
     sweep_schedule: str = "rate(1 hour)"
     load_service_account: str = "benchctl-load"
+    create_access_entries: bool = True
+    vpc_id: str | None = None
+    subnet_ids: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -59,28 +95,77 @@ def _how(key: str, example: str) -> str:
     return f"set it in cdk.json under \"context\" or pass -c {PREFIX}{key}={example}"
 
 
-def _required(node: Node, key: str, pattern: re.Pattern[str], what: str, example: str) -> str:
-    value = node.try_get_context(PREFIX + key)
-    if value in (None, ""):
-        raise ConfigError(f"missing CDK context '{PREFIX}{key}' ({what}): {_how(key, example)}")
-    if not isinstance(value, str) or not pattern.match(value):
-        raise ConfigError(f"CDK context '{PREFIX}{key}': {value!r} is not {what} (e.g. {example})")
-    return value
+def _bad(key: str, value: Any) -> ConfigError:
+    return ConfigError(f"CDK context '{PREFIX}{key}': {value!r} is not valid; valid: {KEYS[key]}")
 
 
-def _json_context(node: Node, key: str) -> Any:
-    value = node.try_get_context(PREFIX + key)
-    if isinstance(value, str) and value[:1] in "[{":  # -c passes strings; accept JSON there
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"CDK context '{PREFIX}{key}': not valid JSON ({e.msg})") from None
-    return value
+class _Context:
+    """The ``benchctl:`` keys of the app's context, read once, typed from the text ``-c`` gives."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = {k.removeprefix(PREFIX): v for k, v in values.items() if k.startswith(PREFIX)}
+        unknown = sorted(set(self.values) - set(KEYS))
+        if unknown:
+            raise ConfigError(f"unknown CDK context key(s) {[PREFIX + k for k in unknown]}; valid keys: "
+                              f"{', '.join(PREFIX + k for k in KEYS)}")
+
+    def get(self, key: str) -> Any:
+        value = self.values.get(key)
+        return None if value in (None, "", "null") else value
+
+    def text(self, key: str, default: str | None, pattern: re.Pattern[str]) -> str | None:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str) or not pattern.match(value):
+            raise _bad(key, value)
+        return value
+
+    def integer(self, key: str, default: int, low: int, high: int) -> int:
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise _bad(key, value)
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            raise _bad(key, value)
+        return value
+
+    def json(self, key: str) -> Any:
+        value = self.get(key)
+        if isinstance(value, str) and value[:1] in "[{":  # -c passes strings; accept JSON there
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"CDK context '{PREFIX}{key}': not valid JSON ({e.msg}); valid: {KEYS[key]}") from None
+        return value
+
+    def names(self, key: str, pattern: re.Pattern[str]) -> tuple[str, ...]:
+        value = self.json(key)
+        if value is None:
+            return ()
+        if isinstance(value, str):  # -c benchctl:nodegroups=a,b
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(n, str) and pattern.match(n) for n in value):
+            raise _bad(key, value)
+        if len(set(value)) != len(value):
+            raise ConfigError(f"CDK context '{PREFIX}{key}': {value!r} names one twice; valid: {KEYS[key]}")
+        return tuple(value)
 
 
-def _schedule(node: Node) -> Schedule | None:
-    raw = _json_context(node, "schedule")
-    if raw in (None, "", False):
+def _schedule(ctx: _Context) -> Schedule | None:
+    raw = ctx.json("schedule")
+    if raw in (None, False, "false"):
         return None
     key = PREFIX + "schedule"
     if not isinstance(raw, dict):
@@ -110,47 +195,44 @@ def _schedule(node: Node) -> Schedule | None:
     return Schedule(expression=expr, spec_key=spec_key, timezone=tz, poll_seconds=poll)
 
 
-def load(node: Node) -> Config:
-    env_name = node.try_get_context(PREFIX + "env_name") or "dev"
-    if not isinstance(env_name, str) or not _NAME.match(env_name):
-        raise ConfigError(f"CDK context '{PREFIX}env_name': {env_name!r} must be lowercase letters, digits, '-'")
-    nodegroups = _json_context(node, "nodegroups") or []
-    if not isinstance(nodegroups, list) or not all(isinstance(n, str) and _CLUSTER.match(n) for n in nodegroups):
-        raise ConfigError(f"CDK context '{PREFIX}nodegroups': expected a list of EKS node group names, "
-                          f"got {nodegroups!r}")
-    cutoff = node.try_get_context(PREFIX + "athena_bytes_scanned_cutoff") or 10 * 1024**3
-    if not isinstance(cutoff, int) or cutoff < 10 * 1024**2:
-        raise ConfigError(f"CDK context '{PREFIX}athena_bytes_scanned_cutoff': {cutoff!r} must be an integer "
-                          ">= 10485760 (Athena's minimum, 10 MB)")
-    archive = node.try_get_context(PREFIX + "raw_archive_days") or 90
-    if not isinstance(archive, int) or archive < 1:
-        raise ConfigError(f"CDK context '{PREFIX}raw_archive_days': {archive!r} must be a positive integer")
-    email = node.try_get_context(PREFIX + "notify_email") or None
-    if email is not None and (not isinstance(email, str) or "@" not in email):
-        raise ConfigError(f"CDK context '{PREFIX}notify_email': {email!r} is not an e-mail address")
-    namespace = node.try_get_context(PREFIX + "namespace") or "dynamo-bench"
-    account = node.try_get_context(PREFIX + "load_service_account") or "benchctl-load"
-    for key, value in (("namespace", namespace), ("load_service_account", account)):
-        if not isinstance(value, str) or not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", value):
-            raise ConfigError(f"CDK context '{PREFIX}{key}': {value!r} is not a Kubernetes name (DNS-1123 label)")
-    sweep = node.try_get_context(PREFIX + "sweep_schedule") or "rate(1 hour)"
-    if not isinstance(sweep, str) or not (_CRON.match(sweep) or _RATE.match(sweep)):
-        raise ConfigError(f"CDK context '{PREFIX}sweep_schedule': {sweep!r} is not cron(...) or rate(N unit)")
+def _layer(ctx: _Context, key: str, name_part: str) -> str | None:
+    arn = ctx.text(key, None, _LAYER)
+    if arn is not None:
+        name = _LAYER.match(arn).group(2)  # type: ignore[union-attr]
+        if name_part.lower() not in name.lower():
+            raise ConfigError(f"CDK context '{PREFIX}{key}': {arn!r} is not a layer for the functions' runtime "
+                              f"python3.13 x86_64 (its name should contain {name_part!r}); valid: {KEYS[key]}")
+    return arn
+
+
+def load(node: Node, context: Mapping[str, Any] | None = None) -> Config:
+    """The configuration from ``context`` (every context value of the app; default: the node's)."""
+    ctx = _Context(node.get_all_context() if context is None else context)
+    cluster = ctx.text("cluster_name", None, _CLUSTER)
+    if cluster is None:
+        raise ConfigError(f"missing CDK context '{PREFIX}cluster_name' (an EKS cluster name): "
+                          f"{_how('cluster_name', 'dynamo-bench')}")
+    email = ctx.text("notify_email", None, _EMAIL)
+    sweep = ctx.text("sweep_schedule", "rate(1 hour)", re.compile(f"{_CRON.pattern}|{_RATE.pattern}"))
+    vpc_id = ctx.text("vpc_id", None, _VPC)
+    subnets = ctx.names("subnet_ids", _SUBNET)
+    if bool(vpc_id) != bool(subnets):
+        raise ConfigError(f"CDK context '{PREFIX}vpc_id' and '{PREFIX}subnet_ids' go together: give both (the "
+                          "VPC and its private subnets that reach the cluster's endpoint) or neither")
     return Config(
-        sweep_schedule=sweep,
-        namespace=namespace,
-        load_service_account=account,
-        env_name=env_name,
-        cluster_name=_required(node, "cluster_name", _CLUSTER, "an EKS cluster name", "dynamo-bench"),
-        powertools_layer_arn=_required(
-            node, "powertools_layer_arn", _LAYER, "a Lambda layer version ARN",
-            "arn:aws:lambda:us-east-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python311-x86_64:7"),
-        sdk_pandas_layer_arn=_required(
-            node, "sdk_pandas_layer_arn", _LAYER, "a Lambda layer version ARN (AWS SDK for pandas)",
-            "arn:aws:lambda:us-east-1:336392948345:layer:AWSSDKPandas-Python311:20"),
-        nodegroups=tuple(nodegroups),
-        schedule=_schedule(node),
+        env_name=ctx.text("env_name", "dev", _NAME) or "dev",
+        cluster_name=cluster,
+        powertools_layer_arn=_layer(ctx, "powertools_layer_arn", "python313-x86_64"),
+        sdk_pandas_layer_arn=_layer(ctx, "sdk_pandas_layer_arn", "Python313"),
+        nodegroups=ctx.names("nodegroups", _CLUSTER),
+        schedule=_schedule(ctx),
         notify_email=email,
-        athena_bytes_scanned_cutoff=cutoff,
-        raw_archive_days=archive,
+        athena_bytes_scanned_cutoff=ctx.integer("athena_bytes_scanned_cutoff", 10 * 1024**3, 10 * 1024**2, 1024**4),
+        raw_archive_days=ctx.integer("raw_archive_days", 90, 1, 36500),
+        namespace=ctx.text("namespace", "dynamo-bench", _K8S_NAME) or "dynamo-bench",
+        sweep_schedule=sweep or "rate(1 hour)",
+        load_service_account=ctx.text("load_service_account", "benchctl-load", _K8S_NAME) or "benchctl-load",
+        create_access_entries=ctx.boolean("create_access_entries", True),
+        vpc_id=vpc_id,
+        subnet_ids=subnets,
     )

@@ -7,25 +7,36 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
   execution logging (ALL, to a log group kept for a year) and X-Ray tracing are on.
 * Least privilege: every function has its own role naming only what it uses. All write the lake and
   the run store (every state records timeline rows), so all may put objects under ``lake/`` and
-  ``runs/`` and register Glue partitions of this database; beyond that: Plan reads ``specs/`` and the
-  Price List; Pools and Teardown describe/update the configured node groups of the one cluster;
-  Serving/Load/Teardown/Pools describe the cluster (endpoint + CA for the Kubernetes API; the token is
-  a presigned ``sts:GetCallerIdentity``, which needs no IAM permission); Report runs Athena queries in
-  the workgroup and creates the views in the database. Kubernetes rights come from the cluster's
-  access entry for these roles (README), not from IAM.
-* Packaging without Docker: the code asset is this directory minus the local engine, tests and
-  tooling; Powertools (with pydantic) comes from its public layer, pandas/pyarrow/awswrangler from
-  the AWS SDK for pandas layer (every function writes parquet rows), PyYAML from
-  ``build/lambda-layer`` (built by ``scripts/setup.sh`` with pip's ``--platform``).
+  ``runs/`` and register Glue partitions of this database; beyond that: Plan reads and lists ``specs/``
+  and checks the cluster's node groups and Pod Identity Agent add-on; Pools and Teardown
+  describe/update the configured node groups of the one cluster; the functions that call Kubernetes
+  describe the cluster (endpoint + CA; the token is a presigned ``sts:GetCallerIdentity``, which needs
+  no IAM permission); Report runs Athena queries in the workgroup and creates the views. parliament
+  lints every policy document (tests/infra).
+* Kubernetes rights: the stack creates an EKS access entry, in the Kubernetes group that
+  ``stacks/kubernetes/benchctl-rbac.yaml`` binds, for exactly the roles that call Kubernetes
+  (``K8S_FUNCTIONS``), and outputs every role's ARN. With ``benchctl:vpc_id``/``subnet_ids`` those
+  functions run in the given private subnets (for a cluster whose API endpoint is private).
+* Runtime and layers (``stacks/layers.py``): python3.13; Powertools v3 and AWS SDK for pandas layers of
+  pinned versions, their ARNs resolved for the Region the stack is deployed to (a Region without them
+  stops the deployment at its first step, naming the Regions that have them); our own layer
+  (``build/lambda-layer``, built by ``scripts/build_lambda.sh`` with pip's ``--platform``, no Docker)
+  ships PyYAML and the boto3/botocore the code needs.
+* The code asset is an allow-list (``benchctl`` without the local engine, ``lambdas``,
+  ``state_machines``, ``sql``), so test caches or tooling never change its hash.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, cast
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+import jsii
+import yaml
+from aws_cdk import CfnMapping, CfnOutput, CfnRule, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -41,19 +52,57 @@ from cdk_nag import NagSuppressions
 from constructs import Construct
 
 from lambdas import FUNCTIONS
+from stacks import layers as managed
 from stacks.config import Config, ConfigError
 from stacks.results import ATHENA_PREFIX, LAKE_PREFIX, REPORTS_PREFIX, RUNS_PREFIX, SPECS_PREFIX, ResultsStack
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA_LAYER_DIR = ROOT / "build" / "lambda-layer"
+RBAC_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml"
+# the code asset: an allow-list, so nothing else in the work tree (caches, tooling, docs) ships or changes its hash
 ASSET_EXCLUDES = [
-    ".venv", ".git", ".ci", "runs", "cdk.out", "build", "tests", "bench", "examples", "stacks", "scripts",
-    "*.pyc", "__pycache__", ".*_cache", "benchctl/local", "*.md", "Makefile",
+    "*", ".*", "!benchctl", "!benchctl/**", "!lambdas", "!lambdas/**", "!state_machines", "!state_machines/**",
+    "!sql", "!sql/**", "benchctl/local", "**/__pycache__", "*.pyc", "*.egg-info",
 ]
-EKS_FUNCTIONS = {"Plan", "Pools", "Serving", "Load", "Teardown"}  # Plan: the preflight
+K8S_FUNCTIONS = {"Plan", "Pools", "Serving", "Load", "Teardown"}  # + the sweeper; Plan: the preflight
 NODEGROUP_FUNCTIONS = {"Pools", "Teardown"}
 LOCK_FUNCTIONS = {"Plan", "Teardown", "Report"}
 EXECUTION_STATUSES = ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+assert RUNTIME.name == managed.RUNTIME
+RUNTIME_REASON = {
+    "id": "AwsSolutions-L1",
+    "reason": "python3.13 (Amazon Linux 2023, deprecation 2029-06-30) on purpose: the newest runtime whose "
+              "interpreter the Lambda-environment test runs the functions in on this project's machines "
+              "(tests/infra/test_lambda_environment.py), with the managed layers pinned for it in stacks/layers.py",
+}
+
+
+def rbac_groups(path: Path = RBAC_FILE) -> list[str]:
+    """The Kubernetes groups the RBAC file binds to its ClusterRole (what the access entries join)."""
+    groups = [s["name"] for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc
+              and doc.get("kind") in ("ClusterRoleBinding", "RoleBinding")
+              for s in doc.get("subjects") or [] if s.get("kind") == "Group"]
+    if not groups:
+        raise ConfigError(f"{path}: no binding to a Kubernetes group; the access entries need one")
+    return sorted(set(groups))
+
+
+@jsii.implements(events.IRuleTarget)
+class _TopicTarget:
+    """An SNS topic as a rule target whose topic policy only lets this rule publish (aws:SourceArn), where
+    CDK's own SnsTopic target would let any EventBridge rule of any account do so."""
+
+    def __init__(self, topic: sns.Topic, message: events.RuleTargetInput, rule_arn: str, account: str) -> None:
+        self.topic, self.message, self.rule_arn, self.account = topic, message, rule_arn, account
+
+    def bind(self, rule: events.IRule, id: str | None = None) -> events.RuleTargetConfig:
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            actions=["sns:Publish"], principals=[iam.ServicePrincipal("events.amazonaws.com")],
+            resources=[self.topic.topic_arn],
+            conditions={"ArnEquals": {"aws:SourceArn": self.rule_arn},
+                        "StringEquals": {"aws:SourceAccount": self.account}}))
+        return events.RuleTargetConfig(arn=self.topic.topic_arn, input=self.message)
 
 
 def _wildcard_reason(*what: str) -> dict[str, object]:
@@ -75,18 +124,21 @@ class ControlPlaneStack(Stack):
                               "Lambda dependency layer offline-ready, without Docker)")
         bucket = results.bucket
         layers = [
-            lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", config.powertools_layer_arn),
-            lambda_.LayerVersion.from_layer_version_arn(self, "SdkPandas", config.sdk_pandas_layer_arn),
+            lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", self._powertools_arn(config)),
+            lambda_.LayerVersion.from_layer_version_arn(self, "SdkPandas", self._sdk_pandas_arn(config)),
             lambda_.LayerVersion(self, "Deps", code=lambda_.Code.from_asset(str(LAMBDA_LAYER_DIR)),
-                                 compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
-                                 description="PyYAML for reading YAML specs"),
+                                 compatible_runtimes=[RUNTIME],
+                                 description="benchctl: PyYAML and the boto3/botocore the code needs "
+                                             "(requirements-layer.txt)"),
         ]
+        self._check_region(config)
         code = lambda_.Code.from_asset(str(ROOT), exclude=ASSET_EXCLUDES)
         cluster_arn = f"arn:{self.partition}:eks:{self.region}:{self.account}:cluster/{config.cluster_name}"
         nodegroup_arns = [
             f"arn:{self.partition}:eks:{self.region}:{self.account}:nodegroup/{config.cluster_name}/{ng}/*"
             for ng in config.nodegroups
         ]
+        self.vpc_placement = self._vpc(config)
         env = {
             "BENCHCTL_ENGINE": "aws",
             "BENCHCTL_BUCKET": bucket.bucket_name,
@@ -111,6 +163,7 @@ class ControlPlaneStack(Stack):
         )
         env["BENCHCTL_LOCK_TABLE"] = self.lock_table.table_name
         self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
         for var, handler in FUNCTIONS.items():
             name = var.removesuffix("FunctionArn")
             log_group = logs.LogGroup(self, f"{name}Logs", retention=logs.RetentionDays.ONE_YEAR,
@@ -126,31 +179,25 @@ class ControlPlaneStack(Stack):
             if name == "Plan":
                 role.add_to_policy(iam.PolicyStatement(
                     actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{SPECS_PREFIX}/*")]))
-                role.add_to_policy(iam.PolicyStatement(actions=["pricing:GetProducts"], resources=["*"]))
-            if name in EKS_FUNCTIONS:
+                role.add_to_policy(iam.PolicyStatement(  # so that a mistyped spec_uri reads as "no such spec"
+                    actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{SPECS_PREFIX}/", f"{SPECS_PREFIX}/*"]}}))
+                role.add_to_policy(iam.PolicyStatement(  # the preflight: the Pod Identity Agent add-on
+                    actions=["eks:DescribeAddon"], resources=[
+                        f"arn:{self.partition}:eks:{self.region}:{self.account}:addon/{config.cluster_name}/"
+                        "eks-pod-identity-agent/*"]))
+            if name in K8S_FUNCTIONS:
                 role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn]))
             if name in NODEGROUP_FUNCTIONS and nodegroup_arns:
-                role.add_to_policy(iam.PolicyStatement(
-                    actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig", "eks:DescribeUpdate"],
-                    resources=nodegroup_arns))
+                self._grant_nodegroups(role, cluster_arn, nodegroup_arns)
             if name == "Plan" and nodegroup_arns:
                 role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=nodegroup_arns))
             if name == "Report":
-                role.add_to_policy(iam.PolicyStatement(
-                    actions=["athena:StartQueryExecution", "athena:GetQueryExecution", "athena:GetQueryResults",
-                             "athena:StopQueryExecution", "athena:GetWorkGroup"],
-                    resources=[results.workgroup_arn()]))
-                role.add_to_policy(iam.PolicyStatement(
-                    actions=["glue:CreateTable", "glue:UpdateTable", "glue:GetTables", "glue:GetDatabase"],
-                    resources=results.glue_arns()))
-                role.add_to_policy(iam.PolicyStatement(
-                    actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-                    resources=[bucket.arn_for_objects(f"{ATHENA_PREFIX}/*"), bucket.arn_for_objects(f"{REPORTS_PREFIX}/*")]))
-                role.add_to_policy(iam.PolicyStatement(actions=["s3:GetBucketLocation"], resources=[bucket.bucket_arn]))
+                self._grant_report(role, results)
             fn = lambda_.Function(
                 self,
                 f"{name}Function",
-                runtime=lambda_.Runtime.PYTHON_3_11,
+                runtime=RUNTIME,
                 architecture=lambda_.Architecture.X86_64,
                 handler=handler,
                 code=code,
@@ -161,21 +208,26 @@ class ControlPlaneStack(Stack):
                 memory_size=1024 if name in ("Ingest", "Report") else 512,
                 tracing=lambda_.Tracing.ACTIVE,
                 environment=env,
+                **self._placement(name in K8S_FUNCTIONS, role),
             )
-            NagSuppressions.add_resource_suppressions(fn, [
-                {"id": "AwsSolutions-L1", "reason": "pinned to Python 3.11 on purpose: the version the code is "
-                 "tested on (CI) and the one the Powertools and SDK-for-pandas layer ARNs are built for"}])
+            NagSuppressions.add_resource_suppressions(fn, [RUNTIME_REASON])
             NagSuppressions.add_resource_suppressions(role, [
                 _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database",
-                                 "node-group update ids"),
-                {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords and "
-                 "pricing:GetProducts support no resource-level permissions",
-                 "appliesTo": ["Resource::*"]},
+                                 "node-group update ids", "the add-on's id"),
+                {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords support no "
+                 "resource-level permissions", "appliesTo": ["Resource::*"]},
+                *self._vpc_suppressions(name in K8S_FUNCTIONS),
             ], apply_to_children=True)
             self.functions[var] = fn
+            self.roles[name] = role
 
-        sm_logs = logs.LogGroup(self, "CampaignLogs", retention=logs.RetentionDays.ONE_YEAR,
-                                removal_policy=RemovalPolicy.RETAIN)
+        # Under /aws/vendedlogs/ (Step Functions' log delivery then needs no per-group resource policy, whose
+        # size is limited); the stack's own id in the name, so a redeploy after a destroy (the group is
+        # retained) does not collide with the old group
+        sm_logs = logs.LogGroup(
+            self, "CampaignLogs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=RemovalPolicy.RETAIN,
+            log_group_name=Fn.join("", [f"/aws/vendedlogs/states/benchctl-{config.env_name}-campaign-",
+                                        Fn.select(2, Fn.split("/", self.stack_id))]))
         self.state_machine = sfn.StateMachine(
             self,
             "Campaign",
@@ -185,8 +237,7 @@ class ControlPlaneStack(Stack):
             definition_substitutions={var: fn.function_arn for var, fn in self.functions.items()},
             tracing_enabled=True,
             logs=sfn.LogOptions(destination=sm_logs, level=sfn.LogLevel.ALL, include_execution_data=True),
-            timeout=Duration.hours(48),
-        )
+        )  # the 48 h timeout is the ASL's own TimeoutSeconds: CDK applies timeout= only to chain definitions
         for fn in self.functions.values():
             fn.grant_invoke(self.state_machine)
         NagSuppressions.add_resource_suppressions(self.state_machine, [
@@ -200,11 +251,118 @@ class ControlPlaneStack(Stack):
         self._notifications(config, results)
         if config.schedule is not None:
             self._schedule(config, results)
+        self._access_entries(config)
         CfnOutput(self, "StateMachineArn", value=self.state_machine.state_machine_arn)
+        for name, role in sorted(self.roles.items()):
+            CfnOutput(self, f"{name}RoleArn", value=role.role_arn,
+                      description=f"IAM role of the {name} function"
+                      + (" (calls Kubernetes: has an access entry)" if name in self.k8s_roles else ""))
         CfnOutput(self, "ExampleStartInput", value=json.dumps(
             {"spec_uri": f"s3://<bucket>/{SPECS_PREFIX}/seed-plan.yaml", "poll_seconds": 30}))
 
     # ---------------------------------------------------------------------------------------------
+    def _powertools_arn(self, config: Config) -> str:
+        return config.powertools_layer_arn or managed.powertools_layer_arn(self.partition, self.region)
+
+    def _sdk_pandas_arn(self, config: Config) -> str:
+        if config.sdk_pandas_layer_arn:
+            return config.sdk_pandas_layer_arn
+        table = CfnMapping(self, "SdkPandasLayer", mapping={
+            region: {"arn": arn} for region, arn in managed.SDK_PANDAS_LAYER_ARNS.items()})
+        return table.find_in_map(self.region, "arn")
+
+    def _check_region(self, config: Config) -> None:
+        """The managed layers are Regional: deploying where they (or a given ARN) are not stops CloudFormation
+        before anything is created, with a message naming the Regions that work."""
+        given = [arn for arn in (config.powertools_layer_arn, config.sdk_pandas_layer_arn) if arn]
+        if given:
+            for i, arn in enumerate(given):
+                CfnRule(self, f"LayerRegion{i}", assertions=[{
+                    "assert": Fn.condition_equals(self.region, arn.split(":")[3]),
+                    "assertDescription": f"layer {arn} is in {arn.split(':')[3]}; deploy the stack there or give "
+                                         "benchctl:*_layer_arn of the deploy Region (or leave them unset)"}])
+        if not config.sdk_pandas_layer_arn or not config.powertools_layer_arn:
+            regions = managed.regions()
+            CfnRule(self, "LayerRegions", assertions=[{
+                "assert": Fn.condition_contains(regions, self.region),
+                "assertDescription": f"the pinned Powertools {managed.POWERTOOLS_VERSION} and AWS SDK for pandas "
+                                     f"{managed.SDK_PANDAS_VERSION} layers (stacks/layers.py) are published in: "
+                                     f"{', '.join(regions)}; give benchctl:powertools_layer_arn and "
+                                     "benchctl:sdk_pandas_layer_arn for another Region"}])
+
+    def _placement(self, in_vpc: bool, role: iam.Role) -> dict[str, Any]:
+        """Function keyword arguments for the VPC placement (none outside it). A function in a VPC needs the
+        network-interface actions; CDK does not add them to a role it is given, so they come here, as AWS's
+        own managed policy for exactly that (AWSLambdaVPCAccessExecutionRole)."""
+        if not (in_vpc and self.vpc_placement):
+            return {}
+        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(
+            "service-role/AWSLambdaVPCAccessExecutionRole"))
+        return self.vpc_placement
+
+    def _vpc(self, config: Config) -> dict[str, Any]:
+        """Placement of the functions that call Kubernetes: none, or the given VPC's private subnets (for a
+        private-only cluster endpoint) with a security group of ours whose egress reaches it."""
+        if not config.vpc_id:
+            return {}
+        subnets = [ec2.Subnet.from_subnet_id(self, f"Subnet{i}", sid) for i, sid in enumerate(config.subnet_ids)]
+        vpc = ec2.Vpc.from_vpc_attributes(self, "Vpc", vpc_id=config.vpc_id,
+                                          availability_zones=[f"az{i}" for i in range(len(subnets))],
+                                          private_subnet_ids=list(config.subnet_ids))
+        self.security_group = ec2.SecurityGroup(
+            self, "FunctionsSecurityGroup", vpc=vpc, allow_all_outbound=True,
+            description="benchctl functions that call the Kubernetes API of the cluster (allow 443 from this "
+                        "group on the cluster security group)")
+        CfnOutput(self, "FunctionsSecurityGroupId", value=self.security_group.security_group_id)
+        return {"vpc": vpc, "vpc_subnets": ec2.SubnetSelection(subnets=subnets),
+                "security_groups": [self.security_group]}
+
+    def _vpc_suppressions(self, in_vpc: bool) -> list[dict[str, Any]]:
+        if not (in_vpc and self.vpc_placement):
+            return []
+        return [{"id": "AwsSolutions-IAM4", "reason": "AWSLambdaVPCAccessExecutionRole, which Lambda needs in a "
+                 "VPC: the network-interface actions (ec2:CreateNetworkInterface and co.) support no resource "
+                 "scoping", "appliesTo": ["Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                                          "AWSLambdaVPCAccessExecutionRole"]}]
+
+    def _grant_nodegroups(self, role: iam.Role, cluster_arn: str, nodegroup_arns: list[str]) -> None:
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"], resources=nodegroup_arns))
+        # DescribeUpdate is authorized on the cluster (service authorization reference), node group optional
+        role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeUpdate"], resources=[cluster_arn, *nodegroup_arns]))
+
+    def _grant_report(self, role: iam.Role, results: ResultsStack) -> None:
+        bucket = results.bucket
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["athena:StartQueryExecution", "athena:GetQueryExecution", "athena:GetQueryResults",
+                     "athena:StopQueryExecution", "athena:GetWorkGroup"],
+            resources=[results.workgroup_arn()]))
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["glue:CreateTable", "glue:UpdateTable", "glue:GetTables", "glue:GetDatabase"],
+            resources=results.glue_arns()))
+        # Athena writes results with the caller's rights (its docs: the output location needs these)
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+            resources=[bucket.arn_for_objects(f"{ATHENA_PREFIX}/*"), bucket.arn_for_objects(f"{REPORTS_PREFIX}/*")]))
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{ATHENA_PREFIX}/", f"{ATHENA_PREFIX}/*"]}}))
+        # these two take no s3:prefix condition (service authorization reference)
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+                                               resources=[bucket.bucket_arn]))
+
+    def _access_entries(self, config: Config) -> None:
+        """An EKS access entry per role that calls Kubernetes, in the group the RBAC file binds (nothing
+        else gets one). Needs the cluster's authentication mode API or API_AND_CONFIG_MAP."""
+        self.k8s_roles = {n: r for n, r in self.roles.items() if n in K8S_FUNCTIONS}
+        self.k8s_roles["Sweep"] = self.sweep_role
+        if not config.create_access_entries:
+            return
+        groups = rbac_groups()
+        for name, role in sorted(self.k8s_roles.items()):
+            eks.CfnAccessEntry(self, f"{name}AccessEntry", cluster_name=config.cluster_name,
+                               principal_arn=role.role_arn, kubernetes_groups=groups, type="STANDARD")
+
     def _grant_lake(self, role: iam.Role, results: ResultsStack) -> None:
         bucket = results.bucket
         role.add_to_policy(iam.PolicyStatement(
@@ -235,23 +393,22 @@ class ControlPlaneStack(Stack):
             f"{self.state_machine.state_machine_name}:*"]))
         role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn]))
         if nodegroup_arns:
-            role.add_to_policy(iam.PolicyStatement(
-                actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig", "eks:DescribeUpdate"],
-                resources=nodegroup_arns))
+            self._grant_nodegroups(role, cluster_arn, nodegroup_arns)
+        self.sweep_role = role
         self.sweep_function = lambda_.Function(
-            self, "SweepFunction", runtime=lambda_.Runtime.PYTHON_3_11, handler="lambdas.sweep.handler",
+            self, "SweepFunction", runtime=RUNTIME, handler="lambdas.sweep.handler",
             code=code, layers=layers, role=role, log_group=log_group, timeout=Duration.minutes(15),
             memory_size=512, tracing=lambda_.Tracing.ACTIVE,
-            environment={**env, "BENCHCTL_NAMESPACE": config.namespace})
-        NagSuppressions.add_resource_suppressions(self.sweep_function, [
-            {"id": "AwsSolutions-L1", "reason": "pinned to Python 3.11 on purpose: the version the code is "
-             "tested on (CI) and the one the Powertools and SDK-for-pandas layer ARNs are built for"}])
+            environment={**env, "BENCHCTL_NAMESPACE": config.namespace}, **self._placement(True, role))
+        NagSuppressions.add_resource_suppressions(self.sweep_function, [RUNTIME_REASON])
         NagSuppressions.add_resource_suppressions(role, [
             _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database", "executions of this "
                              "state machine", "node-group update ids"),
             {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords support no "
              "resource-level permissions", "appliesTo": ["Resource::*"]},
+            *self._vpc_suppressions(True),
         ], apply_to_children=True)
+        self.roles["Sweep"] = role
         events.Rule(self, "SweepSchedule", description="benchctl sweeper: ended campaigns' leftovers",
                     schedule=events.Schedule.expression(config.sweep_schedule),
                     targets=[targets.LambdaFunction(self.sweep_function)])
@@ -273,27 +430,36 @@ class ControlPlaneStack(Stack):
                                       role_arn=role.role_arn)
 
     def _notifications(self, config: Config, results: ResultsStack) -> None:
+        # the rule's name is fixed so that the key and topic policies can name it (aws:SourceArn) without a
+        # reference cycle (rule -> topic -> key)
+        rule_name = f"benchctl-{config.env_name}-campaign-status"
+        rule_arn = f"arn:{self.partition}:events:{self.region}:{self.account}:rule/{rule_name}"
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN,
                       description="benchctl campaign notifications")
-        key.grant_encrypt_decrypt(iam.ServicePrincipal("events.amazonaws.com"))
+        key.add_to_resource_policy(iam.PolicyStatement(  # EventBridge publishing to the encrypted topic
+            actions=["kms:Decrypt", "kms:GenerateDataKey*"], principals=[iam.ServicePrincipal("events.amazonaws.com")],
+            resources=["*"], conditions={"StringEquals": {"aws:SourceAccount": self.account},
+                                         "ArnLike": {"aws:SourceArn": rule_arn}}))
         self.topic = sns.Topic(self, "CampaignStatus", master_key=key, enforce_ssl=True,
                                display_name="benchctl campaign status")
         if config.notify_email:
             self.topic.add_subscription(subs.EmailSubscription(config.notify_email))
+        message = events.RuleTargetInput.from_text(
+            f"benchctl campaign {events.EventField.from_path('$.detail.name')} ended: "
+            f"{events.EventField.from_path('$.detail.status')}. Report: s3://{results.bucket.bucket_name}/"
+            f"{REPORTS_PREFIX}/{events.EventField.from_path('$.detail.name')}/report.html (written when the "
+            f"Report state ran). Execution: {events.EventField.from_path('$.detail.executionArn')}")
         self.status_rule = events.Rule(
             self,
             "CampaignStatusRule",
+            rule_name=rule_name,
             description="benchctl campaign executions that ended (succeeded, failed, timed out, aborted)",
             event_pattern=events.EventPattern(
                 source=["aws.states"],
                 detail_type=["Step Functions Execution Status Change"],
                 detail={"stateMachineArn": [self.state_machine.state_machine_arn], "status": EXECUTION_STATUSES},
             ),
-            targets=[targets.SnsTopic(self.topic, message=events.RuleTargetInput.from_text(
-                f"benchctl campaign {events.EventField.from_path('$.detail.name')} ended: "
-                f"{events.EventField.from_path('$.detail.status')}. Report: s3://{results.bucket.bucket_name}/"
-                f"{REPORTS_PREFIX}/{events.EventField.from_path('$.detail.name')}/report.html (written when the "
-                f"Report state ran). Execution: {events.EventField.from_path('$.detail.executionArn')}"))],
+            targets=[cast(events.IRuleTarget, _TopicTarget(self.topic, message, rule_arn, self.account))],
         )
         CfnOutput(self, "StatusTopicArn", value=self.topic.topic_arn)
 
@@ -301,7 +467,10 @@ class ControlPlaneStack(Stack):
         assert config.schedule is not None
         sched = config.schedule
         spec_uri = f"s3://{results.bucket.bucket_name}/{sched.spec_key}"
-        role = iam.Role(self, "ScheduleRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"),
+        group_arn = f"arn:{self.partition}:scheduler:{self.region}:{self.account}:schedule-group/default"
+        role = iam.Role(self, "ScheduleRole", assumed_by=iam.ServicePrincipal(
+            "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": self.account},
+                                                   "ArnEquals": {"aws:SourceArn": group_arn}}),
                         description="benchctl schedule: may only start the campaign state machine")
         role.add_to_policy(iam.PolicyStatement(actions=["states:StartExecution"],
                                                resources=[self.state_machine.state_machine_arn]))

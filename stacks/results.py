@@ -13,7 +13,8 @@
   projecting them (type ``injected``) would make every query without an equality filter on them fail,
   including the comparison views, which join and group across experiments.
 * Athena: a workgroup with its result location in the bucket, configuration enforced (clients cannot
-  override the location or encryption) and a bytes-scanned limit per query; one named query per view
+  override the location or encryption) and a bytes-scanned limit per query, deleted with the stack
+  (results stay in the bucket) so that a redeploy after a destroy can create it again; one named query per view
   file (``CREATE OR REPLACE VIEW ...`` with the file's own Trino SQL). The report function runs them
   (in dependency order) before it queries, so a fresh deployment has the views after its first run.
 """
@@ -121,7 +122,9 @@ class ResultsStack(Stack):
             "WorkGroup",
             name=self.workgroup_name,
             description="benchctl queries: results in the lake bucket, configuration enforced",
-            recursive_delete_option=False,
+            # nothing of value lives in the workgroup (results are in the retained bucket, the named
+            # queries come from this stack): deleted with the stack, so a redeploy can take its name again
+            recursive_delete_option=True,
             state="ENABLED",
             work_group_configuration=athena.CfnWorkGroup.WorkGroupConfigurationProperty(
                 enforce_work_group_configuration=True,
@@ -136,7 +139,7 @@ class ResultsStack(Stack):
                 ),
             ),
         )
-        workgroup.apply_removal_policy(RemovalPolicy.RETAIN)
+        workgroup.apply_removal_policy(RemovalPolicy.DESTROY)
         self.view_ddl = athena_view_ddl()
         for view, ddl in self.view_ddl:
             q = athena.CfnNamedQuery(

@@ -1,13 +1,12 @@
-"""CDK synthesis, offline and without Docker: one shared synth per configuration, then the templates.
+"""CDK synthesis, offline and without Docker: the templates of the shared synths (tests/infra/conftest.py).
 
-The default configuration is cdk.json's; the "full" one adds a schedule and a notification e-mail
-(both off unless set) so that their resources can be checked too.
+The default configuration is cdk.json's; the "full" one adds a schedule, a notification e-mail and a
+VPC placement (all off unless set) so that their resources can be checked too.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -19,42 +18,13 @@ import pytest
 from benchctl import schema
 from benchctl.query import view_sql_files
 from lambdas import FUNCTIONS
+from tests.infra.conftest import CONTEXT, CP, FULL, ROOT, RS, load_templates, synth
 
 pytestmark = pytest.mark.infra
-ROOT = Path(__file__).resolve().parents[2]
-CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
-FULL = {**CONTEXT, "benchctl:schedule": {"expression": "cron(0 3 ? * SUN *)", "spec_key": "specs/seed-plan.yaml",
-                                         "timezone": "Europe/Berlin"},
-        "benchctl:notify_email": "bench-team@example.com"}
-
-
-def synth(out: Path, context: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CDK_OUTDIR": str(out), "JSII_SILENCE_WARNING_DEPRECATED_NODE": "1"}
-    env.pop("CDK_CONTEXT_JSON", None)
-    if context is not None:
-        env["CDK_CONTEXT_JSON"] = json.dumps(context)
-    return subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
 
 
 def _load(out: Path) -> dict[str, dict[str, Any]]:
-    return {p.name.removesuffix(".template.json"): json.loads(p.read_text()) for p in out.glob("*.template.json")}
-
-
-@pytest.fixture(scope="module")
-def default_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cdk.out")
-    res = synth(out)
-    assert res.returncode == 0, res.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("cdk.out.full")
-    res = synth(out, FULL)
-    assert res.returncode == 0, res.stderr
-    return {**_load(out), "_out": {"dir": str(out)}}
+    return load_templates(out)
 
 
 def _resources(t: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -66,7 +36,7 @@ def _one(t: dict[str, Any], kind: str) -> dict[str, Any]:
     return r["Properties"]
 
 
-RS, CP = "benchctl-dev-results", "benchctl-dev-control-plane"
+
 
 
 # ------------------------------------------------------------------------------------- state machine
@@ -87,28 +57,85 @@ def test_state_machine_is_the_asl_file_with_substitutions(templates):
     assert {f["Properties"]["Handler"] for f in fns.values()} == {*FUNCTIONS.values(), "lambdas.sweep.handler"}
     assert props["TracingConfiguration"] == {"Enabled": True}
     assert props["LoggingConfiguration"]["Level"] == "ALL"
+    # the 48 h timeout is in the definition itself (CDK applies timeout= only to chain definitions)
+    assert json.loads(text)["TimeoutSeconds"] == 48 * 3600 and "TimeoutSeconds" not in props
+    # logs under /aws/vendedlogs/states/ (no log resource policy per group), named apart per stack instance
+    (group,) = [r["Properties"] for k, r in _resources(cp, "AWS::Logs::LogGroup").items() if k.startswith("CampaignLogs")]
+    name = json.dumps(group["LogGroupName"])
+    assert '"/aws/vendedlogs/states/benchctl-dev-campaign-"' in name and "AWS::StackId" in name
 
 
-def test_functions_have_powertools_pandas_and_deps_layers(templates):
-    for fn in _resources(templates[CP], "AWS::Lambda::Function").values():
+def test_functions_run_python313_with_layers_resolved_for_the_deploy_region(templates):
+    from stacks import layers
+    from tests.infra.cfn_resolve import Resolver
+
+    cp = templates[CP]
+    deps = next(k for k in _resources(cp, "AWS::Lambda::LayerVersion") if k.startswith("Deps"))
+    assert _one(cp, "AWS::Lambda::LayerVersion")["CompatibleRuntimes"] == ["python3.13"]
+    for fn in _resources(cp, "AWS::Lambda::Function").values():
         p = fn["Properties"]
-        layers = json.dumps(p["Layers"])
-        assert CONTEXT["benchctl:powertools_layer_arn"] in layers
-        assert CONTEXT["benchctl:sdk_pandas_layer_arn"] in layers
-        assert p["TracingConfig"] == {"Mode": "Active"} and p["Runtime"] == "python3.11"
+        assert p["TracingConfig"] == {"Mode": "Active"} and p["Runtime"] == "python3.13"
         assert p["Environment"]["Variables"]["BENCHCTL_CLUSTER"] == CONTEXT["benchctl:cluster_name"]
+        powertools, pandas, ours = p["Layers"]  # our layer last: its boto3 overwrites nothing of theirs but wins
+        assert ours == {"Ref": deps}
+        for region in ("us-east-1", "eu-central-2", "ca-west-1"):  # resolved per Region, as CloudFormation would
+            r = Resolver({CP: cp}, region=region)
+            assert r.resolve(powertools, CP) == layers.powertools_layer_arn("aws", region)
+            assert r.resolve(pandas, CP) == layers.SDK_PANDAS_LAYER_ARNS[region]
+    assert cp["Mappings"]["SdkPandasLayer"] == {k: {"arn": v} for k, v in layers.SDK_PANDAS_LAYER_ARNS.items()}
+    # any other Region stops the deployment before anything is created, naming the Regions that work
+    (assertion,) = cp["Rules"]["LayerRegions"]["Assertions"]
+    assert assertion["Assert"] == {"Fn::Contains": [layers.regions(), {"Ref": "AWS::Region"}]}
+    assert "us-east-1" in assertion["AssertDescription"] and "benchctl:sdk_pandas_layer_arn" in assertion["AssertDescription"]
 
 
-def test_code_asset_ships_no_local_engine_tests_or_venv(default_out):
+def test_a_given_layer_arn_must_be_for_the_runtime_and_is_checked_against_the_deploy_region(tmp_path):
+    arn = "arn:aws:lambda:eu-west-1:336392948345:layer:AWSSDKPandas-Python313:14"
+    res = synth(tmp_path, {**CONTEXT, "benchctl:sdk_pandas_layer_arn": arn})
+    assert res.returncode == 0, res.stderr
+    cp = load_templates(tmp_path)[CP]
+    assert "SdkPandasLayer" not in cp.get("Mappings", {})
+    (rule,) = [r for k, r in cp["Rules"].items() if k.startswith("LayerRegion") and k != "LayerRegions"]
+    assert rule["Assertions"][0]["Assert"] == {"Fn::Equals": [{"Ref": "AWS::Region"}, "eu-west-1"]}
+    assert arn in json.dumps(_resources(cp, "AWS::Lambda::Function"))
+
+
+def test_code_asset_is_the_code_alone_and_its_hash_ignores_the_rest_of_the_work_tree(default_out, tmp_path):
+    import shutil
+
+    import aws_cdk as cdk
+
+    from stacks.control_plane import ASSET_EXCLUDES
+
     assets = json.loads((default_out / "benchctl-dev-control-plane.assets.json").read_text())["files"]
     dirs = [default_out / a["source"]["path"] for a in assets.values() if a["source"].get("packaging") == "zip"]
     code = next(d for d in dirs if (d / "lambdas").is_dir())
-    shipped = {str(p.relative_to(code)) for p in code.rglob("*")}
+    shipped = {str(p.relative_to(code)) for p in code.rglob("*") if p.is_file()}
+    assert {s.split("/")[0] for s in shipped} == {"benchctl", "lambdas", "state_machines", "sql"}
     assert "benchctl/campaign.py" in shipped and "state_machines/campaign.asl.json" in shipped
-    for banned in ("benchctl/local", "tests", ".venv", "examples", "build", "stacks"):
-        assert not any(s == banned or s.startswith(banned + "/") for s in shipped), banned
+    assert "sql/views/v_pareto.sql" in shipped  # the Report function creates the views from these files
+    assert not any(s.startswith("benchctl/local/") or "__pycache__" in s or s.endswith(".pyc") for s in shipped)
     layer = next(d for d in dirs if (d / "python" / "yaml").is_dir())
-    assert layer  # PyYAML packaged from build/lambda-layer, no Docker involved
+    assert (layer / "python" / "botocore").is_dir()  # our layer: PyYAML and the SDK, no Docker involved
+    # what a test run or an editable install leaves in the tree does not change the asset's hash
+    fingerprint = cdk.FileSystem.fingerprint(str(ROOT), exclude=ASSET_EXCLUDES, ignore_mode=cdk.IgnoreMode.GLOB)
+    assert code.name == f"asset.{fingerprint}"
+    junk = [ROOT / ".hypothesis" / "examples" / "benchctl-junk", ROOT / "benchctl.egg-info" / "benchctl-junk",
+            ROOT / "dashboards" / "benchctl-junk.json", ROOT / "benchctl" / "__pycache__" / "benchctl-junk.pyc"]
+    made = []
+    try:
+        for j in junk:
+            if not j.parent.exists():
+                made.append(j.parent)
+            j.parent.mkdir(parents=True, exist_ok=True)
+            j.write_text("junk")
+        assert cdk.FileSystem.fingerprint(str(ROOT), exclude=ASSET_EXCLUDES,
+                                          ignore_mode=cdk.IgnoreMode.GLOB) == fingerprint
+    finally:
+        for j in junk:
+            j.unlink(missing_ok=True)
+        for d in made:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------- results
@@ -149,6 +176,9 @@ def test_athena_workgroup_enforced_with_a_scan_limit_and_one_view_query_per_file
     rs = templates[RS]
     wg = _one(rs, "AWS::Athena::WorkGroup")
     conf = wg["WorkGroupConfiguration"]
+    # deleted with the stack (results stay in the retained bucket), so a redeploy after a destroy can create it
+    (wg_res,) = _resources(rs, "AWS::Athena::WorkGroup").values()
+    assert wg_res.get("DeletionPolicy", "Delete") == "Delete" and wg["RecursiveDeleteOption"] is True
     assert conf["EnforceWorkGroupConfiguration"] is True
     assert conf["BytesScannedCutoffPerQuery"] == CONTEXT["benchctl:athena_bytes_scanned_cutoff"]
     assert "athena-results/" in json.dumps(conf["ResultConfiguration"]["OutputLocation"])
@@ -173,6 +203,12 @@ def test_schedule_is_off_unless_set(default_out, templates):
     role = next(r for k, r in _resources(templates[CP], "AWS::IAM::Policy").items() if k.startswith("ScheduleRole"))
     (stmt,) = role["Properties"]["PolicyDocument"]["Statement"]
     assert stmt["Action"] == "states:StartExecution" and "Ref" in stmt["Resource"]
+    # only EventBridge Scheduler of this account's default schedule group may assume it (confused deputy)
+    trust = next(r for k, r in _resources(templates[CP], "AWS::IAM::Role").items() if k.startswith("ScheduleRole"))
+    (tst,) = trust["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert tst["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert tst["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert "schedule-group/default" in json.dumps(tst["Condition"]["ArnEquals"]["aws:SourceArn"])
 
 
 def test_the_sweeper_runs_on_a_schedule_and_may_only_read_executions(templates):
@@ -198,6 +234,17 @@ def test_execution_status_rule_notifies_an_encrypted_topic(templates):
     assert "/reports/<detail-name>/report.html" in message  # the notification links the campaign's report
     assert "KmsMasterKeyId" in _one(cp, "AWS::SNS::Topic")
     assert _one(cp, "AWS::SNS::Subscription")["Endpoint"] == "bench-team@example.com"
+    # only this rule of this account may publish, and use the topic's key (aws:SourceArn/SourceAccount)
+    rule_arn = "rule/benchctl-dev-campaign-status"
+    assert rule["Name"] == "benchctl-dev-campaign-status"
+    (pub,) = [st for st in _one(cp, "AWS::SNS::TopicPolicy")["PolicyDocument"]["Statement"]
+              if st["Effect"] == "Allow"]  # (the other one denies anything but TLS)
+    assert pub["Principal"] == {"Service": "events.amazonaws.com"} and pub["Action"] == "sns:Publish"
+    assert rule_arn in json.dumps(pub["Condition"]["ArnEquals"]["aws:SourceArn"])
+    key = _one(cp, "AWS::KMS::Key")["KeyPolicy"]["Statement"]
+    events_stmts = [s for s in key if s.get("Principal") == {"Service": "events.amazonaws.com"}]
+    assert len(events_stmts) == 1 and rule_arn in json.dumps(events_stmts[0]["Condition"])
+    assert events_stmts[0]["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
 
 
 # ----------------------------------------------------------------------------------------- least privilege
@@ -220,11 +267,11 @@ def _as_list(v: Any) -> list[Any]:
 
 # Actions that support no resource-level permissions, so IAM only accepts Resource "*" for them:
 # X-Ray segments, the Price List, and the CloudWatch Logs vended-log delivery Step Functions logging uses.
-RESOURCELESS = re.compile(r"^(xray:Put\w+|xray:GetSampling\w+|pricing:GetProducts|logs:\w*LogDeliver\w*|"
+RESOURCELESS = re.compile(r"^(xray:Put\w+|xray:GetSampling\w+|logs:\w*LogDeliver\w*|"
                           r"logs:PutResourcePolicy|logs:DescribeResourcePolicies|logs:DescribeLogGroups)$")
 
 
-def test_no_wildcard_action_on_wildcard_resource(templates):
+def test_no_wildcard_action_on_wildcard_resource(templates, default_templates):
     for name in (RS, CP):
         for rid, s in _statements(templates[name]):
             actions = _as_list(s["Action"])
@@ -232,8 +279,14 @@ def test_no_wildcard_action_on_wildcard_resource(templates):
             assert not any(a == "*" or a.endswith(":*") for a in actions), (rid, s)
             if "*" in resources:
                 assert all(RESOURCELESS.match(a) for a in actions), (rid, s)
-    roles = _resources(templates[CP], "AWS::IAM::Role")
-    assert not any(r["Properties"].get("ManagedPolicyArns") for r in roles.values())
+    # no managed policy, except the one Lambda needs in a VPC, on the functions placed there
+    vpc_policy = "service-role/AWSLambdaVPCAccessExecutionRole"
+    for tmpl, in_vpc in ((default_templates[CP], False), (templates[CP], True)):
+        for rid, r in _resources(tmpl, "AWS::IAM::Role").items():
+            managed = json.dumps(r["Properties"].get("ManagedPolicyArns", []))
+            k8s = rid.split("Role")[0] in {"Plan", "Pools", "Serving", "Load", "Teardown", "Sweep"}
+            assert (vpc_policy in managed) == (in_vpc and k8s), rid
+            assert managed.count("arn:") == (1 if in_vpc and k8s else 0), (rid, managed)
 
 
 def test_only_pool_functions_scale_node_groups_and_only_the_configured_ones(templates):
@@ -273,6 +326,76 @@ def test_load_jobs_may_only_touch_the_raw_prefix_through_pod_identity(templates)
     stmts = [st for rid, st in _statements(cp) if rid.startswith("LoadJobRole")]
     assert {a for st in stmts for a in _as_list(st["Action"])} == {"s3:PutObject", "s3:GetObject"}
     assert all("/lake/raw/*" in json.dumps(st["Resource"]) for st in stmts)
+
+
+def _actions_of(t: dict[str, Any], role: str) -> dict[str, list[Any]]:
+    """action -> the statements' resources (and conditions) granting it, for one role."""
+    out: dict[str, list[Any]] = {}
+    for rid, s in _statements(t):
+        if rid.startswith(role + "Role"):
+            for a in _as_list(s["Action"]):
+                out.setdefault(a, []).append((s.get("Resource"), s.get("Condition")))
+    return out
+
+
+def test_iam_grants_what_the_service_authorization_reference_requires(templates):
+    cp = templates[CP]
+    cluster = f"cluster/{CONTEXT['benchctl:cluster_name']}"
+    for role in ("Pools", "Teardown", "Sweep"):  # DescribeUpdate is authorized on the cluster ARN
+        (res, _), = _actions_of(cp, role)["eks:DescribeUpdate"]
+        assert cluster in json.dumps(res), role
+    assert not any(a.startswith("pricing:") for _, s in _statements(cp) for a in _as_list(s["Action"]))
+    plan = _actions_of(cp, "Plan")
+    # a mistyped spec_uri then reads as "no such spec" (S3 answers 404, not 403, to who may list)
+    assert any("specs/" in json.dumps(c) for _, c in plan["s3:ListBucket"])
+    assert "eks-pod-identity-agent" in json.dumps(plan["eks:DescribeAddon"])  # the preflight's add-on check
+    report = _actions_of(cp, "Report")
+    for action in ("s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:ListMultipartUploadParts",
+                   "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:GetBucketLocation"):
+        assert action in report, action  # what Athena needs on the query result location
+    assert any("athena-results/" in json.dumps(c) for _, c in report["s3:ListBucket"])
+
+
+K8S_ROLES = {"Plan", "Pools", "Serving", "Load", "Teardown", "Sweep"}
+
+
+def test_access_entries_for_exactly_the_roles_that_call_kubernetes_in_the_rbac_files_group(templates):
+    import yaml
+
+    cp = templates[CP]
+    rbac = list(yaml.safe_load_all((ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml").read_text()))
+    groups = sorted({s["name"] for d in rbac if d and d["kind"] == "ClusterRoleBinding" for s in d["subjects"]
+                     if s["kind"] == "Group"})
+    entries = _resources(cp, "AWS::EKS::AccessEntry")
+    assert {e["Properties"]["PrincipalArn"]["Fn::GetAtt"][0].split("Role")[0] for e in entries.values()} == K8S_ROLES
+    for e in entries.values():
+        p = e["Properties"]
+        assert p["ClusterName"] == CONTEXT["benchctl:cluster_name"] and p["KubernetesGroups"] == groups
+        assert p["Type"] == "STANDARD" and "AccessPolicies" not in p  # rights: the RBAC file's ClusterRole only
+    # every role's ARN is an output (for access entries made by hand, or other tools)
+    roles = {k.split("Role")[0] for k in _resources(cp, "AWS::IAM::Role") if k.split("Role")[0] in {*K8S_ROLES, "Ingest", "Report"}}
+    assert {k.removesuffix("RoleArn") for k in cp["Outputs"] if k.endswith("RoleArn")} == roles
+
+
+def test_access_entries_can_be_left_to_the_cluster_admin(tmp_path):
+    res = synth(tmp_path, {**CONTEXT, "benchctl:create_access_entries": "false"})  # as -c passes it: text
+    assert res.returncode == 0, res.stderr
+    assert not _resources(load_templates(tmp_path)[CP], "AWS::EKS::AccessEntry")
+
+
+def test_vpc_placement_puts_exactly_the_kubernetes_callers_in_the_given_subnets(templates, default_templates):
+    cp = templates[CP]
+    sg = next(iter(_resources(cp, "AWS::EC2::SecurityGroup")))
+    for rid, fn in _resources(cp, "AWS::Lambda::Function").items():
+        vpc = fn["Properties"].get("VpcConfig")
+        if rid.split("Function")[0] in K8S_ROLES:
+            assert vpc["SubnetIds"] == FULL["benchctl:subnet_ids"], rid
+            assert vpc["SecurityGroupIds"] == [{"Fn::GetAtt": [sg, "GroupId"]}], rid
+        else:
+            assert vpc is None, rid
+    assert _one(cp, "AWS::EC2::SecurityGroup")["VpcId"] == FULL["benchctl:vpc_id"]
+    assert "FunctionsSecurityGroupId" in cp["Outputs"]
+    assert not any("VpcConfig" in f["Properties"] for f in _resources(default_templates[CP], "AWS::Lambda::Function").values())
 
 
 # --------------------------------------------------------------------------------------- nag, cfn-lint
@@ -318,7 +441,19 @@ def test_cfn_lint_passes(templates):
         ({"benchctl:schedule": {"expression": "rate(1 day)", "spec_key": "s3://elsewhere/x.yaml"}},
          "CDK context 'benchctl:schedule.spec_key'"),
         ({"benchctl:sdk_pandas_layer_arn": "AWSSDKPandas"},
-         "CDK context 'benchctl:sdk_pandas_layer_arn': 'AWSSDKPandas' is not a Lambda layer version ARN"),
+         "CDK context 'benchctl:sdk_pandas_layer_arn': 'AWSSDKPandas' is not valid; valid: an AWS SDK for pandas "
+         "Python313 layer version ARN"),
+        ({"benchctl:sdk_pandas_layer_arn": "arn:aws:lambda:us-east-1:336392948345:layer:AWSSDKPandas-Python311:20"},
+         "is not a layer for the functions' runtime python3.13 x86_64"),
+        ({"benchctl:raw_archive_dayz": 30}, "unknown CDK context key(s) ['benchctl:raw_archive_dayz']; valid keys: "
+                                            "benchctl:env_name, "),
+        ({"benchctl:raw_archive_days": 0}, "CDK context 'benchctl:raw_archive_days': 0 is not valid; valid: an "
+                                           "integer 1..36500"),
+        ({"benchctl:raw_archive_days": "ninety"}, "'benchctl:raw_archive_days': 'ninety' is not valid"),
+        ({"benchctl:athena_bytes_scanned_cutoff": "1024"}, "'benchctl:athena_bytes_scanned_cutoff': 1024 is not "
+                                                           "valid; valid: an integer 10485760..1099511627776"),
+        ({"benchctl:vpc_id": "vpc-0123456789abcdef0"}, "'benchctl:vpc_id' and 'benchctl:subnet_ids' go together"),
+        ({"benchctl:create_access_entries": "maybe"}, "'benchctl:create_access_entries': 'maybe' is not valid"),
     ],
 )
 def test_bad_context_fails_synth_naming_the_key(tmp_path, change, expected):

@@ -96,8 +96,8 @@ def test_sequence_order_and_one_experiment_at_a_time():
         st = states[name]
         name = st["Choices"][0]["Next"] if st["Type"] == "Choice" else st.get("Next")
     assert [n for n in order if not n.endswith("?")] == [
-        "ScalePools", "CheckCapacity", "Deploy", "CheckReady", "SmokeTest", "LaunchWarmUp", "CheckWarmUp",
-        "ForEachStep", "TeardownExperiment",
+        "ScalePools", "CheckCapacity", "Deploy", "CheckReady", "SmokeTest", "CheckSmoke", "LaunchWarmUp",
+        "CheckWarmUp", "ForEachStep", "TeardownExperiment",
     ]
     steps = states["ForEachStep"]
     assert steps["MaxConcurrency"] == 1
@@ -106,8 +106,45 @@ def test_sequence_order_and_one_experiment_at_a_time():
 
 def test_waiting_is_done_by_wait_states_not_handlers():
     waits = [(p, n, s) for p, n, s in all_states() if s["Type"] == "Wait"]
-    assert {n for _, n, _ in waits} == {"WaitForCapacity", "WaitForReady", "WaitForWarmUp", "WaitForLoad"}
-    assert all(s["SecondsPath"] == "$.ctx.poll_seconds" for _, _, s in waits)
+    assert {n for _, n, _ in waits} == {"WaitForCapacity", "WaitForReady", "WaitForSmoke", "WaitForWarmUp",
+                                        "WaitForLoad", "WaitForTeardown", "WaitForFailedTeardown", "WaitForAbort"}
+    for path, name, s in waits:  # the campaign's poll interval, wherever its context sits in that scope
+        assert s["SecondsPath"] == ("$.ctx.poll_seconds" if path else "$.plan.ctx.poll_seconds"), name
+    # every wait is a loop back to a Task that decides (a Choice on its `done`), and that Task's handler
+    # bounds it with a deadline (DeadlineExceeded / timeouts.*): nothing waits inside a function
+    for path, name, s in waits:
+        states = dict(scopes(ASL["States"]))[path]
+        task = states[s["Next"]]
+        assert task["Type"] == "Task", name
+        choice = states[task["Next"]]
+        assert choice["Type"] == "Choice" and choice["Default"] == name, name
+        assert choice["Choices"][0]["Variable"] == f"{task['ResultPath']}.done", name
+
+
+def test_no_handler_sleeps():
+    import ast
+
+    for path in [*(ROOT / "benchctl").glob("*.py"), *(ROOT / "benchctl" / "k8s").glob("*.py"),
+                 *(ROOT / "lambdas").glob("*.py")]:
+        if path.name == "aws_report.py":
+            continue  # Athena's own short queries (seconds) are awaited in Report, bounded by its timeout
+        tree = ast.parse(path.read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        sleeps = [n.lineno for n in calls if (isinstance(n.func, ast.Attribute) and n.func.attr == "sleep")
+                  or (isinstance(n.func, ast.Name) and n.func.id == "sleep")]
+        assert not sleeps, f"{path.relative_to(ROOT)}:{sleeps} sleeps: waiting belongs to the state machine"
+
+
+def test_retriers_follow_the_states_language():
+    """States.ALL must be alone in its retrier and in the last one (Step Functions rejects the definition
+    otherwise); statelint checks the deployed definition too (tests/infra)."""
+    for _, name, st in all_states():
+        for field in ("Retry", "Catch"):
+            entries = st.get(field, [])
+            for i, r in enumerate(entries):
+                if "States.ALL" in r["ErrorEquals"]:
+                    assert r["ErrorEquals"] == ["States.ALL"] and i == len(entries) - 1, (name, field)
+    assert ASL["TimeoutSeconds"] == 48 * 3600
 
 
 def test_fail_at_names_are_checked_before_anything_starts(tmp_path):

@@ -130,11 +130,16 @@ def test_teardown_removes_only_this_experiments_objects_and_repeats_harmlessly(a
     agg_obj = api.stored("DynamoGraphDeployment", agg["name"], NS)
     api.add_pod(NS, "agg-w0", labels=agg_obj["metadata"]["labels"], owner=agg_obj)
     api.set_delete_gets("DynamoGraphDeployment", 2)  # foreground deletion takes a while
-    out = s.teardown(agg)
-    assert out["deployments"] == [agg["name"]] and out["left"] == []
+    out = s.teardown(agg)  # deletes and returns at once: the state machine polls `remaining`
+    assert out == {"jobs": [], "deployments": [agg["name"]]}
+    polls = []
+    while left := s.remaining(agg):
+        polls.append(left)
+        assert len(polls) < 10, polls
+    assert polls and f"DynamoGraphDeployment/{agg['name']}" in polls[0]  # it was still going away
     assert api.stored("DynamoGraphDeployment", dis["name"], NS) is not None  # the other experiment stays
     again = s.teardown(agg)
-    assert again["deployments"] == [] and again["left"] == []
+    assert again == {"jobs": [], "deployments": []} and s.remaining(agg) == []
 
 
 # ---------------------------------------------------------------------------------------------- load
@@ -171,16 +176,45 @@ def test_load_job_runs_polls_fails_with_logs_and_stops(api):
 
 def test_smoke_job_success_and_failure(api):
     spec = _spec()
-    smoke = EksSmoke(kube_of(api), spec, CID, sleep=no_sleep, clock=_ticking_clock())
+    smoke = EksSmoke(kube_of(api), spec, CID)
     state = {"deployment_id": "agg", "url": "http://f:8000"}
-    api.on_create("Job", lambda a, obj: a.set_status("Job", NS, obj["metadata"]["name"], {"succeeded": 1}))
-    assert smoke(state, 3, 8)["requests"] == 3
+    job = smoke.start(state, 3, 8)  # starts the Job and returns: CheckSmoke polls it
+    assert job["requests"] == 3 and api.stored("Job", job["name"], NS) is not None
+    assert smoke.poll(job) is None
+    assert smoke.start(state, 3, 8) == job  # redelivered: the same Job, no second one
+    api.set_status("Job", NS, job["name"], {"succeeded": 1})
+    assert smoke.poll(job) == 0
 
     with FakeKubeApi() as api2:
-        bad = EksSmoke(kube_of(api2), spec, CID, sleep=no_sleep, clock=_ticking_clock())
+        bad = EksSmoke(kube_of(api2), spec, CID)
         api2.on_create("Job", lambda a, obj: a.set_status("Job", NS, obj["metadata"]["name"], {"failed": 1}))
-        with pytest.raises(SmokeTestFailed, match="failed"):
-            bad(state, 3, 8)
+        bjob = bad.start(state, 3, 8)
+        assert bad.poll(bjob) == 1 and isinstance(bad.failure_logs(bjob), dict)
+
+
+def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api, tmp_path):
+    spec = _spec()
+    store = LocalRunStore(tmp_path / "run")
+    store.write_json("spec.json", spec.model_dump(mode="json"))
+    store.write_json("plan.json", plan_campaign(spec, "aws").to_json())
+    now = [1000.0]
+    kube = kube_of(api)
+    p = Providers(engine="aws", store=store, pools=None, serving=EksServing(kube, spec, CID),  # type: ignore[arg-type]
+                  load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t",
+                  smoke=EksSmoke(kube, spec, CID), clock=lambda: now[0])
+    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
+    store.write_json("deployments/agg.json", {"state": {"deployment_id": "agg", "url": "http://f:8000"},
+                                              "deployed_at": 0})
+    assert campaign.smoke(p, ctx, "agg")["reused"] is False
+    assert campaign.smoke(p, ctx, "agg")["reused"] is True  # redelivered: nothing started twice
+    assert len(_names(api, "Job", ours=True)) == 1
+    assert campaign.check_smoke(p, ctx, "agg") == {"done": False}
+    now[0] += spec.timeouts.smoke_s + 1
+    with pytest.raises(SmokeTestFailed, match=r"did not finish within timeouts\.smoke_s"):
+        campaign.check_smoke(p, ctx, "agg")
+    (job,) = _names(api, "Job", ours=True)
+    api.set_status("Job", NS, job, {"succeeded": 1})
+    assert campaign.check_smoke(p, ctx, "agg") == {"done": True}
 
 
 # -------------------------------------------------------------------------------------------- preflight
@@ -245,8 +279,11 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
         p.lake = _S3Dirs(p.lake)  # the Job wants the S3 raw URI layout
         campaign.launch_step(p, ctx, "agg", "concurrency-sweep-c1-r0")
         assert _names(api, "Job", ours=True)
-    campaign.teardown_experiment(p, ctx, "agg")
-    campaign.teardown_experiment(p, ctx, "agg")  # repeated: harmless
+    # the state machine's way: come back until the deployment is gone, then the pools are restored
+    for _ in range(10):
+        if campaign.teardown_experiment(p, ctx, "agg", wait_gone=True)["done"]:
+            break
+    campaign.teardown_experiment(p, ctx, "agg", wait_gone=True)  # repeated: harmless
     assert aws.scaling("gpu-ng") == ORIGINAL and aws.scaling("other-ng") == OTHER
     ours = [n for kind in ("DynamoGraphDeployment", "Job", "Pod", "NodePool") for n in _names(api, kind, ours=True)]
     assert ours == []

@@ -55,6 +55,7 @@ def cluster(aws, monkeypatch):
         monkeypatch.setattr("benchctl.k8s.eks.kube_for_cluster",
                             lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
         monkeypatch.setenv("BENCHCTL_CLUSTER", "bench")
+        monkeypatch.setenv("BENCHCTL_NODEGROUPS", "gpu-ng")
         monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
         monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")
         yield api

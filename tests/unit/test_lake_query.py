@@ -15,7 +15,14 @@ import sqlglot
 from benchctl import schema
 from benchctl.ingest import ingest_artifacts
 from benchctl.lake import LocalLake
-from benchctl.query import VIEWS_DIR, QueryEngine, format_result, parse_query, view_sql_files
+from benchctl.query import (
+    VIEWS_DIR,
+    QueryEngine,
+    format_result,
+    parse_query,
+    view_references,
+    view_sql_files,
+)
 from tests.unit.test_ingest import CTX, SAMPLES
 
 CAMPAIGN = "camp-1"
@@ -336,6 +343,25 @@ def test_every_view_is_one_trino_query(path: Path) -> None:
     assert len(statements) == 1
     parse_query(sql, what=str(path))  # a SELECT/WITH, as Athena's CREATE VIEW ... AS needs
     assert sqlglot.transpile(sql, read="trino", write="duckdb")
+
+
+@pytest.mark.parametrize("path", sorted(VIEWS_DIR.glob("*.sql")), ids=lambda p: p.name)
+def test_the_report_functions_view_order_reads_what_sqlglot_reads(path: Path) -> None:
+    """athena_view_ddl (run by the Report function, where sqlglot is not shipped) orders views by their
+    words; held here to sqlglot's parse of the same file: the same views read, not one more or less."""
+    from sqlglot import exp
+
+    views = set(view_sql_files(VIEWS_DIR)) - {path.stem}
+    stmt = parse_query(path.read_text(encoding="utf-8"), what=str(path))
+    ctes = {c.alias_or_name for c in stmt.find_all(exp.CTE)}
+    by_sqlglot = {t.name for t in stmt.find_all(exp.Table)} & views - ctes
+    assert view_references(path.read_text(encoding="utf-8"), views) == by_sqlglot
+
+
+def test_view_references_ignore_comments_strings_and_ctes() -> None:
+    body = ("-- reads v_a\n/* v_b */ WITH v_c AS (SELECT 'v_d' AS x FROM v_e) "
+            "SELECT * FROM v_c JOIN v_f USING (x)")
+    assert view_references(body, {"v_a", "v_b", "v_c", "v_d", "v_e", "v_f"}) == {"v_e", "v_f"}
 
 
 # ---------------------------------------------------------------------------------------------- formats

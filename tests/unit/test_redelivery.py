@@ -151,6 +151,7 @@ class Campaign:
         self.twice("Deploy", item)
         self.until_done("CheckReady", item)
         self.twice("SmokeTest", item)
+        self.until_done("CheckSmoke", item)
         self.twice("LaunchWarmUp", item)
         self.until_done("CheckWarmUp", item)
         for step in exp["steps"]:
@@ -160,7 +161,7 @@ class Campaign:
                 return
             self.until_done("CheckLoad", sitem)
             self.twice("IngestStep", sitem)
-        self.twice("TeardownExperiment", item)
+        self.until_done("TeardownExperiment", item)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +226,7 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
 
 # --------------------------------------------------------------------------------------------- tests
 
-NORMAL = ["Plan", "ScalePools", "CheckCapacity", "Deploy", "CheckReady", "SmokeTest", "LaunchWarmUp",
+NORMAL = ["Plan", "ScalePools", "CheckCapacity", "Deploy", "CheckReady", "SmokeTest", "CheckSmoke", "LaunchWarmUp",
           "CheckWarmUp", "LaunchLoad", "CheckLoad", "IngestStep", "TeardownExperiment", "Report"]
 
 
@@ -283,7 +284,7 @@ def test_no_double_scale_deploy_launch_or_teardown(happy: Campaign) -> None:
     # experiments, restored by the last one), and is back at its size
     assert w.calls["scale:gpu-a100"] <= 2 and w.calls["restore:gpu-a100"] == 1, w.calls
     assert w.pool_sizes_now() == w.initial_sizes
-    assert len(w.smoke_calls) == 4  # a smoke test is requests, not resources: repeating it is harmless
+    assert len(w.smoke_calls) == 2  # one smoke test per experiment: a redelivered SmokeTest starts none
     launched = Counter(w.load.launch_calls)
     assert set(launched.values()) == {1} and len(launched) == 2 * (1 + 3)
     assert w.load.stop_calls == []

@@ -1,0 +1,75 @@
+"""Runs INSIDE the Lambda-like environment of tests/infra/test_lambda_environment.py, started as
+``<runtime python> -I -S -B lambda_driver.py CONFIG.json``: isolated, no site-packages, so ``sys.path`` is
+the interpreter's standard library plus exactly what a function has on AWS, in Lambda's order: the code
+asset (``/var/task``), the layers (``/opt/python``), the runtime's own packages. Nothing of the test's
+environment (moto, the dev tools, the work tree) is importable here.
+
+It calls the real handlers the way the state machine does, one campaign's path: Plan (from a spec URI),
+Deploy, LaunchLoad (its dataset written create-only), CheckLoad, IngestStep (parquet + Glue partitions),
+Report (the views created in Athena, the HTML report written), and writes what happened, with the origin
+and version of each library that was imported, to the result file the config names.
+Standard library only, besides what it imports from the function's own code.
+"""
+
+import importlib
+import importlib.util
+import json
+import sys
+import traceback
+
+
+def _origin(name):
+    mod = sys.modules.get(name)
+    if mod is None:
+        return None
+    return {"file": getattr(mod, "__file__", None), "version": getattr(mod, "__version__", None)}
+
+
+def main(config_path):
+    with open(config_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    sys.path[:0] = cfg["paths"]
+    out = {"sys_path": list(sys.path), "calls": [], "error": None}
+    try:
+        def call(handler, event):
+            module, fn = handler.rsplit(".", 1)
+            result = getattr(importlib.import_module(module), fn)(event, None)
+            out["calls"].append({"handler": handler, "state": event.get("state"), "result": result})
+            return result
+
+        plan = call("lambdas.plan.handler", {
+            "action": "plan", "state": "Plan", "execution": cfg["execution"],
+            "input": {"spec_uri": cfg["spec_uri"], "campaign_id": cfg["campaign_id"], "poll_seconds": 30}})
+        ctx = plan["ctx"]
+        exp = plan["experiments"][0]["name"]
+        step = next(s for s in plan["experiments"][0]["steps"] if s == cfg["step"])
+        call("lambdas.serving.handler", {"action": "deploy", "state": "Deploy", "ctx": ctx, "experiment": exp})
+        call("lambdas.load.handler", {"action": "launch", "state": "LaunchLoad", "ctx": ctx, "experiment": exp,
+                                      "step": step})
+        call("lambdas.load.handler", {"action": "check", "state": "CheckLoad", "ctx": ctx, "experiment": exp,
+                                      "step": step})
+        call("lambdas.ingest.handler", {"action": "ingest", "state": "IngestStep", "ctx": ctx, "experiment": exp,
+                                        "step": step})
+        # the raw input is create-only: other bytes under the same name are refused by S3 (If-None-Match)
+        from benchctl.aws_lake import S3Lake
+
+        lake = S3Lake(cfg["bucket"], "lake")
+        try:
+            lake.write_raw(ctx["campaign_id"], exp, step, cfg["dataset_name"], b"other bytes\n")
+            out["second_write"] = "accepted"
+        except FileExistsError as err:
+            out["second_write"] = f"refused: {err}"
+        call("lambdas.report.handler", {"action": "report", "state": "Report", "ctx": ctx})
+    except BaseException as err:  # report it to the test, with where it happened
+        out["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+    out["modules"] = {n: _origin(n) for n in ("boto3", "botocore", "s3transfer", "urllib3", "yaml", "pandas",
+                                              "numpy", "pyarrow", "awswrangler", "aws_lambda_powertools",
+                                              "pydantic", "sqlglot", "duckdb")}
+    out["sqlglot_importable"] = importlib.util.find_spec("sqlglot") is not None
+    out["python"] = list(sys.version_info[:3])
+    with open(cfg["result"], "w", encoding="utf-8") as f:
+        json.dump(out, f, default=str)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,301 @@
+"""What Lambda really has: each function's real code path, run in an environment holding only what a
+function gets on AWS, against AWS's APIs played by moto's server and the cluster's API by a fake.
+
+The environment (``build/lambda-env``, built by ``scripts/build_lambda.sh`` from ``stacks/layers.py``):
+
+* the runtime's interpreter: CPython 3.13 (the ``python3.13`` runtime's language version; this machine's
+  pyenv build, not Amazon Linux's), run isolated (``-I -S -B``: no site-packages, no PYTHONPATH, nothing
+  written next to the read-only code);
+* ``/var/task``: the code asset exactly as synthesized (``cdk.out``), not the work tree;
+* ``/opt/python``: the managed layers' library versions (Powertools 3.23.0 with its ``[all]`` extras;
+  awswrangler 3.17.0, pyarrow 24.0.0, pandas 3.0.1, numpy 2.4.2; each without the boto3/botocore their
+  builds strip), then our own layer (``requirements-layer.txt``: PyYAML, boto3/botocore 1.44.8),
+  merged in the functions' layer order;
+* the runtime's own packages: AWS pins no version of its bundled SDK, so botocore 1.34.162 (the last
+  one without ``IfNoneMatch``) stands for it: the test proves that our layer's SDK is the one in effect.
+
+The handlers are called as the state machine calls them (``tests/infra/lambda_driver.py``): Plan from a
+spec URI, Deploy, LaunchLoad writing a dataset create-only, CheckLoad, IngestStep writing parquet and
+registering Glue partitions, Report creating the views in Athena and writing the HTML report. Everything
+they do is then read back from moto and the fake cluster. moto plays AWS's APIs here, not AWS's
+semantics beyond them (Athena runs no SQL; IAM is not evaluated): the boundary under test is what
+libraries a function has and that its code path runs on them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from benchctl import schema
+from benchctl.campaign import step_dataset
+from benchctl.plan import plan_campaign
+from benchctl.query import athena_view_ddl
+from benchctl.spec import load_spec
+from stacks import layers
+from tests.fakes.ports import samples_dir, write_sample_artifacts
+from tests.infra.conftest import CP, ROOT, load_templates
+
+pytestmark = pytest.mark.infra
+ENV_DIR = ROOT / "build" / "lambda-env"
+DRIVER = Path(__file__).with_name("lambda_driver.py")
+ACCOUNT, REGION = "123456789012", "us-east-1"
+BUCKET, DATABASE, WORKGROUP, LOCKS = "benchctl-dev-results", "benchctl_dev", "benchctl-dev", "benchctl-dev-locks"
+CLUSTER, NODEGROUP, NS = "bench", "gpu-p4d", "dynamo-bench"
+CID = "seed-plan-lambda-env"
+EXPERIMENT, STEP = "agg-tp4x4", "prefix-cache-p25-r0"
+
+
+class EksTokens:
+    """The fake cluster's accepted tokens: any ``aws eks get-token``-style token for this cluster (a
+    presigned STS GetCallerIdentity with the signed header x-k8s-aws-id), as EKS would accept it."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __contains__(self, token: object) -> bool:
+        if not isinstance(token, str) or not token.startswith("k8s-aws-v1."):
+            return False
+        b64 = token.removeprefix("k8s-aws-v1.")
+        url = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).decode()
+        q = parse_qs(urlsplit(url).query)
+        ok = q.get("Action") == ["GetCallerIdentity"] and "x-k8s-aws-id" in q.get("X-Amz-SignedHeaders", [""])[0]
+        self.seen += ok
+        return ok
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _code_asset(out: Path) -> Path:
+    assets = json.loads((out / f"{CP}.assets.json").read_text())["files"]
+    dirs = [out / a["source"]["path"] for a in assets.values() if a["source"].get("packaging") == "zip"]
+    return next(d for d in dirs if (d / "lambdas").is_dir())
+
+
+def _function_env(out: Path, url: str) -> dict[str, str]:
+    """The variables the stack gives a function (their names from the template), with this test's values."""
+    (names,) = {tuple(sorted(f["Properties"]["Environment"]["Variables"]))
+                for k, f in load_templates(out)[CP]["Resources"].items()
+                if f["Type"] == "AWS::Lambda::Function" and not k.startswith("Sweep")}
+    values = {"BENCHCTL_ENGINE": "aws", "BENCHCTL_BUCKET": BUCKET, "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake",
+              "BENCHCTL_RUNS_URI": f"s3://{BUCKET}/runs", "BENCHCTL_DATABASE": DATABASE,
+              "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER, "BENCHCTL_NODEGROUPS": NODEGROUP,
+              "BENCHCTL_LOCK_TABLE": LOCKS, "POWERTOOLS_SERVICE_NAME": "benchctl",
+              "POWERTOOLS_METRICS_NAMESPACE": "benchctl", "POWERTOOLS_LOG_LEVEL": "INFO"}
+    assert set(names) == set(values), f"the stack's function variables changed: {sorted(names)}"
+    return {**values,  # what the Lambda service itself sets, and where "AWS" is
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
+            "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION, "AWS_LAMBDA_FUNCTION_NAME": "benchctl-test",
+            "AWS_ENDPOINT_URL": url, "AWS_EC2_METADATA_DISABLED": "true", "LANG": "C.UTF-8",
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp"}
+
+
+def _aws_world(client: Any, api: Any, tmp: Path) -> None:
+    """The deployment's resources as the stacks create them, and the cluster's prerequisites."""
+    from moto.eks.models import eks_backends
+
+    s3 = client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key="specs/seed-plan.yaml", Body=(ROOT / "examples" / "seed-plan.yaml").read_bytes())
+    glue = client("glue")
+    glue.create_database(DatabaseInput={"Name": DATABASE})
+    for name in schema.table_names():  # as stacks/results.py defines them
+        cols = schema.glue_columns(name)
+        glue.create_table(DatabaseName=DATABASE, TableInput={
+            "Name": name, "TableType": "EXTERNAL_TABLE", "Parameters": {"classification": "parquet"},
+            "PartitionKeys": [{"Name": c["name"], "Type": c["type"]} for c in cols["partition_keys"]],
+            "StorageDescriptor": {"Columns": [{"Name": c["name"], "Type": c["type"]} for c in cols["columns"]],
+                                  "Location": f"s3://{BUCKET}/lake/{name}/"}})
+    client("athena").create_work_group(Name=WORKGROUP, Configuration={
+        "ResultConfiguration": {"OutputLocation": f"s3://{BUCKET}/athena-results/"},
+        "EnforceWorkGroupConfiguration": True})
+    client("dynamodb").create_table(TableName=LOCKS, KeySchema=[{"AttributeName": "pool", "KeyType": "HASH"}],
+                                    AttributeDefinitions=[{"AttributeName": "pool", "AttributeType": "S"}],
+                                    BillingMode="PAY_PER_REQUEST")
+    eks = client("eks")
+    role = f"arn:aws:iam::{ACCOUNT}:role/eks"
+    eks.create_cluster(name=CLUSTER, roleArn=role, resourcesVpcConfig={})
+    eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=NODEGROUP, nodeRole=role, subnets=["subnet-1"],
+                         scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0})
+    cluster = eks_backends[ACCOUNT][REGION].clusters[CLUSTER]  # its API is the fake's (moto has none)
+    cluster.endpoint = api.url
+    cluster.certificate_authority = {"data": base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()}
+    for obj in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+                {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                 "metadata": {"name": "dynamographdeployments.nvidia.com"}},
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": NS}},
+                {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache", "namespace": NS}}):
+        api.put(obj)
+    api.on_create("Job", lambda a, obj: a.set_status("Job", NS, obj["metadata"]["name"], {"succeeded": 1}))
+    # the step's AIPerf artifacts, as its Job would upload them (real AIPerf 0.13.0 samples, one record per
+    # line of the dataset LaunchLoad will write)
+    spec = load_spec(ROOT / "examples" / "seed-plan.yaml")
+    dataset = step_dataset(plan_campaign(spec, "aws").step(EXPERIMENT, STEP))
+    assert dataset is not None
+    arts = tmp / "artifacts"
+    lines = sum(1 for line in dataset.data.splitlines() if line.strip())
+    for name in write_sample_artifacts(arts, lines):
+        s3.put_object(Bucket=BUCKET, Body=(arts / name).read_bytes(),
+                      Key=f"lake/raw/campaign_id={CID}/experiment={EXPERIMENT}/step_id={STEP}/{name}")
+
+
+@pytest.fixture(scope="module")
+def run(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from tests.fakes.k8s_api import FakeKubeApi
+
+    python = ENV_DIR / "python"
+    assert python.exists(), (f"{python} is missing: this machine has no Python {layers.PYTHON_VERSION} (the "
+                             "Lambda runtime's); install one (e.g. pyenv install 3.13) and run scripts/setup.sh")
+    assert (ENV_DIR / "opt" / "python").is_dir(), f"{ENV_DIR} is not built: run scripts/setup.sh"
+    assert samples_dir() is not None, "AIPerf samples (shared/samples/aiperf-0.13.0) not found"
+    tmp = tmp_path_factory.mktemp("lambda-env")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        with FakeKubeApi() as api:
+            api.tokens = EksTokens()  # type: ignore[assignment]
+            session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                            region_name=REGION)
+
+            def client(service: str) -> Any:
+                return session.client(service, endpoint_url=url)
+
+            _aws_world(client, api, tmp)
+            dataset = step_dataset(plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
+                                   .step(EXPERIMENT, STEP))
+            assert dataset is not None
+            config = {
+                "paths": [str(_code_asset(default_out)), str(ENV_DIR / "opt" / "python"), str(ENV_DIR / "runtime")],
+                "spec_uri": f"s3://{BUCKET}/specs/seed-plan.yaml", "campaign_id": CID, "step": STEP,
+                "execution": f"arn:aws:states:{REGION}:{ACCOUNT}:execution:benchctl-campaign:{CID}",
+                "bucket": BUCKET, "dataset_name": dataset.name, "result": str(tmp / "result.json"),
+            }
+            (tmp / "config.json").write_text(json.dumps(config))
+            # -I -S: isolated, no site-packages; -B: no bytecode written (on AWS /var/task and /opt are read-only)
+            proc = subprocess.run([str(python), "-I", "-S", "-B", str(DRIVER), str(tmp / "config.json")],
+                                  env=_function_env(default_out, url), capture_output=True, text=True, timeout=600,
+                                  cwd=tmp)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            result = json.loads((tmp / "result.json").read_text())
+            assert result["error"] is None, result["error"] + "\n" + proc.stderr[-3000:]
+            s3 = client("s3")
+            athena = client("athena")
+            ids = athena.list_query_executions(WorkGroup=WORKGROUP)["QueryExecutionIds"]
+            yield {
+                "result": result, "dataset": dataset, "kube": api, "tokens": api.tokens,
+                "keys": sorted(o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+                               for o in page.get("Contents", [])),
+                "get": lambda key: s3.get_object(Bucket=BUCKET, Key=key)["Body"].read(),
+                "partitions": lambda table: [p["Values"] for p in client("glue").get_partitions(
+                    DatabaseName=DATABASE, TableName=table)["Partitions"]],
+                "queries": [athena.get_query_execution(QueryExecutionId=i)["QueryExecution"]["Query"] for i in ids],
+                "locks": client("dynamodb").scan(TableName=LOCKS)["Items"],
+            }
+    finally:
+        server.stop()
+
+
+def _calls(run: dict[str, Any], state: str) -> list[Any]:
+    return [c["result"] for c in run["result"]["calls"] if c["state"] == state]
+
+
+def test_the_environment_holds_only_what_a_function_gets(run):
+    r = run["result"]
+    assert r["python"][:2] == [3, 13]
+    code, opt, runtime = (Path(p) for p in r["sys_path"][:3])
+    assert code.name.startswith("asset.") and opt == ENV_DIR / "opt" / "python" and runtime == ENV_DIR / "runtime"
+    assert not any("site-packages" in p or "/.venv" in p or p == str(ROOT) for p in r["sys_path"])  # nothing else
+    mods = r["modules"]
+    pins = dict(line.split("==") for line in (ROOT / "requirements-layer.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    for name in ("boto3", "botocore"):  # ours, from our layer: the runtime's 1.34 is shadowed
+        assert mods[name]["file"].startswith(str(opt)) and mods[name]["version"] == pins[name], mods[name]
+    assert mods["yaml"]["file"].startswith(str(opt))
+    wanted = {"awswrangler": layers.SDK_PANDAS_VERSION, "pyarrow": "24.0.0", "pandas": "3.0.1", "numpy": "2.4.2",
+              "aws_lambda_powertools": None}
+    for name, version in wanted.items():
+        assert mods[name] and mods[name]["file"].startswith(str(opt)), (name, mods[name])
+        assert version is None or mods[name]["version"] == version, (name, mods[name])
+    # the Report function's view order needs no sqlglot (not shipped), nor does anything else
+    assert mods["sqlglot"] is None and r["sqlglot_importable"] is False and mods["duckdb"] is None
+
+
+def test_plan_from_a_spec_uri_writes_the_run_store_the_lake_and_the_locks(run):
+    (plan,) = _calls(run, "Plan")
+    assert plan["ctx"]["campaign_id"] == CID and plan["ctx"]["run_uri"] == f"s3://{BUCKET}/runs/{CID}"
+    assert [e["name"] for e in plan["experiments"]] == ["agg-tp4x4", "disagg-2p2d-tp4"]
+    keys = run["keys"]
+    for key in ("spec.json", "spec_meta.json", "plan.json", "campaign.json"):
+        assert f"runs/{CID}/{key}" in keys, key
+    assert json.loads(run["get"](f"runs/{CID}/spec_meta.json"))["source"] == f"s3://{BUCKET}/specs/seed-plan.yaml"
+    assert [CID] in run["partitions"]("campaigns") and [CID, EXPERIMENT] in run["partitions"]("experiments")
+    assert run["tokens"].seen > 0  # the preflight reached the cluster with an EKS token
+
+
+def test_launchload_writes_its_dataset_create_only_and_starts_a_job(run):
+    ds = run["dataset"]
+    key = f"lake/raw/campaign_id={CID}/experiment={EXPERIMENT}/step_id={STEP}/inputs/{ds.name}"
+    assert run["get"](key) == ds.data  # the exact bytes the load was given, kept before it ran
+    assert run["result"]["second_write"].startswith("refused:") and "never replaced" in run["result"]["second_write"]
+    posted = [path for method, path in run["kube"].requests if method == "POST"]
+    assert any(p.endswith(f"/namespaces/{NS}/jobs") for p in posted), posted  # the step's AIPerf Job
+    assert _calls(run, "CheckLoad") == [{"done": True, "exit_code": 0}]
+
+
+def test_ingest_writes_parquet_and_registers_its_partitions(run):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (ingest,) = _calls(run, "IngestStep")
+    assert ingest["status"] == "succeeded" and ingest["requests"] == sum(
+        1 for line in run["dataset"].data.splitlines() if line.strip())
+    for table in ("steps", "requests"):
+        key = f"lake/{table}/campaign_id={CID}/experiment={EXPERIMENT}/{STEP}.parquet"
+        assert key in run["keys"], table
+        t = pq.read_table(io.BytesIO(run["get"](key)))
+        assert t.schema == schema.arrow_schema(table, include_partitions=False), table
+        assert [CID, EXPERIMENT] in run["partitions"](table)
+    steps = pq.read_table(io.BytesIO(run["get"](f"lake/steps/campaign_id={CID}/experiment={EXPERIMENT}/{STEP}.parquet")))
+    assert any(pa.types.is_timestamp(f.type) and f.type.unit == "us" for f in steps.schema)
+
+
+def test_report_creates_every_view_and_writes_the_report(run):
+    (report,) = _calls(run, "Report")
+    assert report["views"]
+    ddl = [q for q in run["queries"] if q.startswith("CREATE OR REPLACE VIEW")]
+    assert ddl == [d for _, d in athena_view_ddl()]  # every view, dependencies first
+    html = run["get"](f"reports/{CID}/report.html").decode()
+    assert "<html" in html.lower() and CID in html
+    assert run["locks"] == []  # Report released the campaign's pool locks
+    assert [CID] in run["partitions"]("campaigns")
+
+
+def test_the_environment_is_within_lambdas_size_limit_for_our_parts():
+    """Lambda allows 250 MB unzipped for a function and all its layers. Our parts (the code and our layer)
+    must leave the managed layers their room; the managed layers' own sizes are AWS's (their pyarrow is a
+    trimmed build, smaller than PyPI's wheel that this environment holds)."""
+    def size(p: Path) -> int:
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+    ours = size(ROOT / "build" / "lambda-layer" / "python")
+    assert ours < 40 * 1024**2, ours
+    code = sum(size(ROOT / d) for d in ("lambdas", "state_machines", "sql")) + size(ROOT / "benchctl")
+    assert code < 10 * 1024**2, code

@@ -1,0 +1,162 @@
+"""Step Functions' history quota (25,000 events per execution): the plan's estimate, held to the history
+that moto's interpreter records for the very ASL, and the refusals (`plan`/`start` exit 2, the Plan state
+on AWS) of a campaign that would not fit, before anything starts."""
+
+from __future__ import annotations
+
+import io
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from benchctl.campaign import Ctx, Providers
+from benchctl.cli import main
+from benchctl.errors import SpecError
+from benchctl.lake import LocalLake
+from benchctl.local.engine import Progress, execute
+from benchctl.local.runner import prepare
+from benchctl.plan import (
+    HISTORY_LIMIT,
+    CampaignPlan,
+    aws_limits,
+    history_estimate,
+    history_events,
+    plan_campaign,
+)
+from benchctl.runstore import LocalRunStore
+from benchctl.spec import load_spec, parse_spec
+from tests.fakes.ports import FakeLoad, FakeWorld, samples_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = ROOT / "examples" / "seed-plan.yaml"
+
+
+def four_times_the_seed(tmp_path: Path) -> Path:
+    """examples/seed-plan.yaml with four times its steps (12 repeats instead of 3); its budget is left out
+    so that only what one execution can hold decides."""
+    data = yaml.safe_load(SEED.read_text())
+    data["repeats"] *= 4
+    data.pop("budget")
+    path = tmp_path / "seed-4x.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# ------------------------------------------------------------------------------ the model vs the interpreter
+
+
+class SlowLoad(FakeLoad):
+    """A fake AIPerf run that is still running at its first ``polls`` checks."""
+
+    def __init__(self, polls: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.polls = polls
+        self.seen: dict[str, int] = {}
+
+    def poll(self, state: dict[str, Any]) -> int | None:
+        job = state["job_id"]
+        if self.status.get(job) == "running" and self.seen.get(job, 0) < self.polls:
+            self.seen[job] = self.seen.get(job, 0) + 1
+            return None
+        return super().poll(state)
+
+
+@pytest.mark.skipif(samples_dir() is None, reason="AIPerf samples (shared/samples/aiperf-0.13.0) not found")
+@pytest.mark.parametrize("polls", [0, 1])
+def test_the_estimate_is_the_history_the_interpreter_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             polls: int) -> None:
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
+    monkeypatch.setattr(retrier_decl, "time", types.SimpleNamespace(sleep=lambda _s: None))
+    data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    data["workloads"] = [{"kind": "concurrency_sweep", "name": "concurrency-sweep", "concurrency": [1, 2],
+                          "isl": 256, "osl": 32, "request_count": 4}]
+    data["warmup"] = {"request_count": 2}
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    cid, run_dir, lake = prepare(spec, tmp_path / "out", "history")
+    world = FakeWorld(lake)
+    world.load = SlowLoad(polls, on_launch=world._on_launch)
+    result = execute(campaign_id=cid, run_dir=run_dir, lake=lake, providers=world, poll_seconds=1,
+                     progress=Progress(out=io.StringIO()))
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    plan = CampaignPlan.from_json(json.loads((run_dir / "plan.json").read_text()))
+    steps = sum(len(e.steps) for e in plan.experiments)
+    assert len(plan.experiments) == 2 and steps == 4
+    # each CheckLoad and CheckWarmUp saw `polls` "still running" answers, so each of those loops went
+    # through that many Waits; every other wait ended at its first check
+    expected = history_events(plan, 1, lambda kind, e, s: float(polls) if kind in ("load", "warmup") else 0.0)
+    assert len(result.history) == expected < 1000  # (one page of get_execution_history)
+    assert sum(ev["type"] == "WaitStateEntered" for ev in result.history) == polls * (steps + 2)
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+def test_the_seed_plan_fits_at_its_30_s_poll_and_the_estimate_grows_as_the_poll_shrinks() -> None:
+    spec = load_spec(SEED)
+    plan = plan_campaign(spec, "aws")
+    est, problems = aws_limits(spec, plan, 30)
+    assert problems == [] and 10_000 < est.expected < est.refuse_at < HISTORY_LIMIT < est.worst
+    assert history_estimate(spec, plan, 10).expected > est.expected > history_estimate(spec, plan, 60).expected
+
+
+def test_plan_refuses_four_times_the_seed_at_a_10_s_poll_naming_the_estimate_and_the_limit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = four_times_the_seed(tmp_path)
+    assert main(["plan", str(path), "--engine", "aws", "--poll-seconds", "10"]) == 2
+    out, err = capsys.readouterr()
+    est = history_estimate(load_spec(path), plan_campaign(load_spec(path), "aws"), 10).expected
+    assert est > 100_000
+    assert f"est. {est:,} events at a 10 s poll" in out
+    assert f"an estimated {est:,} history events" in err and "fails an execution at 25,000" in err
+    assert "split it into" in err and "poll every" in err
+    # the local engine (moto) has no such quota: the same spec plans locally
+    assert main(["plan", str(path)]) == 0
+
+
+def test_start_refuses_before_uploading_or_starting_anything(tmp_path: Path) -> None:
+    from benchctl.aws_start import start
+
+    class NoAws:
+        def client(self, name: str) -> Any:
+            raise AssertionError(f"{name} was called: start should have refused first")
+
+    with pytest.raises(SpecError, match=r"history events; Step Functions fails an execution at 25,000"):
+        start(four_times_the_seed(tmp_path), bucket="b", state_machine_arn="arn:aws:states:us-east-1:1:x:y",
+              poll_seconds=10, session=NoAws())
+
+
+def test_the_plan_state_on_aws_refuses_before_any_pool_is_touched(tmp_path: Path) -> None:
+    from benchctl import campaign
+
+    path = four_times_the_seed(tmp_path)
+    store = LocalRunStore(tmp_path / "run")
+    store.write_json("spec.json", load_spec(path).model_dump(mode="json"))
+
+    class Untouchable:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"pools.{name} touched")
+
+    p = Providers(engine="aws", store=store, pools=Untouchable(), serving=Untouchable(), load=Untouchable(),
+                  lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
+    ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 10, None).to_json()
+    with pytest.raises(SpecError, match="history events"):
+        campaign.plan(p, {"input": {"ctx": ctx}, "state": "Plan"})
+    assert not store.exists("plan.json") and not (tmp_path / "lake").exists()
+    # the same campaign at a poll that fits is planned
+    ctx["poll_seconds"] = 120
+    assert len(campaign.plan(p, {"input": {"ctx": ctx}, "state": "Plan"})["experiments"]) == 2
+
+
+def test_an_execution_longer_than_its_timeout_is_refused() -> None:
+    data = yaml.safe_load(SEED.read_text())
+    data.pop("budget")
+    data["workloads"][0]["duration_s"] = 3600  # 7 concurrencies x 3 repeats x 2 experiments of an hour
+    spec = parse_spec(data)
+    _, problems = aws_limits(spec, plan_campaign(spec, "aws"), 600)
+    assert any("exceeds the execution timeout of 48 h" in p for p in problems), problems
