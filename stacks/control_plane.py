@@ -17,6 +17,9 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
   tooling; Powertools (with pydantic) comes from its public layer, pandas/pyarrow/awswrangler from
   the AWS SDK for pandas layer (every function writes parquet rows), PyYAML from
   ``build/lambda-layer`` (built by ``scripts/setup.sh`` with pip's ``--platform``).
+* The load image (``stacks/images/load``: AIPerf 0.13.0) is a container image asset: synth only hashes
+  its folder (no Docker); ``cdk deploy`` builds and pushes it, and the functions get its URI as
+  ``BENCHCTL_LOAD_IMAGE``, the AIPerf and smoke Jobs' image unless a spec names another.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -46,6 +50,7 @@ from stacks.results import ATHENA_PREFIX, LAKE_PREFIX, REPORTS_PREFIX, RUNS_PREF
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA_LAYER_DIR = ROOT / "build" / "lambda-layer"
+LOAD_IMAGE_DIR = ROOT / "stacks" / "images" / "load"
 ASSET_EXCLUDES = [
     ".venv", ".git", ".ci", "runs", "cdk.out", "build", "tests", "bench", "examples", "stacks", "scripts",
     "*.pyc", "__pycache__", ".*_cache", "benchctl/local", "*.md", "Makefile",
@@ -110,6 +115,9 @@ class ControlPlaneStack(Stack):
             removal_policy=RemovalPolicy.DESTROY,  # locks only: nothing to keep once the stack is gone
         )
         env["BENCHCTL_LOCK_TABLE"] = self.lock_table.table_name
+        load_image = ecr_assets.DockerImageAsset(self, "LoadImage", directory=str(LOAD_IMAGE_DIR),
+                                                 platform=ecr_assets.Platform.LINUX_AMD64)
+        env["BENCHCTL_LOAD_IMAGE"] = load_image.image_uri
         self.functions: dict[str, lambda_.Function] = {}
         for var, handler in FUNCTIONS.items():
             name = var.removesuffix("FunctionArn")
