@@ -432,7 +432,8 @@ def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str) -> list
                 continue
         judged.append(name)
         if code != 0:
-            logs = "; ".join(f"{c}: {t.strip()[-300:]}" for c, t in load.failure_logs(jstate, 20).items())
+            logs = "; ".join(f"{c}: {' | '.join(t.strip().splitlines())[-300:]}"  # one line per problem
+                             for c, t in load.failure_logs(jstate, 20).items())
             problems.append(f"image check {check!r} failed for {image}: "
                             + (stuck or f"Job {name} exited {code}") + (f"; logs: {logs}" if logs else ""))
     if running:

@@ -83,6 +83,10 @@ class S3NamedLake(LocalLake):
     def local_raw(self, campaign_id: str, experiment: str, step_id: str) -> Path:
         return Path(super().raw_dir(campaign_id, experiment, step_id))
 
+    @contextmanager
+    def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> Iterator[Path]:
+        yield self.local_raw(campaign_id, experiment, step_id)  # what the S3 lake downloads for ingestion
+
     def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str:
         inputs = self.local_raw(campaign_id, experiment, step_id) / "inputs"
         inputs.mkdir(parents=True, exist_ok=True)

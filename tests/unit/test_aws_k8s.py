@@ -549,3 +549,43 @@ def test_a_failed_prefetch_fails_the_deployment_with_its_logs(api):
     api.set_status("Job", NS, st["prefetch_job"], {"failed": 1})
     with pytest.raises(ServingFailed, match="401 Unauthorized"):
         s.probe_ready(st)
+
+
+# ------------------------------------------------------------------------------- Plan and its preflight
+
+
+def test_plan_waits_for_the_image_checks_and_fails_naming_them_before_any_pool_is_scaled(api, tmp_path):
+    from benchctl.errors import PreflightFailed
+    from tests.fakes import eks_world
+
+    spec = eks_world.example_specs()["auto-mode"]
+    eks_world.cluster_prerequisites(api, spec)
+    with eks_world.moto_eks(spec) as session:
+        p, ctx, _ = eks_world.providers(spec, kube_of(api), tmp_path, session)
+        event = {"state": "Plan", "input": {"ctx": ctx.to_json()}}
+        # Given the image checks still running: Plan raises NotReadyYet (its ASL Retry calls it again)
+        with pytest.raises(NotReadyYet):
+            campaign.plan(p, event)
+        assert not p.store.exists("preflight.json") and not p.store.exists("plan.json")
+        # When the load image turns out to hold another AIPerf
+        ours = {LABEL_CAMPAIGN: eks_world.CID}
+        jobs = {j["metadata"]["name"]: j for j in kube_of(api).list("batch/v1", "Job", NS, ours)}
+        assert len(jobs) == 2
+        for name, job in jobs.items():
+            check = job["spec"]["template"]["spec"]["containers"][0]["name"]
+            failed = check == "aiperf"
+            api.add_job_pod(job, f"{name}-pod", phase="Failed" if failed else "Succeeded",
+                            logs="aiperf --version: 0.12.0\nneed aiperf 0.13.0\n" if failed else "ok")
+            api.set_status("Job", NS, name, {"failed": 1} if failed else {"succeeded": 1})
+        # Then Plan fails with the named problem, and nothing was scaled or deployed
+        with pytest.raises(PreflightFailed, match=r"image check 'aiperf' failed .*need aiperf 0\.13\.0"):
+            campaign.plan(p, event)
+        assert not [b for m, _, b in api.bodies if b.get("kind") in ("NodePool", "DynamoGraphDeployment")]
+        assert kube_of(api).list("batch/v1", "Job", NS, ours) == []  # the checks' Jobs are removed once judged
+        # a fixed image passes; the preflight is not repeated once passed (a redelivered Plan)
+        api.on_create("Job", lambda a, job: a.set_status("Job", NS, job["metadata"]["name"], {"succeeded": 1}))
+        campaign.plan(p, event)
+        assert p.store.read_json("preflight.json")["ok"] is True
+        posts = len(api.bodies)
+        campaign.plan(p, event)
+        assert len(api.bodies) == posts
