@@ -276,10 +276,12 @@ class EksLoad(_Base):
         return None
 
     def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:
-        """The last log lines of every container of the Job's pods (found by our labels: ``pod_selector``)."""
+        """The last log lines of every container of the Job's pods, found by our labels (``pod_selector``;
+        for a state recorded without it, the ``benchctl.io/`` labels of the Job's own pod template)."""
         out: JSON = {}
         try:
-            pods = self.kube.list("v1", "Pod", state["namespace"], state["pod_selector"])
+            sel = state.get("pod_selector") or self._template_selector(state)
+            pods = self.kube.list("v1", "Pod", state["namespace"], sel)
             for pod in pods:
                 name = pod["metadata"]["name"]
                 spec = pod.get("spec") or {}
@@ -294,6 +296,14 @@ class EksLoad(_Base):
         except ApiError as err:
             out["error"] = str(err)
         return out
+
+    def _template_selector(self, state: JSON) -> str:
+        job = self.kube.get(*JOB, state["name"], state["namespace"])
+        tmpl = ((job.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        ours = {k: v for k, v in (tmpl.get("labels") or {}).items() if k.startswith("benchctl.io/")}
+        if LABEL_CAMPAIGN not in ours:
+            raise ApiError(0, "NotOurs", f"Job {state['name']}: its pod template carries no {LABEL_CAMPAIGN} label")
+        return selector(ours)
 
     def stop(self, state: JSON) -> None:
         self.kube.delete(*JOB, state["name"], state["namespace"])

@@ -609,7 +609,7 @@ def render_prefetch_job(spec: CampaignSpec, campaign_id: str) -> JSON:
 PREFLIGHT_CHECKS: dict[str, str] = {
     # AIPerf's own version string is the package's; the Job fails unless it is the one we parse for
     "aiperf": ('v="$(aiperf --version 2>&1 | tail -n 1)"; echo "aiperf --version: $v"; '
-               'case "$v" in *"{version}"*) exit 0;; *) echo "need aiperf {version}" >&2; exit 3;; esac'),
+               'case "$v" in *"{version}"*) ;; *) echo "need aiperf {version}" >&2; exit 3;; esac'),
     # the uploader runs `aws s3 cp`: AWS CLI v2, and credentials from Pod Identity for the service account
     "uploader": ('v="$(aws --version 2>&1)"; echo "aws --version: $v"; '
                  'case "$v" in aws-cli/2.*) ;; *) echo "need AWS CLI v2" >&2; exit 3;; esac; '
@@ -617,17 +617,31 @@ PREFLIGHT_CHECKS: dict[str, str] = {
 }
 
 
+# Without a model prefetch the volume must already hold the model: the AIPerf check then also loads the
+# tokenizer as the load Jobs will, offline from the volume at the pinned revision (AIPerf's own loader).
+TOKENIZER_CHECK = ("python3 -c 'import os; from aiperf.common.tokenizer import Tokenizer; "
+                   "Tokenizer.from_pretrained(os.environ[\"MODEL\"], revision=os.environ[\"REVISION\"]); "
+                   "print(\"tokenizer\", os.environ[\"MODEL\"], os.environ[\"REVISION\"], \"read offline\")' || exit 5")
+
+
 def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JSON:
     """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS)."""
     image = {"aiperf": aiperf_image(spec), "uploader": spec.kubernetes.uploader_image}[check]
     script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
     resources = {"cpu": "500m", "memory": "1Gi"}
+    container: JSON = {"name": check, "image": image, "command": ["sh", "-c", script],
+                       "resources": {"limits": dict(resources), "requests": dict(resources)}}
     pod_spec: JSON = {
         "serviceAccountName": spec.kubernetes.load_service_account,
         "automountServiceAccountToken": False,
-        "containers": [{"name": check, "image": image, "command": ["sh", "-c", script],
-                        "resources": {"limits": dict(resources), "requests": dict(resources)}}],
+        "containers": [container],
     }
+    if check == "aiperf" and not spec.kubernetes.prefetch_model:
+        container["command"][2] = f"{script}; {TOKENIZER_CHECK}"
+        container["env"] = [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},
+                            {"name": "REVISION", "value": spec.model.revision or "main"}]
+        container["volumeMounts"] = [{**_MODEL_MOUNT, "readOnly": True}]
+        pod_spec["volumes"] = [_model_volume(spec)]
     lbl = labels(campaign_id, step_id=f"preflight-{check}")
     return _job(spec, preflight_job_name(campaign_id, check), lbl, pod_spec, PREFLIGHT_DEADLINE_S)
 

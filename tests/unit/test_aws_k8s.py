@@ -199,6 +199,8 @@ def test_load_job_runs_polls_fails_with_logs_and_stops(api):
     assert load.poll(st) == 1
     logs = load.failure_logs(st)
     assert any("connection refused" in v for v in logs.values())
+    # a state recorded before pod selectors were kept: the Job's own template labels (ours) find the pods
+    assert load.failure_logs({k: v for k, v in st.items() if k != "pod_selector"}) == logs
     load.stop(st)
     assert api.stored("Job", st["name"], NS) is None
     load.stop(st)  # again: fine
@@ -342,7 +344,7 @@ def test_the_shipped_load_image_is_proven_to_hold_aiperf_0_13_0():
 
     job = render_preflight_job(_with_image(_spec()), CID, "aiperf")
     script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
-    assert AIPERF_VERSION == "0.13.0" and '*"0.13.0"*) exit 0' in script
+    assert AIPERF_VERSION == "0.13.0" and 'case "$v" in *"0.13.0"*) ;;' in script
     # ... and the default load image, built by the control-plane stack, pins exactly that version
     dockerfile = (ROOT / "stacks" / "images" / "load" / "Dockerfile").read_text()
     assert f"ARG AIPERF_VERSION={AIPERF_VERSION}" in dockerfile and 'aiperf==${AIPERF_VERSION}' in dockerfile
@@ -367,10 +369,44 @@ def _run_check(script: str, tmp_path: Any, tools: dict[str, str]) -> Any:
 def test_the_aiperf_image_check_fails_on_another_aiperf_version(tmp_path, version, ok):
     from benchctl.k8s.render import render_preflight_job
 
-    job = render_preflight_job(_with_image(_spec()), CID, "aiperf")
+    data = _with_image(_spec()).model_dump(mode="json")
+    data["kubernetes"]["prefetch_model"] = True  # the version alone (the tokenizer check: the test below)
+    job = render_preflight_job(parse_spec(data), CID, "aiperf")
     res = _run_check(job["spec"]["template"]["spec"]["containers"][0]["command"][2], tmp_path, {"aiperf": version})
     assert (res.returncode == 0) is ok, res.stderr
     assert f"aiperf --version: {version}" in res.stdout
+
+
+def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_the_volume(tmp_path):
+    """The real aiperf (0.13.0, this venv) runs the check's script: its version, then the tokenizer loaded
+    by AIPerf's own loader offline from a hub cache at the pinned revision, as the load Jobs will."""
+    import os
+    import subprocess
+    import sys
+
+    from benchctl.k8s.render import render_preflight_job
+    from benchctl.local import modeldir
+
+    if not modeldir.is_complete():
+        pytest.fail("the offline tokenizer directory is missing: run scripts/setup.sh (it generates it)")
+    data = _with_image(_spec()).model_dump(mode="json")
+    data["model"]["revision"] = modeldir.REVISION  # the generated snapshot stands in for the prefetched model
+    job = render_preflight_job(parse_spec(data), CID, "aiperf")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1" and env["REVISION"] == modeldir.REVISION
+    run_env = {**os.environ, **env, "HF_HOME": str(modeldir.hf_home()), "HOME": str(tmp_path),
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    ok = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180, env=run_env)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "aiperf --version: 0.13.0" in ok.stdout and f"{modeldir.REVISION} read offline" in ok.stdout
+    missing = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180,
+                             env={**run_env, "REVISION": "0" * 40})
+    assert missing.returncode == 5 and "not present in the HuggingFace cache" in missing.stderr
+    with_prefetch = parse_spec({**data, "kubernetes": {**data["kubernetes"], "prefetch_model": True}})
+    assert "volumeMounts" not in render_preflight_job(with_prefetch, CID, "aiperf")["spec"]["template"]["spec"][
+        "containers"][0]  # the volume is filled later, at Deploy
 
 
 @pytest.mark.parametrize(("version", "code"), [("aws-cli/2.22.0 Python/3.12.6 Linux", 0), ("aws-cli/1.33.0", 3)])

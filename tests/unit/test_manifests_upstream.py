@@ -101,6 +101,9 @@ def test_every_deployment_and_nodepool_sent_validates_strictly_against_the_upstr
         assert crd_schemas.problems(body) == [], (method, body["metadata"]["name"])
         assert (_cel_dgd if body["kind"] == "DynamoGraphDeployment" else _cel_nodepool)(body) == []
     assert not world.api.denied
+    # objects and pods are selected by our labels only: never by managed-by, which Grove overwrites
+    selectors = [path for _, path in world.api.requests if "labelSelector=" in path]
+    assert selectors and not [p for p in selectors if "managed-by" in p]
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
