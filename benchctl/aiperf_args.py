@@ -12,11 +12,13 @@ from benchctl.plan import StepPlan
 AIPERF_VERSION = "0.13.0"
 
 
-def _common(model: str, tokenizer: str, url: str, artifact_dir: str, seed: int) -> list[str]:
+def _common(model: str, tokenizer: str, url: str, artifact_dir: str, seed: int,
+            tokenizer_revision: str | None = None) -> list[str]:
+    revision = ["--tokenizer-revision", tokenizer_revision] if tokenizer_revision else []
     return [
         "profile",
         "--model", model,
-        "--tokenizer", tokenizer,
+        "--tokenizer", tokenizer, *revision,
         "--url", url,
         "--endpoint-type", "chat",
         "--streaming",
@@ -44,6 +46,7 @@ def step_args(
     grace_s: float = 30.0,
     input_file: str | None = None,
     slo: dict[str, float | None] | None = None,
+    tokenizer_revision: str | None = None,
 ) -> list[str]:
     """Arguments for one measured step (one workload variant, one repeat).
 
@@ -51,8 +54,10 @@ def step_args(
     mooncake-trace JSONL sent line by line in file order (``--dataset-sampling-strategy sequential``),
     one request per line. ``slo`` (``ttft_ms``, ``itl_ms``) is also given to AIPerf as ``--goodput``, so
     its own good-request fraction stands next to the one the views compute from the requests.
+    ``metrics_urls``: every worker's (and KVBM's) ``/metrics`` beside the frontend's, which AIPerf scrapes
+    by itself (the ``--url``); ``tokenizer_revision``: the pinned revision of ``tokenizer``.
     """
-    args = _common(model, tokenizer, url, artifact_dir, step.seed)
+    args = _common(model, tokenizer, url, artifact_dir, step.seed, tokenizer_revision)
     args += ["--concurrency", str(step.concurrency)]
     if step.kind == "concurrency_sweep":
         args += _fixed_lengths(step)
@@ -104,9 +109,10 @@ def warmup_args(
     isl: int,
     osl: int,
     seed: int,
+    tokenizer_revision: str | None = None,
 ) -> list[str]:
     """A short warm-up run (its artifacts are kept raw and never ingested into results)."""
-    args = _common(model, tokenizer, url, artifact_dir, seed)
+    args = _common(model, tokenizer, url, artifact_dir, seed, tokenizer_revision)
     args += [
         "--concurrency", str(concurrency),
         "--isl", str(isl), "--isl-stddev", "0",

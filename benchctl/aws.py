@@ -102,6 +102,13 @@ def deployment_preflight(spec: Any, env: dict[str, str], cluster: str, eks: Any)
     return problems
 
 
+def with_load_image(spec: Any, load_image: str) -> Any:
+    """``spec`` with ``kubernetes.aiperf_image`` set to the deployment's load image where it names none."""
+    if spec.kubernetes.aiperf_image or not load_image:
+        return spec
+    return spec.model_copy(update={"kubernetes": spec.kubernetes.model_copy(update={"aiperf_image": load_image})})
+
+
 def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers:
     """Providers of one campaign on AWS. The campaign spec is read from the run store when first needed
     (the Plan state writes it), the Kubernetes client is built when first used (endpoint + CA from
@@ -112,7 +119,6 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
     from benchctl.aws_lake import S3Lake, S3RunStore
     from benchctl.eks_pools import pools_for
     from benchctl.k8s.eks import kube_for_cluster
-    from benchctl.k8s.render import render_nodepool
     from benchctl.locks import DynamoLocks
     from benchctl.spec import CampaignSpec, parse_spec
 
@@ -124,12 +130,15 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
     session = boto3.session.Session()
     cache: dict[str, Any] = {}
 
+    load_image = env.get("BENCHCTL_LOAD_IMAGE", "")
+
     def spec() -> CampaignSpec:
+        """The campaign's spec, the deployment's load image filled in where the spec names none."""
         if "spec" not in cache:
             data = store.read_json("spec.json")
             if data is None:
                 raise FileNotFoundError(f"{store.uri}/spec.json is missing: the Plan state writes it")
-            cache["spec"] = parse_spec(data, f"{store.uri}/spec.json")
+            cache["spec"] = with_load_image(parse_spec(data, f"{store.uri}/spec.json"), load_image)
         result: CampaignSpec = cache["spec"]
         return result
 
@@ -146,9 +155,7 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
 
         def _real(self) -> Any:
             if "pools" not in cache:
-                cache["pools"] = pools_for(spec(), ctx.campaign_id, cluster_name=cluster, session=session, kube=kube,
-                                           render_nodepool=lambda pool, gpus: render_nodepool(
-                                               spec(), ctx.campaign_id, pool, gpus))
+                cache["pools"] = pools_for(spec(), ctx.campaign_id, cluster_name=cluster, session=session, kube=kube)
             return cache["pools"]
 
         def scale(self, pool: str, nodes: int, owner: str, *, before_change: Any = None) -> JSON:
@@ -169,12 +176,13 @@ def providers_from_env(ctx: Ctx, env: dict[str, str] | None = None) -> Providers
         serving=EksServing(kube, spec, ctx.campaign_id),
         load=EksLoad(kube, spec, ctx.campaign_id),
         lake=S3Lake(lake_bucket, lake_prefix, database=env.get("BENCHCTL_DATABASE") or None),
-        tokenizer=env.get("BENCHCTL_TOKENIZER", "Qwen/Qwen3-30B-A3B"),
+        tokenizer=env.get("BENCHCTL_TOKENIZER", ""),  # "": the model's own, offline from the model volume
         smoke=EksSmoke(kube, spec, ctx.campaign_id),
         read_uri=read_s3_uri,
         report=_athena_report(env),
         preflight=lambda s: deployment_preflight(s, env, cluster, session.client("eks"))
-        + preflight(_allowed_pools_only(s, env), kube(), eks=session.client("eks"), cluster_name=cluster),
+        + preflight(with_load_image(_allowed_pools_only(s, env), load_image), kube(), eks=session.client("eks"),
+                    cluster_name=cluster, campaign_id=ctx.campaign_id),
         locks=DynamoLocks(env["BENCHCTL_LOCK_TABLE"], session=session) if env.get("BENCHCTL_LOCK_TABLE") else None,
-        versions={"benchctl_engine": "aws"},
+        versions={"benchctl_engine": "aws", **({"load_image": load_image} if load_image else {})},
     )

@@ -10,10 +10,13 @@
   ``stop`` deletes the Job (Foreground: its pods go with it).
 * ``EksSmoke``: a short Job of a few chat requests plus a ``/metrics`` GET against the frontend;
   started by SmokeTest, polled by CheckSmoke.
-* ``preflight``: before anything is scaled, every prerequisite checked and each missing one named.
+* ``preflight``: before anything is scaled, every prerequisite checked and each missing one named,
+  including one short CPU Job per image (AIPerf's version, the uploader's AWS CLI and identity).
 
-Objects are only created from ``benchctl.k8s.render`` (so they carry our labels) and only deleted
-through label selectors naming this campaign and experiment: nothing of anybody else's is touched.
+Objects are only created from ``benchctl.k8s.render`` (so they carry our labels) and only selected and
+deleted through our own labels (``render.selection``: campaign, experiment, step; never managed-by, which
+Grove overwrites on pods): nothing of anybody else's is touched. Every create and replace is sent with
+``fieldValidation=Strict`` (the client's), so a field the API server does not know fails loudly.
 """
 
 from __future__ import annotations
@@ -24,18 +27,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchctl.errors import ServingFailed
+from benchctl.errors import NotReadyYet, ServingFailed
 from benchctl.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from benchctl.k8s.render import (
+    HF_TOKEN_KEY,
+    KVBM_METRICS_PORT,
     LABEL_CAMPAIGN,
+    LABEL_ROLE,
+    LOAD_IMAGE_PLACEHOLDER,
+    WORKER_SYSTEM_PORT,
+    aiperf_image,
     dgd_name,
     frontend_service_url,
-    labels,
     render_dgd,
     render_load_job,
     render_prefetch_job,
+    render_preflight_job,
     render_smoke_job,
+    selection,
     selector,
+    uses_kvbm,
 )
 from benchctl.ports import JSON, DeploymentSpec
 from benchctl.spec import CampaignSpec
@@ -122,11 +133,13 @@ class EksServing(_Base):
         """True once the prefetch Job succeeded (then the deployment is applied, idempotently)."""
         name = state["prefetch_job"]
         load = EksLoad(self._kube, self._spec, self.campaign_id)
-        code = load.poll({"name": name, "namespace": state["namespace"]})
+        jstate = {"name": name, "namespace": state["namespace"],
+                  "pod_selector": selector(selection(self.campaign_id, step_id="prefetch"))}
+        code = load.poll(jstate)
         if code is None:
             return False
         if code != 0:
-            logs = load.failure_logs({"name": name, "namespace": state["namespace"]})
+            logs = load.failure_logs(jstate)
             raise ServingFailed(f"model prefetch Job {name} failed: "
                                 + "; ".join(f"{k}: {v[-400:]}" for k, v in logs.items()))
         try:
@@ -160,7 +173,7 @@ class EksServing(_Base):
     def versions(self, state: JSON) -> JSON:
         """Image digests actually running (the pods' ``imageID``), per container image; with a model
         prefetch, its own duration from the Job's start and completion times (apart from start-up)."""
-        sel = selector(labels(self.campaign_id, state["deployment_id"]))
+        sel = selector(selection(self.campaign_id, state["deployment_id"]))
         digests: dict[str, str] = {}
         for pod in self.kube.list("v1", "Pod", state["namespace"], sel):
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -175,9 +188,29 @@ class EksServing(_Base):
                                          "seconds": _seconds_between(st.get("startTime"), st.get("completionTime"))}
         return out
 
+    def metrics_urls(self, state: JSON) -> dict[str, str]:
+        """Every metrics endpoint of the experiment, by source name: the frontend (through its Service;
+        AIPerf scrapes it by itself as the ``--url``) and, per Running worker pod found by our labels, its
+        system port's ``/metrics`` (vLLM and Dynamo worker series) and, where KVBM runs, KVBM's exporter."""
+        out = {"frontend": f"{state['url']}/metrics"}
+        exp = self.spec.experiment(state["deployment_id"])
+        sel = selector(selection(self.campaign_id, state["deployment_id"]))
+        for pod in sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"]):
+            role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+            status = pod.get("status") or {}
+            ip = status.get("podIP")
+            if role not in ("worker", "prefill", "decode") or status.get("phase") != "Running" or not ip:
+                continue
+            host = f"[{ip}]" if ":" in ip else ip
+            name = pod["metadata"]["name"]
+            out[f"{role}/{name}"] = f"http://{host}:{WORKER_SYSTEM_PORT}/metrics"
+            if uses_kvbm(exp, role):
+                out[f"kvbm/{name}"] = f"http://{host}:{KVBM_METRICS_PORT}/metrics"
+        return out
+
     def teardown(self, state: JSON) -> JSON:
         experiment = state["deployment_id"]
-        sel = selector(labels(self.campaign_id, experiment))
+        sel = selector(selection(self.campaign_id, experiment))
         removed: JSON = {"jobs": [], "deployments": []}
         for kind, key in ((JOB, "jobs"), (DGD, "deployments")):  # load first, then serving
             for obj in self.kube.list(*kind, self.namespace, sel):
@@ -189,7 +222,7 @@ class EksServing(_Base):
     def remaining(self, state: JSON) -> list[str]:
         """What of the experiment is still there after ``teardown`` (objects being deleted, their pods).
         Never waits: the state machine polls this (TeardownExperiment comes back until it is empty)."""
-        return self._left((JOB, DGD), selector(labels(self.campaign_id, state["deployment_id"])))
+        return self._left((JOB, DGD), selector(selection(self.campaign_id, state["deployment_id"])))
 
 
 def _seconds_between(start: Any, end: Any) -> float | None:
@@ -222,7 +255,8 @@ class EksLoad(_Base):
         except Conflict:
             if not self._ours(self.kube.get(*JOB, name, self.namespace)):
                 raise ValueError(f"Job {self.namespace}/{name} exists and is not this campaign's") from None
-        return {"job_id": job_id, "name": name, "namespace": self.namespace, "artifact_dir": artifact_dir}
+        return {"job_id": job_id, "name": name, "namespace": self.namespace, "artifact_dir": artifact_dir,
+                "pod_selector": selector(selection(campaign_id, experiment, step_id))}
 
     def poll(self, state: JSON) -> int | None:
         try:
@@ -238,9 +272,12 @@ class EksLoad(_Base):
         return None
 
     def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:
+        """The last log lines of every container of the Job's pods, found by our labels (``pod_selector``;
+        for a state recorded without it, the ``benchctl.io/`` labels of the Job's own pod template)."""
         out: JSON = {}
         try:
-            pods = self.kube.list("v1", "Pod", state["namespace"], {"job-name": state["name"]})
+            sel = state.get("pod_selector") or self._template_selector(state)
+            pods = self.kube.list("v1", "Pod", state["namespace"], sel)
             for pod in pods:
                 name = pod["metadata"]["name"]
                 spec = pod.get("spec") or {}
@@ -256,6 +293,14 @@ class EksLoad(_Base):
             out["error"] = str(err)
         return out
 
+    def _template_selector(self, state: JSON) -> str:
+        job = self.kube.get(*JOB, state["name"], state["namespace"])
+        tmpl = ((job.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        ours = {k: v for k, v in (tmpl.get("labels") or {}).items() if k.startswith("benchctl.io/")}
+        if LABEL_CAMPAIGN not in ours:
+            raise ApiError(0, "NotOurs", f"Job {state['name']}: its pod template carries no {LABEL_CAMPAIGN} label")
+        return selector(ours)
+
     def stop(self, state: JSON) -> None:
         self.kube.delete(*JOB, state["name"], state["namespace"])
 
@@ -268,7 +313,8 @@ class EksSmoke(_Base):
         job = render_smoke_job(self.spec, self.campaign_id, state["deployment_id"], state["url"])
         with contextlib.suppress(Conflict):  # a redelivered event: follow the Job already there
             self.kube.create(job)
-        return {"name": job["metadata"]["name"], "namespace": self.namespace, "requests": n, "max_tokens": max_tokens}
+        return {"name": job["metadata"]["name"], "namespace": self.namespace, "requests": n, "max_tokens": max_tokens,
+                "pod_selector": selector(selection(self.campaign_id, state["deployment_id"], "smoke"))}
 
     def poll(self, job: JSON) -> int | None:
         return EksLoad(self._kube, self._spec, self.campaign_id).poll(job)
@@ -277,31 +323,141 @@ class EksSmoke(_Base):
         return EksLoad(self._kube, self._spec, self.campaign_id).failure_logs(job)
 
 
-def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_name: str = "") -> list[str]:
-    """Every missing prerequisite, by name (empty: all there). Read-only: nothing is created."""
-    problems: list[str] = []
-    try:
-        kube.version()
-    except ApiError as err:
-        return [f"cluster {cluster_name or kube}: Kubernetes API not reachable ({err})"]
+# A pod that will never start: name the reason at once instead of waiting for the Job's deadline.
+_STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+          "CreateContainerError", "RunContainerError"}
+
+
+def _check_objects(spec: CampaignSpec, kube: KubeClient) -> list[str]:
+    """The namespace, CRDs, NodeClass, secret (and its key), volume claim and service account."""
     k = spec.kubernetes
-    checks = [
+    auto_mode = any(p.provider == "auto-mode" for p in spec.pools)
+    checks: list[tuple[tuple[str, str, str, str | None], str]] = [
         (("v1", "Namespace", k.namespace, None), f"namespace {k.namespace!r}"),
         (("apiextensions.k8s.io/v1", "CustomResourceDefinition", "dynamographdeployments.nvidia.com", None),
          "CRD dynamographdeployments.nvidia.com (install the dynamo-platform chart)"),
         (("v1", "Secret", k.hf_token_secret, k.namespace), f"secret {k.namespace}/{k.hf_token_secret} (HF token)"),
         (("v1", "PersistentVolumeClaim", k.model_pvc, k.namespace), f"volume claim {k.namespace}/{k.model_pvc} (model cache)"),
+        (("v1", "ServiceAccount", k.load_service_account, k.namespace),
+         f"service account {k.namespace}/{k.load_service_account} (the load Jobs' identity; without it their "
+         "pods are never created and each Job fails only at its deadline)"),
     ]
-    if any(p.provider == "auto-mode" for p in spec.pools):
-        checks.append((("apiextensions.k8s.io/v1", "CustomResourceDefinition", "nodepools.karpenter.sh", None),
-                       "CRD nodepools.karpenter.sh (EKS Auto Mode)"))
+    if auto_mode:
+        checks += [
+            (("apiextensions.k8s.io/v1", "CustomResourceDefinition", "nodepools.karpenter.sh", None),
+             "CRD nodepools.karpenter.sh (EKS Auto Mode)"),
+            (("eks.amazonaws.com/v1", "NodeClass", k.node_class, None),
+             f"NodeClass {k.node_class!r} (EKS Auto Mode, kubernetes.node_class; our NodePools launch nodes of it)"),
+        ]
+    problems: list[str] = []
+    found: dict[str, JSON] = {}
     for (api_version, kind, name, ns), what in checks:
         try:
-            kube.get(api_version, kind, name, ns)
+            found[kind] = kube.get(api_version, kind, name, ns)
         except NotFound:
             problems.append(f"missing {what}")
         except ApiError as err:
             problems.append(f"cannot read {what}: {err}")
+    secret = found.get("Secret")
+    if secret is not None and HF_TOKEN_KEY not in {**(secret.get("data") or {}), **(secret.get("stringData") or {})}:
+        problems.append(f"secret {k.namespace}/{k.hf_token_secret} has no key {HF_TOKEN_KEY!r} (keys: "
+                        f"{sorted(secret.get('data') or {})}); workers and the model prefetch read the token from it")
+    pvc = found.get("PersistentVolumeClaim")
+    if pvc is not None:
+        modes = (pvc.get("status") or {}).get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or []
+        if modes and "ReadWriteMany" not in modes:
+            problems.append(f"volume claim {k.namespace}/{k.model_pvc} is {modes}, not ReadWriteMany: the workers "
+                            "of one experiment run on several nodes at once and all mount it")
+    return problems
+
+
+def _check_gpu_drivers(spec: CampaignSpec, kube: KubeClient) -> list[str]:
+    """GPU nodes of the spec's pools (or of their instance types) that report an NVIDIA driver older than
+    ``kubernetes.min_gpu_driver`` (what the Dynamo image's CUDA needs). Only nodes that exist and carry GPU
+    feature discovery's driver label can be judged here; the pools' readiness checks their new nodes again."""
+    from benchctl.eks_pools import old_drivers
+
+    need = spec.kubernetes.min_gpu_driver
+    problems: list[str] = []
+    for pool in spec.pools:
+        if pool.provider == "local":
+            continue
+        sel = (f"eks.amazonaws.com/nodegroup={pool.nodegroup}" if pool.provider == "managed-nodegroup"
+               else f"node.kubernetes.io/instance-type={pool.instance_type}")
+        try:
+            nodes = kube.list("v1", "Node", label_selector=sel)
+        except ApiError as err:
+            problems.append(f"pool {pool.name}: cannot list its nodes to read their GPU driver: {err}")
+            continue
+        problems += [f"pool {pool.name}: node {old}: the Dynamo image {spec.kubernetes.dynamo_image} needs NVIDIA "
+                     f"driver {need} or newer (kubernetes.min_gpu_driver); use a newer GPU AMI"
+                     for old in old_drivers(nodes, need)]
+    return problems
+
+
+def _pod_problem(pod: JSON) -> str | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in _STUCK:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".strip()
+    return None
+
+
+def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str) -> list[str]:
+    """One short CPU Job per image (AIPerf's version; the uploader's AWS CLI and its identity), created
+    once; NotReadyYet while one runs; the problems of the failed ones, named with their logs; the Jobs are
+    deleted once judged."""
+    if aiperf_image(spec) == LOAD_IMAGE_PLACEHOLDER:
+        return ["kubernetes.aiperf_image is not set and this deployment has no load image (BENCHCTL_LOAD_IMAGE, "
+                "set by the control-plane stack): give an image holding aiperf 0.13.0"]
+    k = spec.kubernetes
+    load = EksLoad(kube, spec, campaign_id)
+    problems: list[str] = []
+    running: list[str] = []
+    judged: list[str] = []
+    for check in ("aiperf", "uploader"):
+        job = render_preflight_job(spec, campaign_id, check)
+        name = job["metadata"]["name"]
+        image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+        with contextlib.suppress(Conflict):  # Plan retried: follow the Job already there
+            kube.create(job)
+        jstate = {"name": name, "namespace": k.namespace,
+                  "pod_selector": selector(selection(campaign_id, step_id=f"preflight-{check}"))}
+        code = load.poll(jstate)
+        stuck = None
+        if code is None:
+            pods = kube.list("v1", "Pod", k.namespace, jstate["pod_selector"])
+            stuck = next((why for why in map(_pod_problem, pods) if why), None)
+            if stuck is None:
+                running.append(f"{check} ({image})")
+                continue
+        judged.append(name)
+        if code != 0:
+            logs = "; ".join(f"{c}: {' | '.join(t.strip().splitlines())[-300:]}"  # one line per problem
+                             for c, t in load.failure_logs(jstate, 20).items())
+            problems.append(f"image check {check!r} failed for {image}: "
+                            + (stuck or f"Job {name} exited {code}") + (f"; logs: {logs}" if logs else ""))
+    if running:
+        raise NotReadyYet(f"preflight: image checks still running: {', '.join(running)}")
+    for name in judged:
+        kube.delete(*JOB, name, k.namespace)
+    return problems
+
+
+def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_name: str = "",
+              campaign_id: str | None = None) -> list[str]:
+    """Every missing prerequisite, by name (empty: all there), before anything is scaled.
+
+    Read-only checks first: the cluster, namespace, CRDs (and the Auto Mode NodeClass), the token secret
+    and its key, the volume claim, the load service account, the node groups, the GPU driver of the pools'
+    nodes that report it. Only when all pass (the Jobs need the namespace and the service account), with a
+    ``campaign_id``: the image checks (:func:`check_images`), which raise NotReadyYet while they run.
+    """
+    try:
+        kube.version()
+    except ApiError as err:
+        return [f"cluster {cluster_name or kube}: Kubernetes API not reachable ({err})"]
+    problems = _check_objects(spec, kube)
     for pool in spec.pools:
         if pool.provider != "managed-nodegroup" or eks is None:
             continue
@@ -312,4 +468,7 @@ def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_
             eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=pool.nodegroup)
         except eks.exceptions.ResourceNotFoundException:
             problems.append(f"pool {pool.name}: node group {pool.nodegroup!r} not found in cluster {cluster_name!r}")
-    return problems
+    problems += _check_gpu_drivers(spec, kube)
+    if problems or campaign_id is None:
+        return problems
+    return check_images(spec, kube, campaign_id)

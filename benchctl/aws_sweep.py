@@ -1,7 +1,9 @@
 """The sweeper on AWS (a scheduled Lambda): campaigns are found by what they left, not by a list.
 
-Candidates: every campaign id on an object labelled ``app.kubernetes.io/managed-by=benchctl`` in the
-cluster (DynamoGraphDeployments and Jobs in the namespace, NodePools) and every holder of a pool lock.
+Candidates: every campaign id on an object carrying our ``benchctl.io/campaign`` label in the cluster
+(DynamoGraphDeployments and Jobs in the namespace, NodePools) and every holder of a pool lock. Objects are
+selected by our own labels only, never by ``app.kubernetes.io/managed-by`` (which others may set or
+overwrite).
 A campaign is running when the execution recorded in its run store (``campaign.json``) is RUNNING;
 with no recorded execution it is left alone (never guess). Each campaign that is not running is torn
 down from its run-store records (``benchctl.sweep``), then any object still carrying its label is
@@ -15,7 +17,7 @@ from typing import Any
 
 from benchctl.campaign import Ctx, Providers
 from benchctl.k8s.client import KubeClient, NotFound
-from benchctl.k8s.render import LABEL_CAMPAIGN, LABEL_MANAGED
+from benchctl.k8s.render import LABEL_CAMPAIGN
 from benchctl.sweep import sweep
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
@@ -24,7 +26,7 @@ KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Jo
 
 def labelled(kube: KubeClient, namespace: str, campaign_id: str | None = None) -> list[tuple[str, str, str, str | None]]:
     """(api_version, kind, name, namespace) of our objects, optionally of one campaign only."""
-    sel = {LABEL_MANAGED: "benchctl", **({LABEL_CAMPAIGN: campaign_id} if campaign_id else {})}
+    sel = f"{LABEL_CAMPAIGN}={campaign_id}" if campaign_id else LABEL_CAMPAIGN  # ours: the label exists
     out = []
     for api_version, kind, namespaced in KINDS:
         ns = namespace if namespaced else None

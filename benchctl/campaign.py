@@ -69,11 +69,11 @@ class Providers:
     serving: ServingPort
     load: LoadPort
     lake: LakePort
-    tokenizer: str
+    tokenizer: str  # AIPerf's --tokenizer; "" = the model's own at model.revision (AWS: the prefetched volume)
     smoke: Any  # callable(state, n, max_tokens) -> dict
     report: Any = None  # callable(campaign_id) -> dict
     read_uri: Any = None  # callable(uri) -> bytes: a spec given by URI at start (AWS: s3://...)
-    preflight: Any = None  # callable(spec) -> list of missing prerequisites, checked before any scaling
+    preflight: Any = None  # callable(spec) -> missing prerequisites (may raise NotReadyYet), before any scaling
     locks: Any = None  # benchctl.locks.Locks: one campaign per pool
     clock: Any = time.time
     versions: JSON = field(default_factory=dict)
@@ -249,12 +249,15 @@ def plan(p: Providers, event: JSON) -> JSON:
         problems += aws_limits(spec, the_plan, ctx.poll_seconds)[1]
     if problems:
         raise SpecError(f"{p.store.uri}/spec.json", problems)
-    if p.preflight is not None:  # before anything is scaled: every missing prerequisite, by name
+    if p.preflight is not None and not p.store.exists("preflight.json"):
+        # before anything is scaled: every missing prerequisite, by name (NotReadyYet while its image
+        # checks still run: the state's Retry calls Plan again)
         missing = p.preflight(spec)
         if missing:
             from benchctl.errors import PreflightFailed
 
             raise PreflightFailed(missing)
+        p.store.write_json("preflight.json", {"ok": True, "at": now_iso(p.clock)})
     if p.locks is not None:  # one campaign per pool; a second one fails here, before touching anything
         from benchctl.locks import lock_keys
 
@@ -540,11 +543,13 @@ def launch_warmup(p: Providers, ctx: Ctx, experiment: str) -> JSON:
     first = steps[0]
     isl = first.isl or first.params.get("isl_range", [isl])[0]
 
+    tokenizer, revision = _tokenizer(p, spec)
+
     def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
         return aiperf_args.warmup_args(
-            model=spec.model.name, tokenizer=p.tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
+            model=spec.model.name, tokenizer=tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
             request_count=spec.warmup.request_count, concurrency=conc, isl=isl, osl=min(osl, 64),
-            seed=spec.seed,
+            seed=spec.seed, tokenizer_revision=revision,
         )
 
     return _launch(p, ctx, experiment, "warmup", argv_for, est_s=60.0 + spec.warmup.request_count)
@@ -554,6 +559,17 @@ def _urls(urls: Any) -> list[str]:
     if isinstance(urls, dict):
         return [str(u) for u in urls.values()]
     return [str(u) for u in urls or []]
+
+
+def _sources(urls: Any) -> JSON:
+    """{metrics URL: source name} (``server_metrics.source``) from a serving state's named endpoints."""
+    return {str(u): str(name) for name, u in urls.items()} if isinstance(urls, dict) else {}
+
+
+def _tokenizer(p: Providers, spec: CampaignSpec) -> tuple[str, str | None]:
+    """AIPerf's (--tokenizer, --tokenizer-revision): the engine's tokenizer as is, or (AWS) the model's own
+    at its pinned revision, read offline from the prefetched model volume."""
+    return (p.tokenizer, None) if p.tokenizer else (spec.model.name, spec.model.revision)
 
 
 # Hash ids of one step's prefix dataset live in [index * span, (index + 1) * span): disjoint per step,
@@ -614,12 +630,17 @@ def launch_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         extra["dataset"] = {"name": ds.name, "uri": uri, "sha256": ds.sha256, "meta": ds.meta,
                             "type": ds.custom_dataset_type}
 
+    tokenizer, revision = _tokenizer(p, spec)
+
     def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
+        # every worker's metrics endpoint, as the serving port knows it now (on EKS: the pods' addresses)
+        sources = p.serving.metrics_urls(dstate) if hasattr(p.serving, "metrics_urls") else dstate.get("metrics_urls")
+        extra["metrics_sources"] = _sources(sources)
         return aiperf_args.step_args(
-            step, model=spec.model.name, tokenizer=p.tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
-            metrics_urls=_urls(dstate.get("metrics_urls")),
+            step, model=spec.model.name, tokenizer=tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
+            metrics_urls=_urls(sources),
             input_file=extra["dataset"]["uri"] if "dataset" in extra else None,
-            slo=spec.slo.model_dump(),
+            slo=spec.slo.model_dump(), tokenizer_revision=revision,
         )
 
     return _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, extra=extra)
@@ -714,7 +735,8 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     )
     with p.lake.raw_local(ctx.campaign_id, experiment, step_id) as local_dir:
         requested = _requested_lengths(local_dir, dataset)
-        result = ingest_artifacts(local_dir, replace(sctx, requested_lengths=requested))
+        result = ingest_artifacts(local_dir, replace(sctx, requested_lengths=requested),
+                                  sources=rec.get("metrics_sources") or None)
     for table, rows in result.tables().items():
         p.lake.write(table, rows, part_name=step_id)
     status = result.steps[0]["status"] if result.steps else "failed"

@@ -5,11 +5,13 @@
   It never shrinks what is there (min/desired/max only go up while a campaign holds the pool) and
   never touches any other node group.
 * ``AutoModePools`` (EKS Auto Mode, Karpenter) creates one NodePool per pool, labelled with the
-  campaign, and deletes it on restore; a NodePool of the same name without our campaign label is
-  refused and left alone.
+  campaign, sized for the experiment's NODES (``render_nodepool`` turns nodes into the GPU limit
+  Karpenter counts), replaces it (PUT) when a later experiment needs another size, and deletes it on
+  restore; a NodePool of the same name without our campaign label is refused and left alone.
 
 Ready means more than ACTIVE: ``requested`` nodes of the pool are Ready, schedulable and advertise
-``nvidia.com/gpu`` >= the pool's ``gpus_per_node`` (device plugin up).
+``nvidia.com/gpu`` >= the pool's ``gpus_per_node`` (device plugin up), and none of them reports an NVIDIA
+driver older than the Dynamo image needs (GPU feature discovery's label, where present).
 
 moto note: moto's EKS does not implement ``describe_update``; the tests answer that one call.
 """
@@ -25,6 +27,10 @@ from benchctl.errors import BenchError, NotReadyYet
 from benchctl.k8s.client import Conflict, KubeClient, NotFound
 from benchctl.k8s.render import LABEL_CAMPAIGN
 from benchctl.spec import CampaignSpec, PoolSpec
+
+# GPU feature discovery's driver labels (NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery "Generated
+# Labels"): the current name, then the older one. A node without either cannot be judged.
+DRIVER_LABELS = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver.major")
 
 JSON = dict[str, Any]
 KubeSource = KubeClient | Callable[[], KubeClient] | None
@@ -65,10 +71,27 @@ def _gpus(quantity: Any) -> int:
         return 0
 
 
-def ready_gpu_nodes(kube: KubeClient, selector: str, gpus_per_node: int) -> list[str]:
-    """Names of nodes matching ``selector`` that are Ready, schedulable, with enough allocatable GPUs."""
+def old_drivers(nodes: list[JSON], min_driver: int | None) -> list[str]:
+    """``node (driver N)`` for each node whose GPU feature discovery label reports a driver below ``min_driver``."""
+    out = []
+    for node in nodes:
+        node_labels = (node.get("metadata") or {}).get("labels") or {}
+        major = next((node_labels[k] for k in DRIVER_LABELS if k in node_labels), None)
+        if min_driver and major is not None and (not major.isdigit() or int(major) < min_driver):
+            out.append(f"{node['metadata']['name']} (driver {major})")
+    return out
+
+
+def ready_gpu_nodes(kube: KubeClient, selector: str, gpus_per_node: int, min_driver: int | None = None) -> list[str]:
+    """Names of nodes matching ``selector`` that are Ready, schedulable, with enough allocatable GPUs.
+    PoolScalingFailed when one of them reports an NVIDIA driver older than ``min_driver``."""
+    nodes = kube.list("v1", "Node", label_selector=selector)
+    old = old_drivers(nodes, min_driver)
+    if old:
+        raise PoolScalingFailed(f"nodes {selector}: {', '.join(old)}: the Dynamo image needs NVIDIA driver "
+                                f"{min_driver} or newer (kubernetes.min_gpu_driver); nothing was deployed")
     names = []
-    for node in kube.list("v1", "Node", label_selector=selector):
+    for node in nodes:
         status = node.get("status") or {}
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         schedulable = not (node.get("spec") or {}).get("unschedulable")
@@ -108,10 +131,12 @@ class ManagedNodeGroupPools:
     provider = "managed-nodegroup"
 
     def __init__(self, cluster_name: str, pool_specs: Mapping[str, PoolSpec], *, session: Any = None,
-                 kube: KubeSource = None, clock: Callable[[], float] = time.time) -> None:
+                 kube: KubeSource = None, clock: Callable[[], float] = time.time,
+                 min_gpu_driver: int | None = None) -> None:
         self.cluster_name = cluster_name
         self.pool_specs = dict(pool_specs)
         self.clock = clock
+        self.min_gpu_driver = min_gpu_driver
         self._session = session
         self._eks: Any = None
 
@@ -217,7 +242,7 @@ class ManagedNodeGroupPools:
             if status != "Successful":
                 return False
         gpus = int(record.get("gpus_per_node") or self.pool_specs[pool].gpus_per_node)
-        nodes = ready_gpu_nodes(self.kube(), f"{NODEGROUP_LABEL}={nodegroup}", gpus)
+        nodes = ready_gpu_nodes(self.kube(), f"{NODEGROUP_LABEL}={nodegroup}", gpus, self.min_gpu_driver)
         return len(nodes) >= int(record["requested"])
 
     def restore(self, record: JSON) -> JSON:
@@ -249,7 +274,11 @@ class ManagedNodeGroupPools:
 
 
 class AutoModePools:
-    """Pools on EKS Auto Mode: one Karpenter NodePool per pool, created and deleted by us."""
+    """Pools on EKS Auto Mode: one Karpenter NodePool per pool, created and deleted by us.
+
+    ``render_nodepool(pool, nodes)`` renders the NodePool holding ``nodes`` nodes of the pool (its GPU
+    limit is nodes x gpus_per_node: ``benchctl.k8s.render.render_nodepool``).
+    """
 
     provider = "auto-mode"
 
@@ -378,10 +407,12 @@ class EksPools:
 
 
 def pools_for(spec: CampaignSpec, campaign_id: str, *, cluster_name: str, session: Any = None,
-              kube: KubeSource = None, render_nodepool: Callable[[str, int], JSON] | None = None,
-              clock: Callable[[], float] = time.time) -> EksPools:
-    """The PoolPort for ``spec`` on cluster ``cluster_name``. One KubeClient (built lazily from
-    describe_cluster + a presigned token unless given) is shared by both adapters."""
+              kube: KubeSource = None, clock: Callable[[], float] = time.time) -> EksPools:
+    """The PoolPort for ``spec`` on cluster ``cluster_name``: managed node groups, and Auto Mode NodePools
+    rendered from the spec (``render_nodepool(spec, campaign_id, pool, nodes)``). One KubeClient (built
+    lazily from describe_cluster + a presigned token unless given) is shared by both adapters."""
+    from benchctl.k8s.render import render_nodepool
+
     pool_specs = {p.name: p for p in spec.pools}
 
     def default_kube() -> KubeClient:
@@ -392,9 +423,8 @@ def pools_for(spec: CampaignSpec, campaign_id: str, *, cluster_name: str, sessio
     shared = _LazyKube(kube, default_kube)
     adapters: dict[str, Any] = {
         "managed-nodegroup": ManagedNodeGroupPools(cluster_name, pool_specs, session=session, kube=shared,
-                                                   clock=clock),
+                                                   clock=clock, min_gpu_driver=spec.kubernetes.min_gpu_driver),
+        "auto-mode": AutoModePools(cluster_name, pool_specs, campaign_id, kube=shared,
+                                   render_nodepool=lambda pool, nodes: render_nodepool(spec, campaign_id, pool, nodes)),
     }
-    if render_nodepool is not None:
-        adapters["auto-mode"] = AutoModePools(cluster_name, pool_specs, campaign_id, kube=shared,
-                                              render_nodepool=render_nodepool)
     return EksPools(pool_specs, adapters)

@@ -30,6 +30,11 @@ class ModelSpec(Strict):
     max_context: int = Field(default=40960, gt=0, description="model context length in tokens")
     # Qwen3-30B-A3B: 48 layers x 4 KV heads x 128 head_dim x (K, V) x 2 bytes (BF16) = 98,304 B/token.
     kv_bytes_per_token: int = Field(default=98304, gt=0, description="KV cache bytes per token")
+    revision: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$",
+        description="Hugging Face revision (pin a commit hash): what the model prefetch downloads, the workers "
+                    "load and AIPerf reads the tokenizer at, offline from the model volume (AWS); unset: the "
+                    "volume's refs/main")
 
 
 class PoolSpec(Strict):
@@ -231,6 +236,20 @@ Workload = Annotated[
 WORKLOAD_KINDS = ("concurrency_sweep", "multi_turn", "sequence_distribution", "prefix_cache")
 
 
+_SEMVER_CORE = r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})"
+
+
+def image_tag_version(image: str) -> str | None:
+    """``MAJOR.MINOR.PATCH`` of an image reference's tag (``repo:1.6.1``, ``repo:v1.6.1-efa``,
+    ``repo:1.6.1@sha256:…``), or None when it has no tag (digest only) or the tag is not a version."""
+    ref = image.split("@", 1)[0]
+    name, _, tag = ref.rpartition(":")
+    if not name or "/" in tag:  # no tag: the colon belonged to a registry port
+        return None
+    m = re.match(rf"^v?({_SEMVER_CORE})([-+][0-9A-Za-z.-]+)?$", tag)
+    return m.group(1) if m else None
+
+
 class Kubernetes(Strict):
     """Where and with what the AWS engine runs an experiment in the cluster (ignored locally).
 
@@ -240,10 +259,23 @@ class Kubernetes(Strict):
 
     namespace: Name = "dynamo-bench"
     dynamo_image: str = Field(default="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", min_length=1)
-    aiperf_image: str = Field(default="python:3.11-slim", min_length=1,
-                              description="image with `aiperf` 0.13.0 installed (pip install aiperf==0.13.0)")
+    dynamo_runtime_version: str | None = Field(
+        default=None, pattern=rf"^{_SEMVER_CORE}$",
+        description="the Dynamo runtime version in dynamo_image (MAJOR.MINOR.PATCH), rendered as each "
+                    "component's runtimeVersionOverride; required when the image has no version tag (e.g. "
+                    "pinned by digest only): Dynamo's admission webhook refuses such an image otherwise")
+    aiperf_image: str | None = Field(
+        default=None, min_length=1,
+        description="image with `aiperf` 0.13.0 (and python3); unset: the deployment's load image "
+                    "(BENCHCTL_LOAD_IMAGE), built by the control-plane stack from stacks/images/load/Dockerfile")
     uploader_image: str = Field(default="public.ecr.aws/aws-cli/aws-cli:2.22.0", min_length=1,
-                                description="copies a Job's artifacts to the results bucket")
+                                description="copies a Job's artifacts to the results bucket (AWS CLI v2)")
+    node_class: str = Field(default="default", min_length=1,
+                            description="EKS Auto Mode NodeClass (eks.amazonaws.com) of our NodePools")
+    min_gpu_driver: int = Field(
+        default=580, gt=0,
+        description="NVIDIA driver major version the Dynamo image needs (1.6 images: CUDA 13.0, driver 580+); "
+                    "checked on GPU nodes that report it (GPU feature discovery labels)")
     hf_token_secret: str = Field(default="hf-token", min_length=1, description="Secret with key HF_TOKEN")
     model_pvc: str = Field(default="model-cache", min_length=1, description="PVC holding the HF model cache")
     load_service_account: str = Field(default="benchctl-load", min_length=1,
@@ -252,6 +284,16 @@ class Kubernetes(Strict):
     load_memory: str = Field(default="16Gi")
     shared_memory: str = Field(default="16Gi", description="/dev/shm of each worker")
     prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
+
+    @model_validator(mode="after")
+    def _runtime_version(self) -> Kubernetes:
+        if self.dynamo_runtime_version is None and image_tag_version(self.dynamo_image) is None:
+            raise ValueError(
+                f"kubernetes.dynamo_runtime_version: required because kubernetes.dynamo_image "
+                f"{self.dynamo_image!r} has no MAJOR.MINOR.PATCH tag (Dynamo's admission webhook refuses such an "
+                "image unless each component sets runtimeVersionOverride); give the image's Dynamo version, "
+                "e.g. 1.6.1")
+        return self
 
 
 class Slo(Strict):

@@ -24,6 +24,9 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
   ships PyYAML and the boto3/botocore the code needs.
 * The code asset is an allow-list (``benchctl`` without the local engine, ``lambdas``,
   ``state_machines``, ``sql``), so test caches or tooling never change its hash.
+* The load image (``stacks/images/load``: AIPerf 0.13.0) is a container image asset: synth only hashes
+  its folder (no Docker); ``cdk deploy`` builds and pushes it, and the functions get its URI as
+  ``BENCHCTL_LOAD_IMAGE``, the AIPerf and smoke Jobs' image unless a spec names another.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import yaml
 from aws_cdk import CfnMapping, CfnOutput, CfnRule, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -60,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAMBDA_LAYER_DIR = ROOT / "build" / "lambda-layer"
 RBAC_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml"
 # the code asset: an allow-list, so nothing else in the work tree (caches, tooling, docs) ships or changes its hash
+LOAD_IMAGE_DIR = ROOT / "stacks" / "images" / "load"
 ASSET_EXCLUDES = [
     "*", ".*", "!benchctl", "!benchctl/**", "!lambdas", "!lambdas/**", "!state_machines", "!state_machines/**",
     "!sql", "!sql/**", "benchctl/local", "**/__pycache__", "*.pyc", "*.egg-info",
@@ -162,6 +167,9 @@ class ControlPlaneStack(Stack):
             removal_policy=RemovalPolicy.DESTROY,  # locks only: nothing to keep once the stack is gone
         )
         env["BENCHCTL_LOCK_TABLE"] = self.lock_table.table_name
+        load_image = ecr_assets.DockerImageAsset(self, "LoadImage", directory=str(LOAD_IMAGE_DIR),
+                                                 platform=ecr_assets.Platform.LINUX_AMD64)
+        env["BENCHCTL_LOAD_IMAGE"] = load_image.image_uri
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for var, handler in FUNCTIONS.items():

@@ -49,13 +49,19 @@ RESOURCES: dict[str, Resource] = {
         Resource("v1", "Pod", "pods", True),
         Resource("v1", "Secret", "secrets", True),
         Resource("v1", "PersistentVolumeClaim", "persistentvolumeclaims", True),
-        Resource("v1", "Service", "services", True),
+        Resource("v1", "ServiceAccount", "serviceaccounts", True),
         Resource("batch/v1", "Job", "jobs", True),
         Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False),
         Resource("nvidia.com/v1beta1", "DynamoGraphDeployment", "dynamographdeployments", True),
         Resource("karpenter.sh/v1", "NodePool", "nodepools", False),
+        Resource("eks.amazonaws.com/v1", "NodeClass", "nodeclasses", False),
     )
 }
+
+# Sent with every create and replace: the API server refuses (instead of silently dropping) a field its
+# schema does not know, and a duplicate field (kubernetes.io/docs/reference/using-api/api-concepts,
+# "Field validation").
+FIELD_VALIDATION = {"fieldValidation": "Strict"}
 
 
 def resource(api_version: str, kind: str) -> Resource:
@@ -154,7 +160,7 @@ class KubeClient:
 
     def create(self, obj: JSON) -> JSON:
         r, name, ns = self._parts(obj)
-        return dict(self._request("POST", r.path(ns), _what(r.kind, name, ns), body=obj))
+        return dict(self._request("POST", r.path(ns), _what(r.kind, name, ns), query=FIELD_VALIDATION, body=obj))
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> JSON:
         r = self._resource(api_version, kind, namespace)
@@ -184,13 +190,8 @@ class KubeClient:
         r, name, ns = self._parts(obj)
         if not name:
             raise ValueError(f"replace {r.kind}: metadata.name is required")
-        return dict(self._request("PUT", r.path(ns, name), _what(r.kind, name, ns), body=obj))
-
-    def patch_merge(self, api_version: str, kind: str, name: str, patch: JSON,
-                    namespace: str | None = None) -> JSON:
-        r = self._resource(api_version, kind, namespace)
-        return dict(self._request("PATCH", r.path(namespace, name), _what(kind, name, namespace), body=patch,
-                                  content_type="application/merge-patch+json"))
+        return dict(self._request("PUT", r.path(ns, name), _what(r.kind, name, ns), query=FIELD_VALIDATION,
+                                  body=obj))
 
     def logs(self, pod: str, namespace: str, container: str | None = None, tail_lines: int | None = 200) -> str:
         path = RESOURCES["Pod"].path(namespace, pod) + "/log"

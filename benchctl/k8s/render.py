@@ -5,11 +5,13 @@ Pure: standard library and benchctl only; nothing here talks to a cluster. What 
 * a ``DynamoGraphDeployment`` (``nvidia.com/v1beta1``) per experiment: a frontend and vLLM workers
   (one ``worker`` component aggregated; ``prefill`` + ``decode`` disaggregated);
 * a Karpenter ``NodePool`` (``karpenter.sh/v1``) per EKS Auto Mode pool;
-* ``batch/v1`` Jobs: one per AIPerf step (and the warm-up), the smoke test, the model prefetch.
+* ``batch/v1`` Jobs: one per AIPerf step (and the warm-up), the smoke test, the model prefetch, and
+  the preflight's image checks.
 
-Every object carries :func:`labels` (managed-by, campaign, experiment, step) so that a campaign's
-objects can be listed and removed by label selector, and its name is DNS-1123, at most 63
-characters, and includes a short hash of the campaign id (two campaigns may share a namespace).
+Every object carries :func:`labels` (campaign, experiment, step, plus an informative managed-by) and its
+name is DNS-1123, at most 63 characters, and includes a short hash of the campaign id (two campaigns may
+share a namespace). Objects and pods are SELECTED by :func:`selection` only: our ``benchctl.io/`` labels,
+never ``app.kubernetes.io/managed-by``, which the Dynamo operator's Grove pathway overwrites on pods.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ LABEL_MANAGED = "app.kubernetes.io/managed-by"
 LABEL_CAMPAIGN = "benchctl.io/campaign"
 LABEL_EXPERIMENT = "benchctl.io/experiment"
 LABEL_STEP = "benchctl.io/step"
+LABEL_ROLE = "benchctl.io/role"  # on a DGD's pod templates: frontend | worker | prefill | decode
 MANAGED_BY = "benchctl"
 
 DGD_API_VERSION = "nvidia.com/v1beta1"
@@ -39,14 +42,26 @@ NODEPOOL_API_VERSION = "karpenter.sh/v1"
 FRONTEND_PORT = 8000  # FACTS "Dynamo on Kubernetes": the frontend Service is <name>-frontend, port 8000
 GPU = "nvidia.com/gpu"
 MODELS_DIR = "/models"  # the model PVC's mount point
-HF_HOME = "/models/hf"
+HF_HOME = "/models/hf"  # a Hugging Face hub cache on the model volume (hub/models--org--name/snapshots/<rev>)
 ARTIFACTS = "/artifacts"  # a load Job's emptyDir
 ARTIFACT_OUT = "/artifacts/out"  # where AIPerf writes, then uploaded as is
 INPUTS_DIR = "/artifacts/inputs"
 EXIT_CODE_FILE = "/artifacts/out/exit_code"
 LAKE_PLACEHOLDER = "s3://<results-bucket>/lake"  # render_campaign's default: filled in by the engine
+# kubernetes.aiperf_image unset: the deployment's load image (BENCHCTL_LOAD_IMAGE), known on AWS only
+LOAD_IMAGE_PLACEHOLDER = "<benchctl-load-image>"
 DEFAULT_DEADLINE_S = 7200
 JOB_TTL_S = 86400
+PREFLIGHT_DEADLINE_S = 600
+# A worker's system server (health and /metrics): the Dynamo operator gives every worker container
+# DYN_SYSTEM_PORT=9090 and a port named "system" (deploy/cloud/operator/internal/dynamo/component_worker.go,
+# internal/consts: DynamoSystemPort = 9090).
+WORKER_SYSTEM_PORT = 9090
+# KVBM's Prometheus exporter with DYN_KVBM_METRICS=true (FACTS "Dynamo on Kubernetes": port 6880).
+KVBM_METRICS_PORT = 6880
+# Host memory of a KVBM worker besides its CPU KV cache (Python, CUDA context, NIXL staging): a stated
+# assumption; the request is this plus DYN_KVBM_CPU_CACHE_GB, so the scheduler reserves the cache.
+KVBM_BASE_MEMORY_GIB = 16
 
 # Component names inside a DGD (the operator lowercases them into child object names, so short).
 _COMPONENT = {"frontend": "Frontend", "worker": "Worker", "prefill": "Prefill", "decode": "Decode"}
@@ -85,6 +100,12 @@ def labels(campaign_id: str, experiment: str | None = None, step_id: str | None 
     if step_id is not None:
         out[LABEL_STEP] = _check_label_value(step_id)
     return out
+
+
+def selection(campaign_id: str, experiment: str | None = None, step_id: str | None = None) -> dict[str, str]:
+    """The labels that SELECT our objects and pods: our own ``benchctl.io/`` labels only (campaign, and
+    experiment/step when given). Never managed-by: Grove overwrites it on the pods it creates."""
+    return {k: v for k, v in labels(campaign_id, experiment, step_id).items() if k != LABEL_MANAGED}
 
 
 def selector(labels: dict[str, str]) -> str:
@@ -135,6 +156,10 @@ def prefetch_job_name(campaign_id: str) -> str:
     return _object_name(campaign_id, ("prefetch",))
 
 
+def preflight_job_name(campaign_id: str, check: str) -> str:
+    return _object_name(campaign_id, ("preflight", check))
+
+
 def frontend_service_url(spec: CampaignSpec, campaign_id: str, experiment: str) -> str:
     """In-cluster URL of an experiment's frontend (FACTS: Service ``<name>-frontend``, port 8000)."""
     return (f"http://{dgd_name(campaign_id, experiment)}-frontend.{spec.kubernetes.namespace}"
@@ -158,12 +183,26 @@ def _meta(name: str, lbl: dict[str, str], namespace: str | None = None) -> JSON:
     return meta
 
 
+HF_TOKEN_KEY = "HF_TOKEN"  # noqa: S105 (a key name, not a secret): the key inside the token secret
+
+
 def _hf_env(spec: CampaignSpec) -> list[JSON]:
     return [
         {"name": "HF_TOKEN",
-         "valueFrom": {"secretKeyRef": {"name": spec.kubernetes.hf_token_secret, "key": "HF_TOKEN"}}},
+         "valueFrom": {"secretKeyRef": {"name": spec.kubernetes.hf_token_secret, "key": HF_TOKEN_KEY}}},
         {"name": "HF_HOME", "value": HF_HOME},
     ]
+
+
+# The load Jobs read the tokenizer from the prefetched model volume, never from the internet: the volume
+# is a Hugging Face hub cache (what the prefetch's `hf download` writes under HF_HOME), and with the
+# offline variables AIPerf resolves `--tokenizer <model> --tokenizer-revision <rev>` there (FACTS "A
+# tokenizer without a hub": the hub-cache layout works in every AIPerf mode, trace datasets included).
+OFFLINE_TOKENIZER_ENV: list[JSON] = [
+    {"name": "HF_HOME", "value": HF_HOME},
+    {"name": "HF_HUB_OFFLINE", "value": "1"},
+    {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
+]
 
 
 def _model_volume(spec: CampaignSpec) -> JSON:
@@ -172,6 +211,24 @@ def _model_volume(spec: CampaignSpec) -> JSON:
 
 
 _MODEL_MOUNT: JSON = {"name": "model-cache", "mountPath": MODELS_DIR}
+
+
+def aiperf_image(spec: CampaignSpec) -> str:
+    """The load image: the spec's, else the placeholder of the deployment's (see LOAD_IMAGE_PLACEHOLDER)."""
+    return spec.kubernetes.aiperf_image or LOAD_IMAGE_PLACEHOLDER
+
+
+def runtime_version(spec: CampaignSpec) -> str | None:
+    """``runtimeVersionOverride`` of every component: the spec's version, or None when the image's tag
+    is one (Dynamo's webhook parses it). The spec refuses an untagged image without a version."""
+    from benchctl.spec import image_tag_version
+
+    k = spec.kubernetes
+    if k.dynamo_runtime_version is not None:
+        return k.dynamo_runtime_version
+    if image_tag_version(k.dynamo_image) is None:  # unreachable through parse_spec; kept for direct use
+        raise ValueError(f"kubernetes.dynamo_image {k.dynamo_image!r}: no version tag and no dynamo_runtime_version")
+    return None
 
 
 def _json_arg(obj: JSON) -> str:
@@ -216,7 +273,7 @@ def _kv_transfer_config(exp: Experiment, role: str) -> JSON | None:
     return dict(NIXL_CONNECTOR)
 
 
-def _uses_kvbm(exp: Experiment, role: str) -> bool:
+def uses_kvbm(exp: Experiment, role: str) -> bool:
     return exp.kv_offload is not None and (exp.mode == "aggregated" or role == "prefill")
 
 
@@ -225,6 +282,8 @@ def worker_args(spec: CampaignSpec, exp: Experiment, group: WorkerGroup) -> list
     args = ["--model", spec.model.name, "--tensor-parallel-size", str(group.tensor_parallel),
             # explicit in every experiment (vLLM's default anyway), so a router rung changes only routing
             "--enable-prefix-caching"]
+    if spec.model.revision:  # the same snapshot the prefetch downloaded and AIPerf tokenizes with
+        args += ["--revision", spec.model.revision]
     if exp.mode == "disaggregated":
         args += ["--disaggregation-mode", group.role]
     kv_transfer = _kv_transfer_config(exp, group.role)
@@ -234,6 +293,12 @@ def worker_args(spec: CampaignSpec, exp: Experiment, group: WorkerGroup) -> list
         # decode workers publish no KV events in Dynamo (the router places requests by prefill overlap)
         args += ["--kv-events-config", _json_arg(KV_EVENTS_CONFIG)]
     return args
+
+
+def kvbm_memory_request(offload: KvOffload) -> str:
+    """A KVBM worker's host memory request: its CPU KV cache (DYN_KVBM_CPU_CACHE_GB, decimal GB) in whole
+    GiB plus KVBM_BASE_MEMORY_GIB for the rest of the process, so the node is never overcommitted."""
+    return f"{KVBM_BASE_MEMORY_GIB + math.ceil(offload.cpu_cache_gb * 1e9 / 2**30)}Gi"
 
 
 def _kvbm_env(offload: KvOffload) -> list[JSON]:
@@ -260,12 +325,13 @@ def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
     exp = spec.experiment(experiment)
     k = spec.kubernetes
     lbl = labels(campaign_id, experiment)
+    version = runtime_version(spec)
     frontend: JSON = {
         "name": _COMPONENT["frontend"],
         "type": "frontend",
         "replicas": 1,
         "podTemplate": {
-            "metadata": {"labels": dict(lbl)},
+            "metadata": {"labels": {**lbl, LABEL_ROLE: "frontend"}},
             "spec": {"containers": [{
                 "name": "main",
                 "image": k.dynamo_image,
@@ -277,8 +343,10 @@ def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
     components = [frontend]
     for g, cname in zip(exp.workers, _component_names(exp), strict=True):
         env = _hf_env(spec)
-        if exp.kv_offload is not None and _uses_kvbm(exp, g.role):
+        requests: JSON = {}
+        if exp.kv_offload is not None and uses_kvbm(exp, g.role):
             env += _kvbm_env(exp.kv_offload)
+            requests["memory"] = kvbm_memory_request(exp.kv_offload)
         gpus = str(g.tensor_parallel)
         pod_spec: JSON = {
             **_scheduling(spec, campaign_id, spec.pool(g.pool)),
@@ -289,7 +357,7 @@ def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
                 "command": ["python3", "-m", "dynamo.vllm"],
                 "args": worker_args(spec, exp, g),
                 "env": env,
-                "resources": {"limits": {GPU: gpus}, "requests": {GPU: gpus}},
+                "resources": {"limits": {GPU: gpus}, "requests": {GPU: gpus, **requests}},
                 "volumeMounts": [dict(_MODEL_MOUNT)],
             }],
         }
@@ -298,8 +366,11 @@ def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
             "type": g.role,
             "replicas": g.replicas,
             "sharedMemorySize": k.shared_memory,
-            "podTemplate": {"metadata": {"labels": dict(lbl)}, "spec": pod_spec},
+            "podTemplate": {"metadata": {"labels": {**lbl, LABEL_ROLE: g.role}}, "spec": pod_spec},
         })
+    if version is not None:  # Dynamo's admission webhook: required when the image tag is no version
+        for c in components:
+            c["runtimeVersionOverride"] = version
     return {
         "apiVersion": DGD_API_VERSION,
         "kind": "DynamoGraphDeployment",
@@ -311,15 +382,37 @@ def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
 # ------------------------------------------------------------------------------------------ NodePool
 
 
-def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, gpus: int) -> JSON:
-    """An EKS Auto Mode (Karpenter) ``NodePool`` for one pool, capped at ``gpus`` GPUs of node capacity.
+def consolidate_after(spec: CampaignSpec, pool_name: str) -> str:
+    """How long Karpenter leaves an EMPTY node of our NodePool before removing it (``WhenEmpty``).
 
-    Karpenter counts a node's whole capacity against ``limits``: give nodes x gpus_per_node.
-    ``WhenEmpty`` consolidation removes the nodes once the campaign's workloads are gone.
+    A pool the plan hands over from one experiment to the next (``ExperimentPlan.handover``) stands empty
+    between the end of one experiment's teardown and the moment the next one's workers are scheduled:
+    ScalePools, CheckCapacity (bounded by ``timeouts.capacity_s``) and Deploy up to Ready (bounded by
+    ``timeouts.ready_s``). The delay covers that whole gap plus the plan's teardown allowance, so the nodes
+    stay warm for the entire campaign; restore deletes the NodePool, which releases them at once, and the
+    delay is only the backstop should every teardown path fail. A pool used by one experiment at a time
+    only: 60 s (restore deletes it right after that experiment anyway).
+    """
+    from benchctl.plan import OVERHEADS
+
+    plan = plan_campaign(spec, "aws")
+    if not any(pool_name in e.handover for e in plan.experiments):
+        return "60s"
+    gap_s = OVERHEADS["aws"]["teardown"] + spec.timeouts.capacity_s + spec.timeouts.ready_s
+    return f"{math.ceil(gap_s / 60)}m"
+
+
+def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes: int) -> JSON:
+    """An EKS Auto Mode (Karpenter) ``NodePool`` for one pool, room for ``nodes`` nodes of its instance type.
+
+    Karpenter counts a node's whole capacity against ``limits`` and never launches an instance type larger
+    than what remains (FACTS "Karpenter"), so the limit is ``nodes x gpus_per_node`` GPUs: 1 node of p4d
+    (8 GPUs) -> ``nvidia.com/gpu: "8"``. ``WhenEmpty`` consolidation after :func:`consolidate_after`.
     """
     pool = spec.pool(pool_name)
-    if gpus <= 0:
-        raise ValueError(f"nodepool {pool_name}: gpus must be positive, got {gpus}")
+    if nodes <= 0:
+        raise ValueError(f"nodepool {pool_name}: nodes must be positive, got {nodes}")
+    gpus = nodes * pool.gpus_per_node
     lbl = labels(campaign_id)
     return {
         "apiVersion": NODEPOOL_API_VERSION,
@@ -329,7 +422,8 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, gpus: 
             "template": {
                 "metadata": {"labels": dict(lbl)},
                 "spec": {
-                    "nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": "default"},
+                    "nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass",
+                                     "name": spec.kubernetes.node_class},
                     "requirements": [
                         {"key": "node.kubernetes.io/instance-type", "operator": "In",
                          "values": [pool.instance_type]},
@@ -339,7 +433,8 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, gpus: 
                 },
             },
             "limits": {GPU: str(gpus)},
-            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "60s"},
+            "disruption": {"consolidationPolicy": "WhenEmpty",
+                           "consolidateAfter": consolidate_after(spec, pool.name)},
         },
     }
 
@@ -394,8 +489,13 @@ def render_load_job(
 
     Init containers: fetch the step's dataset (when ``input_s3_uri``) to ``/artifacts/inputs/<name>``
     (every mention of the S3 URI in ``argv`` becomes that path), then AIPerf writing to
-    ``/artifacts/out``. The main container uploads ``/artifacts/out`` to ``raw_s3_uri`` and exits with
-    AIPerf's exit code.
+    ``/artifacts/out``, reading the tokenizer offline from the model volume (mounted read-only). The main
+    container uploads ``/artifacts/out`` to ``raw_s3_uri`` and exits with AIPerf's exit code.
+
+    No Kubernetes API token is mounted (``automountServiceAccountToken: false``): the Job needs none (S3
+    access comes from EKS Pod Identity, which injects its own credentials), and AIPerf's in-cluster
+    metrics discovery, which would list every inference pod of the namespace (other campaigns' too, and
+    the frontend a second time), finds nothing; the workers' endpoints are given with ``--server-metrics``.
     """
     k = spec.kubernetes
     lbl = labels(campaign_id, experiment, step_id)
@@ -415,17 +515,19 @@ def render_load_job(
     resources = {"cpu": k.load_cpu, "memory": k.load_memory}
     init.append({
         "name": "aiperf",
-        "image": k.aiperf_image,
+        "image": aiperf_image(spec),
         "command": ["sh", "-c", aiperf_script(argv)],
+        "env": [dict(e) for e in OFFLINE_TOKENIZER_ENV],
         "resources": {"limits": dict(resources), "requests": dict(resources)},
-        "volumeMounts": [dict(m) for m in mount],
+        "volumeMounts": [*(dict(m) for m in mount), {**_MODEL_MOUNT, "readOnly": True}],
     })
     # 97: the upload failed; 98: AIPerf's container left no exit code (cannot happen but must not pass)
     upload = (f"aws s3 cp --recursive {ARTIFACT_OUT} {shlex.quote(raw_s3_uri)} || exit 97; "
               f'exit "$(cat {EXIT_CODE_FILE} 2>/dev/null || echo 98)"')
     pod_spec: JSON = {
         "serviceAccountName": k.load_service_account,
-        "volumes": [{"name": "artifacts", "emptyDir": {}}],
+        "automountServiceAccountToken": False,
+        "volumes": [{"name": "artifacts", "emptyDir": {}}, _model_volume(spec)],
         "initContainers": init,
         "containers": [{
             "name": "upload",
@@ -464,9 +566,9 @@ print(f"smoke: {n} requests ok, /metrics ok")
 def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, frontend_url: str) -> JSON:
     """A Job sending ``smoke.requests`` chat completions and reading ``/metrics``; fails on any error."""
     lbl = labels(campaign_id, experiment, "smoke")
-    pod_spec: JSON = {"containers": [{
+    pod_spec: JSON = {"automountServiceAccountToken": False, "containers": [{
         "name": "smoke",
-        "image": spec.kubernetes.aiperf_image,
+        "image": aiperf_image(spec),
         "command": ["python3", "-c", SMOKE_SCRIPT],
         "env": [
             {"name": "FRONTEND_URL", "value": frontend_url},
@@ -480,38 +582,82 @@ def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, fron
 
 
 def render_prefetch_job(spec: CampaignSpec, campaign_id: str) -> JSON:
-    """Fill the model volume once per campaign (timed apart from deployment start-up)."""
-    lbl = labels(campaign_id)
+    """Fill the model volume once per campaign (timed apart from deployment start-up): the model at
+    ``model.revision`` (unset: main) into the hub cache under HF_HOME, where workers and AIPerf read it."""
+    lbl = labels(campaign_id, step_id="prefetch")
     # huggingface_hub >= 1.0 drops `huggingface-cli` for `hf`; use whichever the image has
-    script = ('if command -v hf >/dev/null 2>&1; then exec hf download "$MODEL"; '
-              'else exec huggingface-cli download "$MODEL"; fi')
+    script = ('if command -v hf >/dev/null 2>&1; then exec hf download "$MODEL" --revision "$REVISION"; '
+              'else exec huggingface-cli download "$MODEL" --revision "$REVISION"; fi')
     pod_spec: JSON = {
+        "automountServiceAccountToken": False,
         "volumes": [_model_volume(spec)],
         "containers": [{
             "name": "prefetch",
             "image": spec.kubernetes.dynamo_image,
             "command": ["sh", "-c", script],
-            "env": [*_hf_env(spec), {"name": "MODEL", "value": spec.model.name}],
+            "env": [*_hf_env(spec), {"name": "MODEL", "value": spec.model.name},
+                    {"name": "REVISION", "value": spec.model.revision or "main"}],
             "volumeMounts": [dict(_MODEL_MOUNT)],
         }],
     }
     return _job(spec, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
 
 
+# The preflight's image checks: each prints its tool's version; the check script compares it with what
+# benchctl needs, so a Job that succeeds proves the image runs and holds the right tool, on a CPU node
+# (no GPU toleration), with the load Jobs' service account, before any pool is scaled.
+PREFLIGHT_CHECKS: dict[str, str] = {
+    # AIPerf's own version string is the package's; the Job fails unless it is the one we parse for
+    "aiperf": ('v="$(aiperf --version 2>&1 | tail -n 1)"; echo "aiperf --version: $v"; '
+               'case "$v" in *"{version}"*) ;; *) echo "need aiperf {version}" >&2; exit 3;; esac'),
+    # the uploader runs `aws s3 cp`: AWS CLI v2, and credentials from Pod Identity for the service account
+    "uploader": ('v="$(aws --version 2>&1)"; echo "aws --version: $v"; '
+                 'case "$v" in aws-cli/2.*) ;; *) echo "need AWS CLI v2" >&2; exit 3;; esac; '
+                 'aws sts get-caller-identity --query Arn --output text || exit 4'),
+}
+
+
+# Without a model prefetch the volume must already hold the model: the AIPerf check then also loads the
+# tokenizer as the load Jobs will, offline from the volume at the pinned revision (AIPerf's own loader).
+TOKENIZER_CHECK = ("python3 -c 'import os; from aiperf.common.tokenizer import Tokenizer; "
+                   "Tokenizer.from_pretrained(os.environ[\"MODEL\"], revision=os.environ[\"REVISION\"]); "
+                   "print(\"tokenizer\", os.environ[\"MODEL\"], os.environ[\"REVISION\"], \"read offline\")' || exit 5")
+
+
+def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JSON:
+    """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS)."""
+    image = {"aiperf": aiperf_image(spec), "uploader": spec.kubernetes.uploader_image}[check]
+    script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
+    resources = {"cpu": "500m", "memory": "1Gi"}
+    container: JSON = {"name": check, "image": image, "command": ["sh", "-c", script],
+                       "resources": {"limits": dict(resources), "requests": dict(resources)}}
+    pod_spec: JSON = {
+        "serviceAccountName": spec.kubernetes.load_service_account,
+        "automountServiceAccountToken": False,
+        "containers": [container],
+    }
+    if check == "aiperf" and not spec.kubernetes.prefetch_model:
+        container["command"][2] = f"{script}; {TOKENIZER_CHECK}"
+        container["env"] = [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},
+                            {"name": "REVISION", "value": spec.model.revision or "main"}]
+        container["volumeMounts"] = [{**_MODEL_MOUNT, "readOnly": True}]
+        pod_spec["volumes"] = [_model_volume(spec)]
+    lbl = labels(campaign_id, step_id=f"preflight-{check}")
+    return _job(spec, preflight_job_name(campaign_id, check), lbl, pod_spec, PREFLIGHT_DEADLINE_S)
+
+
 # ------------------------------------------------------------------------------------------ campaign
 
 
-def _nodepool_gpus(spec: CampaignSpec) -> dict[str, int]:
-    """Auto Mode pools -> GPU limit: the most nodes any experiment needs there x GPUs per node
-    (experiments run one at a time)."""
+def _nodepool_nodes(spec: CampaignSpec) -> dict[str, int]:
+    """Auto Mode pools -> the most nodes any experiment needs there (experiments run one at a time)."""
     from benchctl.plan import nodes_needed
 
     out: dict[str, int] = {}
     for exp in spec.experiments:
         for pool, nodes in nodes_needed(spec, exp).items():
-            p = spec.pool(pool)
-            if p.provider == "auto-mode":
-                out[pool] = max(out.get(pool, 0), nodes * p.gpus_per_node)
+            if spec.pool(pool).provider == "auto-mode":
+                out[pool] = max(out.get(pool, 0), nodes)
     return out
 
 
@@ -524,14 +670,15 @@ def _deadline(spec: CampaignSpec, est_s: float) -> int:
 def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAKE_PLACEHOLDER) -> list[tuple[str, JSON]]:
     """Every manifest a campaign applies, as (relative path, object), in apply order.
 
-    ``lake_uri`` is the S3 lake root (``BENCHCTL_LAKE_URI``); the default is a visible placeholder.
+    ``lake_uri`` is the S3 lake root (``BENCHCTL_LAKE_URI``); the default is a visible placeholder. The
+    step Jobs' ``--server-metrics`` (the workers' pod addresses) are known only at launch: not rendered.
     """
     from benchctl.campaign import step_dataset
 
     plan = plan_campaign(spec, "aws")
     out: list[tuple[str, JSON]] = []
-    for pool, gpus in sorted(_nodepool_gpus(spec).items()):
-        out.append((f"nodepools/{pool}.yaml", render_nodepool(spec, campaign_id, pool, gpus)))
+    for pool, nodes in sorted(_nodepool_nodes(spec).items()):
+        out.append((f"nodepools/{pool}.yaml", render_nodepool(spec, campaign_id, pool, nodes)))
     if spec.kubernetes.prefetch_model:
         out.append(("prefetch-job.yaml", render_prefetch_job(spec, campaign_id)))
     datasets: dict[str, str | None] = {}
@@ -549,7 +696,7 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
             argv = aiperf_args.warmup_args(
                 model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
                 request_count=spec.warmup.request_count, concurrency=max(s.concurrency or 1 for s in steps),
-                isl=isl, osl=min(osl, 64), seed=spec.seed,
+                isl=isl, osl=min(osl, 64), seed=spec.seed, tokenizer_revision=spec.model.revision,
             )
             out.append((f"experiments/{e}/jobs/warmup.yaml",
                         render_load_job(spec, campaign_id, e, "warmup", argv,
@@ -564,6 +711,7 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
             argv = aiperf_args.step_args(
                 step, model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
                 input_file=f"{INPUTS_DIR}/{name}" if name else None, slo=spec.slo.model_dump(),
+                tokenizer_revision=spec.model.revision,
             )
             out.append((f"experiments/{e}/jobs/{step.step_id}.yaml",
                         render_load_job(spec, campaign_id, e, step.step_id, argv, raw,

@@ -11,9 +11,16 @@ It implements what our code relies on, not all of Kubernetes:
 * delete marks ``deletionTimestamp`` and keeps the object visible for ``delete_gets`` more GETs
   (per kind with :meth:`set_delete_gets`), so "wait until gone" loops are exercised; objects owned
   (ownerReferences uid) by a removed object go with it;
-* bearer-token check (401 otherwise), pod logs (``/log`` with ``container`` and ``tailLines``), ``/version``.
+* bearer-token check (401 otherwise), pod logs (``/log`` with ``container`` and ``tailLines``), ``/version``;
+* optionally RBAC as the API server does it (:meth:`enforce_rbac`: Roles, ClusterRoles and their
+  bindings from a manifest file; the request's attributes derived like apiserver's RequestInfo, e.g. a
+  namespace's own GET is authorized in that namespace; ``resourceNames`` never match create or list; a
+  denied request is 403 Forbidden), recording which rule allowed each request (``authorized``);
+* optionally strict field validation of created and replaced objects (:meth:`validate_with`): with
+  ``fieldValidation=Strict`` in the query, a validator's problems are a 422 Invalid, as on a real server.
 
-Every request is appended to ``requests`` as ``(method, path)``; deletions to ``deletes``.
+Every request is appended to ``requests`` as ``(method, path)`` (query included); deletions to ``deletes``;
+the bodies of creates and replaces to ``bodies`` as ``(method, path, body)``.
 """
 
 from __future__ import annotations
@@ -34,6 +41,79 @@ JSON = dict[str, Any]
 Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
 CreateHook = Callable[["FakeKubeApi", JSON], None]
 GetHook = Callable[["FakeKubeApi", JSON, int], None]
+Validator = Callable[[JSON], list[str]]
+
+
+class RequestInfo:
+    """What an authorizer sees of a request (k8s.io/apiserver pkg/endpoints/request/requestinfo.go)."""
+
+    def __init__(self, method: str, parts: list[str]) -> None:
+        self.resource_request = False
+        self.verb = {"POST": "create", "GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+        self.api_group = self.resource = self.subresource = self.name = self.namespace = ""
+        self.path = "/" + "/".join(parts)
+        if parts[:2] == ["api", "v1"]:
+            rest = parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            self.api_group, rest = parts[1], parts[3:]
+        else:
+            return  # a non-resource URL such as /version
+        self.resource_request = True
+        if rest[:1] == ["namespaces"] and len(rest) > 1:
+            self.namespace = rest[1]
+            if len(rest) > 2:  # else: the namespace object itself, authorized IN that namespace
+                rest = rest[2:]
+        self.resource = rest[0] if rest else ""
+        self.name = rest[1] if len(rest) > 1 else ""
+        self.subresource = rest[2] if len(rest) > 2 else ""
+        if not self.name and self.verb == "get":
+            self.verb = "list"
+
+    def key(self) -> tuple[str, str, str]:
+        return (self.verb, self.api_group, self.resource + (f"/{self.subresource}" if self.subresource else ""))
+
+
+class Rbac:
+    """Roles, ClusterRoles and their bindings (rbac.authorization.k8s.io/v1), evaluated like the RBAC
+    authorizer: allowed when any rule of a role bound to one of the subject's groups matches."""
+
+    def __init__(self, manifests: list[JSON], groups: set[str]) -> None:
+        self.roles: dict[tuple[str, str], list[JSON]] = {}  # (namespace or "", name) -> rules
+        self.bindings: list[tuple[str, tuple[str, str]]] = []  # (binding namespace or "" for cluster, role key)
+        for doc in manifests:
+            kind, meta = doc.get("kind"), doc.get("metadata") or {}
+            if kind == "Role":
+                self.roles[(meta["namespace"], meta["name"])] = list(doc.get("rules") or [])
+            elif kind == "ClusterRole":
+                self.roles[("", meta["name"])] = list(doc.get("rules") or [])
+        for doc in manifests:
+            kind, meta = doc.get("kind"), doc.get("metadata") or {}
+            if kind not in ("RoleBinding", "ClusterRoleBinding"):
+                continue
+            if not any(sub.get("kind") == "Group" and sub.get("name") in groups for sub in doc.get("subjects") or []):
+                continue
+            ref = doc["roleRef"]
+            role_key = (meta["namespace"] if ref["kind"] == "Role" else "", ref["name"])
+            self.bindings.append((meta.get("namespace", "") if kind == "RoleBinding" else "", role_key))
+
+    @staticmethod
+    def _matches(rule: JSON, info: RequestInfo) -> bool:
+        resource = info.resource + (f"/{info.subresource}" if info.subresource else "")
+        names = rule.get("resourceNames") or []
+        return (bool({"*", info.api_group} & set(rule.get("apiGroups") or []))
+                and bool({"*", resource} & set(rule.get("resources") or []))
+                and bool({"*", info.verb} & set(rule.get("verbs") or []))
+                and (not names or (bool(info.name) and info.name in names)))
+
+    def allowing_rule(self, info: RequestInfo) -> tuple[tuple[str, str], int] | None:
+        """(role key, rule index) of the first rule that allows ``info``; None: denied."""
+        for binding_ns, role_key in self.bindings:
+            if binding_ns and binding_ns != info.namespace:
+                continue  # a RoleBinding grants in its own namespace only
+            for i, rule in enumerate(self.roles.get(role_key, [])):
+                if self._matches(rule, info):
+                    return role_key, i
+        return None
 
 
 class HttpError(Exception):
@@ -92,7 +172,13 @@ class FakeKubeApi:
         self.tokens = {token}
         self.delete_gets = delete_gets
         self.requests: list[tuple[str, str]] = []
+        self.bodies: list[tuple[str, str, JSON]] = []  # creates and replaces: (method, path with query, body)
         self.deletes: list[tuple[str, str, str, str | None]] = []  # kind, namespace, name, propagation
+        self.rbac: Rbac | None = None
+        # (role key, rule index, verb, resource, name) of every request RBAC allowed
+        self.authorized: list[tuple[tuple[str, str], int, str, str, str]] = []
+        self.denied: list[str] = []
+        self.validators: dict[str, Validator] = {}
         self._objects: dict[Key, JSON] = {}
         self._logs: dict[tuple[str, str, str], str] = {}
         self._create_hooks: dict[str, list[CreateHook]] = {}
@@ -132,6 +218,16 @@ class FakeKubeApi:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     # ------------------------------------------------------------ test hooks
+
+    def enforce_rbac(self, manifests: list[JSON], groups: set[str] | None = None) -> None:
+        """Authorize every resource request as the RBAC authorizer would for a user in ``groups``
+        (default ``{"benchctl"}``), with the Roles/ClusterRoles/bindings in ``manifests``; non-resource
+        URLs (``/version``) stay allowed (Kubernetes' default ``system:public-info-viewer``)."""
+        self.rbac = Rbac(manifests, groups or {"benchctl"})
+
+    def validate_with(self, kind: str, validator: Validator) -> None:
+        """Creates and replaces of ``kind`` with ``fieldValidation=Strict`` must pass ``validator`` (422)."""
+        self.validators[kind] = validator
 
     def put(self, obj: JSON) -> JSON:
         """Store ``obj`` as is (status included), filling metadata; replaces an existing one."""
@@ -205,6 +301,24 @@ class FakeKubeApi:
                          "spec": {"containers": [{"name": c, "image": "fake"} for c in containers]},
                          "status": {"phase": phase}})
 
+    def add_job_pod(self, job: JSON, name: str, *, phase: str = "Running", logs: str = "",
+                    waiting: str | None = None) -> JSON:
+        """A pod as the Job controller creates it: the Job's pod template labels plus the controller's own
+        (``job-name``, ``batch.kubernetes.io/job-name``), its containers, owned by the Job; ``waiting``
+        sets a container waiting reason (e.g. ImagePullBackOff)."""
+        tmpl = job["spec"]["template"]
+        spec = tmpl["spec"]
+        containers = tuple(c["name"] for c in [*(spec.get("initContainers") or []), *spec["containers"]])
+        lbl = {**(tmpl.get("metadata") or {}).get("labels", {}), "job-name": job["metadata"]["name"],
+               "batch.kubernetes.io/job-name": job["metadata"]["name"]}
+        pod = self.add_pod(job["metadata"]["namespace"], name, labels=lbl, phase=phase, owner=job, logs=logs,
+                           containers=containers)
+        if waiting:
+            pod["status"]["containerStatuses"] = [{"name": containers[0], "state": {"waiting": {
+                "reason": waiting, "message": f"{waiting} for image {spec['containers'][0]['image']}"}}}]
+            pod = self.put(pod)
+        return pod
+
     def set_logs(self, namespace: str, pod: str, text: str, container: str | None = None) -> None:
         self._logs[(namespace, pod, container or "")] = text
 
@@ -229,8 +343,31 @@ class FakeKubeApi:
             if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or []):
                 self._remove(other)
 
+    def authorize(self, method: str, parts: list[str]) -> None:
+        """403 unless RBAC (when enforced) allows the request; records the allowing rule."""
+        if self.rbac is None:
+            return
+        info = RequestInfo(method, parts)
+        if not info.resource_request:
+            return
+        found = self.rbac.allowing_rule(info)
+        where = f' in the namespace "{info.namespace}"' if info.namespace else ""
+        if found is None:
+            what = info.resource + (f"/{info.subresource}" if info.subresource else "")
+            message = (f'{what} "{info.name}" is forbidden: User "benchctl" cannot {info.verb} resource '
+                       f'"{what}" in API group "{info.api_group}"{where}')
+            self.denied.append(message)
+            raise HttpError(403, "Forbidden", message)
+        verb, _, resource = info.key()
+        self.authorized.append((found[0], found[1], verb, resource, info.name))
+
     def handle(self, method: str, r: Resource, ns: str | None, name: str | None, query: dict[str, str],
                body: Any, content_type: str) -> tuple[int, Any]:
+        if method in ("POST", "PUT") and r.kind in self.validators and query.get("fieldValidation") == "Strict":
+            problems = self.validators[r.kind](body)
+            if problems:
+                raise HttpError(422, "Invalid", f"{r.kind} {((body or {}).get('metadata') or {}).get('name')} is "
+                                                f"invalid: " + "; ".join(problems))
         with self.lock:
             if method == "GET" and name is None:
                 match = _selector(query.get("labelSelector", ""))
@@ -368,6 +505,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(401, "Unauthorized", "Unauthorized")
             body = json.loads(raw) if raw else None
             parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
+            if method in ("POST", "PUT"):
+                self.fake.bodies.append((method, self.path, json.loads(raw) if raw else {}))
+            self.fake.authorize(method, parts)
             if parts == ["version"] and method == "GET":
                 return self._send(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})
             if parts[:2] == ["api", "v1"]:

@@ -138,6 +138,24 @@ def test_code_asset_is_the_code_alone_and_its_hash_ignores_the_rest_of_the_work_
             shutil.rmtree(d, ignore_errors=True)
 
 
+def test_the_load_image_is_built_from_the_repo_with_aiperf_0_13_0_and_given_to_every_function(default_out):
+    # Given synth without Docker: the image is an asset (built and pushed by `cdk deploy`), its folder copied
+    assets = json.loads((default_out / "benchctl-dev-control-plane.assets.json").read_text())["dockerImages"]
+    (image,) = assets.values()
+    assert image["source"]["platform"] == "linux/amd64"
+    dockerfile = (default_out / image["source"]["directory"] / "Dockerfile").read_text()
+    assert dockerfile == (ROOT / "stacks" / "images" / "load" / "Dockerfile").read_text()
+    from benchctl.aiperf_args import AIPERF_VERSION
+
+    assert f"ARG AIPERF_VERSION={AIPERF_VERSION}" in dockerfile
+    # Then every function knows the pushed image as the default load image
+    template = json.loads((default_out / "benchctl-dev-control-plane.template.json").read_text())
+    tag = image["destinations"][next(iter(image["destinations"]))]["imageTag"]
+    for fn in _resources(template, "AWS::Lambda::Function").values():
+        uri = json.dumps(fn["Properties"]["Environment"]["Variables"]["BENCHCTL_LOAD_IMAGE"])
+        assert tag in uri and "container-assets" in uri
+
+
 # --------------------------------------------------------------------------------------------- results
 
 

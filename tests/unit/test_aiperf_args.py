@@ -67,6 +67,14 @@ def test_worker_metrics_urls_are_scraped_too() -> None:
     assert args[args.index("--server-metrics") + 1:] == ["http://127.0.0.1:9001/metrics"]
 
 
+def test_a_pinned_tokenizer_revision_is_passed_on() -> None:
+    args = step_args(STEPS["concurrency-sweep-c1-r0"], **KW, tokenizer_revision="ad44e777")
+    assert opt(args, "--tokenizer") == "Qwen/Qwen3-30B-A3B" and opt(args, "--tokenizer-revision") == "ad44e777"
+    warm = warmup_args(**KW, request_count=8, concurrency=4, isl=128, osl=16, seed=42, tokenizer_revision="ad44e777")
+    assert opt(warm, "--tokenizer-revision") == "ad44e777"
+    assert "--tokenizer-revision" not in step_args(STEPS["concurrency-sweep-c1-r0"], **KW)  # local: a directory
+
+
 def test_warmup_never_scrapes_server_metrics() -> None:
     args = warmup_args(**KW, request_count=8, concurrency=4, isl=128, osl=16, seed=42)
     assert "--no-server-metrics" in args and opt(args, "--request-count") == "8"

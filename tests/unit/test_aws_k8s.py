@@ -1,6 +1,7 @@
 """EKS serving, load, smoke and preflight against the fake Kubernetes API; teardown from any state of an
 experiment (moto EKS node groups + the fake API) leaves pools at their recorded sizes and none of our
-objects behind."""
+objects behind. Pods are made as their controllers make them: a Job's from its template (our labels plus
+the controller's), a deployment's with ``app.kubernetes.io/managed-by`` overwritten as Grove does."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from benchctl import campaign
 from benchctl.aws_k8s import EksLoad, EksServing, EksSmoke, preflight
 from benchctl.campaign import Ctx, Providers, deployment_spec
 from benchctl.eks_pools import pools_for
-from benchctl.errors import ServingFailed, SmokeTestFailed
+from benchctl.errors import NotReadyYet, ServingFailed, SmokeTestFailed
 from benchctl.k8s.client import KubeClient
-from benchctl.k8s.render import LABEL_CAMPAIGN, dgd_name, render_nodepool
+from benchctl.k8s.render import LABEL_CAMPAIGN, LABEL_MANAGED, LABEL_ROLE, dgd_name
 from benchctl.lake import LocalLake
 from benchctl.plan import plan_campaign
 from benchctl.runstore import LocalRunStore
@@ -63,6 +64,19 @@ def _ticking_clock() -> Any:
 
 def serving(api: FakeKubeApi, spec: Any = None) -> EksServing:
     return EksServing(kube_of(api), spec or _spec(), CID, sleep=no_sleep, clock=_ticking_clock())
+
+
+def grove_pod(api: FakeKubeApi, dgd: dict[str, Any], component: int, name: str, *, ip: str | None = None,
+              phase: str = "Running") -> dict[str, Any]:
+    """A worker pod as the operator's Grove pathway creates it: the component's pod template labels, but
+    ``app.kubernetes.io/managed-by`` overwritten (FACTS "Dynamo operator")."""
+    tmpl = dgd["spec"]["components"][component]["podTemplate"]
+    lbl = {**tmpl["metadata"]["labels"], LABEL_MANAGED: "grove-operator"}
+    pod = api.add_pod(NS, name, labels=lbl, owner=dgd, phase=phase)
+    if ip:
+        pod["status"]["podIP"] = ip
+        pod = api.put(pod)
+    return pod
 
 
 def _ready(generation_lag: int = 0) -> Any:
@@ -114,13 +128,38 @@ def test_a_failed_deployment_fails_the_state(api):
         s.check_alive(st)
 
 
-def test_versions_are_the_pods_image_digests(api):
+def test_versions_are_the_pods_image_digests_found_by_our_labels_though_grove_overwrites_managed_by(api):
     s = serving(api)
     st = s.deploy(deployment_spec(s.spec, CID, "agg"))
-    pod = api.add_pod(NS, "w-0", labels=api.stored("DynamoGraphDeployment", st["name"], NS)["metadata"]["labels"])
+    pod = grove_pod(api, api.stored("DynamoGraphDeployment", st["name"], NS), 1, "w-0")
+    assert pod["metadata"]["labels"][LABEL_MANAGED] != "benchctl"
     pod["status"]["containerStatuses"] = [{"name": "main", "image": "img:1.6.1", "imageID": "img@sha256:abc"}]
     api.put(pod)
     assert s.versions(st) == {"images": {"img:1.6.1": "img@sha256:abc"}}
+    assert all(LABEL_MANAGED not in path for _, path in api.requests)  # never selected by managed-by
+
+
+def test_metrics_urls_name_every_running_worker_and_kvbm_endpoint(api):
+    # Given a disaggregated deployment with KV offload: KVBM runs on the prefill worker only
+    data = _spec().model_dump(mode="json")
+    data["experiments"][1]["kv_offload"] = {"cpu_cache_gb": 8}
+    s = serving(api, parse_spec(data))
+    st = s.deploy(deployment_spec(s.spec, CID, "disagg"))
+    dgd = api.stored("DynamoGraphDeployment", st["name"], NS)
+    roles = [c["podTemplate"]["metadata"]["labels"][LABEL_ROLE] for c in dgd["spec"]["components"]]
+    assert roles == ["frontend", "prefill", "decode"]
+    grove_pod(api, dgd, 0, "fe-0", ip="10.0.0.9")
+    grove_pod(api, dgd, 1, "pf-0", ip="10.0.0.1")
+    grove_pod(api, dgd, 2, "dc-0", ip="10.0.0.2")
+    grove_pod(api, dgd, 2, "dc-1", ip="10.0.0.3", phase="Pending")  # not running: no endpoint yet
+    api.add_pod(NS, "other", labels={LABEL_CAMPAIGN: "another-campaign", LABEL_ROLE: "decode"})
+    # Then every worker's system port and the prefill's KVBM exporter are named; the frontend by its Service
+    assert s.metrics_urls(st) == {
+        "frontend": f"{st['url']}/metrics",
+        "prefill/pf-0": "http://10.0.0.1:9090/metrics",
+        "kvbm/pf-0": "http://10.0.0.1:6880/metrics",
+        "decode/dc-0": "http://10.0.0.2:9090/metrics",
+    }
 
 
 def test_teardown_removes_only_this_experiments_objects_and_repeats_harmlessly(api):
@@ -160,12 +199,13 @@ def test_load_job_runs_polls_fails_with_logs_and_stops(api):
     job = api.stored("Job", st["name"], NS)
     assert job["metadata"]["labels"][LABEL_CAMPAIGN] == CID
     assert load.poll(st) is None  # running
-    api.add_pod(NS, "p1", labels={"job-name": st["name"]}, owner=job, logs="aiperf: connection refused",
-                containers=("aiperf", "upload"))
+    api.add_job_pod(job, "p1", logs="aiperf: connection refused")
     api.set_status("Job", NS, st["name"], {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]})
     assert load.poll(st) == 1
     logs = load.failure_logs(st)
     assert any("connection refused" in v for v in logs.values())
+    # a state recorded before pod selectors were kept: the Job's own template labels (ours) find the pods
+    assert load.failure_logs({k: v for k, v in st.items() if k != "pod_selector"}) == logs
     load.stop(st)
     assert api.stored("Job", st["name"], NS) is None
     load.stop(st)  # again: fine
@@ -220,30 +260,223 @@ def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api,
 # -------------------------------------------------------------------------------------------- preflight
 
 
+PREREQS = {
+    "namespace": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+    "crd": {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "dynamographdeployments.nvidia.com"}},
+    "secret": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": NS},
+               "data": {"HF_TOKEN": "aGZfeHl6"}},
+    "pvc": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache", "namespace": NS},
+            "spec": {"accessModes": ["ReadWriteMany"]}},
+    "serviceaccount": {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "benchctl-load", "namespace": NS}},
+    "nodepool-crd": {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                     "metadata": {"name": "nodepools.karpenter.sh"}},
+    "nodeclass": {"apiVersion": "eks.amazonaws.com/v1", "kind": "NodeClass", "metadata": {"name": "default"}},
+}
+
+
 def _prereqs(api: FakeKubeApi, *, skip: str = "") -> None:
-    objs = {
-        "namespace": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-        "crd": {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": "dynamographdeployments.nvidia.com"}},
-        "secret": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": NS}},
-        "pvc": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache", "namespace": NS}},
-    }
-    for key, obj in objs.items():
+    for key, obj in PREREQS.items():
         if key != skip:
             api.put(obj)
 
 
-def test_preflight_names_each_missing_prerequisite(api, aws):  # noqa: F811
-    _prereqs(api, skip="secret")
-    problems = preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)
-    assert problems == ["missing secret dynamo-bench/hf-token (HF token)"]
+def _with_image(spec: Any, image: str = "reg.example/benchctl-load:abc") -> Any:
+    data = spec.model_dump(mode="json")
+    data["kubernetes"]["aiperf_image"] = image
+    return parse_spec(data)
+
+
+@pytest.mark.parametrize(("skip", "problem"), [
+    ("namespace", "missing namespace 'dynamo-bench'"),
+    ("crd", "missing CRD dynamographdeployments.nvidia.com (install the dynamo-platform chart)"),
+    ("secret", "missing secret dynamo-bench/hf-token (HF token)"),
+    ("pvc", "missing volume claim dynamo-bench/model-cache (model cache)"),
+    ("serviceaccount", "missing service account dynamo-bench/benchctl-load (the load Jobs' identity; without it "
+                       "their pods are never created and each Job fails only at its deadline)"),
+])
+def test_preflight_names_each_missing_prerequisite(api, aws, skip, problem):  # noqa: F811
+    _prereqs(api, skip=skip)
+    assert preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID) == [problem]
+    assert not api.bodies  # nothing created while a prerequisite is missing
+
+
+def test_preflight_checks_the_secret_key_the_volume_mode_node_groups_and_auto_mode(api, aws):  # noqa: F811
+    _prereqs(api)
+    api.put({**PREREQS["secret"], "data": {"token": "eA=="}})
+    api.put({**PREREQS["pvc"], "spec": {"accessModes": ["ReadWriteOnce"]}})
+    assert preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER) == [
+        "secret dynamo-bench/hf-token has no key 'HF_TOKEN' (keys: ['token']); workers and the model prefetch read "
+        "the token from it",
+        "volume claim dynamo-bench/model-cache is ['ReadWriteOnce'], not ReadWriteMany: the workers of one "
+        "experiment run on several nodes at once and all mount it"]
+    _prereqs(api)
     spec = parse_spec({**_spec().model_dump(mode="json"), "pools": [{**_spec().pools[0].model_dump(mode="json"),
                                                                     "nodegroup": "nope"}]})
-    assert preflight(spec, kube_of(api), eks=aws.eks, cluster_name=CLUSTER)[-1] == (
-        "pool gpu-a100: node group 'nope' not found in cluster 'bench'")
-    assert preflight(_spec("auto-mode"), kube_of(api))[-1] == "missing CRD nodepools.karpenter.sh (EKS Auto Mode)"
+    assert preflight(spec, kube_of(api), eks=aws.eks, cluster_name=CLUSTER) == [
+        "pool gpu-a100: node group 'nope' not found in cluster 'bench'"]
+    for skip, problem in (("nodepool-crd", "missing CRD nodepools.karpenter.sh (EKS Auto Mode)"),
+                          ("nodeclass", "missing NodeClass 'default' (EKS Auto Mode, kubernetes.node_class; our "
+                                        "NodePools launch nodes of it)")):
+        with FakeKubeApi() as other:
+            _prereqs(other, skip=skip)
+            assert preflight(_spec("auto-mode"), kube_of(other)) == [problem]
     unreachable = KubeClient("http://127.0.0.1:9", token=lambda: "t", timeout=1)
     assert "not reachable" in preflight(_spec(), unreachable)[0]
+
+
+def test_preflight_refuses_gpu_nodes_with_a_driver_older_than_the_dynamo_image_needs(api, aws):  # noqa: F811
+    _prereqs(api)
+    api.add_node("g1", {"eks.amazonaws.com/nodegroup": "gpu-ng", "nvidia.com/cuda.driver-version.major": "570"},
+                 allocatable_gpus=8)
+    api.add_node("g2", {"eks.amazonaws.com/nodegroup": "gpu-ng", "nvidia.com/cuda.driver-version.major": "580"},
+                 allocatable_gpus=8)
+    api.add_node("x1", {"eks.amazonaws.com/nodegroup": "other-ng", "nvidia.com/cuda.driver.major": "535"})
+    problems = preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)
+    assert problems == [f"pool gpu-a100: node g1 (driver 570): the Dynamo image {_spec().kubernetes.dynamo_image} "
+                        "needs NVIDIA driver 580 or newer (kubernetes.min_gpu_driver); use a newer GPU AMI"]
+    # Auto Mode: nodes of the pool's instance type that exist already (the same NodeClass AMI) are judged
+    with FakeKubeApi() as other:
+        _prereqs(other)
+        other.add_node("a1", {"node.kubernetes.io/instance-type": "p4d.24xlarge", "nvidia.com/cuda.driver.major": "575"})
+        assert preflight(_spec("auto-mode"), kube_of(other))[0].startswith("pool gpu-a100: node a1 (driver 575)")
+
+
+def test_preflight_proves_each_image_with_a_short_cpu_job_before_anything_is_scaled(api, aws):  # noqa: F811
+    # Given every prerequisite, and the deployment's load image (the stack's, holding aiperf 0.13.0)
+    _prereqs(api)
+    spec = _with_image(_spec())
+    kube = kube_of(api)
+    # When Plan's preflight runs: one Job per image is created and Plan is told to come back
+    with pytest.raises(NotReadyYet, match=r"image checks still running: aiperf .*uploader"):
+        preflight(spec, kube, eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    jobs = {b["spec"]["template"]["spec"]["containers"][0]["name"]: b for m, _, b in api.bodies if m == "POST"}
+    assert set(jobs) == {"aiperf", "uploader"}
+    for job in jobs.values():
+        pod = job["spec"]["template"]["spec"]
+        assert "tolerations" not in pod and "nodeSelector" not in pod  # a CPU node, never a GPU one
+        assert pod["serviceAccountName"] == "benchctl-load" and pod["automountServiceAccountToken"] is False
+        assert job["spec"]["activeDeadlineSeconds"] <= 600
+    assert jobs["aiperf"]["spec"]["template"]["spec"]["containers"][0]["image"] == "reg.example/benchctl-load:abc"
+    assert "aiperf --version" in jobs["aiperf"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert jobs["uploader"]["spec"]["template"]["spec"]["containers"][0]["image"] == spec.kubernetes.uploader_image
+    # a retried Plan follows the same Jobs (no second pair)
+    with pytest.raises(NotReadyYet):
+        preflight(spec, kube, eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    assert len(_names(api, "Job", ours=True)) == 2
+    # Then both succeed: no problem, and the Jobs are removed
+    for job in jobs.values():
+        api.set_status("Job", NS, job["metadata"]["name"], {"succeeded": 1})
+    assert preflight(spec, kube, eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID) == []
+    assert _names(api, "Job", ours=True) == []
+
+
+def test_the_shipped_load_image_is_proven_to_hold_aiperf_0_13_0():
+    # the preflight's aiperf check passes only for the version benchctl's arguments are written for ...
+    from benchctl.aiperf_args import AIPERF_VERSION
+    from benchctl.k8s.render import render_preflight_job
+
+    job = render_preflight_job(_with_image(_spec()), CID, "aiperf")
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert AIPERF_VERSION == "0.13.0" and 'case "$v" in *"0.13.0"*) ;;' in script
+    # ... and the default load image, built by the control-plane stack, pins exactly that version
+    dockerfile = (ROOT / "stacks" / "images" / "load" / "Dockerfile").read_text()
+    assert f"ARG AIPERF_VERSION={AIPERF_VERSION}" in dockerfile and 'aiperf==${AIPERF_VERSION}' in dockerfile
+    assert f"aiperf=={AIPERF_VERSION}" in (ROOT / "requirements-local.txt").read_text()  # what tests parse with
+
+
+def _run_check(script: str, tmp_path: Any, tools: dict[str, str]) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, out in tools.items():
+        (bin_dir / name).write_text(f"#!{sys.executable}\nimport sys\nprint({out!r})\n")
+        (bin_dir / name).chmod(0o755)
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize(("version", "ok"), [("0.13.0", True), ("0.12.0", False)])
+def test_the_aiperf_image_check_fails_on_another_aiperf_version(tmp_path, version, ok):
+    from benchctl.k8s.render import render_preflight_job
+
+    data = _with_image(_spec()).model_dump(mode="json")
+    data["kubernetes"]["prefetch_model"] = True  # the version alone (the tokenizer check: the test below)
+    job = render_preflight_job(parse_spec(data), CID, "aiperf")
+    res = _run_check(job["spec"]["template"]["spec"]["containers"][0]["command"][2], tmp_path, {"aiperf": version})
+    assert (res.returncode == 0) is ok, res.stderr
+    assert f"aiperf --version: {version}" in res.stdout
+
+
+def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_the_volume(tmp_path):
+    """The real aiperf (0.13.0, this venv) runs the check's script: its version, then the tokenizer loaded
+    by AIPerf's own loader offline from a hub cache at the pinned revision, as the load Jobs will."""
+    import os
+    import subprocess
+    import sys
+
+    from benchctl.k8s.render import render_preflight_job
+    from benchctl.local import modeldir
+
+    if not modeldir.is_complete():
+        pytest.fail("the offline tokenizer directory is missing: run scripts/setup.sh (it generates it)")
+    data = _with_image(_spec()).model_dump(mode="json")
+    data["model"]["revision"] = modeldir.REVISION  # the generated snapshot stands in for the prefetched model
+    job = render_preflight_job(parse_spec(data), CID, "aiperf")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1" and env["REVISION"] == modeldir.REVISION
+    run_env = {**os.environ, **env, "HF_HOME": str(modeldir.hf_home()), "HOME": str(tmp_path),
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    ok = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180, env=run_env)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "aiperf --version: 0.13.0" in ok.stdout and f"{modeldir.REVISION} read offline" in ok.stdout
+    missing = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180,
+                             env={**run_env, "REVISION": "0" * 40})
+    assert missing.returncode == 5 and "not present in the HuggingFace cache" in missing.stderr
+    with_prefetch = parse_spec({**data, "kubernetes": {**data["kubernetes"], "prefetch_model": True}})
+    assert "volumeMounts" not in render_preflight_job(with_prefetch, CID, "aiperf")["spec"]["template"]["spec"][
+        "containers"][0]  # the volume is filled later, at Deploy
+
+
+@pytest.mark.parametrize(("version", "code"), [("aws-cli/2.22.0 Python/3.12.6 Linux", 0), ("aws-cli/1.33.0", 3)])
+def test_the_uploader_check_needs_aws_cli_v2(tmp_path, version, code):
+    from benchctl.k8s.render import render_preflight_job
+
+    job = render_preflight_job(_spec(), CID, "uploader")
+    res = _run_check(job["spec"]["template"]["spec"]["containers"][0]["command"][2], tmp_path, {"aws": version})
+    assert res.returncode == code, res.stderr
+
+
+def test_a_failed_or_stuck_image_check_is_a_named_problem(api, aws):  # noqa: F811
+    _prereqs(api)
+    spec = _with_image(_spec(), "reg.example/no-such:1")
+    kube = kube_of(api)
+    with pytest.raises(NotReadyYet):
+        preflight(spec, kube, eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    jobs = {b["spec"]["template"]["spec"]["containers"][0]["name"]: b for m, _, b in api.bodies if m == "POST"}
+    # the aiperf image cannot be pulled: named at once, not at the Job's deadline
+    api.add_job_pod(api.stored("Job", jobs["aiperf"]["metadata"]["name"], NS), "pf-a", phase="Pending",
+                    waiting="ImagePullBackOff")
+    # the uploader ran and has no identity
+    up = api.stored("Job", jobs["uploader"]["metadata"]["name"], NS)
+    api.add_job_pod(up, "pf-u", phase="Failed", logs="aws --version: aws-cli/2.22.0\nUnable to locate credentials")
+    api.set_status("Job", NS, up["metadata"]["name"], {"failed": 1})
+    problems = preflight(spec, kube, eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    assert problems[0].startswith("image check 'aiperf' failed for reg.example/no-such:1: ImagePullBackOff")
+    assert problems[1].startswith(f"image check 'uploader' failed for {spec.kubernetes.uploader_image}: Job ")
+    assert "Unable to locate credentials" in problems[1]
+    # without a load image at all: named, and nothing is created
+    with FakeKubeApi() as other:
+        _prereqs(other)
+        assert preflight(_spec(), kube_of(other), campaign_id=CID) == [
+            "kubernetes.aiperf_image is not set and this deployment has no load image (BENCHCTL_LOAD_IMAGE, set by "
+            "the control-plane stack): give an image holding aiperf 0.13.0"]
+        assert not other.bodies
 
 
 # ----------------------------------------------------------------------------- teardown from any state
@@ -260,8 +493,7 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
     store.write_json("plan.json", plan_campaign(spec, "aws").to_json())
     kube = kube_of(api)
     p = Providers(engine="aws", store=store,
-                  pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube,
-                                  render_nodepool=lambda pool, gpus: render_nodepool(spec, CID, pool, gpus)),
+                  pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
                   serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
                   load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
@@ -318,8 +550,7 @@ def test_auto_mode_teardown_removes_our_nodepool(api, tmp_path):
     store.write_json("plan.json", plan_campaign(spec, "aws").to_json())
     kube = kube_of(api)
     p = Providers(engine="aws", store=store,
-                  pools=pools_for(spec, CID, cluster_name=CLUSTER, kube=kube,
-                                  render_nodepool=lambda pool, gpus: render_nodepool(spec, CID, pool, gpus)),
+                  pools=pools_for(spec, CID, cluster_name=CLUSTER, kube=kube),
                   serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
                   load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
@@ -387,8 +618,47 @@ def test_a_failed_prefetch_fails_the_deployment_with_its_logs(api):
     s = serving(api, parse_spec(data))
     st = s.deploy(deployment_spec(s.spec, CID, "agg"))
     job = api.stored("Job", st["prefetch_job"], NS)
-    api.add_pod(NS, "pf-0", labels={"job-name": st["prefetch_job"]}, owner=job, logs="401 Unauthorized",
-                containers=("prefetch",))
+    api.add_job_pod(job, "pf-0", logs="401 Unauthorized")
     api.set_status("Job", NS, st["prefetch_job"], {"failed": 1})
     with pytest.raises(ServingFailed, match="401 Unauthorized"):
         s.probe_ready(st)
+
+
+# ------------------------------------------------------------------------------- Plan and its preflight
+
+
+def test_plan_waits_for_the_image_checks_and_fails_naming_them_before_any_pool_is_scaled(api, tmp_path):
+    from benchctl.errors import PreflightFailed
+    from tests.fakes import eks_world
+
+    spec = eks_world.example_specs()["auto-mode"]
+    eks_world.cluster_prerequisites(api, spec)
+    with eks_world.moto_eks(spec) as session:
+        p, ctx, _ = eks_world.providers(spec, kube_of(api), tmp_path, session)
+        event = {"state": "Plan", "input": {"ctx": ctx.to_json()}}
+        # Given the image checks still running: Plan raises NotReadyYet (its ASL Retry calls it again)
+        with pytest.raises(NotReadyYet):
+            campaign.plan(p, event)
+        assert not p.store.exists("preflight.json") and not p.store.exists("plan.json")
+        # When the load image turns out to hold another AIPerf
+        ours = {LABEL_CAMPAIGN: eks_world.CID}
+        jobs = {j["metadata"]["name"]: j for j in kube_of(api).list("batch/v1", "Job", NS, ours)}
+        assert len(jobs) == 2
+        for name, job in jobs.items():
+            check = job["spec"]["template"]["spec"]["containers"][0]["name"]
+            failed = check == "aiperf"
+            api.add_job_pod(job, f"{name}-pod", phase="Failed" if failed else "Succeeded",
+                            logs="aiperf --version: 0.12.0\nneed aiperf 0.13.0\n" if failed else "ok")
+            api.set_status("Job", NS, name, {"failed": 1} if failed else {"succeeded": 1})
+        # Then Plan fails with the named problem, and nothing was scaled or deployed
+        with pytest.raises(PreflightFailed, match=r"image check 'aiperf' failed .*need aiperf 0\.13\.0"):
+            campaign.plan(p, event)
+        assert not [b for m, _, b in api.bodies if b.get("kind") in ("NodePool", "DynamoGraphDeployment")]
+        assert kube_of(api).list("batch/v1", "Job", NS, ours) == []  # the checks' Jobs are removed once judged
+        # a fixed image passes; the preflight is not repeated once passed (a redelivered Plan)
+        api.on_create("Job", lambda a, job: a.set_status("Job", NS, job["metadata"]["name"], {"succeeded": 1}))
+        campaign.plan(p, event)
+        assert p.store.read_json("preflight.json")["ok"] is True
+        posts = len(api.bodies)
+        campaign.plan(p, event)
+        assert len(api.bodies) == posts

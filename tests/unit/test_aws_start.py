@@ -48,12 +48,18 @@ def cluster(aws, monkeypatch):
         for obj in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dynamo-bench"}},
                     {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                      "metadata": {"name": "dynamographdeployments.nvidia.com"}},
-                    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": "dynamo-bench"}},
+                    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": "dynamo-bench"},
+                     "data": {"HF_TOKEN": "aGY="}},
                     {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                     "metadata": {"name": "model-cache", "namespace": "dynamo-bench"}}):
+                     "metadata": {"name": "model-cache", "namespace": "dynamo-bench"}},
+                    {"apiVersion": "v1", "kind": "ServiceAccount",
+                     "metadata": {"name": "benchctl-load", "namespace": "dynamo-bench"}}):
             api.put(obj)
+        # the preflight's image-check Jobs pass (the Job controller's part)
+        api.on_create("Job", lambda a, job: a.set_status("Job", "dynamo-bench", job["metadata"]["name"], {"succeeded": 1}))
         monkeypatch.setattr("benchctl.k8s.eks.kube_for_cluster",
                             lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
+        monkeypatch.setenv("BENCHCTL_LOAD_IMAGE", "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:load")
         monkeypatch.setenv("BENCHCTL_CLUSTER", "bench")
         monkeypatch.setenv("BENCHCTL_NODEGROUPS", "gpu-ng")
         monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
@@ -139,6 +145,10 @@ def test_plan_on_aws_from_a_console_or_schedule_input(aws, cluster, capsys):
         assert f"runs/weekly-2026-11-29/{k}" in keys
     assert "lake/campaigns/campaign_id=weekly-2026-11-29/campaign.parquet" in keys
     assert "lake/experiments/campaign_id=weekly-2026-11-29/experiment=disagg/experiment.parquet" in keys
+    # the preflight proved the deployment's load image (the stack's BENCHCTL_LOAD_IMAGE) with a CPU Job
+    images = [b["spec"]["template"]["spec"]["containers"][0]["image"] for m, _, b in cluster.bodies
+              if b.get("kind") == "Job"]
+    assert "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:load" in images
     # ScalePools scales the named node group and records what it was; an abort restores exactly that
     capsys.readouterr()
     pools_handler.handler({"action": "scale", "state": "ScalePools", "ctx": ctx, "experiment": "agg"})

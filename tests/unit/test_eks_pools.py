@@ -1,10 +1,14 @@
-"""EKS PoolPort adapters: managed node groups on moto EKS, Auto Mode NodePools on FakeKubeApi."""
+"""EKS PoolPort adapters: managed node groups on moto EKS, Auto Mode NodePools on FakeKubeApi.
+
+Auto Mode NodePools are rendered by the real renderer (``pools_for`` wires ``render_nodepool``) and held to
+Karpenter's vendored NodePool schema: a fake renderer here once hid that the adapter passed NODES where the
+renderer took GPUs (a 1-node p4d pool got ``nvidia.com/gpu: "1"``, and Karpenter never launches a node
+larger than the remaining limit)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -15,13 +19,14 @@ from moto import mock_aws
 from benchctl.eks_pools import (
     CAMPAIGN_LABEL,
     NODEGROUP_LABEL,
-    AutoModePools,
     ManagedNodeGroupPools,
     PoolScalingFailed,
     pools_for,
 )
 from benchctl.k8s.client import KubeClient
-from benchctl.spec import PoolSpec
+from benchctl.k8s.render import nodepool_name
+from benchctl.spec import PoolSpec, parse_spec
+from tests import crd_schemas
 from tests.fakes.k8s_api import FakeKubeApi
 
 CLUSTER = "bench"
@@ -156,71 +161,130 @@ def test_ready_needs_successful_update_and_enough_ready_gpu_nodes(aws: Aws, api:
         pools.ready(rec)
 
 
-def render(pool: str, nodes: int) -> dict[str, Any]:
-    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": {"name": f"bench-{pool}", "labels": {"app.kubernetes.io/managed-by": "benchctl"}},
-            "spec": {"limits": {"nvidia.com/gpu": str(4 * nodes)},
-                     "disruption": {"consolidationPolicy": "WhenEmpty"}}}
+def test_ready_refuses_new_gpu_nodes_whose_driver_is_too_old_for_the_dynamo_image(aws: Aws, api: FakeKubeApi) -> None:
+    # Given node-group nodes up with GPUs, one reporting (GPU feature discovery) an R570 driver
+    s = pool_spec()
+    pools = ManagedNodeGroupPools(CLUSTER, {s.name: s}, session=aws.session, kube=kube_of(api), min_gpu_driver=580)
+    rec = pools.scale("gpu", 2, owner="o")
+    api.add_node("n1", {NODEGROUP_LABEL: "gpu-ng", "nvidia.com/cuda.driver-version.major": "580"}, allocatable_gpus=4)
+    api.add_node("n2", {NODEGROUP_LABEL: "gpu-ng", "nvidia.com/cuda.driver.major": "570"}, allocatable_gpus=4)
+    # Then capacity fails, naming the node and the driver the image needs, before anything is deployed
+    with pytest.raises(PoolScalingFailed, match=r"n2 \(driver 570\).*580 or newer"):
+        pools.ready(rec)
+    api.add_node("n2", {NODEGROUP_LABEL: "gpu-ng", "nvidia.com/cuda.driver.major": "580"}, allocatable_gpus=4)
+    assert pools.ready(rec) is True
+    api.add_node("n3", {NODEGROUP_LABEL: "gpu-ng"}, allocatable_gpus=4)  # no label: cannot be judged, not refused
+    assert pools.ready(rec) is True
 
 
-def auto(api: FakeKubeApi, campaign: str = CAMPAIGN) -> AutoModePools:
-    s = pool_spec(name="gpu", nodegroup=None, provider="auto-mode")
-    return AutoModePools(CLUSTER, {"gpu": s}, campaign, kube=kube_of(api), render_nodepool=render)
+def auto_spec(max_nodes: int = 2, instance_type: str = "p4d.24xlarge", gpus: int = 8) -> Any:
+    """A two-experiment Auto Mode spec: agg needs 1 node, disagg (prefill and decode apart) 2."""
+    return parse_spec({
+        "name": "auto", "model": {"name": "Qwen/Qwen3-30B-A3B"},
+        "pools": [{"name": "gpu", "instance_type": instance_type, "gpus_per_node": gpus, "gpu_kind": "A100-40GB",
+                   "max_nodes": max_nodes, "provider": "auto-mode"}],
+        "experiments": [
+            {"name": "agg", "mode": "aggregated", "workers": [{"role": "worker", "pool": "gpu", "replicas": 2,
+                                                                "tensor_parallel": 4}]},
+            {"name": "disagg", "mode": "disaggregated", "workers": [
+                {"role": "prefill", "pool": "gpu", "replicas": 1, "tensor_parallel": 8},
+                {"role": "decode", "pool": "gpu", "replicas": 1, "tensor_parallel": 8}]},
+        ],
+        "workloads": [{"kind": "concurrency_sweep", "concurrency": [1], "isl": 16, "osl": 16, "request_count": 4}],
+    })
+
+
+def auto(api: FakeKubeApi, campaign: str = CAMPAIGN, spec: Any = None) -> Any:
+    """The Auto Mode adapter exactly as the AWS engine builds it (``pools_for``: the real renderer)."""
+    return pools_for(spec or auto_spec(), campaign, cluster_name=CLUSTER, kube=kube_of(api)).adapters["auto-mode"]
+
+
+NAME = nodepool_name(CAMPAIGN, "gpu")
+
+
+def test_a_one_node_p4d_pool_gets_eight_gpus_of_limit(api: FakeKubeApi) -> None:
+    # Given an Auto Mode p4d pool (8 GPUs per node) and an experiment that needs ONE node
+    pools = auto(api)
+    # When the experiment's pool is scaled through the AWS code path
+    pools.scale("gpu", 1, owner="c/agg")
+    # Then the NodePool POSTed leaves room for one whole p4d, and is valid for Karpenter's own schema
+    (body,) = [b for m, path, b in api.bodies if m == "POST" and "/nodepools" in path]
+    assert body["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert crd_schemas.problems(body) == []
+    assert api.stored("NodePool", NAME)["spec"]["limits"] == {"nvidia.com/gpu": "8"}
 
 
 def test_auto_mode_creates_labelled_nodepool_and_restore_deletes_it(api: FakeKubeApi) -> None:
     pools = auto(api)
     rec = pools.scale("gpu", 2, owner="c/exp")
-    assert rec["nodepool"] == "bench-gpu" and rec["previous"] is None and rec["requested"] == 2
-    stored = api.stored("NodePool", "bench-gpu")
+    assert rec["nodepool"] == NAME and rec["previous"] is None and rec["requested"] == 2
+    stored = api.stored("NodePool", NAME)
     assert stored is not None
     assert stored["metadata"]["labels"][CAMPAIGN_LABEL] == CAMPAIGN
-    assert stored["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert stored["spec"]["limits"] == {"nvidia.com/gpu": "16"}  # 2 nodes x 8 GPUs
     again = pools.scale("gpu", 2, owner="c/exp")  # redelivered: ours already, nothing changes
     assert again["created"] is False
-    assert api.stored("NodePool", "bench-gpu") == stored
+    assert api.stored("NodePool", NAME) == stored
 
     # ready when Karpenter accepted the NodePool; nodes come with the workers' pending pods
     assert pools.ready(rec) is False
-    api.set_status("NodePool", None, "bench-gpu", {"conditions": [{"type": "Ready", "status": "False"}]})
+    api.set_status("NodePool", None, NAME, {"conditions": [{"type": "Ready", "status": "False"}]})
     assert pools.ready(rec) is False
-    api.set_status("NodePool", None, "bench-gpu", {"conditions": [{"type": "Ready", "status": "True"}]})
+    api.set_status("NodePool", None, NAME, {"conditions": [{"type": "Ready", "status": "True"}]})
     assert pools.ready(rec) is True
 
-    assert pools.restore(rec) == {"deleted": "bench-gpu"}
-    assert api.stored("NodePool", "bench-gpu") is None
-    assert pools.restore(rec)["deleted"] == "bench-gpu"  # already gone is fine
+    assert pools.restore(rec) == {"deleted": NAME}
+    assert api.stored("NodePool", NAME) is None
+    assert pools.restore(rec)["deleted"] == NAME  # already gone is fine
+
+
+def test_a_later_experiment_needing_another_size_replaces_our_nodepool(api: FakeKubeApi) -> None:
+    # Given agg's 1-node NodePool kept warm for disagg, which needs 2 nodes
+    pools = auto(api)
+    pools.scale("gpu", 1, owner="c/agg")
+    # When disagg scales the same pool
+    rec = pools.scale("gpu", 2, owner="c/disagg")
+    # Then the NodePool is replaced in place (PUT, the verb RBAC grants as update) with room for 2 nodes
+    assert rec["created"] is False
+    puts = [b for m, path, b in api.bodies if m == "PUT"]
+    assert len(puts) == 1 and puts[0]["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+    assert crd_schemas.problems(puts[0]) == []
+    assert api.stored("NodePool", NAME)["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+    assert all("fieldValidation=Strict" in path for m, path, _ in api.bodies)
 
 
 def test_auto_mode_refuses_a_nodepool_that_is_not_ours(api: FakeKubeApi) -> None:
     theirs = api.put({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-                      "metadata": {"name": "bench-gpu", "labels": {"team": "infra"}}, "spec": {"limits": {}}})
+                      "metadata": {"name": NAME, "labels": {"team": "infra"}}, "spec": {"limits": {}}})
     pools = auto(api)
-    with pytest.raises(ValueError, match=r"bench-gpu.*not this campaign"):
+    with pytest.raises(ValueError, match=rf"{NAME}.*not this campaign"):
         pools.scale("gpu", 1, owner="o")
     with pytest.raises(ValueError, match="max_nodes"):
         pools.scale("gpu", 9, owner="o")
-    fake_record = {"pool": "gpu", "nodepool": "bench-gpu", "requested": 1, "previous": None}
+    fake_record = {"pool": "gpu", "nodepool": NAME, "requested": 1, "previous": None}
     assert pools.restore(fake_record)["deleted"] is None
-    assert api.stored("NodePool", "bench-gpu") == theirs
+    assert api.stored("NodePool", NAME) == theirs
     assert not [m for m, _ in api.requests if m in ("PUT", "PATCH", "DELETE")]
     # another campaign's NodePool of the same name is not ours either
-    api.put({**theirs, "metadata": {"name": "bench-gpu", "labels": {CAMPAIGN_LABEL: "other-campaign"}}})
+    api.put({**theirs, "metadata": {"name": NAME, "labels": {CAMPAIGN_LABEL: "other-campaign"}}})
     with pytest.raises(ValueError, match="other-campaign"):
         pools.scale("gpu", 1, owner="o")
 
 
 def test_pools_for_dispatches_by_provider(aws: Aws, api: FakeKubeApi) -> None:
-    spec = SimpleNamespace(pools=[pool_spec(name="gpu"),
-                                  pool_spec(name="auto", nodegroup=None, provider="auto-mode"),
-                                  pool_spec(name="laptop", nodegroup=None, provider="local")])
-    port = pools_for(spec, CAMPAIGN, cluster_name=CLUSTER, session=aws.session,  # type: ignore[arg-type]
-                     kube=kube_of(api), render_nodepool=render)
+    base = auto_spec().model_dump(mode="json")
+    base["pools"] = [pool_spec(name="gpu").model_dump(mode="json"),
+                     pool_spec(name="auto", nodegroup=None, provider="auto-mode").model_dump(mode="json"),
+                     pool_spec(name="laptop", nodegroup=None, provider="local").model_dump(mode="json")]
+    base["experiments"] = [{"name": "a", "mode": "aggregated", "workers": [
+        {"role": "worker", "pool": p, "replicas": 1, "tensor_parallel": 4} for p in ("gpu", "auto", "laptop")]}]
+    port = pools_for(parse_spec(base), CAMPAIGN, cluster_name=CLUSTER, session=aws.session, kube=kube_of(api))
     ng_rec = port.scale("gpu", 1, owner="o")
     np_rec = port.scale("auto", 1, owner="o")
-    assert ng_rec["provider"] == "managed-nodegroup" and np_rec["nodepool"] == "bench-auto"
+    assert ng_rec["provider"] == "managed-nodegroup" and np_rec["nodepool"] == nodepool_name(CAMPAIGN, "auto")
+    assert api.stored("NodePool", np_rec["nodepool"])["spec"]["limits"] == {"nvidia.com/gpu": "4"}  # g6e: 4/node
     with pytest.raises(ValueError, match="laptop"):
         port.scale("laptop", 1, owner="o")
     assert port.restore(ng_rec)["scalingConfig"] == ORIGINAL
-    assert port.restore(np_rec) == {"deleted": "bench-auto"}
-    assert aws.scaling("gpu-ng") == ORIGINAL and api.stored("NodePool", "bench-auto") is None
+    assert port.restore(np_rec) == {"deleted": np_rec["nodepool"]}
+    assert aws.scaling("gpu-ng") == ORIGINAL and api.stored("NodePool", np_rec["nodepool"]) is None

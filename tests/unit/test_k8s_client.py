@@ -86,7 +86,22 @@ def test_missing_object_delete_false_get_not_found(kube: KubeClient) -> None:
         kube.get("batch/v1", "Job", "nope", NS)
     assert err.value.status == 404 and "Job dynamo-bench/nope" in str(err.value)
     with pytest.raises(NotFound):
-        kube.patch_merge("v1", "Node", "ghost", {"metadata": {"labels": {"a": "b"}}})
+        kube.replace({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ghost", "labels": {"a": "b"}}})
+
+
+def test_creates_and_replaces_ask_for_strict_field_validation(api: FakeKubeApi, kube: KubeClient) -> None:
+    # Given a server that validates DynamoGraphDeployments strictly (unknown fields refused, not pruned)
+    api.validate_with("DynamoGraphDeployment",
+                      lambda obj: [f"spec.{k}: unknown field" for k in obj.get("spec", {}) if k != "components"])
+    created = kube.create(dgd("agg"))
+    bad = {**created, "spec": {**created["spec"], "sharedMemory": {"size": "8Gi"}}}
+    # Then the client's replace carries fieldValidation=Strict, so the unknown field is an error (422)
+    with pytest.raises(ApiError) as err:
+        kube.replace(bad)
+    assert err.value.status == 422 and "spec.sharedMemory: unknown field" in str(err.value)
+    with pytest.raises(ApiError):
+        kube.create({**dgd("other"), "spec": {"components": [], "sharedMemory": {}}})
+    assert [path.split("?", 1)[1] for m, path in api.requests if m in ("POST", "PUT")] == ["fieldValidation=Strict"] * 3
 
 
 def test_bearer_token_required(api: FakeKubeApi) -> None:
@@ -102,14 +117,13 @@ def test_generation_resource_version_and_status_owned_by_server(api: FakeKubeApi
     obj["status"] = {"state": "successful"}  # a client cannot write status
     created = kube.create(obj)
     assert "status" not in created and created["metadata"]["generation"] == 1
-    labelled = kube.patch_merge("nvidia.com/v1beta1", "DynamoGraphDeployment", "agg",
-                                {"metadata": {"labels": {"a": "b"}}, "status": {"state": "failed"}}, NS)
+    labelled = kube.replace({**created, "metadata": {**created["metadata"], "labels": {"a": "b"}},
+                             "status": {"state": "failed"}})
     assert labelled["metadata"]["generation"] == 1 and "status" not in labelled
     assert int(labelled["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
     api.set_status("DynamoGraphDeployment", NS, "agg", {"state": "pending"})
-    changed = kube.patch_merge("nvidia.com/v1beta1", "DynamoGraphDeployment", "agg",
-                               {"spec": {"components": [{"name": "frontend", "type": "frontend", "replicas": 2}]}},
-                               NS)
+    current = kube.get("nvidia.com/v1beta1", "DynamoGraphDeployment", "agg", NS)
+    changed = kube.replace({**current, "spec": {"components": [{"name": "frontend", "type": "frontend", "replicas": 2}]}})
     assert changed["metadata"]["generation"] == 2 and changed["status"] == {"state": "pending"}
     replaced = kube.replace({**changed, "spec": {"components": []}})
     assert replaced["metadata"]["generation"] == 3

@@ -2,7 +2,9 @@
 and names that keep campaigns apart, and load Jobs whose shell wrapping runs AIPerf exactly as planned.
 
 Core kinds (Job, PodTemplate) are checked against the Kubernetes OpenAPI schemas that
-``kubernetes-validate`` bundles (offline); the CRDs against our own JSON schemas in tests/schemas/.
+``kubernetes-validate`` bundles (offline); the CRDs against the vendored upstream CRD schemas
+(tests/data/crds/, strictly: an unknown field is an error). What the AWS code path actually sends is
+checked the same way in test_manifests_upstream.py.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -29,10 +30,10 @@ from benchctl.campaign import step_dataset
 from benchctl.k8s import render as r
 from benchctl.plan import plan_campaign
 from benchctl.spec import CampaignSpec, parse_spec
+from tests import crd_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-SCHEMAS = ROOT / "tests" / "schemas"
 K8S_VERSION = "1.33"
 CID = "seed-plan-20261130-070000"
 CID2 = "seed-plan-20261201-080000"
@@ -61,8 +62,6 @@ SPECS = {
     "smoke-auto": load("smoke.yaml", provider("auto-mode")),
     "feature-ladder": load("feature-ladder.yaml"),
 }
-DGD_SCHEMA = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "dynamographdeployment.schema.json").read_text()))
-NODEPOOL_SCHEMA = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "nodepool.schema.json").read_text()))
 
 
 def k8s_valid(obj: dict[str, Any]) -> None:
@@ -120,7 +119,7 @@ def test_every_dgd_matches_schema_and_its_pod_templates_are_valid_kubernetes(nam
     spec = SPECS[name]
     for exp in spec.experiments:
         dgd = r.render_dgd(spec, CID, exp.name)
-        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in DGD_SCHEMA.iter_errors(dgd)]
+        errors = crd_schemas.problems(dgd)
         assert not errors, errors
         assert dgd["metadata"]["namespace"] == spec.kubernetes.namespace
         for comp in components(dgd):
@@ -128,18 +127,19 @@ def test_every_dgd_matches_schema_and_its_pod_templates_are_valid_kubernetes(nam
                        "template": comp["podTemplate"]})
 
 
-def test_dgd_schema_rejects_what_it_must() -> None:
+def test_the_strict_upstream_schema_rejects_what_the_api_server_would() -> None:
     dgd = r.render_dgd(SPECS["seed-plan"], CID, "agg-tp4x4")
     for breaks in (
-        lambda d: main(components(d, "worker")[0]).update(name="vllm"),
-        lambda d: main(components(d, "worker")[0])["resources"]["limits"].pop("nvidia.com/gpu"),
+        lambda d: components(d, "worker")[0].update(sharedMemory="16Gi"),  # a v1alpha1 field: pruned, so refused
+        lambda d: main(components(d, "worker")[0]).update(resourcez={}),
         lambda d: components(d, "worker")[0].update(type="engine"),
-        lambda d: d["metadata"]["labels"].pop(r.LABEL_EXPERIMENT),
-        lambda d: components(d, "frontend")[0]["podTemplate"]["metadata"]["labels"].pop(r.LABEL_CAMPAIGN),
+        lambda d: components(d, "worker")[0].update(replicas="4"),
+        lambda d: components(d, "worker")[0].update(runtimeVersionOverride="1.6"),
+        lambda d: d["metadata"]["labels"].update({r.LABEL_EXPERIMENT: "-bad-"}),
     ):
         broken = copy.deepcopy(dgd)
         breaks(broken)
-        assert not DGD_SCHEMA.is_valid(broken)
+        assert crd_schemas.problems(broken)
 
 
 def test_aggregated_has_one_worker_component_disaggregated_prefill_and_decode_over_nixl() -> None:
@@ -156,6 +156,7 @@ def test_aggregated_has_one_worker_component_disaggregated_prefill_and_decode_ov
         args = cmdline(comp)
         assert args[:3] == ["python3", "-m", "dynamo.vllm"]
         assert opt(args, "--model") == spec.model.name
+        assert opt(args, "--revision") == spec.model.revision  # the pinned snapshot on the model volume
         assert opt(args, "--disaggregation-mode") == role
         assert json.loads(opt(args, "--kv-transfer-config")) == {"kv_connector": "NixlConnector",
                                                                  "kv_role": "kv_both"}
@@ -220,6 +221,37 @@ def test_kv_offload_sets_kvbm_env_and_connectors() -> None:
     assert json.loads(opt(cmdline(worker), "--kv-transfer-config")) == r.KVBM_CONNECTOR
 
 
+def test_kvbm_workers_request_the_host_memory_of_their_cpu_cache() -> None:
+    # 16 GB (decimal, as KVBM reads DYN_KVBM_CPU_CACHE_GB) = 14.9 GiB -> 15 GiB + the stated base
+    spec = load("smoke.yaml", lambda d: d["experiments"][0].update(kv_offload={"cpu_cache_gb": 16}))
+    (worker,) = components(r.render_dgd(spec, CID, "agg"), "worker")
+    assert main(worker)["resources"]["requests"] == {"nvidia.com/gpu": "4",
+                                                     "memory": f"{r.KVBM_BASE_MEMORY_GIB + 15}Gi"}
+    assert "memory" not in main(worker)["resources"]["limits"]  # a request, never an OOM-kill limit
+    off = r.render_dgd(SPECS["feature-ladder"], CID, "disagg-kv-off")  # cpu_cache_gb 4 -> 4 GiB, prefill only
+    assert main(components(off, "prefill")[0])["resources"]["requests"]["memory"] == f"{r.KVBM_BASE_MEMORY_GIB + 4}Gi"
+    assert "memory" not in main(components(off, "decode")[0])["resources"]["requests"]
+    plain = r.render_dgd(SPECS["feature-ladder"], CID, "disagg-kv")
+    assert not any("memory" in main(c).get("resources", {}).get("requests", {}) for c in components(plain))
+
+
+def test_a_digest_pinned_image_gets_runtime_version_override_on_every_component() -> None:
+    digest = "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "a" * 64
+    # tagged with a version: the webhook parses the tag, nothing to add
+    assert all("runtimeVersionOverride" not in c for c in components(r.render_dgd(SPECS["seed-plan"], CID, "agg-tp4x4")))
+    pinned = load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(
+        dynamo_image=digest, dynamo_runtime_version="1.6.1"))
+    dgd = r.render_dgd(pinned, CID, "disagg-2p2d-tp4")
+    assert [c["runtimeVersionOverride"] for c in components(dgd)] == ["1.6.1"] * 3
+    assert all(main(c)["image"] == digest for c in components(dgd))
+    assert crd_schemas.problems(dgd) == []
+    # without the version the spec is refused, naming the field and why
+    from benchctl.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"kubernetes\.dynamo_runtime_version: required .*no MAJOR\.MINOR\.PATCH tag"):
+        load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(dynamo_image=digest))
+
+
 def test_workers_get_model_volume_hf_token_and_pool_scheduling() -> None:
     spec = SPECS["seed-plan"]
     (worker,) = components(r.render_dgd(spec, CID, "agg-tp4x4"), "worker")
@@ -251,7 +283,7 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
     spec = SPECS["smoke-auto"]
     manifests = dict(r.render_campaign(spec, CID))
     pool = manifests["nodepools/gpu-a100.yaml"]
-    errors = [e.message for e in NODEPOOL_SCHEMA.iter_errors(pool)]
+    errors = crd_schemas.problems(pool)
     assert not errors, errors
     assert pool["metadata"]["name"] == r.nodepool_name(CID, "gpu-a100")
     # both experiments need one 8-GPU p4d (2 x TP4): Karpenter counts whole nodes against the limit
@@ -262,12 +294,36 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
     assert {"key": "karpenter.sh/capacity-type", "operator": "In",
             "values": ["on-demand"]} in tmpl["spec"]["requirements"]
     assert tmpl["spec"]["nodeClassRef"] == {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": "default"}
-    assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "60s"}
+    # the pool is handed from agg to disagg: kept warm over the gap between them (teardown allowance +
+    # capacity_s 120 + ready_s 120 of the smoke spec = 420 s)
+    assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "7m"}
     assert tmpl["metadata"]["labels"][r.LABEL_CAMPAIGN] == CID
     assert not any(p.startswith("nodepools/") for p, _ in r.render_campaign(SPECS["smoke-nodegroup"], CID))
     broken = copy.deepcopy(pool)
-    del broken["spec"]["limits"]
-    assert not NODEPOOL_SCHEMA.is_valid(broken)
+    broken["spec"]["disruption"]["consolidateAfter"] = "1 hour"
+    assert crd_schemas.problems(broken)
+
+
+def test_nodepool_limit_is_nodes_times_gpus_per_node() -> None:
+    spec = SPECS["smoke-auto"]  # p4d: 8 GPUs per node
+    assert r.render_nodepool(spec, CID, "gpu-a100", 1)["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert r.render_nodepool(spec, CID, "gpu-a100", 2)["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+    with pytest.raises(ValueError, match="nodes must be positive"):
+        r.render_nodepool(spec, CID, "gpu-a100", 0)
+
+
+def test_consolidation_delay_keeps_handed_over_pools_warm_for_the_whole_campaign() -> None:
+    # derived from the plan: a pool handed over between experiments outlasts the longest empty gap the
+    # campaign's own bounds allow; a pool nobody hands over is released a minute after it empties
+    spec = SPECS["smoke-auto"]
+    assert any("gpu-a100" in e.handover for e in plan_campaign(spec, "aws").experiments)
+    gap = 180 + spec.timeouts.capacity_s + spec.timeouts.ready_s
+    assert r.consolidate_after(spec, "gpu-a100") == f"{-(-int(gap) // 60)}m"
+    longer = load("smoke.yaml", lambda d: (provider("auto-mode")(d), d["timeouts"].update(ready_s=3600)))
+    assert r.consolidate_after(longer, "gpu-a100") == f"{-(-(180 + 120 + 3600) // 60)}m"
+    single = load("smoke.yaml", lambda d: (provider("auto-mode")(d), d.update(experiments=d["experiments"][:1])))
+    assert not any(e.handover for e in plan_campaign(single, "aws").experiments)
+    assert r.consolidate_after(single, "gpu-a100") == "60s"
 
 
 # ----------------------------------------------------------------------- labels and names
@@ -276,7 +332,10 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
 def test_labels_and_selector() -> None:
     assert r.labels(CID, "agg", "warmup") == {r.LABEL_MANAGED: "benchctl", r.LABEL_CAMPAIGN: CID,
                                               r.LABEL_EXPERIMENT: "agg", r.LABEL_STEP: "warmup"}
-    assert r.selector(r.labels(CID)) == f"app.kubernetes.io/managed-by=benchctl,benchctl.io/campaign={CID}"
+    # selection is by our own labels only: Grove overwrites managed-by on the pods it creates
+    assert r.selection(CID, "agg", "warmup") == {r.LABEL_CAMPAIGN: CID, r.LABEL_EXPERIMENT: "agg",
+                                                 r.LABEL_STEP: "warmup"}
+    assert r.selector(r.selection(CID)) == f"benchctl.io/campaign={CID}"
     for bad in ("x" * 64, "has space", "-leading", "trailing.", ""):
         with pytest.raises(ValueError, match=re.escape(repr(bad))):
             r.labels(CID, bad)
@@ -304,7 +363,9 @@ def test_every_object_and_pod_template_carries_our_labels(name: str) -> None:
         templates = ([c["podTemplate"] for c in components(obj)] if obj["kind"] == "DynamoGraphDeployment"
                      else [obj["spec"]["template"]])
         for t in templates:
-            assert t["metadata"]["labels"] == lbl, path
+            assert t["metadata"]["labels"].items() >= lbl.items(), path
+        if obj["kind"] == "DynamoGraphDeployment":  # each component's pods say which role they play
+            assert [t["metadata"]["labels"][r.LABEL_ROLE] for t in templates] == [c["type"] for c in components(obj)]
 
 
 def test_names_are_dns1123_deterministic_and_differ_between_campaigns() -> None:
@@ -365,11 +426,21 @@ def test_load_job_runs_the_given_argv_with_local_dataset_and_artifact_dir() -> N
     fetch, aiperf = pod["initContainers"]
     assert s3 not in json.dumps(aiperf) and "s3://" not in json.dumps(aiperf)
     assert shlex.split(fetch["command"][2].split("&&", 1)[1]) == ["aws", "s3", "cp", s3, local]
-    assert aiperf["image"] == spec.kubernetes.aiperf_image
+    assert aiperf["image"] == r.LOAD_IMAGE_PLACEHOLDER  # unset in the spec: the deployment's load image
+    assert r.render_load_job(load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(
+        aiperf_image="reg/aiperf:0.13.0")), CID, "agg-tp4x4", "s", argv, raw)["spec"]["template"]["spec"][
+        "initContainers"][0]["image"] == "reg/aiperf:0.13.0"
     assert aiperf["resources"]["limits"] == aiperf["resources"]["requests"] == {"cpu": "8", "memory": "16Gi"}
     assert pod["serviceAccountName"] == "benchctl-load"
+    assert pod["automountServiceAccountToken"] is False  # no API token: AIPerf's pod discovery finds nothing
     assert job["spec"]["activeDeadlineSeconds"] == 900
-    assert pod["volumes"] == [{"name": "artifacts", "emptyDir": {}}]
+    assert pod["volumes"] == [{"name": "artifacts", "emptyDir": {}},
+                              {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
+    # the tokenizer comes offline from the prefetched model volume (a hub cache), mounted read-only
+    assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in aiperf["volumeMounts"]
+    assert {e["name"]: e["value"] for e in aiperf["env"]} == {"HF_HOME": "/models/hf", "HF_HUB_OFFLINE": "1",
+                                                              "TRANSFORMERS_OFFLINE": "1"}
+    assert not any(e["name"] == "HF_TOKEN" for c in pod["initContainers"] for e in c.get("env", []))
     no_input = r.render_load_job(spec, CID, "agg-tp4x4", "s", ["profile"], raw)
     assert [c["name"] for c in no_input["spec"]["template"]["spec"]["initContainers"]] == ["aiperf"]
     assert aiperf_argv(no_input) == ["profile", "--artifact-dir", "/artifacts/out"]
@@ -388,8 +459,9 @@ def test_campaign_step_jobs_run_exactly_the_planned_aiperf_arguments() -> None:
         want = aiperf_args.step_args(step, model=spec.model.name, tokenizer=spec.model.name, url=url,
                                      artifact_dir="/artifacts/out",
                                      input_file=f"/artifacts/inputs/{ds.name}" if ds else None,
-                                     slo=spec.slo.model_dump())
+                                     slo=spec.slo.model_dump(), tokenizer_revision=spec.model.revision)
         assert aiperf_argv(job) == want, step.step_id
+        assert opt(aiperf_argv(job), "--tokenizer-revision") == spec.model.revision  # pinned in the example
         init = job["spec"]["template"]["spec"]["initContainers"]
         assert [c["name"] for c in init] == (["fetch-input", "aiperf"] if ds else ["aiperf"])
         raw = f"s3://<results-bucket>/lake/raw/campaign_id={CID}/experiment={exp.name}/step_id={step.step_id}/"
@@ -469,7 +541,7 @@ def test_smoke_job_script_sends_requests_and_reads_metrics(status: int) -> None:
         job = r.render_smoke_job(spec, CID, "agg-tp4x4", url)
         k8s_valid(job)
         (c,) = job["spec"]["template"]["spec"]["containers"]
-        assert c["image"] == spec.kubernetes.aiperf_image
+        assert c["image"] == r.aiperf_image(spec)
         job_env = {e["name"]: e["value"] for e in c["env"]}
         res = subprocess.run([sys.executable, *c["command"][1:]], capture_output=True, text=True, timeout=30,
                              env={**os.environ, **job_env})
@@ -492,8 +564,10 @@ def test_prefetch_job_downloads_the_model_into_the_volume() -> None:
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["image"] == spec.kubernetes.dynamo_image and "download" in c["command"][2]
+    assert '--revision "$REVISION"' in c["command"][2]
     job_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert job_env["MODEL"] == spec.model.name and job_env["HF_HOME"] == "/models/hf"
+    assert job_env["REVISION"] == spec.model.revision  # the pinned snapshot workers and AIPerf read
     assert job_env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
     assert c["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models"}]
     assert not any(p == "prefetch-job.yaml" for p, _ in r.render_campaign(spec, CID))

@@ -25,9 +25,38 @@ def problems(mutate) -> list[str]:
 
 
 def test_examples_validate():
-    for name in ("smoke.yaml", "seed-plan.yaml"):
-        spec = load_spec(ROOT / "examples" / name)
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        spec = load_spec(path)
         assert spec.experiments and spec.workloads
+        assert spec.model.revision and len(spec.model.revision) == 40  # pinned to a commit
+
+
+@pytest.mark.parametrize(("image", "version"), [
+    ("nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", "1.6.1"),
+    ("nvcr.io/nvidia/ai-dynamo/vllm-runtime:v1.6.1-efa", "1.6.1"),
+    ("nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1@sha256:" + "a" * 64, "1.6.1"),
+    ("nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "a" * 64, None),
+    ("registry.local:5000/vllm-runtime", None),
+    ("registry.local:5000/vllm-runtime:latest", None),
+    ("vllm-runtime:1.6", None),
+])
+def test_image_tag_version(image, version):
+    from benchctl.spec import image_tag_version
+
+    assert image_tag_version(image) == version
+
+
+def test_a_dynamo_image_without_a_version_tag_needs_its_runtime_version():
+    digest = "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "b" * 64
+    assert problems(lambda d: d.setdefault("kubernetes", {}).update(dynamo_image=digest)) == [
+        f"kubernetes.dynamo_runtime_version: required because kubernetes.dynamo_image {digest!r} has no "
+        "MAJOR.MINOR.PATCH tag (Dynamo's admission webhook refuses such an image unless each component sets "
+        "runtimeVersionOverride); give the image's Dynamo version, e.g. 1.6.1"]
+    bad = problems(lambda d: d.setdefault("kubernetes", {}).update(dynamo_image=digest, dynamo_runtime_version="1.6"))
+    assert len(bad) == 1 and bad[0].startswith("kubernetes.dynamo_runtime_version: \"1.6\" is invalid")
+    data = copy.deepcopy(SMOKE)
+    data.setdefault("kubernetes", {}).update(dynamo_image=digest, dynamo_runtime_version="1.6.1")
+    assert parse_spec(data).kubernetes.dynamo_runtime_version == "1.6.1"
 
 
 def test_bad_mode_names_path_value_and_valid_choices():

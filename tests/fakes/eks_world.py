@@ -1,0 +1,257 @@
+"""A whole campaign driven through the AWS engine's own code path, against FakeKubeApi and moto's EKS.
+
+What the real AWS engine runs: ``benchctl.campaign``'s operations with the EKS adapters (``EksServing``,
+``EksLoad``, ``EksSmoke``, ``preflight``, ``pools_for``) and the real Kubernetes client over HTTP. Only the
+other side is imitated, each part as its controller behaves: the Dynamo operator creates a deployment's
+pods from its component templates (Grove overwriting ``app.kubernetes.io/managed-by``) and reports it
+Ready; the Job controller creates a Job's pod from its template and reports the Job done; Karpenter
+accepts NodePools; GPU nodes of node groups come up. Tests then hold what was sent (``api.bodies``) to the
+other side's own definitions: the vendored CRD schemas, the Kubernetes schemas, AIPerf's parser, RBAC.
+
+The lake is the local one with S3-shaped raw URIs (what the Job renderer and the load adapter expect from
+the S3 lake), so no S3 is needed for manifests.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchctl import campaign
+from benchctl.aws_k8s import EksLoad, EksServing, EksSmoke, preflight
+from benchctl.campaign import Ctx, Providers
+from benchctl.eks_pools import pools_for
+from benchctl.k8s.client import KubeClient
+from benchctl.k8s.render import LABEL_MANAGED, LABEL_STEP
+from benchctl.lake import LocalLake
+from benchctl.plan import plan_campaign
+from benchctl.runstore import LocalRunStore
+from benchctl.spec import CampaignSpec, parse_spec
+from tests.fakes.k8s_api import FakeKubeApi
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+NS = "dynamo-bench"
+CLUSTER = "bench"
+CID = "example-20261201-000000"
+TOKEN = "test-token"
+LOAD_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:benchctl-load"
+LAKE_URI = "s3://results-bucket/lake"
+_ROLE_ARN = "arn:aws:iam::123456789012:role/eks"
+
+
+def example_specs() -> dict[str, CampaignSpec]:
+    """Every example spec as the AWS engine would run it: pools the examples leave ``local`` become
+    managed node groups in one variant and Auto Mode pools in another; the others run as written. The
+    deployment's load image is filled in as ``benchctl.aws.with_load_image`` does."""
+    out: dict[str, CampaignSpec] = {}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        providers = {p.get("provider", "managed-nodegroup") for p in data["pools"]}
+        variants = ["managed-nodegroup", "auto-mode"] if "local" in providers else [None]
+        for provider in variants:
+            d = copy.deepcopy(data)
+            # no budget: it changes no manifest (a local rehearsal's is sized for the local engine), and
+            # its guard reads the whole timeline before every step
+            d.pop("budget", None)
+            for pool in d["pools"]:
+                if provider is not None:
+                    pool["provider"] = provider
+                    pool["nodegroup"] = f"ng-{pool['name']}" if provider == "managed-nodegroup" else None
+            d.setdefault("kubernetes", {}).setdefault("aiperf_image", LOAD_IMAGE)
+            out[path.stem + (f"[{provider}]" if provider else "")] = parse_spec(d, str(path))
+    return out
+
+
+class S3NamedLake(LocalLake):
+    """The local lake, raw areas and kept inputs named as the S3 lake names them (``s3://…/raw/…``)."""
+
+    def raw_uri(self, campaign_id: str, experiment: str, step_id: str) -> str:
+        return f"{LAKE_URI}/raw/campaign_id={campaign_id}/experiment={experiment}/step_id={step_id}/"
+
+    def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> Any:  # type: ignore[override]
+        super().raw_dir(campaign_id, experiment, step_id)
+        return self.raw_uri(campaign_id, experiment, step_id)
+
+    def local_raw(self, campaign_id: str, experiment: str, step_id: str) -> Path:
+        return Path(super().raw_dir(campaign_id, experiment, step_id))
+
+    @contextmanager
+    def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> Iterator[Path]:
+        yield self.local_raw(campaign_id, experiment, step_id)  # what the S3 lake downloads for ingestion
+
+    def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str:
+        inputs = self.local_raw(campaign_id, experiment, step_id) / "inputs"
+        inputs.mkdir(parents=True, exist_ok=True)
+        (inputs / name).write_bytes(data)
+        return f"{self.raw_uri(campaign_id, experiment, step_id)}inputs/{name}"
+
+
+# ------------------------------------------------------------------------------------ the other side
+
+
+def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
+    """What the README asks a cluster to have (what the preflight checks)."""
+    k = spec.kubernetes
+    for obj in (
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": k.namespace}},
+        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+         "metadata": {"name": "dynamographdeployments.nvidia.com"}},
+        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+         "metadata": {"name": "nodepools.karpenter.sh"}},
+        {"apiVersion": "eks.amazonaws.com/v1", "kind": "NodeClass", "metadata": {"name": k.node_class}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": k.hf_token_secret, "namespace": k.namespace},
+         "data": {"HF_TOKEN": "aGZfdG9rZW4="}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": k.model_pvc, "namespace": k.namespace},
+         "spec": {"accessModes": ["ReadWriteMany"]}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": k.load_service_account, "namespace": k.namespace}},
+    ):
+        api.put(obj)
+
+
+def dynamo_operator(api: FakeKubeApi) -> list[dict[str, Any]]:
+    """On a DGD create: one Running pod per component replica from its template (Grove's managed-by on
+    them), each with an address; the deployment Ready for its generation. Returns the pods it made."""
+    ips = (f"10.1.{i // 250}.{i % 250 + 1}" for i in itertools.count())
+    made: list[dict[str, Any]] = []
+
+    def on_create(fake: FakeKubeApi, dgd: dict[str, Any]) -> None:
+        ns, name = dgd["metadata"]["namespace"], dgd["metadata"]["name"]
+        for comp in dgd["spec"]["components"]:
+            tmpl = comp["podTemplate"]
+            for i in range(comp.get("replicas", 1)):
+                pod = fake.add_pod(ns, f"{name}-{comp['name'].lower()}-{i}", owner=dgd,
+                                   labels={**tmpl["metadata"]["labels"], LABEL_MANAGED: "grove-operator"},
+                                   containers=tuple(c["name"] for c in tmpl["spec"]["containers"]))
+                pod["status"].update(podIP=next(ips), containerStatuses=[
+                    {"name": c["name"], "image": c["image"], "imageID": f"{c['image'].split('@')[0]}@sha256:{'1' * 64}"}
+                    for c in tmpl["spec"]["containers"]])
+                made.append(fake.put(pod))
+        fake.set_status("DynamoGraphDeployment", ns, name, {
+            "state": "successful", "observedGeneration": dgd["metadata"].get("generation", 1),
+            "conditions": [{"type": "Ready", "status": "True"}]})
+
+    api.on_create("DynamoGraphDeployment", on_create)
+    return made
+
+
+def job_controller(api: FakeKubeApi, fail_steps: tuple[str, ...] = ()) -> None:
+    """On a Job create: its pod (from the template) and a finished status; failed for ``fail_steps``."""
+
+    def on_create(fake: FakeKubeApi, job: dict[str, Any]) -> None:
+        step = (job["spec"]["template"]["metadata"].get("labels") or {}).get(LABEL_STEP, "")
+        failed = step in fail_steps
+        fake.add_job_pod(job, f"{job['metadata']['name']}-pod", phase="Failed" if failed else "Succeeded",
+                         logs="aiperf: 3 of 24 requests failed\n" if failed else "ok\n")
+        fake.set_status("Job", job["metadata"]["namespace"], job["metadata"]["name"],
+                        {"failed": 1} if failed else {"succeeded": 1})
+
+    api.on_create("Job", on_create)
+
+
+def karpenter(api: FakeKubeApi) -> None:
+    """NodePools are accepted (Ready) as soon as they exist."""
+    api.on_create("NodePool", lambda fake, pool: fake.set_status(
+        "NodePool", None, pool["metadata"]["name"], {"conditions": [{"type": "Ready", "status": "True"}]}))
+
+
+def gpu_nodes(api: FakeKubeApi, spec: CampaignSpec) -> None:
+    """Node-group GPU nodes Ready with their GPUs and a driver the Dynamo image accepts (GFD's label)."""
+    plan = plan_campaign(spec, "aws")
+    for pool in spec.pools:
+        if pool.provider != "managed-nodegroup":
+            continue
+        for i in range(max(e.nodes.get(pool.name, 0) for e in plan.experiments)):
+            api.add_node(f"{pool.nodegroup}-{i}", {"eks.amazonaws.com/nodegroup": str(pool.nodegroup),
+                                                   "nvidia.com/cuda.driver-version.major": "580"},
+                         allocatable_gpus=pool.gpus_per_node)
+
+
+@contextmanager
+def moto_eks(spec: CampaignSpec) -> Iterator[Any]:
+    """moto EKS with the cluster and the spec's node groups (scaled to zero); DescribeUpdate answered."""
+    import boto3
+    from botocore.awsrequest import AWSResponse
+    from moto import mock_aws
+
+    with mock_aws():
+        session = boto3.Session(aws_access_key_id="a", aws_secret_access_key="b", region_name="us-east-1")
+        eks = session.client("eks")
+        eks.create_cluster(name=CLUSTER, roleArn=_ROLE_ARN, resourcesVpcConfig={})
+        for pool in spec.pools:
+            if pool.provider == "managed-nodegroup":
+                eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=str(pool.nodegroup), nodeRole=_ROLE_ARN,
+                                     subnets=["subnet-1"], scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 0})
+
+        def describe_update(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:  # moto lacks DescribeUpdate
+            return AWSResponse("", 200, {}, None), {"update": {"id": "u", "status": "Successful", "errors": []}}
+
+        session.events.register("before-call.eks.DescribeUpdate", describe_update)
+        yield session
+
+
+# ------------------------------------------------------------------------------------ the campaign
+
+
+@dataclass
+class World:
+    api: FakeKubeApi
+    spec: CampaignSpec
+    providers: Providers
+    ctx: Ctx
+    lake: S3NamedLake
+    argv: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (experiment, step) -> AIPerf argv
+    pods: list[dict[str, Any]] = field(default_factory=list)  # what the operator created
+
+
+def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> tuple[Providers, Ctx, S3NamedLake]:
+    store = LocalRunStore(tmp / "run")
+    lake = S3NamedLake(tmp / "lake")
+    ctx = Ctx(CID, str(tmp / "run"), LAKE_URI, 1, None)
+    no_sleep = lambda _s: None  # noqa: E731 (the fake answers at once; nothing to wait for)
+    p = Providers(
+        engine="aws", store=store,
+        pools=pools_for(spec, CID, cluster_name=CLUSTER, session=session, kube=kube),
+        serving=EksServing(kube, spec, CID, sleep=no_sleep), load=EksLoad(kube, spec, CID), lake=lake,
+        tokenizer="",  # as benchctl.aws: the model's own tokenizer, offline from the model volume
+        smoke=EksSmoke(kube, spec, CID, sleep=no_sleep),
+        preflight=lambda s: preflight(s, kube, eks=session.client("eks"), cluster_name=CLUSTER, campaign_id=CID),
+    )
+    store.write_json("spec.json", spec.model_dump(mode="json"))
+    return p, ctx, lake
+
+
+def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, *,
+                 fail_steps: tuple[str, ...] = ()) -> World:
+    """Plan (preflight included), then every experiment: scale, capacity, deploy, ready, smoke, warm-up,
+    every step (launch, check), teardown with hand-over; the last one restores its pools."""
+    kube = KubeClient(api.url, token=lambda: TOKEN)
+    p, ctx, lake = providers(spec, kube, tmp, session)
+    world = World(api, spec, p, ctx, lake)
+    campaign.plan(p, {"state": "Plan", "input": {"ctx": ctx.to_json()}})
+    plan = plan_campaign(spec, "aws")
+    for i, exp in enumerate(plan.experiments):
+        e = exp.name
+        campaign.scale_pools(p, ctx, e)
+        assert campaign.check_capacity(p, ctx, e)["done"], e
+        campaign.deploy(p, ctx, e)
+        assert campaign.check_ready(p, ctx, e)["done"], e
+        campaign.smoke(p, ctx, e)
+        for step_id in (["warmup"] if spec.warmup.request_count else []) + [s.step_id for s in exp.steps]:
+            if step_id == "warmup":
+                campaign.launch_warmup(p, ctx, e)
+            else:
+                campaign.launch_step(p, ctx, e, step_id)
+            rec = p.store.read_json(f"loads/{e}/{step_id}.json")
+            world.argv[(e, step_id)] = list(rec["argv"])
+            campaign.check_load(p, ctx, e, step_id)
+        campaign.teardown_experiment(p, ctx, e, handover=i + 1 < len(plan.experiments))
+    return world

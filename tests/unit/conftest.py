@@ -1,0 +1,58 @@
+"""Shared by the tests that hold the AWS code path to the other side's definitions."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests import crd_schemas
+from tests.fakes import eks_world
+from tests.fakes.eks_world import TOKEN, World
+from tests.fakes.k8s_api import FakeKubeApi
+
+ROOT = Path(__file__).resolve().parents[2]
+RBAC_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml"
+K8S_VERSION = "1.33"
+FAILED_STEP = "concurrency-sweep-c1-r0"  # made to fail in every campaign: its log tails are collected
+
+
+def job_problems(job: dict[str, Any]) -> list[str]:
+    """Kubernetes' own Job schema (kubernetes-validate's bundled OpenAPI, strict: unknown fields refused)."""
+    try:
+        kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as err:
+        return [f"{'/'.join(map(str, err.absolute_path))}: {err.message[:300]}"]
+    return []
+
+
+def upstream_api() -> FakeKubeApi:
+    """The fake API server validating strictly like the real one (vendored CRDs, Kubernetes' Job schema)
+    and authorizing every request with stacks/kubernetes/benchctl-rbac.yaml, as group ``benchctl``."""
+    api = FakeKubeApi(TOKEN)
+    api.validate_with("DynamoGraphDeployment", crd_schemas.problems)
+    api.validate_with("NodePool", crd_schemas.problems)
+    api.validate_with("Job", job_problems)
+    api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())))
+    return api
+
+
+@pytest.fixture(scope="session")
+def aws_worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, World]:
+    """Every example spec run as a whole campaign through the AWS code path (see tests/fakes/eks_world.py)."""
+    out = {}
+    for name, spec in eks_world.example_specs().items():
+        with upstream_api() as api, eks_world.moto_eks(spec) as session:
+            eks_world.cluster_prerequisites(api, spec)
+            pods = eks_world.dynamo_operator(api)
+            eks_world.job_controller(api, fail_steps=(FAILED_STEP,))
+            eks_world.karpenter(api)
+            eks_world.gpu_nodes(api, spec)
+            world = eks_world.run_campaign(spec, api, tmp_path_factory.mktemp(re.sub(r"\W", "_", name)), session)
+            world.pods = pods
+            out[name] = world
+    return out
