@@ -215,7 +215,7 @@ class World:
 def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> tuple[Providers, Ctx, S3NamedLake]:
     store = LocalRunStore(tmp / "run")
     lake = S3NamedLake(tmp / "lake")
-    ctx = Ctx(CID, str(tmp / "run"), LAKE_URI, 1, None)
+    ctx = Ctx(CID, str(tmp / "run"), LAKE_URI, 30, None)  # an AWS poll (1 s would exceed the history quota)
     no_sleep = lambda _s: None  # noqa: E731 (the fake answers at once; nothing to wait for)
     p = Providers(
         engine="aws", store=store,

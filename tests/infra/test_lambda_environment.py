@@ -42,7 +42,7 @@ from benchctl.plan import plan_campaign
 from benchctl.query import athena_view_ddl
 from benchctl.spec import load_spec
 from stacks import layers
-from tests.fakes.ports import samples_dir, write_sample_artifacts
+from tests.fakes.ports import write_sample_artifacts
 from tests.infra.conftest import CP, ROOT, load_templates
 
 pytestmark = pytest.mark.infra
@@ -163,7 +163,6 @@ def run(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     assert python.exists(), (f"{python} is missing: this machine has no Python {layers.PYTHON_VERSION} (the "
                              "Lambda runtime's); install one (e.g. pyenv install 3.13) and run scripts/setup.sh")
     assert (ENV_DIR / "opt" / "python").is_dir(), f"{ENV_DIR} is not built: run scripts/setup.sh"
-    assert samples_dir() is not None, "AIPerf samples (shared/samples/aiperf-0.13.0) not found"
     tmp = tmp_path_factory.mktemp("lambda-env")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"

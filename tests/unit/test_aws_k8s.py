@@ -242,7 +242,7 @@ def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api,
     p = Providers(engine="aws", store=store, pools=None, serving=EksServing(kube, spec, CID),  # type: ignore[arg-type]
                   load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t",
                   smoke=EksSmoke(kube, spec, CID), clock=lambda: now[0])
-    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
+    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
     store.write_json("deployments/agg.json", {"state": {"deployment_id": "agg", "url": "http://f:8000"},
                                               "deployed_at": 0})
     assert campaign.smoke(p, ctx, "agg")["reused"] is False
@@ -496,7 +496,7 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
                   pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
                   serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
                   load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
-    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
+    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
     # a foreign deployment in the same namespace that must survive
     api.put({"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
              "metadata": {"name": "theirs", "namespace": NS, "labels": {"team": "other"}}, "spec": {}})
@@ -553,7 +553,7 @@ def test_auto_mode_teardown_removes_our_nodepool(api, tmp_path):
                   pools=pools_for(spec, CID, cluster_name=CLUSTER, kube=kube),
                   serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
                   load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
-    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
+    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
     campaign.scale_pools(p, ctx, "agg")
     assert _names(api, "NodePool", ours=True)
     campaign.teardown_experiment(p, ctx, "agg")
@@ -571,7 +571,7 @@ def test_a_crash_right_after_the_node_group_changed_still_restores_it(api, aws, 
                                                              kube=kube),
                   serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
                   load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
-    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
+    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
 
     killed: list[bool] = []
 

@@ -29,7 +29,7 @@ from benchctl.plan import (
 )
 from benchctl.runstore import LocalRunStore
 from benchctl.spec import load_spec, parse_spec
-from tests.fakes.ports import FakeLoad, FakeWorld, samples_dir
+from tests.fakes.ports import FakeLoad, FakeWorld
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "examples" / "seed-plan.yaml"
@@ -65,7 +65,6 @@ class SlowLoad(FakeLoad):
         return super().poll(state)
 
 
-@pytest.mark.skipif(samples_dir() is None, reason="AIPerf samples (shared/samples/aiperf-0.13.0) not found")
 @pytest.mark.parametrize("polls", [0, 1])
 def test_the_estimate_is_the_history_the_interpreter_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              polls: int) -> None:
