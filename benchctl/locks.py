@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from benchctl.errors import BenchError
-from benchctl.local.processes import live_start_time
 from benchctl.spec import CampaignSpec
 
 
@@ -80,6 +79,8 @@ class FileLocks:
     def holder_alive(held: dict[str, Any]) -> bool:
         """False when the lock names a holder process that no longer runs (or whose pid was reused);
         True when it runs, or when the lock names no process (written by an older version: trust it)."""
+        from benchctl.local.processes import live_start_time  # local engine only (not in the Lambda asset)
+
         pid, started = held.get("pid"), held.get("pid_start_time")
         if not isinstance(pid, int) or not isinstance(started, int):
             return True
@@ -89,6 +90,8 @@ class FileLocks:
         self.root.mkdir(parents=True, exist_ok=True)
         now = self.clock()
         taken: list[str] = []
+        from benchctl.local.processes import live_start_time
+
         body = {"campaign_id": campaign_id, "acquired_at": now, "expires_at": now + ttl_s, "pid": self.pid,
                 "pid_start_time": live_start_time(self.pid)}
         try:
