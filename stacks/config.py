@@ -33,6 +33,9 @@ _RATE = re.compile(r"^rate\([1-9]\d* (minute|minutes|hour|hours|day|days)\)$")
 _AT = re.compile(r"^at\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\)$")
 _SPEC_KEY = re.compile(r"^specs/[A-Za-z0-9._/-]+\.(yaml|yml|json)$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# a container image reference with an explicit tag or digest: [registry/]repository(:tag|@sha256:...)
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._/-]*)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
+                    r"|@sha256:[0-9a-f]{64})$")
 
 # every key benchctl reads, with what it takes (the text of an error names it)
 KEYS: dict[str, str] = {
@@ -56,6 +59,9 @@ KEYS: dict[str, str] = {
                              "be API or API_AND_CONFIG_MAP)",
     "vpc_id": "null, or the VPC (vpc-...) to run the functions that call Kubernetes in (with subnet_ids)",
     "subnet_ids": "a list of private subnets (subnet-...) of vpc_id, for those functions (with vpc_id)",
+    "load_image": "null (default: the stack builds stacks/images/load with Docker at deploy), or a prebuilt "
+                  "image holding aiperf 0.13.0, with a tag or digest "
+                  "(e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/benchctl-load:0.13.0): no Docker needed",
 }
 
 
@@ -88,6 +94,7 @@ class Config:
     create_access_entries: bool = True
     vpc_id: str | None = None
     subnet_ids: tuple[str, ...] = ()
+    load_image: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -235,4 +242,5 @@ def load(node: Node, context: Mapping[str, Any] | None = None) -> Config:
         create_access_entries=ctx.boolean("create_access_entries", True),
         vpc_id=vpc_id,
         subnet_ids=subnets,
+        load_image=ctx.text("load_image", None, _IMAGE),
     )

@@ -167,9 +167,12 @@ class ControlPlaneStack(Stack):
             removal_policy=RemovalPolicy.DESTROY,  # locks only: nothing to keep once the stack is gone
         )
         env["BENCHCTL_LOCK_TABLE"] = self.lock_table.table_name
-        load_image = ecr_assets.DockerImageAsset(self, "LoadImage", directory=str(LOAD_IMAGE_DIR),
-                                                 platform=ecr_assets.Platform.LINUX_AMD64)
-        env["BENCHCTL_LOAD_IMAGE"] = load_image.image_uri
+        if config.load_image:  # a prebuilt image (benchctl:load_image): nothing to build, no Docker at deploy
+            env["BENCHCTL_LOAD_IMAGE"] = config.load_image
+        else:
+            load_image = ecr_assets.DockerImageAsset(self, "LoadImage", directory=str(LOAD_IMAGE_DIR),
+                                                     platform=ecr_assets.Platform.LINUX_AMD64)
+            env["BENCHCTL_LOAD_IMAGE"] = load_image.image_uri
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for var, handler in FUNCTIONS.items():

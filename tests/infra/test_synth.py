@@ -479,3 +479,18 @@ def test_bad_context_fails_synth_naming_the_key(tmp_path, change, expected):
     assert res.returncode == 2
     assert expected in res.stderr
     assert not list(tmp_path.glob("*.template.json"))
+
+
+def test_a_prebuilt_load_image_needs_no_docker_at_deploy(tmp_path):
+    """benchctl:load_image: the stack uses that image and builds none (no Docker on the deploying machine)."""
+    from tests.infra.conftest import CONTEXT, synth
+
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/benchctl-load:0.13.0"
+    res = synth(tmp_path, {**CONTEXT, "benchctl:load_image": image})
+    assert res.returncode == 0, res.stderr
+    assert not json.loads((tmp_path / "benchctl-dev-control-plane.assets.json").read_text()).get("dockerImages")
+    template = json.loads((tmp_path / "benchctl-dev-control-plane.template.json").read_text())
+    for fn in _resources(template, "AWS::Lambda::Function").values():
+        assert fn["Properties"]["Environment"]["Variables"]["BENCHCTL_LOAD_IMAGE"] == image
+    bad = synth(tmp_path / "bad", {**CONTEXT, "benchctl:load_image": "python"})
+    assert bad.returncode != 0 and "benchctl:load_image" in bad.stderr and "tag or digest" in bad.stderr
