@@ -1,6 +1,6 @@
 """GPU efficiency of a campaign on AWS: measured-load GPU-hours over billed GPU-hours, SIMULATED.
 
-Nothing here runs on AWS. The timeline comes from benchctl.schedule_sim with the stated latencies it
+Nothing here runs on AWS. The timeline comes from bench/schedule_sim.py with the stated latencies it
 prints (node boot, image pull, model download/load, smoke, warm-up, teardown, EC2 per-second billing
 with a 60 s minimum) and the plan's own load estimates. Baseline = today's engine (each experiment
 scales its pools and restores them at its end; image pull and model download after the nodes are
@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 if TYPE_CHECKING:
     from benchctl.spec import CampaignSpec
 
-BANNER = ("SIMULATED with stated latencies (benchctl/schedule_sim.py Latencies), NOT measured on AWS; "
+BANNER = ("SIMULATED with stated latencies (bench/schedule_sim.py Latencies), NOT measured on AWS; "
           "load seconds are the plan's estimates (engine aws)")
 
 
@@ -50,8 +50,8 @@ def hetero_spec() -> CampaignSpec:
 
 
 def report(path: Path | None) -> list[str]:
+    from bench.schedule_sim import IMPROVEMENTS, attribution, plan_load_gpu_hours
     from benchctl.plan import plan_campaign
-    from benchctl.schedule_sim import IMPROVEMENTS, attribution, plan_load_gpu_hours
     from benchctl.spec import load_spec
 
     spec = load_spec(path) if path is not None else hetero_spec()
@@ -99,7 +99,7 @@ def main() -> int:
     ap.add_argument("--with-hetero", action="store_true",
                     help="also a hypothetical seed-plan + g6e decode experiment, where the order matters")
     args = ap.parse_args()
-    from benchctl.schedule_sim import Latencies
+    from bench.schedule_sim import Latencies
 
     print(BANNER)
     print("latencies (assumptions):")

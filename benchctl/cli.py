@@ -96,16 +96,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(lake: Path, view: str, campaign_id: str | None, columns: tuple[str, ...] = (),
-                 *, engine: Any = None) -> int:
+def _print_table(query: Any, view: str, campaign_id: str | None, columns: tuple[str, ...] = ()) -> int:
+    from benchctl.formatting import format_result
     from benchctl.lake import check_path_value
-    from benchctl.query import QueryEngine, format_result
 
     if campaign_id:
         check_path_value("campaign_id", campaign_id)  # path-safe characters only: safe to quote
     select = ", ".join(columns) if columns else "*"
     sql = f"SELECT {select} FROM {view}" + (f" WHERE campaign_id = '{campaign_id}'" if campaign_id else "")  # noqa: S608
-    cols, rows = (engine or QueryEngine(lake)).run(sql)
+    cols, rows = query.run(sql)
     print(format_result(cols, rows, "table"))
     return len(rows)
 
@@ -122,16 +121,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  run state, raw spec, report: {result.run_dir}")
     if result.status != "SUCCEEDED":
         print(f"  error: {result.error}: {result.cause}")
-    _print_report(result.lake, result.campaign_id, result.run_dir)
+    _print_report(result.lake, result.campaign_id, result.run_dir, result.query)
     if result.status == "ABORTED":
         return 130
     return 0 if result.status == "SUCCEEDED" else 1
 
 
-def _print_report(lake: Path, campaign_id: str, run_dir: Path) -> None:
-    from benchctl.query import REPORT_VIEWS, QueryEngine
+def _print_report(lake: Path, campaign_id: str, run_dir: Path, query: Any = None) -> None:
+    from benchctl.local.query import QueryEngine
+    from benchctl.views import REPORT_VIEWS
 
-    engine = QueryEngine(lake)
+    engine = query() if query is not None else QueryEngine(lake)  # the run's own engine
     print("\nAll figures below are SIMULATED: Dynamo mocker workers on CPU, not GPU measurements.")
     for view, columns in REPORT_VIEWS.items():
         if view == "v_feature_ladder":
@@ -139,7 +139,7 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path) -> None:
             if not rows:
                 continue  # not a ladder campaign
         print(f"\n{view} (SIMULATED)")
-        _print_table(lake, view, campaign_id, columns, engine=engine)
+        _print_table(engine, view, campaign_id, columns)
     report = run_dir / "report" / "report.html"
     if report.is_file():
         print(f"\nthe report (tables, figures, timeline, cost, provenance; opens offline): {report}")
@@ -168,7 +168,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_start(args: argparse.Namespace) -> int:
     import os
 
-    from benchctl.aws_start import start
+    from benchctl.aws.start import start
 
     bucket = args.bucket or os.environ.get("BENCHCTL_BUCKET")
     if not bucket:
@@ -190,7 +190,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from benchctl.aws_start import status
+    from benchctl.aws.start import status
 
     st = _aws(lambda: status(args.execution_arn))
     width = max(len(k) for k in st)
@@ -202,7 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from benchctl.ingest import StepContext, ingest_artifacts, ingest_sweep
-    from benchctl.lake import LocalLake
+    from benchctl.local.lake import LocalLake
 
     art = _path(args.artifact_dir)
     if not art.is_dir():
@@ -226,7 +226,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from benchctl.query import QueryEngine, format_result
+    from benchctl.formatting import format_result
+    from benchctl.local.query import QueryEngine
 
     cols, rows = QueryEngine(_lake(args.lake)).run(args.name_or_sql)
     print(format_result(cols, rows, args.format))
@@ -236,8 +237,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     import yaml
 
-    from benchctl.campaign import new_campaign_id
-    from benchctl.k8s.render import render_campaign
+    from benchctl.aws.k8s.render import render_campaign
+    from benchctl.context import new_campaign_id
     from benchctl.spec import load_spec
 
     spec = load_spec(_path(args.spec))
@@ -258,7 +259,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from benchctl.lake import LocalLake, check_path_value
+    from benchctl.lake import check_path_value
+    from benchctl.local.lake import LocalLake
     from benchctl.plan import plan_campaign
     from benchctl.predict import format_predictions, predict_plan
     from benchctl.spec import load_spec
@@ -276,7 +278,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from benchctl.report import write_report
+    from benchctl.local.report import write_report
 
     out = _path(args.out)
     fmt = args.format or ("md" if out.suffix.lower() in {".md", ".markdown"} else "html")

@@ -1,17 +1,33 @@
-"""Ports: the few interfaces through which handlers touch the world.
+"""Ports: every interface through which the campaign's operations touch the world, and what crosses them.
 
-Each port has a local implementation (``benchctl.local``) and an AWS one (``benchctl.aws``).
-States passed between calls are plain JSON-able dicts so that the state machine (or a file in
-the run directory) can carry them between Lambda invocations.
-May import only the standard library.
+Each port has a local adapter (``benchctl.local``) and an AWS one (``benchctl.aws``); ``Providers`` is
+the set one engine wires in for one campaign, and an ``Engine`` builds it. States a port returns are
+plain JSON-able dicts (the port's own: the core only stores them in the run state and hands them back),
+so the state machine, or a file in the run directory, carries them between invocations. Requests going
+into a port are typed (``DeploymentRequest``, ``LoadRequest``) and hold everything the adapter needs.
+
+To add a port: a Protocol here, a field on ``Providers``, an adapter in each engine (a test fake in
+``tests/fakes/ports.py``). May import only the standard library (the spec's types for checking only).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from benchctl.context import Ctx
+    from benchctl.runstate import RunState
+    from benchctl.spec import CampaignSpec, Experiment, Kubernetes, ModelSpec, PoolSpec
 
 JSON = dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------ requests
 
 
 @dataclass(frozen=True)
@@ -25,7 +41,22 @@ class WorkerGroupSpec:
 
 
 @dataclass(frozen=True)
-class DeploymentSpec:
+class DeploymentTarget:
+    """What a cluster deployment is rendered from (the AWS engine renders a DynamoGraphDeployment from it,
+    as given; the local engine ignores it): the experiment as resolved from the spec, the model, the pools
+    its workers run on, and the spec's Kubernetes settings."""
+
+    experiment: Experiment
+    model: ModelSpec
+    pools: tuple[PoolSpec, ...]
+    kubernetes: Kubernetes
+
+    def pool(self, name: str) -> PoolSpec:
+        return next(p for p in self.pools if p.name == name)
+
+
+@dataclass(frozen=True)
+class DeploymentRequest:
     """What to serve: everything the serving port needs, and nothing about load."""
 
     deployment_id: str  # unique per campaign x experiment; names processes/objects
@@ -33,6 +64,7 @@ class DeploymentSpec:
     mode: str  # aggregated | disaggregated
     router: str  # round-robin | kv
     groups: tuple[WorkerGroupSpec, ...]
+    campaign_id: str = ""
     labels: dict[str, str] = field(default_factory=dict)  # campaign/experiment labels
     # Local mocker knobs (ignored on AWS): speedup_ratio, block_size, num_gpu_blocks,
     # kv_transfer_bandwidth, num_host_blocks, ...
@@ -40,10 +72,57 @@ class DeploymentSpec:
     # KV cache offload (KVBM) settings, e.g. {"cpu_cache_gb": 16}; None = off. Locally the mocker's
     # host block tier (``mocker["num_host_blocks"]``) stands in for it.
     kv_offload: dict[str, Any] | None = None
+    target: DeploymentTarget | None = None  # the cluster deployment's source (built by the core; AWS)
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """One load generator run (a step, or the warm-up): who it belongs to, its arguments, where its
+    artifacts go (a directory locally, an S3 prefix on AWS) and the input file it sends, if any."""
+
+    campaign_id: str
+    experiment: str
+    step_id: str
+    argv: tuple[str, ...]
+    artifact_uri: str
+    input_uri: str | None = None
+    est_s: float = 0.0
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.experiment}-{self.step_id}"
+
+
+# -------------------------------------------------------------------------------------------- ports
+
+
+class RunStore(Protocol):
+    """Small JSON objects by relative key (a directory locally, an S3 prefix on AWS); only
+    ``benchctl.runstate`` names keys."""
+
+    uri: str
+
+    def read_json(self, key: str) -> JSON | None: ...
+    def write_json(self, key: str, obj: JSON) -> None: ...
+    def exists(self, key: str) -> bool: ...
+    def delete(self, key: str) -> None: ...
+    def keys(self, prefix: str) -> list[str]: ...
+
+
+class PoolPort(Protocol):
+    """GPU pools: scale one to hold ``nodes`` (recording its prior size first), check, restore exactly."""
+
+    provider: str
+
+    def scale(self, pool: str, nodes: int, owner: str, *,
+              before_change: Callable[[JSON], None] | None = None) -> JSON:
+        """Scale ``pool`` to hold ``nodes``; call ``before_change(record)`` before changing anything."""
+    def ready(self, record: JSON) -> bool: ...
+    def restore(self, record: JSON) -> JSON: ...
 
 
 class ServingPort(Protocol):
-    def deploy(self, spec: DeploymentSpec) -> JSON:
+    def deploy(self, request: DeploymentRequest) -> JSON:
         """Start/apply the deployment; return its state (endpoints, ids). Idempotent per id."""
 
     def probe_ready(self, state: JSON) -> bool:
@@ -52,16 +131,107 @@ class ServingPort(Protocol):
     def check_alive(self, state: JSON) -> None:
         """Raise ServingFailed naming what died."""
 
+    def versions(self, state: JSON) -> JSON:
+        """What the deployment really runs (image digests, ...); {} when there is nothing to say."""
+
+    def metrics_urls(self, state: JSON) -> dict[str, str]:
+        """Every metrics endpoint of the deployment now, by source name (frontend, each worker)."""
+
     def teardown(self, state: JSON) -> JSON:
         """Remove everything of this deployment; idempotent; return what was removed."""
 
+    def remaining(self, state: JSON) -> list[str]:
+        """What of a torn-down deployment is still going away (never waits); [] when gone."""
+
 
 class LoadPort(Protocol):
-    def launch(self, argv: list[str], artifact_dir: str, job_id: str) -> JSON:
-        """Start the load generator with these arguments; return its state."""
+    def launch(self, request: LoadRequest) -> JSON:
+        """Start the load generator for this request; return its state."""
 
     def poll(self, state: JSON) -> int | None:
         """None while running, else its exit code."""
 
     def stop(self, state: JSON) -> None:
         """Stop it now (abort path); idempotent."""
+
+    def failure_logs(self, state: JSON) -> JSON:
+        """The last log lines of a failed run (kept with its record); {} when there are none."""
+
+
+class SmokePort(Protocol):
+    """A few short requests against a deployment before any load: started by SmokeTest, polled by
+    CheckSmoke (locally they run at once and ``poll`` answers at its first call)."""
+
+    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON: ...
+    def poll(self, started: JSON) -> int | None: ...
+    def result(self, started: JSON) -> JSON:
+        """What the timeline records once it succeeded."""
+    def failure_logs(self, started: JSON) -> JSON: ...
+
+
+class LakePort(Protocol):
+    def write(self, table: str, rows: list[JSON], *, part_name: str) -> object: ...
+    def raw_uri(self, campaign_id: str, experiment: str, step_id: str) -> str:
+        """Where a step's raw artifacts go (a directory locally, an S3 prefix on AWS)."""
+    def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str: ...
+    def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> AbstractContextManager[Path]: ...
+    def read_table(self, table: str, campaign_id: str | None = None) -> list[JSON]: ...
+
+
+class QueryPort(Protocol):
+    """One SELECT (Athena's Trino dialect) over the lake's tables and views: DuckDB locally, Athena on AWS.
+    Values come back typed (numbers, booleans, naive UTC datetimes), the same on both."""
+
+    def run(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]: ...
+
+
+class ReportPort(Protocol):
+    """The campaign's report at its end: the comparison views and the HTML report, where people read them."""
+
+    def write(self, campaign_id: str) -> dict[str, str]:
+        """{view or "report": where it was written}."""
+
+
+class PreflightPort(Protocol):
+    def check(self, spec: CampaignSpec) -> list[str]:
+        """Every missing prerequisite, by name (may raise NotReadyYet while a check still runs)."""
+
+
+class Locks(Protocol):
+    """One campaign per pool (``benchctl.locks``)."""
+
+    def acquire(self, keys: list[str], campaign_id: str, ttl_s: float) -> None: ...
+    def release(self, keys: list[str], campaign_id: str) -> list[str]: ...
+
+
+# -------------------------------------------------------------------------------------------- wiring
+
+
+@dataclass
+class Providers:
+    """The adapters one engine wires in for one campaign (local processes, or EKS/S3 on AWS)."""
+
+    engine: str  # local | aws
+    state: RunState  # the campaign's run state (its spec and plan parsed once per invocation)
+    pools: PoolPort
+    serving: ServingPort
+    load: LoadPort
+    smoke: SmokePort
+    lake: LakePort
+    read_uri: Callable[[str], bytes]  # a spec given by URI at start (file:// locally, s3:// on AWS)
+    tokenizer: str = ""  # AIPerf's --tokenizer; "" = the model's own at model.revision (AWS: the model volume)
+    report: ReportPort | None = None
+    preflight: PreflightPort | None = None  # before any scaling
+    locks: Locks | None = None  # one campaign per pool
+    clock: Callable[[], float] = time.time
+    versions: dict[str, object] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """An engine: where its campaigns keep their run state and results, and the providers of one campaign."""
+
+    name: str
+    runs_uri: str
+    lake_uri: str
+
+    def providers(self, ctx: Ctx) -> Providers: ...

@@ -14,24 +14,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from benchctl import campaign
-from benchctl.campaign import CAMPAIGN, Ctx, Providers
+from benchctl import campaign, timeline
+from benchctl.campaign import Task
+from benchctl.context import Ctx
+from benchctl.ports import Providers
 
 JSON = dict[str, Any]
 
 
 def leftovers(p: Providers) -> list[str]:
-    """Experiments of this campaign that still have something up (per the run store): a pool nobody
+    """Experiments of this campaign that still have something up (per the run state): a pool nobody
     restored (a pool handed over to the next experiment is that experiment's), a deployment not torn
     down, or a load that never ended."""
-    plan = p.store.read_json("plan.json") or {}
     pools = campaign.unrestored_pools(p)
     out = []
-    for exp in (e["name"] for e in plan.get("experiments", [])):
-        dep = p.store.read_json(f"deployments/{exp}.json")
-        loads = [p.store.read_json(k) or {} for k in campaign.load_keys(p, exp)]
-        if (exp in pools or (dep is not None and not dep.get("torn_down"))
-                or any(r and "exit_code" not in r and not (r.get("state") or {}).get("skipped") for r in loads)):
+    for exp in p.state.experiment_names():
+        dep = p.state.deployment(exp)
+        if (exp in pools or (dep is not None and not dep.torn_down)
+                or any(rec.running for _, rec in p.state.loads(exp))):
             out.append(exp)
     return out
 
@@ -53,15 +53,15 @@ def sweep(campaign_ids: Iterable[str], providers_for: Callable[[str], tuple[Prov
             report.append(entry)
             continue
         for exp in todo:
-            entry.setdefault("teardown", {})[exp] = campaign.teardown_experiment(p, ctx, exp)
+            entry.setdefault("teardown", {})[exp] = campaign.teardown_experiment(p, ctx, Task(exp))
         entry["locks_released"] = campaign.release_locks(p, ctx)
         if extra is not None:
             entry["labelled_objects_deleted"] = extra(cid)
         if todo or entry["locks_released"] or entry.get("labelled_objects_deleted"):
             entry["action"] = "swept"
-            campaign.timeline(p, cid, CAMPAIGN, "swept", experiments=todo)
-            record = p.store.read_json("campaign.json") or {}
-            if record.get("status") in (None, "running"):
+            campaign.record_event(p, cid, timeline.CAMPAIGN, timeline.SWEPT, experiments=todo)
+            record = p.state.campaign()
+            if record is None or record.status in (None, "running"):
                 campaign.mark_campaign(p, ctx, "failed", error="Swept",
                                        cause="its execution ended without tearing down; the sweeper did")
         else:

@@ -7,4 +7,4 @@ from lambdas._runtime import run
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    return run(event, {"ingest": lambda p, ctx, ev: campaign.ingest_step(p, ctx, ev["experiment"], ev["step"])})
+    return run(event, {"ingest": campaign.INGEST_STEP})

@@ -1,4 +1,5 @@
-"""Plan state: validate the stored spec, expand steps, check the budget, write the run manifest."""
+"""Plan state: take the spec the execution was started with, expand steps, check the budget, write the run
+manifest."""
 
 from typing import Any
 
@@ -7,4 +8,4 @@ from lambdas._runtime import run
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    return run(event, {"plan": lambda p, ctx, ev: campaign.plan(p, ev)})
+    return run(event, {"plan": campaign.PLAN})

@@ -7,10 +7,4 @@ from lambdas._runtime import run
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    return run(
-        event,
-        {
-            "scale": lambda p, ctx, ev: campaign.scale_pools(p, ctx, ev["experiment"]),
-            "check": lambda p, ctx, ev: campaign.check_capacity(p, ctx, ev["experiment"]),
-        },
-    )
+    return run(event, {"scale": campaign.SCALE_POOLS, "check": campaign.CHECK_CAPACITY})

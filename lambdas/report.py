@@ -1,4 +1,4 @@
-"""Report: compute this campaign's comparison views and write them next to the results."""
+"""Report: compute this campaign's comparison views and write them, and its report, next to the results."""
 
 from typing import Any
 
@@ -7,4 +7,4 @@ from lambdas._runtime import run
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    return run(event, {"report": lambda p, ctx, ev: campaign.report(p, ctx)})
+    return run(event, {"report": campaign.REPORT})

@@ -6,7 +6,7 @@ from lambdas._runtime import emit_metric, logger
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    from benchctl.aws_sweep import aws_sweep
+    from benchctl.aws.sweep import aws_sweep
 
     report = aws_sweep(dry_run=bool((event or {}).get("dry_run")))
     swept = [r for r in report if r.get("action") == "swept"]

@@ -1,7 +1,7 @@
-"""Teardown: an experiment's normal end, its failure path, and the campaign abort.
+"""Teardown: an experiment's normal end, its failure path, the campaign abort, and a failed Plan's record.
 
 Each returns ``done``: False while a deleted deployment is still going away; the state machine waits and
-calls again (``wait_gone``), so no handler ever sleeps."""
+calls again, so no handler ever sleeps."""
 
 from typing import Any
 
@@ -10,15 +10,5 @@ from lambdas._runtime import run
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    return run(
-        event,
-        {
-            "experiment": lambda p, ctx, ev: campaign.teardown_experiment(p, ctx, ev["experiment"], handover=True,
-                                                                          wait_gone=True),
-            "experiment_failed": lambda p, ctx, ev: campaign.experiment_failed(p, ctx, ev["experiment"], ev.get("error"),
-                                                                               wait_gone=True),
-            "campaign": lambda p, ctx, ev: campaign.abort_campaign(p, ctx, ev.get("error"), wait_gone=True),
-            "plan_failed": lambda p, ctx, ev: campaign.plan_failed(p, ev),
-        },
-        cleanup=("experiment", "experiment_failed", "campaign", "plan_failed"),
-    )
+    return run(event, {"experiment": campaign.TEARDOWN_EXPERIMENT, "experiment_failed": campaign.TEARDOWN_AFTER_FAILURE,
+                       "campaign": campaign.ABORT_CAMPAIGN, "plan_failed": campaign.RECORD_PLAN_FAILURE})

@@ -5,17 +5,20 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
 * The state machine is ``state_machines/campaign.asl.json`` itself, each ``${...FunctionArn}``
   substituted by the deployed function, exactly as the local engine substitutes its in-process ones;
   execution logging (ALL, to a log group kept for a year) and X-Ray tracing are on.
-* Least privilege: every function has its own role naming only what it uses. All write the lake and
-  the run store (every state records timeline rows), so all may put objects under ``lake/`` and
-  ``runs/`` and register Glue partitions of this database; beyond that: Plan reads and lists ``specs/``
-  and checks the cluster's node groups and Pod Identity Agent add-on; Pools and Teardown
-  describe/update the configured node groups of the one cluster; the functions that call Kubernetes
-  describe the cluster (endpoint + CA; the token is a presigned ``sts:GetCallerIdentity``, which needs
-  no IAM permission); Report runs Athena queries in the workgroup and creates the views. parliament
+* Least privilege: every function has its own role naming only what it uses, from one table
+  (``FUNCTION_NEEDS``). All write the lake and the run store (every state records timeline rows), so all
+  may put objects under ``lake/`` and ``runs/`` and register Glue partitions of this database; beyond
+  that: Plan reads and lists ``specs/`` and checks the cluster's node groups and Pod Identity Agent
+  add-on; Pools and Teardown describe/update the configured node groups of the one cluster; the
+  functions that call Kubernetes describe the cluster (endpoint + CA; the token is a presigned
+  ``sts:GetCallerIdentity``, which needs no IAM permission); Plan takes the pool locks, Teardown and
+  Report release them; Report runs Athena queries in the workgroup and creates the views. parliament
   lints every policy document (tests/infra).
+* Configuration: every function gets exactly the variables of ``benchctl.aws.env.LambdaEnv`` (the model
+  the runtime parses); the bucket's prefixes are ``benchctl.constants``'.
 * Kubernetes rights: the stack creates an EKS access entry, in the Kubernetes group that
   ``stacks/kubernetes/benchctl-rbac.yaml`` binds, for exactly the roles that call Kubernetes
-  (``K8S_FUNCTIONS``), and outputs every role's ARN. With ``benchctl:vpc_id``/``subnet_ids`` those
+  (``kubernetes`` in ``FUNCTION_NEEDS``, and the sweeper), and outputs every role's ARN. With ``benchctl:vpc_id``/``subnet_ids`` those
   functions run in the given private subnets (for a cluster whose API endpoint is private).
 * Runtime and layers (``stacks/layers.py``): python3.13; Powertools v3 and AWS SDK for pandas layers of
   pinned versions, their ARNs resolved for the Region the stack is deployed to (a Region without them
@@ -32,6 +35,7 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -55,10 +59,23 @@ from aws_cdk import aws_stepfunctions as sfn
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
+from benchctl import asl
+from benchctl.aws.env import LambdaEnv
+from benchctl.constants import (
+    ATHENA_PREFIX,
+    LAKE_PREFIX,
+    LOCK_KEY_ATTRIBUTE,
+    LOCK_TTL_ATTRIBUTE,
+    POD_IDENTITY_ADDON,
+    REPORTS_PREFIX,
+    RUNS_PREFIX,
+    SPECS_PREFIX,
+    report_key,
+)
 from lambdas import FUNCTIONS
 from stacks import layers as managed
 from stacks.config import Config, ConfigError
-from stacks.results import ATHENA_PREFIX, LAKE_PREFIX, REPORTS_PREFIX, RUNS_PREFIX, SPECS_PREFIX, ResultsStack
+from stacks.results import ResultsStack
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA_LAYER_DIR = ROOT / "build" / "lambda-layer"
@@ -66,12 +83,37 @@ RBAC_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml"
 # the code asset: an allow-list, so nothing else in the work tree (caches, tooling, docs) ships or changes its hash
 LOAD_IMAGE_DIR = ROOT / "stacks" / "images" / "load"
 ASSET_EXCLUDES = [
-    "*", ".*", "!benchctl", "!benchctl/**", "!lambdas", "!lambdas/**", "!state_machines", "!state_machines/**",
-    "!sql", "!sql/**", "benchctl/local", "**/__pycache__", "*.pyc", "*.egg-info",
+    "*", ".*", "!benchctl", "!benchctl/**", "!lambdas", "!lambdas/**", "!state_machines",
+    "!state_machines/campaign.asl.json", "!sql", "!sql/**", "benchctl/local", "**/__pycache__", "*.pyc",
+    "*.egg-info",
 ]
-K8S_FUNCTIONS = {"Plan", "Pools", "Serving", "Load", "Teardown"}  # + the sweeper; Plan: the preflight
-NODEGROUP_FUNCTIONS = {"Pools", "Teardown"}
-LOCK_FUNCTIONS = {"Plan", "Teardown", "Report"}
+
+
+@dataclass(frozen=True)
+class FunctionNeeds:
+    """What one function's role may do beyond the lake and the run store, and how it runs."""
+
+    kubernetes: bool = False  # calls the cluster's API: describes the cluster, has an access entry, the VPC placement
+    nodegroups: bool = False  # describes and updates the configured node groups (scales pools, restores them)
+    locks: tuple[str, ...] = ()  # DynamoDB actions on the pool-lock table
+    specs: bool = False  # reads (and lists) specs/: an execution's spec_uri
+    preflight: bool = False  # reads the Pod Identity Agent add-on and the node groups, before anything is scaled
+    report: bool = False  # Athena in the workgroup, the views' DDL in Glue, the results and report prefixes
+    timeout_minutes: int = 5
+    memory_mb: int = 512
+
+
+_RELEASE = ("dynamodb:GetItem", "dynamodb:DeleteItem")
+FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.FUNCTIONS
+    "Plan": FunctionNeeds(kubernetes=True, locks=(*_RELEASE, "dynamodb:PutItem"), specs=True, preflight=True),
+    "Pools": FunctionNeeds(kubernetes=True, nodegroups=True),
+    "Serving": FunctionNeeds(kubernetes=True),
+    "Load": FunctionNeeds(kubernetes=True),
+    "Ingest": FunctionNeeds(memory_mb=1024),
+    "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE),
+    "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024),
+}
+K8S_FUNCTIONS = {name for name, needs in FUNCTION_NEEDS.items() if needs.kubernetes}  # + the sweeper
 EXECUTION_STATUSES = ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 assert RUNTIME.name == managed.RUNTIME
@@ -144,35 +186,26 @@ class ControlPlaneStack(Stack):
             for ng in config.nodegroups
         ]
         self.vpc_placement = self._vpc(config)
-        env = {
-            "BENCHCTL_ENGINE": "aws",
-            "BENCHCTL_BUCKET": bucket.bucket_name,
-            "BENCHCTL_LAKE_URI": f"s3://{bucket.bucket_name}/{LAKE_PREFIX}",
-            "BENCHCTL_RUNS_URI": f"s3://{bucket.bucket_name}/{RUNS_PREFIX}",
-            "BENCHCTL_DATABASE": results.database_name,
-            "BENCHCTL_WORKGROUP": results.workgroup_name,
-            "BENCHCTL_CLUSTER": config.cluster_name,
-            "BENCHCTL_NODEGROUPS": ",".join(config.nodegroups),
-            "POWERTOOLS_SERVICE_NAME": "benchctl",
-            "POWERTOOLS_METRICS_NAMESPACE": "benchctl",
-            "POWERTOOLS_LOG_LEVEL": "INFO",
-        }
         self.lock_table = dynamodb.Table(
             self, "PoolLocks",
-            partition_key=dynamodb.Attribute(name="pool", type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(name=LOCK_KEY_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute="expires_at",
+            time_to_live_attribute=LOCK_TTL_ATTRIBUTE,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True),
             removal_policy=RemovalPolicy.DESTROY,  # locks only: nothing to keep once the stack is gone
         )
-        env["BENCHCTL_LOCK_TABLE"] = self.lock_table.table_name
         if config.load_image:  # a prebuilt image (benchctl:load_image): nothing to build, no Docker at deploy
-            env["BENCHCTL_LOAD_IMAGE"] = config.load_image
+            load_image_uri = config.load_image
         else:
-            load_image = ecr_assets.DockerImageAsset(self, "LoadImage", directory=str(LOAD_IMAGE_DIR),
-                                                     platform=ecr_assets.Platform.LINUX_AMD64)
-            env["BENCHCTL_LOAD_IMAGE"] = load_image.image_uri
+            load_image_uri = ecr_assets.DockerImageAsset(self, "LoadImage", directory=str(LOAD_IMAGE_DIR),
+                                                         platform=ecr_assets.Platform.LINUX_AMD64).image_uri
+        self.lambda_env = LambdaEnv(
+            runs_uri=f"s3://{bucket.bucket_name}/{RUNS_PREFIX}", lake_uri=f"s3://{bucket.bucket_name}/{LAKE_PREFIX}",
+            bucket=bucket.bucket_name, database=results.database_name, workgroup=results.workgroup_name,
+            cluster=config.cluster_name, nodegroups=tuple(config.nodegroups), namespace=config.namespace,
+            lock_table=self.lock_table.table_name, load_image=load_image_uri, log_level="INFO")
+        env = self.lambda_env.to_env()
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for var, handler in FUNCTIONS.items():
@@ -184,27 +217,8 @@ class ControlPlaneStack(Stack):
             role.add_to_policy(iam.PolicyStatement(
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
             self._grant_lake(role, results)
-            if name in LOCK_FUNCTIONS:  # Plan takes the pool locks; Report and the abort path release them
-                actions = ["dynamodb:GetItem", "dynamodb:DeleteItem"] + (["dynamodb:PutItem"] if name == "Plan" else [])
-                role.add_to_policy(iam.PolicyStatement(actions=actions, resources=[self.lock_table.table_arn]))
-            if name == "Plan":
-                role.add_to_policy(iam.PolicyStatement(
-                    actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{SPECS_PREFIX}/*")]))
-                role.add_to_policy(iam.PolicyStatement(  # so that a mistyped spec_uri reads as "no such spec"
-                    actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": [f"{SPECS_PREFIX}/", f"{SPECS_PREFIX}/*"]}}))
-                role.add_to_policy(iam.PolicyStatement(  # the preflight: the Pod Identity Agent add-on
-                    actions=["eks:DescribeAddon"], resources=[
-                        f"arn:{self.partition}:eks:{self.region}:{self.account}:addon/{config.cluster_name}/"
-                        "eks-pod-identity-agent/*"]))
-            if name in K8S_FUNCTIONS:
-                role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn]))
-            if name in NODEGROUP_FUNCTIONS and nodegroup_arns:
-                self._grant_nodegroups(role, cluster_arn, nodegroup_arns)
-            if name == "Plan" and nodegroup_arns:
-                role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=nodegroup_arns))
-            if name == "Report":
-                self._grant_report(role, results)
+            needs = FUNCTION_NEEDS[name]
+            self._grant_needs(role, needs, config, results, cluster_arn, nodegroup_arns)
             fn = lambda_.Function(
                 self,
                 f"{name}Function",
@@ -215,11 +229,11 @@ class ControlPlaneStack(Stack):
                 layers=layers,
                 role=role,
                 log_group=log_group,
-                timeout=Duration.minutes(5 if name != "Report" else 15),
-                memory_size=1024 if name in ("Ingest", "Report") else 512,
+                timeout=Duration.minutes(needs.timeout_minutes),
+                memory_size=needs.memory_mb,
                 tracing=lambda_.Tracing.ACTIVE,
                 environment=env,
-                **self._placement(name in K8S_FUNCTIONS, role),
+                **self._placement(needs.kubernetes, role),
             )
             NagSuppressions.add_resource_suppressions(fn, [RUNTIME_REASON])
             NagSuppressions.add_resource_suppressions(role, [
@@ -227,7 +241,7 @@ class ControlPlaneStack(Stack):
                                  "node-group update ids", "the add-on's id"),
                 {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords support no "
                  "resource-level permissions", "appliesTo": ["Resource::*"]},
-                *self._vpc_suppressions(name in K8S_FUNCTIONS),
+                *self._vpc_suppressions(needs.kubernetes),
             ], apply_to_children=True)
             self.functions[var] = fn
             self.roles[name] = role
@@ -242,9 +256,7 @@ class ControlPlaneStack(Stack):
         self.state_machine = sfn.StateMachine(
             self,
             "Campaign",
-            definition_body=sfn.DefinitionBody.from_string(
-                (ROOT / "state_machines" / "campaign.asl.json").read_text(encoding="utf-8")
-            ),
+            definition_body=sfn.DefinitionBody.from_string(asl.text()),
             definition_substitutions={var: fn.function_arn for var, fn in self.functions.items()},
             tracing_enabled=True,
             logs=sfn.LogOptions(destination=sm_logs, level=sfn.LogLevel.ALL, include_execution_data=True),
@@ -270,6 +282,32 @@ class ControlPlaneStack(Stack):
                       + (" (calls Kubernetes: has an access entry)" if name in self.k8s_roles else ""))
         CfnOutput(self, "ExampleStartInput", value=json.dumps(
             {"spec_uri": f"s3://<bucket>/{SPECS_PREFIX}/seed-plan.yaml", "poll_seconds": 30}))
+
+    def _grant_needs(self, role: iam.Role, needs: FunctionNeeds, config: Config, results: ResultsStack,
+                     cluster_arn: str, nodegroup_arns: list[str]) -> None:
+        """A function's role: what its row of FUNCTION_NEEDS says, nothing else."""
+        bucket = results.bucket
+        if needs.locks:  # Plan takes the pool locks; Report and the abort path release them
+            role.add_to_policy(iam.PolicyStatement(actions=list(needs.locks), resources=[self.lock_table.table_arn]))
+        if needs.specs:
+            role.add_to_policy(iam.PolicyStatement(
+                actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{SPECS_PREFIX}/*")]))
+            role.add_to_policy(iam.PolicyStatement(  # so that a mistyped spec_uri reads as "no such spec"
+                actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{SPECS_PREFIX}/", f"{SPECS_PREFIX}/*"]}}))
+        if needs.preflight:  # the Pod Identity Agent add-on
+            role.add_to_policy(iam.PolicyStatement(
+                actions=["eks:DescribeAddon"], resources=[
+                    f"arn:{self.partition}:eks:{self.region}:{self.account}:addon/{config.cluster_name}/"
+                    f"{POD_IDENTITY_ADDON}/*"]))
+        if needs.kubernetes:
+            role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn]))
+        if needs.nodegroups and nodegroup_arns:
+            self._grant_nodegroups(role, cluster_arn, nodegroup_arns)
+        if needs.preflight and nodegroup_arns:
+            role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=nodegroup_arns))
+        if needs.report:
+            self._grant_report(role, results)
 
     # ---------------------------------------------------------------------------------------------
     def _powertools_arn(self, config: Config) -> str:
@@ -389,7 +427,7 @@ class ControlPlaneStack(Stack):
 
     def _sweeper(self, config: Config, results: ResultsStack, code: lambda_.Code, layers: list[lambda_.ILayerVersion],
                  env: dict[str, str], cluster_arn: str, nodegroup_arns: list[str]) -> None:
-        """A scheduled function that tears down what ended campaigns left (``benchctl.aws_sweep``)."""
+        """A scheduled function that tears down what ended campaigns left (``benchctl.aws.sweep``)."""
         log_group = logs.LogGroup(self, "SweepLogs", retention=logs.RetentionDays.ONE_YEAR,
                                   removal_policy=RemovalPolicy.RETAIN)
         role = iam.Role(self, "SweepRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
@@ -410,7 +448,7 @@ class ControlPlaneStack(Stack):
             self, "SweepFunction", runtime=RUNTIME, handler="lambdas.sweep.handler",
             code=code, layers=layers, role=role, log_group=log_group, timeout=Duration.minutes(15),
             memory_size=512, tracing=lambda_.Tracing.ACTIVE,
-            environment={**env, "BENCHCTL_NAMESPACE": config.namespace}, **self._placement(True, role))
+            environment=env, **self._placement(True, role))
         NagSuppressions.add_resource_suppressions(self.sweep_function, [RUNTIME_REASON])
         NagSuppressions.add_resource_suppressions(role, [
             _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database", "executions of this "
@@ -458,7 +496,7 @@ class ControlPlaneStack(Stack):
         message = events.RuleTargetInput.from_text(
             f"benchctl campaign {events.EventField.from_path('$.detail.name')} ended: "
             f"{events.EventField.from_path('$.detail.status')}. Report: s3://{results.bucket.bucket_name}/"
-            f"{REPORTS_PREFIX}/{events.EventField.from_path('$.detail.name')}/report.html (written when the "
+            f"{report_key(events.EventField.from_path('$.detail.name'))} (written when the "
             f"Report state ran). Execution: {events.EventField.from_path('$.detail.executionArn')}")
         self.status_rule = events.Rule(
             self,

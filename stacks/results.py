@@ -8,7 +8,7 @@
 * Glue: one database, one table per ``benchctl.schema`` table (columns, types and partition keys
   generated from that module, the same one ingestion and DuckDB use), parquet at
   ``s3://<bucket>/lake/<table>/``. Partitions are registered by the writer as it writes them
-  (``benchctl.aws_lake``), so neither a crawler nor ``MSCK REPAIR`` is ever needed. Partition
+  (``benchctl.aws.s3``), so neither a crawler nor ``MSCK REPAIR`` is ever needed. Partition
   projection is deliberately not used: ``campaign_id`` and ``experiment`` are free-form names, and
   projecting them (type ``injected``) would make every query without an equality filter on them fail,
   including the comparison views, which join and group across experiments.
@@ -29,14 +29,10 @@ from cdk_nag import NagSuppressions
 from constructs import Construct
 
 from benchctl import schema
-from benchctl.query import athena_view_ddl
+from benchctl.constants import ATHENA_PREFIX, LAKE_PREFIX
+from benchctl.views import athena_view_ddl
 from stacks.config import Config
 
-LAKE_PREFIX = "lake"
-RUNS_PREFIX = "runs"
-SPECS_PREFIX = "specs"
-ATHENA_PREFIX = "athena-results"
-REPORTS_PREFIX = "reports"
 PARQUET = {
     "input_format": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
     "output_format": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",

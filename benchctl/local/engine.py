@@ -25,38 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl import campaign
-from benchctl.campaign import Ctx, Providers
-from benchctl.runstore import LocalRunStore, atomic_write_text
+from benchctl import asl, campaign
+from benchctl.context import StartInput, start_context
+from benchctl.local.runstore import LocalRunStore
+from benchctl.ports import Engine, QueryPort
+from benchctl.runstate import RunState
 
-ROOT = Path(__file__).resolve().parents[2]
-ASL_PATH = ROOT / "state_machines" / "campaign.asl.json"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
-
-
-def load_asl(substitutions: dict[str, str]) -> str:
-    """The ASL text with ``${Var}`` substitutions applied, as CDK's DefinitionBody does on AWS."""
-    text = ASL_PATH.read_text(encoding="utf-8")
-    for key, value in substitutions.items():
-        text = text.replace("${" + key + "}", value)
-    if "${" in text:
-        raise ValueError(f"{ASL_PATH}: unresolved substitution in {text[text.index('${'):][:40]!r}")
-    return text
-
-
-def task_states() -> list[str]:
-    """Names of every Task state in the ASL (top level and inside Map iterators)."""
-    def walk(states: dict[str, Any]) -> list[str]:
-        out = []
-        for name, st in states.items():
-            if st["Type"] == "Task":
-                out.append(name)
-            elif st["Type"] == "Map":
-                out += walk(st["ItemProcessor"]["States"])
-        return out
-
-    return walk(json.loads(ASL_PATH.read_text(encoding="utf-8"))["States"])
 
 
 def function_arn(var: str) -> str:
@@ -182,6 +158,7 @@ class RunResult:
     lake: Path
     history: list[dict[str, Any]]
     elapsed_s: float
+    query: Callable[[], QueryPort] | None = None  # the run's query engine (the runner's), for what is printed
 
 
 def _quiet_moto() -> None:
@@ -192,45 +169,40 @@ def _quiet_moto() -> None:
 
 def execute(
     *,
-    campaign_id: str,
-    run_dir: Path,
-    lake: Path,
-    providers: Callable[[Ctx], Providers],
-    poll_seconds: int = 1,
-    fail_at: str | None = None,
+    engine: Engine,
+    start: StartInput,
     progress: Progress | None = None,
     on_force_stop: Callable[[], object] | None = None,
     interrupts: Interrupts | None = None,
 ) -> RunResult:
-    """Run one campaign execution of the ASL; blocks until it ends. The spec must be in run_dir.
+    """Run one campaign execution of the ASL, started with ``start`` (the input both engines start with:
+    the spec's URI, the campaign id, the poll period); blocks until it ends.
 
-    A first interrupt (``interrupts``) asks the state machine to abort: ``abort.json`` makes the next
-    task fail with ``Aborted``, and the Catch paths stop the load first, then tear down. A second one
-    tears down at once, here."""
+    A first interrupt (``interrupts``) asks the state machine to abort (the run state's abort request
+    makes the next task fail with ``Aborted``, and the Catch paths stop the load first, then tear down).
+    A second one tears down at once, here."""
     import boto3
     from moto import mock_aws
 
-    from lambdas._runtime import use_providers
+    from lambdas._runtime import use_engine
 
+    if not start.campaign_id:
+        raise ValueError("a local execution is named after its campaign: give the start input a campaign_id")
     progress = progress or Progress()
     for k, v in {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": REGION}.items():
         os.environ.setdefault(k, v)
     _quiet_moto()
-    ctx = Ctx(campaign_id=campaign_id, run_uri=str(run_dir), lake_uri=str(lake), poll_seconds=max(1, poll_seconds),
-              fail_at=fail_at)
-    store = LocalRunStore(run_dir)
-    plan = store.read_json("plan.json")
-    if plan:
-        progress.experiments = [e["name"] for e in plan["experiments"]]
-        progress.steps = [s["step_id"] for s in plan["experiments"][0]["steps"]] if plan["experiments"] else []
-    use_providers(providers)
+    ctx = start_context(start, None, runs_uri=engine.runs_uri, lake_uri=engine.lake_uri)
+    run_dir, lake = Path(ctx.run_uri), Path(ctx.lake_uri)
+    state = RunState(LocalRunStore(run_dir))
+    use_engine(engine)
     dispatcher = Dispatcher(progress)
     started = time.monotonic()
     handled = 0
     with contextlib.ExitStack() as stack:
         intr = interrupts if interrupts is not None else stack.enter_context(Interrupts())
         intr.describe = lambda: progress.last
-        stack.callback(use_providers, None)
+        stack.callback(use_engine, None)
         with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
             session = boto3.session.Session(region_name=REGION)
             boto3.setup_default_session(region_name=REGION)  # moto's interpreter invokes via the default session
@@ -239,35 +211,36 @@ def execute(
             sfn = session.client("stepfunctions")
             from lambdas import FUNCTIONS
 
-            definition = load_asl({var: function_arn(var) for var in FUNCTIONS})
+            definition = asl.substitute({var: function_arn(var) for var in FUNCTIONS})
             arn = sfn.create_state_machine(
                 name="benchctl-campaign", definition=definition,
                 roleArn=f"arn:aws:iam::{ACCOUNT}:role/benchctl-local",
             )["stateMachineArn"]
             execution = sfn.start_execution(
-                stateMachineArn=arn, name=campaign_id[:80], input=json.dumps({"ctx": ctx.to_json()})
+                stateMachineArn=arn, name=ctx.campaign_id[:80], input=json.dumps(start.to_json())
             )["executionArn"]
             desc: dict[str, Any] = {}
             while True:
                 if intr.count > handled:
                     if handled == 0:
                         progress.note("interrupt: stopping the load first, then tearing down (Ctrl-C again to force)")
-                        request_abort(run_dir, f"interrupted ({intr.names[0]})", during=intr.during[0])
+                        state.request_abort(f"interrupted ({intr.names[0]})", during=intr.during[0])
                     if intr.count >= 2:
                         progress.note("forced stop: tearing down now")
                         if on_force_stop:
                             on_force_stop()
-                        campaign.abort_campaign(providers(ctx), ctx, {"Error": "Aborted", "Cause": "forced stop"})
+                        campaign.abort_campaign(engine.providers(ctx), ctx,
+                                                campaign.Task(error={"Error": "Aborted", "Cause": "forced stop"}))
                         desc = {"status": "ABORTED", "error": "Aborted", "cause": "forced stop"}
                         break
                     handled = intr.count
                 desc = sfn.describe_execution(executionArn=execution)
                 if desc["status"] != "RUNNING":
                     break
-                if not progress.steps and store.read_json("plan.json"):
-                    plan = store.read_json("plan.json") or {}
-                    progress.experiments = [e["name"] for e in plan["experiments"]]
-                    progress.steps = [s["step_id"] for s in plan["experiments"][0]["steps"]]
+                if not progress.steps and state.has_plan():
+                    plan = state.plan()
+                    progress.experiments = [e.name for e in plan.experiments]
+                    progress.steps = [s.step_id for s in plan.experiments[0].steps] if plan.experiments else []
                 time.sleep(0.25)
             history = sfn.get_execution_history(executionArn=execution, maxResults=1000).get("events", [])
             boto3.DEFAULT_SESSION.events.unregister("before-call.lambda.Invoke", dispatcher)
@@ -276,7 +249,7 @@ def execute(
     if status == "FAILED" and interrupted:
         status = "ABORTED"
     return RunResult(
-        campaign_id=campaign_id,
+        campaign_id=ctx.campaign_id,
         status=status,
         error=desc.get("error"),
         cause=desc.get("cause"),
@@ -286,7 +259,3 @@ def execute(
         elapsed_s=time.monotonic() - started,
     )
 
-
-def request_abort(run_dir: Path, reason: str, *, during: str = "") -> None:
-    """Ask the running state machine to abort: the next task's guard fails with ``Aborted``."""
-    atomic_write_text(run_dir / "abort.json", json.dumps({"reason": reason, "during": during.strip()}))

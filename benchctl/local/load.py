@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from benchctl.local import modeldir, processes
-from benchctl.ports import JSON
+from benchctl.ports import JSON, LoadRequest
 
 _STOP_GRACE_S = 10.0  # AIPerf shuts its services down on SIGTERM; SIGKILL the group after this
 
@@ -39,8 +39,11 @@ def _result_exists(artifact_dir: str) -> bool:
 class LocalLoad:
     """AIPerf processes on this machine; states are JSON-able and can be polled from another process."""
 
-    def launch(self, argv: list[str], artifact_dir: str, job_id: str) -> JSON:
-        args = list(argv)
+    def launch(self, request: LoadRequest) -> JSON:
+        """Start AIPerf with the request's arguments; its artifacts go to ``request.artifact_uri`` (a
+        directory: the local lake's raw area of the step)."""
+        args = list(request.argv)
+        artifact_dir, job_id = request.artifact_uri, request.job_id
         if not args or args[0].startswith("-"):
             args = ["profile", *args]
         adir = Path(artifact_dir).resolve()
@@ -70,3 +73,7 @@ class LocalLoad:
     def stop(self, state: JSON) -> None:
         """Terminate AIPerf and all its child processes now; idempotent."""
         processes.stop([state["process"]], grace_s=_STOP_GRACE_S)
+
+    def failure_logs(self, state: JSON) -> JSON:
+        """Nothing to collect: AIPerf's log stays next to its artifact directory (``state["log"]``)."""
+        return {}

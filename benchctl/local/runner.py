@@ -1,31 +1,44 @@
-"""Wiring of the local engine: the providers (real Dynamo + AIPerf processes, local lake and pool)
-and ``run_campaign``, which validates, plans, executes the ASL and returns where results are.
+"""Wiring of the local engine: ``LocalEngine`` (the providers of a campaign: real Dynamo + AIPerf processes,
+the local lake, run store, pool and file locks, one DuckDB engine per run for the report) and
+``run_campaign``, which validates and plans the spec, starts the ASL with the input every engine starts
+with (``benchctl.context``: the spec as a ``file://`` URI, the campaign id, the poll period) and returns
+where the results are. ``sweep_workspace`` is `benchctl sweep`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
-from benchctl.campaign import Ctx, Providers, new_campaign_id
+from benchctl.atomic import atomic_write
+from benchctl.context import Ctx, StartInput, new_campaign_id
 from benchctl.errors import SpecError
-from benchctl.local.engine import Interrupts, Progress, RunResult, execute, task_states
+from benchctl.local import processes
+from benchctl.local.engine import Interrupts, Progress, RunResult, execute
+from benchctl.local.lake import LocalLake
+from benchctl.local.locks import FileLocks
 from benchctl.local.pool import LocalPool
-from benchctl.locks import FileLocks
+from benchctl.local.query import QueryEngine
+from benchctl.local.report import LocalReport
+from benchctl.local.runstore import LocalRunStore
 from benchctl.plan import plan_campaign
-from benchctl.query import REPORT_VIEWS
-from benchctl.runstore import LocalRunStore, atomic_write_text
-from benchctl.spec import load_spec, spec_hash
+from benchctl.ports import Providers
+from benchctl.runstate import ResultRecord, RunnerRecord, RunState
+from benchctl.spec import CampaignSpec, load_spec, spec_hash
+
+CAMPAIGNS_DIR, LAKE_DIR, LOCKS_DIR, CACHE_DIR = "campaigns", "lake", "locks", "cache"  # under the workspace
 
 
-def versions() -> dict[str, str]:
+def versions() -> dict[str, object]:
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
+    out: dict[str, object] = {}
     for pkg in ("aiperf", "ai-dynamo", "ai-dynamo-runtime", "benchctl", "moto", "duckdb", "pyarrow"):
         try:
             out[pkg] = version(pkg)
@@ -34,91 +47,83 @@ def versions() -> dict[str, str]:
     return out
 
 
-def report_views(lake: Path, campaign_id: str, out_dir: Path) -> dict[str, int]:
-    """Compute this campaign's comparison views; write each as CSV and JSON into out_dir."""
-    from benchctl.lake import check_path_value
-    from benchctl.query import QueryEngine, format_result
-
-    check_path_value("campaign_id", campaign_id)  # path-safe characters only: safe to quote
-    engine = QueryEngine(lake)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    for view in [*REPORT_VIEWS, "v_step_stats", "v_step_cache"]:
-        cols, rows = engine.run(f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'")  # noqa: S608
-        (out_dir / f"{view}.csv").write_text(format_result(cols, rows, "csv"), encoding="utf-8")
-        (out_dir / f"{view}.json").write_text(format_result(cols, rows, "json"), encoding="utf-8")
-        counts[view] = len(rows)
-    from benchctl.report import write_report
-
-    write_report(lake, campaign_id, out_dir / "report.html", "html")  # the one file a person opens
-    return counts
+def read_file_uri(uri: str) -> bytes:
+    """The bytes of a ``file://`` URI (the local engine's spec URIs); FileNotFoundError naming it."""
+    parts = urlsplit(uri)
+    if parts.scheme != "file":
+        raise ValueError(f"spec_uri {uri!r}: the local engine reads file:// URIs (give `benchctl run` a path)")
+    path = Path(unquote(parts.path))
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{uri}: no such spec file") from None
 
 
-class LocalProviders:
-    """Builds the providers of one local campaign (one instance per run)."""
+class LocalEngine:
+    """The local engine of one workspace (``benchctl run --out``): campaigns' run state under
+    ``<workspace>/campaigns/<id>``, results in ``<workspace>/lake``, pool locks in ``<workspace>/locks``."""
 
-    def __init__(self, run_dir: Path, lake: Path, notify: Callable[[str], None] | None = None) -> None:
-        from benchctl.lake import LocalLake
+    name = "local"
+
+    def __init__(self, workspace: Path, notify: Callable[[str], None] | None = None) -> None:
         from benchctl.local import modeldir
         from benchctl.local.load import LocalLoad
-        from benchctl.local.serving import LocalServing, smoke_test
+        from benchctl.local.serving import LocalServing
+        from benchctl.local.smoke import LocalSmoke
 
         modeldir.ensure_model_dir()
-        self.run_dir = run_dir
-        self.lake_root = lake
+        self.workspace = Path(workspace).resolve()
+        self.runs_uri = str(self.workspace / CAMPAIGNS_DIR)
+        self.lake_uri = str(self.workspace / LAKE_DIR)
         self.pool = LocalPool()
-        self.serving = LocalServing(run_dir)
         self.load = LocalLoad()
-        self.lake = LocalLake(lake)
+        self.smoke = LocalSmoke()
+        self.lake = LocalLake(self.lake_uri)
         self.tokenizer = modeldir.TOKENIZER_NAME
-        self._smoke = smoke_test
         self.versions = versions()
-        self.locks = FileLocks(run_dir.parent.parent / "locks", notify=notify)  # <workspace>/locks: shared
+        self.locks = FileLocks(self.workspace / LOCKS_DIR, notify=notify)  # shared by the workspace's campaigns
+        self._serving: dict[str, LocalServing] = {}
+        self._query: QueryEngine | None = None
+        self.report = LocalReport(Path(self.lake_uri), self.run_dir, self.query)
 
-    def smoke(self, state: dict[str, Any], n: int, max_tokens: int) -> dict[str, Any]:
-        return self._smoke(state["url"], state["model"], n=n, max_tokens=max_tokens)
+    def run_dir(self, campaign_id: str) -> Path:
+        return Path(self.runs_uri) / campaign_id
 
-    def report(self, campaign_id: str) -> dict[str, int]:
-        return report_views(self.lake_root, campaign_id, self.run_dir / "report")
+    def query(self) -> QueryEngine:
+        """The run's one DuckDB engine (the report's views, the report, what `benchctl run` prints)."""
+        if self._query is None:
+            self._query = QueryEngine(Path(self.lake_uri))
+        return self._query
 
-    def __call__(self, ctx: Ctx) -> Providers:
+    def providers(self, ctx: Ctx) -> Providers:
+        from benchctl.local.serving import LocalServing
+
+        run_dir = Path(ctx.run_uri)
+        serving = self._serving.setdefault(ctx.run_uri, LocalServing(run_dir))
         return Providers(
-            engine="local",
-            store=LocalRunStore(Path(ctx.run_uri)),
-            pools=self.pool,
-            serving=self.serving,
-            load=self.load,
-            lake=self.lake,
-            tokenizer=self.tokenizer,
-            smoke=self.smoke,
-            report=self.report,
-            versions=self.versions,
-            locks=self.locks,
+            engine=self.name, state=RunState(LocalRunStore(run_dir)), pools=self.pool, serving=serving,
+            load=self.load, smoke=self.smoke, lake=self.lake, read_uri=read_file_uri, tokenizer=self.tokenizer,
+            report=self.report, locks=self.locks, versions=dict(self.versions),
         )
 
 
-def prepare(spec_path: Path, out: Path, campaign_id: str | None = None) -> tuple[str, Path, Path]:
-    """Validate and plan before anything starts; keep the spec (raw and normalised) with the run."""
-    text = spec_path.read_bytes()
+def prepare(spec_path: Path, out: Path, campaign_id: str | None = None) -> tuple[StartInput, CampaignSpec]:
+    """Validate and plan before anything starts (a bad spec or one over budget: SpecError, nothing made);
+    the workspace's run directory of the campaign and the lake. The start input every engine starts with."""
     spec = load_spec(spec_path)
     plan = plan_campaign(spec, "local")
     if plan.budget_problems:
         raise SpecError(str(spec_path), plan.budget_problems)
     cid = campaign_id or new_campaign_id(spec.name)
-    run_dir = out / "campaigns" / cid
+    run_dir = out / CAMPAIGNS_DIR / cid
     if run_dir.exists():
         raise FileExistsError(f"{run_dir} already exists: choose another --campaign-id")
-    lake = out / "lake"
     run_dir.mkdir(parents=True)
-    lake.mkdir(parents=True, exist_ok=True)
-    (run_dir / f"spec.source{spec_path.suffix or '.yaml'}").write_bytes(text)
-    store = LocalRunStore(run_dir)
-    store.write_json("spec.json", spec.model_dump(mode="json"))
-    store.write_json("spec_meta.json", {"source": str(spec_path), "spec_hash": spec_hash(spec)})
-    return cid, run_dir, lake
+    (out / LAKE_DIR).mkdir(parents=True, exist_ok=True)
+    return StartInput(spec_uri=Path(spec_path).resolve().as_uri(), campaign_id=cid), spec
 
 
-def write_predictions(run_dir: Path, lake: Path, campaign_id: str, progress: Progress) -> int:
+def write_predictions(spec: CampaignSpec, out: Path, campaign_id: str, progress: Progress) -> int:
     """aiconfigurator's GPU predictions for the sweep steps, into the lake's ``predictions`` table, so
     the report can put predicted (GPU) beside measured (here: simulated) figures. Best effort: a
     missing or failing predictor is noted, never fatal.
@@ -126,19 +131,13 @@ def write_predictions(run_dir: Path, lake: Path, campaign_id: str, progress: Pro
     Predictions are deterministic for the same spec and aiconfigurator version, so they are kept in
     ``<workspace>/cache/predictions/<key>.json`` and reused (a repeated `make smoke` skips seconds of
     estimates)."""
-    import hashlib
-
-    from benchctl.lake import LocalLake
-
     try:
         from benchctl.predict import predict_plan, source
     except ImportError as err:
         progress.note(f"no predictions: {err}")
         return 0
-    store = LocalRunStore(run_dir)
-    spec = load_spec_from_store(store)
     key = hashlib.sha256(f"{spec_hash(spec)} {source()}".encode()).hexdigest()[:24]
-    cached = run_dir.parent.parent / "cache" / "predictions" / f"{key}.json"
+    cached = out / CACHE_DIR / "predictions" / f"{key}.json"
     try:
         rows = [{**r, "campaign_id": campaign_id} for r in json.loads(cached.read_text(encoding="utf-8"))]
     except (FileNotFoundError, ValueError, TypeError):
@@ -147,37 +146,27 @@ def write_predictions(run_dir: Path, lake: Path, campaign_id: str, progress: Pro
         except Exception as err:  # a prediction is a bonus: the campaign must not fail for it
             progress.note(f"no predictions: aiconfigurator failed: {type(err).__name__}: {err}")
             return 0
-        atomic_write_text(cached, json.dumps(rows, default=str))
+        atomic_write(cached, json.dumps(rows, default=str))
     if rows:
-        LocalLake(lake).write("predictions", rows, part_name="predictions")
+        LocalLake(out / LAKE_DIR).write("predictions", rows, part_name="predictions")
         progress.note(f"predictions: {len(rows)} sweep steps rated by aiconfigurator (PREDICTED for the pool's GPU)")
     return len(rows)
 
 
-def load_spec_from_store(store: LocalRunStore) -> Any:
-    from benchctl.spec import parse_spec
-
-    return parse_spec(store.read_json("spec.json"), f"{store.uri}/spec.json")
-
-
 def campaign_running(run_dir: Path) -> bool:
-    """A local campaign runs while its runner process (``runner.json``: pid and start time) lives and
-    no result was written."""
-    from benchctl.local import processes
-
-    if (run_dir / "result.json").exists():
+    """A local campaign runs while its runner process (pid and start time) lives and no result was written."""
+    state = RunState(LocalRunStore(run_dir))
+    if state.result() is not None:
         return False
-    try:
-        runner = json.loads((run_dir / "runner.json").read_text(encoding="utf-8"))
-        pid = int(runner["pid"])
-    except (FileNotFoundError, KeyError, ValueError, TypeError):
+    runner = state.runner()
+    if runner is None:
         return False
-    started = processes.live_start_time(pid)
+    started = processes.live_start_time(runner.pid)
     if started is None:
         return False
-    if isinstance(runner.get("start_time"), int):
-        return started == runner["start_time"]  # the same process, not a reused pid
-    cmdline = Path(f"/proc/{pid}/cmdline")  # a record without a start time: judge by the command line
+    if isinstance(runner.start_time, int):
+        return started == runner.start_time  # the same process, not a reused pid
+    cmdline = Path(f"/proc/{runner.pid}/cmdline")  # a record without a start time: judge by the command line
     return not cmdline.exists() or b"benchctl" in cmdline.read_bytes() or b"pytest" in cmdline.read_bytes()
 
 
@@ -185,13 +174,14 @@ def sweep_workspace(out: Path, *, dry_run: bool = False) -> list[dict[str, Any]]
     """`benchctl sweep`: tear down what dead local campaigns of this workspace left behind."""
     from benchctl.sweep import sweep
 
-    campaigns = out / "campaigns"
+    campaigns = out / CAMPAIGNS_DIR
     ids = [d.name for d in campaigns.iterdir() if d.is_dir()] if campaigns.is_dir() else []
+    engine = LocalEngine(out)
 
     def providers_for(cid: str) -> tuple[Providers, Ctx]:
-        run_dir = campaigns / cid
-        ctx = Ctx(campaign_id=cid, run_uri=str(run_dir), lake_uri=str(out / "lake"), poll_seconds=1, fail_at=None)
-        return LocalProviders(run_dir, out / "lake")(ctx), ctx
+        ctx = Ctx(campaign_id=cid, run_uri=str(engine.run_dir(cid)), lake_uri=engine.lake_uri, poll_seconds=1,
+                  fail_at=None)
+        return engine.providers(ctx), ctx
 
     return sweep(ids, providers_for, lambda cid: campaign_running(campaigns / cid), dry_run=dry_run)
 
@@ -207,32 +197,34 @@ def run_campaign(
 ) -> RunResult:
     """Validate, plan, predict and run one local campaign; interrupts (SIGINT/SIGTERM/SIGHUP) are
     honoured from the first line on: one before the execution starts makes its Plan end ``aborted``."""
-    from benchctl.local import processes
+    from benchctl import asl
 
-    if fail_at is not None and fail_at not in task_states():
-        raise ValueError(f"--fail-at {fail_at!r} is not a Task state of the campaign ASL; valid: {task_states()}")
+    if fail_at is not None and fail_at not in asl.task_states():
+        raise ValueError(f"--fail-at {fail_at!r} is not a Task state of the campaign ASL; valid: {asl.task_states()}")
+    if not 1 <= poll_seconds <= 3600:
+        raise ValueError(f"--poll-seconds {poll_seconds}: must be 1..3600")
     with Interrupts() as interrupts:
-        cid, run_dir, lake = prepare(spec_path, out, campaign_id)
+        prepared, spec = prepare(spec_path, out, campaign_id)
+        cid = str(prepared.campaign_id)
+        start = StartInput(spec_uri=prepared.spec_uri, campaign_id=cid, poll_seconds=poll_seconds, fail_at=fail_at)
         progress = progress or Progress()
         if not interrupts.count:
-            write_predictions(run_dir, lake, cid, progress)
-        progress.note(f"campaign {cid}: run state in {run_dir}, results in {lake}")
-        providers = LocalProviders(run_dir, lake, notify=progress.note)
-        atomic_write_text(run_dir / "runner.json", json.dumps(  # what `benchctl sweep` checks for liveness
-            {"pid": os.getpid(), "start_time": processes.proc_start_time(os.getpid()),
-             "started": datetime.now(UTC).isoformat()}))
+            write_predictions(spec, out, cid, progress)
+        engine = LocalEngine(out, notify=progress.note)
+        run_dir = engine.run_dir(cid)
+        progress.note(f"campaign {cid}: run state in {run_dir}, results in {engine.lake_uri}")
+        state = RunState(LocalRunStore(run_dir))
+        state.save_runner(RunnerRecord(  # what `benchctl sweep` checks for liveness
+            pid=os.getpid(), start_time=processes.proc_start_time(os.getpid()), started=datetime.now(UTC).isoformat()))
         try:
-            result = execute(
-                campaign_id=cid, run_dir=run_dir, lake=lake, providers=providers, poll_seconds=poll_seconds,
-                fail_at=fail_at, progress=progress, on_force_stop=processes.stop_all_started,
-                interrupts=interrupts,
-            )
+            result = execute(engine=engine, start=start, progress=progress,
+                             on_force_stop=processes.stop_all_started, interrupts=interrupts)
         finally:
             leftovers = processes.stop_all_started()
             if leftovers:
                 progress.note(f"safety net stopped {len(leftovers)} leftover process(es): "
                               + ", ".join(r["name"] for r in leftovers))
-        atomic_write_text(run_dir / "result.json", json.dumps(
-            {"status": result.status, "error": result.error, "cause": result.cause,
-             "elapsed_s": round(result.elapsed_s, 2)}, indent=2))
+        state.save_result(ResultRecord(status=result.status, error=result.error, cause=result.cause,
+                                       elapsed_s=round(result.elapsed_s, 2)))
+        result.query = engine.query
     return result

@@ -40,9 +40,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from benchctl.errors import ServingFailed, SmokeTestFailed
+from benchctl.atomic import atomic_write
+from benchctl.errors import ServingFailed
 from benchctl.local import modeldir, processes
-from benchctl.ports import JSON, DeploymentSpec, WorkerGroupSpec
+from benchctl.local.smoke import loopback_http, parse_completion
+from benchctl.ports import JSON, DeploymentRequest, WorkerGroupSpec
 
 # spec.mocker knob -> dynamo.mocker 1.6.1 flag (value flags). Checked with `python -m dynamo.mocker --help`.
 MOCKER_VALUE_FLAGS: dict[str, str] = {
@@ -123,7 +125,7 @@ def mocker_flags(mocker: dict[str, Any], role: str) -> list[str]:
     return _knob_flags(merged, "spec.mocker")
 
 
-def validate_spec(spec: DeploymentSpec) -> None:
+def validate_spec(spec: DeploymentRequest) -> None:
     problems = []
     if spec.mode not in MODES:
         problems.append(f"mode {spec.mode!r} (valid: {', '.join(MODES)})")
@@ -176,20 +178,6 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _http(method: str, url: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, bytes]:
-    if not url.startswith("http://127.0.0.1:"):
-        raise ValueError(f"refusing non-loopback URL {url}")
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (checked: loopback http)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (loopback http only)
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
 def _tail(path: str | Path, n: int = 20) -> str:
     try:
         lines = Path(path).read_text(errors="replace").splitlines()
@@ -202,94 +190,6 @@ def _describe_dead(rec: JSON) -> str:
     code = processes.exit_code(rec)
     how = f"exit code {code}" if code is not None else "exited"
     return f"{rec['name']} (pid {rec['pid']}) {how}; last lines of {rec['log']}:\n{_tail(rec['log'])}"
-
-
-def smoke_test(
-    url: str, model: str, n: int = 3, max_tokens: int = 8, timeout_s: float = 30
-) -> dict[str, Any]:
-    """n short chat completions (alternately non-streaming and streaming).
-
-    Returns counts and latencies; raises SmokeTestFailed on any failure (HTTP error, bad or empty answer,
-    timeout).
-    """
-    latencies: list[float] = []
-    tokens = 0
-    deadline = time.monotonic() + timeout_s
-    for i in range(n):
-        stream = i % 2 == 1
-        body = {
-            "model": model,
-            "messages": [{"role": "user", "content": f"Smoke test {i}: say hello."}],
-            "max_tokens": max_tokens,
-            "stream": stream,
-        }
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise SmokeTestFailed(
-                f"smoke test against {url}: timed out after {i}/{n} requests ({timeout_s}s)"
-            )
-        t0 = time.monotonic()
-        try:
-            status, raw = _http("POST", url.rstrip("/") + "/v1/chat/completions", body, timeout=remaining)
-        except (OSError, urllib.error.URLError) as e:
-            raise SmokeTestFailed(f"smoke test request {i} to {url} failed: {e}") from e
-        latencies.append(time.monotonic() - t0)
-        if status != 200:
-            raise SmokeTestFailed(f"smoke test request {i} to {url}: HTTP {status}: {raw[:300]!r}")
-        try:
-            got = _parse_stream(raw) if stream else _parse_completion(raw)
-        except (ValueError, KeyError, IndexError, TypeError) as e:
-            raise SmokeTestFailed(
-                f"smoke test request {i} to {url}: bad response ({e}): {raw[:300]!r}"
-            ) from e
-        if not got["content"] and not got["completion_tokens"]:
-            raise SmokeTestFailed(f"smoke test request {i} to {url}: empty completion: {raw[:300]!r}")
-        tokens += got["completion_tokens"]
-    return {
-        "url": url,
-        "model": model,
-        "requests": n,
-        "ok": n,
-        "completion_tokens": tokens,
-        "latencies_s": [round(x, 4) for x in latencies],
-        "max_latency_s": round(max(latencies), 4) if latencies else 0.0,
-        "mean_latency_s": round(sum(latencies) / len(latencies), 4) if latencies else 0.0,
-    }
-
-
-def _parse_completion(raw: bytes) -> dict[str, Any]:
-    doc = json.loads(raw)
-    content = doc["choices"][0]["message"].get("content") or ""
-    return {
-        "content": content,
-        "completion_tokens": int((doc.get("usage") or {}).get("completion_tokens", 0)),
-    }
-
-
-def _parse_stream(raw: bytes) -> dict[str, Any]:
-    content, usage_tokens, chunks, done = "", 0, 0, False
-    for line in raw.decode("utf-8", "replace").splitlines():
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            done = True
-            continue
-        doc = json.loads(payload)
-        if doc.get("error"):
-            raise ValueError(f"error event {doc['error']}")
-        for choice in doc.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                content += delta["content"]
-                chunks += 1
-        if doc.get("usage"):
-            usage_tokens = int(doc["usage"].get("completion_tokens") or 0)
-    if not done:
-        raise ValueError("stream ended without [DONE]")
-    return {"content": content, "completion_tokens": usage_tokens or chunks}
 
 
 class LocalServing:
@@ -312,18 +212,14 @@ class LocalServing:
             return None
 
     def _save_state(self, state: JSON) -> None:
-        path = self._state_file(state["deployment_id"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-        tmp.replace(path)
+        atomic_write(self._state_file(state["deployment_id"]), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
     @staticmethod
     def _all_alive(state: JSON) -> bool:
         return bool(state.get("processes")) and all(processes.is_alive(r) for r in state["processes"])
 
     # -- ServingPort ---------------------------------------------------------------------------
-    def deploy(self, spec: DeploymentSpec) -> JSON:
+    def deploy(self, spec: DeploymentRequest) -> JSON:
         """Start frontend and workers; return the state. Idempotent per deployment id:
         a live deployment with the same id is returned as is, a dead or torn-down one is replaced."""
         validate_spec(spec)
@@ -445,7 +341,7 @@ class LocalServing:
         self.check_alive(state)
         url = state["url"]
         try:
-            status, raw = _http("GET", url + "/health", None, _HTTP_TIMEOUT_S)
+            status, raw = loopback_http("GET", url + "/health", None, _HTTP_TIMEOUT_S)
             if status != 200:
                 return False
             counts: dict[str, set[Any]] = {}
@@ -455,7 +351,7 @@ class LocalServing:
             for comp, want in (state.get("expected_instances") or {}).items():
                 if len(counts.get(comp, ())) < want:
                     return False
-            status, raw = _http("GET", url + "/v1/models", None, _HTTP_TIMEOUT_S)
+            status, raw = loopback_http("GET", url + "/v1/models", None, _HTTP_TIMEOUT_S)
             if status != 200 or state["model"] not in {
                 m.get("id") for m in json.loads(raw).get("data") or []
             }:
@@ -465,13 +361,25 @@ class LocalServing:
                 "messages": [{"role": "user", "content": "ping"}],
                 "max_tokens": 2,
             }
-            status, raw = _http("POST", url + "/v1/chat/completions", body, _CHAT_TIMEOUT_S)
+            status, raw = loopback_http("POST", url + "/v1/chat/completions", body, _CHAT_TIMEOUT_S)
             if status != 200:
                 return False
-            _parse_completion(raw)
+            parse_completion(raw)
         except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError):
             return False
         return True
+
+    def versions(self, state: JSON) -> JSON:
+        """Processes, not images: nothing beyond the run's package versions (``runner.versions``)."""
+        return {}
+
+    def metrics_urls(self, state: JSON) -> dict[str, str]:
+        """The frontend's and every worker's ``/metrics``, by component name."""
+        return dict(state.get("metrics_urls") or {})
+
+    def remaining(self, state: JSON) -> list[str]:
+        """Nothing: ``teardown`` stops every process before it returns (or raises naming what it could not)."""
+        return []
 
     def check_alive(self, state: JSON) -> None:
         dead = [r for r in state.get("processes") or [] if not processes.is_alive(r)]

@@ -45,7 +45,7 @@ def test_smoke_campaign_succeeds_and_prints_both_modes(smoke_run):
 
 
 def _view(out, name):
-    from benchctl.query import QueryEngine
+    from benchctl.local.query import QueryEngine
 
     cols, rows = QueryEngine(out / "lake").run(f"SELECT * FROM {name} WHERE campaign_id = 'smoke-e2e'")
     return [dict(zip(cols, r, strict=True)) for r in rows]
@@ -112,7 +112,7 @@ def test_warmup_never_reaches_results_and_goodput_matches_aiperf(smoke_run):
     for table in ("steps", "requests", "server_metrics"):
         assert not [r for r in read_table(lake, table) if r["step_id"] == "warmup"]
     assert (lake / "raw" / "campaign_id=smoke-e2e" / "experiment=agg" / "step_id=warmup").is_dir()
-    from benchctl.query import QueryEngine
+    from benchctl.local.query import QueryEngine
 
     _, rows = QueryEngine(lake).run(
         "SELECT s.goodput_ratio, t.aiperf_good_request_fraction FROM v_step_stats s JOIN steps t "
@@ -260,7 +260,7 @@ def test_a_failing_run_store_cannot_take_the_cleanup_down(tmp_path, reaper, monk
 
     from benchctl.local.engine import Progress
     from benchctl.local.runner import run_campaign
-    from benchctl.runstore import LocalRunStore
+    from benchctl.local.runstore import LocalRunStore
 
     out = tmp_path / "out"
     lake = out / "lake"

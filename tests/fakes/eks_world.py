@@ -25,14 +25,18 @@ from typing import Any
 import yaml
 
 from benchctl import campaign
-from benchctl.aws_k8s import EksLoad, EksServing, EksSmoke, preflight
-from benchctl.campaign import Ctx, Providers
-from benchctl.eks_pools import pools_for
-from benchctl.k8s.client import KubeClient
-from benchctl.k8s.render import LABEL_MANAGED, LABEL_STEP
-from benchctl.lake import LocalLake
+from benchctl.aws.eks import EksLoad, EksServing, EksSmoke
+from benchctl.aws.k8s.client import KubeClient
+from benchctl.aws.k8s.common import LABEL_MANAGED, LABEL_STEP
+from benchctl.aws.pools import pools_for
+from benchctl.aws.preflight import preflight
+from benchctl.campaign import Task
+from benchctl.context import Ctx
+from benchctl.local.lake import LocalLake
+from benchctl.local.runstore import LocalRunStore
 from benchctl.plan import plan_campaign
-from benchctl.runstore import LocalRunStore
+from benchctl.ports import Providers
+from benchctl.runstate import RunState
 from benchctl.spec import CampaignSpec, parse_spec
 from tests.fakes.k8s_api import FakeKubeApi
 
@@ -50,7 +54,7 @@ _ROLE_ARN = "arn:aws:iam::123456789012:role/eks"
 def example_specs() -> dict[str, CampaignSpec]:
     """Every example spec as the AWS engine would run it: pools the examples leave ``local`` become
     managed node groups in one variant and Auto Mode pools in another; the others run as written. The
-    deployment's load image is filled in as ``benchctl.aws.with_load_image`` does."""
+    deployment's load image is filled in as ``benchctl.aws.preflight.with_load_image`` does."""
     out: dict[str, CampaignSpec] = {}
     for path in sorted(EXAMPLES.glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -74,14 +78,11 @@ class S3NamedLake(LocalLake):
     """The local lake, raw areas and kept inputs named as the S3 lake names them (``s3://…/raw/…``)."""
 
     def raw_uri(self, campaign_id: str, experiment: str, step_id: str) -> str:
+        self.raw_dir(campaign_id, experiment, step_id)
         return f"{LAKE_URI}/raw/campaign_id={campaign_id}/experiment={experiment}/step_id={step_id}/"
 
-    def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> Any:  # type: ignore[override]
-        super().raw_dir(campaign_id, experiment, step_id)
-        return self.raw_uri(campaign_id, experiment, step_id)
-
     def local_raw(self, campaign_id: str, experiment: str, step_id: str) -> Path:
-        return Path(super().raw_dir(campaign_id, experiment, step_id))
+        return self.raw_dir(campaign_id, experiment, step_id)
 
     @contextmanager
     def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> Iterator[Path]:
@@ -212,20 +213,28 @@ class World:
     pods: list[dict[str, Any]] = field(default_factory=list)  # what the operator created
 
 
+class _Preflight:
+    def __init__(self, kube: KubeClient, session: Any) -> None:
+        self.kube, self.session = kube, session
+
+    def check(self, spec: CampaignSpec) -> list[str]:
+        return preflight(spec, self.kube, eks=self.session.client("eks"), cluster_name=CLUSTER, campaign_id=CID)
+
+
 def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> tuple[Providers, Ctx, S3NamedLake]:
-    store = LocalRunStore(tmp / "run")
+    state = RunState(LocalRunStore(tmp / "run"))
     lake = S3NamedLake(tmp / "lake")
     ctx = Ctx(CID, str(tmp / "run"), LAKE_URI, 30, None)  # an AWS poll (1 s would exceed the history quota)
     no_sleep = lambda _s: None  # noqa: E731 (the fake answers at once; nothing to wait for)
+    state.keep_spec(spec, source="s3://results-bucket/specs/example.yaml", text="")  # what Plan imports
     p = Providers(
-        engine="aws", store=store,
+        engine="aws", state=state,
         pools=pools_for(spec, CID, cluster_name=CLUSTER, session=session, kube=kube),
-        serving=EksServing(kube, spec, CID, sleep=no_sleep), load=EksLoad(kube, spec, CID), lake=lake,
+        serving=EksServing(kube, CID, sleep=no_sleep), load=EksLoad(kube, spec, CID),
+        smoke=EksSmoke(kube, spec, CID, sleep=no_sleep), lake=lake, read_uri=lambda uri: b"",
         tokenizer="",  # as benchctl.aws: the model's own tokenizer, offline from the model volume
-        smoke=EksSmoke(kube, spec, CID, sleep=no_sleep),
-        preflight=lambda s: preflight(s, kube, eks=session.client("eks"), cluster_name=CLUSTER, campaign_id=CID),
+        preflight=_Preflight(kube, session),
     )
-    store.write_json("spec.json", spec.model_dump(mode="json"))
     return p, ctx, lake
 
 
@@ -236,10 +245,10 @@ def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, 
     kube = KubeClient(api.url, token=lambda: TOKEN)
     p, ctx, lake = providers(spec, kube, tmp, session)
     world = World(api, spec, p, ctx, lake)
-    campaign.plan(p, {"state": "Plan", "input": {"ctx": ctx.to_json()}})
+    campaign.plan(p, ctx, Task(state="Plan"))
     plan = plan_campaign(spec, "aws")
     for i, exp in enumerate(plan.experiments):
-        e = exp.name
+        e = Task(exp.name)
         campaign.scale_pools(p, ctx, e)
         assert campaign.check_capacity(p, ctx, e)["done"], e
         campaign.deploy(p, ctx, e)
@@ -248,10 +257,12 @@ def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, 
         for step_id in (["warmup"] if spec.warmup.request_count else []) + [s.step_id for s in exp.steps]:
             if step_id == "warmup":
                 campaign.launch_warmup(p, ctx, e)
+                campaign.check_warmup(p, ctx, e)
             else:
-                campaign.launch_step(p, ctx, e, step_id)
-            rec = p.store.read_json(f"loads/{e}/{step_id}.json")
-            world.argv[(e, step_id)] = list(rec["argv"])
-            campaign.check_load(p, ctx, e, step_id)
+                campaign.launch_step(p, ctx, Task(exp.name, step_id))
+                campaign.check_load(p, ctx, Task(exp.name, step_id))
+            rec = p.state.load(exp.name, step_id)
+            assert rec is not None and rec.argv is not None
+            world.argv[(exp.name, step_id)] = list(rec.argv)
         campaign.teardown_experiment(p, ctx, e, handover=i + 1 < len(plan.experiments))
     return world

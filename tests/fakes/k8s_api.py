@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from benchctl.k8s.client import RESOURCES, Resource
+from benchctl.aws.k8s.client import RESOURCES, Resource
 
 JSON = dict[str, Any]
 Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name

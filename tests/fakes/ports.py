@@ -1,16 +1,17 @@
 """In-process fakes of the serving / load / smoke ports, for running the real campaign ASL fast.
 
 What is real: the ASL (moto's interpreter via ``benchctl.local.engine.execute``), the handlers in
-``lambdas/``, ``benchctl.campaign``, the run store (``LocalRunStore``), the lake (``LocalLake``), the
-pool (``LocalPool``) and ingestion. What is fake: Dynamo and AIPerf.
+``lambdas/``, ``benchctl.campaign``, the run state (``RunState`` over ``LocalRunStore``), the lake
+(``LocalLake``), the pool (``LocalPool``) and ingestion. What is fake: Dynamo and AIPerf.
 
 * :class:`FakeServing` deploys instantly and is Ready on the first probe; :meth:`FakeServing.kill`
   makes a deployment "die" (``check_alive`` then raises ``ServingFailed``, as a killed mocker does).
 * :class:`FakeLoad` "runs" AIPerf by copying the real AIPerf 0.13.0 sample artifacts into the
   artifact directory at launch; the next poll reports exit 0. ``stop`` of a running job reports -15.
+* :class:`FakeSmoke` answers at once (the local engine's smoke port does the same, for real).
 * :class:`FakeWorld` holds one of each (plus a ``LocalPool`` with known starting sizes) and is the
-  providers factory ``execute``/``use_providers`` take; it records every call so a test can assert
-  that nothing is left running and that nothing was done twice.
+  engine ``execute``/``use_engine`` take (its campaigns under ``<out>/campaigns``, the lake beside); it
+  records every call so a test can assert that nothing is left running and that nothing was done twice.
 
 Standard library and benchctl only.
 """
@@ -25,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl.campaign import Ctx, Providers
+from benchctl.context import Ctx
 from benchctl.errors import ServingFailed
-from benchctl.lake import LocalLake
+from benchctl.local.lake import LocalLake
 from benchctl.local.pool import LocalPool
-from benchctl.ports import DeploymentSpec
-from benchctl.runstore import LocalRunStore
+from benchctl.local.runner import read_file_uri
+from benchctl.local.runstore import LocalRunStore
+from benchctl.ports import DeploymentRequest, LoadRequest, Providers
+from benchctl.runstate import RunState
 
 JSON = dict[str, Any]
 SUMMARY_JSON = "profile_export_aiperf.json"
@@ -80,7 +83,7 @@ class FakeServing:
         self.teardown_calls: list[str] = []
         self.probes = 0
 
-    def deploy(self, spec: DeploymentSpec) -> JSON:
+    def deploy(self, spec: DeploymentRequest) -> JSON:
         self.deploy_calls.append(spec.deployment_id)
         self.status[spec.deployment_id] = "running"
         return {
@@ -101,6 +104,15 @@ class FakeServing:
         st = self.status.get(state["deployment_id"])
         if st != "running":
             raise ServingFailed(f"fake deployment {state['deployment_id']}: worker process exited ({st})")
+
+    def versions(self, state: JSON) -> JSON:
+        return {}
+
+    def metrics_urls(self, state: JSON) -> dict[str, str]:
+        return dict(state.get("metrics_urls") or {})
+
+    def remaining(self, state: JSON) -> list[str]:
+        return []
 
     def teardown(self, state: JSON) -> JSON:
         dep = state["deployment_id"]
@@ -126,8 +138,9 @@ class FakeLoad:
         self.stop_calls: list[str] = []
         self.on_launch = on_launch
 
-    def launch(self, argv: list[str], artifact_dir: str, job_id: str) -> JSON:
-        assert argv and isinstance(argv, list), argv
+    def launch(self, request: LoadRequest) -> JSON:
+        argv, artifact_dir, job_id = list(request.argv), request.artifact_uri, request.job_id
+        assert argv, request
         self.launch_calls.append(job_id)
         lines = None
         if "--input-file" in argv:  # a generated dataset, sent line by line
@@ -157,15 +170,59 @@ class FakeLoad:
         if self.status.get(job) == "running":
             self.status[job] = "stopped"
 
+    def failure_logs(self, state: JSON) -> JSON:
+        return {}
+
     def running(self) -> list[str]:
         return sorted(j for j, s in self.status.items() if s == "running")
+
+
+class FakeSmoke:
+    """Smoke requests that succeed at once, unless the deployment is dead; every start recorded."""
+
+    def __init__(self, serving: FakeServing) -> None:
+        self.serving = serving
+        self.calls: list[tuple[str, int, int]] = []
+
+    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON:
+        self.calls.append((deployment["deployment_id"], requests, max_tokens))
+        self.serving.check_alive(deployment)
+        return {"result": {"requests": requests, "ok": requests}}
+
+    def poll(self, started: JSON) -> int | None:
+        return 0
+
+    def result(self, started: JSON) -> JSON:
+        result: JSON = started["result"]
+        return result
+
+    def failure_logs(self, started: JSON) -> JSON:
+        return {}
+
+
+class FakePreflight:
+    def __init__(self, missing: list[str]) -> None:
+        self.missing = missing
+
+    def check(self, spec: Any) -> list[str]:
+        return list(self.missing)
+
+
+class FakeReport:
+    """A ReportPort from a function of the campaign id (a test's)."""
+
+    def __init__(self, write: Callable[[str], JSON]) -> None:
+        self._write = write
+
+    def write(self, campaign_id: str) -> JSON:
+        return self._write(campaign_id)
 
 
 @dataclass
 class FakeWorld:
     """The providers factory: real store / lake / pool, fake serving / load / smoke."""
 
-    lake_root: Path
+    lake_root: Path  # <out>/lake: the campaigns' run state is under <out>/campaigns
     pool_sizes: dict[str, int] = field(default_factory=lambda: {"gpu-a100": 0, "unrelated-pool": 3})
     preflight_missing: list[str] = field(default_factory=list)
     kill_on_launch: dict[str, str] = field(default_factory=dict)  # job id -> deployment id that dies then
@@ -174,16 +231,24 @@ class FakeWorld:
     serving: FakeServing = field(init=False)
     load: FakeLoad = field(init=False)
     lake: LocalLake = field(init=False)
-    smoke_calls: list[tuple[str, int, int]] = field(default_factory=list, init=False)
+    smoke: FakeSmoke = field(init=False)
     calls: Counter[str] = field(default_factory=Counter, init=False)
+    name: str = field(default="local", init=False)
 
     def __post_init__(self) -> None:
         self.initial_sizes = dict(self.pool_sizes)
         self.pool = LocalPool(dict(self.pool_sizes))
         self.serving = FakeServing()
         self.load = FakeLoad(on_launch=self._on_launch)
+        self.smoke = FakeSmoke(self.serving)
         self.lake = LocalLake(self.lake_root)
+        self.lake_uri = str(self.lake.root)
+        self.runs_uri = str(self.lake.root.parent / "campaigns")
         self._count_pool_calls()
+
+    @property
+    def smoke_calls(self) -> list[tuple[str, int, int]]:
+        return self.smoke.calls
 
     def _count_pool_calls(self) -> None:
         scale, restore = self.pool.scale, self.pool.restore
@@ -206,26 +271,19 @@ class FakeWorld:
     def pool_sizes_now(self) -> dict[str, int]:
         return {name: self.pool.current(name)["desired"] for name in self.initial_sizes}
 
-    def smoke(self, state: JSON, n: int, max_tokens: int) -> JSON:
-        self.smoke_calls.append((state["deployment_id"], n, max_tokens))
-        self.serving.check_alive(state)
-        return {"requests": n, "ok": n}
-
-    def preflight(self, spec: Any) -> list[str]:
-        return list(self.preflight_missing)
-
-    def __call__(self, ctx: Ctx) -> Providers:
+    def providers(self, ctx: Ctx) -> Providers:
         return Providers(
             engine="local",
-            store=LocalRunStore(Path(ctx.run_uri)),
+            state=RunState(LocalRunStore(Path(ctx.run_uri))),
             pools=self.pool,
             serving=self.serving,
             load=self.load,
-            lake=self.lake,
-            tokenizer="fake-tokenizer",
             smoke=self.smoke,
-            report=self.report,
-            preflight=self.preflight,
+            lake=self.lake,
+            read_uri=read_file_uri,
+            tokenizer="fake-tokenizer",
+            report=FakeReport(self.report) if self.report is not None else None,
+            preflight=FakePreflight(self.preflight_missing),
             versions={"fake": "1"},
         )
 
@@ -238,3 +296,30 @@ class FakeWorld:
             "pools": [f"{k}={v} (was {self.initial_sizes[k]})" for k, v in self.pool_sizes_now().items()
                       if v != self.initial_sizes[k]],
         }
+
+
+class Unused:
+    """A port a test does not expect to be used: touching it fails the test, naming it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise AssertionError(f"{self._name}.{attr} was used")
+
+
+def providers_for_test(run_dir: Path, lake: Any, *, spec: Any = None, engine: str = "local", **ports: Any) -> Providers:
+    """Providers over a local run state (with ``spec`` and its plan stored, when given) and a lake, for unit
+    tests that call the operations directly; a port not given is ``Unused``."""
+    from benchctl.plan import plan_campaign
+
+    state = RunState(LocalRunStore(run_dir))
+    if spec is not None:
+        state.keep_spec(spec, source="test", text="")
+        state.keep_plan(plan_campaign(spec, engine))
+    given = {k: ports.pop(k) for k in ("pools", "serving", "load", "smoke") if k in ports}
+    return Providers(engine=engine, state=state, pools=given.get("pools", Unused("pools")),
+                     serving=given.get("serving", Unused("serving")), load=given.get("load", Unused("load")),
+                     smoke=given.get("smoke", Unused("smoke")), lake=lake,
+                     read_uri=ports.pop("read_uri", Unused("read_uri")), tokenizer=ports.pop("tokenizer", "t"),
+                     **ports)

@@ -51,7 +51,7 @@ def main(config_path):
         call("lambdas.ingest.handler", {"action": "ingest", "state": "IngestStep", "ctx": ctx, "experiment": exp,
                                         "step": step})
         # the raw input is create-only: other bytes under the same name are refused by S3 (If-None-Match)
-        from benchctl.aws_lake import S3Lake
+        from benchctl.aws.s3 import S3Lake
 
         lake = S3Lake(cfg["bucket"], "lake")
         try:

@@ -39,8 +39,8 @@ import pytest
 from benchctl import schema
 from benchctl.campaign import step_dataset
 from benchctl.plan import plan_campaign
-from benchctl.query import athena_view_ddl
 from benchctl.spec import load_spec
+from benchctl.views import athena_view_ddl
 from stacks import layers
 from tests.fakes.ports import write_sample_artifacts
 from tests.infra.conftest import CP, ROOT, load_templates

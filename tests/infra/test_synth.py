@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from benchctl import schema
-from benchctl.query import view_sql_files
+from benchctl.views import view_sql_files
 from lambdas import FUNCTIONS
 from tests.infra.conftest import CONTEXT, CP, FULL, ROOT, RS, load_templates, synth
 

@@ -24,8 +24,9 @@ pytest.importorskip("aiperf")
 from benchctl.errors import ServingFailed
 from benchctl.local import modeldir, processes
 from benchctl.local.load import LocalLoad
-from benchctl.local.serving import LocalServing, mocker_flags, smoke_test
-from benchctl.ports import DeploymentSpec, WorkerGroupSpec
+from benchctl.local.serving import LocalServing, mocker_flags
+from benchctl.local.smoke import smoke_test
+from benchctl.ports import DeploymentRequest, LoadRequest, WorkerGroupSpec
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +34,8 @@ MODEL = modeldir.TOKENIZER_NAME
 READY_TIMEOUT_S = 60.0
 
 
-def _agg(dep_id: str, replicas: int = 2, **mocker: object) -> DeploymentSpec:
-    return DeploymentSpec(
+def _agg(dep_id: str, replicas: int = 2, **mocker: object) -> DeploymentRequest:
+    return DeploymentRequest(
         deployment_id=dep_id,
         model_name=MODEL,
         mode="aggregated",
@@ -44,8 +45,8 @@ def _agg(dep_id: str, replicas: int = 2, **mocker: object) -> DeploymentSpec:
     )
 
 
-def _disagg(dep_id: str) -> DeploymentSpec:
-    return DeploymentSpec(
+def _disagg(dep_id: str) -> DeploymentRequest:
+    return DeploymentRequest(
         deployment_id=dep_id,
         model_name=MODEL,
         mode="disaggregated",
@@ -108,12 +109,12 @@ def _descendants(root: int) -> set[tuple[int, int]]:
 
 
 @pytest.fixture
-def serving(tmp_path: Path) -> Iterator[tuple[LocalServing, Callable[[DeploymentSpec], dict]]]:
+def serving(tmp_path: Path) -> Iterator[tuple[LocalServing, Callable[[DeploymentRequest], dict]]]:
     """A LocalServing plus a deploy function; every deployment is torn down, then checked gone."""
     svc = LocalServing(tmp_path / "run")
     states: list[dict] = []
 
-    def deploy(spec: DeploymentSpec) -> dict:
+    def deploy(spec: DeploymentRequest) -> dict:
         state = svc.deploy(spec)
         states.append(state)
         return state
@@ -229,7 +230,7 @@ def test_small_aiperf_run(serving, tmp_path: Path) -> None:
     ]  # fmt: skip
     load = LocalLoad()
     t0 = time.monotonic()
-    job = load.launch(argv, str(artifact_dir), "job-c")
+    job = load.launch(LoadRequest("c1", "job", "c", tuple(argv), str(artifact_dir)))  # job id "job-c"
     try:
         while (rc := load.poll(job)) is None:
             assert time.monotonic() - t0 < 120, "aiperf took too long"

@@ -14,7 +14,7 @@ import yaml
 
 from benchctl import predict, schema
 from benchctl.cli import main
-from benchctl.lake import LocalLake
+from benchctl.local.lake import LocalLake
 from benchctl.plan import plan_campaign
 from benchctl.spec import PoolSpec, load_spec, parse_spec
 

@@ -3,7 +3,6 @@ its lock held is torn down by the sweeper; a running one is left alone."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -14,7 +13,11 @@ import pytest
 pytest.importorskip("dynamo.frontend")
 
 from benchctl import campaign
-from benchctl.local.runner import LocalProviders, campaign_running, prepare
+from benchctl.campaign import Task
+from benchctl.context import start_context
+from benchctl.local.runner import LocalEngine, campaign_running, prepare
+from benchctl.local.runstore import LocalRunStore
+from benchctl.runstate import RunnerRecord, RunState
 from tests.e2e.conftest import leftovers, read_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -29,23 +32,26 @@ def _dead_pid() -> int:
 
 def test_sweep_tears_down_what_a_dead_campaign_left(tmp_path):
     out = tmp_path / "ws"
-    cid, run_dir, lake = prepare(ROOT / "examples" / "smoke.yaml", out, "dead-1")
-    ctx = campaign.Ctx(cid, str(run_dir), str(lake), 1, None)
-    p = LocalProviders(run_dir, lake)(ctx)
-    campaign.plan(p, {"input": {"ctx": ctx.to_json()}, "state": "Plan"})
-    campaign.scale_pools(p, ctx, "agg")
-    campaign.deploy(p, ctx, "agg")
+    start, _ = prepare(ROOT / "examples" / "smoke.yaml", out, "dead-1")
+    engine = LocalEngine(out)
+    ctx = start_context(start, None, runs_uri=engine.runs_uri, lake_uri=engine.lake_uri)
+    run_dir, lake = Path(ctx.run_uri), Path(ctx.lake_uri)
+    p = engine.providers(ctx)
+    campaign.plan(p, ctx, Task(state="Plan", input=start.to_json()))
+    campaign.scale_pools(p, ctx, Task("agg"))
+    campaign.deploy(p, ctx, Task("agg"))
     deadline = time.time() + 60
-    while not campaign.check_ready(p, ctx, "agg")["done"]:
+    while not campaign.check_ready(p, ctx, Task("agg"))["done"]:
         assert time.time() < deadline, "deployment not ready"
         time.sleep(1)
     assert leftovers(run_dir), "the deployment's processes should be up"
     # the runner "died": its pid is gone and it wrote no result
-    (run_dir / "runner.json").write_text(json.dumps({"pid": _dead_pid()}))
+    RunState(LocalRunStore(run_dir)).save_runner(RunnerRecord(pid=_dead_pid(), start_time=None, started=""))
     assert campaign_running(run_dir) is False
     # a second, still running campaign in the same workspace must be left alone
-    _, live_dir, _ = prepare(ROOT / "examples" / "smoke.yaml", out, "live-1")
-    (live_dir / "runner.json").write_text(json.dumps({"pid": __import__("os").getpid()}))
+    prepare(ROOT / "examples" / "smoke.yaml", out, "live-1")
+    RunState(LocalRunStore(engine.run_dir("live-1"))).save_runner(
+        RunnerRecord(pid=__import__("os").getpid(), start_time=None, started=""))
 
     dry = subprocess.run([sys.executable, "-m", "benchctl.cli", "sweep", "--out", str(out), "--dry-run"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -58,8 +64,8 @@ def test_sweep_tears_down_what_a_dead_campaign_left(tmp_path):
     assert "dead-1: swept (experiments: agg)" in res.stdout
     assert "live-1: left alone: still running" in res.stdout
     assert leftovers(run_dir) == []
-    pools = json.loads((run_dir / "pools" / "agg.json").read_text())
-    assert pools["restored"] and pools["restored"][0]["now"]["desired"] == 0
+    pools = RunState(LocalRunStore(run_dir)).pools("agg")
+    assert pools is not None and pools.restored and pools.restored[0]["now"]["desired"] == 0
     assert not list((out / "locks").glob("*.json"))  # the dead campaign's lock is released
     status = {r["campaign_id"]: (r["status"], r["error"]) for r in read_table(lake, "campaigns")}
     assert status["dead-1"] == ("failed", "Swept")

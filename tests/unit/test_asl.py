@@ -4,25 +4,20 @@ import json
 import re
 from pathlib import Path
 
+from benchctl import asl
 from lambdas import FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-ASL = json.loads((ROOT / "state_machines" / "campaign.asl.json").read_text())
+ASL = asl.load()
 TEARDOWN_ACTIONS = {"experiment", "experiment_failed", "campaign", "plan_failed", "stop"}
 
 
 def scopes(states, path=()):
-    """Yield (path, states-dict) for the top level and every Map iterator."""
-    yield path, states
-    for name, st in states.items():
-        if st["Type"] == "Map":
-            yield from scopes(st["ItemProcessor"]["States"], (*path, name))
+    return asl.scopes(states, path)
 
 
 def all_states():
-    for path, states in scopes(ASL["States"]):
-        for name, st in states.items():
-            yield path, name, st
+    return asl.all_states(ASL)
 
 
 def test_substitutions_are_exactly_the_handlers():
@@ -74,13 +69,63 @@ def test_every_catch_leads_through_teardown_to_a_fail_state():
                 assert not _reaches(states, target, lambda n, s: s["Type"] == "Succeed"), f"{name}: failure can succeed"
 
 
-def test_teardown_states_cannot_be_blocked_by_abort():
-    # teardown actions are 'cleanup' in the handlers: the abort flag never stops them
-    from lambdas import load, teardown  # noqa: F401  (import proves they exist)
+def _handler_and_operation(st):
+    """The handler module and the operation a Task state's event is dispatched to."""
+    import importlib
 
-    for _, name, st in all_states():
-        if st["Type"] == "Task" and is_teardown(name, st):
-            assert st.get("Retry"), f"teardown state {name} should retry before giving up"
+    var = st["Parameters"]["FunctionName"].removeprefix("${").removesuffix("}")
+    module = importlib.import_module(FUNCTIONS[var].rsplit(".", 1)[0])
+    return module, st["Parameters"]["Payload"]["action"]
+
+
+def test_teardown_states_cannot_be_blocked_by_abort(tmp_path):
+    """With an abort requested, every teardown state of the ASL still runs (its handler dispatches to a
+    cleanup operation, which the guard lets through); every other task is refused with Aborted."""
+    import copy
+
+    import pytest
+    import yaml
+
+    from benchctl.context import Ctx
+    from benchctl.errors import Aborted
+    from benchctl.local.runner import prepare
+    from lambdas._runtime import use_engine
+    from tests.fakes.ports import FakeWorld
+
+    data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    data["workloads"] = [{"kind": "concurrency_sweep", "name": "c", "concurrency": [1], "isl": 64, "osl": 8,
+                          "request_count": 2}]
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    start, _ = prepare(spec, tmp_path / "out", "abort")
+    world = FakeWorld(tmp_path / "out" / "lake")
+    use_engine(world)
+    try:
+        module, _ = _handler_and_operation(asl.state("Plan", ASL))
+        ctx = module.handler({"action": "plan", "state": "Plan", "input": start.to_json()})["ctx"]
+        world.providers(Ctx.parse(ctx)).state.request_abort("test")
+        error = {"Error": "Aborted", "Cause": "test"}
+        inputs = {"experiment": "agg", "step": "c-c1-r0", "ctx": ctx, "error": error, "input": {**start.to_json(),
+                                                                                                "error": error}}
+        teardown, other = [], []
+        for _, name, st in all_states():
+            if st["Type"] != "Task":
+                continue
+            module, action = _handler_and_operation(st)
+            event = {"action": action, "state": name, **copy.deepcopy(inputs)}
+            if is_teardown(name, st):
+                result = module.handler(event)  # runs: the abort request does not stop a teardown
+                assert isinstance(result, dict), name
+                teardown.append(name)
+            else:
+                with pytest.raises(Aborted, match="campaign aborted before"):
+                    module.handler(event)
+                other.append(name)
+    finally:
+        use_engine(None)
+    assert {"TeardownExperiment", "TeardownAfterFailure", "AbortCampaign", "StopLoadAfterFailure",
+            "RecordPlanFailure"} <= set(teardown)
+    assert "ScalePools" in other and "Report" in other
 
 
 def test_sequence_order_and_one_experiment_at_a_time():
@@ -151,11 +196,33 @@ def test_fail_at_names_are_checked_before_anything_starts(tmp_path):
     import subprocess
     import sys
 
-    from benchctl.local.engine import task_states
-
-    names = task_states()
+    names = asl.task_states()
     assert "LaunchLoad" in names and "Plan" in names and "AbortCampaign" in names
     res = subprocess.run([sys.executable, "-m", "benchctl.cli", "run", "examples/smoke.yaml", "--out", str(tmp_path),
                           "--fail-at", "Nope"], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 2 and "LaunchLoad" in res.stderr
     assert not (tmp_path / "campaigns").exists()
+
+
+def test_the_committed_definition_is_the_build_of_its_source():
+    """state_machines/campaign.asl.json is generated (python -m benchctl.asl) from campaign.src.json: every
+    Lambda task gets the one transient-error retrier, after its own retriers and before States.ALL."""
+    assert asl.text() == asl.render(asl.build(asl.load(asl.SOURCE_PATH))), "run: python -m benchctl.asl"
+    source = asl.load(asl.SOURCE_PATH)
+    for _, name, st in asl.all_states(source):
+        assert asl.LAMBDA_RETRY not in st.get("Retry", []), f"{name}: the source repeats the builder's retrier"
+    for _, name, st in all_states():
+        if st["Type"] == "Task":
+            errors = [r["ErrorEquals"] for r in st["Retry"]]
+            assert asl.LAMBDA_RETRY["ErrorEquals"] in errors, name
+            at = errors.index(asl.LAMBDA_RETRY["ErrorEquals"])
+            assert all("States.ALL" not in e for e in errors[:at]), name
+
+
+def test_the_builder_refuses_a_source_that_repeats_its_retrier():
+    import pytest
+
+    source = asl.load(asl.SOURCE_PATH)
+    source["States"]["Plan"]["Retry"].append(dict(asl.LAMBDA_RETRY))
+    with pytest.raises(ValueError, match="Plan: the source repeats the Lambda retrier"):
+        asl.build(source)

@@ -12,17 +12,21 @@ import pytest
 import yaml
 
 from benchctl import campaign
-from benchctl.aws_k8s import EksLoad, EksServing, EksSmoke, preflight
-from benchctl.campaign import Ctx, Providers, deployment_spec
-from benchctl.eks_pools import pools_for
+from benchctl.aws.eks import EksLoad, EksServing, EksSmoke
+from benchctl.aws.k8s.client import KubeClient
+from benchctl.aws.k8s.common import LABEL_CAMPAIGN, LABEL_MANAGED, LABEL_ROLE, dgd_name
+from benchctl.aws.pools import pools_for
+from benchctl.aws.preflight import preflight
+from benchctl.campaign import Task, deployment_request
+from benchctl.context import Ctx
 from benchctl.errors import NotReadyYet, ServingFailed, SmokeTestFailed
-from benchctl.k8s.client import KubeClient
-from benchctl.k8s.render import LABEL_CAMPAIGN, LABEL_MANAGED, LABEL_ROLE, dgd_name
-from benchctl.lake import LocalLake
+from benchctl.local.lake import LocalLake
 from benchctl.plan import plan_campaign
-from benchctl.runstore import LocalRunStore
+from benchctl.ports import LoadRequest
+from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
 from tests.fakes.k8s_api import FakeKubeApi
+from tests.fakes.ports import providers_for_test
 from tests.unit.test_eks_pools import CLUSTER, ORIGINAL, OTHER, Aws, aws  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +66,13 @@ def _ticking_clock() -> Any:
     return clock
 
 
-def serving(api: FakeKubeApi, spec: Any = None) -> EksServing:
-    return EksServing(kube_of(api), spec or _spec(), CID, sleep=no_sleep, clock=_ticking_clock())
+def serving(api: FakeKubeApi) -> EksServing:
+    return EksServing(kube_of(api), CID, sleep=no_sleep, clock=_ticking_clock())
+
+
+def deploy(s: EksServing, experiment: str, spec: Any = None) -> dict[str, Any]:
+    """What Deploy asks of the serving port: the campaign's deployment request, as given."""
+    return s.deploy(deployment_request(spec or _spec(), CID, experiment))
 
 
 def grove_pod(api: FakeKubeApi, dgd: dict[str, Any], component: int, name: str, *, ip: str | None = None,
@@ -92,11 +101,11 @@ def _ready(generation_lag: int = 0) -> Any:
 
 def test_deploy_applies_our_labelled_deployment_and_is_idempotent(api):
     s = serving(api)
-    st = s.deploy(deployment_spec(s.spec, CID, "agg"))
+    st = deploy(s, "agg")
     obj = api.stored("DynamoGraphDeployment", st["name"], NS)
     assert obj["metadata"]["labels"][LABEL_CAMPAIGN] == CID
     assert st["url"].startswith(f"http://{dgd_name(CID, 'agg')}-frontend.{NS}.svc")
-    assert s.deploy(deployment_spec(s.spec, CID, "agg")) == st  # redelivered: same object, no error
+    assert deploy(s, "agg") == st  # redelivered: same object, no error
 
 
 def test_a_foreign_object_with_our_name_is_refused(api):
@@ -104,13 +113,13 @@ def test_a_foreign_object_with_our_name_is_refused(api):
     api.put({"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
              "metadata": {"name": dgd_name(CID, "agg"), "namespace": NS, "labels": {"team": "x"}}, "spec": {}})
     with pytest.raises(ServingFailed, match="is not this campaign's"):
-        s.deploy(deployment_spec(s.spec, CID, "agg"))
+        deploy(s, "agg")
 
 
 def test_ready_needs_the_condition_and_the_observed_generation(api):
     s = serving(api)
     api.status_after_gets("DynamoGraphDeployment", 3, _ready())  # readiness that arrives late
-    st = s.deploy(deployment_spec(s.spec, CID, "disagg"))
+    st = deploy(s, "disagg")
     assert [s.probe_ready(st) for _ in range(3)] == [False, False, True]
     api.set_status("DynamoGraphDeployment", NS, st["name"], _ready(generation_lag=1)(api.stored(
         "DynamoGraphDeployment", st["name"], NS)))
@@ -119,7 +128,7 @@ def test_ready_needs_the_condition_and_the_observed_generation(api):
 
 def test_a_failed_deployment_fails_the_state(api):
     s = serving(api)
-    st = s.deploy(deployment_spec(s.spec, CID, "agg"))
+    st = deploy(s, "agg")
     api.set_status("DynamoGraphDeployment", NS, st["name"], {"state": "failed", "conditions": [
         {"type": "Ready", "status": "False", "reason": "ImagePullBackOff"}]})
     with pytest.raises(ServingFailed, match="ImagePullBackOff"):
@@ -130,7 +139,7 @@ def test_a_failed_deployment_fails_the_state(api):
 
 def test_versions_are_the_pods_image_digests_found_by_our_labels_though_grove_overwrites_managed_by(api):
     s = serving(api)
-    st = s.deploy(deployment_spec(s.spec, CID, "agg"))
+    st = deploy(s, "agg")
     pod = grove_pod(api, api.stored("DynamoGraphDeployment", st["name"], NS), 1, "w-0")
     assert pod["metadata"]["labels"][LABEL_MANAGED] != "benchctl"
     pod["status"]["containerStatuses"] = [{"name": "main", "image": "img:1.6.1", "imageID": "img@sha256:abc"}]
@@ -143,8 +152,8 @@ def test_metrics_urls_name_every_running_worker_and_kvbm_endpoint(api):
     # Given a disaggregated deployment with KV offload: KVBM runs on the prefill worker only
     data = _spec().model_dump(mode="json")
     data["experiments"][1]["kv_offload"] = {"cpu_cache_gb": 8}
-    s = serving(api, parse_spec(data))
-    st = s.deploy(deployment_spec(s.spec, CID, "disagg"))
+    s = serving(api)
+    st = deploy(s, "disagg", parse_spec(data))
     dgd = api.stored("DynamoGraphDeployment", st["name"], NS)
     roles = [c["podTemplate"]["metadata"]["labels"][LABEL_ROLE] for c in dgd["spec"]["components"]]
     assert roles == ["frontend", "prefill", "decode"]
@@ -164,8 +173,8 @@ def test_metrics_urls_name_every_running_worker_and_kvbm_endpoint(api):
 
 def test_teardown_removes_only_this_experiments_objects_and_repeats_harmlessly(api):
     s = serving(api)
-    agg = s.deploy(deployment_spec(s.spec, CID, "agg"))
-    dis = s.deploy(deployment_spec(s.spec, CID, "disagg"))
+    agg = deploy(s, "agg")
+    dis = deploy(s, "disagg")
     agg_obj = api.stored("DynamoGraphDeployment", agg["name"], NS)
     api.add_pod(NS, "agg-w0", labels=agg_obj["metadata"]["labels"], owner=agg_obj)
     api.set_delete_gets("DynamoGraphDeployment", 2)  # foreground deletion takes a while
@@ -195,7 +204,7 @@ def test_load_job_runs_polls_fails_with_logs_and_stops(api):
     spec = _spec()
     load = EksLoad(kube_of(api), spec, CID)
     raw = f"s3://b/lake/raw/campaign_id={CID}/experiment=agg/step_id=concurrency-sweep-c1-r0/"
-    st = load.launch(_step_argv(spec, raw), raw, "agg-concurrency-sweep-c1-r0")
+    st = load.launch(LoadRequest(CID, "agg", "concurrency-sweep-c1-r0", tuple(_step_argv(spec, raw)), raw))
     job = api.stored("Job", st["name"], NS)
     assert job["metadata"]["labels"][LABEL_CAMPAIGN] == CID
     assert load.poll(st) is None  # running
@@ -210,8 +219,10 @@ def test_load_job_runs_polls_fails_with_logs_and_stops(api):
     assert api.stored("Job", st["name"], NS) is None
     load.stop(st)  # again: fine
     assert load.poll(st) == 1  # gone: nothing to wait for
-    with pytest.raises(ValueError, match="is not a step's raw area"):
-        load.launch(["--x"], "s3://b/elsewhere/", "j")
+    with pytest.raises(ValueError, match="campaign 'another' is not"):  # never another campaign's Job
+        load.launch(LoadRequest("another", "agg", "s1", ("--x",), raw))
+    with pytest.raises(ValueError, match="artifacts go to an S3 prefix"):
+        load.launch(LoadRequest(CID, "agg", "s1", ("--x",), "/tmp/raw"))
 
 
 def test_smoke_job_success_and_failure(api):
@@ -234,27 +245,24 @@ def test_smoke_job_success_and_failure(api):
 
 def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api, tmp_path):
     spec = _spec()
-    store = LocalRunStore(tmp_path / "run")
-    store.write_json("spec.json", spec.model_dump(mode="json"))
-    store.write_json("plan.json", plan_campaign(spec, "aws").to_json())
     now = [1000.0]
     kube = kube_of(api)
-    p = Providers(engine="aws", store=store, pools=None, serving=EksServing(kube, spec, CID),  # type: ignore[arg-type]
-                  load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t",
-                  smoke=EksSmoke(kube, spec, CID), clock=lambda: now[0])
+    p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
+                           serving=EksServing(kube, CID), load=EksLoad(kube, spec, CID),
+                           smoke=EksSmoke(kube, spec, CID), clock=lambda: now[0])
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
-    store.write_json("deployments/agg.json", {"state": {"deployment_id": "agg", "url": "http://f:8000"},
-                                              "deployed_at": 0})
-    assert campaign.smoke(p, ctx, "agg")["reused"] is False
-    assert campaign.smoke(p, ctx, "agg")["reused"] is True  # redelivered: nothing started twice
+    p.state.save_deployment("agg", DeploymentRecord(state={"deployment_id": "agg", "url": "http://f:8000"},
+                                                    deployed_at=0))
+    assert campaign.smoke(p, ctx, Task("agg"))["reused"] is False
+    assert campaign.smoke(p, ctx, Task("agg"))["reused"] is True  # redelivered: nothing started twice
     assert len(_names(api, "Job", ours=True)) == 1
-    assert campaign.check_smoke(p, ctx, "agg") == {"done": False}
+    assert campaign.check_smoke(p, ctx, Task("agg")) == {"done": False}
     now[0] += spec.timeouts.smoke_s + 1
     with pytest.raises(SmokeTestFailed, match=r"did not finish within timeouts\.smoke_s"):
-        campaign.check_smoke(p, ctx, "agg")
+        campaign.check_smoke(p, ctx, Task("agg"))
     (job,) = _names(api, "Job", ours=True)
     api.set_status("Job", NS, job, {"succeeded": 1})
-    assert campaign.check_smoke(p, ctx, "agg") == {"done": True}
+    assert campaign.check_smoke(p, ctx, Task("agg")) == {"done": True}
 
 
 # -------------------------------------------------------------------------------------------- preflight
@@ -374,7 +382,7 @@ def test_preflight_proves_each_image_with_a_short_cpu_job_before_anything_is_sca
 def test_the_shipped_load_image_is_proven_to_hold_aiperf_0_13_0():
     # the preflight's aiperf check passes only for the version benchctl's arguments are written for ...
     from benchctl.aiperf_args import AIPERF_VERSION
-    from benchctl.k8s.render import render_preflight_job
+    from benchctl.aws.k8s.jobs import render_preflight_job
 
     job = render_preflight_job(_with_image(_spec()), CID, "aiperf")
     script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
@@ -401,7 +409,7 @@ def _run_check(script: str, tmp_path: Any, tools: dict[str, str]) -> Any:
 
 @pytest.mark.parametrize(("version", "ok"), [("0.13.0", True), ("0.12.0", False)])
 def test_the_aiperf_image_check_fails_on_another_aiperf_version(tmp_path, version, ok):
-    from benchctl.k8s.render import render_preflight_job
+    from benchctl.aws.k8s.jobs import render_preflight_job
 
     data = _with_image(_spec()).model_dump(mode="json")
     data["kubernetes"]["prefetch_model"] = True  # the version alone (the tokenizer check: the test below)
@@ -418,7 +426,7 @@ def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_th
     import subprocess
     import sys
 
-    from benchctl.k8s.render import render_preflight_job
+    from benchctl.aws.k8s.jobs import render_preflight_job
     from benchctl.local import modeldir
 
     if not modeldir.is_complete():
@@ -445,7 +453,7 @@ def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_th
 
 @pytest.mark.parametrize(("version", "code"), [("aws-cli/2.22.0 Python/3.12.6 Linux", 0), ("aws-cli/1.33.0", 3)])
 def test_the_uploader_check_needs_aws_cli_v2(tmp_path, version, code):
-    from benchctl.k8s.render import render_preflight_job
+    from benchctl.aws.k8s.jobs import render_preflight_job
 
     job = render_preflight_job(_spec(), CID, "uploader")
     res = _run_check(job["spec"]["template"]["spec"]["containers"][0]["command"][2], tmp_path, {"aws": version})
@@ -488,34 +496,31 @@ STATES = ["nothing", "scaling", "deployed_half_ready", "job_running"]
 @pytest.mark.parametrize("reached", STATES)
 def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(reached, api, aws, tmp_path):  # noqa: F811
     spec = _spec()
-    store = LocalRunStore(tmp_path / "run")
-    store.write_json("spec.json", spec.model_dump(mode="json"))
-    store.write_json("plan.json", plan_campaign(spec, "aws").to_json())
     kube = kube_of(api)
-    p = Providers(engine="aws", store=store,
-                  pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
-                  serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
-                  load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
+    p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
+                           pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
+                           serving=EksServing(kube, CID, sleep=no_sleep, clock=_ticking_clock()),
+                           load=EksLoad(kube, spec, CID))
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
     # a foreign deployment in the same namespace that must survive
     api.put({"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
              "metadata": {"name": "theirs", "namespace": NS, "labels": {"team": "other"}}, "spec": {}})
     if reached != "nothing":
-        campaign.scale_pools(p, ctx, "agg")
+        campaign.scale_pools(p, ctx, Task("agg"))
         assert aws.scaling("gpu-ng") != ORIGINAL
     if reached in ("deployed_half_ready", "job_running"):
-        campaign.deploy(p, ctx, "agg")
+        campaign.deploy(p, ctx, Task("agg"))
         api.set_status("DynamoGraphDeployment", NS, dgd_name(CID, "agg"),
                        {"state": "pending", "conditions": [{"type": "Ready", "status": "False"}]})
     if reached == "job_running":
         p.lake = _S3Dirs(p.lake)  # the Job wants the S3 raw URI layout
-        campaign.launch_step(p, ctx, "agg", "concurrency-sweep-c1-r0")
+        campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
         assert _names(api, "Job", ours=True)
     # the state machine's way: come back until the deployment is gone, then the pools are restored
     for _ in range(10):
-        if campaign.teardown_experiment(p, ctx, "agg", wait_gone=True)["done"]:
+        if campaign.teardown_experiment(p, ctx, Task("agg"), wait_gone=True)["done"]:
             break
-    campaign.teardown_experiment(p, ctx, "agg", wait_gone=True)  # repeated: harmless
+    campaign.teardown_experiment(p, ctx, Task("agg"), wait_gone=True)  # repeated: harmless
     assert aws.scaling("gpu-ng") == ORIGINAL and aws.scaling("other-ng") == OTHER
     ours = [n for kind in ("DynamoGraphDeployment", "Job", "Pod", "NodePool") for n in _names(api, kind, ours=True)]
     assert ours == []
@@ -539,38 +544,32 @@ class _S3Dirs:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._lake, name)
 
-    def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> str:
+    def raw_uri(self, campaign_id: str, experiment: str, step_id: str) -> str:
         return f"s3://b/lake/raw/campaign_id={campaign_id}/experiment={experiment}/step_id={step_id}/"
 
 
 def test_auto_mode_teardown_removes_our_nodepool(api, tmp_path):
     spec = _spec("auto-mode")
-    store = LocalRunStore(tmp_path / "run")
-    store.write_json("spec.json", spec.model_dump(mode="json"))
-    store.write_json("plan.json", plan_campaign(spec, "aws").to_json())
     kube = kube_of(api)
-    p = Providers(engine="aws", store=store,
-                  pools=pools_for(spec, CID, cluster_name=CLUSTER, kube=kube),
-                  serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
-                  load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
+    p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
+                           pools=pools_for(spec, CID, cluster_name=CLUSTER, kube=kube),
+                           serving=EksServing(kube, CID, sleep=no_sleep, clock=_ticking_clock()),
+                           load=EksLoad(kube, spec, CID))
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
-    campaign.scale_pools(p, ctx, "agg")
+    campaign.scale_pools(p, ctx, Task("agg"))
     assert _names(api, "NodePool", ours=True)
-    campaign.teardown_experiment(p, ctx, "agg")
+    campaign.teardown_experiment(p, ctx, Task("agg"))
     assert _names(api, "NodePool", ours=True) == []
 
 
 def test_a_crash_right_after_the_node_group_changed_still_restores_it(api, aws, tmp_path):  # noqa: F811
     # Given ScalePools dies after EKS accepted the change but before its result was recorded
     spec = _spec()
-    store = LocalRunStore(tmp_path / "run")
-    store.write_json("spec.json", spec.model_dump(mode="json"))
-    store.write_json("plan.json", plan_campaign(spec, "aws").to_json())
     kube = kube_of(api)
-    p = Providers(engine="aws", store=store, pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session,
-                                                             kube=kube),
-                  serving=EksServing(kube, spec, CID, sleep=no_sleep, clock=_ticking_clock()),
-                  load=EksLoad(kube, spec, CID), lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
+    p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
+                           pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
+                           serving=EksServing(kube, CID, sleep=no_sleep, clock=_ticking_clock()),
+                           load=EksLoad(kube, spec, CID))
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
 
     killed: list[bool] = []
@@ -582,23 +581,23 @@ def test_a_crash_right_after_the_node_group_changed_still_restores_it(api, aws, 
 
     aws.session.events.register("after-call.eks.UpdateNodegroupConfig", die)
     with pytest.raises(SystemExit):
-        campaign.scale_pools(p, ctx, "agg")
+        campaign.scale_pools(p, ctx, Task("agg"))
     assert aws.scaling("gpu-ng") != ORIGINAL  # the change happened
     # Then a redelivered ScalePools refuses to scale on top of it, and teardown restores the recorded size
     from benchctl.errors import ScaleInterrupted
 
     with pytest.raises(ScaleInterrupted, match="interrupted mid-change"):
-        campaign.scale_pools(p, ctx, "agg")
-    campaign.teardown_experiment(p, ctx, "agg")
+        campaign.scale_pools(p, ctx, Task("agg"))
+    campaign.teardown_experiment(p, ctx, Task("agg"))
     assert aws.scaling("gpu-ng") == ORIGINAL
 
 
 def test_model_prefetch_runs_once_per_campaign_before_the_deployment_and_is_timed_apart(api):
     data = _spec().model_dump(mode="json")
     data["kubernetes"]["prefetch_model"] = True
-    s = serving(api, parse_spec(data))
-    agg = s.deploy(deployment_spec(s.spec, CID, "agg"))
-    dis = s.deploy(deployment_spec(s.spec, CID, "disagg"))  # the same prefetch Job, not a second one
+    s, spec = serving(api), parse_spec(data)
+    agg = deploy(s, "agg", spec)
+    dis = deploy(s, "disagg", spec)  # the same prefetch Job, not a second one
     assert agg["prefetch_job"] == dis["prefetch_job"] and len(_names(api, "Job", ours=True)) == 1
     assert api.stored("DynamoGraphDeployment", agg["name"], NS) is None  # not before the model is there
     assert s.probe_ready(agg) is False
@@ -615,8 +614,8 @@ def test_model_prefetch_runs_once_per_campaign_before_the_deployment_and_is_time
 def test_a_failed_prefetch_fails_the_deployment_with_its_logs(api):
     data = _spec().model_dump(mode="json")
     data["kubernetes"]["prefetch_model"] = True
-    s = serving(api, parse_spec(data))
-    st = s.deploy(deployment_spec(s.spec, CID, "agg"))
+    s = serving(api)
+    st = deploy(s, "agg", parse_spec(data))
     job = api.stored("Job", st["prefetch_job"], NS)
     api.add_job_pod(job, "pf-0", logs="401 Unauthorized")
     api.set_status("Job", NS, st["prefetch_job"], {"failed": 1})
@@ -635,11 +634,11 @@ def test_plan_waits_for_the_image_checks_and_fails_naming_them_before_any_pool_i
     eks_world.cluster_prerequisites(api, spec)
     with eks_world.moto_eks(spec) as session:
         p, ctx, _ = eks_world.providers(spec, kube_of(api), tmp_path, session)
-        event = {"state": "Plan", "input": {"ctx": ctx.to_json()}}
+        event = Task(state="Plan")  # the spec is in the run state already
         # Given the image checks still running: Plan raises NotReadyYet (its ASL Retry calls it again)
         with pytest.raises(NotReadyYet):
-            campaign.plan(p, event)
-        assert not p.store.exists("preflight.json") and not p.store.exists("plan.json")
+            campaign.plan(p, ctx, event)
+        assert not p.state.preflight_done() and not p.state.has_plan()
         # When the load image turns out to hold another AIPerf
         ours = {LABEL_CAMPAIGN: eks_world.CID}
         jobs = {j["metadata"]["name"]: j for j in kube_of(api).list("batch/v1", "Job", NS, ours)}
@@ -652,13 +651,13 @@ def test_plan_waits_for_the_image_checks_and_fails_naming_them_before_any_pool_i
             api.set_status("Job", NS, name, {"failed": 1} if failed else {"succeeded": 1})
         # Then Plan fails with the named problem, and nothing was scaled or deployed
         with pytest.raises(PreflightFailed, match=r"image check 'aiperf' failed .*need aiperf 0\.13\.0"):
-            campaign.plan(p, event)
+            campaign.plan(p, ctx, event)
         assert not [b for m, _, b in api.bodies if b.get("kind") in ("NodePool", "DynamoGraphDeployment")]
         assert kube_of(api).list("batch/v1", "Job", NS, ours) == []  # the checks' Jobs are removed once judged
         # a fixed image passes; the preflight is not repeated once passed (a redelivered Plan)
         api.on_create("Job", lambda a, job: a.set_status("Job", NS, job["metadata"]["name"], {"succeeded": 1}))
-        campaign.plan(p, event)
-        assert p.store.read_json("preflight.json")["ok"] is True
+        campaign.plan(p, ctx, event)
+        assert p.state.preflight_done()
         posts = len(api.bodies)
-        campaign.plan(p, event)
+        campaign.plan(p, ctx, event)
         assert len(api.bodies) == posts

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from benchctl import schema
-from benchctl.aws_lake import S3Lake, S3RunStore
+from benchctl.aws.s3 import S3Lake, S3RunStore
 from benchctl.ingest import (
     PHASE_MANIFEST_JSON,
     RECORDS_JSONL,
@@ -27,8 +27,8 @@ from benchctl.ingest import (
     SUMMARY_JSON,
     ingest_artifacts,
 )
-from benchctl.lake import LocalLake
-from benchctl.runstore import LocalRunStore
+from benchctl.local.lake import LocalLake
+from benchctl.local.runstore import LocalRunStore
 from tests.unit.test_ingest import CTX, SAMPLES, SERVER_METRICS, _profiling_copy, _sample_lines
 
 BUCKET = "bench-lake"
@@ -378,11 +378,11 @@ def test_missing_glue_table_is_an_error(s3: Any) -> None:
 
 def test_raw_dir_and_write_raw(s3: Any) -> None:
     lake = S3Lake(BUCKET, PREFIX)
-    raw = lake.raw_dir("camp-1", "agg", "sweep-c4-r0")
+    raw = lake.raw_uri("camp-1", "agg", "sweep-c4-r0")
     assert raw == f"s3://{BUCKET}/{PREFIX}/raw/campaign_id=camp-1/experiment=agg/step_id=sweep-c4-r0/"
     assert _s3_keys(s3) == []  # nothing created
     with pytest.raises(ValueError, match="step_id"):
-        lake.raw_dir("camp-1", "agg", "../x")
+        lake.raw_uri("camp-1", "agg", "../x")
 
     uri = lake.write_raw("camp-1", "agg", "sweep-c4-r0", "dataset.jsonl", b'{"a": 1}\n')
     assert uri == f"{raw}inputs/dataset.jsonl"

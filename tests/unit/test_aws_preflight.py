@@ -12,7 +12,8 @@ import yaml
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from benchctl.aws import deployment_preflight, read_s3_uri
+from benchctl.aws.preflight import deployment_preflight
+from benchctl.aws.providers import read_s3_uri
 from benchctl.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +43,7 @@ class Eks:
 
 
 def test_a_node_group_the_stack_may_not_scale_is_named_with_the_configured_ones():
-    env = {"BENCHCTL_NODEGROUPS": "gpu-g6e,gpu-a100"}
+    env = ("gpu-g6e", "gpu-a100")  # LambdaEnv.nodegroups: the stack's benchctl:nodegroups
     (problem,) = deployment_preflight(_spec(nodegroup="gpu-p4d"), env, "bench", Eks(None))
     assert "node group 'gpu-p4d' is not one this deployment may scale" in problem
     assert "benchctl:nodegroups = ['gpu-g6e', 'gpu-a100']" in problem
@@ -50,7 +51,7 @@ def test_a_node_group_the_stack_may_not_scale_is_named_with_the_configured_ones(
 
 
 def test_the_pod_identity_agent_add_on_is_required_outside_auto_mode():
-    env = {"BENCHCTL_NODEGROUPS": "gpu-p4d"}
+    env = ("gpu-p4d",)
     (problem,) = deployment_preflight(_spec(), env, "bench", Eks("ResourceNotFoundException"))
     assert "add-on eks-pod-identity-agent is not installed" in problem and "aws eks create-addon" in problem
     # an answer that cannot tell (no permission, an API that does not know) blocks nothing

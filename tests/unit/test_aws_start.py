@@ -12,6 +12,7 @@ import yaml
 from moto import mock_aws
 
 from benchctl.cli import main
+from benchctl.runstate import LoadRecord, RunState
 from tests.fakes.ports import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def aws(monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture
 def cluster(aws, monkeypatch):
     """A moto EKS cluster with node group gpu-ng (0/4/0) and a fake Kubernetes API with the prerequisites."""
-    from benchctl.k8s.client import KubeClient
+    from benchctl.aws.k8s.client import KubeClient
     from tests.fakes.k8s_api import FakeKubeApi
 
     eks = boto3.client("eks")
@@ -57,7 +58,7 @@ def cluster(aws, monkeypatch):
             api.put(obj)
         # the preflight's image-check Jobs pass (the Job controller's part)
         api.on_create("Job", lambda a, job: a.set_status("Job", "dynamo-bench", job["metadata"]["name"], {"succeeded": 1}))
-        monkeypatch.setattr("benchctl.k8s.eks.kube_for_cluster",
+        monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
                             lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
         monkeypatch.setenv("BENCHCTL_LOAD_IMAGE", "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:load")
         monkeypatch.setenv("BENCHCTL_CLUSTER", "bench")
@@ -128,9 +129,9 @@ def test_plan_on_aws_from_a_console_or_schedule_input(aws, cluster, capsys):
     from lambdas import plan as plan_handler
     from lambdas import pools as pools_handler
     from lambdas import teardown as teardown_handler
-    from lambdas._runtime import use_providers
+    from lambdas._runtime import use_engine
 
-    use_providers(None)  # the AWS providers, built from the environment
+    use_engine(None)  # the AWS providers, built from the environment
     boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/smoke.yaml", Body=_eks_smoke_spec())
     # the schedule's input: no ctx, no campaign id; the execution name becomes the campaign id
     execution = "arn:aws:states:us-east-1:123456789012:execution:campaign:weekly-2026-11-29"
@@ -163,11 +164,11 @@ def test_plan_on_aws_from_a_console_or_schedule_input(aws, cluster, capsys):
 
 def test_plan_on_aws_stops_before_scaling_when_preflight_fails(aws, cluster):
     from lambdas import plan as plan_handler
-    from lambdas._runtime import use_providers
+    from lambdas._runtime import use_engine
 
-    use_providers(None)
+    use_engine(None)
     cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other", "namespace": "dynamo-bench"}})
-    from benchctl.k8s.client import KubeClient
+    from benchctl.aws.k8s.client import KubeClient
 
     KubeClient(cluster.url, token=lambda: "test-token").delete("v1", "Secret", "hf-token", "dynamo-bench")
     boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/smoke.yaml", Body=_eks_smoke_spec())
@@ -180,13 +181,13 @@ def test_plan_on_aws_stops_before_scaling_when_preflight_fails(aws, cluster):
 
 
 def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, cluster, tmp_path):
-    from benchctl.aws_lake import S3Lake, S3RunStore
+    from benchctl.aws.s3 import S3Lake, S3RunStore
     from benchctl.ingest import StepContext, ingest_artifacts
     from lambdas import ingest as ingest_handler
     from lambdas import plan as plan_handler
-    from lambdas._runtime import use_providers
+    from lambdas._runtime import use_engine
 
-    use_providers(None)
+    use_engine(None)
     boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/s.yaml", Body=_eks_smoke_spec())
     ctx = plan_handler.handler({"action": "plan", "state": "Plan", "execution": "arn:x:execution:campaign:c-1",
                                 "input": {"spec_uri": f"s3://{BUCKET}/specs/s.yaml"}})["ctx"]
@@ -204,11 +205,12 @@ def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, cluste
     (art / "profile_export.jsonl").write_text("\n".join(head + profiling) + "\n")
     step = "concurrency-sweep-c4-r0"
     lake = S3Lake(BUCKET, "lake")
-    raw = lake.raw_dir("c-1", "agg", step)
+    raw = lake.raw_uri("c-1", "agg", step)
     for f in art.iterdir():
         boto3.client("s3").put_object(Bucket=BUCKET, Key=raw.removeprefix(f"s3://{BUCKET}/") + f.name,
                                       Body=f.read_bytes())
-    S3RunStore(BUCKET, "runs/c-1").write_json(f"loads/agg/{step}.json", {"state": {}, "exit_code": 0})
+    RunState(S3RunStore(BUCKET, "runs/c-1")).save_load("agg", step, LoadRecord(state={}, launched_at=0.0, ended=True,
+                                                                               exit_code=0))
     # When the Ingest function runs on AWS
     out = ingest_handler.handler({"action": "ingest", "state": "IngestStep", "ctx": ctx, "experiment": "agg",
                                   "step": step})
@@ -226,19 +228,19 @@ def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, cluste
 
 def test_an_input_without_ctx_or_spec_uri_is_refused(aws, monkeypatch):
     from lambdas import plan as plan_handler
-    from lambdas._runtime import use_providers
+    from lambdas._runtime import use_engine
 
     monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
     monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")
-    use_providers(None)
+    use_engine(None)
     with pytest.raises(ValueError, match="execution input: give 'spec_uri'"):
         plan_handler.handler({"action": "plan", "state": "Plan", "input": {}, "execution": "x:y"})
     assert _objects() == []
 
 
 def test_report_on_aws_creates_every_view_in_order_then_queries_the_campaign_and_writes_the_report(aws):
-    from benchctl.aws_report import athena_report
-    from benchctl.query import REPORT_VIEWS, athena_view_ddl
+    from benchctl.aws.athena import athena_report
+    from benchctl.views import REPORT_VIEWS, athena_view_ddl
 
     athena = boto3.client("athena")
     athena.create_work_group(Name="wg", Configuration={"ResultConfiguration": {"OutputLocation": f"s3://{BUCKET}/ar/"}})
@@ -258,7 +260,7 @@ def test_report_on_aws_creates_every_view_in_order_then_queries_the_campaign_and
 
 
 def test_athena_rows_are_typed_from_the_column_metadata():
-    from benchctl.aws_report import _cell
+    from benchctl.aws.athena import _cell
 
     assert (_cell("42", "bigint"), _cell("1.5", "double"), _cell("true", "boolean"), _cell("x", "varchar"),
             _cell(None, "double")) == (42, 1.5, True, "x", None)

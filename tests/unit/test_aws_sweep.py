@@ -4,36 +4,36 @@ people's objects are left alone."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import boto3
-import yaml
 
-from benchctl.aws_lake import S3RunStore
-from benchctl.k8s.client import KubeClient
-from benchctl.k8s.render import labels
+from benchctl.aws.k8s.client import KubeClient
+from benchctl.aws.k8s.common import labels
+from benchctl.aws.s3 import S3RunStore
+from benchctl.runstate import CampaignRecord, RunState
 from tests.unit.test_aws_start import ASL, BUCKET, _eks_smoke_spec, _scaling, aws, cluster  # noqa: F401
 
 
 def _campaign(sfn, sm_arn: str, cid: str, *, stop: bool) -> None:
     from benchctl import campaign
-    from lambdas._runtime import providers_for, use_providers
+    from benchctl.campaign import Task
+    from benchctl.context import Ctx
+    from lambdas._runtime import current_engine, use_engine
 
     ex = sfn.start_execution(stateMachineArn=sm_arn, name=cid, input="{}")["executionArn"]
     if stop:
         sfn.stop_execution(executionArn=ex)
-    use_providers(None)
-    ctx = campaign.Ctx(cid, f"s3://{BUCKET}/runs/{cid}", f"s3://{BUCKET}/lake", 30, None)
-    store = S3RunStore(BUCKET, f"runs/{cid}")
-    store.write_json("spec.json", yaml.safe_load(_eks_smoke_spec()))
-    p = providers_for(ctx)
-    campaign.plan(p, {"input": {"ctx": ctx.to_json()}, "state": "Plan", "execution": ex})
-    campaign.scale_pools(p, ctx, "agg")
+    use_engine(None)
+    boto3.client("s3").put_object(Bucket=BUCKET, Key=f"specs/{cid}.yaml", Body=_eks_smoke_spec())
+    ctx = Ctx(cid, f"s3://{BUCKET}/runs/{cid}", f"s3://{BUCKET}/lake", 30, None)
+    p = current_engine().providers(ctx)
+    campaign.plan(p, ctx, Task(state="Plan", execution=ex, input={"spec_uri": f"s3://{BUCKET}/specs/{cid}.yaml"}))
+    campaign.scale_pools(p, ctx, Task("agg"))
 
 
 def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
-    from benchctl.aws_sweep import aws_sweep
+    from benchctl.aws.sweep import aws_sweep
 
     sfn = boto3.client("stepfunctions")
     # the dead campaign scaled the node group and deployed; the live one only deployed
@@ -46,7 +46,7 @@ def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
     cluster.put({"apiVersion": "batch/v1", "kind": "Job",
                  "metadata": {"name": "theirs", "namespace": "dynamo-bench", "labels": {"team": "x"}}})
     ex = sfn.start_execution(stateMachineArn=aws, name="live-1", input="{}")["executionArn"]
-    S3RunStore(BUCKET, "runs/live-1").write_json("campaign.json", {"execution": ex})
+    RunState(S3RunStore(BUCKET, "runs/live-1")).save_campaign(CampaignRecord(campaign_id="live-1", execution=ex))
     env = {**os.environ, "BENCHCTL_NAMESPACE": "dynamo-bench"}
 
     dry = {r["campaign_id"]: r["action"] for r in aws_sweep(env, kube=kube, dry_run=True)}
@@ -60,5 +60,5 @@ def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
     assert _scaling() == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
     assert cluster.stored("DynamoGraphDeployment", "bc-agg-live", "dynamo-bench") is not None
     assert cluster.stored("Job", "theirs", "dynamo-bench") is not None
-    record = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key="runs/dead-1/campaign.json")["Body"].read())
-    assert (record["status"], record["error"]) == ("failed", "Swept")
+    record = RunState(S3RunStore(BUCKET, "runs/dead-1")).campaign()
+    assert record is not None and (record.status, record.error) == ("failed", "Swept")

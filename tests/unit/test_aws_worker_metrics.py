@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from benchctl import campaign
-from benchctl.query import QueryEngine
+from benchctl.local.query import QueryEngine
 from tests.fakes.eks_world import CID, World
 
 EXP, STEP = "disagg-offload", "prefix-cache-p50-r0"
@@ -35,8 +35,9 @@ def _summary(requests: int) -> dict[str, Any]:
 
 def test_disaggregated_cache_hits_kv_usage_and_kvbm_offload_reach_the_lake(aws_worlds: dict[str, World]) -> None:
     world = aws_worlds["auto-mode"]
-    rec = world.providers.store.read_json(f"loads/{EXP}/{STEP}.json")
-    argv, sources = rec["argv"], rec["metrics_sources"]
+    rec = world.providers.state.load(EXP, STEP)
+    assert rec is not None and rec.argv is not None and rec.metrics_sources is not None
+    argv, sources = rec.argv, rec.metrics_sources
     scraped = argv[argv.index("--server-metrics") + 1:]
     scraped = scraped[:next((i for i, a in enumerate(scraped) if a.startswith("--")), len(scraped))]
     by_role = {name.split("/")[0]: url for url, name in sources.items()}  # recorded as {url: source name}
@@ -57,7 +58,7 @@ def test_disaggregated_cache_hits_kv_usage_and_kvbm_offload_reach_the_lake(aws_w
     (raw / "server_metrics_export.json").write_text(json.dumps(export))
     (raw / "profile_export_aiperf.json").write_text(json.dumps(_summary(100)))
     # When the step is ingested on the AWS code path
-    assert campaign.ingest_step(world.providers, world.ctx, EXP, STEP)["status"] == "succeeded"
+    assert campaign.ingest_step(world.providers, world.ctx, campaign.Task(experiment=EXP, step=STEP))["status"] == "succeeded"
     # Then each series is in the lake under the source the campaign named, and the step's cache view has
     # the disaggregated hit rate (router, prefill side), KV usage over the workers and KVBM's offloads
     with QueryEngine(world.lake.root) as q:

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from benchctl.errors import ArtifactError, SpecError
 from benchctl.ingest import PHASE_MANIFEST_JSON, RECORDS_JSONL, SUMMARY_JSON, StepContext, ingest_artifacts
-from benchctl.lake import LocalLake
+from benchctl.local.lake import LocalLake
 from benchctl.spec import CampaignSpec, parse_spec, parse_spec_text
 from tests.fakes.ports import SAMPLES, sample_records
 

@@ -9,13 +9,15 @@ import pytest
 import yaml
 
 from benchctl import campaign
-from benchctl.campaign import Ctx, Providers
+from benchctl.campaign import Task
+from benchctl.context import Ctx
 from benchctl.errors import BudgetExceeded
-from benchctl.lake import LocalLake
+from benchctl.local.lake import LocalLake
 from benchctl.local.pool import LocalPool
-from benchctl.plan import plan_campaign
-from benchctl.runstore import LocalRunStore
+from benchctl.ports import Providers
+from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
+from tests.fakes.ports import FakeServing, providers_for_test
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,23 +26,20 @@ class Load:
     def __init__(self) -> None:
         self.launched: list[str] = []
 
-    def launch(self, argv, artifact_dir, job_id):
-        self.launched.append(job_id)
-        return {"job_id": job_id}
+    def launch(self, request):
+        self.launched.append(request.job_id)
+        return {"job_id": request.job_id}
 
 
 def _providers(tmp_path: Path, max_usd: float, clock) -> tuple[Providers, Ctx, Load]:
     data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
     data["budget"] = {"max_usd": max_usd}
     spec = parse_spec(data)
-    store = LocalRunStore(tmp_path / "run")
-    store.write_json("spec.json", spec.model_dump(mode="json"))
-    store.write_json("plan.json", plan_campaign(spec, "local").to_json())
-    store.write_json("deployments/agg.json", {"state": {"url": "http://127.0.0.1:1", "deployment_id": "agg"},
-                                              "deployed_at": 0})
     load = Load()
-    p = Providers(engine="local", store=store, pools=LocalPool(), serving=None, load=load,  # type: ignore[arg-type]
-                  lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None, clock=clock)
+    p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, pools=LocalPool(),
+                           serving=FakeServing(), load=load, clock=clock)
+    p.state.save_deployment("agg", DeploymentRecord(state={"url": "http://127.0.0.1:1", "deployment_id": "agg"},
+                                                    deployed_at=0))
     return p, Ctx("camp-b", str(tmp_path / "run"), str(tmp_path / "lake"), 1, None), load
 
 
@@ -48,16 +47,16 @@ def _providers(tmp_path: Path, max_usd: float, clock) -> tuple[Providers, Ctx, L
 def test_guard_before_each_step(tmp_path, hours_held, max_usd, refused):
     t = [1_700_000_000.0]
     p, ctx, load = _providers(tmp_path, max_usd, lambda: t[0])
-    campaign.scale_pools(p, ctx, "agg")  # 1 node of p4d.24xlarge at $21.96/h from now
+    campaign.scale_pools(p, ctx, Task("agg"))  # 1 node of p4d.24xlarge at $21.96/h from now
     t[0] += hours_held * 3600
     if not refused:
-        campaign.launch_step(p, ctx, "agg", "concurrency-sweep-c1-r0")
+        campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
         assert load.launched == ["agg-concurrency-sweep-c1-r0"]
         return
     with pytest.raises(BudgetExceeded, match=r"budget.max_usd: accrued \$110\.30 \+ remaining estimate "
                                              r"\$\d+\.\d\d = \$112\.\d\d exceeds \$100\.00 before step "
                                              r"concurrency-sweep-c1-r0 of experiment agg"):
-        campaign.launch_step(p, ctx, "agg", "concurrency-sweep-c1-r0")
+        campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
     assert load.launched == []  # nothing started
     events = [r["event"] for r in p.lake.read_table("timeline", "camp-b")]
     assert "budget_exceeded" in events

@@ -13,13 +13,16 @@ import pytest
 import yaml
 
 from benchctl import campaign, sweep
-from benchctl.campaign import Ctx, Providers
-from benchctl.lake import LocalLake
+from benchctl.campaign import Task
+from benchctl.context import Ctx
+from benchctl.local.lake import LocalLake
+from benchctl.local.locks import FileLocks
 from benchctl.local.pool import LocalPool
-from benchctl.locks import FileLocks, lock_keys
-from benchctl.plan import plan_campaign
-from benchctl.runstore import LocalRunStore
+from benchctl.locks import lock_keys
+from benchctl.ports import Providers
+from benchctl.runstate import DeploymentRecord, FailureRecord, LoadRecord
 from benchctl.spec import parse_spec
+from tests.fakes.ports import providers_for_test
 from tests.unit.test_fail_at_every_state import read_table, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,13 +80,9 @@ class BrokenLake(LocalLake):
 
 def _world(tmp_path: Path, *, serving=None, load=None, pool=None, lake=None) -> tuple[Providers, Ctx]:
     spec = parse_spec(yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text()))
-    store = LocalRunStore(tmp_path / "run")
-    store.write_json("spec.json", spec.model_dump(mode="json"))
-    store.write_json("plan.json", plan_campaign(spec, "local").to_json())
-    p = Providers(engine="local", store=store, pools=pool or LocalPool({"gpu-a100": 0}),
-                  serving=serving or Serving(), load=load or Load(),  # type: ignore[arg-type]
-                  lake=lake or LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None,
-                  locks=FileLocks(tmp_path / "locks"))
+    p = providers_for_test(tmp_path / "run", lake or LocalLake(tmp_path / "lake"), spec=spec,
+                           pools=pool or LocalPool({"gpu-a100": 0}), serving=serving or Serving(), load=load or Load(),
+                           locks=FileLocks(tmp_path / "locks"))
     ctx = Ctx("c1", str(tmp_path / "run"), str(tmp_path / "lake"), 1, None)
     p.locks.acquire(lock_keys(spec), "c1", 3600)
     return p, ctx
@@ -91,10 +90,9 @@ def _world(tmp_path: Path, *, serving=None, load=None, pool=None, lake=None) -> 
 
 def _started(p: Providers, ctx: Ctx, exp: str = "agg") -> None:
     """An experiment with its pool scaled, its deployment up and its first step's load running."""
-    campaign.scale_pools(p, ctx, exp)
-    p.store.write_json(f"deployments/{exp}.json", {"state": {"deployment_id": exp}, "deployed_at": 0})
-    p.store.write_json(f"loads/{exp}/concurrency-sweep-c1-r0.json",
-                       {"state": {"job_id": f"{exp}-c1"}, "launched_at": 0, "est_s": 1})
+    campaign.scale_pools(p, ctx, Task(exp))
+    p.state.save_deployment(exp, DeploymentRecord(state={"deployment_id": exp}, deployed_at=0))
+    p.state.save_load(exp, "concurrency-sweep-c1-r0", LoadRecord(state={"job_id": f"{exp}-c1"}, launched_at=0, est_s=1))
 
 
 def test_a_failing_deployment_teardown_still_stops_the_load_and_restores_the_pool(tmp_path):
@@ -102,14 +100,14 @@ def test_a_failing_deployment_teardown_still_stops_the_load_and_restores_the_poo
     p, ctx = _world(tmp_path, serving=serving)
     _started(p, ctx)
     with pytest.raises(RuntimeError, match="the serving API is down"):
-        campaign.teardown_experiment(p, ctx, "agg")
+        campaign.teardown_experiment(p, ctx, Task("agg"))
     assert p.load.stopped == ["agg-c1"]  # type: ignore[attr-defined]
     assert p.pools.current("gpu-a100")["desired"] == 0  # type: ignore[attr-defined]
-    assert p.store.read_json("pools/agg.json")["restored"][0]["pool"] == "gpu-a100"
+    assert p.state.pools("agg").restored[0]["pool"] == "gpu-a100"
     events = [r["event"] for r in p.lake.read_table("timeline", "c1")]
     assert "pool_restored" in events and "teardown_done" not in events  # not done: a retry finishes it
     serving.fail = False
-    campaign.teardown_experiment(p, ctx, "agg")  # the retry: only what is left
+    campaign.teardown_experiment(p, ctx, Task("agg"))  # the retry: only what is left
     assert serving.torn == ["agg"] and "teardown_done" in [r["event"] for r in p.lake.read_table("timeline", "c1")]
 
 
@@ -117,7 +115,7 @@ def test_a_failing_load_stop_does_not_keep_the_gpus(tmp_path):
     p, ctx = _world(tmp_path, load=Load(fail=True))
     _started(p, ctx)
     with pytest.raises(RuntimeError, match="cannot signal the load"):
-        campaign.teardown_experiment(p, ctx, "agg")
+        campaign.teardown_experiment(p, ctx, Task("agg"))
     assert p.serving.torn == ["agg"]  # type: ignore[attr-defined]
     assert p.pools.current("gpu-a100")["desired"] == 0  # type: ignore[attr-defined]
 
@@ -126,10 +124,10 @@ def test_abort_attempts_every_item_and_keeps_the_first_error(tmp_path):
     lake = BrokenLake(tmp_path / "lake", broken=set())
     p, ctx = _world(tmp_path, lake=lake)
     _started(p, ctx)
-    p.store.write_json("failure.json", {"state": "CheckLoad", "error": "LoadFailed", "message": "step died"})
+    p.state.record_failure(FailureRecord(state="CheckLoad", error="LoadFailed", message="step died"))
     lake.broken = {"costs", "campaigns"}  # the lake fails for the cost rows and the campaign record
     with pytest.raises(OSError, match=r"cannot write costs .*cleanup item 'costs'; 1 more cleanup error"):
-        campaign.abort_campaign(p, ctx, {"Error": "LoadFailed", "Cause": "step died"})
+        campaign.abort_campaign(p, ctx, Task(error={"Error": "LoadFailed", "Cause": "step died"}))
     assert p.load.stopped == ["agg-c1"] and p.serving.torn == ["agg"]  # type: ignore[attr-defined]
     assert p.pools.current("gpu-a100")["desired"] == 0  # type: ignore[attr-defined]
     assert not list((tmp_path / "locks").glob("*.json"))  # the locks were released all the same
@@ -143,24 +141,24 @@ def test_the_lock_of_a_pool_that_could_not_be_restored_is_kept(tmp_path):
     p, ctx = _world(tmp_path, pool=FailingPool({"gpu-a100": 0}, fail={"gpu-a100"}))
     _started(p, ctx)
     with pytest.raises(RuntimeError, match="update rejected"):
-        campaign.abort_campaign(p, ctx, {"Error": "ServingFailed", "Cause": "x"})
+        campaign.abort_campaign(p, ctx, Task(error={"Error": "ServingFailed", "Cause": "x"}))
     assert campaign.unrestored_pools(p) == {"agg": {"gpu-a100"}}
     assert [f.name for f in (tmp_path / "locks").glob("*.json")] == ["local__gpu-a100.json"]
     camp = p.lake.read_table("campaigns", "c1")
     assert [(c["status"], c["error"]) for c in camp] == [("failed", "ServingFailed")]  # recorded anyway
     p.pools.fail = set()  # type: ignore[attr-defined]
-    campaign.abort_campaign(p, ctx, {"Error": "ServingFailed", "Cause": "x"})  # the retry restores, releases
+    campaign.abort_campaign(p, ctx, Task(error={"Error": "ServingFailed", "Cause": "x"}))  # the retry restores, releases
     assert campaign.unrestored_pools(p) == {} and not list((tmp_path / "locks").glob("*.json"))
 
 
 def test_a_handed_over_pool_is_the_next_experiments_to_restore(tmp_path):
     p, ctx = _world(tmp_path)
-    campaign.scale_pools(p, ctx, "agg")
-    campaign.teardown_experiment(p, ctx, "agg", handover=True)
+    campaign.scale_pools(p, ctx, Task("agg"))
+    campaign.teardown_experiment(p, ctx, Task("agg"), handover=True)
     assert campaign.unrestored_pools(p) == {"agg": {"gpu-a100"}}  # handed over, not adopted yet: still agg's
-    campaign.scale_pools(p, ctx, "disagg")
+    campaign.scale_pools(p, ctx, Task("disagg"))
     assert campaign.unrestored_pools(p) == {"disagg": {"gpu-a100"}}
-    campaign.teardown_experiment(p, ctx, "disagg", handover=True)
+    campaign.teardown_experiment(p, ctx, Task("disagg"), handover=True)
     assert campaign.unrestored_pools(p) == {}
     assert sweep.leftovers(p) == []
 
@@ -179,7 +177,7 @@ def test_the_sweeper_leaves_a_succeeded_campaign_alone(tmp_path, monkeypatch):
 
     def providers_for(cid):
         c = Ctx(cid, str(out / "campaigns" / cid), str(out / "lake"), 1, None)
-        return world(c), c
+        return world.providers(c), c
 
     dry = sweep.sweep(["failat"], providers_for, lambda cid: False, dry_run=True)
     assert dry == [{"campaign_id": "failat", "experiments": [], "action": "nothing left"}]

@@ -10,9 +10,9 @@ import pytest
 
 from benchctl import costs
 from benchctl.campaign import experiment_row
-from benchctl.lake import LocalLake
+from benchctl.local.lake import LocalLake
+from benchctl.local.query import QueryEngine
 from benchctl.plan import CampaignPlan, plan_campaign
-from benchctl.query import QueryEngine
 from benchctl.spec import CampaignSpec, parse_spec
 
 C = "camp-cost"

@@ -29,7 +29,8 @@ from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 
 from benchctl import schema
-from benchctl.query import QueryEngine, view_sql_files
+from benchctl.local.query import QueryEngine
+from benchctl.views import view_sql_files
 from tests.fakes.ports import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,15 +16,15 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from moto import mock_aws
 
-from benchctl.eks_pools import (
+from benchctl.aws.k8s.client import KubeClient
+from benchctl.aws.k8s.common import nodepool_name
+from benchctl.aws.pools import (
     CAMPAIGN_LABEL,
     NODEGROUP_LABEL,
     ManagedNodeGroupPools,
     PoolScalingFailed,
     pools_for,
 )
-from benchctl.k8s.client import KubeClient
-from benchctl.k8s.render import nodepool_name
 from benchctl.spec import PoolSpec, parse_spec
 from tests import crd_schemas
 from tests.fakes.k8s_api import FakeKubeApi

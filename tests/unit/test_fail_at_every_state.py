@@ -16,7 +16,6 @@ the number of attempts is still the ASL's.
 from __future__ import annotations
 
 import io
-import json
 import types
 from pathlib import Path
 from typing import Any
@@ -25,82 +24,34 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from benchctl.local.engine import ASL_PATH, Progress, RunResult, execute, task_states
+from benchctl import asl
+from benchctl.context import StartInput
+from benchctl.local.engine import Progress, RunResult, execute
 from benchctl.local.runner import prepare
+from benchctl.local.runstore import LocalRunStore
+from benchctl.runstate import RunState
 from tests.fakes.ports import FakeWorld
 
 ROOT = Path(__file__).resolve().parents[2]
-ASL = json.loads(ASL_PATH.read_text(encoding="utf-8"))
+ASL = asl.load()
 CID = "failat"
-
 
 
 # ------------------------------------------------------------------------------------------ the ASL
 
 
-def _scopes(states: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [states]
-    for st in states.values():
-        if st["Type"] == "Map":
-            out += _scopes(st["ItemProcessor"]["States"])
-    return out
-
-
-def _all_states() -> dict[str, dict[str, Any]]:
-    return {name: st for scope in _scopes(ASL["States"]) for name, st in scope.items()}
-
-
-def _normal_path_states() -> set[str]:
-    """States reached without any failure: Next/Default/Choices edges and Map iterators, no Catch."""
-    seen: set[str] = set()
-
-    def walk(states: dict[str, Any], start: str) -> None:
-        todo = [start]
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            st = states[name]
-            if st["Type"] == "Map":
-                walk(st["ItemProcessor"]["States"], st["ItemProcessor"]["StartAt"])
-            todo += [n for n in (st.get("Next"), st.get("Default")) if n]
-            todo += [c["Next"] for c in st.get("Choices", [])]
-
-    walk(ASL["States"], ASL["StartAt"])
-    return seen
-
-
-def _catch_targets_of(state: str) -> set[str]:
-    """Every state reachable from ``state``'s Catch (within its scope)."""
-    for scope in _scopes(ASL["States"]):
-        if state in scope:
-            out: set[str] = set()
-            todo = [c["Next"] for c in scope[state].get("Catch", [])]
-            while todo:
-                n = todo.pop()
-                if n in out:
-                    continue
-                out.add(n)
-                st = scope[n]
-                todo += [x for x in (st.get("Next"), st.get("Default")) if x]
-                todo += [c["Next"] for c in st.get("Catch", [])]
-            return out
-    raise KeyError(state)
-
-
 def _attempts(state: str) -> int:
     """How often the ASL runs a state whose handler always fails with InjectedFailure."""
-    for r in _all_states()[state].get("Retry", []):  # the first retrier that matches is the one used
+    for r in asl.state(state, ASL).get("Retry", []):  # the first retrier that matches is the one used
         if {"States.ALL", "InjectedFailure"} & set(r["ErrorEquals"]):
             return 1 + int(r.get("MaxAttempts", 3))
     return 1
 
 
-STATES = task_states()
-NORMAL = _normal_path_states()
+STATES = asl.task_states(ASL)
+NORMAL = asl.normal_path_states(ASL)
 FAILURE_ONLY = [s for s in STATES if s not in NORMAL]
-BEHIND_PLAN = _catch_targets_of(ASL["StartAt"])
+BEHIND_PLAN = asl.catch_targets(ASL["StartAt"], ASL)
 
 
 def test_states_are_classified_from_the_asl() -> None:
@@ -147,11 +98,11 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, fail_at: str | None,
 
     slept: list[float] = []
     monkeypatch.setattr(retrier_decl, "time", types.SimpleNamespace(sleep=slept.append))
-    cid, run_dir, lake = prepare(tiny_spec(tmp_path), tmp_path / "out", CID)
-    world = FakeWorld(lake, **(world_kw or {}))
+    start, _ = prepare(tiny_spec(tmp_path), tmp_path / "out", CID)
+    world = FakeWorld(tmp_path / "out" / "lake", **(world_kw or {}))
     rec = Recorder()
-    result = execute(campaign_id=cid, run_dir=run_dir, lake=lake, providers=world, poll_seconds=1,
-                     fail_at=fail_at, progress=rec)
+    result = execute(engine=world, start=StartInput(start.spec_uri, CID, poll_seconds=1, fail_at=fail_at),
+                     progress=rec)
     return result, world, rec, slept
 
 
@@ -248,9 +199,9 @@ def test_fail_at_state_tears_down_and_records_the_failure(
         assert deployed <= {"agg"} and scaled <= {"agg"}, (state, deployed, scaled)
 
     # the first failure is kept in the run store, with its state
-    failure = json.loads((run_dir / "failure.json").read_text(encoding="utf-8"))
-    assert failure["state"] == (primary or state)
-    assert failure["error"] == {None: "InjectedFailure", "Plan": "PreflightFailed", "CheckLoad": "ServingFailed"}[primary]
+    failure = RunState(LocalRunStore(run_dir)).failure()
+    assert failure is not None and failure.state == (primary or state)
+    assert failure.error == {None: "InjectedFailure", "Plan": "PreflightFailed", "CheckLoad": "ServingFailed"}[primary]
 
     campaigns = read_table(lake, "campaigns")
     if state in ("AbortCampaign", "RecordPlanFailure"):
@@ -291,16 +242,6 @@ def test_fail_at_state_tears_down_and_records_the_failure(
 
     # every lake write was atomic: no temporary file left anywhere
     assert not [p for p in lake.rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
-
-
-# The abort path records ``failed_state`` from the run store's failure.json (the FIRST failure) but
-# ``error``/``cause`` from the Catch payload it was handed, which after a failed cleanup state is the
-# cleanup's own Fail state (StopLoadFailed / TeardownFailed), not the failure that started it all.
-ROOT_CAUSE_LOST = (
-    "product bug: benchctl/campaign.py abort_campaign() pairs failure.json's state with the last Catch "
-    "payload's error/cause, so the root cause (ServingFailed at CheckLoad) is not in the lake when a "
-    "cleanup state failed"
-)
 
 
 @pytest.mark.parametrize("state", [

@@ -5,7 +5,6 @@ on AWS) of a campaign that would not fit, before anything starts."""
 from __future__ import annotations
 
 import io
-import json
 import types
 from pathlib import Path
 from typing import Any
@@ -13,23 +12,22 @@ from typing import Any
 import pytest
 import yaml
 
-from benchctl.campaign import Ctx, Providers
+from benchctl.campaign import Task
 from benchctl.cli import main
+from benchctl.context import Ctx, StartInput
 from benchctl.errors import SpecError
-from benchctl.lake import LocalLake
 from benchctl.local.engine import Progress, execute
+from benchctl.local.lake import LocalLake
 from benchctl.local.runner import prepare
 from benchctl.plan import (
     HISTORY_LIMIT,
-    CampaignPlan,
     aws_limits,
     history_estimate,
     history_events,
     plan_campaign,
 )
-from benchctl.runstore import LocalRunStore
 from benchctl.spec import load_spec, parse_spec
-from tests.fakes.ports import FakeLoad, FakeWorld
+from tests.fakes.ports import FakeLoad, FakeWorld, providers_for_test
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "examples" / "seed-plan.yaml"
@@ -77,13 +75,13 @@ def test_the_estimate_is_the_history_the_interpreter_records(tmp_path: Path, mon
     data["warmup"] = {"request_count": 2}
     spec = tmp_path / "tiny.yaml"
     spec.write_text(yaml.safe_dump(data))
-    cid, run_dir, lake = prepare(spec, tmp_path / "out", "history")
-    world = FakeWorld(lake)
+    start, _ = prepare(spec, tmp_path / "out", "history")
+    world = FakeWorld(tmp_path / "out" / "lake")
     world.load = SlowLoad(polls, on_launch=world._on_launch)
-    result = execute(campaign_id=cid, run_dir=run_dir, lake=lake, providers=world, poll_seconds=1,
+    result = execute(engine=world, start=StartInput(start.spec_uri, start.campaign_id, poll_seconds=1),
                      progress=Progress(out=io.StringIO()))
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    plan = CampaignPlan.from_json(json.loads((run_dir / "plan.json").read_text()))
+    plan = world.providers(Ctx("history", str(result.run_dir), str(result.lake), 1, None)).state.plan()
     steps = sum(len(e.steps) for e in plan.experiments)
     assert len(plan.experiments) == 2 and steps == 4
     # each CheckLoad and CheckWarmUp saw `polls` "still running" answers, so each of those loops went
@@ -119,7 +117,7 @@ def test_plan_refuses_four_times_the_seed_at_a_10_s_poll_naming_the_estimate_and
 
 
 def test_start_refuses_before_uploading_or_starting_anything(tmp_path: Path) -> None:
-    from benchctl.aws_start import start
+    from benchctl.aws.start import start
 
     class NoAws:
         def client(self, name: str) -> Any:
@@ -134,22 +132,16 @@ def test_the_plan_state_on_aws_refuses_before_any_pool_is_touched(tmp_path: Path
     from benchctl import campaign
 
     path = four_times_the_seed(tmp_path)
-    store = LocalRunStore(tmp_path / "run")
-    store.write_json("spec.json", load_spec(path).model_dump(mode="json"))
-
-    class Untouchable:
-        def __getattr__(self, name: str) -> Any:
-            raise AssertionError(f"pools.{name} touched")
-
-    p = Providers(engine="aws", store=store, pools=Untouchable(), serving=Untouchable(), load=Untouchable(),
-                  lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None)
-    ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 10, None).to_json()
+    p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), engine="aws",
+                           read_uri=lambda uri: path.read_bytes())
+    ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 10, None)
+    task = Task(state="Plan", input={"spec_uri": path.resolve().as_uri(), "poll_seconds": 10})
     with pytest.raises(SpecError, match="history events"):
-        campaign.plan(p, {"input": {"ctx": ctx}, "state": "Plan"})
-    assert not store.exists("plan.json") and not (tmp_path / "lake").exists()
+        campaign.plan(p, ctx, task)  # (pools, serving and load are Unused: touching one fails the test)
+    assert not p.state.has_plan() and not (tmp_path / "lake").exists()
     # the same campaign at a poll that fits is planned
-    ctx["poll_seconds"] = 120
-    assert len(campaign.plan(p, {"input": {"ctx": ctx}, "state": "Plan"})["experiments"]) == 2
+    ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 120, None)
+    assert len(campaign.plan(p, ctx, task)["experiments"]) == 2
 
 
 def test_an_execution_longer_than_its_timeout_is_refused() -> None:

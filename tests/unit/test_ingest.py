@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from benchctl.errors import ArtifactError
 from benchctl.ingest import (
@@ -21,8 +18,6 @@ from benchctl.ingest import (
     ingest_artifacts,
     ingest_sweep,
     is_sweep_dir,
-    parse_prometheus_text,
-    prometheus_scrape_rows,
 )
 from tests.fakes.ports import SAMPLES
 
@@ -482,115 +477,6 @@ def test_bad_server_metrics_is_an_error(artifact_dir: Path) -> None:
         r"\.series\[0\]\.stats\.total: expected a number",
     ):
         ingest_artifacts(artifact_dir, CTX)
-
-
-# --------------------------------------------------------------------------------------------- prometheus
-
-
-def _exposition(names: list[str]) -> str:
-    """A Prometheus text exposition with one labelled sample per metric name."""
-    out = []
-    for i, name in enumerate(names):
-        out += [
-            f"# HELP {name} sample metric {i}",
-            f"# TYPE {name} gauge",
-            f'{name}{{dynamo_namespace="dynamo",model="Qwen/Qwen3-30B-A3B"}} {i}.5',
-        ]
-    return "\n".join(out) + "\n"
-
-
-@pytest.mark.parametrize("sample", ["fe_metrics.txt", "mocker_metrics.txt"])
-def test_prometheus_parser_on_dynamo_metric_names(sample: str) -> None:
-    # The samples list the metric names Dynamo's frontend / mocker expose (names only, no values):
-    # build an exposition with those names and parse it back.
-    names = [n for n in (SAMPLES / sample).read_text(encoding="utf-8").split() if n]
-    samples = parse_prometheus_text(_exposition(names))
-    assert [s[0] for s in samples] == names
-    assert samples[0][1] == {"dynamo_namespace": "dynamo", "model": "Qwen/Qwen3-30B-A3B"}
-    assert samples[1][2] == 1.5
-    # vLLM-style names with ':' are valid metric names
-    if sample == "mocker_metrics.txt":
-        assert "vllm:num_requests_running" in [s[0] for s in samples]
-
-
-def test_names_only_file_is_not_an_exposition() -> None:
-    with pytest.raises(ArtifactError, match=r"fe_metrics\.txt:1: expected a Prometheus sample"):
-        parse_prometheus_text(
-            (SAMPLES / "fe_metrics.txt").read_text(encoding="utf-8"), source="fe_metrics.txt"
-        )
-
-
-def test_prometheus_parser_details() -> None:
-    text = (
-        "# HELP ttft Time to first token\n"
-        "# TYPE ttft histogram\n"
-        'ttft_bucket{model="m",le="0.1"} 3\n'
-        'ttft_bucket{model="m",le="+Inf"} 5 1700000000000\n'
-        'ttft_sum{model="m"} 1.25\n'
-        'ttft_count{model="m"} 5\n'
-        'weird{path="C:\\\\x",quote="say \\"hi\\"",nl="a\\nb",} NaN\n'
-        "up +Inf\n"
-        "down -Inf\n"
-        'reqs_total{a="b"} 7 # {trace_id="abc"} 1.0\n'
-        "\n"
-    )
-    samples = parse_prometheus_text(text)
-    assert samples[0] == ("ttft_bucket", {"model": "m", "le": "0.1"}, 3.0)
-    assert samples[1] == ("ttft_bucket", {"model": "m", "le": "+Inf"}, 5.0)
-    _name, labels, value = samples[4]
-    assert labels == {"path": "C:\\x", "quote": 'say "hi"', "nl": "a\nb"} and math.isnan(value)
-    assert samples[5][2] == math.inf and samples[6][2] == -math.inf
-    assert samples[7] == ("reqs_total", {"a": "b"}, 7.0)
-
-
-@pytest.mark.parametrize(
-    ("line", "why"),
-    [
-        ('requests_total{a="b" 3', "expected ',' or '}'"),
-        ("requests_total{a=b} 3", "expected '=\""),
-        ("requests_total abc", "is not a number"),
-        ('x{a="unterminated} 1', "unterminated label value"),
-        ("9bad 1", "no metric name"),
-        ("x 1 2 3", "at most a timestamp"),
-    ],
-)
-def test_prometheus_parser_errors(line: str, why: str) -> None:
-    with pytest.raises(
-        ArtifactError, match=rf"scrape:2: expected a Prometheus sample.*{__import__('re').escape(why)}"
-    ):
-        parse_prometheus_text("ok 1\n" + line + "\n", source="scrape")
-
-
-label_values = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
-
-
-@given(
-    st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), label_values, max_size=4),
-    st.floats(allow_nan=False),
-)
-def test_prometheus_label_escaping_round_trips(labels: dict[str, str], value: float) -> None:
-    def esc(v: str) -> str:
-        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-    body = ",".join(f'{k}="{esc(v)}"' for k, v in labels.items())
-    ((name, parsed, v),) = parse_prometheus_text(f"m{{{body}}} {value!r}\n")
-    assert (name, parsed, v) == ("m", labels, value)
-
-
-def test_prometheus_scrape_rows_before_after_delta() -> None:
-    before = '# TYPE dynamo_frontend_requests_total counter\ndynamo_frontend_requests_total{model="m"} 10\n'
-    after = (
-        '# TYPE dynamo_frontend_requests_total counter\ndynamo_frontend_requests_total{model="m"} 50\n'
-        "# TYPE dynamo_frontend_inflight_requests gauge\ndynamo_frontend_inflight_requests 2\n"
-    )
-    rows = prometheus_scrape_rows(CTX, "frontend", before, after, endpoint_url="http://fe:8000/metrics")
-    by = {(r["metric"], r["stat"]): r for r in rows}
-    assert by[("dynamo_frontend_requests_total", "delta")]["value"] == 40.0
-    assert by[("dynamo_frontend_requests_total", "before")]["value"] == 10.0
-    assert by[("dynamo_frontend_requests_total", "after")]["metric_type"] == "counter"
-    assert ("dynamo_frontend_inflight_requests", "delta") not in by  # not in the before scrape
-    assert by[("dynamo_frontend_inflight_requests", "after")]["labels_json"] == "{}"
-    assert {r["source"] for r in rows} == {"frontend"}
 
 
 # ------------------------------------------------------------------------------- generated datasets

@@ -10,8 +10,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from benchctl.k8s.client import ApiError, Conflict, KubeClient, NotFound
-from benchctl.k8s.eks import REFRESH_BEFORE_S, TokenProvider, cluster_endpoint, eks_token
+from benchctl.aws.eks_token import REFRESH_BEFORE_S, TokenProvider, cluster_endpoint, eks_token
+from benchctl.aws.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from tests.fakes.k8s_api import FakeKubeApi
 
 NS = "dynamo-bench"

@@ -13,16 +13,11 @@ import pytest
 import sqlglot
 
 from benchctl import schema
+from benchctl.formatting import format_result
 from benchctl.ingest import ingest_artifacts
-from benchctl.lake import LocalLake
-from benchctl.query import (
-    VIEWS_DIR,
-    QueryEngine,
-    format_result,
-    parse_query,
-    view_references,
-    view_sql_files,
-)
+from benchctl.local.lake import LocalLake
+from benchctl.local.query import QueryEngine, parse_query
+from benchctl.views import VIEWS_DIR, view_references, view_sql_files
 from tests.unit.test_ingest import CTX, SAMPLES
 
 CAMPAIGN = "camp-1"

@@ -9,7 +9,9 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from benchctl.locks import DynamoLocks, FileLocks, LockHeld, lock_keys
+from benchctl.aws.locks import DynamoLocks
+from benchctl.local.locks import FileLocks
+from benchctl.locks import LockHeld, lock_keys
 from benchctl.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,35 +76,36 @@ def test_keys_name_what_is_shared():
 
 def test_a_second_plan_on_the_same_pools_fails_and_touches_nothing(tmp_path):
     from benchctl import campaign
-    from benchctl.campaign import Ctx, Providers
-    from benchctl.lake import LocalLake
+    from benchctl.campaign import Task
+    from benchctl.context import Ctx
+    from benchctl.local.lake import LocalLake
     from benchctl.local.pool import LocalPool
-    from benchctl.runstore import LocalRunStore
+    from benchctl.ports import Providers
+    from tests.fakes.ports import providers_for_test
 
     spec = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
     pool = LocalPool()
     locks = FileLocks(tmp_path / "locks")
+    plan = Task(state="Plan", input={"spec_uri": "file:///spec.yaml"})
 
     def providers(cid: str) -> tuple[Providers, Ctx]:
-        store = LocalRunStore(tmp_path / cid)
-        store.write_json("spec.json", parse_spec(spec).model_dump(mode="json"))
-        p = Providers(engine="local", store=store, pools=pool, serving=None, load=None,  # type: ignore[arg-type]
-                      lake=LocalLake(tmp_path / "lake"), tokenizer="t", smoke=None, locks=locks)
+        p = providers_for_test(tmp_path / cid, LocalLake(tmp_path / "lake"), pools=pool, locks=locks,
+                               read_uri=lambda uri: yaml.safe_dump(spec).encode())
         return p, Ctx(cid, str(tmp_path / cid), str(tmp_path / "lake"), 1, None)
 
     a, actx = providers("camp-a")
-    campaign.plan(a, {"input": {"ctx": actx.to_json()}, "state": "Plan"})
+    campaign.plan(a, actx, plan)
     b, bctx = providers("camp-b")
     with pytest.raises(LockHeld, match="in use by campaign 'camp-a'"):
-        campaign.plan(b, {"input": {"ctx": bctx.to_json()}, "state": "Plan"})
-    assert not b.store.exists("plan.json") and pool.current("gpu-a100")["desired"] == 0
-    campaign.plan_failed(b, {"input": {"ctx": bctx.to_json()}, "error": {"Error": "LockHeld", "Cause": "x"}})
+        campaign.plan(b, bctx, plan)
+    assert not b.state.has_plan() and pool.current("gpu-a100")["desired"] == 0
+    campaign.plan_failed(b, bctx, Task(error={"Error": "LockHeld", "Cause": "x"}))
     # b's failure released nothing of a's: a third campaign is still refused until a reports
     c, cctx = providers("camp-c")
     with pytest.raises(LockHeld):
-        campaign.plan(c, {"input": {"ctx": cctx.to_json()}, "state": "Plan"})
-    campaign.report(a, actx)
-    campaign.plan(c, {"input": {"ctx": cctx.to_json()}, "state": "Plan"})
+        campaign.plan(c, cctx, plan)
+    campaign.report(a, actx, Task(state="Report"))
+    campaign.plan(c, cctx, plan)
 
 
 def test_a_lock_whose_holder_process_is_gone_is_taken_over_at_once(tmp_path):
@@ -132,8 +135,8 @@ def test_a_lock_whose_holder_runs_is_not_taken(tmp_path):
 
 def test_local_stores_work_from_a_relative_root(tmp_path, monkeypatch):
     """The README's commands use relative paths (`--out runs`): every local store must work with them."""
-    from benchctl.lake import LocalLake
-    from benchctl.runstore import LocalRunStore
+    from benchctl.local.lake import LocalLake
+    from benchctl.local.runstore import LocalRunStore
 
     monkeypatch.chdir(tmp_path)
     store = LocalRunStore(Path("runs/campaigns/c1"))

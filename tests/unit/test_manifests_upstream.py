@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 
 from benchctl.aiperf_args import AIPERF_VERSION
-from benchctl.k8s.render import INPUTS_DIR, KVBM_METRICS_PORT, LABEL_ROLE, WORKER_SYSTEM_PORT, nodepool_name
+from benchctl.aws.k8s.common import (
+    INPUTS_DIR,
+    KVBM_METRICS_PORT,
+    LABEL_ROLE,
+    WORKER_SYSTEM_PORT,
+    nodepool_name,
+)
 from benchctl.plan import plan_campaign
 from tests import crd_schemas
 from tests.fakes import eks_world

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchctl import predict
-from benchctl.lake import LocalLake
 from benchctl.local.engine import Progress
+from benchctl.local.lake import LocalLake
 from benchctl.local.runner import prepare, write_predictions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,13 +27,13 @@ def test_the_second_run_of_a_spec_reuses_the_first_runs_predictions(tmp_path, mo
     monkeypatch.setattr(predict, "predict_plan", fake_predict)
     out = tmp_path / "ws"
     for cid in ("first", "second"):
-        _, run_dir, lake = prepare(ROOT / "examples" / "smoke.yaml", out, cid)
-        assert write_predictions(run_dir, lake, cid, Progress(out=io.StringIO())) == 1
+        _, spec = prepare(ROOT / "examples" / "smoke.yaml", out, cid)
+        assert write_predictions(spec, out, cid, Progress(out=io.StringIO())) == 1
     assert calls == ["first"]  # computed once
     rows = LocalLake(out / "lake").read_table("predictions")
     assert sorted((r["campaign_id"], r["predicted_ttft_ms"]) for r in rows) == [("first", 12.5), ("second", 12.5)]
-    _, run_dir, lake = prepare(ROOT / "examples" / "feature-ladder.yaml", out, "third")
-    write_predictions(run_dir, lake, "third", Progress(out=io.StringIO()))
+    _, spec = prepare(ROOT / "examples" / "feature-ladder.yaml", out, "third")
+    write_predictions(spec, out, "third", Progress(out=io.StringIO()))
     assert calls == ["first", "third"]  # another spec: its own predictions
 
 
@@ -42,9 +42,9 @@ def test_a_failing_predictor_is_noted_and_not_cached(tmp_path, monkeypatch):
         raise RuntimeError("no perf data")
 
     monkeypatch.setattr(predict, "predict_plan", broken)
-    _, run_dir, lake = prepare(ROOT / "examples" / "smoke.yaml", tmp_path / "ws", "c1")
+    _, spec = prepare(ROOT / "examples" / "smoke.yaml", tmp_path / "ws", "c1")
     shown = io.StringIO()
-    assert write_predictions(run_dir, lake, "c1", Progress(out=shown)) == 0
+    assert write_predictions(spec, tmp_path / "ws", "c1", Progress(out=shown)) == 0
     assert "no predictions: aiconfigurator failed: RuntimeError: no perf data" in shown.getvalue()
     assert not (tmp_path / "ws" / "cache").exists()
     with pytest.raises(FileNotFoundError):

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from benchctl.aws_sweep import labelled
-from benchctl.eks_pools import pools_for
-from benchctl.k8s.client import RESOURCES, ApiError, KubeClient
-from benchctl.k8s.render import LABEL_CAMPAIGN
+from benchctl.aws.k8s.client import RESOURCES, ApiError, KubeClient
+from benchctl.aws.k8s.common import LABEL_CAMPAIGN
+from benchctl.aws.pools import pools_for
+from benchctl.aws.sweep import labelled
 from benchctl.spec import parse_spec
 from tests.fakes.eks_world import CID, NS, TOKEN, World
 from tests.fakes.k8s_api import FakeKubeApi

@@ -3,7 +3,7 @@
 The ``lambdas/*.py`` handlers are called directly, with events built from the ASL's own
 ``Parameters.Payload`` templates (``*.$`` paths resolved against the state input, as Step Functions
 does), the real LocalRunStore / LocalLake / LocalPool and the fakes of ``tests/fakes/ports.py``
-installed with ``lambdas._runtime.use_providers``. After each second delivery: no second scale,
+installed with ``lambdas._runtime.use_engine``. After each second delivery: no second scale,
 deploy, launch, teardown or restore; the same lake files and the same row count in every table.
 """
 
@@ -20,31 +20,24 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from benchctl.local.engine import ASL_PATH, function_arn
-from benchctl.local.runner import prepare, report_views
+from benchctl import asl
+from benchctl.local.engine import function_arn
+from benchctl.local.query import QueryEngine
+from benchctl.local.report import report_views
+from benchctl.local.runner import prepare
 from lambdas import FUNCTIONS
-from lambdas._runtime import use_providers
+from lambdas._runtime import use_engine
 from tests.fakes.ports import FakeWorld
 
 ROOT = Path(__file__).resolve().parents[2]
-ASL = json.loads(ASL_PATH.read_text(encoding="utf-8"))
+ASL = asl.load()
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:benchctl-campaign:redeliver"
 
 
 
 def _task(name: str) -> dict[str, Any]:
-    def find(states: dict[str, Any]) -> dict[str, Any] | None:
-        for n, st in states.items():
-            if n == name:
-                return st
-            if st["Type"] == "Map":
-                hit = find(st["ItemProcessor"]["States"])
-                if hit is not None:
-                    return hit
-        return None
-
-    st = find(ASL["States"])
-    assert st is not None and st["Type"] == "Task", name
+    st = asl.state(name, ASL)
+    assert st["Type"] == "Task", name
     return st
 
 
@@ -98,11 +91,12 @@ class Campaign:
         data["warmup"] = {"request_count": 2}
         spec = tmp / "redeliver.yaml"
         spec.write_text(yaml.safe_dump(data), encoding="utf-8")
-        self.cid, self.run_dir, self.lake = prepare(spec, tmp / "out", "redeliver")
-        self.world = FakeWorld(self.lake, report=lambda cid: report_views(self.lake, cid, self.run_dir / "report"),
-                               **world_kw)
-        self.ctx = {"campaign_id": self.cid, "run_uri": str(self.run_dir), "lake_uri": str(self.lake),
-                    "poll_seconds": 1, "fail_at": None}
+        start, _ = prepare(spec, tmp / "out", "redeliver")
+        self.cid, self.run_dir, self.lake = "redeliver", tmp / "out" / "campaigns" / "redeliver", tmp / "out" / "lake"
+        self.world = FakeWorld(self.lake, report=lambda cid: report_views(QueryEngine(self.lake), self.lake, cid,
+                                                                           self.run_dir / "report"), **world_kw)
+        self.start = {"spec_uri": start.spec_uri, "campaign_id": self.cid, "poll_seconds": 1}
+        self.ctx: dict[str, Any] = {}
         self.results: dict[str, list[tuple[dict[str, Any], dict[str, Any], Any, Any]]] = {}
 
     def snapshot(self) -> dict[str, Any]:
@@ -168,15 +162,15 @@ class Campaign:
 def happy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     """Plan → both experiments → Report, every event delivered twice."""
     c = Campaign(tmp_path_factory.mktemp("happy"))
-    use_providers(c.world)
+    use_engine(c.world)
     try:
-        plan = c.twice("Plan", {"ctx": c.ctx})
+        plan = c.twice("Plan", c.start)
         c.ctx = plan["ctx"]
         for exp in plan["experiments"]:
             c.experiment(exp)
         c.twice("Report", {"plan": plan})
     finally:
-        use_providers(None)
+        use_engine(None)
     yield c
 
 
@@ -185,9 +179,10 @@ def aborted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     """The failure path: the first step's load is running when its check fails; every cleanup state
     (StopLoadAfterFailure, TeardownAfterFailure, AbortCampaign) delivered twice."""
     c = Campaign(tmp_path_factory.mktemp("aborted"))
-    use_providers(c.world)
+    use_engine(c.world)
     try:
-        plan = c.twice("Plan", {"ctx": c.ctx})
+        plan = c.twice("Plan", c.start)
+        c.ctx = plan["ctx"]
         exp = plan["experiments"][0]
         step = exp["steps"][0]
         c.experiment(exp, stop_after_launch=step)
@@ -202,7 +197,7 @@ def aborted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
         c.twice("TeardownAfterFailure", {"ctx": c.ctx, "experiment": exp, "error": error})
         c.twice("AbortCampaign", {"plan": plan, "error": error})
     finally:
-        use_providers(None)
+        use_engine(None)
     yield c
 
 
@@ -210,17 +205,17 @@ def aborted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
 def refused(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     """Plan refused (a missing prerequisite): Plan and RecordPlanFailure delivered twice."""
     c = Campaign(tmp_path_factory.mktemp("refused"), preflight_missing=["namespace 'dynamo-bench' (fake)"])
-    use_providers(c.world)
+    use_engine(c.world)
     try:
-        c.twice("Plan", {"ctx": c.ctx}, fails=True)
-        handler, event = event_for("Plan", {"ctx": c.ctx})
+        c.twice("Plan", c.start, fails=True)
+        handler, event = event_for("Plan", c.start)
         with pytest.raises(Exception, match="preflight") as info:
             handler(event, None)
         error = {"Error": type(info.value).__name__,
                  "Cause": json.dumps({"errorMessage": str(info.value), "errorType": type(info.value).__name__})}
-        c.twice("RecordPlanFailure", {"ctx": c.ctx, "error": error})
+        c.twice("RecordPlanFailure", {**c.start, "error": error})
     finally:
-        use_providers(None)
+        use_engine(None)
     yield c
 
 
@@ -233,11 +228,11 @@ NORMAL = ["Plan", "ScalePools", "CheckCapacity", "Deploy", "CheckReady", "SmokeT
 def test_providers_are_reset_after_the_walks(happy: Campaign, aborted: Campaign, refused: Campaign) -> None:
     from lambdas import _runtime
 
-    assert _runtime._providers is None
+    assert _runtime._engine is None
 
 
 def test_the_walk_succeeds_and_covers_every_normal_task_state(happy: Campaign) -> None:
-    from benchctl.local.engine import task_states
+    from benchctl.asl import task_states
 
     assert set(NORMAL) <= set(task_states())
     assert set(happy.results) == set(NORMAL)

@@ -26,8 +26,10 @@ import pytest
 import yaml
 
 from benchctl import aiperf_args, cli
+from benchctl.aws.k8s import common as kc
+from benchctl.aws.k8s import jobs as j
+from benchctl.aws.k8s import render as r
 from benchctl.campaign import step_dataset
-from benchctl.k8s import render as r
 from benchctl.plan import plan_campaign
 from benchctl.spec import CampaignSpec, parse_spec
 from tests import crd_schemas
@@ -135,7 +137,7 @@ def test_the_strict_upstream_schema_rejects_what_the_api_server_would() -> None:
         lambda d: components(d, "worker")[0].update(type="engine"),
         lambda d: components(d, "worker")[0].update(replicas="4"),
         lambda d: components(d, "worker")[0].update(runtimeVersionOverride="1.6"),
-        lambda d: d["metadata"]["labels"].update({r.LABEL_EXPERIMENT: "-bad-"}),
+        lambda d: d["metadata"]["labels"].update({kc.LABEL_EXPERIMENT: "-bad-"}),
     ):
         broken = copy.deepcopy(dgd)
         breaks(broken)
@@ -267,7 +269,7 @@ def test_workers_get_model_volume_hf_token_and_pool_scheduling() -> None:
     auto = SPECS["smoke-auto"]
     (worker,) = components(r.render_dgd(auto, CID, "agg"), "worker")
     assert worker["podTemplate"]["spec"]["nodeSelector"] == {
-        "karpenter.sh/nodepool": r.nodepool_name(CID, "gpu-a100")}
+        "karpenter.sh/nodepool": kc.nodepool_name(CID, "gpu-a100")}
 
     def no_nodegroup(data: dict[str, Any]) -> None:
         data["pools"][0]["nodegroup"] = None
@@ -285,7 +287,7 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
     pool = manifests["nodepools/gpu-a100.yaml"]
     errors = crd_schemas.problems(pool)
     assert not errors, errors
-    assert pool["metadata"]["name"] == r.nodepool_name(CID, "gpu-a100")
+    assert pool["metadata"]["name"] == kc.nodepool_name(CID, "gpu-a100")
     # both experiments need one 8-GPU p4d (2 x TP4): Karpenter counts whole nodes against the limit
     assert pool["spec"]["limits"] == {"nvidia.com/gpu": "8"}
     tmpl = pool["spec"]["template"]
@@ -297,7 +299,7 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
     # the pool is handed from agg to disagg: kept warm over the gap between them (teardown allowance +
     # capacity_s 120 + ready_s 120 of the smoke spec = 420 s)
     assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "7m"}
-    assert tmpl["metadata"]["labels"][r.LABEL_CAMPAIGN] == CID
+    assert tmpl["metadata"]["labels"][kc.LABEL_CAMPAIGN] == CID
     assert not any(p.startswith("nodepools/") for p, _ in r.render_campaign(SPECS["smoke-nodegroup"], CID))
     broken = copy.deepcopy(pool)
     broken["spec"]["disruption"]["consolidateAfter"] = "1 hour"
@@ -330,17 +332,17 @@ def test_consolidation_delay_keeps_handed_over_pools_warm_for_the_whole_campaign
 
 
 def test_labels_and_selector() -> None:
-    assert r.labels(CID, "agg", "warmup") == {r.LABEL_MANAGED: "benchctl", r.LABEL_CAMPAIGN: CID,
-                                              r.LABEL_EXPERIMENT: "agg", r.LABEL_STEP: "warmup"}
+    assert kc.labels(CID, "agg", "warmup") == {kc.LABEL_MANAGED: "benchctl", kc.LABEL_CAMPAIGN: CID,
+                                              kc.LABEL_EXPERIMENT: "agg", kc.LABEL_STEP: "warmup"}
     # selection is by our own labels only: Grove overwrites managed-by on the pods it creates
-    assert r.selection(CID, "agg", "warmup") == {r.LABEL_CAMPAIGN: CID, r.LABEL_EXPERIMENT: "agg",
-                                                 r.LABEL_STEP: "warmup"}
-    assert r.selector(r.selection(CID)) == f"benchctl.io/campaign={CID}"
+    assert kc.selection(CID, "agg", "warmup") == {kc.LABEL_CAMPAIGN: CID, kc.LABEL_EXPERIMENT: "agg",
+                                                 kc.LABEL_STEP: "warmup"}
+    assert kc.selector(kc.selection(CID)) == f"benchctl.io/campaign={CID}"
     for bad in ("x" * 64, "has space", "-leading", "trailing.", ""):
         with pytest.raises(ValueError, match=re.escape(repr(bad))):
-            r.labels(CID, bad)
+            kc.labels(CID, bad)
     with pytest.raises(ValueError, match="x" * 64):
-        r.selector({"k": "x" * 64})
+        kc.selector({"k": "x" * 64})
 
 
 @pytest.mark.parametrize("name", ["seed-plan", "smoke-auto"])
@@ -353,19 +355,19 @@ def test_every_object_and_pod_template_carries_our_labels(name: str) -> None:
     assert any(p == "prefetch-job.yaml" for p, _ in manifests) == (name == "seed-plan")
     for path, obj in manifests:
         lbl = obj["metadata"]["labels"]
-        assert lbl[r.LABEL_MANAGED] == "benchctl" and lbl[r.LABEL_CAMPAIGN] == CID, path
+        assert lbl[kc.LABEL_MANAGED] == "benchctl" and lbl[kc.LABEL_CAMPAIGN] == CID, path
         if path.startswith("experiments/"):
-            assert lbl[r.LABEL_EXPERIMENT] == path.split("/")[1], path
+            assert lbl[kc.LABEL_EXPERIMENT] == path.split("/")[1], path
         else:
-            assert r.LABEL_EXPERIMENT not in lbl, path
+            assert kc.LABEL_EXPERIMENT not in lbl, path
         if "/jobs/" in path:
-            assert lbl[r.LABEL_STEP] == Path(path).stem, path
+            assert lbl[kc.LABEL_STEP] == Path(path).stem, path
         templates = ([c["podTemplate"] for c in components(obj)] if obj["kind"] == "DynamoGraphDeployment"
                      else [obj["spec"]["template"]])
         for t in templates:
             assert t["metadata"]["labels"].items() >= lbl.items(), path
         if obj["kind"] == "DynamoGraphDeployment":  # each component's pods say which role they play
-            assert [t["metadata"]["labels"][r.LABEL_ROLE] for t in templates] == [c["type"] for c in components(obj)]
+            assert [t["metadata"]["labels"][kc.LABEL_ROLE] for t in templates] == [c["type"] for c in components(obj)]
 
 
 def test_names_are_dns1123_deterministic_and_differ_between_campaigns() -> None:
@@ -380,19 +382,19 @@ def test_names_are_dns1123_deterministic_and_differ_between_campaigns() -> None:
     assert not set(names) & other
     # the operator's <dgd>-frontend Service (and other child names) must stay within 63
     for exp in spec.experiments:
-        assert len(r.dgd_name(CID, exp.name)) <= 42
+        assert len(kc.dgd_name(CID, exp.name)) <= 42
     # cut names stay unique
     long_exp = "e" * 40
-    a, b = r.job_name(CID, long_exp, "sequence-distribution-lognormal-r1"), r.job_name(
+    a, b = kc.job_name(CID, long_exp, "sequence-distribution-lognormal-r1"), kc.job_name(
         CID, long_exp, "sequence-distribution-lognormal-r2")
     assert a != b and len(a) <= 63 and DNS1123.match(a)
-    assert r.dgd_name(CID, "x" * 35 + "-a") != r.dgd_name(CID, "x" * 35 + "-b")
+    assert kc.dgd_name(CID, "x" * 35 + "-a") != kc.dgd_name(CID, "x" * 35 + "-b")
 
 
 def test_frontend_service_url() -> None:
     spec = SPECS["seed-plan"]
-    assert r.frontend_service_url(spec, CID, "agg-tp4x4") == (
-        f"http://{r.dgd_name(CID, 'agg-tp4x4')}-frontend.dynamo-bench.svc.cluster.local:8000")
+    assert kc.frontend_service_url(spec.kubernetes.namespace, CID, "agg-tp4x4") == (
+        f"http://{kc.dgd_name(CID, 'agg-tp4x4')}-frontend.dynamo-bench.svc.cluster.local:8000")
 
 
 # ------------------------------------------------------------------------------------- Jobs
@@ -417,7 +419,7 @@ def test_load_job_runs_the_given_argv_with_local_dataset_and_artifact_dir() -> N
     argv = ["profile", "--url", "http://x:8000", "--artifact-dir", "/somewhere/else", "--input-file", s3,
             "--goodput", "time_to_first_token:2000 inter_token_latency:50", "--extra-inputs", "a'b;c"]
     raw = "s3://bucket/lake/raw/campaign_id=c/experiment=agg/step_id=s/"
-    job = r.render_load_job(spec, CID, "agg-tp4x4", "s", argv, raw, input_s3_uri=s3, active_deadline_s=900)
+    job = j.render_load_job(spec, CID, "agg-tp4x4", "s", argv, raw, input_s3_uri=s3, active_deadline_s=900)
     local = "/artifacts/inputs/data set.jsonl"
     expected = [*argv]
     expected[4], expected[6] = "/artifacts/out", local
@@ -426,8 +428,8 @@ def test_load_job_runs_the_given_argv_with_local_dataset_and_artifact_dir() -> N
     fetch, aiperf = pod["initContainers"]
     assert s3 not in json.dumps(aiperf) and "s3://" not in json.dumps(aiperf)
     assert shlex.split(fetch["command"][2].split("&&", 1)[1]) == ["aws", "s3", "cp", s3, local]
-    assert aiperf["image"] == r.LOAD_IMAGE_PLACEHOLDER  # unset in the spec: the deployment's load image
-    assert r.render_load_job(load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(
+    assert aiperf["image"] == kc.LOAD_IMAGE_PLACEHOLDER  # unset in the spec: the deployment's load image
+    assert j.render_load_job(load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(
         aiperf_image="reg/aiperf:0.13.0")), CID, "agg-tp4x4", "s", argv, raw)["spec"]["template"]["spec"][
         "initContainers"][0]["image"] == "reg/aiperf:0.13.0"
     assert aiperf["resources"]["limits"] == aiperf["resources"]["requests"] == {"cpu": "8", "memory": "16Gi"}
@@ -441,7 +443,7 @@ def test_load_job_runs_the_given_argv_with_local_dataset_and_artifact_dir() -> N
     assert {e["name"]: e["value"] for e in aiperf["env"]} == {"HF_HOME": "/models/hf", "HF_HUB_OFFLINE": "1",
                                                               "TRANSFORMERS_OFFLINE": "1"}
     assert not any(e["name"] == "HF_TOKEN" for c in pod["initContainers"] for e in c.get("env", []))
-    no_input = r.render_load_job(spec, CID, "agg-tp4x4", "s", ["profile"], raw)
+    no_input = j.render_load_job(spec, CID, "agg-tp4x4", "s", ["profile"], raw)
     assert [c["name"] for c in no_input["spec"]["template"]["spec"]["initContainers"]] == ["aiperf"]
     assert aiperf_argv(no_input) == ["profile", "--artifact-dir", "/artifacts/out"]
     assert no_input["spec"]["activeDeadlineSeconds"] == 7200
@@ -452,7 +454,7 @@ def test_campaign_step_jobs_run_exactly_the_planned_aiperf_arguments() -> None:
     manifests = dict(r.render_campaign(spec, CID))
     plan = plan_campaign(spec, "aws")
     exp = plan.experiments[1]
-    url = r.frontend_service_url(spec, CID, exp.name)
+    url = kc.frontend_service_url(spec.kubernetes.namespace, CID, exp.name)
     for step in exp.steps:
         job = manifests[f"experiments/{exp.name}/jobs/{step.step_id}.yaml"]
         ds = step_dataset(step)
@@ -494,7 +496,7 @@ def test_load_job_shell_keeps_aiperf_exit_code_through_the_upload(tmp_path: Path
                           f"sys.exit({1 if upload_fails else 0})")
     argv = ["profile", "--goodput", "time_to_first_token:2000 inter_token_latency:50", "--x", "$HOME `id` 'q'"]
     raw = "s3://b/lake/raw/campaign_id=c/experiment=e/step_id=s/"
-    job = r.render_load_job(SPECS["seed-plan"], CID, "agg-tp4x4", "s", argv, raw)
+    job = j.render_load_job(SPECS["seed-plan"], CID, "agg-tp4x4", "s", argv, raw)
     pod = job["spec"]["template"]["spec"]
     init = _run_sh(pod["initContainers"][0]["command"][2], tmp_path, bin_dir)
     assert init.returncode == 0, init.stderr
@@ -538,10 +540,10 @@ def test_smoke_job_script_sends_requests_and_reads_metrics(status: int) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        job = r.render_smoke_job(spec, CID, "agg-tp4x4", url)
+        job = j.render_smoke_job(spec, CID, "agg-tp4x4", url)
         k8s_valid(job)
         (c,) = job["spec"]["template"]["spec"]["containers"]
-        assert c["image"] == r.aiperf_image(spec)
+        assert c["image"] == kc.aiperf_image(spec.kubernetes)
         job_env = {e["name"]: e["value"] for e in c["env"]}
         res = subprocess.run([sys.executable, *c["command"][1:]], capture_output=True, text=True, timeout=30,
                              env={**os.environ, **job_env})
@@ -558,9 +560,9 @@ def test_smoke_job_script_sends_requests_and_reads_metrics(status: int) -> None:
 
 def test_prefetch_job_downloads_the_model_into_the_volume() -> None:
     spec = SPECS["seed-plan"]
-    job = r.render_prefetch_job(spec, CID)
+    job = j.render_prefetch_job(spec.model, spec.kubernetes, CID)
     k8s_valid(job)
-    assert r.LABEL_EXPERIMENT not in job["metadata"]["labels"]
+    assert kc.LABEL_EXPERIMENT not in job["metadata"]["labels"]
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["image"] == spec.kubernetes.dynamo_image and "download" in c["command"][2]

@@ -12,14 +12,9 @@ import pytest
 
 from benchctl import schema
 from benchctl.cli import main
-from benchctl.lake import LocalLake
-from benchctl.report import (
-    SIM_TEXT,
-    pareto_frontier,
-    render_report,
-    timeline_segments,
-    write_report,
-)
+from benchctl.local.lake import LocalLake
+from benchctl.local.report import render_report, write_report
+from benchctl.report import SIM_TEXT, pareto_frontier, timeline_segments
 
 C = "camp-r"
 T0 = datetime(2026, 11, 30, 6, 0, 0)

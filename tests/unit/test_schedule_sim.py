@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchctl.plan import OVERHEADS, plan_campaign
-from benchctl.schedule_sim import (
+from bench.schedule_sim import (
     BASELINE,
     IMPROVED,
     Latencies,
@@ -18,6 +17,7 @@ from benchctl.schedule_sim import (
     order_experiments,
     simulate,
 )
+from benchctl.plan import OVERHEADS, plan_campaign
 from benchctl.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]

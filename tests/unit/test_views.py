@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from benchctl.lake import LocalLake
-from benchctl.query import QueryEngine
+from benchctl.local.lake import LocalLake
+from benchctl.local.query import QueryEngine
 
 C = "camp-v"
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from benchctl.campaign import Ctx, Providers
-from benchctl.k8s.client import KubeClient, NotFound
-from benchctl.k8s.render import LABEL_CAMPAIGN
+from benchctl.aws.k8s.client import KubeClient, NotFound
+from benchctl.aws.k8s.common import LABEL_CAMPAIGN
+from benchctl.context import Ctx
+from benchctl.ports import Providers
+from benchctl.runstate import RunState
 from benchctl.sweep import sweep
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
@@ -42,24 +44,26 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
               dry_run: bool = False) -> list[dict[str, Any]]:
     import boto3
 
-    from benchctl.aws import providers_from_env, split_s3_uri
-    from benchctl.aws_lake import S3RunStore
-    from benchctl.k8s.eks import kube_for_cluster
+    from benchctl.aws.eks_token import kube_for_cluster
+    from benchctl.aws.env import LambdaEnv
+    from benchctl.aws.providers import AwsEngine, split_s3_uri
+    from benchctl.aws.s3 import S3RunStore
 
-    env = dict(os.environ if env is None else env)
+    config = LambdaEnv.from_env(os.environ if env is None else env)
     session = session or boto3.session.Session()
-    kube = kube or kube_for_cluster(env["BENCHCTL_CLUSTER"], session)
-    namespace = env.get("BENCHCTL_NAMESPACE", "dynamo-bench")
-    runs_uri, lake_uri = env["BENCHCTL_RUNS_URI"].rstrip("/"), env["BENCHCTL_LAKE_URI"]
+    kube = kube or kube_for_cluster(config.cluster, session)
+    namespace = config.namespace
+    engine = AwsEngine(config, session=session)
+    runs_uri, lake_uri = engine.runs_uri, engine.lake_uri
     ids: set[str] = set()
     for api_version, kind, name, ns in labelled(kube, namespace):
         obj = kube.get(api_version, kind, name, ns)
         cid = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN)
         if cid:
             ids.add(cid)
-    if env.get("BENCHCTL_LOCK_TABLE"):
+    if config.lock_table:
         ddb = session.client("dynamodb")
-        for page in ddb.get_paginator("scan").paginate(TableName=env["BENCHCTL_LOCK_TABLE"]):
+        for page in ddb.get_paginator("scan").paginate(TableName=config.lock_table):
             ids.update(i["campaign_id"]["S"] for i in page.get("Items", []) if "campaign_id" in i)
     sfn = session.client("stepfunctions")
 
@@ -68,7 +72,8 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
         return S3RunStore(bucket, prefix, session=session)
 
     def is_running(cid: str) -> bool:
-        execution = (store(cid).read_json("campaign.json") or {}).get("execution")
+        record = RunState(store(cid)).campaign()
+        execution = record.execution if record is not None else None
         if not execution:
             return True  # unknown: never tear down what we cannot prove has ended
         try:
@@ -78,8 +83,7 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
 
     def providers_for(cid: str) -> tuple[Providers, Ctx]:
         ctx = Ctx(campaign_id=cid, run_uri=f"{runs_uri}/{cid}", lake_uri=lake_uri, poll_seconds=30, fail_at=None)
-        p = providers_from_env(ctx, env)
-        return p, ctx
+        return engine.providers(ctx), ctx
 
     def delete_labelled(cid: str) -> list[str]:
         deleted = []

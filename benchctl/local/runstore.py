@@ -1,40 +1,15 @@
-"""Run store: the small JSON state a campaign keeps between handler invocations.
+"""``RunStore`` on this machine: a directory of JSON files (``<workspace>/campaigns/<campaign id>/``).
 
-Keys are relative paths (``plan.json``, ``deployments/agg.json``). Locally a directory; on AWS an
-S3 prefix (``benchctl.aws``). State machine payloads stay small: ids, never results.
-May import only the standard library.
+Keys are relative paths (``benchctl.runstate`` names them); every write is atomic (``benchctl.atomic``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-
-class RunStore(Protocol):
-    uri: str
-
-    def read_json(self, key: str) -> dict[str, Any] | None: ...
-    def write_json(self, key: str, obj: dict[str, Any]) -> None: ...
-    def exists(self, key: str) -> bool: ...
-    def delete(self, key: str) -> None: ...
-    def keys(self, prefix: str) -> list[str]: ...
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+from benchctl.atomic import atomic_write
 
 
 class LocalRunStore:
@@ -59,7 +34,7 @@ class LocalRunStore:
         return data if isinstance(data, dict) else {"value": data}
 
     def write_json(self, key: str, obj: dict[str, Any]) -> None:
-        atomic_write_text(self._path(key), json.dumps(obj, indent=2, sort_keys=True, default=str))
+        atomic_write(self._path(key), json.dumps(obj, indent=2, sort_keys=True, default=str))
 
     def exists(self, key: str) -> bool:
         return self._path(key).exists()

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchctl.k8s.client import KubeClient
+from benchctl.aws.k8s.client import KubeClient
 
 K8S_AWS_ID_HEADER = "x-k8s-aws-id"
 TOKEN_PREFIX = "k8s-aws-v1."  # noqa: S105 (a format prefix, not a secret)

@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from benchctl.aws.k8s.client import Conflict, KubeClient, NotFound
+from benchctl.aws.k8s.common import LABEL_CAMPAIGN
 from benchctl.errors import BenchError, NotReadyYet
-from benchctl.k8s.client import Conflict, KubeClient, NotFound
-from benchctl.k8s.render import LABEL_CAMPAIGN
 from benchctl.spec import CampaignSpec, PoolSpec
 
 # GPU feature discovery's driver labels (NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery "Generated
@@ -141,7 +141,7 @@ class ManagedNodeGroupPools:
         self._eks: Any = None
 
         def default_kube() -> KubeClient:
-            from benchctl.k8s.eks import kube_for_cluster
+            from benchctl.aws.eks_token import kube_for_cluster
 
             return kube_for_cluster(cluster_name, self._get_session(), clock=clock)
 
@@ -277,7 +277,7 @@ class AutoModePools:
     """Pools on EKS Auto Mode: one Karpenter NodePool per pool, created and deleted by us.
 
     ``render_nodepool(pool, nodes)`` renders the NodePool holding ``nodes`` nodes of the pool (its GPU
-    limit is nodes x gpus_per_node: ``benchctl.k8s.render.render_nodepool``).
+    limit is nodes x gpus_per_node: ``benchctl.aws.k8s.render.render_nodepool``).
     """
 
     provider = "auto-mode"
@@ -411,12 +411,12 @@ def pools_for(spec: CampaignSpec, campaign_id: str, *, cluster_name: str, sessio
     """The PoolPort for ``spec`` on cluster ``cluster_name``: managed node groups, and Auto Mode NodePools
     rendered from the spec (``render_nodepool(spec, campaign_id, pool, nodes)``). One KubeClient (built
     lazily from describe_cluster + a presigned token unless given) is shared by both adapters."""
-    from benchctl.k8s.render import render_nodepool
+    from benchctl.aws.k8s.render import render_nodepool
 
     pool_specs = {p.name: p for p in spec.pools}
 
     def default_kube() -> KubeClient:
-        from benchctl.k8s.eks import kube_for_cluster
+        from benchctl.aws.eks_token import kube_for_cluster
 
         return kube_for_cluster(cluster_name, session, clock=clock)
 

@@ -43,7 +43,7 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
           poll_seconds: int = 30, upload_only: bool = False, session: Any = None) -> Started:
     import boto3
 
-    from benchctl.campaign import new_campaign_id
+    from benchctl.context import new_campaign_id
     from benchctl.errors import SpecError
 
     spec = load_spec(spec_path)

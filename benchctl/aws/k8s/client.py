@@ -1,7 +1,7 @@
 """A minimal Kubernetes REST client: urllib + ssl, a bearer token, the cluster CA. Standard library only.
 
 No ``kubernetes`` package, no kubeconfig, no kubectl: a Lambda gets the endpoint and CA from
-``eks.describe_cluster`` and a token from a presigned STS call (``benchctl.k8s.eks``). Only the kinds
+``eks.describe_cluster`` and a token from a presigned STS call (``benchctl.aws.eks_token``). Only the kinds
 in :data:`RESOURCES` are known; anything else raises ``ValueError`` naming it.
 """
 

@@ -1,6 +1,6 @@
-"""The S3 result store: the local lake's layout (``benchctl.lake``) on S3, registered in Glue.
+"""The S3 lake and run store: the lake's layout (``benchctl.lake``) on S3, registered in Glue.
 
-Layout under ``s3://<bucket>/<prefix>/`` (relative keys identical to :class:`benchctl.lake.LocalLake`)::
+Layout under ``s3://<bucket>/<prefix>/`` (relative keys identical to ``benchctl.local.lake.LocalLake``)::
 
     campaigns/campaign_id=<c>/<part>.parquet
     <table>/campaign_id=<c>/experiment=<e>/<part>.parquet      # steps, requests, server_metrics, ...
@@ -20,7 +20,7 @@ Partitions are registered explicitly in Glue after each write (``batch_create_pa
 new data immediately without a crawler or ``MSCK REPAIR TABLE``. The Glue tables themselves (columns
 from ``schema.glue_columns``) are created by the infrastructure, not here.
 
-:class:`S3RunStore` is the :class:`benchctl.runstore.RunStore` over ``s3://<bucket>/<prefix>/<key>``.
+:class:`S3RunStore` is the ``RunStore`` port (``benchctl.ports``) over ``s3://<bucket>/<prefix>/<key>``.
 
 boto3, awswrangler, pandas and pyarrow are imported lazily: importing this module is cheap.
 """
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchctl import schema
-from benchctl.lake import RAW_DIR, check_path_value, partition_rows
+from benchctl.lake import check_path_value, partition_path, partition_rows, raw_prefix
 
 if TYPE_CHECKING:  # pragma: no cover
     import boto3
@@ -98,10 +98,7 @@ class S3Lake:
 
     def partition_prefix(self, table: str, values: dict[str, str]) -> str:
         """The key prefix of one partition, relative to the bucket, with a trailing slash."""
-        rel = table + "/"
-        for key in schema.partition_keys(table):
-            rel += f"{key}={check_path_value(key, values.get(key))}/"
-        return self._key(rel)
+        return self._key(partition_path(table, values))
 
     # --------------------------------------------------------------------------------------- write
     def write(self, table: str, rows: list[dict[str, Any]], *, part_name: str) -> list[str]:
@@ -153,14 +150,9 @@ class S3Lake:
         return written
 
     # ----------------------------------------------------------------------------------------- raw
-    def raw_dir(self, campaign_id: str, experiment: str, step_id: str) -> str:
+    def raw_uri(self, campaign_id: str, experiment: str, step_id: str) -> str:
         """The S3 URI prefix (trailing slash) of a step's raw artifacts; nothing is created."""
-        rel = (
-            f"{RAW_DIR}/campaign_id={check_path_value('campaign_id', campaign_id)}"
-            f"/experiment={check_path_value('experiment', experiment)}"
-            f"/step_id={check_path_value('step_id', step_id)}/"
-        )
-        return f"s3://{self.bucket}/{self._key(rel)}"
+        return f"s3://{self.bucket}/{self._key(raw_prefix(campaign_id, experiment, step_id))}"
 
     def write_raw(self, campaign_id: str, experiment: str, step_id: str, name: str, data: bytes) -> str:
         """Keep an input file in the step's raw area (``<raw_dir>inputs/<name>``); its S3 URI.
@@ -172,7 +164,7 @@ class S3Lake:
         from botocore.exceptions import ClientError
 
         check_path_value("raw file name", name)
-        uri = f"{self.raw_dir(campaign_id, experiment, step_id)}inputs/{name}"
+        uri = f"{self.raw_uri(campaign_id, experiment, step_id)}inputs/{name}"
         key = uri.removeprefix(f"s3://{self.bucket}/")
         s3 = self._s3()
         try:
@@ -191,7 +183,7 @@ class S3Lake:
     @contextlib.contextmanager
     def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> Iterator[Path]:
         """A step's raw artifacts copied into a temporary directory (same relative layout), for parsing."""
-        prefix = self.raw_dir(campaign_id, experiment, step_id).removeprefix(f"s3://{self.bucket}/")
+        prefix = self.raw_uri(campaign_id, experiment, step_id).removeprefix(f"s3://{self.bucket}/")
         s3 = self._s3()
         with tempfile.TemporaryDirectory(prefix="benchctl-raw-") as tmp:
             root = Path(tmp)

@@ -1,0 +1,357 @@
+"""The serving, load and smoke ports on EKS: Kubernetes objects we render.
+
+* ``EksServing`` (ServingPort): the experiment's DynamoGraphDeployment. Ready when its ``Ready``
+  condition is True AND ``status.observedGeneration`` caught up with ``metadata.generation``
+  (FACTS); ``status.state == failed`` is a ServingFailed naming the conditions. Teardown deletes, by
+  our labels only, the experiment's Jobs and then its deployment; ``remaining`` says what is still
+  going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
+* ``EksLoad`` (LoadPort): one Job per AIPerf step (its artifacts go to the step's raw S3 prefix);
+  ``poll`` maps Job conditions to an exit code; ``failure_logs`` collects the pods' log tails;
+  ``stop`` deletes the Job (Foreground: its pods go with it).
+* ``EksSmoke`` (SmokePort): a short Job of a few chat requests plus a ``/metrics`` GET against the
+  frontend; started by SmokeTest, polled by CheckSmoke.
+
+The deployment is rendered from the deployment request as given (``render.render_deployment``); what the
+later calls need of it (namespace, URL, which workers run KVBM) is kept in the state it returns. A load
+Job is rendered from its typed ``LoadRequest`` (campaign, experiment, step, argv, artifact and input
+URIs). Objects are only created from ``benchctl.aws.k8s`` renderers (so they carry our labels) and only
+selected and deleted through our own labels (``common.selection``: campaign, experiment, step; never managed-by, which
+Grove overwrites on pods): nothing of anybody else's is touched. Every create and replace is sent with
+``fieldValidation=Strict`` (the client's), so a field the API server does not know fails loudly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchctl.aws.k8s.client import ApiError, Conflict, KubeClient, NotFound
+from benchctl.aws.k8s.common import (
+    KVBM_METRICS_PORT,
+    LABEL_CAMPAIGN,
+    LABEL_ROLE,
+    WORKER_SYSTEM_PORT,
+    dgd_name,
+    frontend_service_url,
+    selection,
+    selector,
+)
+from benchctl.aws.k8s.jobs import render_load_job, render_prefetch_job, render_smoke_job
+from benchctl.aws.k8s.render import render_deployment, uses_kvbm
+from benchctl.errors import ServingFailed
+from benchctl.ports import JSON, DeploymentRequest, LoadRequest
+from benchctl.spec import CampaignSpec
+
+DGD = ("nvidia.com/v1beta1", "DynamoGraphDeployment")
+JOB = ("batch/v1", "Job")
+KubeSource = KubeClient | Callable[[], KubeClient]
+SpecSource = CampaignSpec | Callable[[], CampaignSpec]
+
+
+def _resolve(source: Any) -> Any:
+    return source() if callable(source) and not isinstance(source, KubeClient | CampaignSpec) else source
+
+
+class _Kube:
+    """A Kubernetes client (built on first use) and the campaign whose objects are ours."""
+
+    def __init__(self, kube: KubeSource, campaign_id: str, *, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._kube, self.campaign_id = kube, campaign_id
+        self.clock, self.sleep = clock, sleep
+
+    @property
+    def kube(self) -> KubeClient:
+        kube: KubeClient = _resolve(self._kube)
+        return kube
+
+    def _ours(self, obj: JSON) -> bool:
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN) == self.campaign_id
+
+    def _left(self, namespace: str, kinds: tuple[tuple[str, str], ...], sel: str) -> list[str]:
+        """Our objects of these kinds and our pods still matching ``sel`` (deleted ones go away in a while)."""
+        left = []
+        for api_version, kind in kinds:
+            for o in self.kube.list(api_version, kind, namespace, sel):
+                if self._ours(o):
+                    with contextlib.suppress(NotFound):  # read it again: gone between the list and now
+                        self.kube.get(api_version, kind, o["metadata"]["name"], namespace)
+                        left.append(f"{kind}/{o['metadata']['name']}")
+        return left + [f"Pod/{o['metadata']['name']}" for o in self.kube.list("v1", "Pod", namespace, sel)]
+
+
+class _Jobs(_Kube):
+    """Jobs rendered from the campaign's spec (its Kubernetes settings: namespace, images, identity)."""
+
+    def __init__(self, kube: KubeSource, spec: SpecSource, campaign_id: str, *, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(kube, campaign_id, clock=clock, sleep=sleep)
+        self._spec = spec
+
+    @property
+    def spec(self) -> CampaignSpec:
+        spec: CampaignSpec = _resolve(self._spec)
+        return spec
+
+    @property
+    def namespace(self) -> str:
+        return self.spec.kubernetes.namespace
+
+
+def _conditions(obj: JSON) -> dict[str, str]:
+    return {str(c.get("type")): str(c.get("status")) for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def job_status(kube: KubeClient, state: JSON) -> int | None:
+    """A Job's exit code from its conditions: None while it runs, 0 done, 1 failed or gone."""
+    try:
+        job = kube.get(*JOB, state["name"], state["namespace"])
+    except NotFound:
+        return 1  # gone before finishing: deleted or expired; nothing to wait for
+    cond = _conditions(job)
+    st = job.get("status") or {}
+    if cond.get("Complete") == "True" or int(st.get("succeeded") or 0) > 0:
+        return 0
+    if cond.get("Failed") == "True" or int(st.get("failed") or 0) > 0:
+        return 1
+    return None
+
+
+def job_logs(kube: KubeClient, state: JSON, tail_lines: int = 100) -> JSON:
+    """The last log lines of every container of a Job's pods, found by our labels (``pod_selector``;
+    for a state recorded without it, the ``benchctl.io/`` labels of the Job's own pod template)."""
+    out: JSON = {}
+    try:
+        sel = state.get("pod_selector") or _template_selector(kube, state)
+        for pod in kube.list("v1", "Pod", state["namespace"], sel):
+            name = pod["metadata"]["name"]
+            spec = pod.get("spec") or {}
+            containers = [c["name"] for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]]
+            for c in containers or [None]:
+                try:
+                    text = kube.logs(name, state["namespace"], c, tail_lines)
+                except ApiError:
+                    continue
+                if text:
+                    out[f"{name}/{c or 'default'}"] = text
+    except ApiError as err:
+        out["error"] = str(err)
+    return out
+
+
+def _template_selector(kube: KubeClient, state: JSON) -> str:
+    job = kube.get(*JOB, state["name"], state["namespace"])
+    tmpl = ((job.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    ours = {k: v for k, v in (tmpl.get("labels") or {}).items() if k.startswith("benchctl.io/")}
+    if LABEL_CAMPAIGN not in ours:
+        raise ApiError(0, "NotOurs", f"Job {state['name']}: its pod template carries no {LABEL_CAMPAIGN} label")
+    return selector(ours)
+
+
+class EksServing(_Kube):
+    """``ServingPort`` on EKS: the experiment's DynamoGraphDeployment, rendered from the request as given."""
+
+    def deploy(self, request: DeploymentRequest) -> JSON:
+        """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first
+        the campaign's model prefetch Job (once per campaign; the deployment follows when it is done)."""
+        target = request.target
+        if target is None:
+            raise ValueError(f"deployment {request.deployment_id}: the request has no cluster target")
+        if request.campaign_id != self.campaign_id:
+            raise ValueError(f"deployment {request.deployment_id}: campaign {request.campaign_id!r} is not "
+                             f"{self.campaign_id!r}")
+        experiment, namespace = request.deployment_id, target.kubernetes.namespace
+        url = frontend_service_url(namespace, self.campaign_id, experiment)
+        dgd = render_deployment(request)
+        state = {"deployment_id": experiment, "name": dgd_name(self.campaign_id, experiment),
+                 "namespace": namespace, "url": url, "metrics_urls": [f"{url}/metrics"],
+                 "model": target.model.name, "engine": "eks",
+                 "kvbm_roles": sorted({g.role for g in target.experiment.workers
+                                       if uses_kvbm(target.experiment, g.role)})}
+        if target.kubernetes.prefetch_model:
+            job = render_prefetch_job(target.model, target.kubernetes, self.campaign_id)
+            with contextlib.suppress(Conflict):  # another experiment of this campaign started it
+                self.kube.create(job)
+            return {**state, "prefetch_job": job["metadata"]["name"], "manifest": dgd}
+        self._apply(dgd)
+        return state
+
+    def _apply(self, dgd: JSON) -> None:
+        name, namespace = dgd["metadata"]["name"], dgd["metadata"]["namespace"]
+        try:
+            self.kube.create(dgd)
+        except Conflict:  # redelivered event, or somebody else's object with our name
+            existing = self.kube.get(*DGD, name, namespace)
+            if not self._ours(existing):
+                raise ServingFailed(f"DynamoGraphDeployment {namespace}/{name} exists and is not this "
+                                    f"campaign's ({LABEL_CAMPAIGN} missing or different); refusing to touch it") from None
+
+    def _prefetch_done(self, state: JSON) -> bool:
+        """True once the prefetch Job succeeded (then the deployment kept in the state is applied, idempotently)."""
+        name = state["prefetch_job"]
+        jstate = {"name": name, "namespace": state["namespace"],
+                  "pod_selector": selector(selection(self.campaign_id, step_id="prefetch"))}
+        code = job_status(self.kube, jstate)
+        if code is None:
+            return False
+        if code != 0:
+            logs = job_logs(self.kube, jstate)
+            raise ServingFailed(f"model prefetch Job {name} failed: "
+                                + "; ".join(f"{k}: {v[-400:]}" for k, v in logs.items()))
+        try:
+            self.kube.get(*DGD, state["name"], state["namespace"])
+        except NotFound:
+            self._apply(state["manifest"])
+        return True
+
+    def _get(self, state: JSON) -> JSON:
+        try:
+            return self.kube.get(*DGD, state["name"], state["namespace"])
+        except NotFound:
+            raise ServingFailed(f"DynamoGraphDeployment {state['namespace']}/{state['name']} is gone") from None
+
+    def probe_ready(self, state: JSON) -> bool:
+        if state.get("prefetch_job") and not self._prefetch_done(state):
+            return False
+        dgd = self._get(state)
+        status = dgd.get("status") or {}
+        if status.get("state") == "failed":
+            raise ServingFailed(f"DynamoGraphDeployment {state['name']} failed: conditions {status.get('conditions')}")
+        caught_up = int(status.get("observedGeneration", -1)) >= int(dgd["metadata"].get("generation", 0))
+        return caught_up and _conditions(dgd).get("Ready") == "True"
+
+    def check_alive(self, state: JSON) -> None:
+        status = self._get(state).get("status") or {}
+        if status.get("state") == "failed":
+            raise ServingFailed(f"DynamoGraphDeployment {state['name']} failed during the load: "
+                                f"{status.get('conditions')}")
+
+    def versions(self, state: JSON) -> JSON:
+        """Image digests actually running (the pods' ``imageID``), per container image; with a model
+        prefetch, its own duration from the Job's start and completion times (apart from start-up)."""
+        sel = selector(selection(self.campaign_id, state["deployment_id"]))
+        digests: dict[str, str] = {}
+        for pod in self.kube.list("v1", "Pod", state["namespace"], sel):
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                if cs.get("image") and cs.get("imageID"):
+                    digests[str(cs["image"])] = str(cs["imageID"])
+        out: JSON = {"images": digests}
+        if state.get("prefetch_job"):
+            with contextlib.suppress(NotFound):
+                st = self.kube.get(*JOB, state["prefetch_job"], state["namespace"]).get("status") or {}
+                out["model_prefetch"] = {"job": state["prefetch_job"], "started": st.get("startTime"),
+                                         "completed": st.get("completionTime"),
+                                         "seconds": _seconds_between(st.get("startTime"), st.get("completionTime"))}
+        return out
+
+    def metrics_urls(self, state: JSON) -> dict[str, str]:
+        """Every metrics endpoint of the experiment, by source name: the frontend (through its Service;
+        AIPerf scrapes it by itself as the ``--url``) and, per Running worker pod found by our labels, its
+        system port's ``/metrics`` (vLLM and Dynamo worker series) and, where KVBM runs, KVBM's exporter."""
+        out = {"frontend": f"{state['url']}/metrics"}
+        kvbm = set(state.get("kvbm_roles") or ())
+        sel = selector(selection(self.campaign_id, state["deployment_id"]))
+        for pod in sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"]):
+            role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+            status = pod.get("status") or {}
+            ip = status.get("podIP")
+            if role not in ("worker", "prefill", "decode") or status.get("phase") != "Running" or not ip:
+                continue
+            host = f"[{ip}]" if ":" in ip else ip
+            name = pod["metadata"]["name"]
+            out[f"{role}/{name}"] = f"http://{host}:{WORKER_SYSTEM_PORT}/metrics"
+            if role in kvbm:
+                out[f"kvbm/{name}"] = f"http://{host}:{KVBM_METRICS_PORT}/metrics"
+        return out
+
+    def teardown(self, state: JSON) -> JSON:
+        experiment, namespace = state["deployment_id"], self._namespace(state)
+        sel = selector(selection(self.campaign_id, experiment))
+        removed: JSON = {"jobs": [], "deployments": []}
+        for kind, key in ((JOB, "jobs"), (DGD, "deployments")):  # load first, then serving
+            for obj in self.kube.list(*kind, namespace, sel):
+                name = obj["metadata"]["name"]
+                if self._ours(obj) and self.kube.delete(*kind, name, namespace):
+                    removed[key].append(name)
+        return removed
+
+    def remaining(self, state: JSON) -> list[str]:
+        """What of the experiment is still there after ``teardown`` (objects being deleted, their pods).
+        Never waits: the state machine polls this (TeardownExperiment comes back until it is empty)."""
+        return self._left(self._namespace(state), (JOB, DGD),
+                          selector(selection(self.campaign_id, state["deployment_id"])))
+
+    def _namespace(self, state: JSON) -> str:
+        """Where the deployment is: its state says (a state recorded before Deploy completed names none;
+        then nothing of it can exist anywhere but in the namespace a later deploy would have used)."""
+        ns = state.get("namespace")
+        if not ns:
+            raise ValueError(f"deployment {state.get('deployment_id')}: its recorded state names no namespace")
+        return str(ns)
+
+
+def _seconds_between(start: Any, end: Any) -> float | None:
+    from datetime import datetime
+
+    try:
+        return (datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+                - datetime.fromisoformat(str(start).replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return None
+
+
+class EksLoad(_Jobs):
+    """``LoadPort`` on EKS: one Job per AIPerf run, its artifacts uploaded to the request's S3 prefix."""
+
+    def launch(self, request: LoadRequest) -> JSON:
+        if request.campaign_id != self.campaign_id:
+            raise ValueError(f"load {request.job_id}: campaign {request.campaign_id!r} is not {self.campaign_id!r}")
+        if not request.artifact_uri.startswith("s3://"):
+            raise ValueError(f"load {request.job_id}: artifacts go to an S3 prefix, not {request.artifact_uri!r}")
+        job = render_load_job(self.spec, request.campaign_id, request.experiment, request.step_id,
+                              list(request.argv), request.artifact_uri, input_s3_uri=request.input_uri)
+        name = job["metadata"]["name"]
+        try:
+            self.kube.create(job)
+        except Conflict:
+            if not self._ours(self.kube.get(*JOB, name, self.namespace)):
+                raise ValueError(f"Job {self.namespace}/{name} exists and is not this campaign's") from None
+        return {"job_id": request.job_id, "name": name, "namespace": self.namespace,
+                "artifact_dir": request.artifact_uri,
+                "pod_selector": selector(selection(request.campaign_id, request.experiment, request.step_id))}
+
+    def poll(self, state: JSON) -> int | None:
+        return job_status(self.kube, state)
+
+    def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:
+        """The last log lines of every container of the Job's pods (see :func:`job_logs`)."""
+        return job_logs(self.kube, state, tail_lines)
+
+    def stop(self, state: JSON) -> None:
+        self.kube.delete(*JOB, state["name"], state["namespace"])
+
+
+class EksSmoke(_Jobs):
+    """A short Job of a few chat requests plus a ``/metrics`` GET against the frontend: started here,
+    polled by CheckSmoke (never waited for in a function)."""
+
+    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON:
+        job = render_smoke_job(self.spec, self.campaign_id, deployment["deployment_id"], deployment["url"])
+        with contextlib.suppress(Conflict):  # a redelivered event: follow the Job already there
+            self.kube.create(job)
+        return {"name": job["metadata"]["name"], "namespace": self.namespace, "requests": requests,
+                "max_tokens": max_tokens,
+                "pod_selector": selector(selection(self.campaign_id, deployment["deployment_id"], "smoke"))}
+
+    def poll(self, started: JSON) -> int | None:
+        return job_status(self.kube, started)
+
+    def result(self, started: JSON) -> JSON:
+        return {k: v for k, v in started.items() if k in ("requests", "max_tokens", "name")}
+
+    def failure_logs(self, started: JSON) -> JSON:
+        return job_logs(self.kube, started)
+
+

@@ -1,0 +1,226 @@
+"""What every manifest benchctl renders shares: our labels and selectors, object names, and the pod pieces
+(the model volume, the Hugging Face token, the images).
+
+Every object carries :func:`labels` (campaign, experiment, step, plus an informative managed-by) and its
+name is DNS-1123, at most 63 characters, and includes a short hash of the campaign id (two campaigns may
+share a namespace). Objects and pods are SELECTED by :func:`selection` only: our ``benchctl.io/`` labels,
+never ``app.kubernetes.io/managed-by``, which the Dynamo operator's Grove pathway overwrites on pods.
+Pure: standard library and benchctl only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from benchctl.spec import Kubernetes, PoolSpec
+
+JSON = dict[str, Any]
+
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+LABEL_CAMPAIGN = "benchctl.io/campaign"
+LABEL_EXPERIMENT = "benchctl.io/experiment"
+LABEL_STEP = "benchctl.io/step"
+LABEL_ROLE = "benchctl.io/role"  # on a DGD's pod templates: frontend | worker | prefill | decode
+MANAGED_BY = "benchctl"
+
+DGD_API_VERSION = "nvidia.com/v1beta1"
+NODEPOOL_API_VERSION = "karpenter.sh/v1"
+FRONTEND_PORT = 8000  # FACTS "Dynamo on Kubernetes": the frontend Service is <name>-frontend, port 8000
+GPU = "nvidia.com/gpu"
+MODELS_DIR = "/models"  # the model PVC's mount point
+HF_HOME = "/models/hf"  # a Hugging Face hub cache on the model volume (hub/models--org--name/snapshots/<rev>)
+ARTIFACTS = "/artifacts"  # a load Job's emptyDir
+ARTIFACT_OUT = "/artifacts/out"  # where AIPerf writes, then uploaded as is
+INPUTS_DIR = "/artifacts/inputs"
+EXIT_CODE_FILE = "/artifacts/out/exit_code"
+LAKE_PLACEHOLDER = "s3://<results-bucket>/lake"  # render_campaign's default: filled in by the engine
+# kubernetes.aiperf_image unset: the deployment's load image (BENCHCTL_LOAD_IMAGE), known on AWS only
+LOAD_IMAGE_PLACEHOLDER = "<benchctl-load-image>"
+DEFAULT_DEADLINE_S = 7200
+JOB_TTL_S = 86400
+PREFLIGHT_DEADLINE_S = 600
+# A worker's system server (health and /metrics): the Dynamo operator gives every worker container
+# DYN_SYSTEM_PORT=9090 and a port named "system" (deploy/cloud/operator/internal/dynamo/component_worker.go,
+# internal/consts: DynamoSystemPort = 9090).
+WORKER_SYSTEM_PORT = 9090
+# KVBM's Prometheus exporter with DYN_KVBM_METRICS=true (FACTS "Dynamo on Kubernetes": port 6880).
+KVBM_METRICS_PORT = 6880
+# Host memory of a KVBM worker besides its CPU KV cache (Python, CUDA context, NIXL staging): a stated
+# assumption; the request is this plus DYN_KVBM_CPU_CACHE_GB, so the scheduler reserves the cache.
+KVBM_BASE_MEMORY_GIB = 16
+
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS1123_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+# ------------------------------------------------------------------------------------------ labels
+
+
+def _check_label_value(value: str) -> str:
+    if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE_RE.match(value):
+        raise ValueError(
+            f"label value {value!r} is not a valid Kubernetes label value (at most 63 characters: "
+            f"letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+        )
+    return value
+
+
+def labels(campaign_id: str, experiment: str | None = None, step_id: str | None = None) -> dict[str, str]:
+    """Our labels: managed-by and campaign always; experiment and step when given. Values validated."""
+    out = {LABEL_MANAGED: MANAGED_BY, LABEL_CAMPAIGN: _check_label_value(campaign_id)}
+    if experiment is not None:
+        out[LABEL_EXPERIMENT] = _check_label_value(experiment)
+    if step_id is not None:
+        out[LABEL_STEP] = _check_label_value(step_id)
+    return out
+
+
+def selection(campaign_id: str, experiment: str | None = None, step_id: str | None = None) -> dict[str, str]:
+    """The labels that SELECT our objects and pods: our own ``benchctl.io/`` labels only (campaign, and
+    experiment/step when given). Never managed-by: Grove overwrites it on the pods it creates."""
+    return {k: v for k, v in labels(campaign_id, experiment, step_id).items() if k != LABEL_MANAGED}
+
+
+def selector(labels: dict[str, str]) -> str:
+    """An equality label selector, ``k=v,k2=v2`` (in the dict's order)."""
+    for v in labels.values():
+        _check_label_value(v)
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+# ------------------------------------------------------------------------------------------- names
+
+
+def _sha1(text: str, n: int) -> str:
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:n]
+
+
+def _dns_part(text: str) -> str:
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")
+
+
+def _object_name(campaign_id: str, parts: tuple[str, ...], limit: int = 63) -> str:
+    """``bc-<parts>-<sha1(campaign_id)[:8]>``; parts too long are cut and given a hash of their own."""
+    suffix = f"-{_sha1(campaign_id, 8)}"
+    body = _dns_part("-".join(parts)) or "x"
+    room = limit - len("bc-") - len(suffix)
+    if len(body) > room:  # keep it unique: the cut is followed by a hash of the whole
+        body = body[: room - 7].rstrip("-") + "-" + _sha1("\n".join(parts), 6)
+    name = f"bc-{body}{suffix}"
+    assert len(name) <= limit and _DNS1123_RE.match(name), name
+    return name
+
+
+def dgd_name(campaign_id: str, experiment: str) -> str:
+    """The DGD of one experiment. At most 42 characters: the operator derives child names from it
+    (``<name>-frontend`` Service, ``<name>-<component>`` workloads), which must stay within 63."""
+    return _object_name(campaign_id, (experiment,), limit=42)
+
+
+def job_name(campaign_id: str, experiment: str, step_id: str) -> str:
+    return _object_name(campaign_id, (experiment, step_id))
+
+
+def nodepool_name(campaign_id: str, pool: str | PoolSpec) -> str:
+    return _object_name(campaign_id, (pool.name if isinstance(pool, PoolSpec) else pool,))
+
+
+def prefetch_job_name(campaign_id: str) -> str:
+    return _object_name(campaign_id, ("prefetch",))
+
+
+def preflight_job_name(campaign_id: str, check: str) -> str:
+    return _object_name(campaign_id, ("preflight", check))
+
+
+def frontend_service_url(namespace: str, campaign_id: str, experiment: str) -> str:
+    """In-cluster URL of an experiment's frontend (FACTS: Service ``<name>-frontend``, port 8000)."""
+    return (f"http://{dgd_name(campaign_id, experiment)}-frontend.{namespace}"
+            f".svc.cluster.local:{FRONTEND_PORT}")
+
+
+def raw_s3_uri(campaign_id: str, experiment: str, step_id: str, lake_uri: str = LAKE_PLACEHOLDER) -> str:
+    """A step's raw area, as the S3 lake lays it out (``<lake>/raw/campaign_id=…/experiment=…/step_id=…/``)."""
+    return (f"{lake_uri.rstrip('/')}/raw/campaign_id={campaign_id}/experiment={experiment}"
+            f"/step_id={step_id}/")
+
+
+# -------------------------------------------------------------------------------------- shared bits
+
+
+def meta(name: str, lbl: dict[str, str], namespace: str | None = None) -> JSON:
+    meta: JSON = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(lbl)
+    return meta
+
+
+HF_TOKEN_KEY = "HF_TOKEN"  # noqa: S105 (a key name, not a secret): the key inside the token secret
+
+
+def hf_env(k: Kubernetes) -> list[JSON]:
+    return [
+        {"name": "HF_TOKEN",
+         "valueFrom": {"secretKeyRef": {"name": k.hf_token_secret, "key": HF_TOKEN_KEY}}},
+        {"name": "HF_HOME", "value": HF_HOME},
+    ]
+
+
+# The load Jobs read the tokenizer from the prefetched model volume, never from the internet: the volume
+# is a Hugging Face hub cache (what the prefetch's `hf download` writes under HF_HOME), and with the
+# offline variables AIPerf resolves `--tokenizer <model> --tokenizer-revision <rev>` there (FACTS "A
+# tokenizer without a hub": the hub-cache layout works in every AIPerf mode, trace datasets included).
+OFFLINE_TOKENIZER_ENV: list[JSON] = [
+    {"name": "HF_HOME", "value": HF_HOME},
+    {"name": "HF_HUB_OFFLINE", "value": "1"},
+    {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
+]
+
+
+def model_volume(k: Kubernetes) -> JSON:
+    # Workers of one experiment may run on several nodes at once: the PVC must be ReadWriteMany (EFS).
+    return {"name": "model-cache", "persistentVolumeClaim": {"claimName": k.model_pvc}}
+
+
+MODEL_MOUNT: JSON = {"name": "model-cache", "mountPath": MODELS_DIR}
+
+
+def aiperf_image(k: Kubernetes) -> str:
+    """The load image: the spec's, else the placeholder of the deployment's (see LOAD_IMAGE_PLACEHOLDER)."""
+    return k.aiperf_image or LOAD_IMAGE_PLACEHOLDER
+
+
+def runtime_version(k: Kubernetes) -> str | None:
+    """``runtimeVersionOverride`` of every component: the spec's version, or None when the image's tag
+    is one (Dynamo's webhook parses it). The spec refuses an untagged image without a version."""
+    from benchctl.spec import image_tag_version
+
+    if k.dynamo_runtime_version is not None:
+        return k.dynamo_runtime_version
+    if image_tag_version(k.dynamo_image) is None:  # unreachable through parse_spec; kept for direct use
+        raise ValueError(f"kubernetes.dynamo_image {k.dynamo_image!r}: no version tag and no dynamo_runtime_version")
+    return None
+
+
+def json_arg(obj: JSON) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def scheduling(campaign_id: str, pool: PoolSpec) -> JSON:
+    """Where a worker of this pool may run: its node group or NodePool, tolerating the GPU taint."""
+    out: JSON = {}
+    if pool.provider == "managed-nodegroup":
+        if not pool.nodegroup:
+            raise ValueError(f"pools.{pool.name}.nodegroup: required for provider managed-nodegroup "
+                             f"(the EKS managed node group its workers are pinned to)")
+        out["nodeSelector"] = {"eks.amazonaws.com/nodegroup": pool.nodegroup}
+    elif pool.provider == "auto-mode":
+        out["nodeSelector"] = {"karpenter.sh/nodepool": nodepool_name(campaign_id, pool.name)}
+    # provider "local" (a spec written for the local engine): no node pinning; any GPU node will do
+    out["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    return out
+

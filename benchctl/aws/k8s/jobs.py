@@ -1,0 +1,236 @@
+"""The Jobs of a campaign: one per AIPerf step (and the warm-up), the smoke test, the model prefetch, and the
+preflight's image checks. Pure: standard library and benchctl only."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from typing import Any
+
+from benchctl import aiperf_args
+from benchctl.aws.k8s.common import (
+    ARTIFACT_OUT,
+    ARTIFACTS,
+    DEFAULT_DEADLINE_S,
+    EXIT_CODE_FILE,
+    INPUTS_DIR,
+    JOB_TTL_S,
+    MODEL_MOUNT,
+    OFFLINE_TOKENIZER_ENV,
+    PREFLIGHT_DEADLINE_S,
+    aiperf_image,
+    hf_env,
+    job_name,
+    labels,
+    meta,
+    model_volume,
+    prefetch_job_name,
+    preflight_job_name,
+)
+from benchctl.spec import CampaignSpec, Kubernetes, ModelSpec
+
+JSON = dict[str, Any]
+
+
+def _job(namespace: str, name: str, lbl: dict[str, str], pod_spec: JSON, deadline_s: int) -> JSON:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta(name, lbl, namespace),
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": JOB_TTL_S,
+            "activeDeadlineSeconds": deadline_s,
+            "template": {"metadata": {"labels": dict(lbl)}, "spec": {"restartPolicy": "Never", **pod_spec}},
+        },
+    }
+
+
+def _with_artifact_dir(argv: list[str], path: str) -> list[str]:
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a == "--artifact-dir" and i + 1 < len(out):
+            out[i + 1] = path
+            return out
+        if a.startswith("--artifact-dir="):
+            out[i] = f"--artifact-dir={path}"
+            return out
+    return [*out, "--artifact-dir", path]
+
+
+def aiperf_script(argv: list[str]) -> str:
+    """The load container's ``sh -c`` script: run AIPerf, keep its exit code, always succeed (so the
+    artifacts of a failed run are still uploaded; the uploader exits with the kept code)."""
+    return f"mkdir -p {ARTIFACT_OUT}; {shlex.join(['aiperf', *argv])}; echo $? > {EXIT_CODE_FILE}; exit 0"
+
+
+def render_load_job(
+    spec: CampaignSpec,
+    campaign_id: str,
+    experiment: str,
+    step_id: str,
+    argv: list[str],
+    raw_s3_uri: str,
+    *,
+    input_s3_uri: str | None = None,
+    active_deadline_s: int = DEFAULT_DEADLINE_S,
+) -> JSON:
+    """The Job running one AIPerf step (``argv`` as for ``aiperf``, e.g. from ``aiperf_args.step_args``).
+
+    Init containers: fetch the step's dataset (when ``input_s3_uri``) to ``/artifacts/inputs/<name>``
+    (every mention of the S3 URI in ``argv`` becomes that path), then AIPerf writing to
+    ``/artifacts/out``, reading the tokenizer offline from the model volume (mounted read-only). The main
+    container uploads ``/artifacts/out`` to ``raw_s3_uri`` and exits with AIPerf's exit code.
+
+    No Kubernetes API token is mounted (``automountServiceAccountToken: false``): the Job needs none (S3
+    access comes from EKS Pod Identity, which injects its own credentials), and AIPerf's in-cluster
+    metrics discovery, which would list every inference pod of the namespace (other campaigns' too, and
+    the frontend a second time), finds nothing; the workers' endpoints are given with ``--server-metrics``.
+    """
+    k = spec.kubernetes
+    lbl = labels(campaign_id, experiment, step_id)
+    argv = _with_artifact_dir(argv, ARTIFACT_OUT)
+    init: list[JSON] = []
+    mount = [{"name": "artifacts", "mountPath": ARTIFACTS}]
+    if input_s3_uri is not None:
+        local = f"{INPUTS_DIR}/{posixpath.basename(input_s3_uri.rstrip('/'))}"
+        argv = [local if a == input_s3_uri else a.replace(input_s3_uri, local) for a in argv]
+        init.append({
+            "name": "fetch-input",
+            "image": k.uploader_image,
+            "command": ["sh", "-c", f"mkdir -p {INPUTS_DIR} && aws s3 cp {shlex.quote(input_s3_uri)} "
+                                    f"{shlex.quote(local)}"],
+            "volumeMounts": [dict(m) for m in mount],
+        })
+    resources = {"cpu": k.load_cpu, "memory": k.load_memory}
+    init.append({
+        "name": "aiperf",
+        "image": aiperf_image(spec.kubernetes),
+        "command": ["sh", "-c", aiperf_script(argv)],
+        "env": [dict(e) for e in OFFLINE_TOKENIZER_ENV],
+        "resources": {"limits": dict(resources), "requests": dict(resources)},
+        "volumeMounts": [*(dict(m) for m in mount), {**MODEL_MOUNT, "readOnly": True}],
+    })
+    # 97: the upload failed; 98: AIPerf's container left no exit code (cannot happen but must not pass)
+    upload = (f"aws s3 cp --recursive {ARTIFACT_OUT} {shlex.quote(raw_s3_uri)} || exit 97; "
+              f'exit "$(cat {EXIT_CODE_FILE} 2>/dev/null || echo 98)"')
+    pod_spec: JSON = {
+        "serviceAccountName": k.load_service_account,
+        "automountServiceAccountToken": False,
+        "volumes": [{"name": "artifacts", "emptyDir": {}}, model_volume(spec.kubernetes)],
+        "initContainers": init,
+        "containers": [{
+            "name": "upload",
+            "image": k.uploader_image,
+            "command": ["sh", "-c", upload],
+            "volumeMounts": [dict(m) for m in mount],
+        }],
+    }
+    return _job(spec.kubernetes.namespace, job_name(campaign_id, experiment, step_id), lbl, pod_spec, active_deadline_s)
+
+
+# Values come from the environment, so the script is one constant (nothing to quote).
+SMOKE_SCRIPT = """\
+import json, os, sys, urllib.request
+url = os.environ["FRONTEND_URL"].rstrip("/")
+model = os.environ["MODEL"]
+n, max_tokens = int(os.environ["SMOKE_REQUESTS"]), int(os.environ["SMOKE_MAX_TOKENS"])
+for i in range(n):
+    body = {"model": model, "max_tokens": max_tokens, "stream": False,
+            "messages": [{"role": "user", "content": f"Smoke test {i}: say hello."}]}
+    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        out = json.load(r)
+    if not out.get("choices"):
+        sys.exit(f"smoke request {i}: no choices in the answer: {out}")
+    print(f"smoke request {i}: ok ({(out.get('usage') or {}).get('completion_tokens')} tokens)")
+with urllib.request.urlopen(url + "/metrics", timeout=60) as r:
+    text = r.read().decode()
+if "dynamo_frontend" not in text:
+    sys.exit("smoke: /metrics has no dynamo_frontend_* series")
+print(f"smoke: {n} requests ok, /metrics ok")
+"""
+
+
+def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, frontend_url: str) -> JSON:
+    """A Job sending ``smoke.requests`` chat completions and reading ``/metrics``; fails on any error."""
+    lbl = labels(campaign_id, experiment, "smoke")
+    pod_spec: JSON = {"automountServiceAccountToken": False, "containers": [{
+        "name": "smoke",
+        "image": aiperf_image(spec.kubernetes),
+        "command": ["python3", "-c", SMOKE_SCRIPT],
+        "env": [
+            {"name": "FRONTEND_URL", "value": frontend_url},
+            {"name": "MODEL", "value": spec.model.name},
+            {"name": "SMOKE_REQUESTS", "value": str(spec.smoke.requests)},
+            {"name": "SMOKE_MAX_TOKENS", "value": str(spec.smoke.max_tokens)},
+        ],
+        "resources": {"limits": {"cpu": "1", "memory": "512Mi"}, "requests": {"cpu": "1", "memory": "512Mi"}},
+    }]}
+    return _job(spec.kubernetes.namespace, job_name(campaign_id, experiment, "smoke"), lbl, pod_spec, 900)
+
+
+def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str) -> JSON:
+    """Fill the model volume once per campaign (timed apart from deployment start-up): the model at
+    ``model.revision`` (unset: main) into the hub cache under HF_HOME, where workers and AIPerf read it."""
+    lbl = labels(campaign_id, step_id="prefetch")
+    # huggingface_hub >= 1.0 drops `huggingface-cli` for `hf`; use whichever the image has
+    script = ('if command -v hf >/dev/null 2>&1; then exec hf download "$MODEL" --revision "$REVISION"; '
+              'else exec huggingface-cli download "$MODEL" --revision "$REVISION"; fi')
+    pod_spec: JSON = {
+        "automountServiceAccountToken": False,
+        "volumes": [model_volume(k)],
+        "containers": [{
+            "name": "prefetch",
+            "image": k.dynamo_image,
+            "command": ["sh", "-c", script],
+            "env": [*hf_env(k), {"name": "MODEL", "value": model.name},
+                    {"name": "REVISION", "value": model.revision or "main"}],
+            "volumeMounts": [dict(MODEL_MOUNT)],
+        }],
+    }
+    return _job(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
+
+
+# The preflight's image checks: each prints its tool's version; the check script compares it with what
+# benchctl needs, so a Job that succeeds proves the image runs and holds the right tool, on a CPU node
+# (no GPU toleration), with the load Jobs' service account, before any pool is scaled.
+PREFLIGHT_CHECKS: dict[str, str] = {
+    # AIPerf's own version string is the package's; the Job fails unless it is the one we parse for
+    "aiperf": ('v="$(aiperf --version 2>&1 | tail -n 1)"; echo "aiperf --version: $v"; '
+               'case "$v" in *"{version}"*) ;; *) echo "need aiperf {version}" >&2; exit 3;; esac'),
+    # the uploader runs `aws s3 cp`: AWS CLI v2, and credentials from Pod Identity for the service account
+    "uploader": ('v="$(aws --version 2>&1)"; echo "aws --version: $v"; '
+                 'case "$v" in aws-cli/2.*) ;; *) echo "need AWS CLI v2" >&2; exit 3;; esac; '
+                 'aws sts get-caller-identity --query Arn --output text || exit 4'),
+}
+
+
+# Without a model prefetch the volume must already hold the model: the AIPerf check then also loads the
+# tokenizer as the load Jobs will, offline from the volume at the pinned revision (AIPerf's own loader).
+TOKENIZER_CHECK = ("python3 -c 'import os; from aiperf.common.tokenizer import Tokenizer; "
+                   "Tokenizer.from_pretrained(os.environ[\"MODEL\"], revision=os.environ[\"REVISION\"]); "
+                   "print(\"tokenizer\", os.environ[\"MODEL\"], os.environ[\"REVISION\"], \"read offline\")' || exit 5")
+
+
+def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JSON:
+    """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS)."""
+    image = {"aiperf": aiperf_image(spec.kubernetes), "uploader": spec.kubernetes.uploader_image}[check]
+    script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
+    resources = {"cpu": "500m", "memory": "1Gi"}
+    container: JSON = {"name": check, "image": image, "command": ["sh", "-c", script],
+                       "resources": {"limits": dict(resources), "requests": dict(resources)}}
+    pod_spec: JSON = {
+        "serviceAccountName": spec.kubernetes.load_service_account,
+        "automountServiceAccountToken": False,
+        "containers": [container],
+    }
+    if check == "aiperf" and not spec.kubernetes.prefetch_model:
+        container["command"][2] = f"{script}; {TOKENIZER_CHECK}"
+        container["env"] = [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},
+                            {"name": "REVISION", "value": spec.model.revision or "main"}]
+        container["volumeMounts"] = [{**MODEL_MOUNT, "readOnly": True}]
+        pod_spec["volumes"] = [model_volume(spec.kubernetes)]
+    lbl = labels(campaign_id, step_id=f"preflight-{check}")
+    return _job(spec.kubernetes.namespace, preflight_job_name(campaign_id, check), lbl, pod_spec, PREFLIGHT_DEADLINE_S)

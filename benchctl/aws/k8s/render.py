@@ -1,0 +1,331 @@
+"""Kubernetes manifests of a campaign, rendered from its spec: plain dicts, same input ⇒ same output.
+
+Pure: standard library and benchctl only; nothing here talks to a cluster. What is rendered:
+
+* a ``DynamoGraphDeployment`` (``nvidia.com/v1beta1``) per experiment, from the deployment request the
+  campaign makes (``benchctl.ports.DeploymentRequest``, as given): a frontend and vLLM workers (one
+  ``worker`` component aggregated; ``prefill`` + ``decode`` disaggregated);
+* a Karpenter ``NodePool`` (``karpenter.sh/v1``) per EKS Auto Mode pool;
+* ``batch/v1`` Jobs (``benchctl.aws.k8s.jobs``): one per AIPerf step (and the warm-up), the smoke test,
+  the model prefetch, and the preflight's image checks.
+
+Labels, names and the pod pieces every manifest shares are ``benchctl.aws.k8s.common``'s.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from benchctl import aiperf_args
+from benchctl.aws.k8s.common import (
+    ARTIFACT_OUT,
+    DGD_API_VERSION,
+    FRONTEND_PORT,
+    GPU,
+    INPUTS_DIR,
+    KVBM_BASE_MEMORY_GIB,
+    LABEL_ROLE,
+    LAKE_PLACEHOLDER,
+    MODEL_MOUNT,
+    NODEPOOL_API_VERSION,
+    dgd_name,
+    frontend_service_url,
+    hf_env,
+    json_arg,
+    labels,
+    meta,
+    model_volume,
+    nodepool_name,
+    raw_s3_uri,
+    runtime_version,
+    scheduling,
+)
+from benchctl.aws.k8s.jobs import render_load_job, render_prefetch_job, render_smoke_job
+from benchctl.plan import plan_campaign
+from benchctl.ports import DeploymentRequest
+from benchctl.spec import CampaignSpec, Experiment, KvOffload, ModelSpec, WorkerGroup
+
+JSON = dict[str, Any]
+# Component names inside a DGD (the operator lowercases them into child object names, so short).
+_COMPONENT = {"frontend": "Frontend", "worker": "Worker", "prefill": "Prefill", "decode": "Decode"}
+
+# vLLM connectors (FACTS "Dynamo on Kubernetes": in 1.6.x --kv-transfer-config is explicit; NixlConnector
+# for prefill/decode transfer, the KVBM connector for offload; --connector/--is-prefill-worker are gone).
+NIXL_CONNECTOR: JSON = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+KVBM_CONNECTOR: JSON = {"kv_connector": "DynamoConnector", "kv_connector_module_path": "kvbm.vllm_integration.connector",
+                        "kv_role": "kv_both"}
+# KV events a worker publishes for the KV router (FACTS: "workers publishing KV events"). Dynamo's vLLM
+# worker only forwards events when vLLM is given a kv-events config with enable_kv_cache_events.
+KV_EVENTS_CONFIG: JSON = {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:20080",
+                          "enable_kv_cache_events": True}
+
+
+def _kv_transfer_config(exp: Experiment, role: str) -> JSON | None:
+    """The worker's ``--kv-transfer-config`` (None: no connector).
+
+    FACTS "Dynamo on Kubernetes": NixlConnector for prefill/decode, the KVBM connector for offload.
+    Disaggregated with offload, the prefill worker gets Dynamo's ``PdConnector``, a vLLM multi-connector
+    of exactly [KVBM (DynamoConnector), NixlConnector] in that order: KVBM offloads and onboards the
+    prefix blocks where prefill computes them, NIXL hands the KV to decode. The decode worker keeps the
+    plain NixlConnector (it only receives KV; it does not publish prefix-cache state), as Dynamo's own
+    disaggregated KVBM example does; its offload env is therefore not set either.
+    """
+    offload = exp.kv_offload is not None
+    if exp.mode == "aggregated":
+        return dict(KVBM_CONNECTOR) if offload else None
+    if role == "prefill" and offload:
+        return {"kv_connector": "PdConnector", "kv_role": "kv_both",
+                "kv_connector_extra_config": {"connectors": [dict(KVBM_CONNECTOR), dict(NIXL_CONNECTOR)]},
+                "kv_connector_module_path": "kvbm.vllm_integration.connector"}
+    return dict(NIXL_CONNECTOR)
+
+
+def uses_kvbm(exp: Experiment, role: str) -> bool:
+    return exp.kv_offload is not None and (exp.mode == "aggregated" or role == "prefill")
+
+
+def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup) -> list[str]:
+    """``python3 -m dynamo.vllm`` arguments of one worker group (Dynamo 1.6.x flags)."""
+    args = ["--model", model.name, "--tensor-parallel-size", str(group.tensor_parallel),
+            # explicit in every experiment (vLLM's default anyway), so a router rung changes only routing
+            "--enable-prefix-caching"]
+    if model.revision:  # the same snapshot the prefetch downloaded and AIPerf tokenizes with
+        args += ["--revision", model.revision]
+    if exp.mode == "disaggregated":
+        args += ["--disaggregation-mode", group.role]
+    kv_transfer = _kv_transfer_config(exp, group.role)
+    if kv_transfer is not None:
+        args += ["--kv-transfer-config", json_arg(kv_transfer)]
+    if exp.router == "kv" and group.role != "decode":
+        # decode workers publish no KV events in Dynamo (the router places requests by prefill overlap)
+        args += ["--kv-events-config", json_arg(KV_EVENTS_CONFIG)]
+    return args
+
+
+def kvbm_memory_request(offload: KvOffload) -> str:
+    """A KVBM worker's host memory request: its CPU KV cache (DYN_KVBM_CPU_CACHE_GB, decimal GB) in whole
+    GiB plus KVBM_BASE_MEMORY_GIB for the rest of the process, so the node is never overcommitted."""
+    return f"{KVBM_BASE_MEMORY_GIB + math.ceil(offload.cpu_cache_gb * 1e9 / 2**30)}Gi"
+
+
+def _kvbm_env(offload: KvOffload) -> list[JSON]:
+    env = [{"name": "DYN_KVBM_CPU_CACHE_GB", "value": f"{offload.cpu_cache_gb:g}"}]
+    if offload.disk_cache_gb is not None:
+        env.append({"name": "DYN_KVBM_DISK_CACHE_GB", "value": f"{offload.disk_cache_gb:g}"})
+    # FACTS: kvbm_* offload/onboard/hit-rate metrics on port 6880 with DYN_KVBM_METRICS=true
+    env.append({"name": "DYN_KVBM_METRICS", "value": "true"})
+    return env
+
+
+def _component_names(exp: Experiment) -> list[str]:
+    """One name per worker group: ``Worker``/``Prefill``/``Decode``, numbered when a role repeats."""
+    names = []
+    for g in exp.workers:
+        same = [x for x in exp.workers if x.role == g.role]
+        base = _COMPONENT[g.role]
+        names.append(base if len(same) == 1 else f"{base}-{same.index(g)}")
+    return names
+
+
+def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
+    """The experiment's ``DynamoGraphDeployment`` from the spec (``benchctl render``): what the campaign's
+    deployment request for it renders to."""
+    from benchctl.campaign import deployment_request
+
+    return render_deployment(deployment_request(spec, campaign_id, experiment))
+
+
+def render_deployment(request: DeploymentRequest) -> JSON:
+    """The ``DynamoGraphDeployment`` of a deployment request, as given: a frontend and its vLLM workers."""
+    if request.target is None:
+        raise ValueError(f"deployment {request.deployment_id}: the request has no cluster target to render")
+    exp, k, campaign_id, experiment = (request.target.experiment, request.target.kubernetes, request.campaign_id,
+                                       request.deployment_id)
+    lbl = labels(campaign_id, experiment)
+    version = runtime_version(k)
+    frontend: JSON = {
+        "name": _COMPONENT["frontend"],
+        "type": "frontend",
+        "replicas": 1,
+        "podTemplate": {
+            "metadata": {"labels": {**lbl, LABEL_ROLE: "frontend"}},
+            "spec": {"containers": [{
+                "name": "main",
+                "image": k.dynamo_image,
+                "command": ["python3", "-m", "dynamo.frontend"],
+                "args": ["--http-port", str(FRONTEND_PORT), "--router-mode", exp.router],
+            }]},
+        },
+    }
+    components = [frontend]
+    for g, cname in zip(exp.workers, _component_names(exp), strict=True):
+        env = hf_env(k)
+        requests: JSON = {}
+        if exp.kv_offload is not None and uses_kvbm(exp, g.role):
+            env += _kvbm_env(exp.kv_offload)
+            requests["memory"] = kvbm_memory_request(exp.kv_offload)
+        gpus = str(g.tensor_parallel)
+        pod_spec: JSON = {
+            **scheduling(campaign_id, request.target.pool(g.pool)),
+            "volumes": [model_volume(k)],
+            "containers": [{
+                "name": "main",
+                "image": k.dynamo_image,
+                "command": ["python3", "-m", "dynamo.vllm"],
+                "args": worker_args(request.target.model, exp, g),
+                "env": env,
+                "resources": {"limits": {GPU: gpus}, "requests": {GPU: gpus, **requests}},
+                "volumeMounts": [dict(MODEL_MOUNT)],
+            }],
+        }
+        components.append({
+            "name": cname,
+            "type": g.role,
+            "replicas": g.replicas,
+            "sharedMemorySize": k.shared_memory,
+            "podTemplate": {"metadata": {"labels": {**lbl, LABEL_ROLE: g.role}}, "spec": pod_spec},
+        })
+    if version is not None:  # Dynamo's admission webhook: required when the image tag is no version
+        for c in components:
+            c["runtimeVersionOverride"] = version
+    return {
+        "apiVersion": DGD_API_VERSION,
+        "kind": "DynamoGraphDeployment",
+        "metadata": meta(dgd_name(campaign_id, experiment), lbl, k.namespace),
+        "spec": {"backendFramework": "vllm", "components": components},
+    }
+
+
+# ------------------------------------------------------------------------------------------ NodePool
+
+
+def consolidate_after(spec: CampaignSpec, pool_name: str) -> str:
+    """How long Karpenter leaves an EMPTY node of our NodePool before removing it (``WhenEmpty``).
+
+    A pool the plan hands over from one experiment to the next (``ExperimentPlan.handover``) stands empty
+    between the end of one experiment's teardown and the moment the next one's workers are scheduled:
+    ScalePools, CheckCapacity (bounded by ``timeouts.capacity_s``) and Deploy up to Ready (bounded by
+    ``timeouts.ready_s``). The delay covers that whole gap plus the plan's teardown allowance, so the nodes
+    stay warm for the entire campaign; restore deletes the NodePool, which releases them at once, and the
+    delay is only the backstop should every teardown path fail. A pool used by one experiment at a time
+    only: 60 s (restore deletes it right after that experiment anyway).
+    """
+    from benchctl.plan import OVERHEADS
+
+    plan = plan_campaign(spec, "aws")
+    if not any(pool_name in e.handover for e in plan.experiments):
+        return "60s"
+    gap_s = OVERHEADS["aws"]["teardown"] + spec.timeouts.capacity_s + spec.timeouts.ready_s
+    return f"{math.ceil(gap_s / 60)}m"
+
+
+def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes: int) -> JSON:
+    """An EKS Auto Mode (Karpenter) ``NodePool`` for one pool, room for ``nodes`` nodes of its instance type.
+
+    Karpenter counts a node's whole capacity against ``limits`` and never launches an instance type larger
+    than what remains (FACTS "Karpenter"), so the limit is ``nodes x gpus_per_node`` GPUs: 1 node of p4d
+    (8 GPUs) -> ``nvidia.com/gpu: "8"``. ``WhenEmpty`` consolidation after :func:`consolidate_after`.
+    """
+    pool = spec.pool(pool_name)
+    if nodes <= 0:
+        raise ValueError(f"nodepool {pool_name}: nodes must be positive, got {nodes}")
+    gpus = nodes * pool.gpus_per_node
+    lbl = labels(campaign_id)
+    return {
+        "apiVersion": NODEPOOL_API_VERSION,
+        "kind": "NodePool",
+        "metadata": meta(nodepool_name(campaign_id, pool.name), lbl),
+        "spec": {
+            "template": {
+                "metadata": {"labels": dict(lbl)},
+                "spec": {
+                    "nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass",
+                                     "name": spec.kubernetes.node_class},
+                    "requirements": [
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In",
+                         "values": [pool.instance_type]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    ],
+                    "taints": [{"key": GPU, "effect": "NoSchedule"}],
+                },
+            },
+            "limits": {GPU: str(gpus)},
+            "disruption": {"consolidationPolicy": "WhenEmpty",
+                           "consolidateAfter": consolidate_after(spec, pool.name)},
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------------ campaign
+
+
+def _nodepool_nodes(spec: CampaignSpec) -> dict[str, int]:
+    """Auto Mode pools -> the most nodes any experiment needs there (experiments run one at a time)."""
+    from benchctl.plan import nodes_needed
+
+    out: dict[str, int] = {}
+    for exp in spec.experiments:
+        for pool, nodes in nodes_needed(spec, exp).items():
+            if spec.pool(pool).provider == "auto-mode":
+                out[pool] = max(out.get(pool, 0), nodes)
+    return out
+
+
+def _deadline(spec: CampaignSpec, est_s: float) -> int:
+    """A load Job's own deadline: the campaign's limit for it (estimate + load grace, see
+    campaign.check_load) plus time to pull images and fetch the dataset. A backstop, not the rule."""
+    return math.ceil(est_s + spec.timeouts.load_grace_s + 600)
+
+
+def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAKE_PLACEHOLDER) -> list[tuple[str, JSON]]:
+    """Every manifest a campaign applies, as (relative path, object), in apply order.
+
+    ``lake_uri`` is the S3 lake root (``BENCHCTL_LAKE_URI``); the default is a visible placeholder. The
+    step Jobs' ``--server-metrics`` (the workers' pod addresses) are known only at launch: not rendered.
+    """
+    from benchctl.campaign import step_dataset
+
+    plan = plan_campaign(spec, "aws")
+    out: list[tuple[str, JSON]] = []
+    for pool, nodes in sorted(_nodepool_nodes(spec).items()):
+        out.append((f"nodepools/{pool}.yaml", render_nodepool(spec, campaign_id, pool, nodes)))
+    if spec.kubernetes.prefetch_model:
+        out.append(("prefetch-job.yaml", render_prefetch_job(spec.model, spec.kubernetes, campaign_id)))
+    datasets: dict[str, str | None] = {}
+    for exp_plan in plan.experiments:
+        e = exp_plan.name
+        url = frontend_service_url(spec.kubernetes.namespace, campaign_id, e)
+        out.append((f"experiments/{e}/dynamographdeployment.yaml", render_dgd(spec, campaign_id, e)))
+        out.append((f"experiments/{e}/smoke-job.yaml", render_smoke_job(spec, campaign_id, e, url)))
+        steps = exp_plan.steps
+        if spec.warmup.request_count and steps:
+            # as campaign.launch_warmup: highest concurrency, the first step's input length, short outputs
+            first = steps[0]
+            _, osl = spec.workloads[0].max_lengths()
+            isl = first.isl or first.params["isl_range"][0]
+            argv = aiperf_args.warmup_args(
+                model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
+                request_count=spec.warmup.request_count, concurrency=max(s.concurrency or 1 for s in steps),
+                isl=isl, osl=min(osl, 64), seed=spec.seed, tokenizer_revision=spec.model.revision,
+            )
+            out.append((f"experiments/{e}/jobs/warmup.yaml",
+                        render_load_job(spec, campaign_id, e, "warmup", argv,
+                                        raw_s3_uri(campaign_id, e, "warmup", lake_uri),
+                                        active_deadline_s=_deadline(spec, 60.0 + spec.warmup.request_count))))
+        for step in steps:
+            if step.step_id not in datasets:
+                ds = step_dataset(step)
+                datasets[step.step_id] = ds.name if ds is not None else None
+            name = datasets[step.step_id]
+            raw = raw_s3_uri(campaign_id, e, step.step_id, lake_uri)
+            argv = aiperf_args.step_args(
+                step, model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
+                input_file=f"{INPUTS_DIR}/{name}" if name else None, slo=spec.slo.model_dump(),
+                tokenizer_revision=spec.model.revision,
+            )
+            out.append((f"experiments/{e}/jobs/{step.step_id}.yaml",
+                        render_load_job(spec, campaign_id, e, step.step_id, argv, raw,
+                                        input_s3_uri=f"{raw}inputs/{name}" if name else None,
+                                        active_deadline_s=_deadline(spec, step.est_s))))
+    return out

@@ -1,0 +1,224 @@
+"""The preflight on EKS: before anything is scaled, every prerequisite of a campaign checked and each missing
+one named, including one short CPU Job per image (AIPerf's version, the uploader's AWS CLI and identity),
+and what this deployment itself allows (its node groups, the Pod Identity Agent add-on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from benchctl.aws.eks import JOB, job_logs, job_status
+from benchctl.aws.k8s.client import ApiError, Conflict, KubeClient, NotFound
+from benchctl.aws.k8s.common import HF_TOKEN_KEY, LOAD_IMAGE_PLACEHOLDER, aiperf_image, selection, selector
+from benchctl.aws.k8s.jobs import render_preflight_job
+from benchctl.constants import POD_IDENTITY_ADDON
+from benchctl.errors import NotReadyYet
+from benchctl.ports import JSON
+from benchctl.spec import CampaignSpec
+
+# A pod that will never start: name the reason at once instead of waiting for the Job's deadline.
+_STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+          "CreateContainerError", "RunContainerError"}
+
+
+def _check_objects(spec: CampaignSpec, kube: KubeClient) -> list[str]:
+    """The namespace, CRDs, NodeClass, secret (and its key), volume claim and service account."""
+    k = spec.kubernetes
+    auto_mode = any(p.provider == "auto-mode" for p in spec.pools)
+    checks: list[tuple[tuple[str, str, str, str | None], str]] = [
+        (("v1", "Namespace", k.namespace, None), f"namespace {k.namespace!r}"),
+        (("apiextensions.k8s.io/v1", "CustomResourceDefinition", "dynamographdeployments.nvidia.com", None),
+         "CRD dynamographdeployments.nvidia.com (install the dynamo-platform chart)"),
+        (("v1", "Secret", k.hf_token_secret, k.namespace), f"secret {k.namespace}/{k.hf_token_secret} (HF token)"),
+        (("v1", "PersistentVolumeClaim", k.model_pvc, k.namespace), f"volume claim {k.namespace}/{k.model_pvc} (model cache)"),
+        (("v1", "ServiceAccount", k.load_service_account, k.namespace),
+         f"service account {k.namespace}/{k.load_service_account} (the load Jobs' identity; without it their "
+         "pods are never created and each Job fails only at its deadline)"),
+    ]
+    if auto_mode:
+        checks += [
+            (("apiextensions.k8s.io/v1", "CustomResourceDefinition", "nodepools.karpenter.sh", None),
+             "CRD nodepools.karpenter.sh (EKS Auto Mode)"),
+            (("eks.amazonaws.com/v1", "NodeClass", k.node_class, None),
+             f"NodeClass {k.node_class!r} (EKS Auto Mode, kubernetes.node_class; our NodePools launch nodes of it)"),
+        ]
+    problems: list[str] = []
+    found: dict[str, JSON] = {}
+    for (api_version, kind, name, ns), what in checks:
+        try:
+            found[kind] = kube.get(api_version, kind, name, ns)
+        except NotFound:
+            problems.append(f"missing {what}")
+        except ApiError as err:
+            problems.append(f"cannot read {what}: {err}")
+    secret = found.get("Secret")
+    if secret is not None and HF_TOKEN_KEY not in {**(secret.get("data") or {}), **(secret.get("stringData") or {})}:
+        problems.append(f"secret {k.namespace}/{k.hf_token_secret} has no key {HF_TOKEN_KEY!r} (keys: "
+                        f"{sorted(secret.get('data') or {})}); workers and the model prefetch read the token from it")
+    pvc = found.get("PersistentVolumeClaim")
+    if pvc is not None:
+        modes = (pvc.get("status") or {}).get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or []
+        if modes and "ReadWriteMany" not in modes:
+            problems.append(f"volume claim {k.namespace}/{k.model_pvc} is {modes}, not ReadWriteMany: the workers "
+                            "of one experiment run on several nodes at once and all mount it")
+    return problems
+
+
+def _check_gpu_drivers(spec: CampaignSpec, kube: KubeClient) -> list[str]:
+    """GPU nodes of the spec's pools (or of their instance types) that report an NVIDIA driver older than
+    ``kubernetes.min_gpu_driver`` (what the Dynamo image's CUDA needs). Only nodes that exist and carry GPU
+    feature discovery's driver label can be judged here; the pools' readiness checks their new nodes again."""
+    from benchctl.aws.pools import old_drivers
+
+    need = spec.kubernetes.min_gpu_driver
+    problems: list[str] = []
+    for pool in spec.pools:
+        if pool.provider == "local":
+            continue
+        sel = (f"eks.amazonaws.com/nodegroup={pool.nodegroup}" if pool.provider == "managed-nodegroup"
+               else f"node.kubernetes.io/instance-type={pool.instance_type}")
+        try:
+            nodes = kube.list("v1", "Node", label_selector=sel)
+        except ApiError as err:
+            problems.append(f"pool {pool.name}: cannot list its nodes to read their GPU driver: {err}")
+            continue
+        problems += [f"pool {pool.name}: node {old}: the Dynamo image {spec.kubernetes.dynamo_image} needs NVIDIA "
+                     f"driver {need} or newer (kubernetes.min_gpu_driver); use a newer GPU AMI"
+                     for old in old_drivers(nodes, need)]
+    return problems
+
+
+def _pod_problem(pod: JSON) -> str | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in _STUCK:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".strip()
+    return None
+
+
+def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str) -> list[str]:
+    """One short CPU Job per image (AIPerf's version; the uploader's AWS CLI and its identity), created
+    once; NotReadyYet while one runs; the problems of the failed ones, named with their logs; the Jobs are
+    deleted once judged."""
+    if aiperf_image(spec.kubernetes) == LOAD_IMAGE_PLACEHOLDER:
+        return ["kubernetes.aiperf_image is not set and this deployment has no load image (BENCHCTL_LOAD_IMAGE, "
+                "set by the control-plane stack): give an image holding aiperf 0.13.0"]
+    k = spec.kubernetes
+    problems: list[str] = []
+    running: list[str] = []
+    judged: list[str] = []
+    for check in ("aiperf", "uploader"):
+        job = render_preflight_job(spec, campaign_id, check)
+        name = job["metadata"]["name"]
+        image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+        with contextlib.suppress(Conflict):  # Plan retried: follow the Job already there
+            kube.create(job)
+        jstate = {"name": name, "namespace": k.namespace,
+                  "pod_selector": selector(selection(campaign_id, step_id=f"preflight-{check}"))}
+        code = job_status(kube, jstate)
+        stuck = None
+        if code is None:
+            pods = kube.list("v1", "Pod", k.namespace, jstate["pod_selector"])
+            stuck = next((why for why in map(_pod_problem, pods) if why), None)
+            if stuck is None:
+                running.append(f"{check} ({image})")
+                continue
+        judged.append(name)
+        if code != 0:
+            logs = "; ".join(f"{c}: {' | '.join(t.strip().splitlines())[-300:]}"  # one line per problem
+                             for c, t in job_logs(kube, jstate, 20).items())
+            problems.append(f"image check {check!r} failed for {image}: "
+                            + (stuck or f"Job {name} exited {code}") + (f"; logs: {logs}" if logs else ""))
+    if running:
+        raise NotReadyYet(f"preflight: image checks still running: {', '.join(running)}")
+    for name in judged:
+        kube.delete(*JOB, name, k.namespace)
+    return problems
+
+
+def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_name: str = "",
+              campaign_id: str | None = None) -> list[str]:
+    """Every missing prerequisite, by name (empty: all there), before anything is scaled.
+
+    Read-only checks first: the cluster, namespace, CRDs (and the Auto Mode NodeClass), the token secret
+    and its key, the volume claim, the load service account, the node groups, the GPU driver of the pools'
+    nodes that report it. Only when all pass (the Jobs need the namespace and the service account), with a
+    ``campaign_id``: the image checks (:func:`check_images`), which raise NotReadyYet while they run.
+    """
+    try:
+        kube.version()
+    except ApiError as err:
+        return [f"cluster {cluster_name or kube}: Kubernetes API not reachable ({err})"]
+    problems = _check_objects(spec, kube)
+    for pool in spec.pools:
+        if pool.provider != "managed-nodegroup" or eks is None:
+            continue
+        if not pool.nodegroup:
+            problems.append(f"pool {pool.name}: no nodegroup named in the spec")
+            continue
+        try:
+            eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=pool.nodegroup)
+        except eks.exceptions.ResourceNotFoundException:
+            problems.append(f"pool {pool.name}: node group {pool.nodegroup!r} not found in cluster {cluster_name!r}")
+    problems += _check_gpu_drivers(spec, kube)
+    if problems or campaign_id is None:
+        return problems
+    return check_images(spec, kube, campaign_id)
+
+
+def _allowed(nodegroups: tuple[str, ...]) -> list[str]:
+    return [n for n in nodegroups if n]
+
+
+def _allowed_pools_only(spec: CampaignSpec, nodegroups: tuple[str, ...]) -> CampaignSpec:
+    """The spec without pools on node groups this deployment may not touch (named apart, not as AccessDenied)."""
+    allowed = _allowed(nodegroups)
+    keep = [p for p in spec.pools if p.provider != "managed-nodegroup" or not p.nodegroup or p.nodegroup in allowed]
+    return spec if len(keep) == len(spec.pools) else spec.model_copy(update={"pools": keep})
+
+
+def deployment_preflight(spec: CampaignSpec, nodegroups: tuple[str, ...], cluster: str, eks: Any) -> list[str]:
+    """What this deployment itself must allow, checked before anything is scaled: the spec's node groups
+    are among those the stack may scale (``benchctl:nodegroups``), and, outside Auto Mode, the EKS Pod
+    Identity Agent add-on is installed (the load Jobs get their S3 credentials through it)."""
+    problems = []
+    allowed = _allowed(nodegroups)
+    for pool in spec.pools:
+        if pool.provider == "managed-nodegroup" and pool.nodegroup and pool.nodegroup not in allowed:
+            problems.append(
+                f"pool {pool.name}: node group {pool.nodegroup!r} is not one this deployment may scale "
+                f"(CDK context benchctl:nodegroups = {allowed}); add it there and deploy again, or use one of those")
+    if not any(p.provider == "auto-mode" for p in spec.pools):
+        try:
+            eks.describe_addon(clusterName=cluster, addonName=POD_IDENTITY_ADDON)
+        except Exception as err:
+            if str(getattr(err, "response", {}).get("Error", {}).get("Code")) == "ResourceNotFoundException":
+                problems.append(
+                    f"cluster {cluster}: the EKS add-on {POD_IDENTITY_ADDON} is not installed; the load Jobs get "
+                    "their S3 credentials through EKS Pod Identity (aws eks create-addon --cluster-name "
+                    f"{cluster} --addon-name {POD_IDENTITY_ADDON})")
+            # any other answer (no permission, an API that cannot say): the Jobs' own uploads would tell
+    return problems
+
+
+def with_load_image(spec: CampaignSpec, load_image: str) -> CampaignSpec:
+    """``spec`` with ``kubernetes.aiperf_image`` set to the deployment's load image where it names none."""
+    if spec.kubernetes.aiperf_image or not load_image:
+        return spec
+    return spec.model_copy(update={"kubernetes": spec.kubernetes.model_copy(update={"aiperf_image": load_image})})
+
+
+class EksPreflight:
+    """``PreflightPort`` on AWS: what the deployment allows, then the cluster (:func:`preflight`)."""
+
+    def __init__(self, kube: Any, session: Any, *, cluster: str, nodegroups: tuple[str, ...], load_image: str,
+                 campaign_id: str) -> None:
+        self.kube, self.session, self.cluster = kube, session, cluster
+        self.nodegroups, self.load_image, self.campaign_id = nodegroups, load_image, campaign_id
+
+    def check(self, spec: CampaignSpec) -> list[str]:
+        eks = self.session.client("eks")
+        return (deployment_preflight(spec, self.nodegroups, self.cluster, eks)
+                + preflight(with_load_image(_allowed_pools_only(spec, self.nodegroups), self.load_image), self.kube(),
+                            eks=eks, cluster_name=self.cluster, campaign_id=self.campaign_id))

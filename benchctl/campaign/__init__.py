@@ -1,0 +1,92 @@
+"""The campaign's operations, one per state-machine task, written against ports.
+
+Every operation has one signature, ``op(p: Providers, ctx: Ctx, task: Task) -> dict``: the providers of
+this campaign's engine (``benchctl.ports``), the campaign context (``benchctl.context``) and the task as
+its event names it (experiment, step, the Catch payload on failure paths, the execution input for the
+entry states). It reads the small state it needs through the run-state facade (``p.state``), acts
+through the ports, records timeline events (``benchctl.timeline``) and returns a small JSON-able dict.
+The handlers in ``lambdas/`` dispatch an event's ``action`` to an :class:`Operation` of this module.
+No AWS, Kubernetes or subprocess imports here: those live in the engines (``benchctl.aws``,
+``benchctl.local``), which the core never imports. Every operation is idempotent: a redelivered event
+neither double-scales, double-deploys nor duplicates rows.
+
+To add a task: an operation in the module of its phase, an :class:`Operation` below, its action in the
+handler that runs it, its state in ``state_machines/campaign.src.json``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from benchctl.campaign.base import (
+    Cleanup,
+    Operation,
+    Task,
+    error_of,
+    guard,
+    now_iso,
+    record_event,
+    record_failure,
+)
+from benchctl.campaign.finish import mark_campaign, report, write_costs
+from benchctl.campaign.ingest import ingest_step
+from benchctl.campaign.load import (
+    budget_guard,
+    check_load,
+    check_warmup,
+    launch_step,
+    launch_warmup,
+    step_dataset,
+    stop_load_after_failure,
+    stop_loads,
+)
+from benchctl.campaign.planning import experiment_row, plan, plan_failed, plan_failed_without_context
+from benchctl.campaign.pools import check_capacity, scale_pools
+from benchctl.campaign.serving import (
+    check_ready,
+    check_smoke,
+    deploy,
+    deployment_request,
+    mocker_knobs,
+    smoke,
+)
+from benchctl.campaign.teardown import (
+    abort_campaign,
+    experiment_failed,
+    release_locks,
+    teardown_experiment,
+    unrestored_pools,
+)
+from benchctl.context import Ctx, new_campaign_id
+
+# The operations as the handlers dispatch them (one per Task state of the ASL).
+PLAN = Operation(plan)
+RECORD_PLAN_FAILURE = Operation(plan_failed, cleanup=True, without_context=plan_failed_without_context)
+SCALE_POOLS = Operation(scale_pools)
+CHECK_CAPACITY = Operation(check_capacity)
+DEPLOY = Operation(deploy)
+CHECK_READY = Operation(check_ready)
+SMOKE_TEST = Operation(smoke)
+CHECK_SMOKE = Operation(check_smoke)
+LAUNCH_WARMUP = Operation(launch_warmup)
+CHECK_WARMUP = Operation(check_warmup)
+LAUNCH_LOAD = Operation(launch_step)
+CHECK_LOAD = Operation(check_load)
+STOP_LOAD_AFTER_FAILURE = Operation(stop_load_after_failure, cleanup=True)
+INGEST_STEP = Operation(ingest_step)
+TEARDOWN_EXPERIMENT = Operation(partial(teardown_experiment, handover=True, wait_gone=True), cleanup=True)
+TEARDOWN_AFTER_FAILURE = Operation(partial(experiment_failed, wait_gone=True), cleanup=True)
+ABORT_CAMPAIGN = Operation(partial(abort_campaign, wait_gone=True), cleanup=True)
+REPORT = Operation(report)
+
+__all__ = [
+    "ABORT_CAMPAIGN", "CHECK_CAPACITY", "CHECK_LOAD", "CHECK_READY", "CHECK_SMOKE", "CHECK_WARMUP", "DEPLOY",
+    "INGEST_STEP", "LAUNCH_LOAD", "LAUNCH_WARMUP", "PLAN", "RECORD_PLAN_FAILURE", "REPORT", "SCALE_POOLS",
+    "SMOKE_TEST", "STOP_LOAD_AFTER_FAILURE", "TEARDOWN_AFTER_FAILURE", "TEARDOWN_EXPERIMENT",
+    "Cleanup", "Ctx", "Operation", "Task", "abort_campaign", "budget_guard", "check_capacity", "check_load",
+    "check_ready", "check_smoke", "check_warmup", "deploy", "deployment_request", "error_of", "experiment_failed",
+    "experiment_row", "guard", "ingest_step", "launch_step", "launch_warmup", "mark_campaign", "mocker_knobs",
+    "new_campaign_id", "now_iso", "plan", "plan_failed", "plan_failed_without_context", "record_event",
+    "record_failure", "release_locks", "report", "scale_pools", "smoke", "step_dataset", "stop_load_after_failure",
+    "stop_loads", "teardown_experiment", "unrestored_pools", "write_costs",
+]

@@ -1,0 +1,188 @@
+"""What every campaign operation shares: the task it is given, the guard before it, the timeline it writes,
+the campaign record, and cleanup that a failing item cannot take down."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from benchctl import timeline
+from benchctl.context import Ctx
+from benchctl.errors import Aborted, InjectedFailure, NotReadyYet
+from benchctl.ports import Providers
+from benchctl.runstate import CampaignRecord, FailureRecord
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of the state machine, as its event names it (``Parameters.Payload`` in the ASL): the
+    experiment and step it is about, the Catch payload of a failure path (``error``), and, for the entry
+    states, the execution's input and id."""
+
+    experiment: str | None = None
+    step: str | None = None
+    state: str | None = None
+    error: JSON | None = None
+    execution: str | None = None
+    input: JSON | None = None
+    action: str = ""
+
+    @staticmethod
+    def parse(event: JSON) -> Task:
+        if not isinstance(event, dict):
+            raise ValueError(f"task event: expected an object, got {type(event).__name__}")
+        error = event.get("error")
+        return Task(experiment=event.get("experiment"), step=event.get("step"), state=event.get("state"),
+                    error=error if isinstance(error, dict) else ({"Error": "Unknown", "Cause": str(error)}
+                                                                 if error is not None else None),
+                    execution=event.get("execution"), input=event.get("input"), action=str(event.get("action") or ""))
+
+    @property
+    def exp(self) -> str:
+        """The experiment this task is about (ValueError when the event names none)."""
+        if not self.experiment:
+            raise ValueError(f"task {self.action or self.state}: the event names no 'experiment'")
+        return self.experiment
+
+    @property
+    def step_id(self) -> str:
+        if not self.step:
+            raise ValueError(f"task {self.action or self.state}: the event names no 'step'")
+        return self.step
+
+
+OperationFn = Callable[[Providers, Ctx, Task], JSON]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A campaign operation as a handler dispatches it. ``cleanup``: part of a teardown path, so it runs
+    even after an abort was requested. ``without_context``: the answer of an entry state whose execution
+    input is too broken to build a campaign context from (nothing can be recorded then)."""
+
+    run: OperationFn
+    cleanup: bool = False
+    without_context: Callable[[Task], JSON] | None = None
+
+
+def now_iso(clock: Callable[[], float] = time.time) -> str:
+    return datetime.fromtimestamp(clock(), UTC).isoformat(timespec="milliseconds")
+
+
+def guard(p: Providers, state: str | None, fail_at: str | None, *, cleanup: bool = False) -> None:
+    """Entry check of every task: injected failures (rehearsals) and a requested abort."""
+    if fail_at and state == fail_at:
+        raise InjectedFailure(f"failure injected at state {state} (--fail-at)")
+    if not cleanup:
+        abort = p.state.abort()
+        if abort is not None:
+            raise Aborted(f"campaign aborted before {state}: {abort.reason}")
+
+
+def record_event(p: Providers, campaign_id: str, experiment: str, event: timeline.Event, *, key: str = "",
+                 pool: str = "", **detail: Any) -> None:
+    """Record one timeline event (idempotent per experiment/event/key: the same lake part is rewritten)."""
+    row = timeline.row(campaign_id, experiment, event, now_iso(p.clock), pool=pool, **detail)
+    p.lake.write("timeline", [row], part_name=timeline.part_name(event, key))
+
+
+def write_campaign(p: Providers, ctx: Ctx, status: str, *, failed_state: str | None = None,
+                   error: str | None = None, cause: str | None = None) -> None:
+    """The campaign's status, in its run-state record and as its lake row."""
+    rec = p.state.campaign() or CampaignRecord(campaign_id=ctx.campaign_id)
+    rec.status = status
+    for name, value in (("failed_state", failed_state), ("error", error), ("cause", cause)):
+        if value is not None:
+            setattr(rec, name, value)
+    if status != "running" and rec.ended_at is None:
+        rec.ended_at = now_iso(p.clock)
+    p.state.save_campaign(rec)
+    row = {
+        "campaign_id": ctx.campaign_id,
+        "spec_hash": rec.spec_hash,
+        "spec_name": rec.spec_name,
+        "model": rec.model,
+        "engine": p.engine,
+        "simulated": p.engine == "local",
+        "status": status,
+        "started_at": rec.started_at,
+        "ended_at": rec.ended_at,
+        "failed_state": rec.failed_state,
+        "error": rec.error,
+        "cause": rec.cause,
+        "versions_json": json.dumps(rec.versions or {}, sort_keys=True),
+        "pricing_json": json.dumps(rec.pricing or {}, sort_keys=True),
+        "lake_uri": ctx.lake_uri,
+    }
+    p.lake.write("campaigns", [row], part_name="campaign")
+
+
+def record_failure(p: Providers, state: str | None, exc: BaseException) -> None:
+    """Remember the first failing state (the Catch payload names the error, not the state)."""
+    if isinstance(exc, NotReadyYet):
+        return
+    p.state.record_failure(FailureRecord(state=state, error=type(exc).__name__, message=str(exc),
+                                         at=now_iso(p.clock)))
+
+
+def error_of(error: Any) -> tuple[str, str]:
+    """Normalise a Catch ``$.error`` ({Error, Cause}) into (error, readable cause)."""
+    if not isinstance(error, dict):
+        return ("Unknown", str(error))
+    name = str(error.get("Error") or "Unknown")
+    cause = error.get("Cause") or ""
+    try:
+        parsed = json.loads(cause)
+        if isinstance(parsed, dict) and "errorMessage" in parsed:
+            cause = parsed["errorMessage"]
+    except (TypeError, ValueError):
+        pass
+    return name, str(cause) or name
+
+
+class Cleanup:
+    """Runs every cleanup item even when one of them raises: a bug or outage in one item (say, the lake)
+    must not leave GPUs scaled or processes running. The first error is re-raised at the end (the
+    state's Retry/Catch sees the cause); the others are recorded in the timeline. ``NotReadyYet``
+    (a node group busy with another update) is not an error: it asks the state to retry later."""
+
+    def __init__(self, p: Providers, ctx: Ctx, experiment: str) -> None:
+        self.p, self.ctx, self.experiment = p, ctx, experiment
+        self.errors: list[tuple[str, Exception]] = []
+
+    def attempt(self, item: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            self.errors.append((item, exc))
+            return None
+
+    def event(self, event: timeline.Event, *, key: str = "", pool: str = "", **detail: Any) -> None:
+        """Record a timeline event as one more item (the lake may be what fails)."""
+        self.attempt("timeline", record_event, self.p, self.ctx.campaign_id, self.experiment, event, key=key,
+                     pool=pool, **detail)
+
+    def failed(self, item_prefix: str) -> bool:
+        return any(item.startswith(item_prefix) for item, _ in self.errors)
+
+    def finish(self) -> None:
+        if not self.errors:
+            return
+        for n, (item, exc) in enumerate(self.errors):
+            if n == 0 or isinstance(exc, NotReadyYet):
+                continue
+            with contextlib.suppress(Exception):  # the lake may be what fails; the first error is raised below
+                record_event(self.p, self.ctx.campaign_id, self.experiment, timeline.CLEANUP_ERROR, key=f"{n}",
+                             item=item, error=type(exc).__name__, cause=str(exc))
+        item, first = self.errors[0]
+        if len(self.errors) > 1 and not isinstance(first, NotReadyYet):
+            first.args = (f"{first} (cleanup item {item!r}; {len(self.errors) - 1} more cleanup error(s) "
+                          "recorded in the timeline)",)
+        raise first

@@ -1,0 +1,199 @@
+"""LaunchWarmUp/CheckWarmUp, LaunchLoad/CheckLoad and StopLoadAfterFailure: the load generator's runs, each
+with the dataset it sends kept first, and the budget guard before every step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from benchctl import aiperf_args, timeline
+from benchctl.campaign.base import JSON, Task, error_of, now_iso, record_event
+from benchctl.campaign.serving import deployment
+from benchctl.context import Ctx
+from benchctl.datasets import Dataset, prefix_dataset, sequence_dataset
+from benchctl.errors import BudgetExceeded, DeadlineExceeded, LoadFailed
+from benchctl.plan import StepPlan
+from benchctl.ports import LoadRequest, Providers
+from benchctl.runstate import WARMUP, LoadRecord
+from benchctl.spec import CampaignSpec
+
+# Hash ids of one step's prefix dataset live in [index * span, (index + 1) * span): disjoint per step,
+# so no step's blocks are ever in the cache because of another step.
+_HASH_ID_SPAN = 10_000_000
+
+
+def step_dataset(step: StepPlan) -> Dataset | None:
+    """The dataset a step sends (generated from its seed: same plan, same bytes), or None."""
+    prm = step.params
+    if step.kind == "sequence_distribution":
+        return sequence_dataset(
+            prm["dataset"], prm["distribution"], step.request_count or 0, tuple(prm["isl_range"]),
+            tuple(prm["osl_range"]), step.seed, zipf_exponent=prm["zipf_exponent"],
+            lognormal_sigma=prm["lognormal_sigma"],
+        )
+    if step.kind == "prefix_cache":
+        assert step.isl is not None and step.osl is not None
+        return prefix_dataset(
+            prm["dataset"], prm["prefix_ratio"], step.request_count or 0, step.isl, step.osl,
+            prm["block_size"], step.seed, id_base=step.index * _HASH_ID_SPAN,
+        )
+    return None
+
+
+def _tokenizer(p: Providers, spec: CampaignSpec) -> tuple[str, str | None]:
+    """AIPerf's (--tokenizer, --tokenizer-revision): the engine's tokenizer as is, or (AWS) the model's own
+    at its pinned revision, read offline from the prefetched model volume."""
+    return (p.tokenizer, None) if p.tokenizer else (spec.model.name, spec.model.revision)
+
+
+def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Callable[[JSON, str], list[str]],
+            est_s: float, rec: LoadRecord | None = None) -> JSON:
+    existing = p.state.load(experiment, step_id)
+    if existing is not None:
+        return {"job": existing.state.get("job_id"), "reused": True}
+    artifact_uri = p.lake.raw_uri(ctx.campaign_id, experiment, step_id)
+    d = deployment(p, experiment)
+    argv = argv_for(d.state, artifact_uri)
+    rec = rec or LoadRecord(state={}, launched_at=0.0)
+    request = LoadRequest(campaign_id=ctx.campaign_id, experiment=experiment, step_id=step_id, argv=tuple(argv),
+                          artifact_uri=artifact_uri, input_uri=(rec.dataset or {}).get("uri"), est_s=est_s)
+    rec.state = p.load.launch(request)
+    rec.argv, rec.launched_at, rec.est_s, rec.artifact_dir = argv, p.clock(), est_s, artifact_uri
+    p.state.save_load(experiment, step_id, rec)
+    record_event(p, ctx.campaign_id, experiment, timeline.LOAD_START, key=step_id, step_id=step_id)
+    return {"job": request.job_id, "reused": False}
+
+
+def launch_warmup(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    experiment = task.exp
+    spec = p.state.spec()
+    if spec.warmup.request_count == 0:
+        p.state.save_load(experiment, WARMUP, LoadRecord(state={"skipped": True}, launched_at=p.clock()))
+        return {"job": None, "skipped": True}
+    # synthetic prompts (never a step's dataset, so no step's prefix is cached by the warm-up) at the
+    # campaign's highest concurrency and the first workload's shortest input length
+    steps = p.state.plan().experiment(experiment).steps
+    conc = max(s.concurrency or 1 for s in steps)
+    isl, osl = spec.workloads[0].max_lengths()
+    first = steps[0]
+    isl = first.isl or first.params.get("isl_range", [isl])[0]
+    tokenizer, revision = _tokenizer(p, spec)
+
+    def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
+        return aiperf_args.warmup_args(
+            model=spec.model.name, tokenizer=tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
+            request_count=spec.warmup.request_count, concurrency=conc, isl=isl, osl=min(osl, 64),
+            seed=spec.seed, tokenizer_revision=revision,
+        )
+
+    return _launch(p, ctx, experiment, WARMUP, argv_for, est_s=60.0 + spec.warmup.request_count)
+
+
+def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> None:
+    """Before a step: accrued cost + the remaining estimate must stay within the budget, else abort."""
+    from benchctl.costs import budget_problem
+
+    spec, plan = p.state.spec(), p.state.plan()
+    if spec.budget.max_usd is None and spec.budget.max_hours is None:
+        return
+    done: set[tuple[str, str]] = set()
+    for e in plan.experiments:
+        done.update((e.name, s) for s, rec in p.state.loads(e.name) if rec.ended and s != WARMUP)
+        dep = p.state.deployment(e.name)
+        if dep is not None and dep.torn_down:
+            done.update((e.name, s.step_id) for s in e.steps)  # a finished (or failed) experiment
+    problem = budget_problem(spec, plan, p.lake.read_table("timeline", ctx.campaign_id), done, now_iso(p.clock))
+    if problem:
+        record_event(p, ctx.campaign_id, experiment, timeline.BUDGET_EXCEEDED, key=step_id, step_id=step_id,
+                     reason=problem)
+        raise BudgetExceeded(problem)
+
+
+def _urls(urls: dict[str, str]) -> list[str]:
+    return [str(u) for u in urls.values()]
+
+
+def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    experiment, step_id = task.exp, task.step_id
+    step = p.state.plan().step(experiment, step_id)
+    spec = p.state.spec()
+    launched = p.state.has_load(experiment, step_id)
+    if not launched:
+        budget_guard(p, ctx, experiment, step_id)
+    rec = LoadRecord(state={}, launched_at=0.0)
+    ds = step_dataset(step)
+    if ds is not None and not launched:
+        # the input is kept raw before anything runs: the hash in the lake names the exact bytes sent
+        uri = p.lake.write_raw(ctx.campaign_id, experiment, step_id, ds.name, ds.data)
+        rec.dataset = {"name": ds.name, "uri": uri, "sha256": ds.sha256, "meta": ds.meta,
+                       "type": ds.custom_dataset_type}
+    tokenizer, revision = _tokenizer(p, spec)
+
+    def argv_for(dstate: JSON, artifact_dir: str) -> list[str]:
+        # every worker's metrics endpoint, as the serving port knows it now (on EKS: the pods' addresses)
+        sources = p.serving.metrics_urls(dstate)
+        rec.metrics_sources = {str(u): str(name) for name, u in sources.items()}
+        return aiperf_args.step_args(
+            step, model=spec.model.name, tokenizer=tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
+            metrics_urls=_urls(sources), input_file=rec.dataset["uri"] if rec.dataset else None,
+            slo=spec.slo.model_dump(), tokenizer_revision=revision,
+        )
+
+    return _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, rec=rec)
+
+
+def _check(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
+    """Done when the load generator exited. Serving death or a deadline fails the step."""
+    rec = p.state.load(experiment, step_id)
+    if rec is None:
+        raise FileNotFoundError(f"the load {step_id} of {experiment} is not recorded: the launch state did not run")
+    if rec.skipped:
+        return {"done": True}
+    if rec.ended:
+        return {"done": True, "exit_code": rec.exit_code}
+    d = deployment(p, experiment)
+    p.serving.check_alive(d.state)  # raises ServingFailed naming the dead process
+    code = p.load.poll(rec.state)
+    if code is None:
+        limit = (rec.est_s or 0.0) + p.state.spec().timeouts.load_grace_s
+        if p.clock() - rec.launched_at > limit:
+            raise DeadlineExceeded(f"load {step_id} of {experiment} still running after {limit:.0f} s")
+        return {"done": False}
+    rec.ended, rec.exit_code, rec.ended_at = True, code, p.clock()
+    if code != 0:
+        rec.logs = p.load.failure_logs(rec.state) or None  # on EKS: the pods' last log lines
+    p.state.save_load(experiment, step_id, rec)
+    record_event(p, ctx.campaign_id, experiment, timeline.LOAD_END, key=step_id, step_id=step_id, exit_code=code)
+    if step_id == WARMUP and code != 0:
+        raise LoadFailed(f"warm-up AIPerf exited {code}; see {rec.artifact_dir}")
+    return {"done": True, "exit_code": code}
+
+
+def check_load(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    return _check(p, ctx, task.exp, task.step_id)
+
+
+def check_warmup(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    return _check(p, ctx, task.exp, WARMUP)
+
+
+def stop_loads(p: Providers, ctx: Ctx, experiment: str, step_id: str | None = None) -> list[str]:
+    """Abort path: stop this experiment's running load(s) first (one step, or all). Idempotent."""
+    stopped = []
+    steps = [step_id] if step_id else p.state.load_steps(experiment)
+    for sid in steps:
+        rec = p.state.load(experiment, sid)
+        if rec is None or not rec.running:
+            continue
+        p.load.stop(rec.state)
+        rec.ended, rec.exit_code, rec.stopped, rec.ended_at = True, p.load.poll(rec.state), True, p.clock()
+        p.state.save_load(experiment, sid, rec)
+        stopped.append(sid)
+        record_event(p, ctx.campaign_id, experiment, timeline.LOAD_STOPPED, key=sid, step_id=sid)
+    return stopped
+
+
+def stop_load_after_failure(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """StopLoadAfterFailure: the failed step's load stopped; the failure passed on."""
+    stop_loads(p, ctx, task.exp, task.step_id)
+    name, cause = error_of(task.error)
+    return {"error": name, "cause": cause}

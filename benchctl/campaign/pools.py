@@ -1,0 +1,79 @@
+"""ScalePools and CheckCapacity: each pool an experiment needs, its prior size recorded before it changes."""
+
+from __future__ import annotations
+
+from benchctl import timeline
+from benchctl.campaign.base import JSON, Task, record_event
+from benchctl.context import Ctx
+from benchctl.errors import DeadlineExceeded, NotReadyYet, ScaleInterrupted
+from benchctl.ports import Providers
+from benchctl.runstate import PoolsRecord
+
+
+def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """Scale each pool the experiment needs. The prior size is persisted BEFORE each change (the pool
+    adapter calls back first), so a crash at any point leaves teardown what to restore."""
+    experiment = task.exp
+    existing = p.state.pools(experiment)
+    if existing is not None:
+        if not existing.interrupted:
+            return {"pools": existing.records, "reused": True}  # redelivered event: never scale twice
+        raise ScaleInterrupted(
+            f"ScalePools of {experiment} was interrupted mid-change; teardown restores the recorded sizes "
+            "instead of scaling again on top of an unknown state")
+    exp = p.state.plan().experiment(experiment)
+    records: list[JSON] = []
+
+    def persist(pending: JSON | None = None, complete: bool = False) -> None:
+        recs = records + ([{**pending, "pending": True}] if pending else [])
+        p.state.save_pools(experiment, PoolsRecord(records=recs, requested_at=p.clock(), complete=complete))
+
+    adopted = handed_over_to(p, experiment)
+
+    def adopt(rec: JSON) -> JSON:
+        """A warm pool from the previous experiment: its prior size is the one recorded before it."""
+        if rec["pool"] in adopted:
+            return {**rec, "previous": adopted[rec["pool"]]["previous"], "handed_from": adopted[rec["pool"]]["from"]}
+        return rec
+
+    persist()
+    for pool, nodes in exp.nodes.items():
+        try:
+            rec = adopt(p.pools.scale(pool, nodes, owner=f"{ctx.campaign_id}/{experiment}",
+                                      before_change=lambda r: persist(adopt(r))))
+        except NotReadyYet:
+            persist()  # nothing changed (e.g. the node group is still being restored): retry cleanly
+            raise
+        records.append(rec)
+        persist()
+        record_event(p, ctx.campaign_id, experiment, timeline.SCALE_REQUESTED, key=pool, pool=pool,
+                     nodes=nodes, previous=rec["previous"], simulated=rec.get("simulated", False))
+    persist(complete=True)
+    return {"pools": records, "reused": False}
+
+
+def handed_over_to(p: Providers, experiment: str) -> JSON:
+    """Pools the experiment before this one (in plan order) kept warm for it: {pool: {previous, from}}."""
+    names = p.state.experiment_names()
+    if experiment not in names or names.index(experiment) == 0:
+        return {}
+    before = names[names.index(experiment) - 1]
+    rec = p.state.pools(before)
+    handed = rec.handed_over if rec is not None else {}
+    return {pool: {"previous": h["previous"], "from": before} for pool, h in handed.items()}
+
+
+def check_capacity(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    experiment = task.exp
+    rec = p.state.pools(experiment)
+    if rec is None:
+        raise FileNotFoundError(f"the pools of {experiment} are not recorded: ScalePools did not run")
+    spec = p.state.spec()
+    if all(p.pools.ready(r) for r in rec.records):
+        for r in rec.records:
+            record_event(p, ctx.campaign_id, experiment, timeline.NODES_READY, key=r["pool"], pool=r["pool"],
+                         nodes=r["requested"], simulated=r.get("simulated", False))
+        return {"done": True}
+    if p.clock() - rec.requested_at > spec.timeouts.capacity_s:
+        raise DeadlineExceeded(f"pools of {experiment} not ready within timeouts.capacity_s={spec.timeouts.capacity_s}")
+    return {"done": False}

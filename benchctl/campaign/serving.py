@@ -1,0 +1,119 @@
+"""Deploy, CheckReady, SmokeTest and CheckSmoke: the experiment's deployment up, answering, and proven."""
+
+from __future__ import annotations
+
+from benchctl import timeline
+from benchctl.campaign.base import JSON, Task, record_event
+from benchctl.context import Ctx
+from benchctl.errors import DeadlineExceeded, SmokeTestFailed
+from benchctl.ports import DeploymentRequest, DeploymentTarget, Providers, WorkerGroupSpec
+from benchctl.runstate import DeploymentRecord, SmokeRecord
+from benchctl.spec import CampaignSpec, Experiment
+
+
+def mocker_knobs(spec: CampaignSpec, exp: Experiment) -> JSON:
+    """The local mocker's knobs; KV offload on sizes the mocker's host (CPU) block tier from its GB."""
+    knobs = {k: v for k, v in exp.mocker.model_dump().items() if v is not None}
+    if exp.kv_offload is not None and "num_host_blocks" not in knobs:
+        block_bytes = spec.model.kv_bytes_per_token * exp.mocker.block_size
+        knobs["num_host_blocks"] = max(1, int(exp.kv_offload.cpu_cache_gb * 1e9 // block_bytes))
+    return knobs
+
+
+def deployment_request(spec: CampaignSpec, campaign_id: str, experiment: str) -> DeploymentRequest:
+    """Everything the serving port needs to deploy one experiment, and its cluster target."""
+    exp = spec.experiment(experiment)
+    return DeploymentRequest(
+        deployment_id=experiment,
+        campaign_id=campaign_id,
+        model_name=spec.model.name,
+        mode=exp.mode,
+        router=exp.router,
+        groups=tuple(WorkerGroupSpec(g.role, g.replicas, g.tensor_parallel, g.pool) for g in exp.workers),
+        labels={"benchctl/campaign": campaign_id, "benchctl/experiment": experiment},
+        mocker=mocker_knobs(spec, exp),
+        kv_offload=exp.kv_offload.model_dump(mode="json") if exp.kv_offload else None,
+        target=DeploymentTarget(experiment=exp, model=spec.model,
+                                pools=tuple(spec.pool(name) for name in dict.fromkeys(g.pool for g in exp.workers)),
+                                kubernetes=spec.kubernetes),
+    )
+
+
+def deploy(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    experiment = task.exp
+    existing = p.state.deployment(experiment)
+    if existing is not None:
+        return {"deployment": existing.state.get("deployment_id"), "reused": True}
+    request = deployment_request(p.state.spec(), ctx.campaign_id, experiment)
+    # record intent first: a crash during deploy still leaves something for teardown to find
+    p.state.save_deployment(experiment, DeploymentRecord(
+        state={"deployment_id": request.deployment_id, "pending": True}, deployed_at=p.clock()))
+    state = p.serving.deploy(request)
+    p.state.save_deployment(experiment, DeploymentRecord(state=state, deployed_at=p.clock()))
+    record_event(p, ctx.campaign_id, experiment, timeline.DEPLOY_APPLIED, mode=request.mode, router=request.router,
+                 groups=[g.__dict__ for g in request.groups])
+    return {"deployment": state.get("deployment_id"), "reused": False}
+
+
+def deployment(p: Providers, experiment: str) -> DeploymentRecord:
+    """The experiment's deployment as Deploy recorded it (FileNotFoundError while it is not complete)."""
+    d = p.state.deployment(experiment)
+    if d is None or d.pending:
+        raise FileNotFoundError(f"the deployment of {experiment} is not recorded: Deploy did not complete")
+    return d
+
+
+def check_ready(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    experiment = task.exp
+    d = deployment(p, experiment)
+    spec = p.state.spec()
+    if p.serving.probe_ready(d.state):
+        startup_s = p.clock() - d.deployed_at
+        running = p.serving.versions(d.state)  # on EKS: the image digests the pods actually run
+        if running:
+            rec = p.state.campaign()
+            if rec is not None:
+                experiments = rec.versions.setdefault("experiments", {})
+                experiments[experiment] = running
+                p.state.save_campaign(rec)
+        record_event(p, ctx.campaign_id, experiment, timeline.READY, startup_s=round(startup_s, 3), **running)
+        return {"done": True}
+    if p.clock() - d.deployed_at > spec.timeouts.ready_s:
+        raise DeadlineExceeded(f"deployment of {experiment} not Ready within timeouts.ready_s={spec.timeouts.ready_s}")
+    return {"done": False}
+
+
+def smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """Start the smoke requests (CheckSmoke waits for them). A redelivered event starts nothing twice."""
+    experiment = task.exp
+    if p.state.has_smoke(experiment):
+        return {"started": True, "reused": True}
+    d = deployment(p, experiment)
+    spec = p.state.spec()
+    started = p.smoke.start(d.state, spec.smoke.requests, spec.smoke.max_tokens)
+    p.state.save_smoke(experiment, SmokeRecord(state=started, started_at=p.clock()))
+    return {"started": True, "reused": False}
+
+
+def check_smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """Done when the smoke requests succeeded; their failure, or no end within ``timeouts.smoke_s``,
+    fails the experiment with the smoke pods' last log lines."""
+    experiment = task.exp
+    rec = p.state.smoke(experiment)
+    if rec is None:
+        raise FileNotFoundError(f"the smoke test of {experiment} is not recorded: the SmokeTest state did not run")
+    if rec.result is None:
+        code = p.smoke.poll(rec.state)
+        limit = p.state.spec().timeouts.smoke_s
+        if code is None and p.clock() - rec.started_at <= limit:
+            return {"done": False}
+        if code != 0:
+            logs = p.smoke.failure_logs(rec.state)
+            what = "failed" if code is not None else f"did not finish within timeouts.smoke_s={limit:g}"
+            raise SmokeTestFailed(f"smoke test of {experiment} {what}; logs: "
+                                  + ("; ".join(f"{k}: {str(v)[-400:]}" for k, v in logs.items()) or "none"))
+        rec.result = p.smoke.result(rec.state)
+        rec.ended_at = p.clock()
+        p.state.save_smoke(experiment, rec)
+    record_event(p, ctx.campaign_id, experiment, timeline.SMOKE_OK, **rec.result)
+    return {"done": True}

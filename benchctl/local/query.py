@@ -1,0 +1,170 @@
+"""The DuckDB engine: the local lake queried with the same SQL Athena runs.
+
+One DuckDB view per lake table (over the hive-partitioned parquet files; an empty view with the schema's
+columns when the table has no file yet), then one view per ``sql/views/<name>.sql`` (the view catalog,
+``benchctl.views``), transpiled from Athena's Trino dialect with sqlglot (``read="trino"``,
+``write="duckdb"``) and created in dependency order. Implements the ``QueryPort`` (``run``).
+
+Imports duckdb and sqlglot: the local engine and the CLI only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchctl import schema
+from benchctl.views import IDENT, VIEWS_DIR, view_sql_files
+
+_DUCK_TYPES = {
+    "string": "VARCHAR",
+    "bigint": "BIGINT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "timestamp": "TIMESTAMP",
+}
+
+
+def parse_query(sql: str, *, dialect: str = "trino", what: str = "query") -> Any:
+    """The single SELECT/WITH statement in ``sql`` as a sqlglot expression; ValueError otherwise."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except ParseError as e:
+        raise ValueError(f"{what}: not valid {dialect} SQL: {e}") from None
+    if len(statements) != 1:
+        raise ValueError(f"{what}: expected exactly one SQL statement, found {len(statements)}")
+    stmt = statements[0]
+    if not isinstance(stmt, exp.Query):
+        raise ValueError(
+            f"{what}: only a SELECT (or WITH ... SELECT) query is allowed here, got {stmt.key.upper()}"
+        )
+    return stmt
+
+
+def to_duckdb(sql: str, *, what: str = "query") -> str:
+    """Trino (Athena) SQL -> DuckDB SQL, refusing anything but one query."""
+    stmt = parse_query(sql, what=what)
+    return stmt.sql(dialect="duckdb")
+
+
+class QueryEngine:
+    def __init__(self, lake_root: Path, *, views_dir: Path = VIEWS_DIR) -> None:
+        import duckdb
+
+        self.lake_root = Path(lake_root)
+        self.views_dir = Path(views_dir)
+        self.con = duckdb.connect(":memory:")
+        self.table_views: list[str] = []
+        self.sql_views: list[str] = []
+        for table in schema.table_names():
+            self.con.execute(self._table_view_sql(table))
+            self.table_views.append(table)
+        self._load_sql_views()
+
+    # ---------------------------------------------------------------------------------------------
+    def _table_view_sql(self, table: str) -> str:
+        cols = schema.columns(table)
+        base = self.lake_root / table
+        has_files = base.is_dir() and any(not p.name.startswith(".") for p in base.rglob("*.parquet"))
+        if not has_files:
+            select = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[t]}) AS {_q(n)}" for n, t in cols)
+            return f"CREATE OR REPLACE VIEW {_q(table)} AS SELECT {select} WHERE false"
+        glob = str(base / "**" / "*.parquet").replace("'", "''")
+        hive_types = ", ".join(f"'{k}': 'VARCHAR'" for k in schema.partition_keys(table))
+        source = (
+            f"read_parquet('{glob}', hive_partitioning = true, union_by_name = true, "
+            f"hive_types = {{{hive_types}}})"
+        )
+        present = {row[0] for row in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}  # noqa: S608
+        # Columns no file has yet (schema grew) read as NULL of the schema type.
+        select = ", ".join(
+            f"CAST({_q(n) if n in present else 'NULL'} AS {_DUCK_TYPES[t]}) AS {_q(n)}" for n, t in cols
+        )
+        # identifiers come from the schema module, quoted; the path is quote-escaped
+        return f"CREATE OR REPLACE VIEW {_q(table)} AS SELECT {select} FROM {source}"  # noqa: S608
+
+    def _load_sql_views(self) -> None:
+        import duckdb
+
+        pending: dict[str, str] = {}
+        for name, path in view_sql_files(self.views_dir).items():
+            if not IDENT.match(name):
+                raise ValueError(f"{path}: the file name must be a valid view name (letters, digits, _)")
+            body = to_duckdb(path.read_text(encoding="utf-8"), what=str(path))
+            pending[name] = f"CREATE OR REPLACE VIEW {_q(name)} AS {body}"
+        # Views may reference each other: create what can be created until nothing changes.
+        errors: dict[str, str] = {}
+        while pending:
+            progressed = False
+            for name in list(pending):
+                try:
+                    self.con.execute(pending[name])
+                except duckdb.Error as e:
+                    errors[name] = str(e)
+                    continue
+                del pending[name]
+                errors.pop(name, None)
+                self.sql_views.append(name)
+                progressed = True
+            if not progressed:
+                detail = "; ".join(f"{self.views_dir / (n + '.sql')}: {errors[n]}" for n in pending)
+                raise ValueError(f"cannot create view(s) {sorted(pending)}: {detail}")
+
+    # ---------------------------------------------------------------------------------------------
+    def views(self) -> list[str]:
+        return [*self.table_views, *self.sql_views]
+
+    def run(self, name_or_sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run a view by name, or one SELECT/WITH query (Trino dialect, as on Athena).
+
+        Anything else (DDL, DML, several statements) raises ValueError: the CLI only reads.
+        """
+        import duckdb
+
+        text = name_or_sql.strip().rstrip(";").strip()
+        if IDENT.match(text):
+            if text not in self.views():
+                raise ValueError(f"unknown view or table {text!r}; valid: {', '.join(self.views())}")
+            sql = f"SELECT * FROM {_q(text)}"  # noqa: S608 (a known view name, quoted)
+        else:
+            sql = to_duckdb(text)
+        try:
+            cur = self.con.execute(sql)
+        except duckdb.Error as err:  # an unknown table or column, a type error: the person's query
+            raise ValueError(self._explain(err, text)) from None
+        columns = [d[0] for d in cur.description or []]
+        return columns, cur.fetchall()
+
+    def _explain(self, err: Exception, query: str) -> str:
+        """One line: DuckDB's own complaint, then the columns of the tables the query reads (or the
+        tables and views there are, when it reads an unknown one)."""
+        from sqlglot import exp
+
+        first = str(err).strip().splitlines()[0]
+        try:
+            tables = sorted({t.name for t in parse_query(query).find_all(exp.Table)} & set(self.views()))
+        except ValueError:
+            tables = []
+        known = [t for t in tables if t in self.views()]
+        if not known or "Catalog Error" in first:
+            return f"query: {first}; tables and views: {', '.join(self.views())}"
+        cols = "; ".join(
+            f"{t}: {', '.join(r[0] for r in self.con.execute(f'DESCRIBE {_q(t)}').fetchall())}" for t in known)
+        return f"query: {first}; columns of {cols}"
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> QueryEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

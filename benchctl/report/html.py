@@ -1,0 +1,136 @@
+"""The report as one self-contained HTML file: inline CSS and SVG, no script, no font, no image, no link to
+anything outside it. May import the standard library and the core."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from benchctl.report.chartkit import SIM_TAG, SIM_TEXT, esc
+from benchctl.report.data import ReportData, fmt_value, provenance_items, table_sections, versions_pretty
+from benchctl.report.figures import figures
+
+_CSS = """
+:root { color-scheme: light; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0;
+       color: #1d1d1f; background: #f4f5f7; }
+main { max-width: 1180px; margin: 0 auto; padding: 16px 24px 64px; }
+h1 { font-size: 26px; margin: 18px 0 4px; }
+h2 { font-size: 19px; margin: 0 0 6px; }
+h3 { font-size: 15px; margin: 16px 0 6px; }
+section { background: #fff; border: 1px solid #dde1e6; border-radius: 8px; padding: 14px 18px; margin: 16px 0; }
+section section { border: none; padding: 0; margin: 12px 0 0; }
+.banner { background: #b00020; color: #fff; font-weight: bold; font-size: 17px; padding: 12px 24px;
+          text-align: center; letter-spacing: .02em; }
+.sim-tag { display: inline-block; background: #b00020; color: #fff; font-size: 11px; font-weight: bold;
+           padding: 2px 6px; border-radius: 4px; vertical-align: middle; margin-left: 6px; }
+.note, .desc { color: #555; font-size: 13px; margin: 2px 0 10px; }
+.empty { color: #8a6d00; background: #fff8e1; padding: 8px 10px; border-radius: 4px; font-size: 13px; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 12px; }
+th, td { border: 1px solid #e1e4e8; padding: 4px 7px; white-space: nowrap; }
+th { background: #f0f2f5; text-align: left; position: sticky; top: 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.long { white-space: normal; min-width: 360px; }
+tr:nth-child(even) td { background: #fafbfc; }
+pre { background: #f6f8fa; padding: 10px; border-radius: 4px; font-size: 12px; overflow-x: auto; }
+dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; font-size: 13px; margin: 0; }
+dl.kv dt { font-weight: 600; color: #444; }
+dl.kv dd { margin: 0; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; word-break: break-all; }
+nav ul { columns: 3; font-size: 13px; padding-left: 18px; }
+nav a { color: #0b57d0; }
+svg.figure { display: block; max-width: 100%; height: auto; margin: 8px 0; border: 1px solid #eceff3; }
+svg.figure text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; }
+footer { color: #777; font-size: 12px; }
+"""
+
+
+def _sim_span(data: ReportData) -> str:
+    return f' <span class="sim-tag" title="{esc(SIM_TEXT)}">{SIM_TAG}</span>' if data.simulated else ""
+
+
+def _html_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    body = []
+    for r in rows:
+        cells = []
+        for c in columns:
+            v = r.get(c)
+            text = fmt_value(v)
+            cls = (' class="num"' if isinstance(v, int | float | Decimal) and not isinstance(v, bool)
+                   else ' class="long"' if len(text) > 80 else "")
+            cells.append(f"<td{cls}>{esc(text)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def render_html(data: ReportData) -> str:
+    sim = _sim_span(data)
+    c = data.campaign
+    tables = table_sections(data)
+    figs = figures(data)
+    parts: list[str] = []
+    toc: list[tuple[str, str]] = []
+
+    # figures
+    for f in figs:
+        toc.append((f.section_id, f.title))
+        body = "\n".join(f.svgs) if f.svgs else f'<p class="empty">{esc(f.empty_reason)}</p>'
+        parts.append(f'<section id="{f.section_id}" class="fig" data-points="{f.points}" data-figures="{len(f.svgs)}">'
+                     f"<h2>{esc(f.title)}{sim}</h2><p class=\"note\">{esc(f.note)}</p>\n{body}\n</section>")
+    # tables
+    for sid, title, rows, cols, desc in tables:
+        toc.append((sid, title))
+        body = _html_table(cols, rows.rows) if rows.rows else '<p class="empty">No rows for this campaign.</p>'
+        parts.append(f'<section id="{sid}" class="table" data-rows="{len(rows.rows)}">'
+                     f'<h2>{esc(title)}{sim}</h2><p class="desc">{esc(desc)} Every column: '
+                     f"<code>benchctl query {esc(sid[4:])}</code>.</p>{body}</section>")
+    # predicted vs measured
+    toc.append(("predictions", "Predicted vs measured"))
+    if data.predictions is not None:
+        pred_body = ('<p class="desc">Measured = the step\'s AIPerf p50 (TTFT, ITL) and output tokens/s; '
+                     "error = (predicted - measured) / measured x 100.</p>"
+                     + _html_table(data.predictions.columns, data.predictions.rows))
+        n_pred = len(data.predictions.rows)
+    else:
+        pred_body, n_pred = f'<p class="empty no-predictions">{esc(data.predictions_note or "No predictions.")}</p>', 0
+    parts.append(f'<section id="predictions" data-rows="{n_pred}"><h2>Predicted vs measured{sim}</h2>'
+                 f"{pred_body}</section>")
+    # provenance
+    toc.append(("provenance", "Provenance"))
+    kv = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in provenance_items(data))
+    ds_cols = ["step_id", "workload_kind", "experiments", "dataset_sha256"]
+    ds = [d for d in data.datasets if d.get("dataset_sha256")]
+    ds_body = (_html_table(ds_cols, ds) if ds else
+               '<p class="empty">No generated datasets (AIPerf synthesised every input).</p>')
+    img_body = (_html_table(["where", "image", "digest"], data.images) if data.images else
+                '<p class="empty">No image digests recorded'
+                + (" (the local engine runs processes, not images)." if data.simulated else ".") + "</p>")
+    parts.append(
+        f'<section id="provenance" data-rows="1"><h2>Provenance{sim}</h2><dl class="kv">{kv}</dl>'
+        f"<h3>Versions (versions_json)</h3><pre>{esc(versions_pretty(data))}</pre>"
+        f'<section id="datasets" data-rows="{len(ds)}"><h3>Datasets (steps.dataset_sha256)</h3>{ds_body}</section>'
+        f'<section id="images" data-rows="{len(data.images)}"><h3>Image digests</h3>{img_body}</section>'
+        "</section>")
+
+    banner = (f'<div class="banner" id="simulated-banner">{SIM_TAG}: {esc(SIM_TEXT)}. Every figure below comes '
+              "from the local engine; prices are illustrative.</div>" if data.simulated else "")
+    nav = "".join(f'<li><a href="#{sid}">{esc(title)}</a></li>' for sid, title in toc)
+    generated = datetime.now().astimezone().isoformat(timespec="seconds")
+    exp_list = ", ".join(f"{e} ({data.modes.get(e) or '?'})" for e in data.experiments)
+    head = (f"<h1>Campaign {esc(data.campaign_id)}{sim}</h1>"
+            f'<p class="note">{esc(c.get("spec_name") or "")} · model {esc(c.get("model") or "?")} · engine '
+            f"{esc(c.get('engine') or '?')} · status <b>{esc(c.get('status') or '?')}</b> · experiments: "
+            f"{esc(exp_list or 'none')}</p>"
+            f"<nav><ul>{nav}</ul></nav>")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>benchctl report: {esc(data.campaign_id)}{' (' + SIM_TAG + ')' if data.simulated else ''}</title>"
+        f"<style>{_CSS}</style></head>\n<body>{banner}<main>{head}\n" + "\n".join(parts)
+        + f'\n<footer>Generated by benchctl report at {esc(generated)} from {esc(data.source)}.</footer>'
+        "</main></body></html>\n"
+    )
+

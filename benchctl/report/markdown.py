@@ -1,0 +1,51 @@
+"""The report as Markdown: the same tables and provenance, figures listed (see the HTML report).
+May import the standard library and the core."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
+from benchctl.report.data import ReportData, fmt_value, provenance_items, table_sections, versions_pretty
+from benchctl.report.figures import figures
+
+
+def _md_cell(v: Any) -> str:
+    return fmt_value(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    out = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    out += ["| " + " | ".join(_md_cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def render_markdown(data: ReportData) -> str:
+    tag = f" ({SIM_TAG})" if data.simulated else ""
+    out = [f"# benchctl report: campaign {data.campaign_id}{tag}", ""]
+    if data.simulated:
+        out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
+                ""]
+    out += [f"## Provenance{tag}", ""]
+    out += [f"- **{k}**: {v}" for k, v in provenance_items(data)]
+    out += ["", "Versions:", "", "```json", versions_pretty(data), "```", ""]
+    ds = [d for d in data.datasets if d.get("dataset_sha256")]
+    out += ["Datasets (steps.dataset_sha256):", ""]
+    out += [_md_table(["step_id", "workload_kind", "experiments", "dataset_sha256"], ds) if ds
+            else "_no generated datasets_", ""]
+    if data.images:
+        out += ["Image digests:", "", _md_table(["where", "image", "digest"], data.images), ""]
+    for _sid, title, rows, cols, desc in table_sections(data):
+        out += [f"## {title}{tag}", "", desc, ""]
+        out += [_md_table(cols, rows.rows) if rows.rows else "_no rows for this campaign_", ""]
+    out += [f"## Predicted vs measured{tag}", ""]
+    if data.predictions is not None:
+        out += [_md_table(data.predictions.columns, data.predictions.rows), ""]
+    else:
+        out += [f"_{data.predictions_note or 'No predictions.'}_", ""]
+    out += [f"## Figures{tag}", "", "Figures are omitted in Markdown: see the HTML report "
+            "(`benchctl report --format html`):", ""]
+    out += [f"- {f.title}" for f in figures(data)]
+    out.append("")
+    return "\n".join(out)
+
