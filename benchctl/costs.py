@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from benchctl import timeline
 from benchctl.plan import OVERHEADS, CampaignPlan, ExperimentPlan
 from benchctl.spec import CampaignSpec
 
@@ -56,7 +57,9 @@ SCOPE_EXCLUDED = (
 )
 SCOPE_TEXT = "included: " + "; ".join(SCOPE_INCLUDED) + ". not included: " + "; ".join(SCOPE_EXCLUDED) + "."
 
-_END_OF_LOAD = ("load_end", "load_stopped")
+_END_OF_LOAD = tuple(e.name for e in timeline.LOAD_ENDS)
+_SCALED, _RESTORED = timeline.SCALE_REQUESTED.name, timeline.POOL_RESTORED.name
+_LOAD_START = timeline.LOAD_START.name
 
 
 # ------------------------------------------------------------------------------------ timeline reading
@@ -117,11 +120,11 @@ def pool_windows(plan: CampaignPlan, timeline: Iterable[JSON]) -> list[PoolWindo
     ends: dict[tuple[str, str], datetime] = {}
     for row in timeline:
         event, pool = row.get("event"), row.get("pool")
-        if not pool or event not in ("scale_requested", "pool_restored"):
+        if not pool or event not in (_SCALED, _RESTORED):
             continue
         key = (str(row.get("experiment")), str(pool))
         at = _ts(row["at"])
-        if event == "scale_requested":
+        if event == _SCALED:
             if key not in starts or at < starts[key][0]:
                 starts[key] = (at, _detail(row))
         elif key not in ends or at > ends[key]:
@@ -164,13 +167,13 @@ def load_windows(plan: CampaignPlan, timeline: list[JSON], experiment: str) -> d
     starts: dict[str, datetime] = {}
     ends: dict[str, datetime] = {}
     for row in timeline:
-        if row.get("experiment") != experiment or row.get("event") not in ("load_start", *_END_OF_LOAD):
+        if row.get("experiment") != experiment or row.get("event") not in (_LOAD_START, *_END_OF_LOAD):
             continue
         step_id = _detail(row).get("step_id")
         if not isinstance(step_id, str) or (planned and step_id not in planned) or step_id == "warmup":
             continue
         at = _ts(row["at"])
-        if row["event"] == "load_start":
+        if row["event"] == _LOAD_START:
             starts[step_id] = min(at, starts.get(step_id, at))
         else:
             ends[step_id] = max(at, ends.get(step_id, at))
@@ -276,7 +279,7 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
                 "gpus_per_node": pool.gpus_per_node,
                 "period_start": w.start.isoformat(),
                 "period_end": end.isoformat(),
-                "period_end_event": "pool_restored" if w.end is not None else "latest_event",
+                "period_end_event": _RESTORED if w.end is not None else "latest_event",
                 "scope": list(SCOPE_INCLUDED),
                 "excluded": list(SCOPE_EXCLUDED),
                 "scope_text": SCOPE_TEXT,

@@ -11,15 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from benchctl.spec import (
-    CampaignSpec,
-    ConcurrencySweep,
-    Experiment,
-    MultiTurn,
-    PrefixCache,
-    SequenceDistribution,
-    spec_hash,
-)
+from benchctl.spec import CampaignSpec, Experiment, spec_hash
+from benchctl.workloads import ConcurrencySweep, MultiTurn, PrefixCache, SequenceDistribution
 
 # Stated assumptions for estimates (seconds). AWS figures are typical for GPU node groups with a
 # ~60 GB model on a shared volume; local figures are for the mocker on this kind of machine.

@@ -112,11 +112,19 @@ def test_code_asset_is_the_code_alone_and_its_hash_ignores_the_rest_of_the_work_
     code = next(d for d in dirs if (d / "lambdas").is_dir())
     shipped = {str(p.relative_to(code)) for p in code.rglob("*") if p.is_file()}
     assert {s.split("/")[0] for s in shipped} == {"benchctl", "lambdas", "state_machines", "sql"}
-    assert "benchctl/campaign.py" in shipped and "state_machines/campaign.asl.json" in shipped
+    assert "benchctl/campaign/__init__.py" in shipped and "state_machines/campaign.asl.json" in shipped
     assert "sql/views/v_pareto.sql" in shipped  # the Report function creates the views from these files
     assert not any(s.startswith("benchctl/local/") or "__pycache__" in s or s.endswith(".pyc") for s in shipped)
-    layer = next(d for d in dirs if (d / "python" / "yaml").is_dir())
-    assert (layer / "python" / "botocore").is_dir()  # our layer: PyYAML and the SDK, no Docker involved
+    # our layer (no Docker involved): exactly the pinned PyYAML and SDK of requirements-layer.txt, and it is
+    # the asset the functions' own LayerVersion ships
+    (layer,) = [d for d in dirs if (d / "python").is_dir() and d != code]
+    dists = {p.name.lower() for p in (layer / "python").glob("*.dist-info")}
+    pins = [line.split("==") for line in (ROOT / "requirements-layer.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert pins and all(f"{name.lower()}-{version}.dist-info" in dists for name, version in pins), (pins, dists)
+    (deps,) = [r for k, r in _resources(load_templates(default_out)[CP], "AWS::Lambda::LayerVersion").items()
+               if k.startswith("Deps")]
+    assert layer.name in json.dumps(deps) or layer.name.removeprefix("asset.") in json.dumps(deps)
     # what a test run or an editable install leaves in the tree does not change the asset's hash
     fingerprint = cdk.FileSystem.fingerprint(str(ROOT), exclude=ASSET_EXCLUDES, ignore_mode=cdk.IgnoreMode.GLOB)
     assert code.name == f"asset.{fingerprint}"
@@ -494,3 +502,28 @@ def test_a_prebuilt_load_image_needs_no_docker_at_deploy(tmp_path):
         assert fn["Properties"]["Environment"]["Variables"]["BENCHCTL_LOAD_IMAGE"] == image
     bad = synth(tmp_path / "bad", {**CONTEXT, "benchctl:load_image": "python"})
     assert bad.returncode != 0 and "benchctl:load_image" in bad.stderr and "tag or digest" in bad.stderr
+
+
+def test_every_function_gets_exactly_the_variables_of_the_lambda_env_model_and_each_is_read(templates):
+    """No variable set but never read, none read but never set: the stack sets ``LambdaEnv.to_env()`` (and
+    what Lambda and Powertools read themselves), the runtime reads every field of the model."""
+    import ast
+    import dataclasses
+
+    from benchctl.aws.env import VARIABLES, LambdaEnv
+
+    powertools_own = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"}
+    for name, fn in _resources(templates[CP], "AWS::Lambda::Function").items():
+        got = set(fn["Properties"]["Environment"]["Variables"])
+        assert got - powertools_own == set(VARIABLES.values()), (name, got ^ set(VARIABLES.values()))
+    # every field is read by the AWS engine or the runtime (log_level: by Powertools' Logger itself)
+    read: set[str] = set()
+    for path in [*(ROOT / "benchctl" / "aws").rglob("*.py"), *(ROOT / "lambdas").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in {
+                    "env", "config", "self.env"}:
+                read.add(node.attr)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "env":
+                read.add(node.attr)
+    fields = {f.name for f in dataclasses.fields(LambdaEnv)}
+    assert fields - {"log_level"} <= read, f"fields never read: {sorted(fields - {'log_level'} - read)}"

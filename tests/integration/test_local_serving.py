@@ -277,7 +277,7 @@ def test_stop_running_aiperf_leaves_nothing(serving, tmp_path: Path) -> None:
         "--model", MODEL, "--tokenizer", MODEL, "--url", state["url"], "--artifact-dir", str(artifact_dir),
     ]  # fmt: skip
     load = LocalLoad()
-    job = load.launch(argv, str(artifact_dir), "job-e")
+    job = load.launch(LoadRequest("c1", "job", "e", tuple(argv), str(artifact_dir)))  # job id "job-e"
     try:
         tree: set[tuple[int, int]] = set()
         deadline = time.monotonic() + 60  # wait until AIPerf has spawned its service processes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -264,3 +265,47 @@ def test_athena_rows_are_typed_from_the_column_metadata():
 
     assert (_cell("42", "bigint"), _cell("1.5", "double"), _cell("true", "boolean"), _cell("x", "varchar"),
             _cell(None, "double")) == (42, 1.5, True, "x", None)
+
+
+class _AthenaAtTheQueryPort:
+    """An Athena stub at the query port: the views' Trino DDL is recorded (Athena would run it), every
+    SELECT runs on DuckDB over a lake holding the same rows, and result locations are S3 URIs."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.ddl = engine, []
+
+    def execute(self, sql: str) -> dict[str, Any]:
+        self.ddl.append(sql)
+        return {"State": "SUCCEEDED"}
+
+    def run(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        return self.engine.run(sql)
+
+    def location(self, sql: str) -> str:
+        self.run(sql)
+        return f"s3://{BUCKET}/ar/{abs(hash(sql))}.csv"
+
+
+def test_the_aws_report_has_the_local_reports_sections_and_figures(aws, tmp_path: Path) -> None:
+    # Given one campaign's rows, in a lake both reports read (Athena's SQL is the views' Trino text; the
+    # stub runs DuckDB's, which tests/unit/test_views.py holds equal)
+    from benchctl.aws.athena import athena_report
+    from benchctl.local.query import QueryEngine
+    from benchctl.local.report import render_report as local_report
+    from tests.unit.test_report import FIGURES, TABLES, build_lake, section_html, sections
+
+    lake = build_lake(tmp_path / "lake")
+    local = local_report(lake.root, "camp-r", "html")
+    # When the Report function's pipeline renders it on AWS through the query port
+    with QueryEngine(lake.root) as engine:
+        stub = _AthenaAtTheQueryPort(engine)
+        out = athena_report("camp-r", database="benchctl_dev", workgroup="wg", bucket=BUCKET, query=stub,
+                            source=f"s3://{BUCKET}/lake")
+    html = boto3.client("s3").get_object(Bucket=BUCKET, Key="reports/camp-r/report.html")["Body"].read().decode()
+    # Then it holds the same sections in the same order, with the same tables and figures, and only the
+    # source differs
+    assert out["report"] == f"s3://{BUCKET}/reports/camp-r/report.html" and stub.ddl
+    assert list(sections(html)) == list(sections(local))
+    for sid in (*TABLES, *FIGURES):
+        assert section_html(html, sid) == section_html(local, sid), sid
+    assert f"s3://{BUCKET}/lake" in html and str(lake.root) in local

@@ -207,14 +207,25 @@ def test_every_problem_is_one_line(source: str) -> None:
 
 
 def test_a_seed_the_spec_accepts_fits_the_lake(tmp_path: Path) -> None:
+    """The largest seed the spec accepts, on the last repeat of the most repeats it allows, is written to
+    the lake's bigint ``random_seed`` and read back as is; one more is refused at the spec, naming it."""
     from benchctl.plan import plan_campaign
 
-    spec = check_spec({**SMOKE, "seed": 2**63})
-    if spec is None:
-        return  # refused up front: fine
-    step = plan_campaign(spec).experiments[0].steps[0]
-    LocalLake(tmp_path).write("steps", [{"campaign_id": "c", "experiment": "agg", "step_id": step.step_id,
-                                         "random_seed": step.seed}], part_name=step.step_id)
+    def limit(name: str) -> int:
+        (le,) = [m.le for m in CampaignSpec.model_fields[name].metadata if getattr(m, "le", None) is not None]
+        return int(le)
+
+    top, repeats = limit("seed"), limit("repeats")
+    spec = check_spec({**SMOKE, "seed": top, "repeats": repeats})
+    assert spec is not None
+    step = max((s for s in plan_campaign(spec).experiments[0].steps), key=lambda s: s.seed)
+    assert step.seed == top + repeats - 1
+    lake = LocalLake(tmp_path)
+    lake.write("steps", [{"campaign_id": "c", "experiment": "agg", "step_id": step.step_id,
+                          "random_seed": step.seed}], part_name=step.step_id)
+    assert [r["random_seed"] for r in lake.read_table("steps", "c")] == [step.seed]
+    with pytest.raises(SpecError, match=r"seed"):
+        parse_spec({**SMOKE, "seed": top + 1}, "spec.yaml")
 
 
 def _validate(tmp_path: Path, name: str, content: bytes) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,181 @@
+"""The house rules of the code base, read from the source with ``ast`` (every import, lazy ones included):
+
+* the core (``benchctl`` outside ``benchctl.aws``, ``benchctl.local`` and the command line, which wires an
+  engine in) never imports an engine, and
+  the AWS engine never imports the local one;
+* the Lambda asset's import closure (from ``lambdas/``, through ``benchctl``) stays inside what the
+  Lambda runtime has: the standard library, our layer (``requirements-layer.txt``) and the managed layers
+  of ``stacks/layers.py`` (Powertools with its extras, the SDK for pandas); never the local engine, which
+  the code asset leaves out;
+* no module of ``benchctl`` is over 500 lines;
+* run-store keys are named only in ``benchctl/runstate.py`` and timeline event names only in
+  ``benchctl/timeline.py`` (docstrings and comments may mention them).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from benchctl import timeline
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("benchctl", "lambdas")
+
+# What the Lambda runtime offers besides the standard library (stacks/layers.py and requirements-layer.txt):
+# our layer: PyYAML, boto3/botocore (and their dependencies); Powertools [all]: aws_lambda_powertools,
+# pydantic (parser/validation), jmespath, typing_extensions; AWS SDK for pandas: awswrangler, pandas,
+# pyarrow, numpy.
+LAMBDA_THIRD_PARTY = {"yaml", "boto3", "botocore", "aws_lambda_powertools", "pydantic", "pydantic_core",
+                      "jmespath", "typing_extensions", "awswrangler", "pandas", "pyarrow", "numpy"}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+@cache
+def imports(name: str) -> frozenset[str]:
+    """Every module ``name`` imports anywhere in its body (``from a import b``: ``a.b`` when that is a module)."""
+    path = modules()[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules())
+    return frozenset(out)
+
+
+def ours(name: str) -> bool:
+    return name.split(".", maxsplit=1)[0] in PACKAGES
+
+
+def closure(start: list[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if m in modules():
+            todo.extend(imports(m))
+            # a submodule imports its packages too
+            parent = m.rpartition(".")[0]
+            if parent:
+                todo.append(parent)
+    return seen
+
+
+def is_engine(name: str, engine: str) -> bool:
+    return name == f"benchctl.{engine}" or name.startswith(f"benchctl.{engine}.")
+
+
+# the composition root: the command line wires an engine in (as the Lambda handlers do for AWS)
+COMPOSITION_ROOTS = {"benchctl.cli"}
+CORE = sorted(m for m in modules() if m.startswith("benchctl") and not is_engine(m, "aws")
+              and not is_engine(m, "local") and m not in COMPOSITION_ROOTS)
+
+
+def test_the_rules_see_every_module_and_a_lazy_import() -> None:
+    # the walk is what the other tests trust: it finds the engines, the core, and imports inside functions
+    assert {"benchctl.aws.s3", "benchctl.local.engine", "benchctl.campaign", "lambdas._runtime"} <= set(modules())
+    assert len(CORE) > 20
+    assert "benchctl.ingest" in imports("benchctl.campaign.ingest")  # imported inside ingest_step()
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_the_core_never_imports_an_engine(name: str) -> None:
+    bad = sorted(i for i in imports(name) if is_engine(i, "aws") or is_engine(i, "local"))
+    assert not bad, f"{name} imports {bad}: the core is written against benchctl.ports; engines plug in"
+
+
+def test_the_aws_engine_never_imports_the_local_one() -> None:
+    for name in (m for m in modules() if is_engine(m, "aws")):
+        bad = sorted(i for i in imports(name) if is_engine(i, "local"))
+        assert not bad, f"{name} imports {bad}: the Lambda asset has no benchctl.local"
+
+
+def test_the_lambda_assets_import_closure_is_what_lambda_has() -> None:
+    handlers = [m for m in modules() if m.startswith("lambdas")]
+    reached = closure(handlers)
+    local = sorted(m for m in reached if is_engine(m, "local"))
+    assert not local, f"the Lambda functions reach {local}, which the code asset leaves out"
+    third = {m.split(".")[0] for m in reached if not ours(m) and m} - set(sys.stdlib_module_names) - {"__future__"}
+    assert third <= LAMBDA_THIRD_PARTY, (
+        f"the Lambda functions import {sorted(third - LAMBDA_THIRD_PARTY)}, which neither the runtime nor the "
+        f"layers provide (stacks/layers.py, requirements-layer.txt)")
+    # and the closure is real: the runtime, the AWS engine and the campaign are in it
+    assert {"benchctl.aws.providers", "benchctl.campaign", "yaml", "boto3"} <= reached | {m.split(".")[0] for m in reached}
+
+
+def test_no_module_of_benchctl_is_over_500_lines() -> None:
+    long = {m: n for m, p in modules().items() if m.startswith("benchctl")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    assert not long, f"over 500 lines: {long}; split by what the module does"
+
+
+def _literals(path: Path) -> list[tuple[int, str]]:
+    """String constants of a module, docstrings left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            out.append((node.lineno, node.value))
+        elif isinstance(node, ast.JoinedStr):  # f"loads/{exp}/..." : its literal parts
+            out.extend((node.lineno, v.value) for v in node.values
+                       if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    return out
+
+
+RUN_STORE_KEY = re.compile(r"^(loads|pools|deployments|smoke)/|^(spec|spec_meta|plan|preflight|campaign|failure|"
+                           r"abort|runner|result)\.json$")
+
+
+def test_run_store_keys_are_named_only_by_the_run_state() -> None:
+    found = [f"{m}:{line}: {text!r}" for m, p in modules().items() if m != "benchctl.runstate"
+             for line, text in _literals(p) if RUN_STORE_KEY.search(text)]
+    assert not found, "run-store keys outside benchctl/runstate.py:\n" + "\n".join(found)
+    # the pattern matches what the run state really names
+    runstate = [t for _, t in _literals(modules()["benchctl.runstate"]) if RUN_STORE_KEY.search(t)]
+    assert {"loads/", "plan.json", "campaign.json"} <= set(runstate)
+
+
+# Event names that are also ordinary words of other vocabularies (a campaign's status, a sweep's action):
+# a literal equal to one of these is not necessarily an event.
+STATUS_WORDS = {"succeeded", "failed", "aborted", "swept", "ready"}
+
+
+def test_timeline_event_names_are_named_only_by_the_timeline() -> None:
+    names = {e.name for e in timeline.EVENTS} - STATUS_WORDS
+    assert len(names) >= 12
+    found = [f"{m}:{line}: {text!r}" for m, p in modules().items() if m != "benchctl.timeline"
+             for line, text in _literals(p) if text in names]
+    assert not found, "timeline event names outside benchctl/timeline.py:\n" + "\n".join(found)
