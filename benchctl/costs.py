@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from benchctl import timeline
+from benchctl import timeline as tl
 from benchctl.plan import OVERHEADS, CampaignPlan, ExperimentPlan
 from benchctl.spec import CampaignSpec
 
@@ -57,9 +57,9 @@ SCOPE_EXCLUDED = (
 )
 SCOPE_TEXT = "included: " + "; ".join(SCOPE_INCLUDED) + ". not included: " + "; ".join(SCOPE_EXCLUDED) + "."
 
-_END_OF_LOAD = tuple(e.name for e in timeline.LOAD_ENDS)
-_SCALED, _RESTORED = timeline.SCALE_REQUESTED.name, timeline.POOL_RESTORED.name
-_LOAD_START = timeline.LOAD_START.name
+_END_OF_LOAD = tuple(e.name for e in tl.LOAD_ENDS)
+_SCALED, _RESTORED = tl.SCALE_REQUESTED.name, tl.POOL_RESTORED.name
+_LOAD_START = tl.LOAD_START.name
 
 
 # ------------------------------------------------------------------------------------ timeline reading
@@ -83,18 +83,6 @@ def _ts(value: Any) -> datetime:
 
 def _hours(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds() / 3600.0)
-
-
-def _detail(row: JSON) -> JSON:
-    raw = row.get("detail_json")
-    if raw is None:
-        raw = row.get("detail")
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, str) and raw:
-        parsed = json.loads(raw)
-        return parsed if isinstance(parsed, dict) else {}
-    return {}
 
 
 @dataclass(frozen=True)
@@ -126,7 +114,7 @@ def pool_windows(plan: CampaignPlan, timeline: Iterable[JSON]) -> list[PoolWindo
         at = _ts(row["at"])
         if event == _SCALED:
             if key not in starts or at < starts[key][0]:
-                starts[key] = (at, _detail(row))
+                starts[key] = (at, tl.detail(row))
         elif key not in ends or at > ends[key]:
             ends[key] = at
     order = {(e.name, p): (e.index, i) for e in plan.experiments for i, p in enumerate(e.nodes)}
@@ -169,7 +157,7 @@ def load_windows(plan: CampaignPlan, timeline: list[JSON], experiment: str) -> d
     for row in timeline:
         if row.get("experiment") != experiment or row.get("event") not in (_LOAD_START, *_END_OF_LOAD):
             continue
-        step_id = _detail(row).get("step_id")
+        step_id = tl.detail(row).get("step_id")
         if not isinstance(step_id, str) or (planned and step_id not in planned) or step_id == "warmup":
             continue
         at = _ts(row["at"])
