@@ -326,7 +326,7 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
 
 def format_predictions(rows: list[dict[str, Any]]) -> str:
     """A table of the predictions, one line per experiment x step (repeats share one line)."""
-    from benchctl.query import format_result
+    from benchctl.formatting import format_result
 
     columns = ("experiment", "steps", "c", "isl", "osl", "system", "ttft_ms", "itl_ms", "out_tok_s",
                "tok_s_gpu", "gib_gpu", "fits")

@@ -98,6 +98,12 @@ CORE = sorted(m for m in modules() if m.startswith("benchctl") and not is_engine
               and not is_engine(m, "local") and m not in COMPOSITION_ROOTS)
 
 
+def test_every_package_directory_is_a_regular_package() -> None:
+    # setuptools' find (pyproject.toml) and the walk below see only directories with an __init__.py
+    dirs = {p.parent for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    assert not [d for d in dirs if not (d / "__init__.py").is_file()]
+
+
 def test_the_rules_see_every_module_and_a_lazy_import() -> None:
     # the walk is what the other tests trust: it finds the engines, the core, and imports inside functions
     assert {"benchctl.aws.s3", "benchctl.local.engine", "benchctl.campaign", "lambdas._runtime"} <= set(modules())
@@ -179,3 +185,42 @@ def test_timeline_event_names_are_named_only_by_the_timeline() -> None:
     found = [f"{m}:{line}: {text!r}" for m, p in modules().items() if m != "benchctl.timeline"
              for line, text in _literals(p) if text in names]
     assert not found, "timeline event names outside benchctl/timeline.py:\n" + "\n".join(found)
+
+
+def test_every_import_of_our_packages_names_a_module_of_this_tree() -> None:
+    # a lazy import of a moved module fails only when its function runs (or, worse, is found in another
+    # checkout by an editable install's finder): every benchctl/lambdas import must name a module here,
+    # or a name defined in one
+    files = {**modules(), **{module_name(p): p for p in sorted((ROOT / "tests").rglob("*.py"))},
+             **{module_name(p): p for p in sorted((ROOT / "bench").rglob("*.py"))}}
+    bad = []
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                targets = [node.module]
+            targets += _modules_in_strings(node)
+            bad += [f"{name}:{getattr(node, 'lineno', 0)}: {t}" for t in targets if ours(t) and not _defined(t)]
+    assert not bad, "imports of modules that do not exist:\n" + "\n".join(bad)
+
+
+def _defined(dotted: str) -> bool:
+    """A module of this tree, or a name a module of this tree defines (``benchctl.x.Name``)."""
+    if dotted in modules():
+        return True
+    parent, _, attr = dotted.rpartition(".")
+    if parent not in modules():
+        return False
+    tree = ast.parse(modules()[parent].read_text(encoding="utf-8"))
+    return any(attr == getattr(n, "name", None) or (isinstance(n, ast.Assign) and any(
+        getattr(t, "id", None) == attr for t in n.targets)) for n in tree.body) or attr.startswith("__")
+
+
+def _modules_in_strings(node: ast.AST) -> list[str]:
+    """Modules named in code a subprocess runs (``python -c`` with an import of one of ours)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and "import " in node.value:
+        return re.findall(r"\b(?:benchctl|lambdas)(?:\.\w+)+", node.value)
+    return []

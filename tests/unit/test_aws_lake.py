@@ -465,6 +465,6 @@ def test_s3_run_store_refuses_escaping_keys(s3: Any, key: str) -> None:
 
 
 def test_import_is_cheap() -> None:
-    code = "import sys, benchctl.aws_lake; print(sorted(m for m in ('awswrangler', 'boto3', 'pandas', 'pyarrow') if m in sys.modules))"
+    code = "import sys, benchctl.aws.s3; print(sorted(m for m in ('awswrangler', 'boto3', 'pandas', 'pyarrow') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
