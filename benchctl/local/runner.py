@@ -76,7 +76,7 @@ class LocalEngine:
         self.runs_uri = str(self.workspace / CAMPAIGNS_DIR)
         self.lake_uri = str(self.workspace / LAKE_DIR)
         self.pool = LocalPool()
-        self.load = LocalLoad()
+        self.load = LocalLoad(self.workspace / CACHE_DIR)  # the load runner's log goes there
         self.smoke = LocalSmoke()
         self.lake = LocalLake(self.lake_uri)
         self.tokenizer = modeldir.TOKENIZER_NAME
