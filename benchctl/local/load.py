@@ -76,15 +76,23 @@ class LocalLoad:
 
     # ------------------------------------------------------------------------------- the runner
 
-    def _ensure_runner(self, log: Path) -> JSON:
+    def _ensure_runner(self, log: Path | None = None) -> JSON:
         if self._runner is not None and processes.is_alive(self._runner):
             return self._runner
-        log_path = (self.log_dir / "aiperf-runner.log") if self.log_dir else log.parent / "aiperf-runner.log"
+        if self.log_dir is None and log is None:
+            raise ValueError("the load runner needs a log directory (LocalLoad(log_dir)) or a step's log")
+        log_path = (self.log_dir / "aiperf-runner.log") if self.log_dir else Path(str(log)).parent / "aiperf-runner.log"
         env = {**aiperf_env(), "BENCHCTL_RUNNER_TOKENIZER": modeldir.TOKENIZER_NAME}
         rec = processes.start("aiperf-runner", [sys.executable, "-m", "benchctl.local.aiperf_runner"], env,
                               log_path, stdin_pipe=True)
         self._runner, self._pipe = rec, processes.stdin_of(rec)
         return rec
+
+    def prepare(self) -> JSON:
+        """Start the runner now, so that its one start-up overlaps what comes before the first load (plan,
+        scaling, deploy, readiness); returns its record at once. Needs ``log_dir``."""
+        with self._lock:
+            return dict(self._ensure_runner())
 
     def runner_record(self) -> JSON | None:
         return dict(self._runner) if self._runner else None

@@ -40,6 +40,7 @@ def test_forked_runs_end_with_aiperfs_own_exit_code_and_nothing_is_left(tmp_path
     assert alone.returncode != 0
     load = LocalLoad(tmp_path / "cache")
     try:
+        prepared = load.prepare()  # started ahead of the first launch, which then uses it
         states = []
         for job in ("a", "b"):  # two runs from the one runner, one after the other
             state = load.launch(_request(tmp_path, job, ["--no-such-option"]))
@@ -54,7 +55,7 @@ def test_forked_runs_end_with_aiperfs_own_exit_code_and_nothing_is_left(tmp_path
             assert log.startswith(f"[benchctl] starting aiperf-agg-{job} (forked by the load runner)")
             assert "no-such-option" in log  # AIPerf's own error message went to the step's log
             states.append(state)
-        assert states[0]["runner"] == states[1]["runner"]  # one start-up for both
+        assert states[0]["runner"] == states[1]["runner"] == prepared  # one start-up for both
         runner = load.runner_record()
         assert runner is not None and processes.is_alive(runner)
         ready = Path(runner["log"]).read_text()
