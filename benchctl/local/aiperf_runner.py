@@ -67,16 +67,14 @@ def warm(tokenizer: str | None) -> dict[str, Any]:
     from aiperf.common.tokenizer import Tokenizer
 
     original = Tokenizer.from_pretrained.__func__
-    cache: dict[tuple[str, bool, str], Any] = {}
+    cache: dict[tuple[str, bool, str, bool], Any] = {}
 
     def from_pretrained(cls: Any, name: str, trust_remote_code: bool = False, revision: str = "main",
-                        **kw: Any) -> Any:
-        key = (name, bool(trust_remote_code), revision or "main")
-        if key not in cache or kw:
-            tok = original(cls, name, trust_remote_code=trust_remote_code, revision=revision, **kw)
-            if kw:
-                return tok
-            cache[key] = tok
+                        resolve_alias: bool = True) -> Any:
+        key = (name, bool(trust_remote_code), revision or "main", bool(resolve_alias))
+        if key not in cache:
+            cache[key] = original(cls, name, trust_remote_code=trust_remote_code, revision=revision,
+                                  resolve_alias=resolve_alias)
         return cache[key]
 
     Tokenizer.from_pretrained = classmethod(from_pretrained)

@@ -68,17 +68,38 @@ def test_forked_runs_end_with_aiperfs_own_exit_code_and_nothing_is_left(tmp_path
     assert all(not processes.is_alive(s["process"]) for s in states)
 
 
-def test_the_safety_net_stops_a_runner_and_its_runs(tmp_path: Path) -> None:
+def _unserved(tmp: Path, job: str) -> LoadRequest:
+    """A run against an endpoint nobody serves (loopback port 9): AIPerf configures everything (tokenizer,
+    dataset from the built-in corpus), sends, every request fails, and it exits non-zero."""
+    return _request(tmp, job, [
+        "profile", "--model", "Qwen/Qwen3-30B-A3B", "--tokenizer", "Qwen/Qwen3-30B-A3B", "--url", "http://127.0.0.1:9",
+        "--endpoint-type", "chat", "--streaming", "--request-count", "4", "--concurrency", "1", "--ui-type", "none",
+        "--synthetic-input-tokens-mean", "128", "--output-tokens-mean", "8", "--random-seed", "42",
+        "--artifact-dir", str(tmp / "lake" / f"step_id={job}")])
+
+
+def test_a_run_reuses_the_preloaded_tokenizer_and_corpus(tmp_path: Path) -> None:
     load = LocalLoad(tmp_path / "cache")
-    # a run that stays up: AIPerf waits for an endpoint nobody serves (port 9 on loopback: discard)
-    state = load.launch(_request(tmp_path, "hang", [
-        "profile", "--model", "m", "--url", "http://127.0.0.1:9", "--endpoint-type", "chat", "--streaming",
-        "--request-count", "1000", "--concurrency", "1", "--ui-type", "none",
-        "--tokenizer", "Qwen/Qwen3-30B-A3B"]))
+    try:
+        state = load.launch(_unserved(tmp_path, "unserved"))
+        assert _wait(load, state) != 0  # AIPerf's own verdict: every request failed
+        log = (Path(state["artifact_dir"]) / "logs" / "aiperf.log").read_text()
+        # the tokenizer is the runner's (memoised): no load at all in the run; the corpus tokens too
+        tokenizer_s = float(log.split("Tokenizer(s) configured in ")[1].split(" ")[0])
+        assert tokenizer_s < 0.5, tokenizer_s  # loading it takes 2-4.5 s on this kind of machine
+        dataset_s = float(log.split("Dataset configured in ")[1].split(" ")[0])
+        assert dataset_s < 3.0, dataset_s  # tokenizing the corpus alone takes 2.6-6 s on this kind of machine
+    finally:
+        load.close()
+
+
+def test_the_safety_net_stops_a_runner_and_its_running_aiperf(tmp_path: Path) -> None:
+    load = LocalLoad(tmp_path / "cache")
+    state = load.launch(_unserved(tmp_path, "stopped"))
     runner = load.runner_record()
     assert runner is not None
-    stopped = processes.stop_all_started()
-    assert isinstance(stopped, list)
+    assert processes.is_alive(state["process"])  # AIPerf's start-up alone takes longer than this
+    processes.stop_all_started()
     assert not processes.is_alive(runner) and not processes.is_alive(state["process"])
-    assert not processes.group_members(int(state["process"]["pid"]))
+    assert not processes.group_members(int(state["process"]["pid"]))  # none of its services either
     assert load.poll(state) is not None
