@@ -25,6 +25,7 @@ JSON = dict[str, Any]
 ASL_PATH = data_dir("state_machines") / "campaign.asl.json"
 SOURCE_PATH = data_dir("state_machines") / "campaign.src.json"
 LAMBDA_INVOKE = "arn:aws:states:::lambda:invoke"
+LAMBDA_CALLBACK = LAMBDA_INVOKE + ".waitForTaskToken"  # the invoke resumes when the task token is answered
 # Lambda's own transient errors (AWS Step Functions developer guide, "Handling Lambda service exceptions")
 LAMBDA_RETRY: JSON = {
     "ErrorEquals": ["Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
@@ -160,7 +161,7 @@ def build(source: JSON) -> JSON:
     own retriers and before a ``States.ALL`` one. ValueError when the source already holds it."""
     out = copy.deepcopy(source)
     for _, name, st in all_states(out):
-        if st["Type"] != "Task" or st.get("Resource") != LAMBDA_INVOKE:
+        if st["Type"] != "Task" or st.get("Resource") not in (LAMBDA_INVOKE, LAMBDA_CALLBACK):
             continue
         retry = st.get("Retry", [])
         if any(r.get("ErrorEquals") == LAMBDA_RETRY["ErrorEquals"] for r in retry):

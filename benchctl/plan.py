@@ -329,8 +329,8 @@ EXECUTION_TIMEOUT_S = 48 * 3600
 
 # History events per state of the campaign ASL (what Step Functions records, and moto's interpreter too):
 # a lambda:invoke Task 5 (entered, scheduled, started, succeeded, exited), a Choice, Wait or Succeed 2,
-# a Map 4 plus 2 per iteration, the execution itself 2.
-_TASK, _PASS, _MAP, _ITERATION, _EXECUTION = 5, 2, 4, 2, 2
+# a Map 4 plus 2 per iteration, the execution itself 2; a lambda:invoke.waitForTaskToken Task 6 (+ submitted).
+_TASK, _PASS, _MAP, _ITERATION, _EXECUTION, _CALLBACK_TASK = 5, 2, 4, 2, 2, 6
 WaitSeconds = Callable[[str, "ExperimentPlan", "StepPlan | None"], float]
 
 
@@ -340,11 +340,12 @@ def _loop(seconds: float, poll_seconds: int) -> int:
     return (waits + 1) * (_TASK + _PASS) + waits * _PASS
 
 
-def history_events(plan: CampaignPlan, poll_seconds: int, seconds: WaitSeconds) -> int:
+def history_events(plan: CampaignPlan, poll_seconds: int, seconds: WaitSeconds, *, callbacks: bool = False) -> int:
     """Events in the history of one successful execution of the campaign ASL for ``plan``, when each
     wait (``capacity``, ``ready``, ``smoke``, ``warmup``, ``load`` of a step, ``teardown``) lasts
     ``seconds(kind, experiment, step)``. Mirrors the ASL state by state (tests/unit/test_history.py
-    holds it to the history moto's interpreter records for the same ASL)."""
+    holds it to the history moto's interpreter records for the same ASL). ``callbacks``: the engine answers
+    task tokens (local), so a step waits in AwaitLoadEnd and CheckLoad runs once; else (AWS) CheckLoad polls."""
     if poll_seconds < 1:
         raise ValueError(f"poll_seconds {poll_seconds!r}: must be at least 1")
     events = _EXECUTION + _TASK + _MAP + _TASK + _PASS  # Plan, ForEachExperiment, Report, CampaignSucceeded
@@ -354,8 +355,9 @@ def history_events(plan: CampaignPlan, poll_seconds: int, seconds: WaitSeconds) 
         events += _TASK + _loop(seconds("smoke", e, None), poll_seconds)  # SmokeTest, CheckSmoke ⟲
         events += _TASK + _loop(seconds("warmup", e, None), poll_seconds)  # LaunchWarmUp, CheckWarmUp ⟲
         events += _MAP  # ForEachStep
-        for s in e.steps:  # LaunchLoad, CheckLoad ⟲, IngestStep, StepDone
-            events += _ITERATION + _TASK + _loop(seconds("load", e, s), poll_seconds) + _TASK + _PASS
+        for s in e.steps:  # LaunchLoad, LoadEndReported?, [AwaitLoadEnd], CheckLoad ⟲, IngestStep, StepDone
+            wait = _CALLBACK_TASK + _loop(0.0, poll_seconds) if callbacks else _loop(seconds("load", e, s), poll_seconds)
+            events += _ITERATION + _TASK + _PASS + wait + _TASK + _PASS
         events += _loop(seconds("teardown", e, None), poll_seconds) + _PASS  # TeardownExperiment ⟲, ExperimentDone
     return events
 

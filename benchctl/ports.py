@@ -158,6 +158,15 @@ class LoadPort(Protocol):
         """The last log lines of a failed run (kept with its record); {} when there are none."""
 
 
+class CallbackPort(Protocol):
+    """Answers the task tokens of ``.waitForTaskToken`` states (events, not polls): once ``wake()`` names a
+    reason (it returns None while there is nothing to look at), the state machine is resumed at once.
+    Locally the engine's ``CallbackRelay``; None on an engine whose load reports no ends yet (AWS: polls)."""
+
+    def watch(self, token: str, state: str, key: tuple[str, str], wake: Callable[[], str | None]) -> bool:
+        """Watch ``key`` (experiment, step) for the state ``state``; False when ``token`` is already watched."""
+
+
 class SmokePort(Protocol):
     """A few short requests against a deployment before any load: started by SmokeTest, polled by
     CheckSmoke (locally they run at once and ``poll`` answers at its first call)."""
@@ -225,6 +234,7 @@ class Providers:
     locks: Locks | None = None  # one campaign per pool
     clock: Callable[[], float] = time.time
     versions: dict[str, object] = field(default_factory=dict)
+    callbacks: CallbackPort | None = None  # who answers task tokens; None: the ASL polls (CheckLoad loop)
 
 
 class Engine(Protocol):

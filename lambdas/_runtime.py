@@ -19,17 +19,24 @@ from benchctl.campaign import Operation, Task
 from benchctl.constants import SERVICE
 from benchctl.context import context_of
 from benchctl.errors import NotReadyYet
-from benchctl.ports import Engine
+from benchctl.ports import CallbackPort, Engine
 
 logger = Logger(service=SERVICE)  # level: POWERTOOLS_LOG_LEVEL (the stack sets it; Powertools reads it)
 
 _engine: Engine | None = None
+_callbacks: CallbackPort | None = None
 
 
 def use_engine(engine: Engine | None) -> None:
     """Install this process's engine (None: the AWS engine, from the environment)."""
     global _engine
     _engine = engine
+
+
+def use_callbacks(callbacks: CallbackPort | None) -> None:
+    """Install who answers this process's task tokens (the local engine's relay; None: nobody, the ASL polls)."""
+    global _callbacks
+    _callbacks = callbacks
 
 
 def current_engine() -> Engine:
@@ -54,6 +61,8 @@ def run(event: dict[str, Any], operations: dict[str, Operation]) -> dict[str, An
             raise
         return op.without_context(task)  # an entry state of an input too broken to record anything in
     p = engine.providers(ctx)
+    if _callbacks is not None:
+        p.callbacks = _callbacks
     logger.append_keys(campaign_id=ctx.campaign_id, state=task.state)
     try:
         campaign.guard(p, task.state, ctx.fail_at, cleanup=op.cleanup)

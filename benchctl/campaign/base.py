@@ -33,6 +33,7 @@ class Task:
     execution: str | None = None
     input: JSON | None = None
     action: str = ""
+    token: str | None = None  # a callback state's task token ($$.Task.Token)
 
     @staticmethod
     def parse(event: JSON) -> Task:
@@ -42,7 +43,8 @@ class Task:
         return Task(experiment=event.get("experiment"), step=event.get("step"), state=event.get("state"),
                     error=error if isinstance(error, dict) else ({"Error": "Unknown", "Cause": str(error)}
                                                                  if error is not None else None),
-                    execution=event.get("execution"), input=event.get("input"), action=str(event.get("action") or ""))
+                    execution=event.get("execution"), input=event.get("input"), action=str(event.get("action") or ""),
+                    token=event.get("task_token"))
 
     @property
     def exp(self) -> str:

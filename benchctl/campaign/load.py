@@ -138,7 +138,51 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
             slo=spec.slo.model_dump(), tokenizer_revision=revision,
         )
 
-    return _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, rec=rec)
+    out = _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, rec=rec)
+    # the ASL waits for the load's end as an event (AwaitLoadEnd) when somebody answers task tokens
+    return {**out, "callback": p.callbacks is not None}
+
+
+_SERVING_CHECK_S = 1.0  # how often the wake check looks at the serving side (each look reads its processes)
+
+
+def load_wake(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> Callable[[], str | None]:
+    """The wake check of a step's load for the callbacks port: a reason for CheckLoad to look now (an abort
+    was requested, the serving side died, the load ended, the deadline passed), or None; a dead serving side
+    raises ``ServingFailed`` (the relay wakes on that too). It never decides: CheckLoad does, as on every poll."""
+    last_serving = [0.0]
+
+    def wake() -> str | None:
+        if p.state.abort() is not None:
+            return "abort requested"
+        rec = p.state.load(experiment, step_id)
+        if rec is None or rec.ended or rec.skipped:
+            return "load recorded as ended"
+        if p.clock() - last_serving[0] >= _SERVING_CHECK_S:
+            last_serving[0] = p.clock()
+            p.serving.check_alive(deployment(p, experiment).state)  # raises: a reason too
+        if p.load.poll(rec.state) is not None:
+            return "load ended"
+        if p.clock() - rec.launched_at > (rec.est_s or 0.0) + p.state.spec().timeouts.load_grace_s:
+            return "deadline passed"
+        return None
+
+    return wake
+
+
+def await_load(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """AwaitLoadEnd: hand the task token and the step's wake check to the callbacks port; the state machine
+    resumes (to CheckLoad) as soon as it answers. Idempotent: a token already watched is not watched twice."""
+    experiment, step_id = task.exp, task.step_id
+    if p.callbacks is None:
+        raise RuntimeError(f"{task.state}: this engine answers no task tokens (LaunchLoad said callback: true?)")
+    if not task.token:
+        raise ValueError(f"task {task.state}: the event has no 'task_token' ($$.Task.Token)")
+    if p.state.load(experiment, step_id) is None:
+        raise FileNotFoundError(f"the load {step_id} of {experiment} is not recorded: the launch state did not run")
+    watching = p.callbacks.watch(task.token, task.state or "AwaitLoadEnd", (experiment, step_id),
+                                 load_wake(p, ctx, experiment, step_id))
+    return {"watching": True, "again": not watching}
 
 
 def _check(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:

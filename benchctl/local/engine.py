@@ -27,6 +27,7 @@ from typing import Any
 
 from benchctl import asl, campaign
 from benchctl.context import StartInput, start_context
+from benchctl.local.callbacks import CallbackRelay
 from benchctl.local.runstore import LocalRunStore
 from benchctl.ports import Engine, QueryPort
 from benchctl.runstate import RunState
@@ -75,6 +76,7 @@ class Dispatcher:
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
+        self.relay: CallbackRelay | None = None  # sees every invocation: the next task acknowledges an answer
         self.handlers: dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]] = {}
         from lambdas import FUNCTIONS
 
@@ -95,6 +97,8 @@ class Dispatcher:
             if handler is None:
                 raise LookupError(f"no handler for function {name}")
             self.progress.show(event)
+            if self.relay is not None:
+                self.relay.observe(event)
             raw = json.dumps(handler(event, None), default=str).encode()
         except Exception as exc:  # becomes the ASL error name that Retry/Catch match
             raw = json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}).encode()
@@ -184,7 +188,7 @@ def execute(
     import boto3
     from moto import mock_aws
 
-    from lambdas._runtime import use_engine
+    from lambdas._runtime import use_callbacks, use_engine
 
     if not start.campaign_id:
         raise ValueError("a local execution is named after its campaign: give the start input a campaign_id")
@@ -198,7 +202,6 @@ def execute(
     use_engine(engine)
     dispatcher = Dispatcher(progress)
     started = time.monotonic()
-    handled = 0
     with contextlib.ExitStack() as stack:
         intr = interrupts if interrupts is not None else stack.enter_context(Interrupts())
         intr.describe = lambda: progress.last
@@ -209,40 +212,16 @@ def execute(
             assert boto3.DEFAULT_SESSION is not None
             boto3.DEFAULT_SESSION.events.register("before-call.lambda.Invoke", dispatcher)
             sfn = session.client("stepfunctions")
-            from lambdas import FUNCTIONS
-
-            definition = asl.substitute({var: function_arn(var) for var in FUNCTIONS})
-            arn = sfn.create_state_machine(
-                name="benchctl-campaign", definition=definition,
-                roleArn=f"arn:aws:iam::{ACCOUNT}:role/benchctl-local",
-            )["stateMachineArn"]
-            execution = sfn.start_execution(
-                stateMachineArn=arn, name=ctx.campaign_id[:80], input=json.dumps(start.to_json())
-            )["executionArn"]
-            desc: dict[str, Any] = {}
-            while True:
-                if intr.count > handled:
-                    if handled == 0:
-                        progress.note("interrupt: stopping the load first, then tearing down (Ctrl-C again to force)")
-                        state.request_abort(f"interrupted ({intr.names[0]})", during=intr.during[0])
-                    if intr.count >= 2:
-                        progress.note("forced stop: tearing down now")
-                        if on_force_stop:
-                            on_force_stop()
-                        campaign.abort_campaign(engine.providers(ctx), ctx,
-                                                campaign.Task(error={"Error": "Aborted", "Cause": "forced stop"}))
-                        desc = {"status": "ABORTED", "error": "Aborted", "cause": "forced stop"}
-                        break
-                    handled = intr.count
-                desc = sfn.describe_execution(executionArn=execution)
-                if desc["status"] != "RUNNING":
-                    break
-                if not progress.steps and state.has_plan():
-                    plan = state.plan()
-                    progress.experiments = [e.name for e in plan.experiments]
-                    progress.steps = [s.step_id for s in plan.experiments[0].steps] if plan.experiments else []
-                time.sleep(0.25)
-            history = sfn.get_execution_history(executionArn=execution, maxResults=1000).get("events", [])
+            # the answers to the callback states (AwaitLoadEnd): the load's end as an event, not a poll
+            relay = CallbackRelay(lambda: sfn)
+            dispatcher.relay = relay
+            use_callbacks(relay)
+            try:
+                desc, history = _run_execution(sfn, start, ctx, state, progress, intr, engine, on_force_stop)
+            finally:
+                relay.close()  # inside the mock: no answer may ever go anywhere else
+                use_callbacks(None)
+                dispatcher.relay = None
             boto3.DEFAULT_SESSION.events.unregister("before-call.lambda.Invoke", dispatcher)
         interrupted = intr.count > 0
     status = desc.get("status", "FAILED")
@@ -258,4 +237,45 @@ def execute(
         history=history,
         elapsed_s=time.monotonic() - started,
     )
+
+
+def _run_execution(sfn: Any, start: StartInput, ctx: Any, state: RunState, progress: Progress, intr: Interrupts,
+                   engine: Engine, on_force_stop: Callable[[], object] | None) -> tuple[dict[str, Any], list[Any]]:
+    """Create and start the state machine, follow it to its end (acting on interrupts): (description, history)."""
+    from lambdas import FUNCTIONS
+
+    definition = asl.substitute({var: function_arn(var) for var in FUNCTIONS})
+    arn = sfn.create_state_machine(
+        name="benchctl-campaign", definition=definition,
+        roleArn=f"arn:aws:iam::{ACCOUNT}:role/benchctl-local",
+    )["stateMachineArn"]
+    execution = sfn.start_execution(
+        stateMachineArn=arn, name=ctx.campaign_id[:80], input=json.dumps(start.to_json())
+    )["executionArn"]
+    desc: dict[str, Any] = {}
+    handled = 0
+    while True:
+        if intr.count > handled:
+            if handled == 0:
+                progress.note("interrupt: stopping the load first, then tearing down (Ctrl-C again to force)")
+                state.request_abort(f"interrupted ({intr.names[0]})", during=intr.during[0])
+            if intr.count >= 2:
+                progress.note("forced stop: tearing down now")
+                if on_force_stop:
+                    on_force_stop()
+                campaign.abort_campaign(engine.providers(ctx), ctx,
+                                        campaign.Task(error={"Error": "Aborted", "Cause": "forced stop"}))
+                desc = {"status": "ABORTED", "error": "Aborted", "cause": "forced stop"}
+                break
+            handled = intr.count
+        desc = sfn.describe_execution(executionArn=execution)
+        if desc["status"] != "RUNNING":
+            break
+        if not progress.steps and state.has_plan():
+            plan = state.plan()
+            progress.experiments = [e.name for e in plan.experiments]
+            progress.steps = [s.step_id for s in plan.experiments[0].steps] if plan.experiments else []
+        time.sleep(0.25)
+    history = sfn.get_execution_history(executionArn=execution, maxResults=1000).get("events", [])
+    return desc, history
 

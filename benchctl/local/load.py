@@ -1,28 +1,41 @@
-"""``LoadPort`` on this machine: real AIPerf as a local process (group).
+"""``LoadPort`` on this machine: real AIPerf runs, forked by one load runner per campaign.
 
-``launch`` runs the venv's ``aiperf`` console script (the one next to ``sys.executable``; falls back to
-``python -m aiperf``) with the given arguments; when they start with an option rather than a
-sub-command, ``profile`` is put in front (``aiperf --isl 64 ...`` is not a valid command line).
-The tokenizer environment of ``modeldir.tokenizer_env()`` is merged in (HF_HOME pointing at the
-generated hub cache, offline mode), so ``--tokenizer Qwen/Qwen3-30B-A3B`` resolves without a network.
+``launch`` sends the step's arguments to the load runner (``benchctl.local.aiperf_runner``), which the
+first launch starts with the venv's Python; the runner forks one ordinary ``aiperf profile`` run per
+request, sharing only the start-up that does not depend on the step (imports, tokenizer, corpus tokens).
+When the arguments start with an option rather than a sub-command, ``profile`` is put in front
+(``aiperf --isl 64 ...`` is not a valid command line). The tokenizer environment of
+``modeldir.tokenizer_env()`` (HF_HOME pointing at the generated hub cache, offline mode) is the runner's,
+so ``--tokenizer Qwen/Qwen3-30B-A3B`` resolves without a network.
 
 The log (AIPerf's stdout+stderr) goes NEXT TO the artifact directory, to
 ``<artifact_dir>/../<job_id>.aiperf.log``, so that the artifact directory holds only what AIPerf
-writes (AIPerf keeps its own detailed log in ``<artifact_dir>/logs/aiperf.log``).
+writes (AIPerf keeps its own detailed log in ``<artifact_dir>/logs/aiperf.log``); the runner's start and
+end records of the run go next to it (``<job_id>.aiperf.started.json``, ``<job_id>.aiperf.exit.json``).
 
-AIPerf spawns several service processes; they stay in the process group of the session that
-``processes.start`` creates, so ``stop`` (and ``poll`` once AIPerf ended) signal the whole group.
+Processes: the runner is started like every process of the local engine (``processes.start``, its own
+session). Each forked AIPerf run leads its own process group, whose record (pid and start time) is the
+load's state: ``stop`` (and ``poll`` once AIPerf ended) signal that whole group, also from another process;
+this process also adopts the record, so its safety net (``processes.stop_all_started``) stops it too.
+The runner stops its runs and exits when it is stopped or when this process goes away (its stdin closes).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
+from benchctl.errors import LoadFailed
 from benchctl.local import modeldir, processes
 from benchctl.ports import JSON, LoadRequest
 
 _STOP_GRACE_S = 10.0  # AIPerf shuts its services down on SIGTERM; SIGKILL the group after this
+_RUNNER_READY_S = 180.0  # the runner's one start-up (imports, tokenizer, corpus) on a loaded 2-core machine
+_EXIT_RECORD_S = 2.0  # after the run's group is gone, how long the runner may take to write its exit record
 
 
 def aiperf_command() -> list[str]:
@@ -32,16 +45,70 @@ def aiperf_command() -> list[str]:
     return [sys.executable, "-m", "aiperf"]
 
 
+def aiperf_env() -> dict[str, str]:
+    """The environment of every AIPerf run (fixed for the runner's lifetime: AIPerf reads it at import).
+    AIPerf caches datasets under ~/.cache/aiperf by default: nothing outside our directories."""
+    return {**modeldir.tokenizer_env(), "PYTHONUNBUFFERED": "1", "AIPERF_DATASET_MMAP_CACHE_ENABLED": "false"}
+
+
 def _result_exists(artifact_dir: str) -> bool:
     return (Path(artifact_dir) / "profile_export_aiperf.json").is_file()
 
 
+def _read_json(path: Path) -> JSON | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 class LocalLoad:
-    """AIPerf processes on this machine; states are JSON-able and can be polled from another process."""
+    """AIPerf runs on this machine; states are JSON-able and can be polled or stopped from another process.
+
+    ``log_dir``: where the runner's own log goes (the engine's workspace cache)."""
+
+    def __init__(self, log_dir: Path | None = None) -> None:
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self._runner: JSON | None = None
+        self._pipe: Any = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------- the runner
+
+    def _ensure_runner(self, log: Path | None = None) -> JSON:
+        if self._runner is not None and processes.is_alive(self._runner):
+            return self._runner
+        if self.log_dir is None and log is None:
+            raise ValueError("the load runner needs a log directory (LocalLoad(log_dir)) or a step's log")
+        log_path = (self.log_dir / "aiperf-runner.log") if self.log_dir else Path(str(log)).parent / "aiperf-runner.log"
+        env = {**aiperf_env(), "BENCHCTL_RUNNER_TOKENIZER": modeldir.TOKENIZER_NAME}
+        rec = processes.start("aiperf-runner", [sys.executable, "-m", "benchctl.local.aiperf_runner"], env,
+                              log_path, stdin_pipe=True)
+        self._runner, self._pipe = rec, processes.stdin_of(rec)
+        return rec
+
+    def prepare(self) -> JSON:
+        """Start the runner now, so that its one start-up overlaps what comes before the first load (plan,
+        scaling, deploy, readiness); returns its record at once. Needs ``log_dir``."""
+        with self._lock:
+            return dict(self._ensure_runner())
+
+    def runner_record(self) -> JSON | None:
+        return dict(self._runner) if self._runner else None
+
+    def close(self) -> None:
+        """Stop the runner (and whatever it still runs); idempotent."""
+        with self._lock:
+            if self._runner is not None:
+                processes.stop([self._runner], grace_s=_STOP_GRACE_S + 5)
+            self._runner, self._pipe = None, None
+
+    # ------------------------------------------------------------------------------------ the port
 
     def launch(self, request: LoadRequest) -> JSON:
         """Start AIPerf with the request's arguments; its artifacts go to ``request.artifact_uri`` (a
-        directory: the local lake's raw area of the step)."""
+        directory: the local lake's raw area of the step). Returns once the run is forked."""
         args = list(request.argv)
         artifact_dir, job_id = request.artifact_uri, request.job_id
         if not args or args[0].startswith("-"):
@@ -49,26 +116,58 @@ class LocalLoad:
         adir = Path(artifact_dir).resolve()
         adir.mkdir(parents=True, exist_ok=True)
         log = adir.parent / f"{job_id}.aiperf.log"
+        started, exit_file = adir.parent / f"{job_id}.aiperf.started.json", adir.parent / f"{job_id}.aiperf.exit.json"
+        for f in (started, exit_file):
+            f.unlink(missing_ok=True)
         modeldir.ensure_model_dir()
-        # AIPerf caches datasets under ~/.cache/aiperf by default: nothing outside our directories
-        env = {**modeldir.tokenizer_env(), "PYTHONUNBUFFERED": "1", "AIPERF_DATASET_MMAP_CACHE_ENABLED": "false"}
-        rec = processes.start(f"aiperf-{job_id}", [*aiperf_command(), *args], env, log, cwd=adir.parent)
-        return {"job_id": job_id, "artifact_dir": str(adir), "log": str(log), "process": rec}
+        req = {"job_id": job_id, "argv": args, "log": str(log), "cwd": str(adir.parent), "started": str(started),
+               "exit": str(exit_file)}
+        with self._lock:
+            runner = self._ensure_runner(log)
+            self._pipe.write((json.dumps(req) + "\n").encode())
+            self._pipe.flush()
+            deadline = time.monotonic() + _RUNNER_READY_S
+            while (rec := _read_json(started)) is None:
+                if not processes.is_alive(runner):
+                    raise LoadFailed(f"the AIPerf load runner exited before it started {job_id}; see {runner['log']}")
+                if time.monotonic() > deadline:
+                    raise LoadFailed(f"the AIPerf load runner did not start {job_id} within {_RUNNER_READY_S:.0f} s; "
+                                     f"see {runner['log']}")
+                time.sleep(0.005)
+        proc = {"name": f"aiperf-{job_id}", "pid": int(rec["pid"]), "start_time": int(rec["start_time"]),
+                "log": str(log), "cmd": ["aiperf", *args]}
+        processes.adopt(proc)
+        return {"job_id": job_id, "artifact_dir": str(adir), "log": str(log), "process": proc,
+                "exit_record": str(exit_file), "runner": dict(runner)}
 
     def poll(self, state: JSON) -> int | None:
-        """None while AIPerf runs, else its exit code.
+        """None while AIPerf runs, else its exit code (the runner's record of it).
 
-        If the process was started by another Python process its exit code is unknown here; then 0 is
-        reported when AIPerf wrote its summary (``profile_export_aiperf.json``), else 1.
-        """
+        Without that record (a runner gone with its run), 0 is reported when AIPerf wrote its summary
+        (``profile_export_aiperf.json``), else 1."""
         rec = state["process"]
         if processes.is_alive(rec):
             return None
-        processes.stop([rec], grace_s=2.0)  # reap the leader and any straggling child of the group
+        processes.stop([rec], grace_s=2.0)  # any straggling service of the group
+        exit_file = Path(state["exit_record"]) if state.get("exit_record") else None
+        deadline = time.monotonic() + _EXIT_RECORD_S
+        while exit_file is not None:
+            done = _read_json(exit_file)
+            if done is not None:
+                return int(done["exit_code"])
+            runner = state.get("runner")
+            if not runner or not processes.is_alive(runner) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         code = processes.exit_code(rec)
         if code is None:
             code = 0 if _result_exists(state["artifact_dir"]) else 1
         return code
+
+    def ended_at(self, state: JSON) -> float | None:
+        """When the AIPerf run's process ended (the runner's record), or None."""
+        done = _read_json(Path(state["exit_record"])) if state.get("exit_record") else None
+        return float(done["ended_at"]) if done else None
 
     def stop(self, state: JSON) -> None:
         """Terminate AIPerf and all its child processes now; idempotent."""

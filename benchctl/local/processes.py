@@ -28,12 +28,14 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 Record = dict[str, Any]
 
 # pid -> (Popen, record); entries are kept after exit so that exit codes stay readable.
 _REGISTRY: dict[int, tuple[subprocess.Popen[bytes], Record]] = {}
+# pid -> record of processes another of ours forked (the load runner's AIPerf runs): stopped by the safety net
+_ADOPTED: dict[int, Record] = {}
 _LOCK = threading.Lock()
 
 
@@ -79,11 +81,14 @@ def start(
     env: Mapping[str, str | None] | None,
     log_path: str | Path,
     cwd: str | Path | None = None,
+    *,
+    stdin_pipe: bool = False,
 ) -> Record:
     """Start ``argv`` in its own session, stdout+stderr appended to ``log_path``; return its record.
 
     ``env`` holds variables added to (overriding) the current environment, a None value removes the
-    variable; ``env=None`` inherits the environment as is.
+    variable; ``env=None`` inherits the environment as is. ``stdin_pipe``: its stdin is a pipe from this
+    process (``stdin_of``), which closes when this process ends, else /dev/null.
     """
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +103,7 @@ def start(
         out.flush()
         proc = subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=full_env,
@@ -117,6 +122,21 @@ def start(
     with _LOCK:
         _REGISTRY[proc.pid] = (proc, rec)
     return dict(rec)
+
+
+def stdin_of(rec: Record) -> IO[bytes]:
+    """The stdin pipe of a process this Python process started with ``stdin_pipe=True``."""
+    proc = _ours(rec)
+    if proc is None or proc.stdin is None:
+        raise ValueError(f"{rec.get('name')} (pid {rec.get('pid')}) was not started here with a stdin pipe")
+    return proc.stdin
+
+
+def adopt(rec: Record) -> None:
+    """Track a process that one of ours forked (pid and start time in ``rec``, leader of its own group), so
+    that ``stop_all_started`` stops it too; its exit code is its parent's to read."""
+    with _LOCK:
+        _ADOPTED[int(rec["pid"])] = dict(rec)
 
 
 def _ours(rec: Record) -> subprocess.Popen[bytes] | None:
@@ -203,9 +223,9 @@ def stop(recs: Iterable[Record], grace_s: float = 5.0) -> list[Record]:
 
 
 def started() -> list[Record]:
-    """Records of every process this Python process started (running or not)."""
+    """Records of every process this Python process started or adopted (running or not)."""
     with _LOCK:
-        return [dict(rec) for _proc, rec in _REGISTRY.values()]
+        return [dict(rec) for _proc, rec in _REGISTRY.values()] + [dict(rec) for rec in _ADOPTED.values()]
 
 
 def stop_all_started(grace_s: float = 3.0) -> list[Record]:

@@ -76,7 +76,7 @@ class LocalEngine:
         self.runs_uri = str(self.workspace / CAMPAIGNS_DIR)
         self.lake_uri = str(self.workspace / LAKE_DIR)
         self.pool = LocalPool()
-        self.load = LocalLoad()
+        self.load = LocalLoad(self.workspace / CACHE_DIR)  # the load runner's log goes there
         self.smoke = LocalSmoke()
         self.lake = LocalLake(self.lake_uri)
         self.tokenizer = modeldir.TOKENIZER_NAME
@@ -217,6 +217,8 @@ def run_campaign(
         state.save_runner(RunnerRecord(  # what `benchctl sweep` checks for liveness
             pid=os.getpid(), start_time=processes.proc_start_time(os.getpid()), started=datetime.now(UTC).isoformat()))
         try:
+            if not interrupts.count:
+                engine.load.prepare()  # the load runner warms up while the first experiment deploys
             result = execute(engine=engine, start=start, progress=progress,
                              on_force_stop=processes.stop_all_started, interrupts=interrupts)
         finally:

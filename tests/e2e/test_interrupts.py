@@ -28,9 +28,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 PHASES = {
     "readiness": (r"\] CheckReady ", {"CheckReady"}),
     "warm-up": (r"\] CheckWarmUp ", {"CheckWarmUp"}),
-    "load": (r"\] CheckLoad .*step 1/2", {"CheckLoad"}),
+    # the step waits for its load's end as an event (AwaitLoadEnd): the relay wakes it for the abort
+    "load": (r"\] AwaitLoadEnd .*step 1/2", {"AwaitLoadEnd"}),
     "ingest": (r"\] IngestStep .*step 1/2", {"IngestStep"}),
-    "between-steps": (r"\] LaunchLoad .*step 2/2", {"LaunchLoad", "CheckLoad"}),
+    "between-steps": (r"\] LaunchLoad .*step 2/2", {"LaunchLoad", "AwaitLoadEnd", "CheckLoad"}),
     "teardown": (r"\] TeardownExperiment ", {"TeardownExperiment"}),
 }
 REPEATS = 2

@@ -25,7 +25,8 @@ def test_substitutions_are_exactly_the_handlers():
     assert set(re.findall(r"\$\{(\w+)\}", text)) == set(FUNCTIONS)
     for _, _, st in all_states():
         if st["Type"] == "Task":
-            assert st["Resource"] == "arn:aws:states:::lambda:invoke"
+            assert st["Resource"] in ("arn:aws:states:::lambda:invoke",
+                                      "arn:aws:states:::lambda:invoke.waitForTaskToken")
             assert re.fullmatch(r"\$\{\w+FunctionArn\}", st["Parameters"]["FunctionName"])
 
 

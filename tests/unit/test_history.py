@@ -84,11 +84,18 @@ def test_the_estimate_is_the_history_the_interpreter_records(tmp_path: Path, mon
     plan = world.providers(Ctx("history", str(result.run_dir), str(result.lake), 1, None)).state.plan()
     steps = sum(len(e.steps) for e in plan.experiments)
     assert len(plan.experiments) == 2 and steps == 4
-    # each CheckLoad and CheckWarmUp saw `polls` "still running" answers, so each of those loops went
-    # through that many Waits; every other wait ended at its first check
-    expected = history_events(plan, 1, lambda kind, e, s: float(polls) if kind in ("load", "warmup") else 0.0)
+    # each CheckWarmUp saw `polls` "still running" answers, so each of those loops went through that many
+    # Waits; a step's load is awaited as an event (the engine answers AwaitLoadEnd's token after its own
+    # `polls` looks), so CheckLoad runs once; every other wait ended at its first check
+    expected = history_events(plan, 1, lambda kind, e, s: float(polls) if kind in ("load", "warmup") else 0.0,
+                              callbacks=True)
     assert len(result.history) == expected < 1000  # (one page of get_execution_history)
-    assert sum(ev["type"] == "WaitStateEntered" for ev in result.history) == polls * (steps + 2)
+    assert sum(ev["type"] == "WaitStateEntered" for ev in result.history) == polls * 2
+    assert sum(ev["type"] == "TaskSubmitted" for ev in result.history) == steps  # one AwaitLoadEnd per step
+    # on AWS (nobody answers task tokens yet) the same steps poll: more events per step, as planned there
+    polled = history_events(plan, 1, lambda kind, e, s: float(polls) if kind in ("load", "warmup") else 0.0)
+    # per step: CheckLoad ⟲ with `polls` Waits (7 + 9 x polls) instead of AwaitLoadEnd (6) + one CheckLoad (7)
+    assert polled - expected == steps * (9 * polls - 6)
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -139,8 +146,8 @@ def test_the_plan_state_on_aws_refuses_before_any_pool_is_touched(tmp_path: Path
     with pytest.raises(SpecError, match="history events"):
         campaign.plan(p, ctx, task)  # (pools, serving and load are Unused: touching one fails the test)
     assert not p.state.has_plan() and not (tmp_path / "lake").exists()
-    # the same campaign at a poll that fits is planned
-    ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 120, None)
+    # the same campaign at a poll that fits is planned (180 s: the LoadEndReported? Choice adds 2 events a step)
+    ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 180, None)
     assert len(campaign.plan(p, ctx, task)["experiments"]) == 2
 
 

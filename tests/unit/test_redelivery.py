@@ -26,7 +26,7 @@ from benchctl.local.query import QueryEngine
 from benchctl.local.report import report_views
 from benchctl.local.runner import prepare
 from lambdas import FUNCTIONS
-from lambdas._runtime import use_engine
+from lambdas._runtime import use_callbacks, use_engine
 from tests.fakes.ports import FakeWorld
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,12 +69,36 @@ def event_for(state: str, state_input: dict[str, Any]) -> tuple[Any, dict[str, A
     var = params["FunctionName"].removeprefix("${").removesuffix("}")
     mod, fn = FUNCTIONS[var].rsplit(".", 1)
     assert function_arn(var)  # a known substitution variable
-    context = {"State": {"Name": state}, "Execution": {"Id": EXECUTION}}
+    # a Lambda retry delivers the same event: the same task token for the same state and input
+    token = f"token-{state}-{abs(hash(json.dumps(state_input, sort_keys=True, default=str)))}"
+    context = {"State": {"Name": state}, "Execution": {"Id": EXECUTION}, "Task": {"Token": token}}
     event = _resolve(params["Payload"], state_input, context)
     return getattr(importlib.import_module(mod), fn), json.loads(json.dumps(event))
 
 
 # ------------------------------------------------------------------------------------------ harness
+
+
+class Callbacks:
+    """The callbacks port as the local engine's relay is to the handlers: every watch recorded, a token
+    watched once; ``wake`` runs a watched step's check as the relay would."""
+
+    def __init__(self) -> None:
+        self.watched: dict[str, tuple[str, tuple[str, str], Any]] = {}
+        self.calls = 0
+
+    def watch(self, token: str, state: str, key: tuple[str, str], wake: Any) -> bool:
+        self.calls += 1
+        if token in self.watched:
+            return False
+        self.watched[token] = (state, key, wake)
+        return True
+
+    def wake(self, key: tuple[str, str]) -> str | None:
+        from benchctl.local.callbacks import reason_of
+
+        ((_, _, check),) = [w for w in self.watched.values() if w[1] == key]
+        return reason_of(check)
 
 
 class Campaign:
@@ -97,6 +121,7 @@ class Campaign:
                                                                            self.run_dir / "report"), **world_kw)
         self.start = {"spec_uri": start.spec_uri, "campaign_id": self.cid, "poll_seconds": 1}
         self.ctx: dict[str, Any] = {}
+        self.callbacks = Callbacks()
         self.results: dict[str, list[tuple[dict[str, Any], dict[str, Any], Any, Any]]] = {}
 
     def snapshot(self) -> dict[str, Any]:
@@ -150,9 +175,12 @@ class Campaign:
         self.until_done("CheckWarmUp", item)
         for step in exp["steps"]:
             sitem = {"ctx": self.ctx, "experiment": exp["name"], "step": step}
-            self.twice("LaunchLoad", sitem)
+            launched = self.twice("LaunchLoad", sitem)
+            assert launched["callback"] is True, launched  # a callbacks port is installed: the ASL awaits
+            self.twice("AwaitLoadEnd", sitem)
             if step == stop_after_launch:
                 return
+            assert self.callbacks.wake((exp["name"], step)) == "load ended"
             self.until_done("CheckLoad", sitem)
             self.twice("IngestStep", sitem)
         self.until_done("TeardownExperiment", item)
@@ -163,6 +191,7 @@ def happy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     """Plan → both experiments → Report, every event delivered twice."""
     c = Campaign(tmp_path_factory.mktemp("happy"))
     use_engine(c.world)
+    use_callbacks(c.callbacks)
     try:
         plan = c.twice("Plan", c.start)
         c.ctx = plan["ctx"]
@@ -171,6 +200,7 @@ def happy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
         c.twice("Report", {"plan": plan})
     finally:
         use_engine(None)
+        use_callbacks(None)
     yield c
 
 
@@ -180,6 +210,7 @@ def aborted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     (StopLoadAfterFailure, TeardownAfterFailure, AbortCampaign) delivered twice."""
     c = Campaign(tmp_path_factory.mktemp("aborted"))
     use_engine(c.world)
+    use_callbacks(c.callbacks)
     try:
         plan = c.twice("Plan", c.start)
         c.ctx = plan["ctx"]
@@ -187,6 +218,8 @@ def aborted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
         step = exp["steps"][0]
         c.experiment(exp, stop_after_launch=step)
         c.world.serving.kill(exp["name"])
+        # the awaited step's wake check names the dead serving side: CheckLoad, woken, fails with it
+        assert "ServingFailed" in (c.callbacks.wake((exp["name"], step)) or ""), "no wake for a dead serving side"
         sitem = {"ctx": c.ctx, "experiment": exp["name"], "step": step}
         handler, event = event_for("CheckLoad", sitem)
         with pytest.raises(Exception, match="worker process exited") as info:
@@ -198,6 +231,7 @@ def aborted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
         c.twice("AbortCampaign", {"plan": plan, "error": error})
     finally:
         use_engine(None)
+        use_callbacks(None)
     yield c
 
 
@@ -206,6 +240,7 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     """Plan refused (a missing prerequisite): Plan and RecordPlanFailure delivered twice."""
     c = Campaign(tmp_path_factory.mktemp("refused"), preflight_missing=["namespace 'dynamo-bench' (fake)"])
     use_engine(c.world)
+    use_callbacks(c.callbacks)
     try:
         c.twice("Plan", c.start, fails=True)
         handler, event = event_for("Plan", c.start)
@@ -216,19 +251,20 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
         c.twice("RecordPlanFailure", {**c.start, "error": error})
     finally:
         use_engine(None)
+        use_callbacks(None)
     yield c
 
 
 # --------------------------------------------------------------------------------------------- tests
 
 NORMAL = ["Plan", "ScalePools", "CheckCapacity", "Deploy", "CheckReady", "SmokeTest", "CheckSmoke", "LaunchWarmUp",
-          "CheckWarmUp", "LaunchLoad", "CheckLoad", "IngestStep", "TeardownExperiment", "Report"]
+          "CheckWarmUp", "LaunchLoad", "AwaitLoadEnd", "CheckLoad", "IngestStep", "TeardownExperiment", "Report"]
 
 
 def test_providers_are_reset_after_the_walks(happy: Campaign, aborted: Campaign, refused: Campaign) -> None:
     from lambdas import _runtime
 
-    assert _runtime._engine is None
+    assert _runtime._engine is None and _runtime._callbacks is None
 
 
 def test_the_walk_succeeds_and_covers_every_normal_task_state(happy: Campaign) -> None:
@@ -288,3 +324,14 @@ def test_no_double_scale_deploy_launch_or_teardown(happy: Campaign) -> None:
         assert out1["reused"] is False and out2["reused"] is True
     for _first, _second, out1, out2 in happy.results["Deploy"] + happy.results["LaunchLoad"]:
         assert out1["reused"] is False and out2["reused"] is True
+
+
+def test_a_redelivered_await_watches_once(happy: Campaign) -> None:
+    """AwaitLoadEnd delivered twice: the same token is handed over twice and watched once, one per step."""
+    cb = happy.callbacks
+    outs = [(out1, out2) for _f, _s, out1, out2 in happy.results["AwaitLoadEnd"]]
+    assert len(outs) == 2 * 3 and cb.calls == 2 * len(outs)
+    assert all(o1 == {"watching": True, "again": False} and o2 == {"watching": True, "again": True} for o1, o2 in outs)
+    assert len(cb.watched) == len(outs)
+    assert {key for _state, key, _w in cb.watched.values()} == {
+        (exp, step) for exp in ("agg", "disagg") for step in {k[1] for _s, k, _w in cb.watched.values()}}

@@ -1,0 +1,252 @@
+"""The AIPerf load runner: one process that pays AIPerf's start-up once and forks one AIPerf run per step.
+
+``python -m benchctl.local.aiperf_runner`` is started once per local campaign by ``benchctl.local.load``
+(in its own session, like every process of the local engine). It imports AIPerf's CLI, loads the
+tokenizer and tokenizes AIPerf's prompt corpus once, freezes that heap (``gc.freeze``), then reads one
+request per line on stdin. Each request forks a child that is an ordinary ``aiperf profile`` run: its
+own argv (dataset, seed, artifact directory), its own services and exporters, its own log; AIPerf's code
+is not changed. Only what AIPerf would compute anyway is shared, copy-on-write: the tokenizer object
+(``Tokenizer.from_pretrained`` memoised by name, remote-code flag and revision) and the token list of
+the built-in corpus when the run's tokenizer is the preloaded one. The datasets AIPerf builds are
+byte-identical to a separate ``aiperf`` process's (checked on ``inputs.json``; see the README).
+
+Why: a separate ``aiperf`` process spends 6-13 s per step on this kind of machine importing pydantic
+models, loading the 18.7 MB tokenizer and tokenizing the 5 MB corpus, for a load that may last 0.5 s.
+
+Protocol, one JSON object per line each way:
+
+* request (stdin): ``{"job_id", "argv", "log", "cwd", "started", "exit"}``; ``started`` and ``exit`` are
+  files the runner writes atomically: ``{"pid", "start_time", "at"}`` right after the fork (the child is
+  the leader of its own process group, so the engine can stop the run and all its services by that
+  record alone) and ``{"exit_code", "started_at", "ended_at", "cpu_s"}`` when the run ended.
+* stdout: ``{"ready": ...}`` once, then nothing per step (the files are the interface).
+
+Processes: every child is reaped here; on SIGTERM/SIGINT/SIGHUP or when stdin closes (the engine is
+gone), every running child's group is sent SIGTERM, then SIGKILL after a grace period, before the
+runner exits. AIPERF_* environment variables must be set before this process starts: AIPerf builds its
+settings once, at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_GRACE_S = 10.0  # AIPerf shuts its services down on SIGTERM; SIGKILL the group after this
+
+
+def _atomic_json(path: str, data: dict[str, Any]) -> None:
+    tmp = Path(f"{path}.{os.getpid()}.part")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _start_time(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_bytes().decode("utf-8", "replace")
+    return int(raw[raw.rfind(")") + 2 :].split()[19])
+
+
+def warm(tokenizer: str | None) -> dict[str, Any]:
+    """Import AIPerf, preload the tokenizer and the corpus tokens; returns timings (s)."""
+    t0 = time.perf_counter()
+    import aiperf.cli  # what the CLI process imports before it forks its services
+    import aiperf.cli_runner  # noqa: F401
+
+    t_import = time.perf_counter()
+    info: dict[str, Any] = {"imports_s": round(t_import - t0, 2), "tokenizer": None, "corpus": False}
+    if not tokenizer:
+        return info
+    from aiperf.common.tokenizer import Tokenizer
+
+    original = Tokenizer.from_pretrained.__func__
+    cache: dict[tuple[str, bool, str, bool], Any] = {}
+    try:  # AIPerf's own test: offline, ``_load_from_hub`` loads ``name`` as given and ignores resolve_alias
+        from aiperf.common.tokenizer import _is_offline_mode
+    except ImportError:
+        def _is_offline_mode() -> bool:
+            return False
+
+    def from_pretrained(cls: Any, name: str, trust_remote_code: bool = False, revision: str = "main",
+                        resolve_alias: bool = True) -> Any:
+        key = (name, bool(trust_remote_code), revision or "main", bool(resolve_alias) and not _is_offline_mode())
+        if key not in cache:
+            cache[key] = original(cls, name, trust_remote_code=trust_remote_code, revision=revision,
+                                  resolve_alias=resolve_alias)
+        return cache[key]
+
+    Tokenizer.from_pretrained = classmethod(from_pretrained)
+    preloaded = Tokenizer.from_pretrained(tokenizer)
+    info["tokenizer"] = tokenizer
+    info["tokenizer_s"] = round(time.perf_counter() - t_import, 2)
+    t_tok = time.perf_counter()
+    with contextlib.suppress(ImportError, AttributeError):
+        info["corpus"] = _cache_corpus(preloaded)
+    info["corpus_s"] = round(time.perf_counter() - t_tok, 2)
+    return info
+
+
+def _cache_corpus(preloaded: Any) -> bool:
+    """Tokenize the built-in (sonnet) corpus once with AIPerf's own ``_initialize_corpus``; a run whose
+    tokenizer is the preloaded object gets a copy of that token list instead of tokenizing again."""
+    from aiperf.common.enums import PromptCorpus
+    from aiperf.dataset.generator.prompt import PromptGenerator
+
+    original = PromptGenerator._initialize_corpus
+    sonnet = getattr(PromptCorpus, "SONNET", None)
+    if sonnet is None:
+        return False
+
+    class Probe:  # the attributes _initialize_corpus reads and writes
+        def __init__(self) -> None:
+            self.tokenizer = preloaded
+            self._corpus = sonnet
+
+        def debug(self, *a: Any, **k: Any) -> None:
+            pass
+
+    probe = Probe()
+    original(probe)
+    tokens = probe._tokenized_corpus  # type: ignore[attr-defined]
+
+    def initialize_corpus(self: Any) -> None:
+        if getattr(self, "_corpus", None) == sonnet and self.tokenizer is preloaded:
+            self._tokenized_corpus = list(tokens)
+            self._corpus_size = len(self._tokenized_corpus)
+            return
+        original(self)
+
+    PromptGenerator._initialize_corpus = initialize_corpus
+    return True
+
+
+def _child(req: dict[str, Any]) -> None:
+    """In the forked child: become an ordinary `aiperf` CLI run; never returns."""
+    code = 1
+    try:
+        os.setpgid(0, 0)  # its own process group: stopping the run stops its services, not the runner
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(fd, f"[benchctl] starting aiperf-{req['job_id']} (forked by the load runner): aiperf "
+                     f"{' '.join(req['argv'])}\n".encode())
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        if req.get("cwd"):
+            os.chdir(req["cwd"])
+        from aiperf.cli import app
+
+        sys.argv = ["aiperf", *req["argv"]]
+        app()  # a profile run ends in os._exit(code) itself
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+class Runner:
+    def __init__(self) -> None:
+        self.children: dict[int, dict[str, Any]] = {}
+        self.stopping = False
+
+    def fork(self, req: dict[str, Any]) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        started_at = time.time()
+        pid = os.fork()
+        if pid == 0:
+            _child(req)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.setpgid(pid, pid)  # also here: no race with a stop right after the started file
+        self.children[pid] = {**req, "started_at": started_at}
+        _atomic_json(req["started"], {"pid": pid, "start_time": _start_time(pid), "at": started_at})
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.children.clear()
+                return
+            if pid == 0:
+                return
+            req = self.children.pop(pid, None)
+            if req is None:
+                continue
+            _atomic_json(req["exit"], {"exit_code": os.waitstatus_to_exitcode(status), "started_at": req["started_at"],
+                                       "ended_at": time.time(), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)})
+
+    def stop_children(self) -> None:
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + _GRACE_S
+        while self.children and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.05)
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while self.children and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.05)
+
+    def serve(self) -> int:
+        sel = selectors.DefaultSelector()
+        sel.register(sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin, selectors.EVENT_READ)
+        buf = b""
+        fd = sys.stdin.fileno()
+        while not self.stopping:
+            for _key, _ in sel.select(timeout=0.05):
+                chunk = os.read(fd, 65536)
+                if not chunk:  # the engine closed the pipe (or died): stop everything and leave
+                    self.stopping = True
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        self.fork(json.loads(line))
+            self.reap()
+        self.stop_children()
+        return 0
+
+
+def main() -> int:
+    runner = Runner()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        runner.stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    t0 = time.perf_counter()
+    info = warm(os.environ.get("BENCHCTL_RUNNER_TOKENIZER") or None)
+    # AIPerf's services run gc.collect() at start: with the warm heap frozen those passes skip it
+    gc.collect()
+    gc.freeze()
+    print(json.dumps({"ready": True, "pid": os.getpid(), "warm_s": round(time.perf_counter() - t0, 2), **info}),
+          flush=True)
+    return runner.serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

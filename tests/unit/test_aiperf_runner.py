@@ -1,0 +1,105 @@
+"""The load runner with the real AIPerf 0.13.0 (no server needed): one start-up, one forked `aiperf` run per
+request, each its own process group with a start and an exit record, and nothing left running after it
+is stopped. AIPerf's own command-line check answers a bad option, so a run ends at once with AIPerf's code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from benchctl.local import processes
+from benchctl.local.load import LocalLoad, aiperf_command
+from benchctl.ports import LoadRequest
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _request(tmp: Path, job: str, argv: list[str]) -> LoadRequest:
+    return LoadRequest(campaign_id="c", experiment="agg", step_id=job, argv=tuple(argv),
+                       artifact_uri=str(tmp / "lake" / f"step_id={job}"), input_uri=None, est_s=1.0)
+
+
+def _wait(load: LocalLoad, state: dict, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while (code := load.poll(state)) is None:
+        assert time.monotonic() < deadline, "the forked AIPerf run did not end"
+        time.sleep(0.05)
+    return code
+
+
+def test_forked_runs_end_with_aiperfs_own_exit_code_and_nothing_is_left(tmp_path: Path) -> None:
+    import subprocess
+
+    # what a separate `aiperf` process answers to the same bad command line
+    alone = subprocess.run([*aiperf_command(), "profile", "--no-such-option"], capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert alone.returncode != 0
+    load = LocalLoad(tmp_path / "cache")
+    try:
+        prepared = load.prepare()  # started ahead of the first launch, which then uses it
+        states = []
+        for job in ("a", "b"):  # two runs from the one runner, one after the other
+            state = load.launch(_request(tmp_path, job, ["--no-such-option"]))
+            rec = state["process"]
+            assert rec["pid"] != state["runner"]["pid"] and rec["start_time"] > 0
+            assert _wait(load, state) == alone.returncode
+            exit_record = json.loads(Path(state["exit_record"]).read_text())
+            assert exit_record["exit_code"] == alone.returncode
+            assert exit_record["ended_at"] >= exit_record["started_at"]
+            assert load.ended_at(state) == exit_record["ended_at"]
+            log = Path(state["log"]).read_text()
+            assert log.startswith(f"[benchctl] starting aiperf-agg-{job} (forked by the load runner)")
+            assert "no-such-option" in log  # AIPerf's own error message went to the step's log
+            states.append(state)
+        assert states[0]["runner"] == states[1]["runner"] == prepared  # one start-up for both
+        runner = load.runner_record()
+        assert runner is not None and processes.is_alive(runner)
+        ready = Path(runner["log"]).read_text()
+        assert '"ready": true' in ready and '"corpus": true' in ready  # tokenizer and corpus preloaded
+        # every forked run is known to the safety net
+        assert {s["process"]["pid"] for s in states} <= {r["pid"] for r in processes.started()}
+    finally:
+        load.close()
+    assert not processes.is_alive(runner)
+    assert all(not processes.is_alive(s["process"]) for s in states)
+
+
+def _unserved(tmp: Path, job: str) -> LoadRequest:
+    """A run against an endpoint nobody serves (loopback port 9): AIPerf configures everything (tokenizer,
+    dataset from the built-in corpus), sends, every request fails, and it exits non-zero."""
+    return _request(tmp, job, [
+        "profile", "--model", "Qwen/Qwen3-30B-A3B", "--tokenizer", "Qwen/Qwen3-30B-A3B", "--url", "http://127.0.0.1:9",
+        "--endpoint-type", "chat", "--streaming", "--request-count", "4", "--concurrency", "1", "--ui-type", "none",
+        "--synthetic-input-tokens-mean", "128", "--output-tokens-mean", "8", "--random-seed", "42",
+        "--artifact-dir", str(tmp / "lake" / f"step_id={job}")])
+
+
+def test_a_run_reuses_the_preloaded_tokenizer_and_corpus(tmp_path: Path) -> None:
+    load = LocalLoad(tmp_path / "cache")
+    try:
+        state = load.launch(_unserved(tmp_path, "unserved"))
+        assert _wait(load, state) != 0  # AIPerf's own verdict: every request failed
+        log = (Path(state["artifact_dir"]) / "logs" / "aiperf.log").read_text()
+        # the tokenizer is the runner's (memoised): no load at all in the run; the corpus tokens too
+        tokenizer_s = float(log.split("Tokenizer(s) configured in ")[1].split(" ")[0])
+        assert tokenizer_s < 0.5, tokenizer_s  # loading it takes 2-4.5 s on this kind of machine
+        dataset_s = float(log.split("Dataset configured in ")[1].split(" ")[0])
+        assert dataset_s < 3.0, dataset_s  # tokenizing the corpus alone takes 2.6-6 s on this kind of machine
+    finally:
+        load.close()
+
+
+def test_the_safety_net_stops_a_runner_and_its_running_aiperf(tmp_path: Path) -> None:
+    load = LocalLoad(tmp_path / "cache")
+    state = load.launch(_unserved(tmp_path, "stopped"))
+    runner = load.runner_record()
+    assert runner is not None
+    assert processes.is_alive(state["process"])  # AIPerf's start-up alone takes longer than this
+    processes.stop_all_started()
+    assert not processes.is_alive(runner) and not processes.is_alive(state["process"])
+    assert not processes.group_members(int(state["process"]["pid"]))  # none of its services either
+    assert load.poll(state) is not None
