@@ -162,10 +162,12 @@ class SmokePort(Protocol):
     """A few short requests against a deployment before any load: started by SmokeTest, polled by
     CheckSmoke (locally they run at once and ``poll`` answers at its first call)."""
 
-    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON: ...
+    def start(self, deployment: JSON, requests: int, max_tokens: int, *, quality: list[JSON] | None = None) -> JSON:
+        """Start the smoke requests, then the quality questions (``[{"id", "body"}]``, sent as given)."""
     def poll(self, started: JSON) -> int | None: ...
     def result(self, started: JSON) -> JSON:
-        """What the timeline records once it succeeded."""
+        """What the timeline records once it succeeded; with quality questions, their answers under
+        ``quality_answers``: ``{id: {"content", "finish_reason"} | {"error"}}``."""
     def failure_logs(self, started: JSON) -> JSON: ...
 
 

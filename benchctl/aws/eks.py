@@ -42,6 +42,7 @@ from benchctl.aws.k8s.jobs import render_load_job, render_prefetch_job, render_s
 from benchctl.aws.k8s.render import render_deployment, uses_kvbm
 from benchctl.errors import ServingFailed
 from benchctl.ports import JSON, DeploymentRequest, LoadRequest
+from benchctl.quality import answers_from_log
 from benchctl.spec import CampaignSpec
 
 DGD = ("nvidia.com/v1beta1", "DynamoGraphDeployment")
@@ -337,19 +338,25 @@ class EksSmoke(_Jobs):
     """A short Job of a few chat requests plus a ``/metrics`` GET against the frontend: started here,
     polled by CheckSmoke (never waited for in a function)."""
 
-    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON:
+    def start(self, deployment: JSON, requests: int, max_tokens: int, *, quality: list[JSON] | None = None) -> JSON:
+        """The Job renders the spec's quality questions itself (``quality``, from the same spec, is what it
+        sends); their answers are read back from its log by :meth:`result`."""
         job = render_smoke_job(self.spec, self.campaign_id, deployment["deployment_id"], deployment["url"])
         with contextlib.suppress(Conflict):  # a redelivered event: follow the Job already there
             self.kube.create(job)
         return {"name": job["metadata"]["name"], "namespace": self.namespace, "requests": requests,
-                "max_tokens": max_tokens,
+                "max_tokens": max_tokens, "quality_questions": len(quality) if quality is not None else None,
                 "pod_selector": selector(selection(self.campaign_id, deployment["deployment_id"], "smoke"))}
 
     def poll(self, started: JSON) -> int | None:
         return job_status(self.kube, started)
 
     def result(self, started: JSON) -> JSON:
-        return {k: v for k, v in started.items() if k in ("requests", "max_tokens", "name")}
+        out = {k: v for k, v in started.items() if k in ("requests", "max_tokens", "name")}
+        if started.get("quality_questions") is not None:
+            logs = job_logs(self.kube, started, int(started["quality_questions"]) + 50)
+            out["quality_answers"] = answers_from_log("\n".join(str(t) for t in logs.values()))
+        return out
 
     def failure_logs(self, started: JSON) -> JSON:
         return job_logs(self.kube, started)

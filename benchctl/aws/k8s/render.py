@@ -308,6 +308,7 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
                 model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
                 request_count=spec.warmup.request_count, concurrency=max(s.concurrency or 1 for s in steps),
                 isl=isl, osl=min(osl, 64), seed=spec.seed, tokenizer_revision=spec.model.revision,
+                sampling=spec.sampling_fields(), thinking=spec.thinking,
             )
             out.append((f"experiments/{e}/jobs/warmup.yaml",
                         render_load_job(spec, campaign_id, e, "warmup", argv,
@@ -322,7 +323,7 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
             argv = aiperf_args.step_args(
                 step, model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
                 input_file=f"{INPUTS_DIR}/{name}" if name else None, slo=spec.slo.model_dump(),
-                tokenizer_revision=spec.model.revision,
+                tokenizer_revision=spec.model.revision, sampling=spec.sampling_fields(), thinking=spec.thinking,
             )
             out.append((f"experiments/{e}/jobs/{step.step_id}.yaml",
                         render_load_job(spec, campaign_id, e, step.step_id, argv, raw,
