@@ -68,9 +68,9 @@ class PoolNetwork(Strict):
     @model_validator(mode="after")
     def _backend_needs_efa(self) -> PoolNetwork:
         if self.nixl_backend == "LIBFABRIC" and not self.efa:
-            raise ValueError("network.nixl_backend: LIBFABRIC runs over EFA; set network.efa: true, or use UCX")
+            raise ValueError("nixl_backend LIBFABRIC runs over EFA; set efa: true, or use nixl_backend UCX")
         if self.efa_interfaces is not None and not self.efa:
-            raise ValueError("network.efa_interfaces: given without network.efa: true")
+            raise ValueError("efa_interfaces given without efa: true")
         return self
 
 
@@ -515,9 +515,10 @@ class CampaignSpec(Strict):
                 problems.append(
                     f"pools[{i}].network.efa_interfaces: required for instance type {pool.instance_type!r} "
                     f"(known: {', '.join(f'{k} {v}' for k, v in sorted(EFA_INTERFACES.items()))})")
-            if pool.network.efa and not pool.network.efa_image and image_tag_version(self.kubernetes.dynamo_image) is None:
-                problems.append(f"pools[{i}].network.efa_image: required: kubernetes.dynamo_image has no version tag "
-                                "to derive the EFA-enabled image's from")
+            image = self.kubernetes.dynamo_image
+            if pool.network.efa and not pool.network.efa_image and ("@" in image or image_tag_version(image) is None):
+                problems.append(f"pools[{i}].network.efa_image: required: kubernetes.dynamo_image {image!r} is pinned "
+                                "by digest or has no version tag, so the EFA-enabled image cannot be derived from it")
         for i, e in enumerate(self.experiments):
             if e.mode != "disaggregated":
                 continue

@@ -39,7 +39,7 @@ from benchctl.aws.k8s.common import (
     selector,
 )
 from benchctl.aws.k8s.jobs import render_load_job, render_prefetch_job, render_smoke_job
-from benchctl.aws.k8s.render import render_deployment, uses_kvbm
+from benchctl.aws.k8s.render import NIXL_TELEMETRY_PORT, render_deployment, uses_kvbm
 from benchctl.errors import ServingFailed
 from benchctl.ports import JSON, DeploymentRequest, LoadRequest
 from benchctl.quality import answers_from_log
@@ -170,7 +170,8 @@ class EksServing(_Kube):
                  "namespace": namespace, "url": url, "metrics_urls": [f"{url}/metrics"],
                  "model": target.model.name, "engine": "eks",
                  "kvbm_roles": sorted({g.role for g in target.experiment.workers
-                                       if uses_kvbm(target.experiment, g.role)})}
+                                       if uses_kvbm(target.experiment, g.role)}),
+                 "nixl_telemetry": target.experiment.mode == "disaggregated"}
         if target.kubernetes.prefetch_model:
             job = render_prefetch_job(target.model, target.kubernetes, self.campaign_id)
             with contextlib.suppress(Conflict):  # another experiment of this campaign started it
@@ -250,7 +251,8 @@ class EksServing(_Kube):
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         """Every metrics endpoint of the experiment, by source name: the frontend (through its Service;
         AIPerf scrapes it by itself as the ``--url``) and, per Running worker pod found by our labels, its
-        system port's ``/metrics`` (vLLM and Dynamo worker series) and, where KVBM runs, KVBM's exporter."""
+        system port's ``/metrics`` (vLLM and Dynamo worker series), where KVBM runs KVBM's exporter and,
+        disaggregated, NIXL's telemetry exporter (``NIXL_TELEMETRY_PORT``)."""
         out = {"frontend": f"{state['url']}/metrics"}
         kvbm = set(state.get("kvbm_roles") or ())
         sel = selector(selection(self.campaign_id, state["deployment_id"]))
@@ -265,6 +267,8 @@ class EksServing(_Kube):
             out[f"{role}/{name}"] = f"http://{host}:{WORKER_SYSTEM_PORT}/metrics"
             if role in kvbm:
                 out[f"kvbm/{name}"] = f"http://{host}:{KVBM_METRICS_PORT}/metrics"
+            if state.get("nixl_telemetry"):  # NIXL's own exporter: bytes moved, errors, per backend
+                out[f"nixl/{name}"] = f"http://{host}:{NIXL_TELEMETRY_PORT}/metrics"
         return out
 
     def teardown(self, state: JSON) -> JSON:

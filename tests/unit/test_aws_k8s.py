@@ -25,6 +25,7 @@ from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
+from tests.fakes.eks_world import quality_log
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import providers_for_test
 from tests.unit.test_eks_pools import CLUSTER, ORIGINAL, OTHER, Aws, aws  # noqa: F401 (fixture)
@@ -167,7 +168,9 @@ def test_metrics_urls_name_every_running_worker_and_kvbm_endpoint(api):
         "frontend": f"{st['url']}/metrics",
         "prefill/pf-0": "http://10.0.0.1:9090/metrics",
         "kvbm/pf-0": "http://10.0.0.1:6880/metrics",
+        "nixl/pf-0": "http://10.0.0.1:19090/metrics",  # disaggregated: NIXL's telemetry exporter
         "decode/dc-0": "http://10.0.0.2:9090/metrics",
+        "nixl/dc-0": "http://10.0.0.2:19090/metrics",
     }
 
 
@@ -261,8 +264,13 @@ def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api,
     with pytest.raises(SmokeTestFailed, match=r"did not finish within timeouts\.smoke_s"):
         campaign.check_smoke(p, ctx, Task("agg"))
     (job,) = _names(api, "Job", ours=True)
+    # the Job's pod logged its quality answers (a model that can count): read back and scored in the core
+    job_obj = kube.get("batch/v1", "Job", job, NS)
+    api.add_job_pod(job_obj, f"{job}-pod", phase="Succeeded", logs="smoke: ok\n" + quality_log(job_obj))
     api.set_status("Job", NS, job, {"succeeded": 1})
     assert campaign.check_smoke(p, ctx, Task("agg")) == {"done": True}
+    assert p.state.smoke("agg").result["quality"] == {
+        "questions": 20, "correct": 20, "score": 1.0, "min_score": 0.9, "simulated": False, "gate": "passed"}
 
 
 # -------------------------------------------------------------------------------------------- preflight
