@@ -101,6 +101,15 @@ class S3NamedLake(LocalLake):
 # ------------------------------------------------------------------------------------ the other side
 
 
+# AWS's EFA device plugin as its Helm chart installs it (release "efa" in kube-system)
+EFA_DEVICE_PLUGIN: dict[str, Any] = {
+    "apiVersion": "apps/v1", "kind": "DaemonSet",
+    "metadata": {"name": "efa-aws-efa-k8s-device-plugin", "namespace": "kube-system"},
+    "spec": {"template": {"spec": {"containers": [{
+        "name": "aws-efa-k8s-device-plugin",
+        "image": "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.8"}]}}}}
+
+
 def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
     """What the README asks a cluster to have (what the preflight checks)."""
     k = spec.kubernetes
@@ -117,6 +126,7 @@ def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
          "spec": {"accessModes": ["ReadWriteMany"]}},
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": k.load_service_account, "namespace": k.namespace}},
+        EFA_DEVICE_PLUGIN,
     ):
         api.put(obj)
 
@@ -188,7 +198,7 @@ def gpu_nodes(api: FakeKubeApi, spec: CampaignSpec) -> None:
         for i in range(max(e.nodes.get(pool.name, 0) for e in plan.experiments)):
             api.add_node(f"{pool.nodegroup}-{i}", {"eks.amazonaws.com/nodegroup": str(pool.nodegroup),
                                                    "nvidia.com/cuda.driver-version.major": "580"},
-                         allocatable_gpus=pool.gpus_per_node)
+                         allocatable_gpus=pool.gpus_per_node, allocatable_efa=pool.efa_interfaces())
 
 
 @contextmanager

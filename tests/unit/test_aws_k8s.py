@@ -25,7 +25,7 @@ from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
-from tests.fakes.eks_world import quality_log
+from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, quality_log
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import providers_for_test
 from tests.unit.test_eks_pools import CLUSTER, ORIGINAL, OTHER, Aws, aws  # noqa: F401 (fixture)
@@ -288,6 +288,7 @@ PREREQS = {
     "nodepool-crd": {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                      "metadata": {"name": "nodepools.karpenter.sh"}},
     "nodeclass": {"apiVersion": "eks.amazonaws.com/v1", "kind": "NodeClass", "metadata": {"name": "default"}},
+    "efa-plugin": EFA_DEVICE_PLUGIN,  # the smoke spec's p4d pool asks for EFA
 }
 
 
@@ -341,12 +342,40 @@ def test_preflight_checks_the_secret_key_the_volume_mode_node_groups_and_auto_mo
     assert "not reachable" in preflight(_spec(), unreachable)[0]
 
 
+def test_preflight_names_a_missing_efa_device_plugin_and_nodes_without_efa(api, aws):  # noqa: F811
+    """Issue 15: a pool that asks for EFA (the smoke spec's p4d: network.efa) needs AWS's EFA device plugin."""
+    _prereqs(api, skip="efa-plugin")
+    (problem,) = preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    assert problem.startswith("pools gpu-a100 ask for EFA (network.efa) but the EFA device plugin is missing: no "
+                              "DaemonSet in kube-system runs the aws-efa-k8s-device-plugin image")
+    assert "helm install aws-efa-k8s-device-plugin eks/aws-efa-k8s-device-plugin -n kube-system" in problem
+    assert not api.bodies  # nothing created while it is missing
+    # an unrelated DaemonSet is not the plugin; found by its image whatever the release is called
+    api.put({**EFA_DEVICE_PLUGIN, "metadata": {"name": "aws-node", "namespace": "kube-system"},
+             "spec": {"template": {"spec": {"containers": [{"name": "aws-node", "image": "amazon-k8s-cni:v1.19.2"}]}}}})
+    assert len(preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)) == 1
+    api.put(EFA_DEVICE_PLUGIN)
+    assert preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER) == []
+    # installed, but a node of the pool advertises no EFA: named
+    api.add_node("g1", {"eks.amazonaws.com/nodegroup": "gpu-ng", "nvidia.com/cuda.driver-version.major": "580"},
+                 allocatable_gpus=8)
+    (problem,) = preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)
+    assert problem.startswith("pool gpu-a100: node g1 advertises no vpc.amazonaws.com/efa although pool gpu-a100 "
+                              "asks for EFA")
+    # a spec without EFA does not look for the plugin
+    no_efa = parse_spec({**_spec().model_dump(mode="json"), "pools": [
+        {**_spec().pools[0].model_dump(mode="json"), "network": {"efa": False, "nixl_backend": "UCX"}}]})
+    with FakeKubeApi() as other:
+        _prereqs(other, skip="efa-plugin")
+        assert preflight(no_efa, kube_of(other), eks=aws.eks, cluster_name=CLUSTER) == []
+
+
 def test_preflight_refuses_gpu_nodes_with_a_driver_older_than_the_dynamo_image_needs(api, aws):  # noqa: F811
     _prereqs(api)
     api.add_node("g1", {"eks.amazonaws.com/nodegroup": "gpu-ng", "nvidia.com/cuda.driver-version.major": "570"},
-                 allocatable_gpus=8)
+                 allocatable_gpus=8, allocatable_efa=4)
     api.add_node("g2", {"eks.amazonaws.com/nodegroup": "gpu-ng", "nvidia.com/cuda.driver-version.major": "580"},
-                 allocatable_gpus=8)
+                 allocatable_gpus=8, allocatable_efa=4)
     api.add_node("x1", {"eks.amazonaws.com/nodegroup": "other-ng", "nvidia.com/cuda.driver.major": "535"})
     problems = preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)
     assert problems == [f"pool gpu-a100: node g1 (driver 570): the Dynamo image {_spec().kubernetes.dynamo_image} "
@@ -354,7 +383,8 @@ def test_preflight_refuses_gpu_nodes_with_a_driver_older_than_the_dynamo_image_n
     # Auto Mode: nodes of the pool's instance type that exist already (the same NodeClass AMI) are judged
     with FakeKubeApi() as other:
         _prereqs(other)
-        other.add_node("a1", {"node.kubernetes.io/instance-type": "p4d.24xlarge", "nvidia.com/cuda.driver.major": "575"})
+        other.add_node("a1", {"node.kubernetes.io/instance-type": "p4d.24xlarge", "nvidia.com/cuda.driver.major": "575"},
+                       allocatable_efa=4)
         assert preflight(_spec("auto-mode"), kube_of(other))[0].startswith("pool gpu-a100: node a1 (driver 575)")
 
 
