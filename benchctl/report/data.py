@@ -38,6 +38,13 @@ TABLES: tuple[tuple[str, str, str], ...] = (
      "Per experiment and concurrency: output tokens/s per GPU vs TTFT p50; on_frontier = not dominated."),
     ("v_feature_ladder", "Feature ladder",
      "Each rung's one changed feature relative to its base experiment."),
+    ("v_kv_transfer", "KV transfer",
+     "Per step: the prefill -> decode KV-transfer time beside TTFT (measured from vLLM's NIXL metrics on AWS; "
+     "the mocker's transfer model locally, SIMULATED), aggregated rows for comparison."),
+    ("v_stage_queues", "Stage queues and GPU use",
+     "Per step: queue depth at each serving stage, GPU utilisation, memory and power (DCGM), and SLO attainment."),
+    ("v_quality", "Sampling, thinking and output quality",
+     "Per experiment: the sampling and thinking settings every request carried and the output-quality gate."),
 )
 OPTIONAL_TABLES = frozenset({"v_feature_ladder"})  # shown only when the campaign has rows
 
