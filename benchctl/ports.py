@@ -137,6 +137,10 @@ class ServingPort(Protocol):
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         """Every metrics endpoint of the deployment now, by source name (frontend, each worker)."""
 
+    def network(self, state: JSON) -> JSON:
+        """How the deployment's workers are placed and move KV, as observed (not as configured): CNI,
+        zones, MTU, which worker runs where, the KV-transfer backend the workers report using."""
+
     def teardown(self, state: JSON) -> JSON:
         """Remove everything of this deployment; idempotent; return what was removed."""
 

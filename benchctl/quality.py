@@ -79,9 +79,9 @@ def score(qs: list[JSON], answers: dict[str, JSON], *, simulated: bool, min_scor
                       "finish_reason": got.get("finish_reason"), "error": got.get("error"),
                       "content_head": (got.get("content") or "")[:HEAD_CHARS]})
     correct = sum(1 for i in items if i["ok"])
-    value = correct / len(items) if items else 0.0
-    gate = "not applied (SIMULATED)" if simulated else ("passed" if value >= min_score else "failed")
-    return {"questions": len(items), "correct": correct, "score": value, "min_score": min_score,
+    share = correct / len(items) if items else 0.0
+    gate = "not applied (SIMULATED)" if simulated else ("passed" if share >= min_score else "failed")
+    return {"questions": len(items), "correct": correct, "score": share, "min_score": min_score,
             "simulated": simulated, "gate": gate, "items": items}
 
 

@@ -23,6 +23,7 @@ Grove overwrites on pods): nothing of anybody else's is touched. Every create an
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -151,6 +152,11 @@ def _template_selector(kube: KubeClient, state: JSON) -> str:
     return selector(ours)
 
 
+# NIXL's Python agent logs each backend it creates (ai-dynamo/nixl src/api/python/_api.py,
+# ``logger.info("Backend %s was instantiated", backend)``)
+_NIXL_BACKEND = re.compile(r"Backend (\w+) was instantiated")
+
+
 class EksServing(_Kube):
     """``ServingPort`` on EKS: the experiment's DynamoGraphDeployment, rendered from the request as given."""
 
@@ -269,6 +275,62 @@ class EksServing(_Kube):
                 out[f"kvbm/{name}"] = f"http://{host}:{KVBM_METRICS_PORT}/metrics"
             if state.get("nixl_telemetry"):  # NIXL's own exporter: bytes moved, errors, per backend
                 out[f"nixl/{name}"] = f"http://{host}:{NIXL_TELEMETRY_PORT}/metrics"
+        return out
+
+    def network(self, state: JSON) -> JSON:
+        """The deployment's network as the cluster shows it (no exec): the VPC CNI's version and MTU from the
+        aws-node DaemonSet (none on EKS Auto Mode, which manages its own), each worker pod's node, zone,
+        instance type and EFA interfaces, and the NIXL backend each worker's log says it instantiated
+        (``Backend <NAME> was instantiated``: only LIBFABRIC proves EFA; UCX between nodes is TCP). Which NIC
+        a pod uses is not in the API (it needs the kubelet's pod-resources API or exec): not recorded."""
+        out: JSON = {"engine": "eks"}
+        try:
+            nodes = {n["metadata"]["name"]: n for n in self.kube.list("v1", "Node")}
+        except ApiError as err:
+            nodes, out["nodes_error"] = {}, str(err)
+        try:
+            cni = next((d for d in self.kube.list("apps/v1", "DaemonSet", "kube-system")
+                        if d["metadata"]["name"] == "aws-node"), None)
+        except ApiError as err:
+            cni, out["cni_error"] = None, str(err)
+        if cni is not None:
+            main: JSON = next((c for c in (cni["spec"]["template"]["spec"].get("containers") or [])
+                         if c.get("name") == "aws-node"), {})
+            env = {e.get("name"): e.get("value") for e in main.get("env") or []}
+            out["cni"] = f"amazon-vpc-cni {str(main.get('image', '')).rpartition(':')[2] or 'unknown'}"
+            mtu = env.get("POD_MTU") or env.get("AWS_VPC_ENI_MTU")
+            out["mtu"] = int(mtu) if mtu and str(mtu).isdigit() else 9001
+            out["mtu_source"] = ("aws-node env POD_MTU/AWS_VPC_ENI_MTU" if mtu else
+                                 "aws-node sets no AWS_VPC_ENI_MTU: the CNI's default 9001")
+        elif "cni_error" not in out:
+            out["cni"] = "no aws-node DaemonSet: EKS Auto Mode's managed networking (or another CNI)"
+        placement, zones, backends = [], set(), {}
+        sel = selector(selection(self.campaign_id, state["deployment_id"]))
+        for pod in sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"]):
+            role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            node = nodes.get(node_name or "", {})
+            node_labels = (node.get("metadata") or {}).get("labels") or {}
+            zone = node_labels.get("topology.kubernetes.io/zone")
+            zones.add(zone) if zone else None
+            limits: JSON = {}
+            for c in (pod.get("spec") or {}).get("containers") or []:
+                limits.update(((c.get("resources") or {}).get("limits")) or {})
+            name = pod["metadata"]["name"]
+            placement.append({"pod": name, "role": role, "node": node_name, "zone": zone,
+                              "instance_type": node_labels.get("node.kubernetes.io/instance-type"),
+                              "pod_ip": (pod.get("status") or {}).get("podIP"),
+                              "efa": limits.get("vpc.amazonaws.com/efa")})
+            if role in ("prefill", "decode"):
+                try:
+                    found = sorted(set(_NIXL_BACKEND.findall(self.kube.logs(name, state["namespace"], "main", 5000))))
+                except ApiError as err:
+                    found = [f"unknown ({err})"]
+                backends[name] = found or ["none logged"]
+        out.update(zones=sorted(zones), placement=placement, nixl_backends=backends,
+                   transfer_backend=", ".join(sorted({b for v in backends.values() for b in v})) or
+                   "none: aggregated (no prefill -> decode transfer)",
+                   source="the cluster's DaemonSets, nodes and pods, and the workers' logs")
         return out
 
     def teardown(self, state: JSON) -> JSON:

@@ -85,10 +85,20 @@ def check_ready(p: Providers, ctx: Ctx, task: Task) -> JSON:
                 experiments[experiment] = running
                 p.state.save_campaign(rec)
         record_event(p, ctx.campaign_id, experiment, timeline.READY, startup_s=round(startup_s, 3), **running)
+        record_event(p, ctx.campaign_id, experiment, timeline.NETWORK_OBSERVED, **network_of(p, d.state))
         return {"done": True}
     if p.clock() - d.deployed_at > spec.timeouts.ready_s:
         raise DeadlineExceeded(f"deployment of {experiment} not Ready within timeouts.ready_s={spec.timeouts.ready_s}")
     return {"done": False}
+
+
+def network_of(p: Providers, state: JSON) -> JSON:
+    """The serving port's observation of the deployment's network; what could not be read is said so (it
+    never fails the experiment: it is a record, not a check)."""
+    try:
+        return p.serving.network(state)
+    except Exception as e:  # a record, not a check: the campaign goes on and the report says why it is missing
+        return {"error": f"network provenance not observed: {type(e).__name__}: {e}"}
 
 
 def smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:

@@ -112,6 +112,9 @@ class FakeServing:
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         return dict(state.get("metrics_urls") or {})
 
+    def network(self, state: JSON) -> JSON:
+        return {"engine": "fake"}
+
     def remaining(self, state: JSON) -> list[str]:
         return []
 

@@ -149,6 +149,35 @@ def test_versions_are_the_pods_image_digests_found_by_our_labels_though_grove_ov
     assert all(LABEL_MANAGED not in path for _, path in api.requests)  # never selected by managed-by
 
 
+def test_network_provenance_is_read_from_the_cluster_and_the_workers_logs(api):
+    """Issue 15: CNI version and MTU (aws-node), each worker's node, zone and EFA, and the NIXL backend the
+    worker's own log says it instantiated (not our configuration)."""
+    s = serving(api)
+    st = deploy(s, "disagg")
+    dgd = api.stored("DynamoGraphDeployment", st["name"], NS)
+    api.put({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "aws-node", "namespace": "kube-system"},
+             "spec": {"template": {"spec": {"containers": [{
+                 "name": "aws-node", "image": "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon-k8s-cni:v1.19.2-eksbuild.1",
+                 "env": [{"name": "AWS_VPC_ENI_MTU", "value": "9001"}]}]}}}})
+    for node, zone in (("n-a", "us-east-1a"), ("n-b", "us-east-1a")):
+        api.add_node(node, {"topology.kubernetes.io/zone": zone, "node.kubernetes.io/instance-type": "p4d.24xlarge"},
+                     allocatable_gpus=8, allocatable_efa=4)
+    for comp, name, node, backend in ((1, "pf-0", "n-a", "LIBFABRIC"), (2, "dc-0", "n-b", "UCX")):
+        pod = grove_pod(api, dgd, comp, name, ip="10.0.0.1")
+        pod["spec"]["nodeName"] = node
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "2"}}
+        api.put(pod)
+        api.set_logs(NS, name, f"INFO Initializing NIXL wrapper\nINFO Backend {backend} was instantiated\n", "main")
+    net = s.network(st)
+    assert net["cni"] == "amazon-vpc-cni v1.19.2-eksbuild.1" and net["mtu"] == 9001
+    assert net["zones"] == ["us-east-1a"]
+    assert {(p["pod"], p["node"], p["zone"], p["efa"]) for p in net["placement"]} == {
+        ("pf-0", "n-a", "us-east-1a", "2"), ("dc-0", "n-b", "us-east-1a", "2")}
+    # what the workers report, even when it is not what was asked for (decode fell back to UCX)
+    assert net["nixl_backends"] == {"pf-0": ["LIBFABRIC"], "dc-0": ["UCX"]}
+    assert net["transfer_backend"] == "LIBFABRIC, UCX"
+
+
 def test_metrics_urls_name_every_running_worker_and_kvbm_endpoint(api):
     # Given a disaggregated deployment with KV offload: KVBM runs on the prefill worker only
     data = _spec().model_dump(mode="json")

@@ -191,3 +191,25 @@ def test_quality_view_joins_settings_and_the_gate(tmp_path: Path) -> None:
     assert (d["quality_questions"], d["quality_correct"], d["quality_score"]) == (4, 3, 0.75)
     assert d["quality_gate"] == "not applied (SIMULATED)" and d["simulated"] is True
     assert rows["agg"]["quality_questions"] is None  # no gate recorded for it
+
+
+def test_local_network_provenance_reads_the_workers_logged_transfer_model(tmp_path: Path) -> None:
+    from benchctl.local.serving import LocalServing, worker_transfer_config
+
+    log = Path(__file__).resolve().parents[1] / "data" / "dynamo-1.6.1" / "mocker-prefill-startup.log"
+    # what the worker itself says it models (not our configuration)
+    assert worker_transfer_config(log) == {"kv_transfer_bandwidth": 1.0, "kv_transfer_bytes_per_token": 49152,
+                                           "kv_transfer_timing_mode": "FullPrompt"}
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "prefill-0.log").write_text(log.read_text())
+    state = {"deployment_id": "d", "mode": "disaggregated", "workdir": str(tmp_path),
+             "processes": [{"name": "prefill-0", "pid": 4242}],
+             "components": [{"name": "frontend", "role": "frontend", "http_port": 20001},
+                            {"name": "prefill-0", "role": "prefill", "system_port": 20002, "bootstrap_port": 20003}]}
+    net = LocalServing(tmp_path).network(state)
+    assert net["transfer_modelled"] == {"prefill-0": worker_transfer_config(log)}
+    assert net["zones"] == ["local"] and net["cni"].startswith("none: every process on loopback")
+    assert net["transfer_backend"].startswith("none: Dynamo mocker's transfer model (SIMULATED)")
+    assert {"name": "prefill-0", "role": "prefill", "system_port": 20002, "bootstrap_port": 20003,
+            "host": "127.0.0.1", "pid": 4242} in net["placement"]
+    assert net["mtu"] == int(Path("/sys/class/net/lo/mtu").read_text())
