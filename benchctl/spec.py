@@ -115,7 +115,15 @@ class KvOffload(Strict):
     """KV cache offload (KVBM): GPU -> CPU (-> disk). Locally the mocker's host block tier models it."""
 
     cpu_cache_gb: float = Field(default=16.0, gt=0, description="DYN_KVBM_CPU_CACHE_GB per worker")
-    disk_cache_gb: float | None = Field(default=None, gt=0, description="DYN_KVBM_DISK_CACHE_GB per worker")
+    disk_cache_gb: float | None = Field(default=None, gt=0, description="DYN_KVBM_DISK_CACHE_GB per worker (the SSD "
+                                        "tier, on an emptyDir of the node's disk; not modelled by the local mocker)")
+
+    @model_validator(mode="after")
+    def _tiers_grow(self) -> KvOffload:
+        if self.disk_cache_gb is not None and self.disk_cache_gb < self.cpu_cache_gb:
+            raise ValueError(f"disk_cache_gb {self.disk_cache_gb:g} is below cpu_cache_gb {self.cpu_cache_gb:g}: KVBM's "
+                             "tiers grow outwards (disk >= CPU; FACTS 'KVBM disk tier')")
+        return self
 
 
 # What one rung of a feature ladder may change: exactly one of these (``workers`` only with ``mode``,
