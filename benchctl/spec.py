@@ -337,6 +337,11 @@ class Kubernetes(Strict):
     load_memory: str = Field(default="16Gi")
     shared_memory: str = Field(default="16Gi", description="/dev/shm of each worker")
     prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
+    dcgm_exporter_urls: list[Annotated[str, Field(pattern=r"^https?://[^\s]+$")]] = Field(
+        default_factory=list,
+        description="NVIDIA DCGM exporter /metrics URLs (port 9400; e.g. the GPU operator's Service "
+                    "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics) scraped with every step's server "
+                    "metrics: GPU utilisation, memory, power per step in the lake (v_stage_queues)")
 
     @model_validator(mode="after")
     def _runtime_version(self) -> Kubernetes:

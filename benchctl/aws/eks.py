@@ -177,7 +177,8 @@ class EksServing(_Kube):
                  "model": target.model.name, "engine": "eks",
                  "kvbm_roles": sorted({g.role for g in target.experiment.workers
                                        if uses_kvbm(target.experiment, g.role)}),
-                 "nixl_telemetry": target.experiment.mode == "disaggregated"}
+                 "nixl_telemetry": target.experiment.mode == "disaggregated",
+                 "dcgm_exporter_urls": list(target.kubernetes.dcgm_exporter_urls)}
         if target.kubernetes.prefetch_model:
             job = render_prefetch_job(target.model, target.kubernetes, self.campaign_id)
             with contextlib.suppress(Conflict):  # another experiment of this campaign started it
@@ -260,6 +261,8 @@ class EksServing(_Kube):
         system port's ``/metrics`` (vLLM and Dynamo worker series), where KVBM runs KVBM's exporter and,
         disaggregated, NIXL's telemetry exporter (``NIXL_TELEMETRY_PORT``)."""
         out = {"frontend": f"{state['url']}/metrics"}
+        for i, url in enumerate(state.get("dcgm_exporter_urls") or ()):  # GPU use (spec kubernetes.dcgm_exporter_urls)
+            out[f"dcgm/{i}"] = str(url)
         kvbm = set(state.get("kvbm_roles") or ())
         sel = selector(selection(self.campaign_id, state["deployment_id"]))
         for pod in sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"]):

@@ -19,7 +19,7 @@ from benchctl.aws.pools import pools_for
 from benchctl.aws.preflight import preflight
 from benchctl.campaign import Task, deployment_request
 from benchctl.context import Ctx
-from benchctl.errors import NotReadyYet, ServingFailed, SmokeTestFailed
+from benchctl.errors import NotReadyYet, ServingFailed, SmokeTestFailed, SpecError
 from benchctl.local.lake import LocalLake
 from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
@@ -176,6 +176,16 @@ def test_network_provenance_is_read_from_the_cluster_and_the_workers_logs(api):
     # what the workers report, even when it is not what was asked for (decode fell back to UCX)
     assert net["nixl_backends"] == {"pf-0": ["LIBFABRIC"], "dc-0": ["UCX"]}
     assert net["transfer_backend"] == "LIBFABRIC, UCX"
+
+
+def test_dcgm_exporters_named_in_the_spec_are_scraped_with_every_step(api):
+    data = _spec().model_dump(mode="json")
+    data["kubernetes"]["dcgm_exporter_urls"] = ["http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics"]
+    s = serving(api)
+    st = deploy(s, "agg", parse_spec(data))
+    assert s.metrics_urls(st)["dcgm/0"] == "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics"
+    with pytest.raises(SpecError, match=r"kubernetes\.dcgm_exporter_urls\[0\]"):
+        parse_spec({**data, "kubernetes": {**data["kubernetes"], "dcgm_exporter_urls": ["nvidia-dcgm:9400"]}})
 
 
 def test_metrics_urls_name_every_running_worker_and_kvbm_endpoint(api):
