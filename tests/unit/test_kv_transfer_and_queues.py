@@ -213,3 +213,67 @@ def test_local_network_provenance_reads_the_workers_logged_transfer_model(tmp_pa
     assert {"name": "prefill-0", "role": "prefill", "system_port": 20002, "bootstrap_port": 20003,
             "host": "127.0.0.1", "pid": 4242} in net["placement"]
     assert net["mtu"] == int(Path("/sys/class/net/lo/mtu").read_text())
+
+
+# ------------------------------------------------------------------------------------ the gate in the core
+
+
+def _smoke_providers(tmp_path: Path, engine: str, off_by: int) -> tuple[Any, Any, Any]:
+    from benchctl import campaign
+    from benchctl.context import Ctx
+    from benchctl.runstate import DeploymentRecord
+    from benchctl.spec import load_spec
+    from tests.fakes.ports import FakeServing, FakeSmoke, providers_for_test
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml")
+    serving = FakeServing()
+    smoke = FakeSmoke(serving)
+    smoke.answer_off_by = off_by
+    lake = LocalLake(tmp_path / "lake")
+    p = providers_for_test(tmp_path / "run", lake, spec=spec, engine=engine, serving=serving, smoke=smoke)
+    state = serving.deploy(campaign.deployment_request(spec, C, "disagg"))
+    p.state.save_deployment("disagg", DeploymentRecord(state=state, deployed_at=0))
+    ctx = Ctx(C, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
+    return p, ctx, smoke
+
+
+@pytest.mark.parametrize(("engine", "off_by", "gate"), [
+    ("aws", 0, "passed"), ("aws", 1, "failed"), ("local", 1, "not applied (SIMULATED)")])
+def test_the_quality_gate_fails_a_real_model_before_load_and_only_labels_the_mocker(
+        tmp_path: Path, engine: str, off_by: int, gate: str) -> None:
+    from benchctl import campaign
+    from benchctl.campaign.base import Task
+    from benchctl.errors import QualityGateFailed
+
+    p, ctx, smoke = _smoke_providers(tmp_path, engine, off_by)
+    campaign.smoke(p, ctx, Task("disagg"))
+    # the questions went out with the campaign's sampling and thinking settings
+    assert len(smoke.questions) == 20
+    assert all((q["body"]["temperature"], q["body"]["top_p"], q["body"]["seed"]) == (0.7, 0.8, 42)
+               and q["body"]["chat_template_kwargs"] == {"enable_thinking": False} for q in smoke.questions)
+    if gate == "failed":
+        for _ in range(2):  # also when the event is redelivered: never on to load
+            with pytest.raises(QualityGateFailed, match=r"0 of 20 questions right \(score 0\.00\) is below "
+                                                        r"quality\.min_score 0\.9"):
+                campaign.check_smoke(p, ctx, Task("disagg"))
+    else:
+        assert campaign.check_smoke(p, ctx, Task("disagg")) == {"done": True}
+    rows = p.lake.read_table("quality", C)
+    assert len(rows) == 20 and {r["gate"] for r in rows} == {gate}
+    assert sum(bool(r["correct"]) for r in rows) == (20 if off_by == 0 else 0)
+    assert {r["simulated"] for r in rows} == {engine == "local"}
+    (event,) = [e for e in p.lake.read_table("timeline", C) if e["event"] == "quality_scored"]
+    assert json.loads(event["detail_json"])["gate"] == gate
+
+
+def test_the_local_mocker_gets_the_models_kv_bytes_and_the_paths_bandwidth() -> None:
+    from benchctl.campaign import mocker_knobs
+    from benchctl.local.serving import mocker_flags
+    from benchctl.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml")  # p4d: EFA + LIBFABRIC
+    disagg = mocker_flags(mocker_knobs(spec, spec.experiment("disagg")), "prefill")
+    assert disagg[disagg.index("--kv-bytes-per-token") + 1] == "98304"  # not the mocker's own 49152
+    assert disagg[disagg.index("--kv-transfer-bandwidth") + 1] == "9.6"
+    agg = mocker_flags(mocker_knobs(spec, spec.experiment("agg")), "worker")
+    assert "--kv-transfer-bandwidth" not in agg and agg[agg.index("--kv-bytes-per-token") + 1] == "98304"
