@@ -52,7 +52,7 @@ def test_a_dynamo_image_without_a_version_tag_needs_its_runtime_version():
         d["pools"][0]["network"]["efa_image"] = digest
         d.setdefault("kubernetes", {}).update(dynamo_image=digest, **k)
 
-    assert problems(lambda d: pin(d)) == [
+    assert problems(pin) == [
         f"kubernetes.dynamo_runtime_version: required because kubernetes.dynamo_image {digest!r} has no "
         "MAJOR.MINOR.PATCH tag (Dynamo's admission webhook refuses such an image unless each component sets "
         "runtimeVersionOverride); give the image's Dynamo version, e.g. 1.6.1"]
