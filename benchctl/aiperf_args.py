@@ -2,18 +2,36 @@
 
 The same argument list runs as a local subprocess and inside the Kubernetes Job on AWS.
 Fixed settings for every configuration, as the plan demands: streaming (TTFT/ITL need it), chat
-endpoint, ``ignore_eos`` so the requested OSL is produced, fixed ISL/OSL (stddev 0), a fixed seed.
+endpoint, ``ignore_eos`` so the requested OSL is produced, fixed ISL/OSL (stddev 0), a fixed seed, and the
+campaign's sampling (temperature, top_p, seed) and thinking setting in every request body.
+
+``--extra-inputs`` is ONE JSON object: AIPerf 0.13 parses a value starting with ``{`` as JSON and merges it into
+every request body; its ``key:value`` form would send ``chat_template_kwargs`` as a string and numbers such as
+``1e-3`` as strings (``aiperf/config/loader/parsing.py``, checked by calling it).
 """
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from benchctl.plan import StepPlan
 
 AIPERF_VERSION = "0.13.0"
 
 
+def extra_inputs(sampling: dict[str, Any] | None = None, thinking: bool | None = None) -> str:
+    """The ``--extra-inputs`` JSON: ``ignore_eos``, the sampling fields and, when given, Qwen3's thinking switch
+    (``chat_template_kwargs.enable_thinking``, which Dynamo's frontend hands to the chat template)."""
+    body: dict[str, Any] = {"ignore_eos": True, **(sampling or {})}
+    if thinking is not None:
+        body["chat_template_kwargs"] = {"enable_thinking": thinking}
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
 def _common(model: str, tokenizer: str, url: str, artifact_dir: str, seed: int,
-            tokenizer_revision: str | None = None) -> list[str]:
+            tokenizer_revision: str | None = None, sampling: dict[str, Any] | None = None,
+            thinking: bool | None = None) -> list[str]:
     revision = ["--tokenizer-revision", tokenizer_revision] if tokenizer_revision else []
     return [
         "profile",
@@ -22,7 +40,7 @@ def _common(model: str, tokenizer: str, url: str, artifact_dir: str, seed: int,
         "--url", url,
         "--endpoint-type", "chat",
         "--streaming",
-        "--extra-inputs", "ignore_eos:true",
+        "--extra-inputs", extra_inputs(sampling, thinking),
         "--random-seed", str(seed),
         "--ui-type", "none",
         "--artifact-dir", artifact_dir,
@@ -47,6 +65,8 @@ def step_args(
     input_file: str | None = None,
     slo: dict[str, float | None] | None = None,
     tokenizer_revision: str | None = None,
+    sampling: dict[str, Any] | None = None,
+    thinking: bool | None = None,
 ) -> list[str]:
     """Arguments for one measured step (one workload variant, one repeat).
 
@@ -57,7 +77,7 @@ def step_args(
     ``metrics_urls``: every worker's (and KVBM's) ``/metrics`` beside the frontend's, which AIPerf scrapes
     by itself (the ``--url``); ``tokenizer_revision``: the pinned revision of ``tokenizer``.
     """
-    args = _common(model, tokenizer, url, artifact_dir, step.seed, tokenizer_revision)
+    args = _common(model, tokenizer, url, artifact_dir, step.seed, tokenizer_revision, sampling, thinking)
     args += ["--concurrency", str(step.concurrency)]
     if step.kind == "concurrency_sweep":
         args += _fixed_lengths(step)
@@ -110,9 +130,11 @@ def warmup_args(
     osl: int,
     seed: int,
     tokenizer_revision: str | None = None,
+    sampling: dict[str, Any] | None = None,
+    thinking: bool | None = None,
 ) -> list[str]:
     """A short warm-up run (its artifacts are kept raw and never ingested into results)."""
-    args = _common(model, tokenizer, url, artifact_dir, seed, tokenizer_revision)
+    args = _common(model, tokenizer, url, artifact_dir, seed, tokenizer_revision, sampling, thinking)
     args += [
         "--concurrency", str(concurrency),
         "--isl", str(isl), "--isl-stddev", "0",

@@ -41,6 +41,10 @@ class SmokeTestFailed(BenchError):
     """The short requests after deploy did not succeed."""
 
 
+class QualityGateFailed(SmokeTestFailed):
+    """The model answered the quality questions below the spec's ``quality.min_score`` (real models only)."""
+
+
 class Aborted(BenchError):
     """A person (Ctrl-C) or a guard asked the campaign to stop."""
 

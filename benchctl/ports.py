@@ -137,6 +137,10 @@ class ServingPort(Protocol):
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         """Every metrics endpoint of the deployment now, by source name (frontend, each worker)."""
 
+    def network(self, state: JSON) -> JSON:
+        """How the deployment's workers are placed and move KV, as observed (not as configured): CNI,
+        zones, MTU, which worker runs where, the KV-transfer backend the workers report using."""
+
     def teardown(self, state: JSON) -> JSON:
         """Remove everything of this deployment; idempotent; return what was removed."""
 
@@ -171,10 +175,12 @@ class SmokePort(Protocol):
     """A few short requests against a deployment before any load: started by SmokeTest, polled by
     CheckSmoke (locally they run at once and ``poll`` answers at its first call)."""
 
-    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON: ...
+    def start(self, deployment: JSON, requests: int, max_tokens: int, *, quality: list[JSON] | None = None) -> JSON:
+        """Start the smoke requests, then the quality questions (``[{"id", "body"}]``, sent as given)."""
     def poll(self, started: JSON) -> int | None: ...
     def result(self, started: JSON) -> JSON:
-        """What the timeline records once it succeeded."""
+        """What the timeline records once it succeeded; with quality questions, their answers under
+        ``quality_answers``: ``{id: {"content", "finish_reason"} | {"error"}}``."""
     def failure_logs(self, started: JSON) -> JSON: ...
 
 

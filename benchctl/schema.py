@@ -83,6 +83,11 @@ TABLES: dict[str, Table] = {
             base_experiment string
             changed_feature string
             mocker_json string
+            nixl_backend string
+            kv_transfer_path string
+            kv_transfer_bandwidth_gbps double
+            kv_bytes_per_token bigint
+            network_json string
             """,
         ),
         _table(
@@ -145,6 +150,10 @@ TABLES: dict[str, Table] = {
             slo_ttft_ms double
             slo_itl_ms double
             aiperf_good_request_fraction double
+            temperature double
+            top_p double
+            sampling_seed bigint
+            thinking boolean
             """,
         ),
         _table(
@@ -233,6 +242,35 @@ TABLES: dict[str, Table] = {
             successful_output_tokens bigint
             usd_per_1m_output_tokens double
             simulated boolean
+            """,
+        ),
+        _table(
+            "quality",
+            "experiment x question of the output-quality gate (benchctl.quality), run after the smoke test",
+            _EXPERIMENT_PARTS,
+            # expected/extracted: the question's answer and the one read from the reply (NULL: none found);
+            # simulated: the local mocker (random tokens: the score is not meaningful, the gate not applied);
+            # gate: passed | failed | not applied (SIMULATED); the sampling and thinking settings sent.
+            """
+            campaign_id string
+            experiment string
+            question_id string
+            question_index bigint
+            prompt string
+            expected bigint
+            extracted bigint
+            correct boolean
+            finish_reason string
+            error string
+            content_head string
+            min_score double
+            gate string
+            simulated boolean
+            temperature double
+            top_p double
+            sampling_seed bigint
+            thinking boolean
+            max_tokens bigint
             """,
         ),
         _table(

@@ -36,6 +36,44 @@ class ModelSpec(Strict):
                     "volume's refs/main")
 
 
+# EFA interfaces of an instance type, for a pool whose network asks for EFA without a count. p4d.24xlarge /
+# p4de.24xlarge: 4 (FACTS "Held to the platforms' own rules"); p5.48xlarge: 32 (Dynamo's AWS p5 recipe gives
+# each TP=4 pod 16, i.e. 4 per GPU). Other types: give network.efa_interfaces.
+EFA_INTERFACES: dict[str, int] = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32}
+# The prefill -> decode bandwidth the local mocker models for a transfer path (GB/s), when the experiment's
+# mocker.kv_transfer_bandwidth is not set (FACTS "Disaggregation over EFA": NIXL over EFA with LIBFABRIC about
+# 9.6 GB/s; UCX, which then runs over TCP, about 1 GB/s).
+PATH_BANDWIDTH_GBPS: dict[str, float] = {"LIBFABRIC+EFA": 9.6, "UCX": 1.0}
+
+
+class PoolNetwork(Strict):
+    """How a pool's workers move KV cache to each other (disaggregated experiments): EFA interfaces, the
+    NIXL backend and the EFA-enabled runtime image. Without EFA NIXL uses UCX, which runs over TCP between
+    pods (Dynamo's disaggregation guide: orders of magnitude slower); LIBFABRIC must be named or NIXL stays on
+    UCX even with EFA (FACTS "Disaggregation over EFA")."""
+
+    efa: bool = Field(default=False, description="give the workers EFA interfaces (vpc.amazonaws.com/efa)")
+    efa_interfaces: int | None = Field(
+        default=None, gt=0, le=64,
+        description="EFA interfaces per node (default: the instance type's, known for p4d/p4de/p5)")
+    nixl_backend: Literal["UCX", "LIBFABRIC"] = Field(
+        default="UCX", description="NIXL backend of the workers' NixlConnector (LIBFABRIC needs efa)")
+    efa_image: str | None = Field(
+        default=None, min_length=1,
+        description="EFA-enabled Dynamo runtime image of the workers (default: kubernetes.dynamo_image with "
+                    "'-efa' appended to its tag, as NVIDIA publishes them since 1.3.0; 1.6.1-efa is not "
+                    "confirmed on a registry: check before a run)")
+
+    @model_validator(mode="after")
+    def _backend_needs_efa(self) -> PoolNetwork:
+        if self.nixl_backend == "LIBFABRIC" and not self.efa:
+            raise ValueError("nixl_backend LIBFABRIC runs over EFA; set efa: true, or use nixl_backend UCX")
+        if self.efa_interfaces is not None and not self.efa:
+            raise ValueError("efa_interfaces given without efa: true")
+        return self
+
+
+
 class PoolSpec(Strict):
     name: Name
     instance_type: str = Field(min_length=1)
@@ -44,6 +82,13 @@ class PoolSpec(Strict):
     max_nodes: int = Field(default=4, gt=0, le=64)
     provider: Literal["managed-nodegroup", "auto-mode", "local"] = "managed-nodegroup"
     nodegroup: str | None = Field(default=None, description="EKS managed node group name")
+    network: PoolNetwork = PoolNetwork()
+
+    def efa_interfaces(self) -> int:
+        """EFA interfaces per node (0 without EFA)."""
+        if not self.network.efa:
+            return 0
+        return self.network.efa_interfaces or EFA_INTERFACES.get(self.instance_type, 0)
 
 
 class WorkerGroup(Strict):
@@ -69,7 +114,15 @@ class KvOffload(Strict):
     """KV cache offload (KVBM): GPU -> CPU (-> disk). Locally the mocker's host block tier models it."""
 
     cpu_cache_gb: float = Field(default=16.0, gt=0, description="DYN_KVBM_CPU_CACHE_GB per worker")
-    disk_cache_gb: float | None = Field(default=None, gt=0, description="DYN_KVBM_DISK_CACHE_GB per worker")
+    disk_cache_gb: float | None = Field(default=None, gt=0, description="DYN_KVBM_DISK_CACHE_GB per worker (the SSD "
+                                        "tier, on an emptyDir of the node's disk; not modelled by the local mocker)")
+
+    @model_validator(mode="after")
+    def _tiers_grow(self) -> KvOffload:
+        if self.disk_cache_gb is not None and self.disk_cache_gb < self.cpu_cache_gb:
+            raise ValueError(f"disk_cache_gb {self.disk_cache_gb:g} is below cpu_cache_gb {self.cpu_cache_gb:g}: KVBM's "
+                             "tiers grow outwards (disk >= CPU; FACTS 'KVBM disk tier')")
+        return self
 
 
 # What one rung of a feature ladder may change: exactly one of these (``workers`` only with ``mode``,
@@ -162,6 +215,11 @@ class Kubernetes(Strict):
     load_memory: str = Field(default="16Gi")
     shared_memory: str = Field(default="16Gi", description="/dev/shm of each worker")
     prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
+    dcgm_exporter_urls: list[Annotated[str, Field(pattern=r"^https?://[^\s]+$")]] = Field(
+        default_factory=list,
+        description="NVIDIA DCGM exporter /metrics URLs (port 9400; e.g. the GPU operator's Service "
+                    "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics) scraped with every step's server "
+                    "metrics: GPU utilisation, memory, power per step in the lake (v_stage_queues)")
 
     @model_validator(mode="after")
     def _runtime_version(self) -> Kubernetes:
@@ -215,6 +273,26 @@ class Timeouts(Strict):
                               description="waited for a deleted deployment's pods to be gone before pools are restored")
 
 
+class Sampling(Strict):
+    """The sampling settings every request carries (Qwen3's generation_config otherwise fills unset fields)."""
+
+    temperature: float = Field(default=0.7, ge=0, le=2)
+    top_p: float = Field(default=0.8, gt=0, le=1)
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="per-request sampling seed (default: spec seed)")
+
+
+class Quality(Strict):
+    """The output-quality gate after the smoke test (``benchctl.quality``)."""
+
+    questions: int = Field(default=20, gt=0, le=200, description="arithmetic questions with known answers")
+    seed: int = Field(default=15, ge=0, description="the question set's seed (same seed, same questions)")
+    min_score: float = Field(default=0.9, ge=0, le=1,
+                             description="correct share below which the experiment fails before load (real "
+                                         "models only: on the local mocker the score is SIMULATED and not gated)")
+    max_tokens: int | None = Field(default=None, gt=0, le=32768,
+                                   description="per answer (default: 64 with thinking off, 4096 with it on)")
+
+
 class CampaignSpec(Strict):
     name: Name
     description: str = ""
@@ -235,6 +313,9 @@ class CampaignSpec(Strict):
     pricing: Pricing = Pricing()
     budget: Budget = Budget()
     timeouts: Timeouts = Timeouts()
+    sampling: Sampling = Sampling()
+    thinking: bool = Field(default=False, description="Qwen3 thinking (chat_template_kwargs.enable_thinking)")
+    quality: Quality = Quality()
 
     @model_validator(mode="before")
     @classmethod
@@ -320,6 +401,23 @@ class CampaignSpec(Strict):
                         f"{where}.tensor_parallel: {g.tensor_parallel} exceeds pool {pool.name!r} "
                         f"gpus_per_node {pool.gpus_per_node}"
                     )
+        for i, pool in enumerate(self.pools):
+            if pool.network.efa and pool.efa_interfaces() == 0:
+                problems.append(
+                    f"pools[{i}].network.efa_interfaces: required for instance type {pool.instance_type!r} "
+                    f"(known: {', '.join(f'{k} {v}' for k, v in sorted(EFA_INTERFACES.items()))})")
+            image = self.kubernetes.dynamo_image
+            if pool.network.efa and not pool.network.efa_image and ("@" in image or image_tag_version(image) is None):
+                problems.append(f"pools[{i}].network.efa_image: required: kubernetes.dynamo_image {image!r} is pinned "
+                                "by digest or has no version tag, so the EFA-enabled image cannot be derived from it")
+        for i, e in enumerate(self.experiments):
+            if e.mode != "disaggregated":
+                continue
+            paths = {transfer_path(pools[g.pool]) for g in e.workers if g.pool in pools}
+            if len(paths) > 1:
+                problems.append(
+                    f"experiments[{i}]: its prefill and decode pools move KV over different paths {sorted(paths)}; "
+                    "NIXL needs one backend on both sides: give the pools the same network.nixl_backend and efa")
         for i, w in enumerate(self.workloads):
             isl, osl = w.max_lengths()
             if osl > self.model.max_context:
@@ -350,6 +448,36 @@ class CampaignSpec(Strict):
 
     def repeat_seed(self, repeat: int) -> int:
         return self.seed + repeat if self.seed_policy == "per-repeat" else self.seed
+
+    def sampling_fields(self) -> dict[str, Any]:
+        """The sampling fields every request carries: temperature, top_p and seed (default: the spec's seed,
+        within the 31 bits every server accepts)."""
+        seed = self.sampling.seed if self.sampling.seed is not None else self.seed % 2**31
+        return {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p, "seed": seed}
+
+    def transfer(self, exp: Experiment) -> dict[str, Any]:
+        """How a disaggregated experiment moves KV from prefill to decode (None fields when aggregated):
+        the path ('LIBFABRIC+EFA' or 'UCX'), the NIXL backend, EFA interfaces per node, the bandwidth the
+        local mocker models (the experiment's mocker.kv_transfer_bandwidth, else the path's) and where that
+        figure comes from, and the KV bytes per token."""
+        if exp.mode != "disaggregated":
+            return {"path": None, "nixl_backend": None, "kv_transfer_bandwidth_gbps": None,
+                    "bandwidth_source": None, "kv_bytes_per_token": self.model.kv_bytes_per_token}
+        pools = [self.pool(g.pool) for g in exp.workers]
+        path = transfer_path(pools[0])
+        if exp.mocker.kv_transfer_bandwidth is not None:
+            bw, src = exp.mocker.kv_transfer_bandwidth, "spec: mocker.kv_transfer_bandwidth"
+        else:
+            bw, src = PATH_BANDWIDTH_GBPS[path], f"derived from the pools' network ({path}; FACTS)"
+        return {"path": path, "nixl_backend": pools[0].network.nixl_backend,
+                "efa_interfaces": {p.name: p.efa_interfaces() for p in pools},
+                "kv_transfer_bandwidth_gbps": bw, "bandwidth_source": src,
+                "kv_bytes_per_token": self.model.kv_bytes_per_token}
+
+
+def transfer_path(pool: PoolSpec) -> str:
+    """The KV-transfer path of a pool's workers: NIXL's LIBFABRIC over EFA, else UCX (TCP between pods)."""
+    return "LIBFABRIC+EFA" if pool.network.efa and pool.network.nixl_backend == "LIBFABRIC" else "UCX"
 
 
 def _normal(field_name: str, value: Any) -> Any:

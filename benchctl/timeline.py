@@ -43,6 +43,13 @@ DEPLOY_APPLIED = Event("deploy_applied", "the deployment was started/applied", (
 READY = Event("ready", "the deployment answers (with what it runs, on EKS: image digests, model prefetch)",
               ("startup_s", "images", "model_prefetch"))
 SMOKE_OK = Event("smoke_ok", "the smoke requests succeeded (detail: the smoke port's result)", None)
+QUALITY_SCORED = Event("quality_scored", "the output-quality questions were answered and scored (benchctl.quality); "
+                       "gate: passed | failed | not applied (SIMULATED)",
+                       ("questions", "correct", "score", "min_score", "simulated", "gate", "temperature", "top_p",
+                        "sampling_seed", "thinking", "max_tokens"))
+NETWORK_OBSERVED = Event("network_observed", "how the deployment's workers are placed and move KV, as observed "
+                         "(worker logs, nodes): CNI, zones, MTU, placement, the transfer backend actually used",
+                         None)
 LOAD_START = Event("load_start", "a load (a step or the warm-up) was launched", ("step_id",), key="step_id")
 LOAD_END = Event("load_end", "a load exited", ("step_id", "exit_code"), key="step_id")
 LOAD_STOPPED = Event("load_stopped", "a load was stopped (abort path)", ("step_id",), key="step_id")
@@ -67,7 +74,8 @@ ABORTED = Event("aborted", "the campaign was aborted (after teardown)", ("error"
 SWEPT = Event("swept", "the sweeper tore down what the campaign left", ("experiments",), scope="campaign")
 
 EVENTS: tuple[Event, ...] = (
-    PLANNED, SCALE_REQUESTED, NODES_READY, DEPLOY_APPLIED, READY, SMOKE_OK, LOAD_START, LOAD_END, LOAD_STOPPED,
+    PLANNED, SCALE_REQUESTED, NODES_READY, DEPLOY_APPLIED, READY, SMOKE_OK, QUALITY_SCORED, NETWORK_OBSERVED,
+    LOAD_START, LOAD_END, LOAD_STOPPED,
     INGESTED, BUDGET_EXCEEDED, TEARDOWN_START, TEARDOWN_DONE, POOL_HANDED_OVER, POOL_RESTORED, EXPERIMENT_FAILED,
     CLEANUP_ERROR, CLEANUP_FAILED, SUCCEEDED, FAILED, ABORTED, SWEPT,
 )

@@ -49,6 +49,19 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     "v_pareto": (
         "workload", "experiment", "variant", "gpus", "output_tokens_per_s_per_gpu", "ttft_p50_ms", "on_frontier",
     ),
+    "v_kv_transfer": (
+        "experiment", "mode", "workload", "variant", "concurrency", "isl", "ttft_p50_ms", "ttft_avg_ms",
+        "kv_transfer_ms", "kv_transfer_share_of_ttft", "kv_transfer_source", "kv_transfer_gbps", "router_estimate_ms",
+    ),
+    "v_stage_queues": (
+        "experiment", "mode", "workload", "variant", "concurrency", "goodput_ratio", "frontend_queued_max",
+        "prefill_dispatch_max", "decode_dispatch_max", "prefill_inflight_max", "waiting_max", "running_max",
+        "gpu_util_avg_pct", "gpu_fb_used_max_mib", "gpu_power_avg_w", "gpu_source",
+    ),
+    "v_quality": (
+        "experiment", "mode", "model", "temperature", "top_p", "sampling_seed", "thinking", "settings_consistent",
+        "quality_questions", "quality_correct", "quality_score", "quality_min_score", "quality_gate", "simulated",
+    ),
     "v_feature_ladder": (
         "experiment", "base_experiment", "changed_feature", "workload", "variant", "ttft_p50_change_pct",
         "output_tokens_per_s_change_pct", "base_cache_hit_rate", "cache_hit_rate",

@@ -23,6 +23,7 @@ Grove overwrites on pods): nothing of anybody else's is touched. Every create an
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,9 +40,10 @@ from benchctl.aws.k8s.common import (
     selector,
 )
 from benchctl.aws.k8s.jobs import render_load_job, render_prefetch_job, render_smoke_job
-from benchctl.aws.k8s.render import render_deployment, uses_kvbm
+from benchctl.aws.k8s.render import NIXL_TELEMETRY_PORT, render_deployment, uses_kvbm
 from benchctl.errors import ServingFailed
 from benchctl.ports import JSON, DeploymentRequest, LoadRequest
+from benchctl.quality import answers_from_log
 from benchctl.spec import CampaignSpec
 
 DGD = ("nvidia.com/v1beta1", "DynamoGraphDeployment")
@@ -150,6 +152,11 @@ def _template_selector(kube: KubeClient, state: JSON) -> str:
     return selector(ours)
 
 
+# NIXL's Python agent logs each backend it creates (ai-dynamo/nixl src/api/python/_api.py,
+# ``logger.info("Backend %s was instantiated", backend)``)
+_NIXL_BACKEND = re.compile(r"Backend (\w+) was instantiated")
+
+
 class EksServing(_Kube):
     """``ServingPort`` on EKS: the experiment's DynamoGraphDeployment, rendered from the request as given."""
 
@@ -169,7 +176,9 @@ class EksServing(_Kube):
                  "namespace": namespace, "url": url, "metrics_urls": [f"{url}/metrics"],
                  "model": target.model.name, "engine": "eks",
                  "kvbm_roles": sorted({g.role for g in target.experiment.workers
-                                       if uses_kvbm(target.experiment, g.role)})}
+                                       if uses_kvbm(target.experiment, g.role)}),
+                 "nixl_telemetry": target.experiment.mode == "disaggregated",
+                 "dcgm_exporter_urls": list(target.kubernetes.dcgm_exporter_urls)}
         if target.kubernetes.prefetch_model:
             job = render_prefetch_job(target.model, target.kubernetes, self.campaign_id)
             with contextlib.suppress(Conflict):  # another experiment of this campaign started it
@@ -249,8 +258,11 @@ class EksServing(_Kube):
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         """Every metrics endpoint of the experiment, by source name: the frontend (through its Service;
         AIPerf scrapes it by itself as the ``--url``) and, per Running worker pod found by our labels, its
-        system port's ``/metrics`` (vLLM and Dynamo worker series) and, where KVBM runs, KVBM's exporter."""
+        system port's ``/metrics`` (vLLM and Dynamo worker series), where KVBM runs KVBM's exporter and,
+        disaggregated, NIXL's telemetry exporter (``NIXL_TELEMETRY_PORT``)."""
         out = {"frontend": f"{state['url']}/metrics"}
+        for i, url in enumerate(state.get("dcgm_exporter_urls") or ()):  # GPU use (spec kubernetes.dcgm_exporter_urls)
+            out[f"dcgm/{i}"] = str(url)
         kvbm = set(state.get("kvbm_roles") or ())
         sel = selector(selection(self.campaign_id, state["deployment_id"]))
         for pod in sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"]):
@@ -264,6 +276,64 @@ class EksServing(_Kube):
             out[f"{role}/{name}"] = f"http://{host}:{WORKER_SYSTEM_PORT}/metrics"
             if role in kvbm:
                 out[f"kvbm/{name}"] = f"http://{host}:{KVBM_METRICS_PORT}/metrics"
+            if state.get("nixl_telemetry"):  # NIXL's own exporter: bytes moved, errors, per backend
+                out[f"nixl/{name}"] = f"http://{host}:{NIXL_TELEMETRY_PORT}/metrics"
+        return out
+
+    def network(self, state: JSON) -> JSON:
+        """The deployment's network as the cluster shows it (no exec): the VPC CNI's version and MTU from the
+        aws-node DaemonSet (none on EKS Auto Mode, which manages its own), each worker pod's node, zone,
+        instance type and EFA interfaces, and the NIXL backend each worker's log says it instantiated
+        (``Backend <NAME> was instantiated``: only LIBFABRIC proves EFA; UCX between nodes is TCP). Which NIC
+        a pod uses is not in the API (it needs the kubelet's pod-resources API or exec): not recorded."""
+        out: JSON = {"engine": "eks"}
+        try:
+            nodes = {n["metadata"]["name"]: n for n in self.kube.list("v1", "Node")}
+        except ApiError as err:
+            nodes, out["nodes_error"] = {}, str(err)
+        try:
+            cni = next((d for d in self.kube.list("apps/v1", "DaemonSet", "kube-system")
+                        if d["metadata"]["name"] == "aws-node"), None)
+        except ApiError as err:
+            cni, out["cni_error"] = None, str(err)
+        if cni is not None:
+            main: JSON = next((c for c in (cni["spec"]["template"]["spec"].get("containers") or [])
+                         if c.get("name") == "aws-node"), {})
+            env = {e.get("name"): e.get("value") for e in main.get("env") or []}
+            out["cni"] = f"amazon-vpc-cni {str(main.get('image', '')).rpartition(':')[2] or 'unknown'}"
+            mtu = env.get("POD_MTU") or env.get("AWS_VPC_ENI_MTU")
+            out["mtu"] = int(mtu) if mtu and str(mtu).isdigit() else 9001
+            out["mtu_source"] = ("aws-node env POD_MTU/AWS_VPC_ENI_MTU" if mtu else
+                                 "aws-node sets no AWS_VPC_ENI_MTU: the CNI's default 9001")
+        elif "cni_error" not in out:
+            out["cni"] = "no aws-node DaemonSet: EKS Auto Mode's managed networking (or another CNI)"
+        placement, zones, backends = [], set(), {}
+        sel = selector(selection(self.campaign_id, state["deployment_id"]))
+        for pod in sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"]):
+            role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            node = nodes.get(node_name or "", {})
+            node_labels = (node.get("metadata") or {}).get("labels") or {}
+            zone = node_labels.get("topology.kubernetes.io/zone")
+            zones.add(zone) if zone else None
+            limits: JSON = {}
+            for c in (pod.get("spec") or {}).get("containers") or []:
+                limits.update(((c.get("resources") or {}).get("limits")) or {})
+            name = pod["metadata"]["name"]
+            placement.append({"pod": name, "role": role, "node": node_name, "zone": zone,
+                              "instance_type": node_labels.get("node.kubernetes.io/instance-type"),
+                              "pod_ip": (pod.get("status") or {}).get("podIP"),
+                              "efa": limits.get("vpc.amazonaws.com/efa")})
+            if role in ("prefill", "decode"):
+                try:
+                    found = sorted(set(_NIXL_BACKEND.findall(self.kube.logs(name, state["namespace"], "main", 5000))))
+                except ApiError as err:
+                    found = [f"unknown ({err})"]
+                backends[name] = found or ["none logged"]
+        out.update(zones=sorted(zones), placement=placement, nixl_backends=backends,
+                   transfer_backend=", ".join(sorted({b for v in backends.values() for b in v})) or
+                   "none: aggregated (no prefill -> decode transfer)",
+                   source="the cluster's DaemonSets, nodes and pods, and the workers' logs")
         return out
 
     def teardown(self, state: JSON) -> JSON:
@@ -337,19 +407,25 @@ class EksSmoke(_Jobs):
     """A short Job of a few chat requests plus a ``/metrics`` GET against the frontend: started here,
     polled by CheckSmoke (never waited for in a function)."""
 
-    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON:
+    def start(self, deployment: JSON, requests: int, max_tokens: int, *, quality: list[JSON] | None = None) -> JSON:
+        """The Job renders the spec's quality questions itself (``quality``, from the same spec, is what it
+        sends); their answers are read back from its log by :meth:`result`."""
         job = render_smoke_job(self.spec, self.campaign_id, deployment["deployment_id"], deployment["url"])
         with contextlib.suppress(Conflict):  # a redelivered event: follow the Job already there
             self.kube.create(job)
         return {"name": job["metadata"]["name"], "namespace": self.namespace, "requests": requests,
-                "max_tokens": max_tokens,
+                "max_tokens": max_tokens, "quality_questions": len(quality) if quality is not None else None,
                 "pod_selector": selector(selection(self.campaign_id, deployment["deployment_id"], "smoke"))}
 
     def poll(self, started: JSON) -> int | None:
         return job_status(self.kube, started)
 
     def result(self, started: JSON) -> JSON:
-        return {k: v for k, v in started.items() if k in ("requests", "max_tokens", "name")}
+        out = {k: v for k, v in started.items() if k in ("requests", "max_tokens", "name")}
+        if started.get("quality_questions") is not None:
+            logs = job_logs(self.kube, started, int(started["quality_questions"]) + 50)
+            out["quality_answers"] = answers_from_log("\n".join(str(t) for t in logs.values()))
+        return out
 
     def failure_logs(self, started: JSON) -> JSON:
         return job_logs(self.kube, started)

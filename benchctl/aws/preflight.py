@@ -15,7 +15,7 @@ from benchctl.aws.k8s.jobs import render_preflight_job
 from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.errors import NotReadyYet
 from benchctl.ports import JSON
-from benchctl.spec import CampaignSpec
+from benchctl.spec import CampaignSpec, PoolSpec
 
 # A pod that will never start: name the reason at once instead of waiting for the Job's deadline.
 _STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
@@ -89,6 +89,56 @@ def _check_gpu_drivers(spec: CampaignSpec, kube: KubeClient) -> list[str]:
     return problems
 
 
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EFA_PLUGIN_IMAGE = "aws-efa-k8s-device-plugin"  # the image of AWS's EFA device plugin (eks-charts, aws-samples)
+EFA_PLUGIN_NAMESPACE = "kube-system"
+EFA_PLUGIN_INSTALL = ("helm install aws-efa-k8s-device-plugin eks/aws-efa-k8s-device-plugin -n kube-system "
+                      "(https://aws.github.io/eks-charts; EKS user guide, 'Manage EFA devices on Amazon EKS')")
+
+
+def _pool_selector(pool: PoolSpec) -> str:
+    return (f"eks.amazonaws.com/nodegroup={pool.nodegroup}" if pool.provider == "managed-nodegroup"
+            else f"node.kubernetes.io/instance-type={pool.instance_type}")
+
+
+def _check_efa(spec: CampaignSpec, kube: KubeClient) -> list[str]:
+    """Pools whose workers ask for EFA (``network.efa``) need AWS's EFA device plugin, which advertises the
+    interfaces as ``vpc.amazonaws.com/efa``: without it the workers are never scheduled (or, had the request
+    been left out, NIXL would silently fall back to TCP). Checked on the DaemonSets of kube-system (by the
+    plugin's image, whatever the release is called) and on the pools' nodes that exist and lack the resource."""
+    efa_pools = [p for p in spec.pools if p.network.efa and p.provider != "local"]
+    if not efa_pools:
+        return []
+    problems: list[str] = []
+    try:
+        daemonsets = kube.list("apps/v1", "DaemonSet", EFA_PLUGIN_NAMESPACE)
+    except ApiError as err:
+        return [f"pools {[p.name for p in efa_pools]} ask for EFA: cannot list the DaemonSets of "
+                f"{EFA_PLUGIN_NAMESPACE} to find the EFA device plugin: {err}"]
+    plugin = [d["metadata"]["name"] for d in daemonsets
+              if any(EFA_PLUGIN_IMAGE in str(c.get("image", ""))
+                     for c in (((d.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or [])]
+    if not plugin:
+        problems.append(f"pools {', '.join(p.name for p in efa_pools)} ask for EFA (network.efa) but the EFA device "
+                        f"plugin is missing: no DaemonSet in {EFA_PLUGIN_NAMESPACE} runs the {EFA_PLUGIN_IMAGE} "
+                        f"image, so no node advertises {EFA_RESOURCE} and the workers would never be scheduled; "
+                        f"install it: {EFA_PLUGIN_INSTALL}")
+    for pool in efa_pools:
+        try:
+            nodes = kube.list("v1", "Node", label_selector=_pool_selector(pool))
+        except ApiError as err:
+            problems.append(f"pool {pool.name}: cannot list its nodes to read their {EFA_RESOURCE}: {err}")
+            continue
+        for node in nodes:
+            have = ((node.get("status") or {}).get("allocatable") or {}).get(EFA_RESOURCE)
+            if plugin and not have:  # the plugin is installed but does not run (or match) there
+                problems.append(f"pool {pool.name}: node {node['metadata']['name']} advertises no {EFA_RESOURCE} "
+                                f"although pool {pool.name} asks for EFA: the EFA device plugin ({', '.join(plugin)}) "
+                                "does not run on it (its node selector or tolerations), or the instance has no EFA "
+                                "interfaces attached")
+    return problems
+
+
 def _pod_problem(pod: JSON) -> str | None:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}
@@ -143,7 +193,7 @@ def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_
 
     Read-only checks first: the cluster, namespace, CRDs (and the Auto Mode NodeClass), the token secret
     and its key, the volume claim, the load service account, the node groups, the GPU driver of the pools'
-    nodes that report it. Only when all pass (the Jobs need the namespace and the service account), with a
+    nodes that report it, the EFA device plugin of pools that ask for EFA. Only when all pass (the Jobs need the namespace and the service account), with a
     ``campaign_id``: the image checks (:func:`check_images`), which raise NotReadyYet while they run.
     """
     try:
@@ -162,6 +212,7 @@ def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_
         except eks.exceptions.ResourceNotFoundException:
             problems.append(f"pool {pool.name}: node group {pool.nodegroup!r} not found in cluster {cluster_name!r}")
     problems += _check_gpu_drivers(spec, kube)
+    problems += _check_efa(spec, kube)
     if problems or campaign_id is None:
         return problems
     return check_images(spec, kube, campaign_id)

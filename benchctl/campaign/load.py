@@ -82,7 +82,7 @@ def launch_warmup(p: Providers, ctx: Ctx, task: Task) -> JSON:
         return aiperf_args.warmup_args(
             model=spec.model.name, tokenizer=tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
             request_count=spec.warmup.request_count, concurrency=conc, isl=isl, osl=min(osl, 64),
-            seed=spec.seed, tokenizer_revision=revision,
+            seed=spec.seed, tokenizer_revision=revision, sampling=spec.sampling_fields(), thinking=spec.thinking,
         )
 
     return _launch(p, ctx, experiment, WARMUP, argv_for, est_s=60.0 + spec.warmup.request_count)
@@ -135,7 +135,8 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
         return aiperf_args.step_args(
             step, model=spec.model.name, tokenizer=tokenizer, url=dstate["url"], artifact_dir=artifact_dir,
             metrics_urls=_urls(sources), input_file=rec.dataset["uri"] if rec.dataset else None,
-            slo=spec.slo.model_dump(), tokenizer_revision=revision,
+            slo=spec.slo.model_dump(), tokenizer_revision=revision, sampling=spec.sampling_fields(),
+            thinking=spec.thinking,
         )
 
     out = _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, rec=rec)

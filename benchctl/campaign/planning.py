@@ -12,7 +12,7 @@ from benchctl.plan import aws_limits, plan_campaign
 from benchctl.ports import Providers
 from benchctl.runstate import CampaignRecord
 from benchctl.schema import json_text
-from benchctl.spec import Experiment, parse_spec_text
+from benchctl.spec import CampaignSpec, Experiment, parse_spec_text
 
 
 def _import_spec(p: Providers, uri: str) -> None:
@@ -56,7 +56,7 @@ def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
             spec_name=spec.name, model=spec.model.name, started_at=now_iso(p.clock), versions=dict(p.versions),
             pricing=spec.pricing.model_dump(mode="json"), status="running"))
     write_campaign(p, ctx, "running")
-    p.lake.write("experiments", [experiment_row(ctx.campaign_id, i, e) for i, e in enumerate(spec.experiments)],
+    p.lake.write("experiments", [experiment_row(ctx.campaign_id, i, e, spec) for i, e in enumerate(spec.experiments)],
                  part_name="experiment")
     record_event(p, ctx.campaign_id, timeline.CAMPAIGN, timeline.PLANNED,
                  steps=sum(len(e.steps) for e in the_plan.experiments))
@@ -68,8 +68,18 @@ def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
     }
 
 
-def experiment_row(campaign_id: str, index: int, e: Experiment) -> JSON:
+def experiment_row(campaign_id: str, index: int, e: Experiment, spec: CampaignSpec | None = None) -> JSON:
+    """The experiment's ``experiments`` row; with the ``spec``, also how its KV moves (``CampaignSpec.transfer``:
+    the declared path, the bandwidth the local mocker models and its source) and the pools' networks."""
+    transfer = spec.transfer(e) if spec is not None else {}
+    network = ({g.pool: spec.pool(g.pool).network.model_dump(mode="json") for g in e.workers}
+               if spec is not None else None)
     return {
+        "nixl_backend": transfer.get("nixl_backend"),
+        "kv_transfer_path": transfer.get("path"),
+        "kv_transfer_bandwidth_gbps": transfer.get("kv_transfer_bandwidth_gbps"),
+        "kv_bytes_per_token": transfer.get("kv_bytes_per_token"),
+        "network_json": json_text({"pools": network, **transfer}) if spec is not None else None,
         "campaign_id": campaign_id,
         "experiment": e.name,
         "experiment_index": index,

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from benchctl import timeline
+from benchctl import quality, timeline
 from benchctl.campaign.base import JSON, Task, record_event
 from benchctl.context import Ctx
-from benchctl.errors import DeadlineExceeded, SmokeTestFailed
+from benchctl.errors import DeadlineExceeded, QualityGateFailed, SmokeTestFailed
 from benchctl.ports import DeploymentRequest, DeploymentTarget, Providers, WorkerGroupSpec
 from benchctl.runstate import DeploymentRecord, SmokeRecord
 from benchctl.spec import CampaignSpec, Experiment
 
 
 def mocker_knobs(spec: CampaignSpec, exp: Experiment) -> JSON:
-    """The local mocker's knobs; KV offload on sizes the mocker's host (CPU) block tier from its GB."""
+    """The local mocker's knobs; KV offload on sizes the mocker's host (CPU) block tier from its GB.
+
+    Always the model's KV bytes per token (the mocker 1.6.1 computes its own from config.json's
+    hidden_size / heads and ignores head_dim: half of Qwen3-30B-A3B's), and, disaggregated, a prefill ->
+    decode bandwidth: the spec's, else the one of the pools' transfer path (``CampaignSpec.transfer``;
+    without one the mocker models no transfer at all)."""
     knobs = {k: v for k, v in exp.mocker.model_dump().items() if v is not None}
+    knobs["kv_bytes_per_token"] = spec.model.kv_bytes_per_token
+    if exp.mode == "disaggregated":
+        knobs["kv_transfer_bandwidth"] = spec.transfer(exp)["kv_transfer_bandwidth_gbps"]
     if exp.kv_offload is not None and "num_host_blocks" not in knobs:
         block_bytes = spec.model.kv_bytes_per_token * exp.mocker.block_size
         knobs["num_host_blocks"] = max(1, int(exp.kv_offload.cpu_cache_gb * 1e9 // block_bytes))
@@ -77,10 +85,20 @@ def check_ready(p: Providers, ctx: Ctx, task: Task) -> JSON:
                 experiments[experiment] = running
                 p.state.save_campaign(rec)
         record_event(p, ctx.campaign_id, experiment, timeline.READY, startup_s=round(startup_s, 3), **running)
+        record_event(p, ctx.campaign_id, experiment, timeline.NETWORK_OBSERVED, **network_of(p, d.state))
         return {"done": True}
     if p.clock() - d.deployed_at > spec.timeouts.ready_s:
         raise DeadlineExceeded(f"deployment of {experiment} not Ready within timeouts.ready_s={spec.timeouts.ready_s}")
     return {"done": False}
+
+
+def network_of(p: Providers, state: JSON) -> JSON:
+    """The serving port's observation of the deployment's network; what could not be read is said so (it
+    never fails the experiment: it is a record, not a check)."""
+    try:
+        return p.serving.network(state)
+    except Exception as e:  # a record, not a check: the campaign goes on and the report says why it is missing
+        return {"error": f"network provenance not observed: {type(e).__name__}: {e}"}
 
 
 def smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:
@@ -90,9 +108,38 @@ def smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:
         return {"started": True, "reused": True}
     d = deployment(p, experiment)
     spec = p.state.spec()
-    started = p.smoke.start(d.state, spec.smoke.requests, spec.smoke.max_tokens)
+    started = p.smoke.start(d.state, spec.smoke.requests, spec.smoke.max_tokens, quality=quality.spec_requests(spec))
     p.state.save_smoke(experiment, SmokeRecord(state=started, started_at=p.clock()))
     return {"started": True, "reused": False}
+
+
+def score_quality(p: Providers, ctx: Ctx, experiment: str, answers: JSON | None) -> JSON:
+    """Score the quality answers, write them to the lake (``quality``: one row per question) and the
+    timeline; the summary (no per-question items). The threshold applies to real models only: on the local
+    engine (the mocker answers random tokens) the gate runs and is labelled SIMULATED, not applied."""
+    spec = p.state.spec()
+    if answers is None:
+        raise SmokeTestFailed(f"the quality questions of {experiment} did not run (the smoke port returned no "
+                              "answers)")
+    qs = quality.questions(spec.quality.questions, spec.quality.seed)
+    if qs and all((answers.get(q["id"]) or {}).get("error") for q in qs):
+        first = (answers.get(qs[0]["id"]) or {}).get("error")
+        raise SmokeTestFailed(f"every quality question to {experiment} failed; the first: {first}")
+    result = quality.score(qs, answers, simulated=p.engine == "local", min_score=spec.quality.min_score)
+    sampling = spec.sampling_fields()
+    settings = {"temperature": sampling["temperature"], "top_p": sampling["top_p"],
+                "sampling_seed": sampling["seed"], "thinking": spec.thinking,
+                "max_tokens": spec.quality.max_tokens or quality.default_max_tokens(spec.thinking)}
+    rows = [{"campaign_id": ctx.campaign_id, "experiment": experiment, "question_id": item["id"],
+             "question_index": i, "prompt": q["prompt"], "expected": item["expected"],
+             "extracted": item["extracted"], "correct": item["ok"], "finish_reason": item["finish_reason"],
+             "error": item["error"], "content_head": item["content_head"], "min_score": result["min_score"],
+             "gate": result["gate"], "simulated": result["simulated"], **settings}
+            for i, (q, item) in enumerate(zip(qs, result["items"], strict=True))]
+    p.lake.write("quality", rows, part_name="quality")
+    summary = {k: v for k, v in result.items() if k != "items"}
+    record_event(p, ctx.campaign_id, experiment, timeline.QUALITY_SCORED, **summary, **settings)
+    return summary
 
 
 def check_smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:
@@ -112,8 +159,16 @@ def check_smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:
             what = "failed" if code is not None else f"did not finish within timeouts.smoke_s={limit:g}"
             raise SmokeTestFailed(f"smoke test of {experiment} {what}; logs: "
                                   + ("; ".join(f"{k}: {str(v)[-400:]}" for k, v in logs.items()) or "none"))
-        rec.result = p.smoke.result(rec.state)
+        result = dict(p.smoke.result(rec.state))
+        result["quality"] = score_quality(p, ctx, experiment, result.pop("quality_answers", None))
+        rec.result = result
         rec.ended_at = p.clock()
         p.state.save_smoke(experiment, rec)
+    q = rec.result.get("quality") or {}
+    if q.get("gate") == "failed":  # also on a redelivered event: the experiment never goes on to load
+        raise QualityGateFailed(
+            f"quality gate of {experiment}: {q.get('correct')} of {q.get('questions')} questions right "
+            f"(score {q.get('score'):.2f}) is below quality.min_score {q.get('min_score')}; see the lake's quality "
+            "table for each answer")
     record_event(p, ctx.campaign_id, experiment, timeline.SMOKE_OK, **rec.result)
     return {"done": True}

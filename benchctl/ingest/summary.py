@@ -112,6 +112,25 @@ def _summary_concurrency(summary: dict[str, Any]) -> int | None:
     return None
 
 
+def sampling_sent(summary: dict[str, Any]) -> dict[str, Any]:
+    """The sampling and thinking settings AIPerf sent with every request, from its own record of the run
+    (``input_config.endpoint.extra``, the ``--extra-inputs`` it merged into each request body): temperature,
+    top_p, sampling_seed, thinking (``chat_template_kwargs.enable_thinking``). None where it sent none."""
+    extra = ((summary.get("input_config") or {}).get("endpoint") or {}).get("extra") or {}
+    if not isinstance(extra, dict):
+        return {"temperature": None, "top_p": None, "sampling_seed": None, "thinking": None}
+
+    def real(v: Any) -> float | None:
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    seed = extra.get("seed")
+    kwargs = extra.get("chat_template_kwargs")
+    thinking = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
+    return {"temperature": real(extra.get("temperature")), "top_p": real(extra.get("top_p")),
+            "sampling_seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+            "thinking": thinking if isinstance(thinking, bool) else None}
+
+
 def step_from_summary(
     path: Path,
     summary: dict[str, Any],
@@ -185,6 +204,7 @@ def step_from_summary(
         if isinstance(summary.get("was_cancelled"), bool)
         else None,
         error_summary_json=json_text(error_summary),
+        **sampling_sent(summary),
     )
     return step
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 import shutil
 import socket
 import sys
@@ -176,6 +177,29 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+_TRANSFER_FIELDS = re.compile(r"\b(kv_transfer_bandwidth|kv_transfer_bytes_per_token|kv_transfer_timing_mode): "
+                              r"(Some\(([^)]*)\)|None|[A-Za-z]+)")
+
+
+def worker_transfer_config(log: Path) -> JSON:
+    """The transfer settings a ``dynamo.mocker`` worker logged at start-up (its effective config, e.g.
+    ``kv_transfer_bandwidth: Some(9.6), kv_transfer_bytes_per_token: Some(98304), kv_transfer_timing_mode:
+    FullPrompt``), as numbers where they are; {} when the log holds none."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return {}
+    out: JSON = {}
+    for m in _TRANSFER_FIELDS.finditer(text):
+        raw = m.group(3) if m.group(3) is not None else m.group(2)
+        try:
+            value: Any = float(raw) if "." in raw else int(raw)
+        except ValueError:
+            value = None if raw == "None" else raw
+        out[m.group(1)] = value
+    return out
 
 
 def _tail(path: str | Path, n: int = 20) -> str:
@@ -376,6 +400,38 @@ class LocalServing:
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         """The frontend's and every worker's ``/metrics``, by component name."""
         return dict(state.get("metrics_urls") or {})
+
+    def network(self, state: JSON) -> JSON:
+        """What a person needs to judge a local run's transfer figures: no pod network (loopback), the
+        loopback MTU, each process and its ports, and the prefill -> decode transfer the mocker workers report
+        modelling (their start-up config in their logs, not our configuration)."""
+        try:
+            mtu: int | None = int(Path("/sys/class/net/lo/mtu").read_text().strip())
+        except (OSError, ValueError):
+            mtu = None
+        pids = {r["name"]: r["pid"] for r in state.get("processes") or []}
+        placement = [{k: c.get(k) for k in ("name", "role", "system_port", "bootstrap_port", "http_port") if c.get(k)}
+                     | {"host": "127.0.0.1", "pid": pids.get(c["name"])} for c in state.get("components") or []]
+        modelled = {}
+        for c in state.get("components") or []:
+            if c.get("role") in ("prefill", "decode", "worker"):
+                found = worker_transfer_config(Path(state["workdir"]) / "logs" / f"{c['name']}.log")
+                if found:
+                    modelled[c["name"]] = found
+        disagg = state.get("mode") == "disaggregated"
+        return {
+            "engine": "local",
+            "cni": "none: every process on loopback (127.0.0.1), no pod network",
+            "zones": ["local"],
+            "mtu": mtu, "mtu_source": "/sys/class/net/lo/mtu",
+            "placement": placement,
+            "transfer_backend": ("none: Dynamo mocker's transfer model (SIMULATED): the prefill worker holds its "
+                                 "answer for prompt tokens x kv_bytes_per_token / kv_transfer_bandwidth; the "
+                                 "prefill -> decode rendezvous is a loopback TCP bootstrap port, no KV bytes move")
+                                if disagg else "none: aggregated (no prefill -> decode transfer)",
+            "transfer_modelled": modelled,
+            "source": "the mocker workers' logged start-up config and the local process table",
+        }
 
     def remaining(self, state: JSON) -> list[str]:
         """Nothing: ``teardown`` stops every process before it returns (or raises naming what it could not)."""

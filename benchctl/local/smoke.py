@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from benchctl import quality
 from benchctl.errors import SmokeTestFailed
 from benchctl.ports import JSON
 
@@ -118,11 +119,34 @@ def parse_stream(raw: bytes) -> dict[str, Any]:
 
 
 
-class LocalSmoke:
-    """The smoke requests run in ``start`` (raising ``SmokeTestFailed`` there); their result is kept."""
+def ask(url: str, requests: list[JSON], timeout_s: float = 120) -> JSON:
+    """Send each ``{"id", "body"}`` chat completion as given; ``{id: {"content", "finish_reason"} | {"error"}}``
+    (``benchctl.quality`` scores them)."""
+    out: JSON = {}
+    deadline = time.monotonic() + timeout_s
+    for r in requests:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            out[r["id"]] = {"error": f"not sent: the questions took over {timeout_s:g} s"}
+            continue
+        try:
+            status, raw = loopback_http("POST", url.rstrip("/") + "/v1/chat/completions", r["body"], timeout=remaining)
+            out[r["id"]] = (quality.answer_of(json.loads(raw)) if status == 200
+                            else {"error": f"HTTP {status}: {raw[:300]!r}"})
+        except (OSError, urllib.error.URLError, ValueError) as e:
+            out[r["id"]] = {"error": str(e)[:300]}
+    return out
 
-    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON:
-        return {"result": smoke_test(deployment["url"], deployment["model"], n=requests, max_tokens=max_tokens)}
+
+class LocalSmoke:
+    """The smoke requests, then the quality questions, run in ``start`` (raising ``SmokeTestFailed`` there
+    on a failed smoke request); their result and the questions' answers are kept."""
+
+    def start(self, deployment: JSON, requests: int, max_tokens: int, *, quality: list[JSON] | None = None) -> JSON:
+        result = smoke_test(deployment["url"], deployment["model"], n=requests, max_tokens=max_tokens)
+        if quality is not None:
+            result["quality_answers"] = ask(deployment["url"], quality)
+        return {"result": result}
 
     def poll(self, started: JSON) -> int | None:
         return 0

@@ -38,6 +38,13 @@ TABLES: tuple[tuple[str, str, str], ...] = (
      "Per experiment and concurrency: output tokens/s per GPU vs TTFT p50; on_frontier = not dominated."),
     ("v_feature_ladder", "Feature ladder",
      "Each rung's one changed feature relative to its base experiment."),
+    ("v_kv_transfer", "KV transfer",
+     "Per step: the prefill -> decode KV-transfer time beside TTFT (measured from vLLM's NIXL metrics on AWS; "
+     "the local engine: the mocker's transfer model, labelled so), aggregated rows for comparison."),
+    ("v_stage_queues", "Stage queues and GPU use",
+     "Per step: queue depth at each serving stage, GPU utilisation, memory and power (DCGM), and SLO attainment."),
+    ("v_quality", "Sampling, thinking and output quality",
+     "Per experiment: the sampling and thinking settings every request carried and the output-quality gate."),
 )
 OPTIONAL_TABLES = frozenset({"v_feature_ladder"})  # shown only when the campaign has rows
 
@@ -66,6 +73,7 @@ class ReportData:
     predictions: Rows | None
     predictions_note: str | None
     images: list[dict[str, str]] = field(default_factory=list)
+    network: list[dict[str, Any]] = field(default_factory=list)  # per experiment: what network_observed recorded
 
     @property
     def campaign_id(self) -> str:
@@ -227,10 +235,12 @@ def assemble_report_data(source: str, campaign: dict[str, Any], results: dict[st
         versions = json.loads(campaign.get("versions_json") or "{}")
     except ValueError:
         versions = {}
+    network = [{"experiment": ev["experiment"], **timeline.detail(ev)} for ev in events
+               if timeline.is_event(ev, timeline.NETWORK_OBSERVED)]
     return ReportData(
         source=source, campaign=campaign, simulated=bool(campaign.get("simulated")), views=views,
         timeline=events, modes=modes, experiments=order, datasets=list(datasets.values()),
-        predictions=predictions, predictions_note=note, images=image_digests(versions),
+        predictions=predictions, predictions_note=note, images=image_digests(versions), network=network,
     )
 
 
@@ -311,3 +321,19 @@ def versions_pretty(data: ReportData) -> str:
         return json.dumps(json.loads(raw or "{}"), indent=2, sort_keys=True)
     except ValueError:
         return str(raw)
+
+
+NETWORK_FIELDS = ("cni", "zones", "mtu", "mtu_source", "transfer_backend", "nixl_backends", "transfer_modelled",
+                  "source", "error")
+
+
+def network_rows(data: ReportData) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(one row per experiment: CNI, zones, MTU, the transfer backend observed; one row per worker placed),
+    from the timeline's network_observed events."""
+    summary, placement = [], []
+    for n in data.network:
+        summary.append({"experiment": n["experiment"], **{k: (json.dumps(n[k], sort_keys=True)
+                                                              if isinstance(n.get(k), dict | list) else n.get(k))
+                                                          for k in NETWORK_FIELDS if n.get(k) is not None}})
+        placement += [{"experiment": n["experiment"], **p} for p in n.get("placement") or []]
+    return summary, placement

@@ -7,8 +7,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from benchctl.report.answers import answers
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT, esc
-from benchctl.report.data import ReportData, fmt_value, provenance_items, table_sections, versions_pretty
+from benchctl.report.data import (
+    ReportData,
+    fmt_value,
+    network_rows,
+    provenance_items,
+    table_sections,
+    versions_pretty,
+)
 from benchctl.report.figures import figures
 
 _CSS = """
@@ -73,6 +81,21 @@ def render_html(data: ReportData) -> str:
     parts: list[str] = []
     toc: list[tuple[str, str]] = []
 
+    # the plan's questions and hypotheses, answered from the views
+    toc.append(("answers", "Answers"))
+    found = answers(data.views)
+    items = "".join(
+        f'<section class="answer" id="answer-{a.key}" data-measured="{str(a.measured).lower()}">'
+        f"<h3>{esc(a.key.upper())}. {esc(a.title)}</h3><p><b>Verdict{' (' + SIM_TAG + ')' if data.simulated else ''}:"
+        f"</b> {esc(a.verdict)}</p>"
+        + (_html_table(["where", "figures"], [{"where": w, "figures": f} for w, f in a.figures]) if a.figures else "")
+        + f'<p class="note">Evidence: {esc(a.evidence)}. Samples: {esc(a.samples or "none")}.</p></section>'
+        for a in found)
+    parts.append(f'<section id="answers" data-rows="{len(found)}"><h2>Answers{sim}</h2><p class="desc">The plan\'s '
+                 "four questions and four hypotheses, each with the figures that answer it and a verdict computed "
+                 "from them; \"not measured\" where the campaign ran no experiment that could answer it."
+                 + (f" {esc(SIM_TEXT)}: the verdicts rehearse the analysis, they say nothing about GPUs."
+                    if data.simulated else "") + f"</p>{items}</section>")
     # figures
     for f in figs:
         toc.append((f.section_id, f.title))
@@ -107,11 +130,17 @@ def render_html(data: ReportData) -> str:
     img_body = (_html_table(["where", "image", "digest"], data.images) if data.images else
                 '<p class="empty">No image digests recorded'
                 + (" (the local engine runs processes, not images)." if data.simulated else ".") + "</p>")
+    net_rows, placed = network_rows(data)
+    net_body = (_html_table(list(dict.fromkeys(k for r in net_rows for k in r)), net_rows)
+                + (_html_table(list(dict.fromkeys(k for r in placed for k in r)), placed) if placed else "")
+                if net_rows else '<p class="empty">No network observation recorded (no experiment reached Ready).</p>')
     parts.append(
         f'<section id="provenance" data-rows="1"><h2>Provenance{sim}</h2><dl class="kv">{kv}</dl>'
         f"<h3>Versions (versions_json)</h3><pre>{esc(versions_pretty(data))}</pre>"
         f'<section id="datasets" data-rows="{len(ds)}"><h3>Datasets (steps.dataset_sha256)</h3>{ds_body}</section>'
         f'<section id="images" data-rows="{len(data.images)}"><h3>Image digests</h3>{img_body}</section>'
+        f'<section id="network" data-rows="{len(net_rows)}"><h3>Network (observed: CNI, zones, MTU, placement, '
+        f"KV-transfer backend){sim}</h3>{net_body}</section>"
         "</section>")
 
     banner = (f'<div class="banner" id="simulated-banner">{SIM_TAG}: {esc(SIM_TEXT)}. Every figure below comes '

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchctl.report.answers import answers
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
-from benchctl.report.data import ReportData, fmt_value, provenance_items, table_sections, versions_pretty
+from benchctl.report.data import (
+    ReportData,
+    fmt_value,
+    network_rows,
+    provenance_items,
+    table_sections,
+    versions_pretty,
+)
 from benchctl.report.figures import figures
 
 
@@ -26,6 +34,14 @@ def render_markdown(data: ReportData) -> str:
     if data.simulated:
         out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
                 ""]
+    out += [f"## Answers{tag}", "", "The plan's four questions and four hypotheses, each with the figures that answer "
+            "it and a verdict computed from them; \"not measured\" where the campaign ran no experiment that could "
+            "answer it.", ""]
+    for a in answers(data.views):
+        out += [f"### {a.key.upper()}. {a.title}", "", f"**Verdict{tag}:** {a.verdict}", ""]
+        if a.figures:
+            out += [_md_table(["where", "figures"], [{"where": w, "figures": f} for w, f in a.figures]), ""]
+        out += [f"_Evidence: {a.evidence}. Samples: {a.samples or 'none'}._", ""]
     out += [f"## Provenance{tag}", ""]
     out += [f"- **{k}**: {v}" for k, v in provenance_items(data)]
     out += ["", "Versions:", "", "```json", versions_pretty(data), "```", ""]
@@ -35,6 +51,14 @@ def render_markdown(data: ReportData) -> str:
             else "_no generated datasets_", ""]
     if data.images:
         out += ["Image digests:", "", _md_table(["where", "image", "digest"], data.images), ""]
+    net_rows, placed = network_rows(data)
+    out += [f"Network (observed: CNI, zones, MTU, placement, KV-transfer backend){tag}:", ""]
+    if net_rows:
+        out += [_md_table(list(dict.fromkeys(k for r in net_rows for k in r)), net_rows), ""]
+        if placed:
+            out += [_md_table(list(dict.fromkeys(k for r in placed for k in r)), placed), ""]
+    else:
+        out += ["_no network observation recorded_", ""]
     for _sid, title, rows, cols, desc in table_sections(data):
         out += [f"## {title}{tag}", "", desc, ""]
         out += [_md_table(cols, rows.rows) if rows.rows else "_no rows for this campaign_", ""]

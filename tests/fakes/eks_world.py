@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,9 +37,11 @@ from benchctl.local.lake import LocalLake
 from benchctl.local.runstore import LocalRunStore
 from benchctl.plan import plan_campaign
 from benchctl.ports import Providers
+from benchctl.quality import LOG_MARK
 from benchctl.runstate import RunState
 from benchctl.spec import CampaignSpec, parse_spec
 from tests.fakes.k8s_api import FakeKubeApi
+from tests.fakes.ports import arithmetic
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -98,6 +101,15 @@ class S3NamedLake(LocalLake):
 # ------------------------------------------------------------------------------------ the other side
 
 
+# AWS's EFA device plugin as its Helm chart installs it (release "efa" in kube-system)
+EFA_DEVICE_PLUGIN: dict[str, Any] = {
+    "apiVersion": "apps/v1", "kind": "DaemonSet",
+    "metadata": {"name": "efa-aws-efa-k8s-device-plugin", "namespace": "kube-system"},
+    "spec": {"template": {"spec": {"containers": [{
+        "name": "aws-efa-k8s-device-plugin",
+        "image": "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.8"}]}}}}
+
+
 def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
     """What the README asks a cluster to have (what the preflight checks)."""
     k = spec.kubernetes
@@ -114,6 +126,7 @@ def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
          "spec": {"accessModes": ["ReadWriteMany"]}},
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": k.load_service_account, "namespace": k.namespace}},
+        EFA_DEVICE_PLUGIN,
     ):
         api.put(obj)
 
@@ -144,14 +157,26 @@ def dynamo_operator(api: FakeKubeApi) -> list[dict[str, Any]]:
     return made
 
 
+def quality_log(job: dict[str, Any]) -> str:
+    """The smoke script's quality lines (benchctl.quality.LOG_MARK + JSON) as a model that can count
+    answers the Job's QUALITY_REQUESTS."""
+    env = {e["name"]: e.get("value") for c in job["spec"]["template"]["spec"]["containers"] for e in c.get("env") or []}
+    lines = [LOG_MARK + json.dumps({"id": q["id"], "content": f"ANSWER: {arithmetic(q['body'])}", "finish_reason": "stop"})
+             for q in json.loads(env.get("QUALITY_REQUESTS") or "[]")]
+    return "".join(line + "\n" for line in lines)
+
+
 def job_controller(api: FakeKubeApi, fail_steps: tuple[str, ...] = ()) -> None:
     """On a Job create: its pod (from the template) and a finished status; failed for ``fail_steps``."""
 
     def on_create(fake: FakeKubeApi, job: dict[str, Any]) -> None:
         step = (job["spec"]["template"]["metadata"].get("labels") or {}).get(LABEL_STEP, "")
         failed = step in fail_steps
+        logs = "aiperf: 3 of 24 requests failed\n" if failed else "ok\n"
+        if step == "smoke" and not failed:
+            logs += quality_log(job)
         fake.add_job_pod(job, f"{job['metadata']['name']}-pod", phase="Failed" if failed else "Succeeded",
-                         logs="aiperf: 3 of 24 requests failed\n" if failed else "ok\n")
+                         logs=logs)
         fake.set_status("Job", job["metadata"]["namespace"], job["metadata"]["name"],
                         {"failed": 1} if failed else {"succeeded": 1})
 
@@ -173,7 +198,7 @@ def gpu_nodes(api: FakeKubeApi, spec: CampaignSpec) -> None:
         for i in range(max(e.nodes.get(pool.name, 0) for e in plan.experiments)):
             api.add_node(f"{pool.nodegroup}-{i}", {"eks.amazonaws.com/nodegroup": str(pool.nodegroup),
                                                    "nvidia.com/cuda.driver-version.major": "580"},
-                         allocatable_gpus=pool.gpus_per_node)
+                         allocatable_gpus=pool.gpus_per_node, allocatable_efa=pool.efa_interfaces())
 
 
 @contextmanager

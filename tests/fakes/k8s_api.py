@@ -277,13 +277,14 @@ class FakeKubeApi:
         self._delete_gets_by_kind[kind] = gets
 
     def add_node(self, name: str, labels: dict[str, str] | None = None, allocatable_gpus: int = 0,
-                 ready: bool = True, unschedulable: bool = False) -> JSON:
+                 ready: bool = True, unschedulable: bool = False, allocatable_efa: int = 0) -> JSON:
+        efa = {"vpc.amazonaws.com/efa": str(allocatable_efa)} if allocatable_efa else {}
         return self.put({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": dict(labels or {})},
             "spec": {"unschedulable": True} if unschedulable else {},
             "status": {
-                "allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": str(allocatable_gpus)},
+                "allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": str(allocatable_gpus), **efa},
                 "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
             },
         })

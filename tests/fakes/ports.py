@@ -19,6 +19,7 @@ Standard library and benchctl only.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from collections.abc import Callable
@@ -111,6 +112,9 @@ class FakeServing:
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         return dict(state.get("metrics_urls") or {})
 
+    def network(self, state: JSON) -> JSON:
+        return {"engine": "fake"}
+
     def remaining(self, state: JSON) -> list[str]:
         return []
 
@@ -177,17 +181,32 @@ class FakeLoad:
         return sorted(j for j, s in self.status.items() if s == "running")
 
 
+def arithmetic(body: JSON) -> int:
+    """What a model that can count answers to a quality question (``benchctl.quality.PROMPT``)."""
+    m = re.search(r"What is (-?\d+) ([-+*]) (-?\d+)\?", body["messages"][-1]["content"])
+    assert m, body
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
 class FakeSmoke:
     """Smoke requests that succeed at once, unless the deployment is dead; every start recorded."""
 
     def __init__(self, serving: FakeServing) -> None:
         self.serving = serving
         self.calls: list[tuple[str, int, int]] = []
+        self.questions: list[JSON] = []
+        self.answer_off_by = 0  # a model that answers every quality question wrong by this much (0: right)
 
-    def start(self, deployment: JSON, requests: int, max_tokens: int) -> JSON:
+    def start(self, deployment: JSON, requests: int, max_tokens: int, *, quality: list[JSON] | None = None) -> JSON:
         self.calls.append((deployment["deployment_id"], requests, max_tokens))
         self.serving.check_alive(deployment)
-        return {"result": {"requests": requests, "ok": requests}}
+        result: JSON = {"requests": requests, "ok": requests}
+        if quality is not None:
+            self.questions = quality
+            result["quality_answers"] = {q["id"]: {"content": f"ANSWER: {arithmetic(q['body']) + self.answer_off_by}",
+                                                   "finish_reason": "stop"} for q in quality}
+        return {"result": result}
 
     def poll(self, started: JSON) -> int | None:
         return 0

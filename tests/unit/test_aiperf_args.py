@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def test_every_step_streams_with_fixed_seed_and_ignore_eos() -> None:
         args = step_args(step, **KW, input_file="/tmp/d.jsonl")
         assert args[0] == "profile" and "--streaming" in args
         assert opt(args, "--random-seed") == str(step.seed)
-        assert opt(args, "--extra-inputs") == "ignore_eos:true"
+        assert json.loads(opt(args, "--extra-inputs")) == {"ignore_eos": True}
         assert opt(args, "--concurrency") == str(step.concurrency)
 
 

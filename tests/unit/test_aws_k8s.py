@@ -19,12 +19,13 @@ from benchctl.aws.pools import pools_for
 from benchctl.aws.preflight import preflight
 from benchctl.campaign import Task, deployment_request
 from benchctl.context import Ctx
-from benchctl.errors import NotReadyYet, ServingFailed, SmokeTestFailed
+from benchctl.errors import NotReadyYet, ServingFailed, SmokeTestFailed, SpecError
 from benchctl.local.lake import LocalLake
 from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
+from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, quality_log
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import providers_for_test
 from tests.unit.test_eks_pools import CLUSTER, ORIGINAL, OTHER, Aws, aws  # noqa: F401 (fixture)
@@ -148,6 +149,45 @@ def test_versions_are_the_pods_image_digests_found_by_our_labels_though_grove_ov
     assert all(LABEL_MANAGED not in path for _, path in api.requests)  # never selected by managed-by
 
 
+def test_network_provenance_is_read_from_the_cluster_and_the_workers_logs(api):
+    """Issue 15: CNI version and MTU (aws-node), each worker's node, zone and EFA, and the NIXL backend the
+    worker's own log says it instantiated (not our configuration)."""
+    s = serving(api)
+    st = deploy(s, "disagg")
+    dgd = api.stored("DynamoGraphDeployment", st["name"], NS)
+    api.put({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "aws-node", "namespace": "kube-system"},
+             "spec": {"template": {"spec": {"containers": [{
+                 "name": "aws-node", "image": "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon-k8s-cni:v1.19.2-eksbuild.1",
+                 "env": [{"name": "AWS_VPC_ENI_MTU", "value": "9001"}]}]}}}})
+    for node, zone in (("n-a", "us-east-1a"), ("n-b", "us-east-1a")):
+        api.add_node(node, {"topology.kubernetes.io/zone": zone, "node.kubernetes.io/instance-type": "p4d.24xlarge"},
+                     allocatable_gpus=8, allocatable_efa=4)
+    for comp, name, node, backend in ((1, "pf-0", "n-a", "LIBFABRIC"), (2, "dc-0", "n-b", "UCX")):
+        pod = grove_pod(api, dgd, comp, name, ip="10.0.0.1")
+        pod["spec"]["nodeName"] = node
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "2"}}
+        api.put(pod)
+        api.set_logs(NS, name, f"INFO Initializing NIXL wrapper\nINFO Backend {backend} was instantiated\n", "main")
+    net = s.network(st)
+    assert net["cni"] == "amazon-vpc-cni v1.19.2-eksbuild.1" and net["mtu"] == 9001
+    assert net["zones"] == ["us-east-1a"]
+    assert {(p["pod"], p["node"], p["zone"], p["efa"]) for p in net["placement"]} == {
+        ("pf-0", "n-a", "us-east-1a", "2"), ("dc-0", "n-b", "us-east-1a", "2")}
+    # what the workers report, even when it is not what was asked for (decode fell back to UCX)
+    assert net["nixl_backends"] == {"pf-0": ["LIBFABRIC"], "dc-0": ["UCX"]}
+    assert net["transfer_backend"] == "LIBFABRIC, UCX"
+
+
+def test_dcgm_exporters_named_in_the_spec_are_scraped_with_every_step(api):
+    data = _spec().model_dump(mode="json")
+    data["kubernetes"]["dcgm_exporter_urls"] = ["http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics"]
+    s = serving(api)
+    st = deploy(s, "agg", parse_spec(data))
+    assert s.metrics_urls(st)["dcgm/0"] == "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics"
+    with pytest.raises(SpecError, match=r"kubernetes\.dcgm_exporter_urls\[0\]"):
+        parse_spec({**data, "kubernetes": {**data["kubernetes"], "dcgm_exporter_urls": ["nvidia-dcgm:9400"]}})
+
+
 def test_metrics_urls_name_every_running_worker_and_kvbm_endpoint(api):
     # Given a disaggregated deployment with KV offload: KVBM runs on the prefill worker only
     data = _spec().model_dump(mode="json")
@@ -167,7 +207,9 @@ def test_metrics_urls_name_every_running_worker_and_kvbm_endpoint(api):
         "frontend": f"{st['url']}/metrics",
         "prefill/pf-0": "http://10.0.0.1:9090/metrics",
         "kvbm/pf-0": "http://10.0.0.1:6880/metrics",
+        "nixl/pf-0": "http://10.0.0.1:19090/metrics",  # disaggregated: NIXL's telemetry exporter
         "decode/dc-0": "http://10.0.0.2:9090/metrics",
+        "nixl/dc-0": "http://10.0.0.2:19090/metrics",
     }
 
 
@@ -261,8 +303,13 @@ def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api,
     with pytest.raises(SmokeTestFailed, match=r"did not finish within timeouts\.smoke_s"):
         campaign.check_smoke(p, ctx, Task("agg"))
     (job,) = _names(api, "Job", ours=True)
+    # the Job's pod logged its quality answers (a model that can count): read back and scored in the core
+    job_obj = kube.get("batch/v1", "Job", job, NS)
+    api.add_job_pod(job_obj, f"{job}-pod", phase="Succeeded", logs="smoke: ok\n" + quality_log(job_obj))
     api.set_status("Job", NS, job, {"succeeded": 1})
     assert campaign.check_smoke(p, ctx, Task("agg")) == {"done": True}
+    assert p.state.smoke("agg").result["quality"] == {
+        "questions": 20, "correct": 20, "score": 1.0, "min_score": 0.9, "simulated": False, "gate": "passed"}
 
 
 # -------------------------------------------------------------------------------------------- preflight
@@ -280,6 +327,7 @@ PREREQS = {
     "nodepool-crd": {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                      "metadata": {"name": "nodepools.karpenter.sh"}},
     "nodeclass": {"apiVersion": "eks.amazonaws.com/v1", "kind": "NodeClass", "metadata": {"name": "default"}},
+    "efa-plugin": EFA_DEVICE_PLUGIN,  # the smoke spec's p4d pool asks for EFA
 }
 
 
@@ -333,12 +381,40 @@ def test_preflight_checks_the_secret_key_the_volume_mode_node_groups_and_auto_mo
     assert "not reachable" in preflight(_spec(), unreachable)[0]
 
 
+def test_preflight_names_a_missing_efa_device_plugin_and_nodes_without_efa(api, aws):  # noqa: F811
+    """Issue 15: a pool that asks for EFA (the smoke spec's p4d: network.efa) needs AWS's EFA device plugin."""
+    _prereqs(api, skip="efa-plugin")
+    (problem,) = preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    assert problem.startswith("pools gpu-a100 ask for EFA (network.efa) but the EFA device plugin is missing: no "
+                              "DaemonSet in kube-system runs the aws-efa-k8s-device-plugin image")
+    assert "helm install aws-efa-k8s-device-plugin eks/aws-efa-k8s-device-plugin -n kube-system" in problem
+    assert not api.bodies  # nothing created while it is missing
+    # an unrelated DaemonSet is not the plugin; found by its image whatever the release is called
+    api.put({**EFA_DEVICE_PLUGIN, "metadata": {"name": "aws-node", "namespace": "kube-system"},
+             "spec": {"template": {"spec": {"containers": [{"name": "aws-node", "image": "amazon-k8s-cni:v1.19.2"}]}}}})
+    assert len(preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)) == 1
+    api.put(EFA_DEVICE_PLUGIN)
+    assert preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER) == []
+    # installed, but a node of the pool advertises no EFA: named
+    api.add_node("g1", {"eks.amazonaws.com/nodegroup": "gpu-ng", "nvidia.com/cuda.driver-version.major": "580"},
+                 allocatable_gpus=8)
+    (problem,) = preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)
+    assert problem.startswith("pool gpu-a100: node g1 advertises no vpc.amazonaws.com/efa although pool gpu-a100 "
+                              "asks for EFA")
+    # a spec without EFA does not look for the plugin
+    no_efa = parse_spec({**_spec().model_dump(mode="json"), "pools": [
+        {**_spec().pools[0].model_dump(mode="json"), "network": {"efa": False, "nixl_backend": "UCX"}}]})
+    with FakeKubeApi() as other:
+        _prereqs(other, skip="efa-plugin")
+        assert preflight(no_efa, kube_of(other), eks=aws.eks, cluster_name=CLUSTER) == []
+
+
 def test_preflight_refuses_gpu_nodes_with_a_driver_older_than_the_dynamo_image_needs(api, aws):  # noqa: F811
     _prereqs(api)
     api.add_node("g1", {"eks.amazonaws.com/nodegroup": "gpu-ng", "nvidia.com/cuda.driver-version.major": "570"},
-                 allocatable_gpus=8)
+                 allocatable_gpus=8, allocatable_efa=4)
     api.add_node("g2", {"eks.amazonaws.com/nodegroup": "gpu-ng", "nvidia.com/cuda.driver-version.major": "580"},
-                 allocatable_gpus=8)
+                 allocatable_gpus=8, allocatable_efa=4)
     api.add_node("x1", {"eks.amazonaws.com/nodegroup": "other-ng", "nvidia.com/cuda.driver.major": "535"})
     problems = preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)
     assert problems == [f"pool gpu-a100: node g1 (driver 570): the Dynamo image {_spec().kubernetes.dynamo_image} "
@@ -346,7 +422,8 @@ def test_preflight_refuses_gpu_nodes_with_a_driver_older_than_the_dynamo_image_n
     # Auto Mode: nodes of the pool's instance type that exist already (the same NodeClass AMI) are judged
     with FakeKubeApi() as other:
         _prereqs(other)
-        other.add_node("a1", {"node.kubernetes.io/instance-type": "p4d.24xlarge", "nvidia.com/cuda.driver.major": "575"})
+        other.add_node("a1", {"node.kubernetes.io/instance-type": "p4d.24xlarge", "nvidia.com/cuda.driver.major": "575"},
+                       allocatable_efa=4)
         assert preflight(_spec("auto-mode"), kube_of(other))[0].startswith("pool gpu-a100: node a1 (driver 575)")
 
 

@@ -39,6 +39,7 @@ def aws(monkeypatch: pytest.MonkeyPatch):
 def cluster(aws, monkeypatch):
     """A moto EKS cluster with node group gpu-ng (0/4/0) and a fake Kubernetes API with the prerequisites."""
     from benchctl.aws.k8s.client import KubeClient
+    from tests.fakes.eks_world import EFA_DEVICE_PLUGIN
     from tests.fakes.k8s_api import FakeKubeApi
 
     eks = boto3.client("eks")
@@ -55,7 +56,8 @@ def cluster(aws, monkeypatch):
                     {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                      "metadata": {"name": "model-cache", "namespace": "dynamo-bench"}},
                     {"apiVersion": "v1", "kind": "ServiceAccount",
-                     "metadata": {"name": "benchctl-load", "namespace": "dynamo-bench"}}):
+                     "metadata": {"name": "benchctl-load", "namespace": "dynamo-bench"}},
+                    EFA_DEVICE_PLUGIN):  # the smoke spec's p4d pool asks for EFA
             api.put(obj)
         # the preflight's image-check Jobs pass (the Job controller's part)
         api.on_create("Job", lambda a, job: a.set_status("Job", "dynamo-bench", job["metadata"]["name"], {"succeeded": 1}))

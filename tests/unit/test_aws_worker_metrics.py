@@ -41,7 +41,7 @@ def test_disaggregated_cache_hits_kv_usage_and_kvbm_offload_reach_the_lake(aws_w
     scraped = argv[argv.index("--server-metrics") + 1:]
     scraped = scraped[:next((i for i, a in enumerate(scraped) if a.startswith("--")), len(scraped))]
     by_role = {name.split("/")[0]: url for url, name in sources.items()}  # recorded as {url: source name}
-    assert set(by_role) == {"frontend", "prefill", "decode", "kvbm"} and set(scraped) == set(sources) - {
+    assert set(by_role) == {"frontend", "prefill", "decode", "kvbm", "nixl"} and set(scraped) == set(sources) - {
         by_role["frontend"]}
     # Given AIPerf's export of the step (the frontend scraped as --url, the workers as --server-metrics)
     export = {"schema_version": "1.1", "aiperf_version": "0.13.0", "metrics_phase": "profiling", "metrics": {

@@ -27,6 +27,7 @@ from benchctl.aws.k8s.common import (
     WORKER_SYSTEM_PORT,
     nodepool_name,
 )
+from benchctl.aws.k8s.render import NIXL_TELEMETRY_PORT
 from benchctl.plan import plan_campaign
 from tests import crd_schemas
 from tests.fakes import eks_world
@@ -238,6 +239,8 @@ def test_aiperf_scrapes_every_worker_and_kvbm_endpoint_of_the_experiment(worlds:
             expected.add(f"http://{ip}:{WORKER_SYSTEM_PORT}/metrics")
             if exp.kv_offload is not None and lbl[LABEL_ROLE] in ("worker", "prefill"):
                 expected.add(f"http://{ip}:{KVBM_METRICS_PORT}/metrics")
+            if exp.mode == "disaggregated":
+                expected.add(f"http://{ip}:{NIXL_TELEMETRY_PORT}/metrics")
         assert len(expected) >= 2
         for (e, step_id), argv in load_jobs(world).items():
             if e != exp.name or step_id == "warmup":

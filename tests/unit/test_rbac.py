@@ -119,8 +119,10 @@ def test_namespaced_objects_only_through_the_role_and_cluster_rights_only_for_no
             else:
                 assert resource in NAMESPACED, resource
     cluster = {r for rule in roles["ClusterRole"]["rules"] for r in rule["resources"]}
-    assert cluster == {"nodes", "nodepools", "customresourcedefinitions", "nodeclasses"}
+    assert cluster == {"nodes", "nodepools", "customresourcedefinitions", "nodeclasses", "daemonsets"}
     for rule in roles["ClusterRole"]["rules"]:
+        if rule["resources"] == ["daemonsets"]:  # the EFA device plugin's presence: read, never changed
+            assert rule["verbs"] == ["list"] and rule["apiGroups"] == ["apps"]
         if rule["resources"] in (["customresourcedefinitions"], ["nodeclasses"]):
             assert rule["verbs"] == ["get"] and rule["resourceNames"]  # reads of named objects only
     # secrets: get of the one token secret, in the namespace, nowhere else

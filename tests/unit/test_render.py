@@ -25,11 +25,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from benchctl import aiperf_args, cli
+from benchctl import aiperf_args, cli, quality
 from benchctl.aws.k8s import common as kc
 from benchctl.aws.k8s import jobs as j
 from benchctl.aws.k8s import render as r
 from benchctl.campaign import step_dataset
+from benchctl.errors import SpecError
 from benchctl.plan import plan_campaign
 from benchctl.spec import CampaignSpec, parse_spec
 from tests import crd_schemas
@@ -160,10 +161,51 @@ def test_aggregated_has_one_worker_component_disaggregated_prefill_and_decode_ov
         assert opt(args, "--model") == spec.model.name
         assert opt(args, "--revision") == spec.model.revision  # the pinned snapshot on the model volume
         assert opt(args, "--disaggregation-mode") == role
-        assert json.loads(opt(args, "--kv-transfer-config")) == {"kv_connector": "NixlConnector",
-                                                                 "kv_role": "kv_both"}
+        assert json.loads(opt(args, "--kv-transfer-config")) == {  # the seed plan moves KV over EFA
+            "kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"backends": ["LIBFABRIC"]}}
         assert "--connector" not in args and "--is-prefill-worker" not in args  # gone in 1.6 (FACTS)
         assert comp["sharedMemorySize"] == spec.kubernetes.shared_memory
+
+
+def test_disaggregated_on_p4d_moves_kv_over_efa_with_libfabric_and_validates_upstream() -> None:
+    """Issue 15: the seed plan's disaggregated DGD on p4d.24xlarge (4 EFA interfaces per node, 8 GPUs) gives each
+    TP=4 worker 2 EFA interfaces, IPC_LOCK, the -efa runtime image, LIBFABRIC named to NIXL, and keeps prefill and
+    decode on different nodes; it validates against the vendored upstream CRD; the aggregated one gets none of it."""
+    spec = SPECS["seed-plan"]
+    dgd = r.render_dgd(spec, CID, "disagg-2p2d-tp4")
+    assert crd_schemas.problems(dgd) == []
+    for role, other in (("prefill", "decode"), ("decode", "prefill")):
+        (comp,) = components(dgd, role)
+        c, pod = main(comp), comp["podTemplate"]["spec"]
+        assert c["resources"]["limits"][r.EFA_RESOURCE] == c["resources"]["requests"][r.EFA_RESOURCE] == "2"
+        assert c["resources"]["limits"][kc.GPU] == "4"
+        assert c["image"] == "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1-efa"
+        assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
+        assert {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}.items() <= {
+            e["name"]: e.get("value") for e in c["env"]}.items()
+        assert json.loads(opt(cmdline(comp), "--kv-transfer-config"))["kv_connector_extra_config"] == {
+            "backends": ["LIBFABRIC"]}
+        (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        assert term["labelSelector"]["matchLabels"][kc.LABEL_ROLE] == other
+        assert term["labelSelector"]["matchLabels"][kc.LABEL_EXPERIMENT] == "disagg-2p2d-tp4"
+    (worker,) = components(r.render_dgd(spec, CID, "agg-tp4x4"), "worker")
+    assert r.EFA_RESOURCE not in main(worker)["resources"]["limits"] and "affinity" not in worker["podTemplate"]["spec"]
+    assert main(worker)["image"] == spec.kubernetes.dynamo_image
+
+
+def test_without_efa_nixl_stays_on_ucx_and_pools_must_agree_on_the_path() -> None:
+    ucx = load("seed-plan.yaml", lambda d: d["pools"][0].pop("network"))
+    (comp,) = components(r.render_dgd(ucx, CID, "disagg-2p2d-tp4"), "prefill")
+    assert json.loads(opt(cmdline(comp), "--kv-transfer-config")) == {"kv_connector": "NixlConnector",
+                                                                      "kv_role": "kv_both"}
+    assert r.EFA_RESOURCE not in main(comp)["resources"]["limits"]
+    with pytest.raises(SpecError) as err:
+        load("seed-plan.yaml", lambda d: d["pools"][0]["network"].update(efa=False))
+    assert "pools[0].network: nixl_backend LIBFABRIC runs over EFA" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        load("seed-plan.yaml", lambda d: d["pools"][0].update(instance_type="g6e.12xlarge"))
+    assert "pools[0].network.efa_interfaces: required for instance type 'g6e.12xlarge'" in str(err.value)
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -241,15 +283,21 @@ def test_a_digest_pinned_image_gets_runtime_version_override_on_every_component(
     digest = "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "a" * 64
     # tagged with a version: the webhook parses the tag, nothing to add
     assert all("runtimeVersionOverride" not in c for c in components(r.render_dgd(SPECS["seed-plan"], CID, "agg-tp4x4")))
-    pinned = load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(
-        dynamo_image=digest, dynamo_runtime_version="1.6.1"))
+    efa_digest = "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "e" * 64
+
+    def pin(d: dict[str, Any]) -> None:
+        d.setdefault("kubernetes", {}).update(dynamo_image=digest, dynamo_runtime_version="1.6.1")
+        d["pools"][0]["network"]["efa_image"] = efa_digest  # a digest names no EFA variant: given apart
+
+    pinned = load("seed-plan.yaml", pin)
     dgd = r.render_dgd(pinned, CID, "disagg-2p2d-tp4")
     assert [c["runtimeVersionOverride"] for c in components(dgd)] == ["1.6.1"] * 3
-    assert all(main(c)["image"] == digest for c in components(dgd))
+    assert [main(c)["image"] for c in components(dgd)] == [digest, efa_digest, efa_digest]
+    with pytest.raises(SpecError, match=r"pools\[0\]\.network\.efa_image: required: .* pinned by digest"):
+        load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(dynamo_image=digest,
+                                                                             dynamo_runtime_version="1.6.1"))
     assert crd_schemas.problems(dgd) == []
     # without the version the spec is refused, naming the field and why
-    from benchctl.errors import SpecError
-
     with pytest.raises(SpecError, match=r"kubernetes\.dynamo_runtime_version: required .*no MAJOR\.MINOR\.PATCH tag"):
         load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(dynamo_image=digest))
 
@@ -461,7 +509,8 @@ def test_campaign_step_jobs_run_exactly_the_planned_aiperf_arguments() -> None:
         want = aiperf_args.step_args(step, model=spec.model.name, tokenizer=spec.model.name, url=url,
                                      artifact_dir="/artifacts/out",
                                      input_file=f"/artifacts/inputs/{ds.name}" if ds else None,
-                                     slo=spec.slo.model_dump(), tokenizer_revision=spec.model.revision)
+                                     slo=spec.slo.model_dump(), tokenizer_revision=spec.model.revision,
+                                     sampling=spec.sampling_fields(), thinking=spec.thinking)
         assert aiperf_argv(job) == want, step.step_id
         assert opt(aiperf_argv(job), "--tokenizer-revision") == spec.model.revision  # pinned in the example
         init = job["spec"]["template"]["spec"]["initContainers"]
@@ -551,9 +600,18 @@ def test_smoke_job_script_sends_requests_and_reads_metrics(status: int) -> None:
         server.shutdown()
     if status == 200:
         assert res.returncode == 0, res.stderr
-        assert len(_Frontend.chats) == spec.smoke.requests == 5
-        assert {(x["path"], x["max_tokens"], x["model"]) for x in _Frontend.chats} == {
+        smoke, asked = _Frontend.chats[:5], _Frontend.chats[5:]
+        assert len(smoke) == spec.smoke.requests == 5
+        assert {(x["path"], x["max_tokens"], x["model"]) for x in smoke} == {
             ("/v1/chat/completions", 16, spec.model.name)}
+        # then the quality questions, as rendered, each answer logged for benchctl to score
+        assert [{k: v for k, v in x.items() if k != "path"} for x in asked] == [
+            q["body"] for q in quality.spec_requests(spec)]
+        assert all(x["temperature"] == 0.7 and x["chat_template_kwargs"] == {"enable_thinking": False} for x in asked)
+        answers = quality.answers_from_log(res.stdout)
+        assert len(answers) == spec.quality.questions == 20
+        assert {a["content"] for a in answers.values()} == {"hi"}
+        assert quality.score(quality.questions(20, 15), answers, simulated=False, min_score=0.9)["gate"] == "failed"
     else:
         assert res.returncode != 0 and len(_Frontend.chats) == 1
 

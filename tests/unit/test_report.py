@@ -348,3 +348,27 @@ def test_timeline_pairs_load_windows_by_step_and_marks_unfinished() -> None:
     assert [(s.label, s.start, s.end, s.closed) for s in segs] == [
         ("load s1", 0.0, 5.0, True), ("load s2 (no load_end event)", 1.0, 9.0, False)]
     assert points == [("a", 9.0, "pool_restored p")] and span == 9.0
+
+
+def test_answers_and_network_provenance_sections(lake: LocalLake) -> None:
+    """Issue 15: the plan's 4 questions and 4 hypotheses, each answered from the views or "not measured";
+    the network each experiment was observed to use, in the provenance."""
+    from benchctl import timeline
+
+    lake.write("timeline", [timeline.row(C, "disagg", timeline.NETWORK_OBSERVED, "2026-12-01T10:00:00+00:00",
+                                         engine="local", cni="none: every process on loopback (127.0.0.1)",
+                                         zones=["local"], mtu=65536, transfer_backend="none: Dynamo mocker's model",
+                                         placement=[{"name": "prefill-0", "role": "prefill", "pid": 7}])],
+               part_name="network")
+    html = render_report(lake.root, C)
+    answers = re.findall(r'<section class="answer" id="answer-(\w+)" data-measured="(\w+)">', html)
+    assert [k for k, _ in answers] == ["q1", "q2", "q3", "q4", "h1", "h2", "h3", "h4"]
+    measured = dict(answers)
+    assert measured["q3"] == "true"  # the lake has a prefix-cache workload in both modes
+    assert measured["q2"] == "false" and "not measured: the campaign has no feature-ladder rung" in html
+    assert "Verdict (SIMULATED)" in html
+    net = html[html.index('<section id="network"'):]
+    assert "mtu" in net and "65536" in net and "prefill-0" in net and "none: Dynamo mocker&#x27;s model" in net
+    md = render_report(lake.root, C, "md")
+    assert "## Answers (SIMULATED)" in md and "### Q4. Does the NIXL transfer overhead cancel" in md
+    assert "Network (observed: CNI, zones, MTU, placement, KV-transfer backend) (SIMULATED):" in md

@@ -48,14 +48,18 @@ def test_image_tag_version(image, version):
 
 def test_a_dynamo_image_without_a_version_tag_needs_its_runtime_version():
     digest = "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "b" * 64
-    assert problems(lambda d: d.setdefault("kubernetes", {}).update(dynamo_image=digest)) == [
+    def pin(d, **k):  # the smoke pool's EFA image cannot be derived from a digest: given too
+        d["pools"][0]["network"]["efa_image"] = digest
+        d.setdefault("kubernetes", {}).update(dynamo_image=digest, **k)
+
+    assert problems(pin) == [
         f"kubernetes.dynamo_runtime_version: required because kubernetes.dynamo_image {digest!r} has no "
         "MAJOR.MINOR.PATCH tag (Dynamo's admission webhook refuses such an image unless each component sets "
         "runtimeVersionOverride); give the image's Dynamo version, e.g. 1.6.1"]
-    bad = problems(lambda d: d.setdefault("kubernetes", {}).update(dynamo_image=digest, dynamo_runtime_version="1.6"))
+    bad = problems(lambda d: pin(d, dynamo_runtime_version="1.6"))
     assert len(bad) == 1 and bad[0].startswith("kubernetes.dynamo_runtime_version: \"1.6\" is invalid")
     data = copy.deepcopy(SMOKE)
-    data.setdefault("kubernetes", {}).update(dynamo_image=digest, dynamo_runtime_version="1.6.1")
+    pin(data, dynamo_runtime_version="1.6.1")
     assert parse_spec(data).kubernetes.dynamo_runtime_version == "1.6.1"
 
 
@@ -209,16 +213,16 @@ LADDER_DATA = yaml.safe_load(LADDER.read_text())
     ("rung", "expected"),
     [
         ({"name": "x", "base": "agg", "change": {"router": "kv", "kv_offload": {}}},
-         "experiments[4].change: changes ['router', 'kv_offload']; a ladder rung changes exactly one of"),
+         "experiments[5].change: changes ['router', 'kv_offload']; a ladder rung changes exactly one of"),
         ({"name": "x", "base": "nope", "change": {"router": "kv"}},
-         "experiments[4].base: 'nope' is not an earlier experiment; valid: ['agg', 'agg-kv', 'disagg-kv', 'disagg-kv-off']"),
+         "experiments[5].base: 'nope' is not an earlier experiment; valid: ['agg', 'agg-kv', 'disagg-kv', 'disagg-kv-off', 'disagg-kv-ssd']"),
         ({"name": "x", "base": "agg", "change": {"router": "round-robin"}},
-         "experiments[4].change.router: equals the base's value; nothing changes"),
+         "experiments[5].change.router: equals the base's value; nothing changes"),
         ({"name": "x", "base": "agg", "change": {"tensor_parallel": 2}},
-         "experiments[4].change: ['tensor_parallel'] cannot be changed on a ladder"),
+         "experiments[5].change: ['tensor_parallel'] cannot be changed on a ladder"),
         ({"name": "x", "base": "agg", "change": {"router": "kv"}, "mode": "disaggregated"},
-         "experiments[4]: ['mode'] differ from the base 'agg'; a rung inherits every field but the one under"),
-        ({"name": "x", "base": "agg"}, "experiments[4].change: required with base"),
+         "experiments[5]: ['mode'] differ from the base 'agg'; a rung inherits every field but the one under"),
+        ({"name": "x", "base": "agg"}, "experiments[5].change: required with base"),
     ],
 )
 def test_bad_ladder_rungs_are_refused(rung, expected):

@@ -51,6 +51,7 @@ RESOURCES: dict[str, Resource] = {
         Resource("v1", "PersistentVolumeClaim", "persistentvolumeclaims", True),
         Resource("v1", "ServiceAccount", "serviceaccounts", True),
         Resource("batch/v1", "Job", "jobs", True),
+        Resource("apps/v1", "DaemonSet", "daemonsets", True),
         Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False),
         Resource("nvidia.com/v1beta1", "DynamoGraphDeployment", "dynamographdeployments", True),
         Resource("karpenter.sh/v1", "NodePool", "nodepools", False),

@@ -3,6 +3,7 @@ preflight's image checks. Pure: standard library and benchctl only."""
 
 from __future__ import annotations
 
+import json
 import posixpath
 import shlex
 from typing import Any
@@ -27,6 +28,7 @@ from benchctl.aws.k8s.common import (
     prefetch_job_name,
     preflight_job_name,
 )
+from benchctl.quality import spec_requests
 from benchctl.spec import CampaignSpec, Kubernetes, ModelSpec
 
 JSON = dict[str, Any]
@@ -151,20 +153,42 @@ if "dynamo_frontend" not in text:
     sys.exit("smoke: /metrics has no dynamo_frontend_* series")
 print(f"smoke: {n} requests ok, /metrics ok")
 """
+# The output-quality questions (QUALITY_REQUESTS: [{"id", "body"}], rendered from the spec by
+# benchctl.quality), after the smoke requests: one log line per answer, benchctl.quality.LOG_MARK then JSON
+# {"id", "content" (the last 1000 characters answered outside a thinking block), "finish_reason"} or
+# {"id", "error"}. Scored by benchctl from the Job's log (benchctl.quality.score), never here.
+QUALITY_SCRIPT = """\
+import re
+for q in json.loads(os.environ.get("QUALITY_REQUESTS") or "[]"):
+    out = {"id": q["id"]}
+    try:
+        req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(q["body"]).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            choice = (json.load(r).get("choices") or [{}])[0]
+        text = (choice.get("message") or {}).get("content") or ""
+        out["content"] = re.sub(r"<think>.*?(?:</think>|$)", "", text, flags=re.S)[-1000:]
+        out["finish_reason"] = choice.get("finish_reason")
+    except Exception as e:
+        out["error"] = str(e)[:300]
+    print("BENCHCTL_QUALITY " + json.dumps(out), flush=True)
+"""
 
 
 def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, frontend_url: str) -> JSON:
-    """A Job sending ``smoke.requests`` chat completions and reading ``/metrics``; fails on any error."""
+    """A Job sending ``smoke.requests`` chat completions and reading ``/metrics`` (fails on any error), then
+    the output-quality questions, whose answers it logs (:data:`QUALITY_SCRIPT`)."""
     lbl = labels(campaign_id, experiment, "smoke")
     pod_spec: JSON = {"automountServiceAccountToken": False, "containers": [{
         "name": "smoke",
         "image": aiperf_image(spec.kubernetes),
-        "command": ["python3", "-c", SMOKE_SCRIPT],
+        "command": ["python3", "-c", SMOKE_SCRIPT + QUALITY_SCRIPT],
         "env": [
             {"name": "FRONTEND_URL", "value": frontend_url},
             {"name": "MODEL", "value": spec.model.name},
             {"name": "SMOKE_REQUESTS", "value": str(spec.smoke.requests)},
             {"name": "SMOKE_MAX_TOKENS", "value": str(spec.smoke.max_tokens)},
+            {"name": "QUALITY_REQUESTS", "value": json.dumps(spec_requests(spec), separators=(",", ":"))},
         ],
         "resources": {"limits": {"cpu": "1", "memory": "512Mi"}, "requests": {"cpu": "1", "memory": "512Mi"}},
     }]}

@@ -25,6 +25,7 @@ from benchctl.aws.k8s.common import (
     GPU,
     INPUTS_DIR,
     KVBM_BASE_MEMORY_GIB,
+    LABEL_MANAGED,
     LABEL_ROLE,
     LAKE_PLACEHOLDER,
     MODEL_MOUNT,
@@ -44,7 +45,7 @@ from benchctl.aws.k8s.common import (
 from benchctl.aws.k8s.jobs import render_load_job, render_prefetch_job, render_smoke_job
 from benchctl.plan import plan_campaign
 from benchctl.ports import DeploymentRequest
-from benchctl.spec import CampaignSpec, Experiment, KvOffload, ModelSpec, WorkerGroup
+from benchctl.spec import CampaignSpec, Experiment, Kubernetes, KvOffload, ModelSpec, PoolSpec, WorkerGroup
 
 JSON = dict[str, Any]
 # Component names inside a DGD (the operator lowercases them into child object names, so short).
@@ -57,11 +58,12 @@ KVBM_CONNECTOR: JSON = {"kv_connector": "DynamoConnector", "kv_connector_module_
                         "kv_role": "kv_both"}
 # KV events a worker publishes for the KV router (FACTS: "workers publishing KV events"). Dynamo's vLLM
 # worker only forwards events when vLLM is given a kv-events config with enable_kv_cache_events.
+KVBM_DISK_DIR = "/kvbm-disk"  # the SSD tier's directory (DYN_KVBM_DISK_CACHE_DIR), an emptyDir on the node
 KV_EVENTS_CONFIG: JSON = {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:20080",
                           "enable_kv_cache_events": True}
 
 
-def _kv_transfer_config(exp: Experiment, role: str) -> JSON | None:
+def _kv_transfer_config(exp: Experiment, role: str, backend: str | None = None) -> JSON | None:
     """The worker's ``--kv-transfer-config`` (None: no connector).
 
     FACTS "Dynamo on Kubernetes": NixlConnector for prefill/decode, the KVBM connector for offload.
@@ -74,18 +76,28 @@ def _kv_transfer_config(exp: Experiment, role: str) -> JSON | None:
     offload = exp.kv_offload is not None
     if exp.mode == "aggregated":
         return dict(KVBM_CONNECTOR) if offload else None
+    nixl = nixl_connector(backend)
     if role == "prefill" and offload:
         return {"kv_connector": "PdConnector", "kv_role": "kv_both",
-                "kv_connector_extra_config": {"connectors": [dict(KVBM_CONNECTOR), dict(NIXL_CONNECTOR)]},
+                "kv_connector_extra_config": {"connectors": [dict(KVBM_CONNECTOR), nixl]},
                 "kv_connector_module_path": "kvbm.vllm_integration.connector"}
-    return dict(NIXL_CONNECTOR)
+    return nixl
+
+
+def nixl_connector(backend: str | None) -> JSON:
+    """vLLM's NixlConnector config; LIBFABRIC is named in ``kv_connector_extra_config.backends``, as Dynamo's
+    AWS recipe does: without it NIXL silently stays on UCX (FACTS "Disaggregation over EFA")."""
+    out = dict(NIXL_CONNECTOR)
+    if backend and backend != "UCX":
+        out["kv_connector_extra_config"] = {"backends": [backend]}
+    return out
 
 
 def uses_kvbm(exp: Experiment, role: str) -> bool:
     return exp.kv_offload is not None and (exp.mode == "aggregated" or role == "prefill")
 
 
-def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup) -> list[str]:
+def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup, pool: PoolSpec | None = None) -> list[str]:
     """``python3 -m dynamo.vllm`` arguments of one worker group (Dynamo 1.6.x flags)."""
     args = ["--model", model.name, "--tensor-parallel-size", str(group.tensor_parallel),
             # explicit in every experiment (vLLM's default anyway), so a router rung changes only routing
@@ -94,13 +106,59 @@ def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup) -> list[s
         args += ["--revision", model.revision]
     if exp.mode == "disaggregated":
         args += ["--disaggregation-mode", group.role]
-    kv_transfer = _kv_transfer_config(exp, group.role)
+    kv_transfer = _kv_transfer_config(exp, group.role, pool.network.nixl_backend if pool is not None else None)
     if kv_transfer is not None:
         args += ["--kv-transfer-config", json_arg(kv_transfer)]
     if exp.router == "kv" and group.role != "decode":
         # decode workers publish no KV events in Dynamo (the router places requests by prefill overlap)
         args += ["--kv-events-config", json_arg(KV_EVENTS_CONFIG)]
     return args
+
+
+# EFA on a worker (Dynamo's AWS recipe, recipes/qwen3-32b/vllm/cloud-providers/deploy-aws-p5.48xlarge.yaml; FACTS
+# "Disaggregation over EFA"): libfabric's EFA provider with GPUDirect RDMA, no shared-memory transfer.
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EFA_ENV: tuple[JSON, ...] = ({"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
+                             {"name": "FI_EFA_ENABLE_SHM_TRANSFER", "value": "0"})
+# registering GPU memory for RDMA needs locked pages; the recipe adds SYS_PTRACE and runs privileged (the
+# disaggregation guide: IPC_LOCK alone is not enough)
+EFA_SECURITY_CONTEXT: JSON = {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"]}, "privileged": True}
+# NIXL's own Prometheus exporter: bytes moved and failed transfers per backend (port 19090 in the recipe, since
+# 9090 is the worker's system port)
+NIXL_TELEMETRY_PORT = 19090
+NIXL_TELEMETRY_ENV: tuple[JSON, ...] = (
+    {"name": "NIXL_TELEMETRY_ENABLE", "value": "y"}, {"name": "NIXL_TELEMETRY_EXPORTER", "value": "prometheus"},
+    {"name": "NIXL_TELEMETRY_PROMETHEUS_PORT", "value": str(NIXL_TELEMETRY_PORT)})
+
+
+def efa_per_worker(pool: PoolSpec, group: WorkerGroup) -> int:
+    """EFA interfaces one worker pod gets: its share of the node's by GPUs (p4d, 4 interfaces for 8 GPUs:
+    2 for a TP=4 worker; Dynamo's p5 recipe: 16 of 32 for TP=4), at least 1; 0 without EFA."""
+    n = pool.efa_interfaces()
+    return max(1, n * group.tensor_parallel // pool.gpus_per_node) if n else 0
+
+
+def efa_image(pool: PoolSpec, k: Kubernetes) -> str:
+    """The EFA-enabled runtime image of a pool's workers: its own, else the Dynamo image's tag + ``-efa``."""
+    if pool.network.efa_image:
+        return pool.network.efa_image
+    ref, _, digest = k.dynamo_image.partition("@")
+    return f"{ref}-efa" if not digest else k.dynamo_image  # a digest names one image: spec refuses (efa_image)
+
+
+def _anti_affinity(lbl: dict[str, str], role: str) -> JSON:
+    """Prefill and decode workers of one experiment on different nodes (EFA does not work within a node,
+    FACTS "Disaggregation over EFA"), in one zone where the scheduler can."""
+    other = "decode" if role == "prefill" else "prefill"
+    mine = {k: v for k, v in lbl.items() if k != LABEL_MANAGED}
+    return {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {**mine, LABEL_ROLE: other}},
+            "topologyKey": "kubernetes.io/hostname"}]},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {**mine, LABEL_ROLE: other}},
+                                                "topologyKey": "topology.kubernetes.io/zone"}}]},
+    }
 
 
 def kvbm_memory_request(offload: KvOffload) -> str:
@@ -113,6 +171,8 @@ def _kvbm_env(offload: KvOffload) -> list[JSON]:
     env = [{"name": "DYN_KVBM_CPU_CACHE_GB", "value": f"{offload.cpu_cache_gb:g}"}]
     if offload.disk_cache_gb is not None:
         env.append({"name": "DYN_KVBM_DISK_CACHE_GB", "value": f"{offload.disk_cache_gb:g}"})
+        # FACTS: the default directory is /tmp (in the container's writable layer): an emptyDir instead
+        env.append({"name": "DYN_KVBM_DISK_CACHE_DIR", "value": KVBM_DISK_DIR})
     # FACTS: kvbm_* offload/onboard/hit-rate metrics on port 6880 with DYN_KVBM_METRICS=true
     env.append({"name": "DYN_KVBM_METRICS", "value": "true"})
     return env
@@ -160,24 +220,41 @@ def render_deployment(request: DeploymentRequest) -> JSON:
     }
     components = [frontend]
     for g, cname in zip(exp.workers, _component_names(exp), strict=True):
+        pool = request.target.pool(g.pool)
         env = hf_env(k)
         requests: JSON = {}
+        volumes, mounts = [model_volume(k)], [dict(MODEL_MOUNT)]
         if exp.kv_offload is not None and uses_kvbm(exp, g.role):
             env += _kvbm_env(exp.kv_offload)
             requests["memory"] = kvbm_memory_request(exp.kv_offload)
+            if exp.kv_offload.disk_cache_gb is not None:  # the SSD tier on the node's disk, not the image's /tmp
+                volumes.append({"name": "kvbm-disk", "emptyDir": {"sizeLimit": f"{math.ceil(exp.kv_offload.disk_cache_gb)}G"}})
+                mounts.append({"name": "kvbm-disk", "mountPath": KVBM_DISK_DIR})
         gpus = str(g.tensor_parallel)
+        limits: JSON = {GPU: gpus}
+        container: JSON = {"name": "main", "image": k.dynamo_image}
+        pod_extra: JSON = {}
+        efa = efa_per_worker(pool, g) if exp.mode == "disaggregated" else 0
+        if efa:  # the KV crosses pods: over EFA, with the EFA image, on another node than the other role
+            limits[EFA_RESOURCE] = requests[EFA_RESOURCE] = str(efa)
+            container["image"] = efa_image(pool, k)
+            container["securityContext"] = dict(EFA_SECURITY_CONTEXT)
+            env += [dict(e) for e in EFA_ENV]
+            pod_extra["affinity"] = _anti_affinity(lbl, g.role)
+        if exp.mode == "disaggregated":
+            env += [dict(e) for e in NIXL_TELEMETRY_ENV]
+        container.update({
+            "command": ["python3", "-m", "dynamo.vllm"],
+            "args": worker_args(request.target.model, exp, g, pool),
+            "env": env,
+            "resources": {"limits": limits, "requests": {GPU: gpus, **requests}},
+            "volumeMounts": mounts,
+        })
         pod_spec: JSON = {
-            **scheduling(campaign_id, request.target.pool(g.pool)),
-            "volumes": [model_volume(k)],
-            "containers": [{
-                "name": "main",
-                "image": k.dynamo_image,
-                "command": ["python3", "-m", "dynamo.vllm"],
-                "args": worker_args(request.target.model, exp, g),
-                "env": env,
-                "resources": {"limits": {GPU: gpus}, "requests": {GPU: gpus, **requests}},
-                "volumeMounts": [dict(MODEL_MOUNT)],
-            }],
+            **scheduling(campaign_id, pool),
+            **pod_extra,
+            "volumes": volumes,
+            "containers": [container],
         }
         components.append({
             "name": cname,
@@ -308,6 +385,7 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
                 model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
                 request_count=spec.warmup.request_count, concurrency=max(s.concurrency or 1 for s in steps),
                 isl=isl, osl=min(osl, 64), seed=spec.seed, tokenizer_revision=spec.model.revision,
+                sampling=spec.sampling_fields(), thinking=spec.thinking,
             )
             out.append((f"experiments/{e}/jobs/warmup.yaml",
                         render_load_job(spec, campaign_id, e, "warmup", argv,
@@ -322,7 +400,7 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
             argv = aiperf_args.step_args(
                 step, model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
                 input_file=f"{INPUTS_DIR}/{name}" if name else None, slo=spec.slo.model_dump(),
-                tokenizer_revision=spec.model.revision,
+                tokenizer_revision=spec.model.revision, sampling=spec.sampling_fields(), thinking=spec.thinking,
             )
             out.append((f"experiments/{e}/jobs/{step.step_id}.yaml",
                         render_load_job(spec, campaign_id, e, step.step_id, argv, raw,
