@@ -42,6 +42,7 @@ from benchctl.plan import plan_campaign
 from benchctl.spec import load_spec
 from benchctl.views import athena_view_ddl
 from stacks import layers
+from tests.fakes.eks_world import EFA_DEVICE_PLUGIN
 from tests.fakes.ports import write_sample_artifacts
 from tests.infra.conftest import CP, ROOT, load_templates
 
@@ -90,12 +91,11 @@ def _function_env(out: Path, url: str) -> dict[str, str]:
     (names,) = {tuple(sorted(f["Properties"]["Environment"]["Variables"]))
                 for k, f in load_templates(out)[CP]["Resources"].items()
                 if f["Type"] == "AWS::Lambda::Function" and not k.startswith("Sweep")}
-    values = {"BENCHCTL_ENGINE": "aws", "BENCHCTL_BUCKET": BUCKET, "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake",
+    values = {"BENCHCTL_BUCKET": BUCKET, "BENCHCTL_NAMESPACE": "dynamo-bench", "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake",
               "BENCHCTL_RUNS_URI": f"s3://{BUCKET}/runs", "BENCHCTL_DATABASE": DATABASE,
               "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER, "BENCHCTL_NODEGROUPS": NODEGROUP,
               "BENCHCTL_LOCK_TABLE": LOCKS, "BENCHCTL_LOAD_IMAGE": "123456789012.dkr.ecr.us-east-1.amazonaws.com/load:1",
-              "POWERTOOLS_SERVICE_NAME": "benchctl",
-              "POWERTOOLS_METRICS_NAMESPACE": "benchctl", "POWERTOOLS_LOG_LEVEL": "INFO"}
+              "POWERTOOLS_LOG_LEVEL": "INFO"}
     assert set(names) == set(values), f"the stack's function variables changed: {sorted(names)}"
     return {**values,  # what the Lambda service itself sets, and where "AWS" is
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -140,7 +140,8 @@ def _aws_world(client: Any, api: Any, tmp: Path) -> None:
                 {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": NS},
                  "data": {"HF_TOKEN": "aGY="}},
                 {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache", "namespace": NS}},
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "benchctl-load", "namespace": NS}}):
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "benchctl-load", "namespace": NS}},
+                EFA_DEVICE_PLUGIN):  # the seed plan's p4d pool asks for EFA
         api.put(obj)
     api.on_create("Job", lambda a, obj: a.set_status("Job", NS, obj["metadata"]["name"], {"succeeded": 1}))
     # the step's AIPerf artifacts, as its Job would upload them (real AIPerf 0.13.0 samples, one record per
