@@ -91,13 +91,10 @@ def view_references(body: str, views: set[str]) -> set[str]:
     return {w for w in _WORD.findall(text) if w in views} - ctes
 
 
-def athena_view_ddl(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
-    """``(view, "CREATE OR REPLACE VIEW view AS <file body>")`` for every view file, dependencies first.
-
-    The body is the file's own text (Athena runs the Trino dialect the files are written in); the
-    order follows the views each query reads (``view_references``), so running the list in order
-    creates every view. No sqlglot: the Report function on AWS calls this.
-    """
+def ordered_views(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
+    """``(view, file body)`` for every view file, dependencies first: the order follows the views each
+    query reads (``view_references``), so creating them in this order creates every view, on Athena and
+    on DuckDB alike. No sqlglot: the Report function on AWS calls this."""
     files = view_sql_files(views_dir)
     deps: dict[str, set[str]] = {}
     bodies: dict[str, str] = {}
@@ -113,4 +110,11 @@ def athena_view_ddl(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
         if not ready:
             raise ValueError(f"views depend on each other in a cycle: {sorted(set(files) - set(ordered))}")
         ordered += ready
-    return [(n, f"CREATE OR REPLACE VIEW {n} AS\n{bodies[n]}") for n in ordered]
+    return [(n, bodies[n]) for n in ordered]
+
+
+def athena_view_ddl(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
+    """``(view, "CREATE OR REPLACE VIEW view AS <file body>")`` for every view file, dependencies first
+    (``ordered_views``). The body is the file's own text: Athena runs the Trino dialect the files are
+    written in."""
+    return [(n, f"CREATE OR REPLACE VIEW {n} AS\n{body}") for n, body in ordered_views(views_dir)]

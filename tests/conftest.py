@@ -16,6 +16,23 @@ OPTIONAL_TOOLS: tuple[str, ...] = ()  # none today: set-up installs everything t
 _SKIPS: list[tuple[str, str]] = []
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    _one_botocore_loader()
+
+
+def _one_botocore_loader() -> None:
+    """Every botocore session of a test process shares one data loader, as the clients of one session
+    already do: botocore re-reads and re-parses its service-model JSON for each new session otherwise,
+    which was ~40 s of CPU in the unit tier (moto, boto3 and awswrangler each open sessions). The loader
+    caches models it has finished merging; nothing of ours writes into them."""
+    import functools
+
+    import botocore.session
+
+    if not isinstance(botocore.session.create_loader, functools._lru_cache_wrapper):
+        botocore.session.create_loader = functools.lru_cache(maxsize=None)(botocore.session.create_loader)
+
+
 def _ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 

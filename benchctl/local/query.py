@@ -3,18 +3,19 @@
 One DuckDB view per lake table (over the hive-partitioned parquet files; an empty view with the schema's
 columns when the table has no file yet), then one view per ``sql/views/<name>.sql`` (the view catalog,
 ``benchctl.views``), transpiled from Athena's Trino dialect with sqlglot (``read="trino"``,
-``write="duckdb"``) and created in dependency order. Implements the ``QueryPort`` (``run``).
+``write="duckdb"``) and created in dependency order (the order Athena creates them in). Implements the ``QueryPort`` (``run``).
 
 Imports duckdb and sqlglot: the local engine and the CLI only.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 from benchctl import schema
-from benchctl.views import IDENT, VIEWS_DIR, view_sql_files
+from benchctl.views import IDENT, VIEWS_DIR, ordered_views
 
 _DUCK_TYPES = {
     "string": "VARCHAR",
@@ -45,8 +46,10 @@ def parse_query(sql: str, *, dialect: str = "trino", what: str = "query") -> Any
     return stmt
 
 
+@functools.lru_cache(maxsize=256)
 def to_duckdb(sql: str, *, what: str = "query") -> str:
-    """Trino (Athena) SQL -> DuckDB SQL, refusing anything but one query."""
+    """Trino (Athena) SQL -> DuckDB SQL, refusing anything but one query. A pure function of its
+    arguments, kept per process: the view catalog is transpiled once, however many engines are opened."""
     stmt = parse_query(sql, what=what)
     return stmt.sql(dialect="duckdb")
 
@@ -88,31 +91,18 @@ class QueryEngine:
         return f"CREATE OR REPLACE VIEW {_q(table)} AS SELECT {select} FROM {source}"  # noqa: S608
 
     def _load_sql_views(self) -> None:
+        """Every view file, in the order Athena creates them (``ordered_views``: dependencies first),
+        each transpiled to DuckDB and created once."""
         import duckdb
 
-        pending: dict[str, str] = {}
-        for name, path in view_sql_files(self.views_dir).items():
-            if not IDENT.match(name):
-                raise ValueError(f"{path}: the file name must be a valid view name (letters, digits, _)")
-            body = to_duckdb(path.read_text(encoding="utf-8"), what=str(path))
-            pending[name] = f"CREATE OR REPLACE VIEW {_q(name)} AS {body}"
-        # Views may reference each other: create what can be created until nothing changes.
-        errors: dict[str, str] = {}
-        while pending:
-            progressed = False
-            for name in list(pending):
-                try:
-                    self.con.execute(pending[name])
-                except duckdb.Error as e:
-                    errors[name] = str(e)
-                    continue
-                del pending[name]
-                errors.pop(name, None)
-                self.sql_views.append(name)
-                progressed = True
-            if not progressed:
-                detail = "; ".join(f"{self.views_dir / (n + '.sql')}: {errors[n]}" for n in pending)
-                raise ValueError(f"cannot create view(s) {sorted(pending)}: {detail}")
+        for name, text in ordered_views(self.views_dir):
+            path = self.views_dir / f"{name}.sql"
+            body = to_duckdb(text, what=str(path))
+            try:
+                self.con.execute(f"CREATE OR REPLACE VIEW {_q(name)} AS {body}")
+            except duckdb.Error as e:
+                raise ValueError(f"cannot create view {name!r}: {path}: {e}") from None
+            self.sql_views.append(name)
 
     # ---------------------------------------------------------------------------------------------
     def views(self) -> list[str]:

@@ -8,12 +8,11 @@ import pytest
 
 from benchctl.aws.k8s.common import INPUTS_DIR
 from tests.fakes.eks_world import CID, World
-from tests.unit.conftest import aws_worlds  # noqa: F401  (the session fixture: every example through EKS)
-from tests.unit.test_manifests_upstream import SPECS, aiperf_parse, load_jobs
+from tests.integration.test_manifests_upstream import SPECS, aiperf_parse, load_jobs
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(SPECS) if "[auto-mode]" not in n])  # same argv either way
-def test_every_rendered_load_argv_parses_with_aiperfs_own_cli(aws_worlds: dict[str, World], name: str) -> None:  # noqa: F811
+def test_every_rendered_load_argv_parses_with_aiperfs_own_cli(aws_worlds: dict[str, World], name: str) -> None:
     world = aws_worlds[name]
     jobs = load_jobs(world)
     assert jobs

@@ -496,37 +496,6 @@ def test_the_aiperf_image_check_fails_on_another_aiperf_version(tmp_path, versio
     assert f"aiperf --version: {version}" in res.stdout
 
 
-def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_the_volume(tmp_path):
-    """The real aiperf (0.13.0, this venv) runs the check's script: its version, then the tokenizer loaded
-    by AIPerf's own loader offline from a hub cache at the pinned revision, as the load Jobs will."""
-    import os
-    import subprocess
-    import sys
-
-    from benchctl.aws.k8s.jobs import render_preflight_job
-    from benchctl.local import modeldir
-
-    if not modeldir.is_complete():
-        pytest.fail("the offline tokenizer directory is missing: run scripts/setup.sh (it generates it)")
-    data = _with_image(_spec()).model_dump(mode="json")
-    data["model"]["revision"] = modeldir.REVISION  # the generated snapshot stands in for the prefetched model
-    job = render_preflight_job(parse_spec(data), CID, "aiperf")
-    (c,) = job["spec"]["template"]["spec"]["containers"]
-    assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
-    env = {e["name"]: e["value"] for e in c["env"]}
-    assert env["HF_HUB_OFFLINE"] == "1" and env["REVISION"] == modeldir.REVISION
-    run_env = {**os.environ, **env, "HF_HOME": str(modeldir.hf_home()), "HOME": str(tmp_path),
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    ok = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180, env=run_env)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "aiperf --version: 0.13.0" in ok.stdout and f"{modeldir.REVISION} read offline" in ok.stdout
-    missing = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180,
-                             env={**run_env, "REVISION": "0" * 40})
-    assert missing.returncode == 5 and "not present in the HuggingFace cache" in missing.stderr
-    with_prefetch = parse_spec({**data, "kubernetes": {**data["kubernetes"], "prefetch_model": True}})
-    assert "volumeMounts" not in render_preflight_job(with_prefetch, CID, "aiperf")["spec"]["template"]["spec"][
-        "containers"][0]  # the volume is filled later, at Deploy
-
 
 @pytest.mark.parametrize(("version", "code"), [("aws-cli/2.22.0 Python/3.12.6 Linux", 0), ("aws-cli/1.33.0", 3)])
 def test_the_uploader_check_needs_aws_cli_v2(tmp_path, version, code):

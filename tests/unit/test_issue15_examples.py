@@ -1,5 +1,5 @@
 """Issue 15's example specs: the heterogeneous (A100 prefill, L40S decode), FP8 and SSD-tier ones validate, plan
-and render like every example (tests/unit/test_manifests_upstream.py runs them through the AWS code path
+and render like every example (tests/integration/test_manifests_upstream.py runs them through the AWS code path
 against the vendored CRDs); the heterogeneous one's cost row lands in the plan's "disaggregated heterogeneous"
 category of v_cost_efficiency, its baseline in "aggregated same-GPU baseline"."""
 

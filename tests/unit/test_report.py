@@ -131,6 +131,12 @@ def lake(tmp_path: Path) -> LocalLake:
     return build_lake(tmp_path / "lake")
 
 
+@pytest.fixture(scope="module")
+def html(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The report of the standard lake, rendered once for the tests that only read it."""
+    return render_report(build_lake(tmp_path_factory.mktemp("report") / "lake").root, C)
+
+
 def sections(html: str) -> dict[str, dict[str, str]]:
     out = {}
     for m in re.finditer(r"<section\b([^>]*)>", html):
@@ -147,8 +153,7 @@ def section_html(html: str, sid: str) -> str:
 # ------------------------------------------------------------------------------------------------ HTML
 
 
-def test_every_table_and_figure_section_has_rows_or_marks(lake: LocalLake) -> None:
-    html = render_report(lake.root, C)
+def test_every_table_and_figure_section_has_rows_or_marks(html: str) -> None:
     secs = sections(html)
     for sid in TABLES:
         assert int(secs[sid]["data-rows"]) > 0, sid
@@ -160,8 +165,7 @@ def test_every_table_and_figure_section_has_rows_or_marks(lake: LocalLake) -> No
     assert int(secs["provenance"]["data-rows"]) == 1 and int(secs["datasets"]["data-rows"]) == 4  # one per step: same bytes in both
 
 
-def test_figures_show_both_modes_with_one_colour_each(lake: LocalLake) -> None:
-    html = render_report(lake.root, C)
+def test_figures_show_both_modes_with_one_colour_each(html: str) -> None:
     for sid in ("fig-pareto", "fig-concurrency", "fig-multi-turn", "fig-prefix"):
         body = section_html(html, sid)
         assert "agg (aggregated)" in body and "disagg (disaggregated)" in body, sid
@@ -177,8 +181,7 @@ def test_figures_show_both_modes_with_one_colour_each(lake: LocalLake) -> None:
     assert "$0.91" in timeline and "$0.95" in timeline  # cost per experiment from v_cost_efficiency
 
 
-def test_simulated_banner_and_tag_in_every_heading_and_figure(lake: LocalLake) -> None:
-    html = render_report(lake.root, C)
+def test_simulated_banner_and_tag_in_every_heading_and_figure(html: str) -> None:
     assert 'id="simulated-banner"' in html and SIM_TEXT in html
     assert html.index('id="simulated-banner"') < html.index("<section")
     headings = re.findall(r"<h2>(.*?)</h2>", html)
@@ -195,8 +198,7 @@ def test_measured_campaign_has_no_simulated_label(tmp_path: Path) -> None:
     assert "SIMULATED" not in html and 'id="simulated-banner"' not in html
 
 
-def test_self_contained_no_external_resources(lake: LocalLake) -> None:
-    html = render_report(lake.root, C)
+def test_self_contained_no_external_resources(html: str) -> None:
     assert "<script" not in html and "<link" not in html and "<img" not in html and "@import" not in html
     assert "http://" not in html and "https://" not in html
     assert "default-src 'none'" in html  # and the browser is told to load nothing

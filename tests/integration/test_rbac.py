@@ -22,9 +22,9 @@ from benchctl.aws.k8s.common import LABEL_CAMPAIGN
 from benchctl.aws.pools import pools_for
 from benchctl.aws.sweep import labelled
 from benchctl.spec import parse_spec
+from tests.aws_checks import RBAC_FILE, upstream_api
 from tests.fakes.eks_world import CID, NS, TOKEN, World
 from tests.fakes.k8s_api import FakeKubeApi
-from tests.unit.conftest import RBAC_FILE, upstream_api
 
 DOCS = list(yaml.safe_load_all(RBAC_FILE.read_text()))
 NAMESPACED = {r.plural for r in RESOURCES.values() if r.namespaced} | {"pods/log"}

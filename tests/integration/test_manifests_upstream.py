@@ -30,9 +30,9 @@ from benchctl.aws.k8s.common import (
 from benchctl.aws.k8s.render import NIXL_TELEMETRY_PORT
 from benchctl.plan import plan_campaign
 from tests import crd_schemas
+from tests.aws_checks import job_problems
 from tests.fakes import eks_world
 from tests.fakes.eks_world import CID, World, example_specs
-from tests.unit.conftest import job_problems
 
 SPECS = example_specs()
 

@@ -1,4 +1,5 @@
-"""Shared by the tests that hold the AWS code path to the other side's definitions."""
+"""Shared by the tests that hold the AWS code path to the other side's definitions (the integration tier's
+``aws_worlds`` fixture is built here: every example run as a whole campaign through the EKS adapters)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.fakes import eks_world
 from tests.fakes.eks_world import TOKEN, World
 from tests.fakes.k8s_api import FakeKubeApi
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RBAC_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml"
 K8S_VERSION = "1.33"
 FAILED_STEP = "concurrency-sweep-c1-r0"  # made to fail in every campaign: its log tails are collected
@@ -41,8 +42,7 @@ def upstream_api() -> FakeKubeApi:
     return api
 
 
-@pytest.fixture(scope="session")
-def aws_worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, World]:
+def run_aws_worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, World]:
     """Every example spec run as a whole campaign through the AWS code path (see tests/fakes/eks_world.py)."""
     out = {}
     for name, spec in eks_world.example_specs().items():
