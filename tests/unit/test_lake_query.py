@@ -382,3 +382,21 @@ def test_format_result() -> None:
     with pytest.raises(ValueError, match="unknown format"):
         format_result(cols, rows, "xml")
     assert format_result(["x"], [(12345.678,)], "table").splitlines()[2].strip() == "12,345.7"
+
+
+def test_view_files_are_created_dependencies_first_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    """The local engine creates the view files in the order Athena does (a view after the views it reads,
+    whatever their names), and a file DuckDB cannot create, or a cycle, is one error naming the file."""
+    views = tmp_path / "views"
+    views.mkdir()
+    (views / "a_top.sql").write_text("SELECT n + 1 AS m FROM z_base", encoding="utf-8")
+    (views / "z_base.sql").write_text("SELECT count(*) AS n FROM steps", encoding="utf-8")
+    engine = QueryEngine(tmp_path / "lake", views_dir=views)
+    assert engine.sql_views == ["z_base", "a_top"] and engine.run("a_top")[1] == [(1,)]
+    (views / "b_bad.sql").write_text("SELECT no_such_column FROM steps", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"cannot create view 'b_bad': .*b_bad\.sql: .*no_such_column"):
+        QueryEngine(tmp_path / "lake", views_dir=views)
+    (views / "b_bad.sql").write_text("SELECT * FROM c_loop", encoding="utf-8")
+    (views / "c_loop.sql").write_text("SELECT * FROM b_bad", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"cycle: \['b_bad', 'c_loop'\]"):
+        QueryEngine(tmp_path / "lake", views_dir=views)
