@@ -14,7 +14,6 @@ into AIPerf's benchmark plan, without running a benchmark.
 from __future__ import annotations
 
 import importlib.metadata
-import shlex
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from tests import crd_schemas
 from tests.aws_checks import job_problems
 from tests.fakes import eks_world
 from tests.fakes.eks_world import CID, World, example_specs
+from tests.unit.test_render import aiperf_argv
 
 SPECS = example_specs()
 
@@ -140,28 +140,13 @@ def test_a_one_node_p4d_auto_mode_pool_gets_eight_gpus_of_limit(worlds: dict[str
 # ------------------------------------------------------------------------------------ AIPerf argv
 
 
-def job_argv(job: dict[str, Any]) -> list[str]:
-    """The argv AIPerf gets from the load Job's ``sh -c`` script (shell tokenisation)."""
-    (c,) = [x for x in job["spec"]["template"]["spec"]["initContainers"] if x["name"] == "aiperf"]
-    lex = shlex.shlex(c["command"][2], posix=True, punctuation_chars=";")
-    lex.whitespace_split = True
-    commands: list[list[str]] = [[]]
-    for tok in lex:
-        if tok == ";":
-            commands.append([])
-        else:
-            commands[-1].append(tok)
-    (run,) = [cmd for cmd in commands if cmd and cmd[0] == "aiperf"]
-    return run[1:]
-
-
 def load_jobs(world: World) -> dict[tuple[str, str], list[str]]:
     """(experiment, step) -> the argv of its load Job, for every load Job the campaign sent."""
     out = {}
     for _, _, job in sent(world, "Job"):
         lbl = job["spec"]["template"]["metadata"]["labels"]
         if any(c["name"] == "aiperf" for c in job["spec"]["template"]["spec"].get("initContainers", [])):
-            out[(lbl["benchctl.io/experiment"], lbl["benchctl.io/step"])] = job_argv(job)
+            out[(lbl["benchctl.io/experiment"], lbl["benchctl.io/step"])] = aiperf_argv(job)
     return out
 
 

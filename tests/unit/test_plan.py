@@ -2,8 +2,6 @@
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
@@ -70,17 +68,3 @@ def test_estimates_add_up_and_budget_refuses():
     cheap["budget"] = {"max_usd": 1.0}
     refused = plan_campaign(parse_spec(cheap), "aws")
     assert refused.budget_problems and "budget.max_usd" in refused.budget_problems[0]
-
-
-def test_cli_plan_json_and_budget_exit(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "plan", "examples/seed-plan.yaml", "--json"],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["plan_id"].startswith("seed-plan-")
-    data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text())
-    data["budget"] = {"max_hours": 0.5}
-    f = tmp_path / "b.yaml"
-    f.write_text(yaml.safe_dump(data))
-    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "plan", str(f), "--engine", "aws"],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 2 and "budget.max_hours" in res.stderr
