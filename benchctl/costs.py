@@ -4,7 +4,9 @@ The seeds' definition: a period's cost divided by the successful output tokens o
 x 1,000,000. Two periods are recorded for every experiment x pool:
 
 - **allocation** (``cost_usd``): the pool's nodes from the experiment's ``scale_requested`` event to
-  its ``pool_restored`` event (or, while not restored, the experiment's latest timeline event) x the
+  its ``pool_restored`` event, or its ``pool_handed_over`` event when the pool was kept warm for the
+  next experiment (which pays from its own scale request on; while neither, the experiment's latest
+  timeline event, and "now" for the budget guard) x the
   instance's hourly price; plus, on the experiment's first pool row, the EKS cluster fee for the
   experiment's wall time (first scale request to last restore). This is what was paid: start-up,
   warm-up, idle time between steps and teardown included.
@@ -58,7 +60,7 @@ SCOPE_EXCLUDED = (
 SCOPE_TEXT = "included: " + "; ".join(SCOPE_INCLUDED) + ". not included: " + "; ".join(SCOPE_EXCLUDED) + "."
 
 _END_OF_LOAD = tuple(e.name for e in tl.LOAD_ENDS)
-_SCALED, _RESTORED = tl.SCALE_REQUESTED.name, tl.POOL_RESTORED.name
+_SCALED, _RESTORED, _HANDED = tl.SCALE_REQUESTED.name, tl.POOL_RESTORED.name, tl.POOL_HANDED_OVER.name
 _LOAD_START = tl.LOAD_START.name
 
 
@@ -87,7 +89,8 @@ def _hours(start: datetime, end: datetime) -> float:
 
 @dataclass(frozen=True)
 class PoolWindow:
-    """One pool held for one experiment: from its scale request until restored (``end`` None: still held)."""
+    """One pool held for one experiment: from its scale request until restored or handed over to the next
+    experiment (``end`` None: still held; ``end_event`` names the event that ended it)."""
 
     experiment: str
     pool: str
@@ -95,6 +98,7 @@ class PoolWindow:
     start: datetime
     end: datetime | None
     simulated: bool = False
+    end_event: str | None = None
 
 
 def pool_windows(plan: CampaignPlan, timeline: Iterable[JSON]) -> list[PoolWindow]:
@@ -102,21 +106,22 @@ def pool_windows(plan: CampaignPlan, timeline: Iterable[JSON]) -> list[PoolWindo
 
     Nodes are the ``scale_requested`` event's ``nodes`` (what the experiment asked the pool to hold),
     else the plan's. A pool scaled twice for one experiment counts from its first request to its last
-    restore.
+    restore. A pool kept warm for the next experiment (``pool_handed_over``) ends its window there: the
+    next experiment's own ``scale_requested`` starts its window, so the pool is paid for once at a time.
     """
     starts: dict[tuple[str, str], tuple[datetime, JSON]] = {}
-    ends: dict[tuple[str, str], datetime] = {}
+    ends: dict[tuple[str, str], tuple[datetime, str]] = {}
     for row in timeline:
         event, pool = row.get("event"), row.get("pool")
-        if not pool or event not in (_SCALED, _RESTORED):
+        if not pool or event not in (_SCALED, _RESTORED, _HANDED):
             continue
         key = (str(row.get("experiment")), str(pool))
         at = _ts(row["at"])
         if event == _SCALED:
             if key not in starts or at < starts[key][0]:
                 starts[key] = (at, tl.detail(row))
-        elif key not in ends or at > ends[key]:
-            ends[key] = at
+        elif key not in ends or at > ends[key][0]:
+            ends[key] = (at, str(event))
     order = {(e.name, p): (e.index, i) for e in plan.experiments for i, p in enumerate(e.nodes)}
     out = []
     for key in sorted(starts, key=lambda k: (*order.get(k, (len(order), 0)), *k)):
@@ -124,9 +129,10 @@ def pool_windows(plan: CampaignPlan, timeline: Iterable[JSON]) -> list[PoolWindo
         experiment, pool = key
         planned = _plan_nodes(plan, experiment).get(pool, 0)
         nodes = detail.get("nodes", planned)
-        end = ends.get(key)
-        out.append(PoolWindow(experiment, pool, int(nodes), at, end if end is not None and end >= at else None,
-                              bool(detail.get("simulated", False))))
+        end, end_event = ends.get(key, (None, None))
+        ended = end is not None and end >= at
+        out.append(PoolWindow(experiment, pool, int(nodes), at, end if ended else None,
+                              bool(detail.get("simulated", False)), end_event if ended else None))
     return out
 
 
@@ -267,7 +273,7 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
                 "gpus_per_node": pool.gpus_per_node,
                 "period_start": w.start.isoformat(),
                 "period_end": end.isoformat(),
-                "period_end_event": _RESTORED if w.end is not None else "latest_event",
+                "period_end_event": w.end_event if w.end is not None else "latest_event",
                 "scope": list(SCOPE_INCLUDED),
                 "excluded": list(SCOPE_EXCLUDED),
                 "scope_text": SCOPE_TEXT,

@@ -292,3 +292,18 @@ def test_cost_efficiency_view_categories_and_figures(tmp_path: Path, spec: Campa
     assert a["goodput_per_s"] == pytest.approx(3 / 120)
     assert a["goodput_per_usd_hour"] == pytest.approx(3 / 120 / (2 * 21.96))
     assert rows["disagg"]["goodput_per_usd_hour"] is None  # no SLO on its steps
+
+
+def test_a_pool_handed_over_is_paid_once_by_each_holder_in_turn(spec: CampaignSpec, plan: CampaignPlan) -> None:
+    """agg keeps its p4d pool warm for disagg (pool_handed_over at 12:30, no restore for agg); disagg scales
+    it at 12:31 and still holds it at 14:00. The budget guard counts the pool once at any moment: agg's
+    window ends at the handover, and the cost row says which event ended it."""
+    tl = [*agg_timeline()[:-1], ev("agg", "pool_handed_over", "12:30", "p4d", nodes=2),
+          *experiment_events("disagg", {"p4d": (2, "12:31", None)}, [])]
+    got = costs.accrued_usd(spec, plan, tl, at("14:00"))
+    held_h = 2.5 + (14 * 60 - (12 * 60 + 31)) / 60
+    assert got == pytest.approx(2 * held_h * 21.96 + 0.10 * held_h)
+    rows = costs.cost_rows(C, spec, plan, tl, [], simulated=False)
+    agg = next(r for r in rows if r["experiment"] == "agg")
+    fees = json.loads(agg["fees_json"])
+    assert fees["period_end"] == at("12:30").replace("Z", "+00:00") and fees["period_end_event"] == "pool_handed_over"
