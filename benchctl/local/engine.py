@@ -301,22 +301,19 @@ def _run_execution(sfn: Any, start: StartInput, ctx: Any, state: RunState, progr
                 desc = {"status": "ABORTED", "error": "Aborted", "cause": "forced stop"}
                 break
             handled = intr.count
-        ended = True
-        if worker is not None:
-            worker.join(timeout=0.1)  # wakes for interrupts; costs nothing while the campaign runs
-            ended = not worker.is_alive()
-        if ended:
-            desc = sfn.describe_execution(executionArn=execution)
-            if desc["status"] != "RUNNING":
-                break
         if not progress.steps and time.monotonic() - last_look >= 1.0:
             last_look = time.monotonic()
             if state.has_plan():
                 plan = state.plan()
                 progress.experiments = [e.name for e in plan.experiments]
                 progress.steps = [s.step_id for s in plan.experiments[0].steps] if plan.experiments else []
-        if ended:
-            time.sleep(0.25)
+        if worker is not None and worker.is_alive():
+            worker.join(timeout=0.1)  # wakes for interrupts; costs nothing while the campaign runs
+            continue
+        desc = sfn.describe_execution(executionArn=execution)
+        if desc["status"] != "RUNNING":
+            break
+        time.sleep(0.25)  # no thread to wait on: poll
     history = sfn.get_execution_history(executionArn=execution, maxResults=1000).get("events", [])
     return desc, history
 
