@@ -106,6 +106,34 @@ def lake_matches_aiperf(out: Path) -> tuple[int, list[str]]:
     return n, bad
 
 
+def server_metrics_complete(out: Path) -> tuple[int, list[str]]:
+    """AIPerf's last server-metrics scrape of every step (after its flush period) against the requests the
+    step sent: the frontend's successful requests and each role's workers' ``generate`` requests (summed over
+    the role's workers) must each count all of them, else the scrape came before the server had counted the last responses."""
+    n, bad = 0, []
+    raw = out / "lake" / "raw" / f"campaign_id={CID}"
+    for export in sorted(raw.glob("experiment=*/step_id=*/server_metrics_export.json")):
+        if export.parent.name == "step_id=warmup":
+            continue
+        sent = json.loads((export.parent / "profile_export_aiperf.json").read_text())["request_count"]["avg"]
+        metrics = json.loads(export.read_text())["metrics"]
+        n += 1
+        front = sum(s["stats"]["total"] for s in (metrics.get("dynamo_frontend_requests") or {}).get("series", [])
+                    if s["labels"].get("status") == "success")
+        workers: dict[str, float] = {}  # per role (component), summed over its workers
+        for s in (metrics.get("dynamo_component_requests") or {}).get("series", []):
+            if s["labels"].get("dynamo_endpoint") == "generate":
+                role = str(s["labels"].get("dynamo_component"))
+                workers[role] = workers.get(role, 0.0) + s["stats"]["total"]
+        where = f"{export.parent.parent.name.split('=')[1]}/{export.parent.name.split('=')[1]}"
+        if front != sent:
+            bad.append(f"{where} frontend counted {front:g} of {sent:g} requests")
+        bad += [f"{where} {c} workers counted {t:g} of {sent:g} requests" for c, t in workers.items() if t != sent]
+        if not workers:
+            bad.append(f"{where} no worker request counter")
+    return n, bad
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("spec", nargs="?", default=str(ROOT / "examples" / "smoke.yaml"))
@@ -148,7 +176,12 @@ def main() -> int:
     print(f"lake step statistics = AIPerf summaries: {n - len({b.split()[0] for b in bad})}/{n} steps")
     for b in bad:
         print(f"  MISMATCH {b}")
-    return 1 if bad or n != steps else 0
+    m, late = server_metrics_complete(out)
+    print(f"server metrics' last scrape counted every request (frontend and each worker): "
+          f"{m - len({b.split()[0] for b in late})}/{m} steps")
+    for b in late:
+        print(f"  INCOMPLETE {b}")
+    return 1 if bad or late or n != steps or m != steps else 0
 
 
 if __name__ == "__main__":

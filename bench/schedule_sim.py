@@ -70,6 +70,11 @@ class Latencies:
     # AIPerf's own start-up + shutdown per step in a warm load runner (imports, tokenizer, corpus paid once per
     # Job): 2.2-2.5 s measured on a loaded 2-core machine (bench/local_campaign.py, issue 16); assumption on AWS
     runner_step_s: float = 3.0
+    # the runner Job's hand-overs (benchctl.aws.k8s.jobs.RUNNER_CONTROL_SCRIPT): after AIPerf exits, upload the
+    # step's artifacts, write its end record, answer the task token; before a step, the control container's
+    # 1 s poll of the run store for the request (0.5 s on average) and the fetch of the step's kept input
+    runner_upload_s: float = 1.5  # assumption: a few MB to S3 from inside the Region + 2 S3 PUTs + 1 API call
+    runner_pickup_s: float = 1.0  # assumption
     # --- teardown and billing
     undeploy_s: float = 60.0  # delete the DynamoGraphDeployment and wait for its pods to go; assumption
     drain_terminate_s: float = 90.0  # restore (desired down) -> cordon/drain -> instance shutting-down (billing stops)
@@ -108,7 +113,8 @@ class Latencies:
             f"load from EFS {self.efs_read_mb_s:g} MB/s = {self.model_read_s(False):.0f} s, "
             f"from page cache {self.model_read_s(True):.0f} s; engine init {self.engine_init_s:g} s",
             f"smoke {self.smoke_s:g} s; AIPerf Job start {self.load_job_start_s:g} s; "
-            f"AIPerf run in a warm runner {self.runner_step_s:g} s; ingest {self.ingest_s:g} s; "
+            f"AIPerf run in a warm runner {self.runner_step_s:g} s (+ upload and end record {self.runner_upload_s:g} s, "
+            f"request pick-up {self.runner_pickup_s:g} s); ingest {self.ingest_s:g} s; "
             f"polls every {self.poll_s:g} s; Lambda task {self.task_s:g} s",
             f"teardown: undeploy {self.undeploy_s:g} s, drain+terminate {self.drain_terminate_s:g} s, "
             f"node group update {self.nodegroup_update_s:g} s; billing per second, {self.billing_min_s:g} s minimum",
@@ -134,7 +140,12 @@ class Strategy:
 BASELINE = Strategy()
 IMPROVED = Strategy(reorder=True, keep_warm=True, prepull=True, prefetch=True)
 IMPROVEMENTS = ("reorder", "keep_warm", "prepull", "prefetch")
-ENGINE_NOW = Strategy(keep_warm=True)  # what the AWS engine runs today (ExperimentPlan.handover); nothing else built
+def engine_now(spec: CampaignSpec) -> Strategy:
+    """What the AWS engine runs: pools kept warm (ExperimentPlan.handover), one load runner Job per workload
+    whose steps end as task-token events with ingestion overlapped, and the model prefetch started by
+    ScalePools before the GPU pools when the spec asks for it (``kubernetes.prefetch_model``; else the
+    volume must hold the model, or the workers download it). No image pre-pull, no reordering."""
+    return Strategy(keep_warm=True, runner=True, prefetch=spec.kubernetes.prefetch_model)
 
 
 @dataclass(frozen=True)
@@ -423,15 +434,17 @@ def _run(plan: CampaignPlan, spec: CampaignSpec, strategy: Strategy, lat: Latenc
         workload = None
         for s in exp.steps:
             launch = t + lat.task_s
-            if strategy.runner:  # the workload's Job starts once; then AIPerf's own start per step
-                begin = launch + (lat.load_job_start_s if s.workload != workload else 0.0) + lat.runner_step_s
+            if strategy.runner:  # the workload's Job starts once; then the request's pick-up, AIPerf's own start
+                begin = (launch + (lat.load_job_start_s if s.workload != workload else 0.0) + lat.runner_pickup_s
+                         + lat.runner_step_s)
                 workload = s.workload
             else:
                 begin = launch + lat.load_job_start_s
             end = begin + step_load_s(s, plan.engine)
             windows.append(LoadWindow(exp.name, s.step_id, begin, end, exp.gpus))
             # runner: the end is an event (the callback's task), the ingest overlaps the next step's load
-            t = end + lat.task_s if strategy.runner else _observe(launch, end, lat) + lat.ingest_s
+            # (AwaitLoadEnd resumes when the Job answered after its upload; CheckLoad judges)
+            t = end + lat.runner_upload_s + lat.task_s if strategy.runner else _observe(launch, end, lat) + lat.ingest_s
         if strategy.runner and exp.steps:
             t += lat.ingest_s  # the last step's ingest has no next load to hide behind
         phases.append(Phase(exp.name, "steps", s0, t))

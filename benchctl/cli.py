@@ -235,9 +235,11 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    import json
+
     import yaml
 
-    from benchctl.aws.k8s.render import render_campaign
+    from benchctl.aws.k8s.render import render_campaign, render_requests
     from benchctl.context import new_campaign_id
     from benchctl.spec import load_spec
 
@@ -254,7 +256,12 @@ def cmd_render(args: argparse.Namespace) -> int:
         meta = obj["metadata"]
         where = f"{meta['namespace']}/" if "namespace" in meta else ""
         print(f"{path}: {obj['kind']} {where}{meta['name']}")
-    print(f"{len(manifests)} manifests for campaign {campaign_id} in {out}")
+    requests = render_requests(spec, campaign_id)
+    for rel, obj in requests:  # what each step asks of its workload's runner Job (the run store's request)
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(manifests)} manifests and {len(requests)} step requests for campaign {campaign_id} in {out}")
     return 0
 
 
@@ -345,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=None)
     p.set_defaults(fn=cmd_ingest)
 
-    p = sub.add_parser("render", help="write the Kubernetes manifests (DGDs, NodePools, Jobs) of a campaign as YAML")
+    p = sub.add_parser("render", help="write the Kubernetes manifests (DGDs, NodePools, Jobs: one load runner per workload) of a campaign as YAML, and each step's runner request as JSON")
     p.add_argument("spec")
     p.add_argument("--out", required=True, help="directory to write into (must be new or empty)")
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")

@@ -355,9 +355,10 @@ def history_events(plan: CampaignPlan, poll_seconds: int, seconds: WaitSeconds, 
         events += _TASK + _loop(seconds("smoke", e, None), poll_seconds)  # SmokeTest, CheckSmoke ⟲
         events += _TASK + _loop(seconds("warmup", e, None), poll_seconds)  # LaunchWarmUp, CheckWarmUp ⟲
         events += _MAP  # ForEachStep
-        for s in e.steps:  # LaunchLoad, LoadEndReported?, [AwaitLoadEnd], CheckLoad ⟲, IngestStep, StepDone
+        for s in e.steps:  # LaunchLoad, IngestPreviousStep, LoadEndReported?, [AwaitLoadEnd], CheckLoad ⟲, StepDone
             wait = _CALLBACK_TASK + _loop(0.0, poll_seconds) if callbacks else _loop(seconds("load", e, s), poll_seconds)
-            events += _ITERATION + _TASK + _PASS + wait + _TASK + _PASS
+            events += _ITERATION + _TASK + _TASK + _PASS + wait + _PASS
+        events += _TASK  # IngestLastStep
         events += _loop(seconds("teardown", e, None), poll_seconds) + _PASS  # TeardownExperiment ⟲, ExperimentDone
     return events
 

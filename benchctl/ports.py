@@ -87,6 +87,11 @@ class LoadRequest:
     artifact_uri: str
     input_uri: str | None = None
     est_s: float = 0.0
+    # the steps one load runner runs back to back (a workload of the experiment; the warm-up alone), in
+    # order, this one among them, and their estimated load seconds together; empty: this step alone
+    group: str = ""
+    group_steps: tuple[str, ...] = ()
+    group_est_s: float = 0.0
 
     @property
     def job_id(self) -> str:
@@ -122,6 +127,10 @@ class PoolPort(Protocol):
 
 
 class ServingPort(Protocol):
+    def prepare(self, request: DeploymentRequest) -> None:
+        """Start what the deployment needs that no GPU node does, before its pools are scaled (on EKS: the
+        campaign's model prefetch). Idempotent; nothing to do for an engine without such a thing."""
+
     def deploy(self, request: DeploymentRequest) -> JSON:
         """Start/apply the deployment; return its state (endpoints, ids). Idempotent per id."""
 
@@ -165,7 +174,8 @@ class LoadPort(Protocol):
 class CallbackPort(Protocol):
     """Answers the task tokens of ``.waitForTaskToken`` states (events, not polls): once ``wake()`` names a
     reason (it returns None while there is nothing to look at), the state machine is resumed at once.
-    Locally the engine's ``CallbackRelay``; None on an engine whose load reports no ends yet (AWS: polls)."""
+    Locally the engine's ``CallbackRelay``; on AWS ``RunnerCallbacks`` (the load runner Job answers); None on
+    an engine whose load reports no ends (the ASL polls)."""
 
     def watch(self, token: str, state: str, key: tuple[str, str], wake: Callable[[], str | None]) -> bool:
         """Watch ``key`` (experiment, step) for the state ``state``; False when ``token`` is already watched."""

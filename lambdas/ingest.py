@@ -1,4 +1,5 @@
-"""Ingest: turn one step's kept raw AIPerf artifacts into lake rows (atomic, idempotent)."""
+"""Ingest: turn one step's kept raw AIPerf artifacts into lake rows (atomic, idempotent): the previous step
+while the next one loads, or an experiment's last step."""
 
 from typing import Any
 
@@ -7,4 +8,4 @@ from lambdas._runtime import run
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    return run(event, {"ingest": campaign.INGEST_STEP})
+    return run(event, {"ingest_previous": campaign.INGEST_PREVIOUS_STEP, "ingest_last": campaign.INGEST_LAST_STEP})

@@ -99,6 +99,7 @@ class FunctionNeeds:
     specs: bool = False  # reads (and lists) specs/: an execution's spec_uri
     preflight: bool = False  # reads the Pod Identity Agent add-on and the node groups, before anything is scaled
     report: bool = False  # Athena in the workgroup, the views' DDL in Glue, the results and report prefixes
+    task_tokens: bool = False  # answers a callback state's task token itself (AwaitLoadEnd, when the end is in)
     timeout_minutes: int = 5
     memory_mb: int = 512
 
@@ -108,7 +109,7 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
     "Plan": FunctionNeeds(kubernetes=True, locks=(*_RELEASE, "dynamodb:PutItem"), specs=True, preflight=True),
     "Pools": FunctionNeeds(kubernetes=True, nodegroups=True),
     "Serving": FunctionNeeds(kubernetes=True),
-    "Load": FunctionNeeds(kubernetes=True),
+    "Load": FunctionNeeds(kubernetes=True, task_tokens=True),
     "Ingest": FunctionNeeds(memory_mb=1024),
     "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE),
     "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024),
@@ -239,7 +240,8 @@ class ControlPlaneStack(Stack):
             NagSuppressions.add_resource_suppressions(role, [
                 _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database",
                                  "node-group update ids", "the add-on's id"),
-                {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords support no "
+                {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords"
+                 + (" and states:SendTaskSuccess" if needs.task_tokens else "") + " support no "
                  "resource-level permissions", "appliesTo": ["Resource::*"]},
                 *self._vpc_suppressions(needs.kubernetes),
             ], apply_to_children=True)
@@ -308,6 +310,8 @@ class ControlPlaneStack(Stack):
             role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=nodegroup_arns))
         if needs.report:
             self._grant_report(role, results)
+        if needs.task_tokens:  # SendTask* support no resource-level permissions (the token names the task)
+            role.add_to_policy(iam.PolicyStatement(actions=["states:SendTaskSuccess"], resources=["*"]))
 
     # ---------------------------------------------------------------------------------------------
     def _powertools_arn(self, config: Config) -> str:
@@ -463,8 +467,10 @@ class ControlPlaneStack(Stack):
                     targets=[targets.LambdaFunction(self.sweep_function)])
 
     def _load_job_identity(self, config: Config, results: ResultsStack) -> None:
-        """What the AIPerf Jobs in the cluster may do (EKS Pod Identity for their service account): read
-        a step's generated inputs and write its artifacts, under the raw prefix, nothing else."""
+        """What the load runner Jobs in the cluster may do (EKS Pod Identity for their service account): read
+        a step's generated inputs and write its artifacts under the raw prefix; read a step's request and task
+        token and write its end record under the run store's ``runner/`` keys; answer the step's task token
+        (heartbeats and success; SendTask* support no resource-level permissions: the token names the task)."""
         bucket = results.bucket
         role = iam.Role(self, "LoadJobRole", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
                         description="benchctl AIPerf Jobs: upload a step's artifacts to the raw prefix")
@@ -472,8 +478,15 @@ class ControlPlaneStack(Stack):
             actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]))
         role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"],
                                                resources=[bucket.arn_for_objects(f"{LAKE_PREFIX}/raw/*")]))
-        NagSuppressions.add_resource_suppressions(role, [_wildcard_reason("lake/raw/* objects of each step")],
-                                                  apply_to_children=True)
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"],
+                                               resources=[bucket.arn_for_objects(f"{RUNS_PREFIX}/*/runner/*")]))
+        role.add_to_policy(iam.PolicyStatement(actions=["states:SendTaskHeartbeat", "states:SendTaskSuccess"],
+                                               resources=["*"]))
+        NagSuppressions.add_resource_suppressions(role, [
+            _wildcard_reason("lake/raw/* objects of each step", "runs/*/runner/* objects of each step"),
+            {"id": "AwsSolutions-IAM5", "reason": "states:SendTaskHeartbeat/SendTaskSuccess support no "
+             "resource-level permissions (the task token names the task)", "appliesTo": ["Resource::*"]},
+        ], apply_to_children=True)
         eks.CfnPodIdentityAssociation(self, "LoadJobIdentity", cluster_name=config.cluster_name,
                                       namespace=config.namespace, service_account=config.load_service_account,
                                       role_arn=role.role_arn)

@@ -52,7 +52,8 @@ def run_aws_worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, World]
             eks_world.job_controller(api, fail_steps=(FAILED_STEP,))
             eks_world.karpenter(api)
             eks_world.gpu_nodes(api, spec)
-            world = eks_world.run_campaign(spec, api, tmp_path_factory.mktemp(re.sub(r"\W", "_", name)), session)
+            world = eks_world.run_campaign(spec, api, tmp_path_factory.mktemp(re.sub(r"\W", "_", name)), session,
+                                           fail_steps=(FAILED_STEP,))
             world.pods = pods
             out[name] = world
     return out

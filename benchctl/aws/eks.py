@@ -5,9 +5,11 @@
   (FACTS); ``status.state == failed`` is a ServingFailed naming the conditions. Teardown deletes, by
   our labels only, the experiment's Jobs and then its deployment; ``remaining`` says what is still
   going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
-* ``EksLoad`` (LoadPort): one Job per AIPerf step (its artifacts go to the step's raw S3 prefix);
-  ``poll`` maps Job conditions to an exit code; ``failure_logs`` collects the pods' log tails;
-  ``stop`` deletes the Job (Foreground: its pods go with it).
+* ``EksLoad`` (LoadPort): one load runner Job per workload of an experiment (the warm-up its own),
+  created at the workload's first step; each step is a request in the run store that the Job's control
+  container picks up; the step's end is the end record it writes after uploading the step's artifacts to
+  its raw S3 prefix (``poll``; a Job that ended without it is a failed step); ``failure_logs`` collects
+  the pods' log tails; ``stop`` deletes the Job (Foreground: its pods go with it).
 * ``EksSmoke`` (SmokePort): a short Job of a few chat requests plus a ``/metrics`` GET against the
   frontend; started by SmokeTest, polled by CheckSmoke.
 
@@ -23,6 +25,7 @@ Grove overwrites on pods): nothing of anybody else's is touched. Every create an
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import re
 import time
 from collections.abc import Callable
@@ -39,10 +42,16 @@ from benchctl.aws.k8s.common import (
     selection,
     selector,
 )
-from benchctl.aws.k8s.jobs import render_load_job, render_prefetch_job, render_smoke_job
+from benchctl.aws.k8s.jobs import (
+    _with_artifact_dir,
+    render_prefetch_job,
+    render_runner_job,
+    render_smoke_job,
+    runner_step_dir,
+)
 from benchctl.aws.k8s.render import NIXL_TELEMETRY_PORT, render_deployment, uses_kvbm
 from benchctl.errors import ServingFailed
-from benchctl.ports import JSON, DeploymentRequest, LoadRequest
+from benchctl.ports import JSON, DeploymentRequest, LoadRequest, RunStore
 from benchctl.quality import answers_from_log
 from benchctl.spec import CampaignSpec
 
@@ -160,9 +169,22 @@ _NIXL_BACKEND = re.compile(r"Backend (\w+) was instantiated")
 class EksServing(_Kube):
     """``ServingPort`` on EKS: the experiment's DynamoGraphDeployment, rendered from the request as given."""
 
+    def prepare(self, request: DeploymentRequest) -> None:
+        """With ``kubernetes.prefetch_model``: the campaign's model prefetch Job (once per campaign; a CPU
+        node's work), created by ScalePools before the GPU pools are scaled, so the download runs while the
+        GPU nodes boot. Deploy waits for it before applying the deployment."""
+        target = request.target
+        if target is None or not target.kubernetes.prefetch_model:
+            return
+        if request.campaign_id != self.campaign_id:
+            raise ValueError(f"deployment {request.deployment_id}: campaign {request.campaign_id!r} is not "
+                             f"{self.campaign_id!r}")
+        with contextlib.suppress(Conflict):  # an earlier experiment of this campaign started it
+            self.kube.create(render_prefetch_job(target.model, target.kubernetes, self.campaign_id))
+
     def deploy(self, request: DeploymentRequest) -> JSON:
-        """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first
-        the campaign's model prefetch Job (once per campaign; the deployment follows when it is done)."""
+        """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first wait
+        for the campaign's model prefetch Job (started by :meth:`prepare`; created here when it was not)."""
         target = request.target
         if target is None:
             raise ValueError(f"deployment {request.deployment_id}: the request has no cluster target")
@@ -373,34 +395,73 @@ def _seconds_between(start: Any, end: Any) -> float | None:
 
 
 class EksLoad(_Jobs):
-    """``LoadPort`` on EKS: one Job per AIPerf run, its artifacts uploaded to the request's S3 prefix."""
+    """``LoadPort`` on EKS: a load runner Job per workload (``render_runner_job``); a step is a request in
+    the run store (``control``, keys ``runner/<experiment>/<step>/…``, which the load Job role may read and
+    write), its end the end record the Job writes there after uploading the step's artifacts."""
+
+    def __init__(self, kube: KubeSource, spec: SpecSource, campaign_id: str, *, control: RunStore,
+                 region: str, **kw: Any) -> None:
+        super().__init__(kube, spec, campaign_id, **kw)
+        self.control, self.region = control, region
+
+    @staticmethod
+    def control_key(experiment: str, step_id: str) -> str:
+        return f"runner/{experiment}/{step_id}/"
 
     def launch(self, request: LoadRequest) -> JSON:
         if request.campaign_id != self.campaign_id:
             raise ValueError(f"load {request.job_id}: campaign {request.campaign_id!r} is not {self.campaign_id!r}")
-        if not request.artifact_uri.startswith("s3://"):
-            raise ValueError(f"load {request.job_id}: artifacts go to an S3 prefix, not {request.artifact_uri!r}")
-        job = render_load_job(self.spec, request.campaign_id, request.experiment, request.step_id,
-                              list(request.argv), request.artifact_uri, input_s3_uri=request.input_uri)
+        step = request.step_id
+        if not request.artifact_uri.startswith("s3://") or not request.artifact_uri.endswith(f"={step}/"):
+            raise ValueError(f"load {request.job_id}: artifacts go to an S3 prefix ending in '={step}/', not "
+                             f"{request.artifact_uri!r}")
+        steps = list(request.group_steps or (step,))
+        if step not in steps:
+            raise ValueError(f"load {request.job_id}: step {step!r} is not one of its runner's steps {steps}")
+        group = request.group or step
+        # the Job's paths: AIPerf writes to <step dir>/out, reads the step's kept input from <step dir>/inputs
+        local = runner_step_dir(step)
+        argv = _with_artifact_dir(list(request.argv), f"{local}/out")
+        if request.input_uri is not None:
+            path = f"{local}/inputs/{posixpath.basename(request.input_uri.rstrip('/'))}"
+            argv = [a.replace(request.input_uri, path) for a in argv]
+        grace = self.spec.timeouts.load_grace_s
+        key = self.control_key(request.experiment, step)
+        self.control.write_json(key + "request.json", {"argv": argv, "deadline_s": request.est_s + grace})
+        raw_prefix = request.artifact_uri[: -len(f"{step}/")]
+        deadline = int(request.group_est_s + grace * len(steps) + 1800)
+        job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, raw_prefix,
+                                f"{self.control.uri.rstrip('/')}/{self.control_key(request.experiment, '')[:-1]}",
+                                self.region, active_deadline_s=deadline)
         name = job["metadata"]["name"]
         try:
             self.kube.create(job)
-        except Conflict:
+        except Conflict:  # the workload's runner, started by its first step (or a redelivered event)
             if not self._ours(self.kube.get(*JOB, name, self.namespace)):
                 raise ValueError(f"Job {self.namespace}/{name} exists and is not this campaign's") from None
-        return {"job_id": request.job_id, "name": name, "namespace": self.namespace,
-                "artifact_dir": request.artifact_uri,
-                "pod_selector": selector(selection(request.campaign_id, request.experiment, request.step_id))}
+        return {"job_id": request.job_id, "name": name, "namespace": self.namespace, "control": key,
+                "artifact_dir": request.artifact_uri, "argv": argv,
+                "pod_selector": selector(selection(request.campaign_id, request.experiment, group))}
 
     def poll(self, state: JSON) -> int | None:
-        return job_status(self.kube, state)
+        """The step's exit code from its end record; a runner Job that ended without one failed the step."""
+        end = self.control.read_json(state["control"] + "end.json")
+        if end is not None:
+            return int(end["exit_code"])
+        code = job_status(self.kube, state)
+        if code is None:
+            return None
+        end = self.control.read_json(state["control"] + "end.json")  # written just before the Job ended
+        return int(end["exit_code"]) if end is not None else (code or 1)
 
     def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:
         """The last log lines of every container of the Job's pods (see :func:`job_logs`)."""
         return job_logs(self.kube, state, tail_lines)
 
     def stop(self, state: JSON) -> None:
-        self.kube.delete(*JOB, state["name"], state["namespace"])
+        """Delete the step's runner Job (its other steps go too: only failure paths stop a load)."""
+        with contextlib.suppress(NotFound):
+            self.kube.delete(*JOB, state["name"], state["namespace"])
 
 
 class EksSmoke(_Jobs):

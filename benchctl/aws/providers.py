@@ -103,6 +103,7 @@ class AwsEngine:
         writes it; parsed once per invocation), the Kubernetes client is built when first used (endpoint +
         CA from ``describe_cluster``, a presigned token that refreshes itself)."""
         from benchctl.aws.athena import AthenaReport
+        from benchctl.aws.callbacks import RunnerCallbacks
         from benchctl.aws.eks import EksLoad, EksServing, EksSmoke
         from benchctl.aws.eks_token import kube_for_cluster
         from benchctl.aws.locks import DynamoLocks
@@ -113,7 +114,8 @@ class AwsEngine:
         env, session = self.env, self.session()
         run_bucket, run_prefix = split_s3_uri(ctx.run_uri)
         lake_bucket, lake_prefix = split_s3_uri(ctx.lake_uri)
-        state = RunState(S3RunStore(run_bucket, run_prefix, session=session))
+        store = S3RunStore(run_bucket, run_prefix, session=session)
+        state = RunState(store)
         cache: dict[str, Any] = {}
 
         def spec() -> CampaignSpec:
@@ -139,7 +141,7 @@ class AwsEngine:
             pools=_LazyPools(lambda: pools_for(spec(), ctx.campaign_id, cluster_name=env.cluster, session=session,
                                                kube=kube)),
             serving=EksServing(kube, ctx.campaign_id),
-            load=EksLoad(kube, spec, ctx.campaign_id),
+            load=EksLoad(kube, spec, ctx.campaign_id, control=store, region=session.region_name or ""),
             smoke=EksSmoke(kube, spec, ctx.campaign_id),
             lake=S3Lake(lake_bucket, lake_prefix, database=env.database or None, session=session),
             read_uri=lambda uri: read_s3_uri(uri, s3=session.client("s3")),
@@ -148,6 +150,7 @@ class AwsEngine:
             preflight=EksPreflight(kube, session, cluster=env.cluster, nodegroups=env.nodegroups,
                                    load_image=env.load_image, campaign_id=ctx.campaign_id),
             locks=DynamoLocks(env.lock_table, session=session) if env.lock_table else None,
+            callbacks=RunnerCallbacks(store, lambda: session.client("stepfunctions")),
             versions={"benchctl_engine": "aws", **({"load_image": env.load_image} if env.load_image else {})},
         )
 

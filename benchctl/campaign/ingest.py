@@ -1,4 +1,11 @@
-"""IngestStep: one step's kept raw AIPerf artifacts into lake rows (atomic, idempotent)."""
+"""IngestPreviousStep / IngestLastStep: one step's kept raw AIPerf artifacts into lake rows (atomic, idempotent).
+
+Ingestion is off the critical path: a step's rows are written while the next step of its experiment loads
+(IngestPreviousStep, right after that step's launch), and the experiment's last step after its Map
+(IngestLastStep). The guarantees are those of ingesting at once: a step is ingested exactly once (its rows
+and its ``ingested`` event are keyed by the step; a redelivered task rewrites the same objects), and a step
+recorded as failed fails the experiment (its teardown runs first), one step later than the step itself.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +19,37 @@ from benchctl.errors import LoadFailed
 from benchctl.ports import Providers
 
 
-def ingest_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
+def ingest_previous(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """IngestPreviousStep: the step before ``task.step`` in its experiment's plan (nothing for the first)."""
+    experiment = task.exp
+    steps = [s.step_id for s in p.state.plan().experiment(experiment).steps]
+    if task.step_id not in steps:
+        raise ValueError(f"task {task.state}: step {task.step_id!r} is not a step of {experiment!r}")
+    at = steps.index(task.step_id)
+    if at == 0:
+        return {"step": None}
+    return {"step": steps[at - 1], **ingest_step(p, ctx, experiment, steps[at - 1])}
+
+
+def ingest_last(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """IngestLastStep: the experiment's last step (after its Map; nothing for an experiment without steps)."""
+    experiment = task.exp
+    steps = p.state.plan().experiment(experiment).steps
+    if not steps:
+        return {"step": None}
+    return {"step": steps[-1].step_id, **ingest_step(p, ctx, experiment, steps[-1].step_id)}
+
+
+def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
+    """One step's raw artifacts into lake rows; raises ``LoadFailed`` when the step is recorded as failed."""
     from benchctl.ingest import StepContext, ingest_artifacts
 
-    experiment, step_id = task.exp, task.step_id
+    rec = p.state.load(experiment, step_id)
+    if rec is None or not rec.ended:
+        raise RuntimeError(f"step {step_id} of {experiment}: its load is not recorded as ended; nothing to ingest")
     step = p.state.plan().step(experiment, step_id)
     spec = p.state.spec()
     exp = spec.experiment(experiment)
-    rec = p.state.load(experiment, step_id)
     dataset = (rec.dataset if rec is not None else None) or {}
     meta = dataset.get("meta") or {}
     fields = {

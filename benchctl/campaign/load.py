@@ -46,7 +46,7 @@ def _tokenizer(p: Providers, spec: CampaignSpec) -> tuple[str, str | None]:
 
 
 def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Callable[[JSON, str], list[str]],
-            est_s: float, rec: LoadRecord | None = None) -> JSON:
+            est_s: float, rec: LoadRecord | None = None, group: tuple[str, tuple[str, ...], float] | None = None) -> JSON:
     existing = p.state.load(experiment, step_id)
     if existing is not None:
         return {"job": existing.state.get("job_id"), "reused": True}
@@ -54,8 +54,10 @@ def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Cal
     d = deployment(p, experiment)
     argv = argv_for(d.state, artifact_uri)
     rec = rec or LoadRecord(state={}, launched_at=0.0)
+    name, steps, group_est = group or (step_id, (step_id,), est_s)
     request = LoadRequest(campaign_id=ctx.campaign_id, experiment=experiment, step_id=step_id, argv=tuple(argv),
-                          artifact_uri=artifact_uri, input_uri=(rec.dataset or {}).get("uri"), est_s=est_s)
+                          artifact_uri=artifact_uri, input_uri=(rec.dataset or {}).get("uri"), est_s=est_s,
+                          group=name, group_steps=steps, group_est_s=group_est)
     rec.state = p.load.launch(request)
     rec.argv, rec.launched_at, rec.est_s, rec.artifact_dir = argv, p.clock(), est_s, artifact_uri
     p.state.save_load(experiment, step_id, rec)
@@ -139,7 +141,10 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
             thinking=spec.thinking,
         )
 
-    out = _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, rec=rec)
+    # one load runner per workload of the experiment: its steps, in the plan's order
+    siblings = [s for s in p.state.plan().experiment(experiment).steps if s.workload == step.workload]
+    group = (step.workload, tuple(s.step_id for s in siblings), sum(s.est_s for s in siblings))
+    out = _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, rec=rec, group=group)
     # the ASL waits for the load's end as an event (AwaitLoadEnd) when somebody answers task tokens
     return {**out, "callback": p.callbacks is not None}
 
@@ -169,6 +174,14 @@ def load_wake(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> Callable
         return None
 
     return wake
+
+
+def wake_reason(wake: Callable[[], str | None]) -> str | None:
+    """What a wake check names: its reason, the exception it raised (named), or None (nothing to look at)."""
+    try:
+        return wake()
+    except Exception as exc:  # the state after the callback raises it again, with its own name
+        return f"{type(exc).__name__}: {exc}"
 
 
 def await_load(p: Providers, ctx: Ctx, task: Task) -> JSON:

@@ -27,15 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchctl.campaign.load import wake_reason as reason_of
+
 Wake = Callable[[], "str | None"]
-
-
-def reason_of(wake: Wake) -> str | None:
-    """What a wake check names: its reason, the exception it raised (named), or None (nothing to look at)."""
-    try:
-        return wake()
-    except Exception as exc:  # the state after the callback raises it again, with its own name
-        return f"{type(exc).__name__}: {exc}"
 
 
 class CallbackRelay:

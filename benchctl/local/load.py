@@ -1,6 +1,6 @@
 """``LoadPort`` on this machine: real AIPerf runs, forked by one load runner per campaign.
 
-``launch`` sends the step's arguments to the load runner (``benchctl.local.aiperf_runner``), which the
+``launch`` sends the step's arguments to the load runner (``benchctl.load_runner``), which the
 first launch starts with the venv's Python; the runner forks one ordinary ``aiperf profile`` run per
 request, sharing only the start-up that does not depend on the step (imports, tokenizer, corpus tokens).
 When the arguments start with an option rather than a sub-command, ``profile`` is put in front
@@ -45,10 +45,19 @@ def aiperf_command() -> list[str]:
     return [sys.executable, "-m", "aiperf"]
 
 
+SERVER_METRICS_FLUSH_S = 0.5
+
+
 def aiperf_env() -> dict[str, str]:
     """The environment of every AIPerf run (fixed for the runner's lifetime: AIPerf reads it at import).
-    AIPerf caches datasets under ~/.cache/aiperf by default: nothing outside our directories."""
-    return {**modeldir.tokenizer_env(), "PYTHONUNBUFFERED": "1", "AIPERF_DATASET_MMAP_CACHE_ENABLED": "false"}
+    AIPerf caches datasets under ~/.cache/aiperf by default: nothing outside our directories.
+
+    AIPerf scrapes the server's ``/metrics`` once more this long after the last response (default 2 s, for
+    exporters that refresh on an interval). Dynamo's frontend and mocker workers update their counters as
+    each request completes, so locally 0.5 s loses nothing: ``bench/local_campaign.py`` checks, step for
+    step, that the final scrape counted every request the step sent, at the frontend and at every worker."""
+    return {**modeldir.tokenizer_env(), "PYTHONUNBUFFERED": "1", "AIPERF_DATASET_MMAP_CACHE_ENABLED": "false",
+            "AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD": str(SERVER_METRICS_FLUSH_S)}
 
 
 def _result_exists(artifact_dir: str) -> bool:
@@ -83,7 +92,7 @@ class LocalLoad:
             raise ValueError("the load runner needs a log directory (LocalLoad(log_dir)) or a step's log")
         log_path = (self.log_dir / "aiperf-runner.log") if self.log_dir else Path(str(log)).parent / "aiperf-runner.log"
         env = {**aiperf_env(), "BENCHCTL_RUNNER_TOKENIZER": modeldir.TOKENIZER_NAME}
-        rec = processes.start("aiperf-runner", [sys.executable, "-m", "benchctl.local.aiperf_runner"], env,
+        rec = processes.start("aiperf-runner", [sys.executable, "-m", "benchctl.load_runner"], env,
                               log_path, stdin_pipe=True)
         self._runner, self._pipe = rec, processes.stdin_of(rec)
         return rec

@@ -243,6 +243,9 @@ class LocalServing:
         return bool(state.get("processes")) and all(processes.is_alive(r) for r in state["processes"])
 
     # -- ServingPort ---------------------------------------------------------------------------
+    def prepare(self, request: DeploymentRequest) -> None:
+        """Nothing to start before the pools: the local model directory is generated at plan time."""
+
     def deploy(self, spec: DeploymentRequest) -> JSON:
         """Start frontend and workers; return the state. Idempotent per deployment id:
         a live deployment with the same id is returned as is, a dead or torn-down one is replaced."""

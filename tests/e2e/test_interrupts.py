@@ -30,7 +30,9 @@ PHASES = {
     "warm-up": (r"\] CheckWarmUp ", {"CheckWarmUp"}),
     # the step waits for its load's end as an event (AwaitLoadEnd): the relay wakes it for the abort
     "load": (r"\] AwaitLoadEnd .*step 1/2", {"AwaitLoadEnd"}),
-    "ingest": (r"\] IngestStep .*step 1/2", {"IngestStep"}),
+    # step 1's rows are written while step 2 loads (IngestPreviousStep), the last step's after the steps
+    "ingest": (r"\] IngestPreviousStep .*step 2/2", {"IngestPreviousStep"}),
+    "ingest-last": (r"\] IngestLastStep ", {"IngestLastStep"}),
     "between-steps": (r"\] LaunchLoad .*step 2/2", {"LaunchLoad", "AwaitLoadEnd", "CheckLoad"}),
     "teardown": (r"\] TeardownExperiment ", {"TeardownExperiment"}),
 }

@@ -235,7 +235,7 @@ def test_timeline_names_only_planned_experiments(tmp_path, reaper):
     """The abort path tears down (and records) only the campaign's experiments, nothing else."""
     out = tmp_path / "out"
     reaper.append(out / "campaigns" / "e2e")
-    proc = start_run(_short_spec(tmp_path), out, "--fail-at", "IngestStep")
+    proc = start_run(_short_spec(tmp_path), out, "--fail-at", "IngestPreviousStep")
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, output
     assert "InjectedFailure" in output

@@ -166,10 +166,28 @@ def quality_log(job: dict[str, Any]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def _runner_steps(job: dict[str, Any]) -> list[str] | None:
+    """A load runner Job's steps (its control container's BENCHCTL_STEPS), or None for another Job."""
+    for c in job["spec"]["template"]["spec"]["containers"]:
+        env = {e["name"]: e.get("value") for e in c.get("env") or []}
+        if c["name"] == "control" and "BENCHCTL_STEPS" in env:
+            return str(env["BENCHCTL_STEPS"]).split()
+    return None
+
+
 def job_controller(api: FakeKubeApi, fail_steps: tuple[str, ...] = ()) -> None:
-    """On a Job create: its pod (from the template) and a finished status; failed for ``fail_steps``."""
+    """On a Job create: its pod (from the template) and a finished status; failed for ``fail_steps``. A load
+    runner Job's pod keeps running (its steps end by :func:`end_runner_step`); its log says why a step of
+    ``fail_steps`` failed."""
 
     def on_create(fake: FakeKubeApi, job: dict[str, Any]) -> None:
+        steps = _runner_steps(job)
+        if steps is not None:
+            bad = [s for s in steps if s in fail_steps]
+            fake.add_job_pod(job, f"{job['metadata']['name']}-pod", phase="Running",
+                             logs="".join(f"[benchctl] step {s}: AIPerf exited 1\naiperf: 3 of 24 requests failed\n"
+                                          for s in bad))
+            return
         step = (job["spec"]["template"]["metadata"].get("labels") or {}).get(LABEL_STEP, "")
         failed = step in fail_steps
         logs = "aiperf: 3 of 24 requests failed\n" if failed else "ok\n"
@@ -246,8 +264,17 @@ class _Preflight:
         return preflight(spec, self.kube, eks=self.session.client("eks"), cluster_name=CLUSTER, campaign_id=CID)
 
 
+def end_runner_step(p: Providers, experiment: str, step_id: str, exit_code: int) -> None:
+    """What a load runner Job's control container does when a step ended: its end record in the run store."""
+    assert isinstance(p.load, EksLoad)
+    rec = p.state.load(experiment, step_id)
+    assert rec is not None and p.load.control.read_json(rec.state["control"] + "request.json") is not None
+    p.load.control.write_json(rec.state["control"] + "end.json", {"exit_code": exit_code, "ended_at": 0})
+
+
 def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> tuple[Providers, Ctx, S3NamedLake]:
-    state = RunState(LocalRunStore(tmp / "run"))
+    store = LocalRunStore(tmp / "run")
+    state = RunState(store)
     lake = S3NamedLake(tmp / "lake")
     ctx = Ctx(CID, str(tmp / "run"), LAKE_URI, 30, None)  # an AWS poll (1 s would exceed the history quota)
     no_sleep = lambda _s: None  # noqa: E731 (the fake answers at once; nothing to wait for)
@@ -255,7 +282,7 @@ def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> 
     p = Providers(
         engine="aws", state=state,
         pools=pools_for(spec, CID, cluster_name=CLUSTER, session=session, kube=kube),
-        serving=EksServing(kube, CID, sleep=no_sleep), load=EksLoad(kube, spec, CID),
+        serving=EksServing(kube, CID, sleep=no_sleep), load=EksLoad(kube, spec, CID, control=store, region="us-east-1"),
         smoke=EksSmoke(kube, spec, CID, sleep=no_sleep), lake=lake, read_uri=lambda uri: b"",
         tokenizer="",  # as benchctl.aws: the model's own tokenizer, offline from the model volume
         preflight=_Preflight(kube, session),
@@ -282,9 +309,11 @@ def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, 
         for step_id in (["warmup"] if spec.warmup.request_count else []) + [s.step_id for s in exp.steps]:
             if step_id == "warmup":
                 campaign.launch_warmup(p, ctx, e)
+                end_runner_step(p, exp.name, step_id, 0)
                 campaign.check_warmup(p, ctx, e)
             else:
                 campaign.launch_step(p, ctx, Task(exp.name, step_id))
+                end_runner_step(p, exp.name, step_id, 1 if step_id in fail_steps else 0)
                 campaign.check_load(p, ctx, Task(exp.name, step_id))
             rec = p.state.load(exp.name, step_id)
             assert rec is not None and rec.argv is not None

@@ -81,8 +81,12 @@ class FakeServing:
     def __init__(self) -> None:
         self.status: dict[str, str] = {}
         self.deploy_calls: list[str] = []
+        self.prepare_calls: list[str] = []
         self.teardown_calls: list[str] = []
         self.probes = 0
+
+    def prepare(self, request: DeploymentRequest) -> None:
+        self.prepare_calls.append(request.deployment_id)
 
     def deploy(self, spec: DeploymentRequest) -> JSON:
         self.deploy_calls.append(spec.deployment_id)

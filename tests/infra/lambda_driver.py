@@ -5,7 +5,7 @@ asset (``/var/task``), the layers (``/opt/python``), the runtime's own packages.
 environment (moto, the dev tools, the work tree) is importable here.
 
 It calls the real handlers the way the state machine does, one campaign's path: Plan (from a spec URI),
-Deploy, LaunchLoad (its dataset written create-only), CheckLoad, IngestStep (parquet + Glue partitions),
+Deploy, LaunchLoad (its dataset written create-only), CheckLoad, IngestPreviousStep or IngestLastStep (parquet + Glue partitions),
 Report (the views created in Athena, the HTML report written), and writes what happened, with the origin
 and version of each library that was imported, to the result file the config names.
 Standard library only, besides what it imports from the function's own code.
@@ -46,10 +46,23 @@ def main(config_path):
         call("lambdas.serving.handler", {"action": "deploy", "state": "Deploy", "ctx": ctx, "experiment": exp})
         call("lambdas.load.handler", {"action": "launch", "state": "LaunchLoad", "ctx": ctx, "experiment": exp,
                                       "step": step})
+        # the workload's runner Job (not running here) took the step's request and wrote its end record
+        import boto3
+
+        bucket, _, prefix = ctx["run_uri"].removeprefix("s3://").partition("/")
+        key = f"{prefix.rstrip('/')}/runner/{exp}/{step}/"
+        s3 = boto3.client("s3")
+        out["runner_request"] = json.loads(s3.get_object(Bucket=bucket, Key=key + "request.json")["Body"].read())
+        s3.put_object(Bucket=bucket, Key=key + "end.json", Body=b'{"exit_code": 0, "ended_at": 0}')
         call("lambdas.load.handler", {"action": "check", "state": "CheckLoad", "ctx": ctx, "experiment": exp,
                                       "step": step})
-        call("lambdas.ingest.handler", {"action": "ingest", "state": "IngestStep", "ctx": ctx, "experiment": exp,
-                                        "step": step})
+        steps = plan["experiments"][0]["steps"]
+        if step == steps[-1]:
+            call("lambdas.ingest.handler", {"action": "ingest_last", "state": "IngestLastStep", "ctx": ctx,
+                                            "experiment": exp})
+        else:  # as the step after it loads
+            call("lambdas.ingest.handler", {"action": "ingest_previous", "state": "IngestPreviousStep", "ctx": ctx,
+                                            "experiment": exp, "step": steps[steps.index(step) + 1]})
         # the raw input is create-only: other bytes under the same name are refused by S3 (If-None-Match)
         from benchctl.aws.s3 import S3Lake
 

@@ -15,7 +15,7 @@ The environment (``build/lambda-env``, built by ``scripts/build_lambda.sh`` from
   one without ``IfNoneMatch``) stands for it: the test proves that our layer's SDK is the one in effect.
 
 The handlers are called as the state machine calls them (``tests/infra/lambda_driver.py``): Plan from a
-spec URI, Deploy, LaunchLoad writing a dataset create-only, CheckLoad, IngestStep writing parquet and
+spec URI, Deploy, LaunchLoad writing a dataset create-only, CheckLoad, IngestPreviousStep/IngestLastStep writing parquet and
 registering Glue partitions, Report creating the views in Athena and writing the HTML report. Everything
 they do is then read back from moto and the fake cluster. moto plays AWS's APIs here, not AWS's
 semantics beyond them (Athena runs no SQL; IAM is not evaluated): the boundary under test is what
@@ -261,13 +261,16 @@ def test_launchload_writes_its_dataset_create_only_and_starts_a_job(run):
     posted = [path for method, path in run["kube"].requests if method == "POST"]
     assert any(p.split("?")[0].endswith(f"/namespaces/{NS}/jobs") for p in posted), posted  # the step's AIPerf Job
     assert _calls(run, "CheckLoad") == [{"done": True, "exit_code": 0}]
+    argv = run["result"]["runner_request"]["argv"]  # what the step asks of its workload's runner Job
+    assert argv[argv.index("--artifact-dir") + 1] == f"/artifacts/{STEP}/out"
 
 
 def test_ingest_writes_parquet_and_registers_its_partitions(run):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    (ingest,) = _calls(run, "IngestStep")
+    (ingest,) = _calls(run, "IngestPreviousStep") or _calls(run, "IngestLastStep")
+    assert ingest["step"] == STEP
     assert ingest["status"] == "succeeded" and ingest["requests"] == sum(
         1 for line in run["dataset"].data.splitlines() if line.strip())
     for table in ("steps", "requests"):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from benchctl.aws.k8s.common import INPUTS_DIR
 from tests.fakes.eks_world import CID, World
 from tests.integration.test_manifests_upstream import SPECS, aiperf_parse, load_jobs
 
@@ -18,6 +17,6 @@ def test_every_rendered_load_argv_parses_with_aiperfs_own_cli(aws_worlds: dict[s
     assert jobs
     for (exp, step_id), argv in sorted(jobs.items()):
         local = world.lake.local_raw(CID, exp, step_id) / "inputs"
-        # the dataset the Job fetched to /artifacts/inputs/ is the one kept raw: point AIPerf at it
-        bp = aiperf_parse([a.replace(f"{INPUTS_DIR}/", f"{local}/") for a in argv])
+        # the dataset the Job fetched to /artifacts/<step>/inputs/ is the one kept raw: point AIPerf at it
+        bp = aiperf_parse([a.replace(f"/artifacts/{step_id}/inputs/", f"{local}/") for a in argv])
         assert bp is not None, (exp, step_id)

@@ -58,7 +58,7 @@ def test_disaggregated_cache_hits_kv_usage_and_kvbm_offload_reach_the_lake(aws_w
     (raw / "server_metrics_export.json").write_text(json.dumps(export))
     (raw / "profile_export_aiperf.json").write_text(json.dumps(_summary(100)))
     # When the step is ingested on the AWS code path
-    assert campaign.ingest_step(world.providers, world.ctx, campaign.Task(experiment=EXP, step=STEP))["status"] == "succeeded"
+    assert campaign.ingest_step(world.providers, world.ctx, EXP, STEP)["status"] == "succeeded"
     # Then each series is in the lake under the source the campaign named, and the step's cache view has
     # the disaggregated hit rate (router, prefill side), KV usage over the workers and KVBM's offloads
     with QueryEngine(world.lake.root) as q:

@@ -20,7 +20,6 @@ import pytest
 
 from benchctl.aiperf_args import AIPERF_VERSION
 from benchctl.aws.k8s.common import (
-    INPUTS_DIR,
     KVBM_METRICS_PORT,
     LABEL_ROLE,
     WORKER_SYSTEM_PORT,
@@ -32,7 +31,6 @@ from tests import crd_schemas
 from tests.aws_checks import job_problems
 from tests.fakes import eks_world
 from tests.fakes.eks_world import CID, World, example_specs
-from tests.unit.test_render import aiperf_argv
 
 SPECS = example_specs()
 
@@ -141,12 +139,24 @@ def test_a_one_node_p4d_auto_mode_pool_gets_eight_gpus_of_limit(worlds: dict[str
 
 
 def load_jobs(world: World) -> dict[tuple[str, str], list[str]]:
-    """(experiment, step) -> the argv of its load Job, for every load Job the campaign sent."""
-    out = {}
+    """(experiment, step) -> the argv its workload's runner Job got (the step's request in the run store),
+    for every step the campaign launched; each is a step of a runner Job the campaign sent."""
+    from benchctl.aws.eks import EksLoad
+
+    load = world.providers.load
+    assert isinstance(load, EksLoad)
+    runners: dict[str, set[str]] = {}
     for _, _, job in sent(world, "Job"):
-        lbl = job["spec"]["template"]["metadata"]["labels"]
-        if any(c["name"] == "aiperf" for c in job["spec"]["template"]["spec"].get("initContainers", [])):
-            out[(lbl["benchctl.io/experiment"], lbl["benchctl.io/step"])] = aiperf_argv(job)
+        for c in job["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == "aiperf" and c["command"][3:4] == ["--steps-dir"]:
+                exp = job["spec"]["template"]["metadata"]["labels"]["benchctl.io/experiment"]
+                runners.setdefault(exp, set()).update(c["command"][5:])
+    out = {}
+    for exp, steps in runners.items():
+        for step in steps:
+            req = load.control.read_json(load.control_key(exp, step) + "request.json")
+            assert req is not None, (exp, step)
+            out[(exp, step)] = list(req["argv"])
     return out
 
 
@@ -189,8 +199,8 @@ def test_every_load_argv_parses_with_aiperfs_own_cli(worlds: dict[str, World], n
     assert kinds == {w.kind for w in world.spec.workloads}
     for (exp, what), (step_id, argv) in chosen.items():
         local = world.lake.local_raw(CID, exp, step_id) / "inputs"
-        # the dataset the Job fetched to /artifacts/inputs/ is the one kept raw: point AIPerf at it
-        bp = aiperf_parse([a.replace(f"{INPUTS_DIR}/", f"{local}/") for a in argv])
+        # the dataset the Job fetched to /artifacts/<step>/inputs/ is the one kept raw: point AIPerf at it
+        bp = aiperf_parse([a.replace(f"/artifacts/{step_id}/inputs/", f"{local}/") for a in argv])
         assert bp is not None, (exp, what)
 
 

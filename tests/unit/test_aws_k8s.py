@@ -5,6 +5,8 @@ the controller's), a deployment's with ``app.kubernetes.io/managed-by`` overwrit
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from benchctl.campaign import Task, deployment_request
 from benchctl.context import Ctx
 from benchctl.errors import NotReadyYet, ServingFailed, SmokeTestFailed, SpecError
 from benchctl.local.lake import LocalLake
+from benchctl.local.runstore import LocalRunStore
 from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.runstate import DeploymentRecord
@@ -242,29 +245,55 @@ def _step_argv(spec: Any, raw: str) -> list[str]:
     return step_args(step, model=spec.model.name, tokenizer=spec.model.name, url="http://x:8000", artifact_dir=raw)
 
 
-def test_load_job_runs_polls_fails_with_logs_and_stops(api):
+def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_end(api, tmp_path):
     spec = _spec()
-    load = EksLoad(kube_of(api), spec, CID)
-    raw = f"s3://b/lake/raw/campaign_id={CID}/experiment=agg/step_id=concurrency-sweep-c1-r0/"
-    st = load.launch(LoadRequest(CID, "agg", "concurrency-sweep-c1-r0", tuple(_step_argv(spec, raw)), raw))
-    job = api.stored("Job", st["name"], NS)
-    assert job["metadata"]["labels"][LABEL_CAMPAIGN] == CID
-    assert load.poll(st) is None  # running
-    api.add_job_pod(job, "p1", logs="aiperf: connection refused")
-    api.set_status("Job", NS, st["name"], {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]})
-    assert load.poll(st) == 1
-    logs = load.failure_logs(st)
-    assert any("connection refused" in v for v in logs.values())
-    # a state recorded before pod selectors were kept: the Job's own template labels (ours) find the pods
-    assert load.failure_logs({k: v for k, v in st.items() if k != "pod_selector"}) == logs
-    load.stop(st)
-    assert api.stored("Job", st["name"], NS) is None
-    load.stop(st)  # again: fine
-    assert load.poll(st) == 1  # gone: nothing to wait for
+    control = LocalRunStore(tmp_path / "run")
+    load = EksLoad(kube_of(api), spec, CID, control=control, region="us-west-2")
+    steps = ("concurrency-sweep-c1-r0", "concurrency-sweep-c4-r0")
+    raw = {s: f"s3://b/lake/raw/campaign_id={CID}/experiment=agg/step_id={s}/" for s in steps}
+
+    def request(step: str, **kw: Any) -> LoadRequest:
+        return LoadRequest(CID, "agg", step, tuple(_step_argv(spec, raw[step])), raw[step], est_s=100.0,
+                           group="concurrency-sweep", group_steps=steps, group_est_s=250.0, **kw)
+
+    first = load.launch(request(steps[0]))
+    (name,) = _names(api, "Job", ours=True)
+    job = api.stored("Job", name, NS)
+    assert job["metadata"]["labels"][LABEL_CAMPAIGN] == CID and first["name"] == name
+    pod = job["spec"]["template"]["spec"]
+    runner, ctl = pod["containers"]
+    assert runner["command"][:2] == ["python3", "-c"] and runner["command"][3:] == ["--steps-dir", "/artifacts", *steps]
+    assert "def serve_steps(" in runner["command"][2]  # benchctl/load_runner.py itself, in the load image
+    env = {e["name"]: e["value"] for e in ctl["env"]}
+    assert env["BENCHCTL_STEPS"] == " ".join(steps) and env["AWS_REGION"] == "us-west-2"
+    assert env["BENCHCTL_CONTROL"] == f"{control.uri}/runner/agg/"
+    assert env["BENCHCTL_RAW_PREFIX"] + steps[0] + "/" == raw[steps[0]]
+    assert job["spec"]["activeDeadlineSeconds"] == int(250 + 2 * spec.timeouts.load_grace_s + 1800)
+    # the step's request, in the Job's own paths: AIPerf writes to the step's out directory
+    req = control.read_json(f"runner/agg/{steps[0]}/request.json")
+    assert req is not None and req["deadline_s"] == 100.0 + spec.timeouts.load_grace_s
+    assert req["argv"][req["argv"].index("--artifact-dir") + 1] == f"/artifacts/{steps[0]}/out"
+    assert load.poll(first) is None  # running: no end record, the Job lives
+    # the next step of the workload goes to the same Job: no second Job
+    second = load.launch(request(steps[1]))
+    assert second["name"] == name and _names(api, "Job", ours=True) == [name]
+    control.write_json(f"runner/agg/{steps[0]}/end.json", {"exit_code": 0})
+    assert load.poll(first) == 0 and load.poll(second) is None
+    # the Job died before the second step's end record: that step failed, with the pod's log tail
+    api.add_job_pod(job, "p1", logs="[benchctl] step concurrency-sweep-c4-r0: AIPerf exited 1")
+    api.set_status("Job", NS, name, {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]})
+    assert load.poll(second) == 1
+    assert any("AIPerf exited 1" in v for v in load.failure_logs(second).values())
+    load.stop(second)
+    assert api.stored("Job", name, NS) is None
+    load.stop(second)  # again: fine
+    assert load.poll(second) == 1  # gone: nothing to wait for
     with pytest.raises(ValueError, match="campaign 'another' is not"):  # never another campaign's Job
-        load.launch(LoadRequest("another", "agg", "s1", ("--x",), raw))
+        load.launch(LoadRequest("another", "agg", "s1", ("--x",), raw[steps[0]]))
     with pytest.raises(ValueError, match="artifacts go to an S3 prefix"):
         load.launch(LoadRequest(CID, "agg", "s1", ("--x",), "/tmp/raw"))
+    with pytest.raises(ValueError, match="not one of its runner's steps"):
+        load.launch(replace(request(steps[0]), group_steps=("other",)))
 
 
 def test_smoke_job_success_and_failure(api):
@@ -290,7 +319,7 @@ def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api,
     now = [1000.0]
     kube = kube_of(api)
     p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
-                           serving=EksServing(kube, CID), load=EksLoad(kube, spec, CID),
+                           serving=EksServing(kube, CID), load=EksLoad(kube, spec, CID, control=LocalRunStore(tmp_path / "ctl"), region="us-east-1"),
                            smoke=EksSmoke(kube, spec, CID), clock=lambda: now[0])
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
     p.state.save_deployment("agg", DeploymentRecord(state={"deployment_id": "agg", "url": "http://f:8000"},
@@ -546,7 +575,7 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
     p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
                            pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
                            serving=EksServing(kube, CID, sleep=no_sleep, clock=_ticking_clock()),
-                           load=EksLoad(kube, spec, CID))
+                           load=EksLoad(kube, spec, CID, control=LocalRunStore(tmp_path / "ctl"), region="us-east-1"))
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
     # a foreign deployment in the same namespace that must survive
     api.put({"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
@@ -600,7 +629,7 @@ def test_auto_mode_teardown_removes_our_nodepool(api, tmp_path):
     p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
                            pools=pools_for(spec, CID, cluster_name=CLUSTER, kube=kube),
                            serving=EksServing(kube, CID, sleep=no_sleep, clock=_ticking_clock()),
-                           load=EksLoad(kube, spec, CID))
+                           load=EksLoad(kube, spec, CID, control=LocalRunStore(tmp_path / "ctl"), region="us-east-1"))
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
     campaign.scale_pools(p, ctx, Task("agg"))
     assert _names(api, "NodePool", ours=True)
@@ -615,7 +644,7 @@ def test_a_crash_right_after_the_node_group_changed_still_restores_it(api, aws, 
     p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
                            pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
                            serving=EksServing(kube, CID, sleep=no_sleep, clock=_ticking_clock()),
-                           load=EksLoad(kube, spec, CID))
+                           load=EksLoad(kube, spec, CID, control=LocalRunStore(tmp_path / "ctl"), region="us-east-1"))
     ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
 
     killed: list[bool] = []
@@ -707,3 +736,82 @@ def test_plan_waits_for_the_image_checks_and_fails_naming_them_before_any_pool_i
         posts = len(api.bodies)
         campaign.plan(p, ctx, event)
         assert len(api.bodies) == posts
+
+
+# ------------------------------------------------------------------------- prefetch ahead, task tokens
+
+
+class _Recorded:
+    """A pool port that records when it was asked to scale, against the Jobs the API holds at that moment."""
+
+    def __init__(self, api: FakeKubeApi) -> None:
+        self.api, self.jobs_when_scaled, self.provider = api, [], "managed-nodegroup"
+
+    def scale(self, pool, nodes, owner, *, before_change=None):
+        self.jobs_when_scaled.append(sorted(_names(self.api, "Job", ours=True)))
+        rec = {"pool": pool, "nodes": nodes, "previous": {"desired": 0}}
+        if before_change:
+            before_change(rec)
+        return rec
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_scale_pools_starts_the_model_prefetch_before_any_gpu_pool(api, tmp_path, prefetch):
+    data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    data["pools"][0].update(provider="managed-nodegroup", nodegroup="gpu-ng")
+    data.setdefault("kubernetes", {})["prefetch_model"] = prefetch
+    spec = parse_spec(data)
+    kube = kube_of(api)
+    pools = _Recorded(api)
+    p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws", pools=pools,
+                           serving=EksServing(kube, CID, sleep=no_sleep))
+    ctx = Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
+    for exp in ("agg", "disagg"):
+        campaign.scale_pools(p, ctx, Task(exp))
+    prefetch_jobs = [n for n in _names(api, "Job", ours=True) if "prefetch" in n]
+    assert len(prefetch_jobs) == (1 if prefetch else 0)  # once per campaign, whichever experiment comes first
+    assert pools.jobs_when_scaled[0] == prefetch_jobs  # there before the first pool was asked to scale
+
+
+class _Sfn:
+    class exceptions:
+        class InvalidToken(Exception):
+            pass
+
+        class TaskTimedOut(Exception):
+            pass
+
+        class TaskDoesNotExist(Exception):
+            pass
+
+    def __init__(self) -> None:
+        self.answered: list[tuple[str, str]] = []
+
+    def send_task_success(self, taskToken: str, output: str) -> None:
+        if any(t == taskToken for t, _ in self.answered):
+            raise self.exceptions.TaskTimedOut("Task Timed Out: already answered")
+        self.answered.append((taskToken, output))
+
+
+def test_aws_callbacks_keep_the_token_for_the_runner_and_answer_at_once_only_when_the_end_is_in(tmp_path):
+    from benchctl.aws.callbacks import RunnerCallbacks
+    from benchctl.local.runstore import LocalRunStore
+
+    store, sfn = LocalRunStore(tmp_path / "run"), _Sfn()
+    cb = RunnerCallbacks(store, lambda: sfn)
+    # the step still runs: the token is kept where the runner Job reads it, nothing is answered here
+    assert cb.watch("tok-1", "AwaitLoadEnd", ("agg", "s1"), lambda: None) is True
+    assert store.read_json("runner/agg/s1/token.json") == {"token": "tok-1", "state": "AwaitLoadEnd"}
+    assert sfn.answered == []
+    assert cb.watch("tok-1", "AwaitLoadEnd", ("agg", "s1"), lambda: None) is False  # a redelivered event
+    # the step ended before its token was kept (the runner found no token): answered here, at once
+    assert cb.watch("tok-2", "AwaitLoadEnd", ("agg", "s2"), lambda: "load ended") is True
+    assert [(t, json.loads(o)) for t, o in sfn.answered] == [("tok-2", {"woken": "load ended"})]
+    # a wake check that raises (the serving side died) wakes too; CheckLoad raises it again, named
+    def dead() -> str | None:
+        raise ServingFailed("worker 1 exited")
+
+    cb.watch("tok-3", "AwaitLoadEnd", ("agg", "s3"), dead)
+    assert json.loads(sfn.answered[-1][1]) == {"woken": "ServingFailed: worker 1 exited"}
+    # the runner answered the same token first: Step Functions refuses the second answer, which is ignored
+    assert cb.answer("tok-2", "load ended") is False

@@ -214,11 +214,12 @@ def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, cluste
                                       Body=f.read_bytes())
     RunState(S3RunStore(BUCKET, "runs/c-1")).save_load("agg", step, LoadRecord(state={}, launched_at=0.0, ended=True,
                                                                                exit_code=0))
-    # When the Ingest function runs on AWS
-    out = ingest_handler.handler({"action": "ingest", "state": "IngestStep", "ctx": ctx, "experiment": "agg",
-                                  "step": step})
+    steps = [s.step_id for s in RunState(S3RunStore(BUCKET, "runs/c-1")).plan().experiment("agg").steps]
+    # When the Ingest function runs on AWS, as the next step loads
+    out = ingest_handler.handler({"action": "ingest_previous", "state": "IngestPreviousStep", "ctx": ctx,
+                                  "experiment": "agg", "step": steps[steps.index(step) + 1]})
     # Then the S3 lake holds the rows a local ingest of the same artifacts gives, under the same keys
-    assert out == {"status": "succeeded", "requests": len(head)}
+    assert out == {"step": step, "status": "succeeded", "requests": len(head)}
     local = ingest_artifacts(art, StepContext("c-1", "agg", "aggregated", "concurrency-sweep", step, 2, 0,
                                               concurrency=4, isl=256, osl=32, random_seed=42, artifact_uri=raw,
                                               workload_kind="concurrency_sweep"))

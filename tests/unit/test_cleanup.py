@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Serving:
+    def prepare(self, request):
+        pass
+
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.torn: list[str] = []

@@ -143,13 +143,20 @@ def test_the_fakes_run_the_campaign_to_success(baseline: list[tuple[str, str | N
 
 
 def _completed_before(baseline: list[tuple[str, str | None, str | None]], state: str) -> set[tuple[str, str]]:
-    """Steps whose IngestStep finished before ``state`` first runs on the happy path."""
+    """Steps ingested before ``state`` first runs on the happy path: IngestPreviousStep of a step ingests the
+    step launched before it in its experiment, IngestLastStep the experiment's last launched step."""
     done: set[tuple[str, str]] = set()
+    launched: dict[str, list[str]] = {}
     for s, exp, step in baseline:
         if s == state:
             break
-        if s == "IngestStep" and exp and step:
-            done.add((exp, step))
+        if s == "LaunchLoad" and exp and step and step not in launched.get(exp, []):
+            launched.setdefault(exp, []).append(step)
+        mine = launched.get(exp or "", [])
+        if s == "IngestPreviousStep" and exp and step and mine.index(step) > 0:
+            done.add((exp, mine[mine.index(step) - 1]))
+        if s == "IngestLastStep" and exp and mine:
+            done.add((exp, mine[-1]))
     return done
 
 

@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Serving:
+    def prepare(self, request):
+        pass
+
     def teardown(self, state):
         return {"removed": True}
 

@@ -177,12 +177,13 @@ class Campaign:
             sitem = {"ctx": self.ctx, "experiment": exp["name"], "step": step}
             launched = self.twice("LaunchLoad", sitem)
             assert launched["callback"] is True, launched  # a callbacks port is installed: the ASL awaits
+            self.twice("IngestPreviousStep", sitem)
             self.twice("AwaitLoadEnd", sitem)
             if step == stop_after_launch:
                 return
             assert self.callbacks.wake((exp["name"], step)) == "load ended"
             self.until_done("CheckLoad", sitem)
-            self.twice("IngestStep", sitem)
+        self.twice("IngestLastStep", item)
         self.until_done("TeardownExperiment", item)
 
 
@@ -258,7 +259,8 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
 # --------------------------------------------------------------------------------------------- tests
 
 NORMAL = ["Plan", "ScalePools", "CheckCapacity", "Deploy", "CheckReady", "SmokeTest", "CheckSmoke", "LaunchWarmUp",
-          "CheckWarmUp", "LaunchLoad", "AwaitLoadEnd", "CheckLoad", "IngestStep", "TeardownExperiment", "Report"]
+          "CheckWarmUp", "LaunchLoad", "AwaitLoadEnd", "CheckLoad", "IngestPreviousStep", "IngestLastStep",
+          "TeardownExperiment", "Report"]
 
 
 def test_providers_are_reset_after_the_walks(happy: Campaign, aborted: Campaign, refused: Campaign) -> None:

@@ -13,10 +13,10 @@ import copy
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -96,22 +96,6 @@ def opt(args: list[str], name: str) -> str:
 
 def env(c: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in main(c).get("env", [])}
-
-
-def aiperf_argv(job: dict[str, Any]) -> list[str]:
-    """The argv AIPerf gets from the aiperf container's ``sh -c`` script (shell tokenisation)."""
-    (c,) = [x for x in job["spec"]["template"]["spec"]["initContainers"] if x["name"] == "aiperf"]
-    assert c["command"][:2] == ["sh", "-c"]
-    lex = shlex.shlex(c["command"][2], posix=True, punctuation_chars=";")
-    lex.whitespace_split = True
-    commands: list[list[str]] = [[]]
-    for tok in lex:
-        if tok == ";":
-            commands.append([])
-        else:
-            commands[-1].append(tok)
-    (run,) = [cmd for cmd in commands if cmd and cmd[0] == "aiperf"]
-    return run[1:]
 
 
 # ------------------------------------------------------------------------------------ DGD
@@ -461,64 +445,60 @@ def test_every_job_of_a_campaign_is_a_valid_kubernetes_job() -> None:
             assert obj["metadata"]["namespace"] == "dynamo-bench"
 
 
-def test_load_job_runs_the_given_argv_with_local_dataset_and_artifact_dir() -> None:
+def test_one_runner_job_per_workload_with_its_steps_in_order_and_the_load_image() -> None:
     spec = SPECS["seed-plan"]
-    s3 = "s3://bucket/lake/raw/campaign_id=c/experiment=agg/step_id=s/inputs/data set.jsonl"
-    argv = ["profile", "--url", "http://x:8000", "--artifact-dir", "/somewhere/else", "--input-file", s3,
-            "--goodput", "time_to_first_token:2000 inter_token_latency:50", "--extra-inputs", "a'b;c"]
-    raw = "s3://bucket/lake/raw/campaign_id=c/experiment=agg/step_id=s/"
-    job = j.render_load_job(spec, CID, "agg-tp4x4", "s", argv, raw, input_s3_uri=s3, active_deadline_s=900)
-    local = "/artifacts/inputs/data set.jsonl"
-    expected = [*argv]
-    expected[4], expected[6] = "/artifacts/out", local
-    assert aiperf_argv(job) == expected
-    pod = job["spec"]["template"]["spec"]
-    fetch, aiperf = pod["initContainers"]
-    assert s3 not in json.dumps(aiperf) and "s3://" not in json.dumps(aiperf)
-    assert shlex.split(fetch["command"][2].split("&&", 1)[1]) == ["aws", "s3", "cp", s3, local]
-    assert aiperf["image"] == kc.LOAD_IMAGE_PLACEHOLDER  # unset in the spec: the deployment's load image
-    assert j.render_load_job(load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(
-        aiperf_image="reg/aiperf:0.13.0")), CID, "agg-tp4x4", "s", argv, raw)["spec"]["template"]["spec"][
-        "initContainers"][0]["image"] == "reg/aiperf:0.13.0"
-    assert aiperf["resources"]["limits"] == aiperf["resources"]["requests"] == {"cpu": "8", "memory": "16Gi"}
-    assert pod["serviceAccountName"] == "benchctl-load"
-    assert pod["automountServiceAccountToken"] is False  # no API token: AIPerf's pod discovery finds nothing
-    assert job["spec"]["activeDeadlineSeconds"] == 900
-    assert pod["volumes"] == [{"name": "artifacts", "emptyDir": {}},
-                              {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
-    # the tokenizer comes offline from the prefetched model volume (a hub cache), mounted read-only
-    assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in aiperf["volumeMounts"]
-    assert {e["name"]: e["value"] for e in aiperf["env"]} == {"HF_HOME": "/models/hf", "HF_HUB_OFFLINE": "1",
-                                                              "TRANSFORMERS_OFFLINE": "1"}
-    assert not any(e["name"] == "HF_TOKEN" for c in pod["initContainers"] for e in c.get("env", []))
-    no_input = j.render_load_job(spec, CID, "agg-tp4x4", "s", ["profile"], raw)
-    assert [c["name"] for c in no_input["spec"]["template"]["spec"]["initContainers"]] == ["aiperf"]
-    assert aiperf_argv(no_input) == ["profile", "--artifact-dir", "/artifacts/out"]
-    assert no_input["spec"]["activeDeadlineSeconds"] == 7200
+    manifests = dict(r.render_campaign(spec, CID, runs_uri="s3://b/runs", region="eu-west-1"))
+    exp = plan_campaign(spec, "aws").experiments[1]
+    for workload in dict.fromkeys(s.workload for s in exp.steps):
+        steps = [s for s in exp.steps if s.workload == workload]
+        job = manifests[f"experiments/{exp.name}/jobs/{workload}.yaml"]
+        pod = job["spec"]["template"]["spec"]
+        runner, ctl = pod["containers"]
+        assert runner["command"][3:] == ["--steps-dir", "/artifacts", *(s.step_id for s in steps)]
+        assert runner["command"][2] == j.runner_source()
+        assert runner["image"] == kc.LOAD_IMAGE_PLACEHOLDER  # unset in the spec: the deployment's load image
+        assert runner["resources"]["limits"] == runner["resources"]["requests"] == {"cpu": "8", "memory": "16Gi"}
+        # the tokenizer comes offline from the prefetched model volume (a hub cache), mounted read-only,
+        # and is loaded once per Job at the pinned revision
+        assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in runner["volumeMounts"]
+        assert {e["name"]: e["value"] for e in runner["env"]} == {
+            "HF_HOME": "/models/hf", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+            "BENCHCTL_RUNNER_TOKENIZER": spec.model.name, "BENCHCTL_RUNNER_TOKENIZER_REVISION": spec.model.revision}
+        env = {e["name"]: e["value"] for e in ctl["env"]}
+        assert env["BENCHCTL_CONTROL"] == f"s3://b/runs/{CID}/runner/{exp.name}/" and env["AWS_REGION"] == "eu-west-1"
+        assert env["BENCHCTL_RAW_PREFIX"] == f"s3://<results-bucket>/lake/raw/campaign_id={CID}/experiment={exp.name}/step_id="
+        assert ctl["image"] == spec.kubernetes.uploader_image and ctl["command"] == ["sh", "-c", j.RUNNER_CONTROL_SCRIPT]
+        assert pod["serviceAccountName"] == "benchctl-load"
+        assert pod["automountServiceAccountToken"] is False  # no API token: AIPerf's pod discovery finds nothing
+        assert pod["volumes"] == [{"name": "artifacts", "emptyDir": {}},
+                                  {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
+        assert not any(e["name"] == "HF_TOKEN" for c in pod["containers"] for e in c.get("env", []))
+        assert job["spec"]["activeDeadlineSeconds"] == int(
+            sum(s.est_s for s in steps) + len(steps) * spec.timeouts.load_grace_s + 1800)
+    assert load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(aiperf_image="reg/aiperf:0.13.0")) \
+        and dict(r.render_campaign(load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(
+            aiperf_image="reg/aiperf:0.13.0")), CID))[f"experiments/{exp.name}/jobs/warmup.yaml"]["spec"]["template"][
+            "spec"]["containers"][0]["image"] == "reg/aiperf:0.13.0"
 
 
-def test_campaign_step_jobs_run_exactly_the_planned_aiperf_arguments() -> None:
+def test_each_step_asks_its_runner_for_exactly_the_planned_aiperf_arguments() -> None:
     spec = SPECS["seed-plan"]
-    manifests = dict(r.render_campaign(spec, CID))
+    requests = dict(r.render_requests(spec, CID))
     plan = plan_campaign(spec, "aws")
     exp = plan.experiments[1]
     url = kc.frontend_service_url(spec.kubernetes.namespace, CID, exp.name)
     for step in exp.steps:
-        job = manifests[f"experiments/{exp.name}/jobs/{step.step_id}.yaml"]
+        req = requests[f"experiments/{exp.name}/requests/{step.step_id}.json"]
         ds = step_dataset(step)
         want = aiperf_args.step_args(step, model=spec.model.name, tokenizer=spec.model.name, url=url,
-                                     artifact_dir="/artifacts/out",
-                                     input_file=f"/artifacts/inputs/{ds.name}" if ds else None,
+                                     artifact_dir=f"/artifacts/{step.step_id}/out",
+                                     input_file=f"/artifacts/{step.step_id}/inputs/{ds.name}" if ds else None,
                                      slo=spec.slo.model_dump(), tokenizer_revision=spec.model.revision,
                                      sampling=spec.sampling_fields(), thinking=spec.thinking)
-        assert aiperf_argv(job) == want, step.step_id
-        assert opt(aiperf_argv(job), "--tokenizer-revision") == spec.model.revision  # pinned in the example
-        init = job["spec"]["template"]["spec"]["initContainers"]
-        assert [c["name"] for c in init] == (["fetch-input", "aiperf"] if ds else ["aiperf"])
-        raw = f"s3://<results-bucket>/lake/raw/campaign_id={CID}/experiment={exp.name}/step_id={step.step_id}/"
-        upload = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
-        assert shlex.split(upload.split("||")[0]) == ["aws", "s3", "cp", "--recursive", "/artifacts/out", raw]
-    warm = aiperf_argv(manifests[f"experiments/{exp.name}/jobs/warmup.yaml"])
+        assert req["argv"] == want, step.step_id
+        assert opt(req["argv"], "--tokenizer-revision") == spec.model.revision  # pinned in the example
+        assert req["deadline_s"] == step.est_s + spec.timeouts.load_grace_s
+    warm = requests[f"experiments/{exp.name}/requests/warmup.json"]["argv"]
     assert opt(warm, "--request-count") == "64" and opt(warm, "--concurrency") == "64"
 
 
@@ -535,27 +515,90 @@ def _run_sh(script: str, tmp: Path, bin_dir: Path) -> subprocess.CompletedProces
 
 
 @pytest.mark.parametrize("upload_fails", [False, True])
-def test_load_job_shell_keeps_aiperf_exit_code_through_the_upload(tmp_path: Path, upload_fails: bool) -> None:
-    """Run the containers' scripts under sh with fake ``aiperf``/``aws``: AIPerf gets the exact argv,
-    its failure still lets the upload run, and the Job ends with AIPerf's exit code."""
-    bin_dir = tmp_path / "bin"
+def test_runner_control_script_hands_each_step_over_uploads_it_and_answers_its_token(
+        tmp_path: Path, upload_fails: bool) -> None:
+    """The control container's script under sh, with a fake ``aws`` over a local "bucket" and a fake runner
+    (the exit code file): each step's request and inputs are handed over in order, its artifacts uploaded to
+    its raw prefix, its end record written with AIPerf's exit code, its task token answered; a failed
+    upload ends the container with 97 and no end record (CheckLoad then sees the Job failed)."""
+    bin_dir, bucket = tmp_path / "bin", tmp_path / "bucket"
     bin_dir.mkdir()
-    _fake(bin_dir, "aiperf", f"json.dump(sys.argv[1:], open({str(tmp_path / 'aiperf.json')!r}, 'w'))\nsys.exit(3)")
-    _fake(bin_dir, "aws", f"json.dump(sys.argv[1:], open({str(tmp_path / 'aws.json')!r}, 'w'))\n"
-                          f"sys.exit({1 if upload_fails else 0})")
-    argv = ["profile", "--goodput", "time_to_first_token:2000 inter_token_latency:50", "--x", "$HOME `id` 'q'"]
-    raw = "s3://b/lake/raw/campaign_id=c/experiment=e/step_id=s/"
-    job = j.render_load_job(SPECS["seed-plan"], CID, "agg-tp4x4", "s", argv, raw)
-    pod = job["spec"]["template"]["spec"]
-    init = _run_sh(pod["initContainers"][0]["command"][2], tmp_path, bin_dir)
-    assert init.returncode == 0, init.stderr
-    out_dir = str(tmp_path / "artifacts" / "out")  # /artifacts relocated under tmp_path by _run_sh
-    assert json.loads((tmp_path / "aiperf.json").read_text()) == [*argv, "--artifact-dir", out_dir]
-    assert (tmp_path / "artifacts" / "out" / "exit_code").read_text().strip() == "3"
-    up = _run_sh(pod["containers"][0]["command"][2], tmp_path, bin_dir)
-    assert json.loads((tmp_path / "aws.json").read_text()) == [
-        "s3", "cp", "--recursive", out_dir, raw]
-    assert up.returncode == (97 if upload_fails else 3)
+    _fake(bin_dir, "aws", f"""
+import pathlib, shutil
+root, log = pathlib.Path({str(bucket)!r}), pathlib.Path({str(tmp_path / 'aws.log')!r})
+args = [a for a in sys.argv[1:] if a != "--quiet"]
+with log.open("a") as f:
+    f.write(json.dumps(args) + "\\n")
+def local(uri):
+    return root / uri.removeprefix("s3://")
+if args[0] == "stepfunctions":
+    sys.exit(0)
+recursive = "--recursive" in args
+src, dst = [a for a in args[2:] if a != "--recursive"]
+if src == "-":
+    local(dst).parent.mkdir(parents=True, exist_ok=True)
+    local(dst).write_bytes(sys.stdin.buffer.read())
+elif dst == "-":
+    if not local(src).is_file():
+        sys.exit(1)
+    sys.stdout.write(local(src).read_text())
+elif src.startswith("s3://") and recursive:
+    if local(src).is_dir():
+        shutil.copytree(local(src), dst, dirs_exist_ok=True)
+elif src.startswith("s3://"):
+    if not local(src).is_file():
+        sys.exit(1)
+    pathlib.Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(local(src), dst)
+else:
+    if {upload_fails!r}:
+        sys.exit(1)
+    shutil.copytree(src, local(dst), dirs_exist_ok=True)
+""")
+    steps = ["s1", "s2"]
+    work = tmp_path / "artifacts"
+    control, raw = "s3://b/runs/c/runner/agg/", "s3://b/lake/raw/campaign_id=c/experiment=agg/step_id="
+    for k, step in enumerate(steps):  # LaunchLoad's request and the kept input; AwaitLoadEnd's token
+        (bucket / f"b/runs/c/runner/agg/{step}").mkdir(parents=True)
+        (bucket / f"b/runs/c/runner/agg/{step}/request.json").write_text(json.dumps({"argv": ["profile"]}))
+        (bucket / f"b/runs/c/runner/agg/{step}/token.json").write_text(json.dumps({"token": f"tok-{step}"}))
+        (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs").mkdir(parents=True)
+        (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs/d.jsonl").write_text(f"{k}\n")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "BENCHCTL_STEPS": " ".join(steps),
+           "BENCHCTL_DIR": str(work), "BENCHCTL_CONTROL": control, "BENCHCTL_RAW_PREFIX": raw}
+    proc = subprocess.Popen(["sh", "-c", j.RUNNER_CONTROL_SCRIPT], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        for k, step in enumerate(steps):  # the runner's side: the request and inputs appear, then its exit
+            d = work / step
+            deadline = time.monotonic() + 20
+            while not (d / "request.json").is_file():
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                time.sleep(0.05)
+            assert json.loads((d / "request.json").read_text()) == {"argv": ["profile"]}
+            assert (d / "inputs" / "d.jsonl").read_text() == f"{k}\n"
+            (d / "out").mkdir()
+            (d / "out" / "profile_export_aiperf.json").write_text(step)
+            (d / "exit_code").write_text("3" if step == "s1" else "0")
+            if upload_fails:
+                break
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ends = {s: bucket / f"b/runs/c/runner/agg/{s}/end.json" for s in steps}
+    calls = [json.loads(line) for line in (tmp_path / "aws.log").read_text().splitlines()]
+    answered = [c[c.index("--task-token") + 1] for c in calls if c[:2] == ["stepfunctions", "send-task-success"]]
+    if upload_fails:
+        assert code == 97 and not ends["s1"].exists() and answered == []
+        return
+    assert code == 0
+    for step, exit_code in (("s1", 3), ("s2", 0)):
+        assert json.loads(ends[step].read_text())["exit_code"] == exit_code
+        assert (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/profile_export_aiperf.json"
+                ).read_text() == step
+        assert not (work / step).exists()  # the step's space is freed once it is uploaded
+    assert answered == ["tok-s1", "tok-s2"]
 
 
 class _Frontend(BaseHTTPRequestHandler):
@@ -630,7 +673,9 @@ def test_prefetch_job_downloads_the_model_into_the_volume() -> None:
     assert job_env["REVISION"] == spec.model.revision  # the pinned snapshot workers and AIPerf read
     assert job_env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
     assert c["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models"}]
-    assert not any(p == "prefetch-job.yaml" for p, _ in r.render_campaign(spec, CID))
+    assert any(p == "prefetch-job.yaml" for p, _ in r.render_campaign(spec, CID))  # the example asks for it
+    off = load("seed-plan.yaml", lambda d: d["kubernetes"].update(prefetch_model=False))
+    assert not any(p == "prefetch-job.yaml" for p, _ in r.render_campaign(off, CID))
 
 
 # -------------------------------------------------------------------------------------- CLI
@@ -641,19 +686,28 @@ def test_cli_render_writes_the_campaign_manifests(tmp_path: Path, capsys: pytest
     assert cli.main(["render", str(EXAMPLES / "seed-plan.yaml"), "--out", str(out), "--campaign-id", CID]) == 0
     spec = SPECS["seed-plan"]
     plan = plan_campaign(spec, "aws")
-    expected = set()
+    expected = {"prefetch-job.yaml"}  # the example fills the model volume once, before the GPU pools
     for e in plan.experiments:
         expected |= {f"experiments/{e.name}/dynamographdeployment.yaml", f"experiments/{e.name}/smoke-job.yaml",
                      f"experiments/{e.name}/jobs/warmup.yaml"}
-        expected |= {f"experiments/{e.name}/jobs/{s.step_id}.yaml" for s in e.steps}
+        expected |= {f"experiments/{e.name}/jobs/{s.workload}.yaml" for s in e.steps}
+        expected |= {f"experiments/{e.name}/requests/{s}.json" for s in ["warmup", *(s.step_id for s in e.steps)]}
     written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert written == expected
-    assert len(written) == len(plan.experiments) * (3 + len(plan.experiments[0].steps)) == 102
+    workloads = len({s.workload for s in plan.experiments[0].steps})
+    steps = len(plan.experiments[0].steps)
+    assert len(written) == 1 + len(plan.experiments) * (3 + workloads + 1 + steps)
     objs = dict(r.render_campaign(spec, CID))
     assert yaml.safe_load((out / "experiments/agg-tp4x4/dynamographdeployment.yaml").read_text()) == objs[
         "experiments/agg-tp4x4/dynamographdeployment.yaml"]
+    reqs = dict(r.render_requests(spec, CID))
+    step = plan.experiments[0].steps[0].step_id
+    assert json.loads((out / f"experiments/agg-tp4x4/requests/{step}.json").read_text()) == reqs[
+        f"experiments/agg-tp4x4/requests/{step}.json"]
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 103 and lines[-1].startswith("102 manifests")
+    manifests = 1 + len(plan.experiments) * (3 + workloads)
+    assert len(lines) == manifests + 1 and lines[-1].startswith(
+        f"{manifests} manifests and {len(plan.experiments) * (steps + 1)} step requests")
 
 
 def test_cli_render_exits_2_on_bad_spec_and_non_empty_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

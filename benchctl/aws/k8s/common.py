@@ -32,11 +32,10 @@ FRONTEND_PORT = 8000  # FACTS "Dynamo on Kubernetes": the frontend Service is <n
 GPU = "nvidia.com/gpu"
 MODELS_DIR = "/models"  # the model PVC's mount point
 HF_HOME = "/models/hf"  # a Hugging Face hub cache on the model volume (hub/models--org--name/snapshots/<rev>)
-ARTIFACTS = "/artifacts"  # a load Job's emptyDir
-ARTIFACT_OUT = "/artifacts/out"  # where AIPerf writes, then uploaded as is
-INPUTS_DIR = "/artifacts/inputs"
-EXIT_CODE_FILE = "/artifacts/out/exit_code"
+ARTIFACTS = "/artifacts"  # a load runner Job's emptyDir: a directory per step (request, inputs, out)
 LAKE_PLACEHOLDER = "s3://<results-bucket>/lake"  # render_campaign's default: filled in by the engine
+RUNS_PLACEHOLDER = "s3://<results-bucket>/runs"  # the run stores' root (render_campaign's default)
+REGION_PLACEHOLDER = "<region>"
 # kubernetes.aiperf_image unset: the deployment's load image (BENCHCTL_LOAD_IMAGE), known on AWS only
 LOAD_IMAGE_PLACEHOLDER = "<benchctl-load-image>"
 DEFAULT_DEADLINE_S = 7200

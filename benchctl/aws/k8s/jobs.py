@@ -1,20 +1,15 @@
-"""The Jobs of a campaign: one per AIPerf step (and the warm-up), the smoke test, the model prefetch, and the
+"""The Jobs of a campaign: a load runner per workload of an experiment (and the warm-up), the smoke test, the model prefetch, and the
 preflight's image checks. Pure: standard library and benchctl only."""
 
 from __future__ import annotations
 
 import json
-import posixpath
-import shlex
 from typing import Any
 
 from benchctl import aiperf_args
 from benchctl.aws.k8s.common import (
-    ARTIFACT_OUT,
     ARTIFACTS,
     DEFAULT_DEADLINE_S,
-    EXIT_CODE_FILE,
-    INPUTS_DIR,
     JOB_TTL_S,
     MODEL_MOUNT,
     OFFLINE_TOKENIZER_ENV,
@@ -58,77 +53,6 @@ def _with_artifact_dir(argv: list[str], path: str) -> list[str]:
             out[i] = f"--artifact-dir={path}"
             return out
     return [*out, "--artifact-dir", path]
-
-
-def aiperf_script(argv: list[str]) -> str:
-    """The load container's ``sh -c`` script: run AIPerf, keep its exit code, always succeed (so the
-    artifacts of a failed run are still uploaded; the uploader exits with the kept code)."""
-    return f"mkdir -p {ARTIFACT_OUT}; {shlex.join(['aiperf', *argv])}; echo $? > {EXIT_CODE_FILE}; exit 0"
-
-
-def render_load_job(
-    spec: CampaignSpec,
-    campaign_id: str,
-    experiment: str,
-    step_id: str,
-    argv: list[str],
-    raw_s3_uri: str,
-    *,
-    input_s3_uri: str | None = None,
-    active_deadline_s: int = DEFAULT_DEADLINE_S,
-) -> JSON:
-    """The Job running one AIPerf step (``argv`` as for ``aiperf``, e.g. from ``aiperf_args.step_args``).
-
-    Init containers: fetch the step's dataset (when ``input_s3_uri``) to ``/artifacts/inputs/<name>``
-    (every mention of the S3 URI in ``argv`` becomes that path), then AIPerf writing to
-    ``/artifacts/out``, reading the tokenizer offline from the model volume (mounted read-only). The main
-    container uploads ``/artifacts/out`` to ``raw_s3_uri`` and exits with AIPerf's exit code.
-
-    No Kubernetes API token is mounted (``automountServiceAccountToken: false``): the Job needs none (S3
-    access comes from EKS Pod Identity, which injects its own credentials), and AIPerf's in-cluster
-    metrics discovery, which would list every inference pod of the namespace (other campaigns' too, and
-    the frontend a second time), finds nothing; the workers' endpoints are given with ``--server-metrics``.
-    """
-    k = spec.kubernetes
-    lbl = labels(campaign_id, experiment, step_id)
-    argv = _with_artifact_dir(argv, ARTIFACT_OUT)
-    init: list[JSON] = []
-    mount = [{"name": "artifacts", "mountPath": ARTIFACTS}]
-    if input_s3_uri is not None:
-        local = f"{INPUTS_DIR}/{posixpath.basename(input_s3_uri.rstrip('/'))}"
-        argv = [local if a == input_s3_uri else a.replace(input_s3_uri, local) for a in argv]
-        init.append({
-            "name": "fetch-input",
-            "image": k.uploader_image,
-            "command": ["sh", "-c", f"mkdir -p {INPUTS_DIR} && aws s3 cp {shlex.quote(input_s3_uri)} "
-                                    f"{shlex.quote(local)}"],
-            "volumeMounts": [dict(m) for m in mount],
-        })
-    resources = {"cpu": k.load_cpu, "memory": k.load_memory}
-    init.append({
-        "name": "aiperf",
-        "image": aiperf_image(spec.kubernetes),
-        "command": ["sh", "-c", aiperf_script(argv)],
-        "env": [dict(e) for e in OFFLINE_TOKENIZER_ENV],
-        "resources": {"limits": dict(resources), "requests": dict(resources)},
-        "volumeMounts": [*(dict(m) for m in mount), {**MODEL_MOUNT, "readOnly": True}],
-    })
-    # 97: the upload failed; 98: AIPerf's container left no exit code (cannot happen but must not pass)
-    upload = (f"aws s3 cp --recursive {ARTIFACT_OUT} {shlex.quote(raw_s3_uri)} || exit 97; "
-              f'exit "$(cat {EXIT_CODE_FILE} 2>/dev/null || echo 98)"')
-    pod_spec: JSON = {
-        "serviceAccountName": k.load_service_account,
-        "automountServiceAccountToken": False,
-        "volumes": [{"name": "artifacts", "emptyDir": {}}, model_volume(spec.kubernetes)],
-        "initContainers": init,
-        "containers": [{
-            "name": "upload",
-            "image": k.uploader_image,
-            "command": ["sh", "-c", upload],
-            "volumeMounts": [dict(m) for m in mount],
-        }],
-    }
-    return _job(spec.kubernetes.namespace, job_name(campaign_id, experiment, step_id), lbl, pod_spec, active_deadline_s)
 
 
 # Values come from the environment, so the script is one constant (nothing to quote).
@@ -258,3 +182,110 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JS
         pod_spec["volumes"] = [model_volume(spec.kubernetes)]
     lbl = labels(campaign_id, step_id=f"preflight-{check}")
     return _job(spec.kubernetes.namespace, preflight_job_name(campaign_id, check), lbl, pod_spec, PREFLIGHT_DEADLINE_S)
+
+
+# --------------------------------------------------------------------------------------- the load runner
+
+# The control container of a load runner Job (AWS CLI v2 image; values from its environment, so the script
+# is one constant): for each step in order, wait for the step's request in the run store (LaunchLoad writes
+# it after the budget guard), fetch the step's kept inputs, hand both to the runner (an atomic rename);
+# while AIPerf runs, answer the step's task token (AwaitLoadEnd stores it) with heartbeats, and give up if
+# the runner stopped beating; when the step's exit code appears, upload its artifacts, write the step's end
+# record (CheckLoad reads it), answer the task token (Step Functions resumes at once), free the space.
+# 95: the runner died; 96: the inputs could not be fetched; 97: the upload or the end record failed.
+RUNNER_CONTROL_SCRIPT = """\
+set -u
+token() {
+  aws s3 cp --quiet "${BENCHCTL_CONTROL}$1/token.json" - 2>/dev/null | sed -n 's/.*"token": *"\\([^"]*\\)".*/\\1/p'
+}
+for step in $BENCHCTL_STEPS; do
+  d="$BENCHCTL_DIR/$step"
+  mkdir -p "$d"
+  until aws s3 cp --quiet "${BENCHCTL_CONTROL}$step/request.json" "$d/request.part" 2>/dev/null; do
+    [ -e "$BENCHCTL_DIR/stop" ] && exit 0
+    sleep 1
+  done
+  aws s3 cp --quiet --recursive "${BENCHCTL_RAW_PREFIX}$step/inputs/" "$d/inputs/" || exit 96
+  mv "$d/request.part" "$d/request.json"
+  n=0
+  while [ ! -e "$d/exit_code" ]; do
+    sleep 1
+    n=$((n + 1))
+    if [ $((n % 20)) -eq 0 ]; then
+      if [ -n "$(find "$BENCHCTL_DIR/alive" -mmin +1 2>/dev/null)" ]; then echo "the AIPerf runner stopped"; exit 95; fi
+      t=$(token "$step")
+      [ -n "$t" ] && aws stepfunctions send-task-heartbeat --task-token "$t" >/dev/null 2>&1
+    fi
+  done
+  aws s3 cp --quiet --recursive "$d/out" "${BENCHCTL_RAW_PREFIX}$step/" || exit 97
+  printf '{"exit_code": %s, "ended_at": %s}' "$(cat "$d/exit_code")" "$(date +%s)" \\
+    | aws s3 cp --quiet - "${BENCHCTL_CONTROL}$step/end.json" || exit 97
+  t=$(token "$step")
+  [ -n "$t" ] && aws stepfunctions send-task-success --task-token "$t" --task-output '{"woken": "load ended"}' \\
+    >/dev/null 2>&1
+  rm -rf "$d"
+done
+"""
+
+
+def runner_source() -> str:
+    """The load runner's source (``benchctl/load_runner.py``), run with ``python3 -c`` in the load image."""
+    from importlib.resources import files
+
+    return files("benchctl").joinpath("load_runner.py").read_text(encoding="utf-8")
+
+
+def runner_step_dir(step_id: str) -> str:
+    """Where a runner Job keeps one step: its request, inputs (``inputs/<name>``) and artifacts (``out``)."""
+    return f"{ARTIFACTS}/{step_id}"
+
+
+def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, group: str, steps: list[str],
+                      raw_prefix: str, control_uri: str, region: str, *, active_deadline_s: int) -> JSON:
+    """One Job running a workload's steps back to back (``steps`` in order): the load runner in the load
+    image (``python3 -c`` of :func:`runner_source`, ``--steps-dir``), paying AIPerf's imports, tokenizer
+    load and corpus tokenization once, and the control container (:data:`RUNNER_CONTROL_SCRIPT`). A step's
+    artifacts go to ``<raw_prefix><step>/``, its request, task token and end record live under
+    ``<control_uri><step>/``. The AWS CLI needs the Region for Step Functions (``region``).
+
+    No Kubernetes API token is mounted (``automountServiceAccountToken: false``): the Job needs none (S3
+    and the task-token answers come from EKS Pod Identity, the load Job role, which injects its own
+    credentials), and AIPerf's in-cluster metrics discovery, which would list every inference pod of the
+    namespace (other campaigns' too, and the frontend a second time), finds nothing; the workers'
+    endpoints are given with ``--server-metrics``."""
+    k = spec.kubernetes
+    lbl = labels(campaign_id, experiment, group)
+    mount = [{"name": "artifacts", "mountPath": ARTIFACTS}]
+    resources = {"cpu": k.load_cpu, "memory": k.load_memory}
+    env_tokenizer = [{"name": "BENCHCTL_RUNNER_TOKENIZER", "value": spec.model.name}]
+    if spec.model.revision:
+        env_tokenizer.append({"name": "BENCHCTL_RUNNER_TOKENIZER_REVISION", "value": spec.model.revision})
+    pod_spec: JSON = {
+        "serviceAccountName": k.load_service_account,
+        "automountServiceAccountToken": False,
+        "volumes": [{"name": "artifacts", "emptyDir": {}}, model_volume(spec.kubernetes)],
+        "containers": [
+            {
+                "name": "aiperf",
+                "image": aiperf_image(spec.kubernetes),
+                "command": ["python3", "-c", runner_source(), "--steps-dir", ARTIFACTS, *steps],
+                "env": [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), *env_tokenizer,
+                        {"name": "PYTHONUNBUFFERED", "value": "1"}],
+                "resources": {"limits": dict(resources), "requests": dict(resources)},
+                "volumeMounts": [*(dict(m) for m in mount), {**MODEL_MOUNT, "readOnly": True}],
+            },
+            {
+                "name": "control",
+                "image": k.uploader_image,
+                "command": ["sh", "-c", RUNNER_CONTROL_SCRIPT],
+                "env": [{"name": "BENCHCTL_STEPS", "value": " ".join(steps)},
+                        {"name": "BENCHCTL_DIR", "value": ARTIFACTS},
+                        {"name": "BENCHCTL_CONTROL", "value": control_uri},
+                        {"name": "BENCHCTL_RAW_PREFIX", "value": raw_prefix},
+                        {"name": "AWS_REGION", "value": region},
+                        {"name": "AWS_DEFAULT_REGION", "value": region}],
+                "volumeMounts": [dict(m) for m in mount],
+            },
+        ],
+    }
+    return _job(k.namespace, job_name(campaign_id, experiment, group), lbl, pod_spec, active_deadline_s)

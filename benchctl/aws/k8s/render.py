@@ -19,17 +19,17 @@ from typing import Any
 
 from benchctl import aiperf_args
 from benchctl.aws.k8s.common import (
-    ARTIFACT_OUT,
     DGD_API_VERSION,
     FRONTEND_PORT,
     GPU,
-    INPUTS_DIR,
     KVBM_BASE_MEMORY_GIB,
     LABEL_MANAGED,
     LABEL_ROLE,
     LAKE_PLACEHOLDER,
     MODEL_MOUNT,
     NODEPOOL_API_VERSION,
+    REGION_PLACEHOLDER,
+    RUNS_PLACEHOLDER,
     dgd_name,
     frontend_service_url,
     hf_env,
@@ -42,7 +42,13 @@ from benchctl.aws.k8s.common import (
     runtime_version,
     scheduling,
 )
-from benchctl.aws.k8s.jobs import render_load_job, render_prefetch_job, render_smoke_job
+from benchctl.aws.k8s.jobs import (
+    _with_artifact_dir,
+    render_prefetch_job,
+    render_runner_job,
+    render_smoke_job,
+    runner_step_dir,
+)
 from benchctl.plan import plan_campaign
 from benchctl.ports import DeploymentRequest
 from benchctl.spec import CampaignSpec, Experiment, Kubernetes, KvOffload, ModelSpec, PoolSpec, WorkerGroup
@@ -349,27 +355,30 @@ def _nodepool_nodes(spec: CampaignSpec) -> dict[str, int]:
     return out
 
 
-def _deadline(spec: CampaignSpec, est_s: float) -> int:
-    """A load Job's own deadline: the campaign's limit for it (estimate + load grace, see
-    campaign.check_load) plus time to pull images and fetch the dataset. A backstop, not the rule."""
-    return math.ceil(est_s + spec.timeouts.load_grace_s + 600)
-
-
-def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAKE_PLACEHOLDER) -> list[tuple[str, JSON]]:
+def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAKE_PLACEHOLDER,
+                    runs_uri: str = RUNS_PLACEHOLDER, region: str = REGION_PLACEHOLDER) -> list[tuple[str, JSON]]:
     """Every manifest a campaign applies, as (relative path, object), in apply order.
 
-    ``lake_uri`` is the S3 lake root (``BENCHCTL_LAKE_URI``); the default is a visible placeholder. The
-    step Jobs' ``--server-metrics`` (the workers' pod addresses) are known only at launch: not rendered.
+    Load: one runner Job per workload of an experiment (``jobs/<workload>.yaml``; the warm-up's is
+    ``jobs/warmup.yaml``); what each step asks of it is :func:`render_requests`. ``lake_uri`` is the S3
+    lake root (``BENCHCTL_LAKE_URI``), ``runs_uri`` the run stores' root; the defaults are visible
+    placeholders.
     """
-    from benchctl.campaign import step_dataset
-
     plan = plan_campaign(spec, "aws")
     out: list[tuple[str, JSON]] = []
     for pool, nodes in sorted(_nodepool_nodes(spec).items()):
         out.append((f"nodepools/{pool}.yaml", render_nodepool(spec, campaign_id, pool, nodes)))
     if spec.kubernetes.prefetch_model:
         out.append(("prefetch-job.yaml", render_prefetch_job(spec.model, spec.kubernetes, campaign_id)))
-    datasets: dict[str, str | None] = {}
+    grace = spec.timeouts.load_grace_s
+    control = f"{runs_uri.rstrip('/')}/{campaign_id}/runner/"
+
+    def runner(e: str, group: str, steps: list[tuple[str, float]]) -> JSON:
+        raw = raw_s3_uri(campaign_id, e, steps[0][0], lake_uri)
+        return render_runner_job(spec, campaign_id, e, group, [s for s, _ in steps], raw[: -len(f"{steps[0][0]}/")],
+                                 f"{control}{e}/", region,
+                                 active_deadline_s=int(sum(est for _, est in steps) + grace * len(steps) + 1800))
+
     for exp_plan in plan.experiments:
         e = exp_plan.name
         url = frontend_service_url(spec.kubernetes.namespace, campaign_id, e)
@@ -377,33 +386,50 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
         out.append((f"experiments/{e}/smoke-job.yaml", render_smoke_job(spec, campaign_id, e, url)))
         steps = exp_plan.steps
         if spec.warmup.request_count and steps:
+            out.append((f"experiments/{e}/jobs/warmup.yaml",
+                        runner(e, "warmup", [("warmup", 60.0 + spec.warmup.request_count)])))
+        for workload in dict.fromkeys(s.workload for s in steps):
+            group = [(s.step_id, s.est_s) for s in steps if s.workload == workload]
+            out.append((f"experiments/{e}/jobs/{workload}.yaml", runner(e, workload, group)))
+    return out
+
+
+def render_requests(spec: CampaignSpec, campaign_id: str) -> list[tuple[str, JSON]]:
+    """What LaunchLoad puts in the run store for each step's runner Job (``experiments/<e>/requests/<step>.json``):
+    AIPerf's argv in the Job's paths (artifacts to ``/artifacts/<step>/out``, the step's kept input from
+    ``/artifacts/<step>/inputs/``) and the step's deadline. The workers' ``--server-metrics`` (their pod
+    addresses) are known only at launch: not rendered."""
+    from benchctl.campaign import step_dataset
+
+    grace = spec.timeouts.load_grace_s
+    out: list[tuple[str, JSON]] = []
+
+    def request(step_id: str, argv: list[str], est_s: float) -> JSON:
+        return {"argv": _with_artifact_dir(argv, f"{runner_step_dir(step_id)}/out"), "deadline_s": est_s + grace}
+
+    for exp_plan in plan_campaign(spec, "aws").experiments:
+        e, steps = exp_plan.name, exp_plan.steps
+        url = frontend_service_url(spec.kubernetes.namespace, campaign_id, e)
+        if spec.warmup.request_count and steps:
             # as campaign.launch_warmup: highest concurrency, the first step's input length, short outputs
             first = steps[0]
             _, osl = spec.workloads[0].max_lengths()
             isl = first.isl or first.params["isl_range"][0]
             argv = aiperf_args.warmup_args(
-                model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
+                model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir="",
                 request_count=spec.warmup.request_count, concurrency=max(s.concurrency or 1 for s in steps),
                 isl=isl, osl=min(osl, 64), seed=spec.seed, tokenizer_revision=spec.model.revision,
                 sampling=spec.sampling_fields(), thinking=spec.thinking,
             )
-            out.append((f"experiments/{e}/jobs/warmup.yaml",
-                        render_load_job(spec, campaign_id, e, "warmup", argv,
-                                        raw_s3_uri(campaign_id, e, "warmup", lake_uri),
-                                        active_deadline_s=_deadline(spec, 60.0 + spec.warmup.request_count))))
+            out.append((f"experiments/{e}/requests/warmup.json",
+                        request("warmup", argv, 60.0 + spec.warmup.request_count)))
         for step in steps:
-            if step.step_id not in datasets:
-                ds = step_dataset(step)
-                datasets[step.step_id] = ds.name if ds is not None else None
-            name = datasets[step.step_id]
-            raw = raw_s3_uri(campaign_id, e, step.step_id, lake_uri)
+            ds = step_dataset(step)
             argv = aiperf_args.step_args(
-                step, model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir=ARTIFACT_OUT,
-                input_file=f"{INPUTS_DIR}/{name}" if name else None, slo=spec.slo.model_dump(),
-                tokenizer_revision=spec.model.revision, sampling=spec.sampling_fields(), thinking=spec.thinking,
+                step, model=spec.model.name, tokenizer=spec.model.name, url=url, artifact_dir="",
+                input_file=f"{runner_step_dir(step.step_id)}/inputs/{ds.name}" if ds is not None else None,
+                slo=spec.slo.model_dump(), tokenizer_revision=spec.model.revision, sampling=spec.sampling_fields(),
+                thinking=spec.thinking,
             )
-            out.append((f"experiments/{e}/jobs/{step.step_id}.yaml",
-                        render_load_job(spec, campaign_id, e, step.step_id, argv, raw,
-                                        input_s3_uri=f"{raw}inputs/{name}" if name else None,
-                                        active_deadline_s=_deadline(spec, step.est_s))))
+            out.append((f"experiments/{e}/requests/{step.step_id}.json", request(step.step_id, argv, step.est_s)))
     return out

@@ -1,7 +1,14 @@
 """The AIPerf load runner: one process that pays AIPerf's start-up once and forks one AIPerf run per step.
 
-``python -m benchctl.local.aiperf_runner`` is started once per local campaign by ``benchctl.local.load``
-(in its own session, like every process of the local engine). It imports AIPerf's CLI, loads the
+Two front-ends, one runner. Locally, ``python -m benchctl.load_runner`` is started once per campaign by
+``benchctl.local.load`` (in its own session, like every process of the local engine) and reads its
+requests on stdin. On EKS, one load Job per workload of an experiment runs this file's source
+(``python3 -c``, rendered by ``benchctl.aws.k8s.jobs.render_runner_job``; the load image has AIPerf and
+nothing of benchctl) with ``--steps-dir DIR STEP...``: it runs the workload's steps in order, each when its
+request file appears (``DIR/<step>/request.json``: ``{"argv", "deadline_s"}``, put there by the Job's
+control container once the state machine launched the step), writes ``DIR/<step>/exit_code`` when the
+run ended (124 when it passed its deadline and was stopped), and touches ``DIR/alive`` while it lives.
+Standard library only (AIPerf is imported when run). It imports AIPerf's CLI, loads the
 tokenizer and tokenizes AIPerf's prompt corpus once, freezes that heap (``gc.freeze``), then reads one
 request per line on stdin. Each request forks a child that is an ordinary ``aiperf profile`` run: its
 own argv (dataset, seed, artifact directory), its own services and exporters, its own log; AIPerf's code
@@ -54,7 +61,7 @@ def _start_time(pid: int) -> int:
     return int(raw[raw.rfind(")") + 2 :].split()[19])
 
 
-def warm(tokenizer: str | None) -> dict[str, Any]:
+def warm(tokenizer: str | None, revision: str | None = None) -> dict[str, Any]:
     """Import AIPerf, preload the tokenizer and the corpus tokens; returns timings (s)."""
     t0 = time.perf_counter()
     import aiperf.cli  # what the CLI process imports before it forks its services
@@ -83,7 +90,11 @@ def warm(tokenizer: str | None) -> dict[str, Any]:
         return cache[key]
 
     Tokenizer.from_pretrained = classmethod(from_pretrained)
-    preloaded = Tokenizer.from_pretrained(tokenizer)
+    try:  # the run's own load reports a tokenizer that cannot be had; a runner without it is only slower
+        preloaded = Tokenizer.from_pretrained(tokenizer, revision=revision or "main")
+    except Exception as exc:
+        info["tokenizer_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        return info
     info["tokenizer"] = tokenizer
     info["tokenizer_s"] = round(time.perf_counter() - t_import, 2)
     t_tok = time.perf_counter()
@@ -230,7 +241,58 @@ class Runner:
         return 0
 
 
-def main() -> int:
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def serve_steps(runner: Runner, base: Path, steps: list[str], *, poll_s: float = 0.1, beat_s: float = 5.0) -> int:
+    """The load Job's front-end: each step in order, when its request file appears; see the docstring."""
+    alive = base / "alive"
+    last_beat = [0.0]
+
+    def beat() -> None:
+        if time.monotonic() - last_beat[0] >= beat_s:
+            last_beat[0] = time.monotonic()
+            alive.touch()
+
+    for step in steps:
+        d = base / step
+        while not (d / "request.json").is_file():
+            if runner.stopping or (base / "stop").exists():
+                return 0
+            beat()
+            time.sleep(poll_s)
+        req = json.loads((d / "request.json").read_text(encoding="utf-8"))
+        (d / "out").mkdir(parents=True, exist_ok=True)
+        ended = d / "ended.json"
+        runner.fork({"job_id": step, "argv": list(req["argv"]), "log": str(d / "aiperf.log"), "cwd": str(d),
+                     "started": str(d / "started.json"), "exit": str(ended)})
+        deadline = time.monotonic() + float(req.get("deadline_s") or 7 * 86400)
+        timed_out = False
+        while runner.children and not runner.stopping:
+            runner.reap()
+            beat()
+            if not timed_out and time.monotonic() > deadline:
+                timed_out = True
+                print(f"[benchctl] step {step}: past its deadline ({req.get('deadline_s')} s): stopping it", flush=True)
+                runner.stop_children()
+            time.sleep(poll_s)
+        if runner.stopping:
+            break
+        code = 124 if timed_out else int(json.loads(ended.read_text(encoding="utf-8"))["exit_code"])
+        if code != 0:  # the Job's log shows why (what the state machine's failure_logs collects)
+            with contextlib.suppress(OSError):
+                tail = (d / "aiperf.log").read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
+                print(f"[benchctl] step {step}: AIPerf exited {code}; its last lines:", *tail, sep="\n", flush=True)
+        _atomic_text(d / "exit_code", str(code))
+    runner.stop_children()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
     runner = Runner()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -238,13 +300,22 @@ def main() -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    if args[:1] == ["--steps-dir"] and len(args) > 1:
+        with contextlib.suppress(OSError):
+            (Path(args[1]) / "alive").touch()  # beating before the imports: the control container watches it
     t0 = time.perf_counter()
-    info = warm(os.environ.get("BENCHCTL_RUNNER_TOKENIZER") or None)
+    info = warm(os.environ.get("BENCHCTL_RUNNER_TOKENIZER") or None,
+                os.environ.get("BENCHCTL_RUNNER_TOKENIZER_REVISION") or None)
     # AIPerf's services run gc.collect() at start: with the warm heap frozen those passes skip it
     gc.collect()
     gc.freeze()
     print(json.dumps({"ready": True, "pid": os.getpid(), "warm_s": round(time.perf_counter() - t0, 2), **info}),
           flush=True)
+    if args[:1] == ["--steps-dir"]:
+        if len(args) < 3:
+            print("usage: load_runner --steps-dir DIR STEP [STEP ...]", file=sys.stderr)
+            return 2
+        return serve_steps(runner, Path(args[1]), args[2:])
     return runner.serve()
 
 
