@@ -55,7 +55,22 @@ def _load_key(experiment: str, step_id: str) -> str:
     return f"loads/{experiment}/{step_id}.json"
 
 
+def _pool_events_key(experiment: str) -> str:
+    return f"pool_events/{experiment}.json"
+
+
+def runner_key(experiment: str, step_id: str = "", name: str = "") -> str:
+    """The AWS load runner's hand-over (``request.json`` by LaunchLoad, ``token.json`` by AwaitLoadEnd,
+    ``end.json`` by the runner Job; all the load Job role may touch); no step: the experiment's prefix."""
+    return f"runner/{experiment}/" + (f"{step_id}/{name}" if step_id else "")
+
+
 R = TypeVar("R")
+
+
+class _Record:
+    def to_json(self) -> JSON:
+        return _json(self)
 
 
 def _from(cls: type[R], data: JSON) -> R:
@@ -76,7 +91,7 @@ def _json(rec: Any, *, drop_none: tuple[str, ...] = ()) -> JSON:
 
 
 @dataclass
-class PoolsRecord:
+class PoolsRecord(_Record):
     """What ScalePools did to each pool of one experiment. ``records``: one per pool, what the pool port
     returned (``pool``, ``previous``, ``requested``, ``simulated`` and the adapter's own fields), written
     with ``pending: True`` BEFORE the pool changes; ``complete`` once every pool was asked. Teardown adds
@@ -94,9 +109,6 @@ class PoolsRecord:
         rec.restored = list(rec.restored or [])
         rec.handed_over = dict(rec.handed_over or {})
         return rec
-
-    def to_json(self) -> JSON:
-        return _json(self)
 
     @property
     def interrupted(self) -> bool:
@@ -222,7 +234,7 @@ class CampaignRecord:
 
 
 @dataclass
-class FailureRecord:
+class FailureRecord(_Record):
     """The first failing state of the campaign (the Catch payload names the error, not the state)."""
 
     state: str | None
@@ -234,12 +246,9 @@ class FailureRecord:
     def from_json(data: JSON) -> FailureRecord:
         return _from(FailureRecord, {"state": None, "error": "", "message": "", **data})
 
-    def to_json(self) -> JSON:
-        return _json(self)
-
 
 @dataclass
-class AbortRecord:
+class AbortRecord(_Record):
     """An abort was asked for: the next task's guard fails with ``Aborted`` (cleanup tasks go on)."""
 
     reason: str
@@ -249,12 +258,9 @@ class AbortRecord:
     def from_json(data: JSON) -> AbortRecord:
         return _from(AbortRecord, {"reason": "abort requested", **data})
 
-    def to_json(self) -> JSON:
-        return _json(self)
-
 
 @dataclass
-class RunnerRecord:
+class RunnerRecord(_Record):
     """The local runner's process (pid and start time: a reused pid is not the runner)."""
 
     pid: int
@@ -265,12 +271,9 @@ class RunnerRecord:
     def from_json(data: JSON) -> RunnerRecord:
         return RunnerRecord(pid=int(data["pid"]), start_time=data.get("start_time"), started=str(data.get("started")))
 
-    def to_json(self) -> JSON:
-        return _json(self)
-
 
 @dataclass
-class ResultRecord:
+class ResultRecord(_Record):
     """How a local execution ended (written by the runner when it returns)."""
 
     status: str
@@ -281,9 +284,6 @@ class ResultRecord:
     @staticmethod
     def from_json(data: JSON) -> ResultRecord:
         return _from(ResultRecord, {"error": None, "cause": None, "elapsed_s": 0.0, **data})
-
-    def to_json(self) -> JSON:
-        return _json(self)
 
 
 # ---------------------------------------------------------------------------------------------- facade
@@ -412,6 +412,20 @@ class RunState:
 
     def has_pools(self, experiment: str) -> bool:
         return self.store.exists(_pools_key(experiment))
+
+    def record_pool_event(self, experiment: str, key: str, row: JSON) -> None:
+        """Keep a pool's timeline row (scaled, handed over, restored) beside the experiment's pools, so the
+        budget guard reads one small object per experiment instead of the whole timeline table."""
+        data = self.store.read_json(_pool_events_key(experiment)) or {"rows": {}}
+        data["rows"][key] = row
+        self.store.write_json(_pool_events_key(experiment), data)
+
+    def pool_events(self) -> list[JSON]:
+        """Every planned experiment's pool rows (see :meth:`record_pool_event`), in no particular order."""
+        rows: list[JSON] = []
+        for experiment in self.experiment_names():
+            rows += list(((self.store.read_json(_pool_events_key(experiment)) or {}).get("rows") or {}).values())
+        return rows
 
     def deployment(self, experiment: str) -> DeploymentRecord | None:
         data = self.store.read_json(_deployment_key(experiment))

@@ -104,6 +104,7 @@ PHASES: tuple[Phase, ...] = (
 LOAD_ENDS: tuple[Event, ...] = (LOAD_END, LOAD_STOPPED)  # a load window ends with either
 POOL_HELD = (SCALE_REQUESTED, POOL_RESTORED)  # a pool is paid for from one to the other (costs)
 POINTS: tuple[Event, ...] = (POOL_RESTORED, POOL_HANDED_OVER)  # drawn as points, not spans
+POOL_EVENTS: tuple[Event, ...] = (SCALE_REQUESTED, POOL_HANDED_OVER, POOL_RESTORED)  # what a pool costs (costs)
 
 
 def row(campaign_id: str, experiment: str, event: Event, at: str, *, pool: str = "",

@@ -1,7 +1,7 @@
 """The AWS engine's answer to ``.waitForTaskToken`` states: the load runner Job reports each step's end.
 
 ``AwaitLoadEnd`` hands its task token to :class:`RunnerCallbacks`, which keeps it where the step's
-runner Job looks for it (``runner/<experiment>/<step>/token.json`` in the run store) and then runs the
+runner Job looks for it (``runstate.runner_key(experiment, step, "token.json")`` in the run store) and then runs the
 step's wake check once: when it already names a reason (the end record is there because the step ended
 before the token was kept, the serving side died, an abort was requested, the deadline passed), the
 token is answered here, at once. Otherwise the Job answers it: it sends ``SendTaskHeartbeat`` while
@@ -20,6 +20,7 @@ from typing import Any
 
 from benchctl.campaign.load import wake_reason
 from benchctl.ports import RunStore
+from benchctl.runstate import runner_key
 
 
 class RunnerCallbacks:
@@ -29,12 +30,8 @@ class RunnerCallbacks:
         self.store, self._sfn = store, sfn
         self.sent: list[tuple[str, str]] = []
 
-    @staticmethod
-    def key(experiment: str, step_id: str) -> str:
-        return f"runner/{experiment}/{step_id}/token.json"
-
     def watch(self, token: str, state: str, key: tuple[str, str], wake: Callable[[], str | None]) -> bool:
-        path = self.key(*key)
+        path = runner_key(*key, "token.json")
         again = (self.store.read_json(path) or {}).get("token") == token
         self.store.write_json(path, {"token": token, "state": state})
         reason = wake_reason(wake)

@@ -53,6 +53,7 @@ from benchctl.aws.k8s.render import NIXL_TELEMETRY_PORT, render_deployment, uses
 from benchctl.errors import ServingFailed
 from benchctl.ports import JSON, DeploymentRequest, LoadRequest, RunStore
 from benchctl.quality import answers_from_log
+from benchctl.runstate import runner_key
 from benchctl.spec import CampaignSpec
 
 DGD = ("nvidia.com/v1beta1", "DynamoGraphDeployment")
@@ -396,17 +397,13 @@ def _seconds_between(start: Any, end: Any) -> float | None:
 
 class EksLoad(_Jobs):
     """``LoadPort`` on EKS: a load runner Job per workload (``render_runner_job``); a step is a request in
-    the run store (``control``, keys ``runner/<experiment>/<step>/…``, which the load Job role may read and
-    write), its end the end record the Job writes there after uploading the step's artifacts."""
+    the run store (``control``, keys ``runstate.runner_key``, which the load Job role may read and write),
+    its end the end record the Job writes there after uploading the step's artifacts."""
 
     def __init__(self, kube: KubeSource, spec: SpecSource, campaign_id: str, *, control: RunStore,
                  region: str, **kw: Any) -> None:
         super().__init__(kube, spec, campaign_id, **kw)
         self.control, self.region = control, region
-
-    @staticmethod
-    def control_key(experiment: str, step_id: str) -> str:
-        return f"runner/{experiment}/{step_id}/"
 
     def launch(self, request: LoadRequest) -> JSON:
         if request.campaign_id != self.campaign_id:
@@ -426,12 +423,12 @@ class EksLoad(_Jobs):
             path = f"{local}/inputs/{posixpath.basename(request.input_uri.rstrip('/'))}"
             argv = [a.replace(request.input_uri, path) for a in argv]
         grace = self.spec.timeouts.load_grace_s
-        key = self.control_key(request.experiment, step)
-        self.control.write_json(key + "request.json", {"argv": argv, "deadline_s": request.est_s + grace})
+        self.control.write_json(runner_key(request.experiment, step, "request.json"),
+                                {"argv": argv, "deadline_s": request.est_s + grace})
         raw_prefix = request.artifact_uri[: -len(f"{step}/")]
         deadline = int(request.group_est_s + grace * len(steps) + 1800)
         job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, raw_prefix,
-                                f"{self.control.uri.rstrip('/')}/{self.control_key(request.experiment, '')[:-1]}",
+                                f"{self.control.uri.rstrip('/')}/{runner_key(request.experiment)}",
                                 self.region, active_deadline_s=deadline)
         name = job["metadata"]["name"]
         try:
@@ -439,19 +436,21 @@ class EksLoad(_Jobs):
         except Conflict:  # the workload's runner, started by its first step (or a redelivered event)
             if not self._ours(self.kube.get(*JOB, name, self.namespace)):
                 raise ValueError(f"Job {self.namespace}/{name} exists and is not this campaign's") from None
-        return {"job_id": request.job_id, "name": name, "namespace": self.namespace, "control": key,
+        return {"job_id": request.job_id, "name": name, "namespace": self.namespace,
+                "control": {"experiment": request.experiment, "step": step},
                 "artifact_dir": request.artifact_uri, "argv": argv,
                 "pod_selector": selector(selection(request.campaign_id, request.experiment, group))}
 
     def poll(self, state: JSON) -> int | None:
         """The step's exit code from its end record; a runner Job that ended without one failed the step."""
-        end = self.control.read_json(state["control"] + "end.json")
+        end_key = runner_key(state["control"]["experiment"], state["control"]["step"], "end.json")
+        end = self.control.read_json(end_key)
         if end is not None:
             return int(end["exit_code"])
         code = job_status(self.kube, state)
         if code is None:
             return None
-        end = self.control.read_json(state["control"] + "end.json")  # written just before the Job ended
+        end = self.control.read_json(end_key)  # written just before the Job ended
         return int(end["exit_code"]) if end is not None else (code or 1)
 
     def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:

@@ -92,6 +92,8 @@ def record_event(p: Providers, campaign_id: str, experiment: str, event: timelin
                  pool: str = "", **detail: Any) -> None:
     """Record one timeline event (idempotent per experiment/event/key: the same lake part is rewritten)."""
     row = timeline.row(campaign_id, experiment, event, now_iso(p.clock), pool=pool, **detail)
+    if event in timeline.POOL_EVENTS:  # the budget guard's input, kept small in the run store as well
+        p.state.record_pool_event(experiment, timeline.part_name(event, key), row)
     p.lake.write("timeline", [row], part_name=timeline.part_name(event, key))
 
 

@@ -13,7 +13,7 @@ from benchctl.datasets import Dataset, prefix_dataset, sequence_dataset
 from benchctl.errors import BudgetExceeded, DeadlineExceeded, LoadFailed
 from benchctl.plan import StepPlan
 from benchctl.ports import LoadRequest, Providers
-from benchctl.runstate import WARMUP, LoadRecord
+from benchctl.runstate import WARMUP, CampaignRecord, LoadRecord
 from benchctl.spec import CampaignSpec
 
 # Hash ids of one step's prefix dataset live in [index * span, (index + 1) * span): disjoint per step,
@@ -91,7 +91,12 @@ def launch_warmup(p: Providers, ctx: Ctx, task: Task) -> JSON:
 
 
 def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> None:
-    """Before a step: accrued cost + the remaining estimate must stay within the budget, else abort."""
+    """Before a step: accrued cost + the remaining estimate must stay within the budget, else abort.
+
+    Reads one small object per experiment (its pools' rows, ``RunState.pool_events``) and the campaign
+    record, never the timeline table (hundreds of objects on S3 by the end of a long campaign). What is
+    done follows from the plan's order: experiments run one at a time and steps in order, and a failed
+    step or experiment ends the campaign, so every step before this one is done."""
     from benchctl.costs import budget_problem
 
     spec, plan = p.state.spec(), p.state.plan()
@@ -99,11 +104,16 @@ def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> None:
         return
     done: set[tuple[str, str]] = set()
     for e in plan.experiments:
-        done.update((e.name, s) for s, rec in p.state.loads(e.name) if rec.ended and s != WARMUP)
-        dep = p.state.deployment(e.name)
-        if dep is not None and dep.torn_down:
-            done.update((e.name, s.step_id) for s in e.steps)  # a finished (or failed) experiment
-    problem = budget_problem(spec, plan, p.lake.read_table("timeline", ctx.campaign_id), done, now_iso(p.clock))
+        ids = [s.step_id for s in e.steps]
+        if e.name == experiment:
+            done.update((e.name, s) for s in ids[: ids.index(step_id)])
+            break
+        done.update((e.name, s) for s in ids)
+    rows = p.state.pool_events()
+    started = (p.state.campaign() or CampaignRecord(campaign_id=ctx.campaign_id)).started_at
+    if started:  # elapsed time runs from the campaign's start (its first timeline event, Plan's)
+        rows.append({"event": "", "at": started})
+    problem = budget_problem(spec, plan, rows, done, now_iso(p.clock))
     if problem:
         record_event(p, ctx.campaign_id, experiment, timeline.BUDGET_EXCEEDED, key=step_id, step_id=step_id,
                      reason=problem)

@@ -38,7 +38,7 @@ from benchctl.local.runstore import LocalRunStore
 from benchctl.plan import plan_campaign
 from benchctl.ports import Providers
 from benchctl.quality import LOG_MARK
-from benchctl.runstate import RunState
+from benchctl.runstate import RunState, runner_key
 from benchctl.spec import CampaignSpec, parse_spec
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import arithmetic
@@ -268,8 +268,8 @@ def end_runner_step(p: Providers, experiment: str, step_id: str, exit_code: int)
     """What a load runner Job's control container does when a step ended: its end record in the run store."""
     assert isinstance(p.load, EksLoad)
     rec = p.state.load(experiment, step_id)
-    assert rec is not None and p.load.control.read_json(rec.state["control"] + "request.json") is not None
-    p.load.control.write_json(rec.state["control"] + "end.json", {"exit_code": exit_code, "ended_at": 0})
+    assert rec is not None and p.load.control.read_json(runner_key(experiment, step_id, "request.json")) is not None
+    p.load.control.write_json(runner_key(experiment, step_id, "end.json"), {"exit_code": exit_code, "ended_at": 0})
 
 
 def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> tuple[Providers, Ctx, S3NamedLake]:

@@ -142,6 +142,7 @@ def load_jobs(world: World) -> dict[tuple[str, str], list[str]]:
     """(experiment, step) -> the argv its workload's runner Job got (the step's request in the run store),
     for every step the campaign launched; each is a step of a runner Job the campaign sent."""
     from benchctl.aws.eks import EksLoad
+    from benchctl.runstate import runner_key
 
     load = world.providers.load
     assert isinstance(load, EksLoad)
@@ -154,7 +155,7 @@ def load_jobs(world: World) -> dict[tuple[str, str], list[str]]:
     out = {}
     for exp, steps in runners.items():
         for step in steps:
-            req = load.control.read_json(load.control_key(exp, step) + "request.json")
+            req = load.control.read_json(runner_key(exp, step, "request.json"))
             assert req is not None, (exp, step)
             out[(exp, step)] = list(req["argv"])
     return out

@@ -161,7 +161,7 @@ def _literals(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-RUN_STORE_KEY = re.compile(r"^(loads|pools|deployments|smoke)/|^(spec|spec_meta|plan|preflight|campaign|failure|"
+RUN_STORE_KEY = re.compile(r"^(loads|pools|pool_events|deployments|smoke|runner)/|^(spec|spec_meta|plan|preflight|campaign|failure|"
                            r"abort|runner|result)\.json$")
 
 

@@ -60,3 +60,31 @@ def test_guard_before_each_step(tmp_path, hours_held, max_usd, refused):
     assert load.launched == []  # nothing started
     events = [r["event"] for r in p.lake.read_table("timeline", "camp-b")]
     assert "budget_exceeded" in events
+
+
+class NoTimelineReads(LocalLake):
+    def read_table(self, table, campaign_id=None):
+        if table == "timeline":
+            raise AssertionError("the budget guard read the timeline table")
+        return super().read_table(table, campaign_id)
+
+
+def test_guard_reads_the_run_stores_pool_rows_not_the_timeline_and_agrees_with_it(tmp_path):
+    """The guard's accrued cost comes from the run store's pool rows (one object per experiment); the
+    same figure the costs module computes from the whole timeline table."""
+    from benchctl.costs import accrued_usd
+    from benchctl.runstate import RunState
+
+    t = [1_700_000_000.0]
+    p, ctx, load = _providers(tmp_path, 100.0, lambda: t[0])
+    p.lake = NoTimelineReads(tmp_path / "lake")
+    campaign.scale_pools(p, ctx, Task("agg"))
+    t[0] += 5 * 3600
+    with pytest.raises(BudgetExceeded, match=r"accrued \$110\.30"):
+        campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
+    rows = RunState(p.state.store).pool_events()
+    assert [r["event"] for r in rows] == ["scale_requested"]
+    spec, plan = p.state.spec(), p.state.plan()
+    timeline = LocalLake(tmp_path / "lake").read_table("timeline", "camp-b")
+    now = "2023-11-15T03:13:20+00:00"
+    assert accrued_usd(spec, plan, rows, now) == pytest.approx(accrued_usd(spec, plan, timeline, now))

@@ -561,7 +561,8 @@ else:
     for k, step in enumerate(steps):  # LaunchLoad's request and the kept input; AwaitLoadEnd's token
         (bucket / f"b/runs/c/runner/agg/{step}").mkdir(parents=True)
         (bucket / f"b/runs/c/runner/agg/{step}/request.json").write_text(json.dumps({"argv": ["profile"]}))
-        (bucket / f"b/runs/c/runner/agg/{step}/token.json").write_text(json.dumps({"token": f"tok-{step}"}))
+        (bucket / f"b/runs/c/runner/agg/{step}/token.json").write_text(  # as the run store writes it
+            json.dumps({"token": f"tok-{step}", "state": "AwaitLoadEnd"}, indent=2, sort_keys=True))
         (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs").mkdir(parents=True)
         (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs/d.jsonl").write_text(f"{k}\n")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "BENCHCTL_STEPS": " ".join(steps),

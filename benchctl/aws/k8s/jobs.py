@@ -193,10 +193,14 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JS
 # the runner stopped beating; when the step's exit code appears, upload its artifacts, write the step's end
 # record (CheckLoad reads it), answer the task token (Step Functions resumes at once), free the space.
 # 95: the runner died; 96: the inputs could not be fetched; 97: the upload or the end record failed.
+# POSIX sh and coreutils only (the AWS CLI image is a minimal Amazon Linux: no jq, no Python of its own).
 RUNNER_CONTROL_SCRIPT = """\
 set -u
 token() {
-  aws s3 cp --quiet "${BENCHCTL_CONTROL}$1/token.json" - 2>/dev/null | sed -n 's/.*"token": *"\\([^"]*\\)".*/\\1/p'
+  t=$(aws s3 cp --quiet "${BENCHCTL_CONTROL}$1/token.json" - 2>/dev/null) || return 0
+  t=${t#*'"token":'}
+  t=${t#*'"'}
+  printf '%s' "${t%%'"'*}"
 }
 for step in $BENCHCTL_STEPS; do
   d="$BENCHCTL_DIR/$step"
@@ -212,7 +216,9 @@ for step in $BENCHCTL_STEPS; do
     sleep 1
     n=$((n + 1))
     if [ $((n % 20)) -eq 0 ]; then
-      if [ -n "$(find "$BENCHCTL_DIR/alive" -mmin +1 2>/dev/null)" ]; then echo "the AIPerf runner stopped"; exit 95; fi
+      now=$(date +%s)
+      beat=$(stat -c %Y "$BENCHCTL_DIR/alive" 2>/dev/null || echo "$now")
+      if [ $((now - beat)) -gt 60 ]; then echo "the AIPerf runner stopped beating"; exit 95; fi
       t=$(token "$step")
       [ -n "$t" ] && aws stepfunctions send-task-heartbeat --task-token "$t" >/dev/null 2>&1
     fi

@@ -51,6 +51,7 @@ from benchctl.aws.k8s.jobs import (
 )
 from benchctl.plan import plan_campaign
 from benchctl.ports import DeploymentRequest
+from benchctl.runstate import runner_key
 from benchctl.spec import CampaignSpec, Experiment, Kubernetes, KvOffload, ModelSpec, PoolSpec, WorkerGroup
 
 JSON = dict[str, Any]
@@ -371,12 +372,12 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
     if spec.kubernetes.prefetch_model:
         out.append(("prefetch-job.yaml", render_prefetch_job(spec.model, spec.kubernetes, campaign_id)))
     grace = spec.timeouts.load_grace_s
-    control = f"{runs_uri.rstrip('/')}/{campaign_id}/runner/"
+    control = f"{runs_uri.rstrip('/')}/{campaign_id}/"
 
     def runner(e: str, group: str, steps: list[tuple[str, float]]) -> JSON:
         raw = raw_s3_uri(campaign_id, e, steps[0][0], lake_uri)
         return render_runner_job(spec, campaign_id, e, group, [s for s, _ in steps], raw[: -len(f"{steps[0][0]}/")],
-                                 f"{control}{e}/", region,
+                                 f"{control}{runner_key(e)}", region,
                                  active_deadline_s=int(sum(est for _, est in steps) + grace * len(steps) + 1800))
 
     for exp_plan in plan.experiments:
