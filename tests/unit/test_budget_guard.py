@@ -82,6 +82,7 @@ def test_guard_reads_the_run_stores_pool_rows_not_the_timeline_and_agrees_with_i
     t[0] += 5 * 3600
     with pytest.raises(BudgetExceeded, match=r"accrued \$110\.30"):
         campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
+    assert load.launched == []  # refused before anything started
     rows = RunState(p.state.store).pool_events()
     assert [r["event"] for r in rows] == ["scale_requested"]
     spec, plan = p.state.spec(), p.state.plan()
