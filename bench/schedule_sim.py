@@ -142,10 +142,11 @@ IMPROVED = Strategy(reorder=True, keep_warm=True, prepull=True, prefetch=True)
 IMPROVEMENTS = ("reorder", "keep_warm", "prepull", "prefetch")
 def engine_now(spec: CampaignSpec) -> Strategy:
     """What the AWS engine runs: pools kept warm (ExperimentPlan.handover), one load runner Job per workload
-    whose steps end as task-token events with ingestion overlapped, and the model prefetch started by
-    ScalePools before the GPU pools when the spec asks for it (``kubernetes.prefetch_model``; else the
-    volume must hold the model, or the workers download it). No image pre-pull, no reordering."""
-    return Strategy(keep_warm=True, runner=True, prefetch=spec.kubernetes.prefetch_model)
+    whose steps end as task-token events with ingestion overlapped, the runtime image pre-pulled on each
+    GPU node as it joins (a DaemonSet ScalePools creates before scaling), and the model prefetch started
+    by ScalePools before the GPU pools when the spec asks for it (``kubernetes.prefetch_model``; else the
+    volume must hold the model, or the workers download it). No reordering."""
+    return Strategy(keep_warm=True, runner=True, prepull=True, prefetch=spec.kubernetes.prefetch_model)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ FAILED_STEP = "concurrency-sweep-c1-r0"  # made to fail in every campaign: its l
 
 
 def job_problems(job: dict[str, Any]) -> list[str]:
-    """Kubernetes' own Job schema (kubernetes-validate's bundled OpenAPI, strict: unknown fields refused)."""
+    """Kubernetes' own schema of a built-in kind (Job, DaemonSet; kubernetes-validate's bundled OpenAPI, strict:
+    unknown fields refused)."""
     try:
         kubernetes_validate.validate(job, K8S_VERSION, strict=True)
     except kubernetes_validate.ValidationError as err:
@@ -38,6 +39,7 @@ def upstream_api() -> FakeKubeApi:
     api.validate_with("DynamoGraphDeployment", crd_schemas.problems)
     api.validate_with("NodePool", crd_schemas.problems)
     api.validate_with("Job", job_problems)
+    api.validate_with("DaemonSet", job_problems)  # the same: Kubernetes' own schema, strict
     api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())))
     return api
 

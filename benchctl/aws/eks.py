@@ -5,11 +5,7 @@
   (FACTS); ``status.state == failed`` is a ServingFailed naming the conditions. Teardown deletes, by
   our labels only, the experiment's Jobs and then its deployment; ``remaining`` says what is still
   going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
-* ``EksLoad`` (LoadPort): one load runner Job per workload of an experiment (the warm-up its own),
-  created at the workload's first step; each step is a request in the run store that the Job's control
-  container picks up; the step's end is the end record it writes after uploading the step's artifacts to
-  its raw S3 prefix (``poll``; a Job that ended without it is a failed step); ``failure_logs`` collects
-  the pods' log tails; ``stop`` deletes the Job (Foreground: its pods go with it).
+* ``EksLoad`` (LoadPort, ``benchctl.aws.eks_load``): one load runner Job per workload of an experiment.
 * ``EksSmoke`` (SmokePort): a short Job of a few chat requests plus a ``/metrics`` GET against the
   frontend; started by SmokeTest, polled by CheckSmoke.
 
@@ -25,7 +21,6 @@ Grove overwrites on pods): nothing of anybody else's is touched. Every create an
 from __future__ import annotations
 
 import contextlib
-import posixpath
 import re
 import time
 from collections.abc import Callable
@@ -43,21 +38,24 @@ from benchctl.aws.k8s.common import (
     selector,
 )
 from benchctl.aws.k8s.jobs import (
-    _with_artifact_dir,
     render_prefetch_job,
-    render_runner_job,
     render_smoke_job,
-    runner_step_dir,
 )
-from benchctl.aws.k8s.render import NIXL_TELEMETRY_PORT, render_deployment, uses_kvbm
+from benchctl.aws.k8s.render import (
+    NIXL_TELEMETRY_PORT,
+    prepull_pools,
+    render_deployment,
+    render_prepull,
+    uses_kvbm,
+)
 from benchctl.errors import ServingFailed
-from benchctl.ports import JSON, DeploymentRequest, LoadRequest, RunStore
+from benchctl.ports import JSON, DeploymentRequest
 from benchctl.quality import answers_from_log
-from benchctl.runstate import runner_key
 from benchctl.spec import CampaignSpec
 
 DGD = ("nvidia.com/v1beta1", "DynamoGraphDeployment")
 JOB = ("batch/v1", "Job")
+DAEMONSET = ("apps/v1", "DaemonSet")
 KubeSource = KubeClient | Callable[[], KubeClient]
 SpecSource = CampaignSpec | Callable[[], CampaignSpec]
 
@@ -171,17 +169,23 @@ class EksServing(_Kube):
     """``ServingPort`` on EKS: the experiment's DynamoGraphDeployment, rendered from the request as given."""
 
     def prepare(self, request: DeploymentRequest) -> None:
-        """With ``kubernetes.prefetch_model``: the campaign's model prefetch Job (once per campaign; a CPU
-        node's work), created by ScalePools before the GPU pools are scaled, so the download runs while the
-        GPU nodes boot. Deploy waits for it before applying the deployment."""
+        """Called by ScalePools before the GPU pools are scaled: a pre-pull DaemonSet per pool of the
+        experiment (``render_prepull``: the runtime image is pulled on each node as it joins, while the
+        others boot), and with ``kubernetes.prefetch_model`` the campaign's model prefetch Job (once per
+        campaign; a CPU node's work), so the download runs while the GPU nodes boot. Deploy waits for the
+        prefetch before applying the deployment; teardown deletes the DaemonSets with the experiment."""
         target = request.target
-        if target is None or not target.kubernetes.prefetch_model:
+        if target is None:
             return
         if request.campaign_id != self.campaign_id:
             raise ValueError(f"deployment {request.deployment_id}: campaign {request.campaign_id!r} is not "
                              f"{self.campaign_id!r}")
-        with contextlib.suppress(Conflict):  # an earlier experiment of this campaign started it
-            self.kube.create(render_prefetch_job(target.model, target.kubernetes, self.campaign_id))
+        for pool in prepull_pools(target):
+            with contextlib.suppress(Conflict):  # a redelivered event: our own (the name carries the campaign)
+                self.kube.create(render_prepull(target, self.campaign_id, pool))
+        if target.kubernetes.prefetch_model:
+            with contextlib.suppress(Conflict):  # an earlier experiment of this campaign started it
+                self.kube.create(render_prefetch_job(target.model, target.kubernetes, self.campaign_id))
 
     def deploy(self, request: DeploymentRequest) -> JSON:
         """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first wait
@@ -362,8 +366,8 @@ class EksServing(_Kube):
     def teardown(self, state: JSON) -> JSON:
         experiment, namespace = state["deployment_id"], self._namespace(state)
         sel = selector(selection(self.campaign_id, experiment))
-        removed: JSON = {"jobs": [], "deployments": []}
-        for kind, key in ((JOB, "jobs"), (DGD, "deployments")):  # load first, then serving
+        removed: JSON = {"jobs": [], "deployments": [], "prepull": []}
+        for kind, key in ((JOB, "jobs"), (DGD, "deployments"), (DAEMONSET, "prepull")):  # load, serving, images
             for obj in self.kube.list(*kind, namespace, sel):
                 name = obj["metadata"]["name"]
                 if self._ours(obj) and self.kube.delete(*kind, name, namespace):
@@ -373,7 +377,7 @@ class EksServing(_Kube):
     def remaining(self, state: JSON) -> list[str]:
         """What of the experiment is still there after ``teardown`` (objects being deleted, their pods).
         Never waits: the state machine polls this (TeardownExperiment comes back until it is empty)."""
-        return self._left(self._namespace(state), (JOB, DGD),
+        return self._left(self._namespace(state), (JOB, DGD, DAEMONSET),
                           selector(selection(self.campaign_id, state["deployment_id"])))
 
     def _namespace(self, state: JSON) -> str:
@@ -393,74 +397,6 @@ def _seconds_between(start: Any, end: Any) -> float | None:
                 - datetime.fromisoformat(str(start).replace("Z", "+00:00"))).total_seconds()
     except ValueError:
         return None
-
-
-class EksLoad(_Jobs):
-    """``LoadPort`` on EKS: a load runner Job per workload (``render_runner_job``); a step is a request in
-    the run store (``control``, keys ``runstate.runner_key``, which the load Job role may read and write),
-    its end the end record the Job writes there after uploading the step's artifacts."""
-
-    def __init__(self, kube: KubeSource, spec: SpecSource, campaign_id: str, *, control: RunStore,
-                 region: str, **kw: Any) -> None:
-        super().__init__(kube, spec, campaign_id, **kw)
-        self.control, self.region = control, region
-
-    def launch(self, request: LoadRequest) -> JSON:
-        if request.campaign_id != self.campaign_id:
-            raise ValueError(f"load {request.job_id}: campaign {request.campaign_id!r} is not {self.campaign_id!r}")
-        step = request.step_id
-        if not request.artifact_uri.startswith("s3://") or not request.artifact_uri.endswith(f"={step}/"):
-            raise ValueError(f"load {request.job_id}: artifacts go to an S3 prefix ending in '={step}/', not "
-                             f"{request.artifact_uri!r}")
-        steps = list(request.group_steps or (step,))
-        if step not in steps:
-            raise ValueError(f"load {request.job_id}: step {step!r} is not one of its runner's steps {steps}")
-        group = request.group or step
-        # the Job's paths: AIPerf writes to <step dir>/out, reads the step's kept input from <step dir>/inputs
-        local = runner_step_dir(step)
-        argv = _with_artifact_dir(list(request.argv), f"{local}/out")
-        if request.input_uri is not None:
-            path = f"{local}/inputs/{posixpath.basename(request.input_uri.rstrip('/'))}"
-            argv = [a.replace(request.input_uri, path) for a in argv]
-        grace = self.spec.timeouts.load_grace_s
-        self.control.write_json(runner_key(request.experiment, step, "request.json"),
-                                {"argv": argv, "deadline_s": request.est_s + grace})
-        raw_prefix = request.artifact_uri[: -len(f"{step}/")]
-        deadline = int(request.group_est_s + grace * len(steps) + 1800)
-        job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, raw_prefix,
-                                f"{self.control.uri.rstrip('/')}/{runner_key(request.experiment)}",
-                                self.region, active_deadline_s=deadline)
-        name = job["metadata"]["name"]
-        try:
-            self.kube.create(job)
-        except Conflict:  # the workload's runner, started by its first step (or a redelivered event)
-            if not self._ours(self.kube.get(*JOB, name, self.namespace)):
-                raise ValueError(f"Job {self.namespace}/{name} exists and is not this campaign's") from None
-        return {"job_id": request.job_id, "name": name, "namespace": self.namespace,
-                "control": {"experiment": request.experiment, "step": step},
-                "artifact_dir": request.artifact_uri, "argv": argv,
-                "pod_selector": selector(selection(request.campaign_id, request.experiment, group))}
-
-    def poll(self, state: JSON) -> int | None:
-        """The step's exit code from its end record; a runner Job that ended without one failed the step."""
-        end_key = runner_key(state["control"]["experiment"], state["control"]["step"], "end.json")
-        end = self.control.read_json(end_key)
-        if end is not None:
-            return int(end["exit_code"])
-        code = job_status(self.kube, state)
-        if code is None:
-            return None
-        end = self.control.read_json(end_key)  # written just before the Job ended
-        return int(end["exit_code"]) if end is not None else (code or 1)
-
-    def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:
-        """The last log lines of every container of the Job's pods (see :func:`job_logs`)."""
-        return job_logs(self.kube, state, tail_lines)
-
-    def stop(self, state: JSON) -> None:
-        """Delete the step's runner Job (its other steps go too: only failure paths stop a load)."""
-        with contextlib.suppress(NotFound):
-            self.kube.delete(*JOB, state["name"], state["namespace"])
 
 
 class EksSmoke(_Jobs):

@@ -104,7 +104,8 @@ class AwsEngine:
         CA from ``describe_cluster``, a presigned token that refreshes itself)."""
         from benchctl.aws.athena import AthenaReport
         from benchctl.aws.callbacks import RunnerCallbacks
-        from benchctl.aws.eks import EksLoad, EksServing, EksSmoke
+        from benchctl.aws.eks import EksServing, EksSmoke
+        from benchctl.aws.eks_load import EksLoad
         from benchctl.aws.eks_token import kube_for_cluster
         from benchctl.aws.locks import DynamoLocks
         from benchctl.aws.pools import pools_for

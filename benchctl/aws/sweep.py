@@ -23,6 +23,7 @@ from benchctl.runstate import RunState
 from benchctl.sweep import sweep
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
+         ("apps/v1", "DaemonSet", True),
          ("karpenter.sh/v1", "NodePool", False))
 
 

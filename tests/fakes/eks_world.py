@@ -26,7 +26,8 @@ from typing import Any
 import yaml
 
 from benchctl import campaign
-from benchctl.aws.eks import EksLoad, EksServing, EksSmoke
+from benchctl.aws.eks import EksServing, EksSmoke
+from benchctl.aws.eks_load import EksLoad
 from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.k8s.common import LABEL_MANAGED, LABEL_STEP
 from benchctl.aws.pools import pools_for

@@ -141,7 +141,7 @@ def test_a_one_node_p4d_auto_mode_pool_gets_eight_gpus_of_limit(worlds: dict[str
 def load_jobs(world: World) -> dict[tuple[str, str], list[str]]:
     """(experiment, step) -> the argv its workload's runner Job got (the step's request in the run store),
     for every step the campaign launched; each is a step of a runner Job the campaign sent."""
-    from benchctl.aws.eks import EksLoad
+    from benchctl.aws.eks_load import EksLoad
     from benchctl.runstate import runner_key
 
     load = world.providers.load

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from benchctl import campaign
-from benchctl.aws.eks import EksLoad, EksServing, EksSmoke
+from benchctl.aws.eks import EksServing, EksSmoke
+from benchctl.aws.eks_load import EksLoad
 from benchctl.aws.k8s.client import KubeClient
-from benchctl.aws.k8s.common import LABEL_CAMPAIGN, LABEL_MANAGED, LABEL_ROLE, dgd_name
+from benchctl.aws.k8s.common import LABEL_CAMPAIGN, LABEL_MANAGED, LABEL_ROLE, dgd_name, job_name
 from benchctl.aws.pools import pools_for
 from benchctl.aws.preflight import preflight
 from benchctl.campaign import Task, deployment_request
@@ -224,7 +225,7 @@ def test_teardown_removes_only_this_experiments_objects_and_repeats_harmlessly(a
     api.add_pod(NS, "agg-w0", labels=agg_obj["metadata"]["labels"], owner=agg_obj)
     api.set_delete_gets("DynamoGraphDeployment", 2)  # foreground deletion takes a while
     out = s.teardown(agg)  # deletes and returns at once: the state machine polls `remaining`
-    assert out == {"jobs": [], "deployments": [agg["name"]]}
+    assert out == {"jobs": [], "deployments": [agg["name"]], "prepull": []}
     polls = []
     while left := s.remaining(agg):
         polls.append(left)
@@ -232,7 +233,7 @@ def test_teardown_removes_only_this_experiments_objects_and_repeats_harmlessly(a
     assert polls and f"DynamoGraphDeployment/{agg['name']}" in polls[0]  # it was still going away
     assert api.stored("DynamoGraphDeployment", dis["name"], NS) is not None  # the other experiment stays
     again = s.teardown(agg)
-    assert again == {"jobs": [], "deployments": []} and s.remaining(agg) == []
+    assert again == {"jobs": [], "deployments": [], "prepull": []} and s.remaining(agg) == []
 
 
 # ---------------------------------------------------------------------------------------------- load
@@ -604,7 +605,8 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
 
 def _names(api: FakeKubeApi, kind: str, ours: bool = False) -> list[str]:
     kube = kube_of(api)
-    versions = {"DynamoGraphDeployment": "nvidia.com/v1beta1", "Job": "batch/v1", "Pod": "v1", "NodePool": "karpenter.sh/v1"}
+    versions = {"DynamoGraphDeployment": "nvidia.com/v1beta1", "Job": "batch/v1", "Pod": "v1", "NodePool": "karpenter.sh/v1",
+                "DaemonSet": "apps/v1"}
     ns = None if kind == "NodePool" else NS
     sel = {LABEL_CAMPAIGN: CID} if ours else None
     return [o["metadata"]["name"] for o in kube.list(versions[kind], kind, ns, sel)]
@@ -745,10 +747,12 @@ class _Recorded:
     """A pool port that records when it was asked to scale, against the Jobs the API holds at that moment."""
 
     def __init__(self, api: FakeKubeApi) -> None:
-        self.api, self.jobs_when_scaled, self.provider = api, [], "managed-nodegroup"
+        self.api, self.jobs_when_scaled, self.daemonsets_when_scaled = api, [], []
+        self.provider = "managed-nodegroup"
 
     def scale(self, pool, nodes, owner, *, before_change=None):
         self.jobs_when_scaled.append(sorted(_names(self.api, "Job", ours=True)))
+        self.daemonsets_when_scaled.append(sorted(_names(self.api, "DaemonSet", ours=True)))
         rec = {"pool": pool, "nodes": nodes, "previous": {"desired": 0}}
         if before_change:
             before_change(rec)
@@ -756,7 +760,7 @@ class _Recorded:
 
 
 @pytest.mark.parametrize("prefetch", [True, False])
-def test_scale_pools_starts_the_model_prefetch_before_any_gpu_pool(api, tmp_path, prefetch):
+def test_scale_pools_starts_the_image_prepull_and_model_prefetch_before_any_gpu_pool(api, tmp_path, prefetch):
     data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
     data["pools"][0].update(provider="managed-nodegroup", nodegroup="gpu-ng")
     data.setdefault("kubernetes", {})["prefetch_model"] = prefetch
@@ -771,6 +775,9 @@ def test_scale_pools_starts_the_model_prefetch_before_any_gpu_pool(api, tmp_path
     prefetch_jobs = [n for n in _names(api, "Job", ours=True) if "prefetch" in n]
     assert len(prefetch_jobs) == (1 if prefetch else 0)  # once per campaign, whichever experiment comes first
     assert pools.jobs_when_scaled[0] == prefetch_jobs  # there before the first pool was asked to scale
+    # each experiment's pre-pull DaemonSet on its pool exists before that pool is asked to scale
+    assert pools.daemonsets_when_scaled == [[job_name(CID, "agg", "prepull-gpu-a100")],
+                                            sorted(job_name(CID, e, "prepull-gpu-a100") for e in ("agg", "disagg"))]
 
 
 class _Sfn:

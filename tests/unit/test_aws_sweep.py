@@ -9,7 +9,7 @@ import os
 import boto3
 
 from benchctl.aws.k8s.client import KubeClient
-from benchctl.aws.k8s.common import labels
+from benchctl.aws.k8s.common import job_name, labels
 from benchctl.aws.s3 import S3RunStore
 from benchctl.runstate import CampaignRecord, RunState
 from tests.unit.test_aws_start import ASL, BUCKET, _eks_smoke_spec, _scaling, aws, cluster  # noqa: F401
@@ -55,7 +55,9 @@ def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
 
     report = {r["campaign_id"]: r for r in aws_sweep(env, kube=kube)}
     assert report["dead-1"]["action"] == "swept"
-    assert report["dead-1"]["labelled_objects_deleted"] == ["DynamoGraphDeployment/bc-agg-dead"]
+    # what it deployed, and the image pre-pull its ScalePools started on the pool
+    assert sorted(report["dead-1"]["labelled_objects_deleted"]) == [
+        f"DaemonSet/{job_name('dead-1', 'agg', 'prepull-gpu-a100')}", "DynamoGraphDeployment/bc-agg-dead"]
     assert report["live-1"]["action"] == "left alone: still running"
     assert _scaling() == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
     assert cluster.stored("DynamoGraphDeployment", "bc-agg-live", "dynamo-bench") is not None

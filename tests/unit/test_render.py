@@ -689,6 +689,7 @@ def test_cli_render_writes_the_campaign_manifests(tmp_path: Path, capsys: pytest
     plan = plan_campaign(spec, "aws")
     expected = {"prefetch-job.yaml"}  # the example fills the model volume once, before the GPU pools
     for e in plan.experiments:
+        expected |= {f"experiments/{e.name}/prepull-{pool}.yaml" for pool in e.nodes}
         expected |= {f"experiments/{e.name}/dynamographdeployment.yaml", f"experiments/{e.name}/smoke-job.yaml",
                      f"experiments/{e.name}/jobs/warmup.yaml"}
         expected |= {f"experiments/{e.name}/jobs/{s.workload}.yaml" for s in e.steps}
@@ -697,7 +698,7 @@ def test_cli_render_writes_the_campaign_manifests(tmp_path: Path, capsys: pytest
     assert written == expected
     workloads = len({s.workload for s in plan.experiments[0].steps})
     steps = len(plan.experiments[0].steps)
-    assert len(written) == 1 + len(plan.experiments) * (3 + workloads + 1 + steps)
+    assert len(written) == 1 + len(plan.experiments) * (1 + 3 + workloads + 1 + steps)
     objs = dict(r.render_campaign(spec, CID))
     assert yaml.safe_load((out / "experiments/agg-tp4x4/dynamographdeployment.yaml").read_text()) == objs[
         "experiments/agg-tp4x4/dynamographdeployment.yaml"]
@@ -706,7 +707,7 @@ def test_cli_render_writes_the_campaign_manifests(tmp_path: Path, capsys: pytest
     assert json.loads((out / f"experiments/agg-tp4x4/requests/{step}.json").read_text()) == reqs[
         f"experiments/agg-tp4x4/requests/{step}.json"]
     lines = capsys.readouterr().out.splitlines()
-    manifests = 1 + len(plan.experiments) * (3 + workloads)
+    manifests = 1 + len(plan.experiments) * (1 + 3 + workloads)
     assert len(lines) == manifests + 1 and lines[-1].startswith(
         f"{manifests} manifests and {len(plan.experiments) * (steps + 1)} step requests")
 
@@ -723,3 +724,35 @@ def test_cli_render_exits_2_on_bad_spec_and_non_empty_out(tmp_path: Path, capsys
     assert cli.main(["render", str(EXAMPLES / "seed-plan.yaml"), "--out", str(full)]) == 2
     assert "not an empty directory" in capsys.readouterr().err
     assert [p.name for p in full.iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize("name", ["seed-plan", "smoke-auto"])
+def test_prepull_daemonset_holds_each_pools_worker_images_on_its_nodes_only(name: str) -> None:
+    """Issue 16: the runtime image arrives with each GPU node (pulled as the node joins, not after Deploy):
+    a DaemonSet per experiment and pool, pinned to that pool's node group or NodePool, the image its
+    workers run there (the -efa image where they use EFA), no GPU, almost no CPU or memory, no API token."""
+    spec = SPECS[name]
+    manifests = dict(r.render_campaign(spec, CID))
+    for exp in plan_campaign(spec, "aws").experiments:
+        dgd = manifests[f"experiments/{exp.name}/dynamographdeployment.yaml"]
+        for pool in exp.nodes:
+            ds = manifests[f"experiments/{exp.name}/prepull-{pool}.yaml"]
+            k8s_valid(ds)
+            pod = ds["spec"]["template"]["spec"]
+            workers = [c for c in components(dgd) if c["type"] != "frontend"
+                       and c["podTemplate"]["spec"].get("nodeSelector") == pod["nodeSelector"]]
+            assert workers, (exp.name, pool)
+            assert sorted({c["image"] for c in pod["containers"]}) == sorted(
+                {main(w)["image"] for w in workers})  # exactly the images its workers run on these nodes
+            assert pod["tolerations"] == [{"key": kc.GPU, "operator": "Exists", "effect": "NoSchedule"}]
+            assert pod["automountServiceAccountToken"] is False
+            for c in pod["containers"]:
+                assert kc.GPU not in c["resources"]["limits"] and c["resources"]["requests"]["cpu"] == "10m"
+            assert ds["spec"]["selector"]["matchLabels"] == ds["spec"]["template"]["metadata"]["labels"]
+            assert ds["metadata"]["labels"][kc.LABEL_EXPERIMENT] == exp.name
+    if name == "seed-plan":  # disaggregated over EFA: the -efa image; aggregated: the plain one
+        images = {p: {c["image"] for c in o["spec"]["template"]["spec"]["containers"]}
+                  for p, o in manifests.items() if "/prepull-" in p}
+        assert images == {"experiments/agg-tp4x4/prepull-p4d.yaml": {"nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"},
+                          "experiments/disagg-2p2d-tp4/prepull-p4d.yaml": {
+                              "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1-efa"}}

@@ -248,7 +248,8 @@ def test_engine_now_is_what_the_aws_engine_runs_and_a_runner_per_workload_pays_t
 
     plan, spec = _example("seed-plan.yaml")
     lat = Latencies()
-    assert engine_now(spec) == replace(BASELINE, keep_warm=True, runner=True, prefetch=spec.kubernetes.prefetch_model)
+    assert engine_now(spec) == replace(BASELINE, keep_warm=True, runner=True, prepull=True,
+                                       prefetch=spec.kubernetes.prefetch_model)
     assert spec.kubernetes.prefetch_model  # the example asks for the prefetch: ScalePools starts it first
     no_prefetch = spec.model_copy(update={"kubernetes": spec.kubernetes.model_copy(update={"prefetch_model": False})})
     assert engine_now(no_prefetch).prefetch is False

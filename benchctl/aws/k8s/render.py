@@ -33,6 +33,7 @@ from benchctl.aws.k8s.common import (
     dgd_name,
     frontend_service_url,
     hf_env,
+    job_name,
     json_arg,
     labels,
     meta,
@@ -50,7 +51,7 @@ from benchctl.aws.k8s.jobs import (
     runner_step_dir,
 )
 from benchctl.plan import plan_campaign
-from benchctl.ports import DeploymentRequest
+from benchctl.ports import DeploymentRequest, DeploymentTarget
 from benchctl.runstate import runner_key
 from benchctl.spec import CampaignSpec, Experiment, Kubernetes, KvOffload, ModelSpec, PoolSpec, WorkerGroup
 
@@ -304,6 +305,46 @@ def consolidate_after(spec: CampaignSpec, pool_name: str) -> str:
     return f"{math.ceil(gap_s / 60)}m"
 
 
+def prepull_pools(target: DeploymentTarget) -> list[str]:
+    """The experiment's pools whose nodes a pre-pull DaemonSet can be pinned to (a node group or NodePool)."""
+    pools = dict.fromkeys(g.pool for g in target.experiment.workers)
+    return [p for p in pools if target.pool(p).provider in ("managed-nodegroup", "auto-mode")]
+
+
+def prepull_images(target: DeploymentTarget, pool_name: str) -> list[str]:
+    """The runtime images the experiment's workers on this pool run (the EFA image where they use EFA)."""
+    exp, pool, k = target.experiment, target.pool(pool_name), target.kubernetes
+    images = [efa_image(pool, k) if exp.mode == "disaggregated" and efa_per_worker(pool, g) else k.dynamo_image
+              for g in exp.workers if g.pool == pool_name]
+    return list(dict.fromkeys(images))
+
+
+def render_prepull(target: DeploymentTarget, campaign_id: str, pool_name: str) -> JSON:
+    """A DaemonSet on the pool's nodes (its node group or NodePool, tolerating the GPU taint) whose only
+    work is to have the experiment's runtime images on each node as soon as it joins: the ~20 GB pull
+    overlaps the other nodes' boot and the GPU device plugin's start instead of following Deploy. Created
+    by ScalePools before the pool is scaled, deleted with the experiment (our labels). Its containers hold
+    the images with ``sleep`` (no registry besides the runtime image's own), request no GPU and almost no
+    CPU or memory, and mount no API token."""
+    experiment = target.experiment.name
+    lbl = labels(campaign_id, experiment, f"prepull-{pool_name}")
+    small = {"cpu": "10m", "memory": "32Mi"}
+    containers = [{"name": f"image-{i}", "image": image, "command": ["sleep", "infinity"],
+                   "resources": {"requests": dict(small), "limits": dict(small)}}
+                  for i, image in enumerate(prepull_images(target, pool_name))]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": meta(job_name(campaign_id, experiment, f"prepull-{pool_name}"), lbl, target.kubernetes.namespace),
+        "spec": {
+            "selector": {"matchLabels": dict(lbl)},
+            "template": {"metadata": {"labels": dict(lbl)}, "spec": {
+                **scheduling(campaign_id, target.pool(pool_name)), "automountServiceAccountToken": False,
+                "terminationGracePeriodSeconds": 0, "containers": containers}},
+        },
+    }
+
+
 def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes: int) -> JSON:
     """An EKS Auto Mode (Karpenter) ``NodePool`` for one pool, room for ``nodes`` nodes of its instance type.
 
@@ -365,6 +406,8 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
     lake root (``BENCHCTL_LAKE_URI``), ``runs_uri`` the run stores' root; the defaults are visible
     placeholders.
     """
+    from benchctl.campaign import deployment_request
+
     plan = plan_campaign(spec, "aws")
     out: list[tuple[str, JSON]] = []
     for pool, nodes in sorted(_nodepool_nodes(spec).items()):
@@ -383,6 +426,10 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
     for exp_plan in plan.experiments:
         e = exp_plan.name
         url = frontend_service_url(spec.kubernetes.namespace, campaign_id, e)
+        target = deployment_request(spec, campaign_id, e).target
+        assert target is not None
+        for pool in prepull_pools(target):  # before the pools are scaled: the images arrive with the nodes
+            out.append((f"experiments/{e}/prepull-{pool}.yaml", render_prepull(target, campaign_id, pool)))
         out.append((f"experiments/{e}/dynamographdeployment.yaml", render_dgd(spec, campaign_id, e)))
         out.append((f"experiments/{e}/smoke-job.yaml", render_smoke_job(spec, campaign_id, e, url)))
         steps = exp_plan.steps

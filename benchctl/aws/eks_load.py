@@ -1,0 +1,87 @@
+"""``EksLoad`` (LoadPort on EKS): one load runner Job per workload of an experiment (the warm-up its own),
+created at the workload's first step (``render_runner_job``). Each step is a request in the run store that
+the Job's control container picks up; the step's end is the end record it writes after uploading the
+step's artifacts to its raw S3 prefix (``poll``; a Job that ended without it is a failed step);
+``failure_logs`` collects the pods' log tails; ``stop`` deletes the Job (Foreground: its pods go with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+from typing import Any
+
+from benchctl.aws.eks import JOB, KubeSource, SpecSource, _Jobs, job_logs, job_status
+from benchctl.aws.k8s.client import Conflict, NotFound
+from benchctl.aws.k8s.common import selection, selector
+from benchctl.aws.k8s.jobs import _with_artifact_dir, render_runner_job, runner_step_dir
+from benchctl.ports import JSON, LoadRequest, RunStore
+from benchctl.runstate import runner_key
+
+
+class EksLoad(_Jobs):
+    """``LoadPort`` on EKS: a load runner Job per workload (``render_runner_job``); a step is a request in
+    the run store (``control``, keys ``runstate.runner_key``, which the load Job role may read and write),
+    its end the end record the Job writes there after uploading the step's artifacts."""
+
+    def __init__(self, kube: KubeSource, spec: SpecSource, campaign_id: str, *, control: RunStore,
+                 region: str, **kw: Any) -> None:
+        super().__init__(kube, spec, campaign_id, **kw)
+        self.control, self.region = control, region
+
+    def launch(self, request: LoadRequest) -> JSON:
+        if request.campaign_id != self.campaign_id:
+            raise ValueError(f"load {request.job_id}: campaign {request.campaign_id!r} is not {self.campaign_id!r}")
+        step = request.step_id
+        if not request.artifact_uri.startswith("s3://") or not request.artifact_uri.endswith(f"={step}/"):
+            raise ValueError(f"load {request.job_id}: artifacts go to an S3 prefix ending in '={step}/', not "
+                             f"{request.artifact_uri!r}")
+        steps = list(request.group_steps or (step,))
+        if step not in steps:
+            raise ValueError(f"load {request.job_id}: step {step!r} is not one of its runner's steps {steps}")
+        group = request.group or step
+        # the Job's paths: AIPerf writes to <step dir>/out, reads the step's kept input from <step dir>/inputs
+        local = runner_step_dir(step)
+        argv = _with_artifact_dir(list(request.argv), f"{local}/out")
+        if request.input_uri is not None:
+            path = f"{local}/inputs/{posixpath.basename(request.input_uri.rstrip('/'))}"
+            argv = [a.replace(request.input_uri, path) for a in argv]
+        grace = self.spec.timeouts.load_grace_s
+        self.control.write_json(runner_key(request.experiment, step, "request.json"),
+                                {"argv": argv, "deadline_s": request.est_s + grace})
+        raw_prefix = request.artifact_uri[: -len(f"{step}/")]
+        deadline = int(request.group_est_s + grace * len(steps) + 1800)
+        job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, raw_prefix,
+                                f"{self.control.uri.rstrip('/')}/{runner_key(request.experiment)}",
+                                self.region, active_deadline_s=deadline)
+        name = job["metadata"]["name"]
+        try:
+            self.kube.create(job)
+        except Conflict:  # the workload's runner, started by its first step (or a redelivered event)
+            if not self._ours(self.kube.get(*JOB, name, self.namespace)):
+                raise ValueError(f"Job {self.namespace}/{name} exists and is not this campaign's") from None
+        return {"job_id": request.job_id, "name": name, "namespace": self.namespace,
+                "control": {"experiment": request.experiment, "step": step},
+                "artifact_dir": request.artifact_uri, "argv": argv,
+                "pod_selector": selector(selection(request.campaign_id, request.experiment, group))}
+
+    def poll(self, state: JSON) -> int | None:
+        """The step's exit code from its end record; a runner Job that ended without one failed the step."""
+        end_key = runner_key(state["control"]["experiment"], state["control"]["step"], "end.json")
+        end = self.control.read_json(end_key)
+        if end is not None:
+            return int(end["exit_code"])
+        code = job_status(self.kube, state)
+        if code is None:
+            return None
+        end = self.control.read_json(end_key)  # written just before the Job ended
+        return int(end["exit_code"]) if end is not None else (code or 1)
+
+    def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:
+        """The last log lines of every container of the Job's pods (see :func:`job_logs`)."""
+        return job_logs(self.kube, state, tail_lines)
+
+    def stop(self, state: JSON) -> None:
+        """Delete the step's runner Job (its other steps go too: only failure paths stop a load)."""
+        with contextlib.suppress(NotFound):
+            self.kube.delete(*JOB, state["name"], state["namespace"])
