@@ -103,3 +103,55 @@ def test_the_safety_net_stops_a_runner_and_its_running_aiperf(tmp_path: Path) ->
     assert not processes.is_alive(runner) and not processes.is_alive(state["process"])
     assert not processes.group_members(int(state["process"]["pid"]))  # none of its services either
     assert load.poll(state) is not None
+
+
+def test_the_load_jobs_runner_runs_each_step_when_its_request_appears_and_stops_one_past_its_deadline(
+        tmp_path: Path) -> None:
+    """The runner as the EKS load Job runs it (``python3 -c <benchctl/load_runner.py> --steps-dir DIR STEP...``)
+    with the real AIPerf: each step starts when its request file appears, its exit code file carries AIPerf's
+    own code, a step past its deadline is stopped with all its services (124), the Job's log shows a failed
+    step's last lines, and the runner leaves by itself after the last step, beating ``alive`` meanwhile."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from benchctl.aws.k8s.jobs import runner_source
+    from benchctl.local.load import aiperf_env
+
+    alone = subprocess.run([*aiperf_command(), "profile", "--no-such-option"], capture_output=True, text=True,
+                           timeout=120, check=False)
+    work = tmp_path / "artifacts"
+    work.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", runner_source(), "--steps-dir", str(work), "s1", "s2"],
+                            env={**os.environ, **aiperf_env()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        def request(step: str, argv: list[str], deadline_s: float) -> Path:
+            (work / step).mkdir()
+            tmp = work / step / "request.part"
+            tmp.write_text(json.dumps({"argv": argv, "deadline_s": deadline_s}))
+            tmp.rename(work / step / "request.json")  # as the control container hands it over
+            deadline = time.monotonic() + 120
+            while not (work / step / "exit_code").exists():
+                assert time.monotonic() < deadline and proc.poll() is None, f"step {step} did not end"
+                time.sleep(0.05)
+            return work / step
+
+        time.sleep(1.0)
+        assert not (work / "s1" / "exit_code").exists()  # nothing runs before its request
+        s1 = request("s1", ["profile", "--no-such-option"], 60.0)
+        assert int((s1 / "exit_code").read_text()) == alone.returncode
+        assert "no-such-option" in (s1 / "aiperf.log").read_text()  # AIPerf's own error, in the step's log
+        s2 = request("s2", _unserved(tmp_path, "s2").argv[:-1] + (str(s2_out := work / "s2" / "out"),), 1.5)
+        assert int((s2 / "exit_code").read_text()) == 124  # past its deadline: stopped
+        started = json.loads((s2 / "started.json").read_text())
+        assert not processes.group_members(int(started["pid"]))  # AIPerf and all its services are gone
+        assert proc.wait(timeout=60) == 0  # the last step done: the runner leaves
+        out = proc.stdout.read() if proc.stdout else ""
+        assert f"step s1: AIPerf exited {alone.returncode}" in out and "step s2: past its deadline" in out
+        assert (work / "alive").is_file() and s2_out.is_dir()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
