@@ -143,7 +143,8 @@ def test_the_load_jobs_runner_runs_each_step_when_its_request_appears_and_stops_
         s1 = request("s1", ["profile", "--no-such-option"], 60.0)
         assert int((s1 / "exit_code").read_text()) == alone.returncode
         assert "no-such-option" in (s1 / "aiperf.log").read_text()  # AIPerf's own error, in the step's log
-        s2 = request("s2", _unserved(tmp_path, "s2").argv[:-1] + (str(s2_out := work / "s2" / "out"),), 1.5)
+        s2_out = work / "s2" / "out"
+        s2 = request("s2", [*_unserved(tmp_path, "s2").argv[:-1], str(s2_out)], 1.5)
         assert int((s2 / "exit_code").read_text()) == 124  # past its deadline: stopped
         started = json.loads((s2 / "started.json").read_text())
         assert not processes.group_members(int(started["pid"]))  # AIPerf and all its services are gone
