@@ -18,7 +18,9 @@ The overhead per step ((wall - load) / steps) is split three ways:
 
 The AIPerf process's end is the load runner's exit record of it when there is one, else the mtime of
 its log (its last line is written just before it exits). Finally the lake's step statistics are checked
-against AIPerf's own summaries, step for step. Usage:
+against AIPerf's own summaries, step for step, and AIPerf's last server-metrics scrape of every step
+(``AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD``, 0.5 s locally) against the requests the step sent.
+Usage:
 .venv/bin/python bench/local_campaign.py [SPEC] [--out DIR]
 """
 
