@@ -273,8 +273,9 @@ def test_a_failing_run_store_cannot_take_the_cleanup_down(tmp_path, reaper, monk
     real_read = LocalRunStore.read_json
 
     def read_json(self, key):
-        # once a step is in the lake, every read of a load record fails: the budget guard before the next
-        # step reads them (normal path), and so do the cleanup states that stop loads
+        # once a step is in the lake (ingested while the next step loads), every read of a load record
+        # fails: the next step's wait for its end reads it (normal path), and so do the cleanup states
+        # that stop loads
         if key.startswith("loads/") and (lake / "steps").is_dir() and any((lake / "steps").rglob("*.parquet")):
             raise OSError(f"injected: reading {key!r} of the run store failed")
         return real_read(self, key)
@@ -286,7 +287,7 @@ def test_a_failing_run_store_cannot_take_the_cleanup_down(tmp_path, reaper, monk
     assert "injected: reading" in json.loads((out / "campaigns" / "e2e" / "failure.json").read_text())["message"]
     _assert_failed_cleanly(out, "failed", teardown_done=False)
     camp = read_table(lake, "campaigns")
-    assert camp[0]["error"] == "OSError" and camp[0]["failed_state"] == "LaunchLoad"
+    assert camp[0]["error"] == "OSError" and camp[0]["failed_state"] == "AwaitLoadEnd"
     steps = read_table(lake, "steps")
     assert [(s["step_id"], s["status"]) for s in steps] == [("concurrency-sweep-c1-r0", "succeeded")]
     assert not list((out / "locks").glob("*.json"))

@@ -44,6 +44,8 @@ def main(config_path):
         exp = plan["experiments"][0]["name"]
         step = next(s for s in plan["experiments"][0]["steps"] if s == cfg["step"])
         call("lambdas.serving.handler", {"action": "deploy", "state": "Deploy", "ctx": ctx, "experiment": exp})
+        # the seed plan prefetches the model: CheckReady applies the deployment once the prefetch Job is done
+        call("lambdas.serving.handler", {"action": "check", "state": "CheckReady", "ctx": ctx, "experiment": exp})
         call("lambdas.load.handler", {"action": "launch", "state": "LaunchLoad", "ctx": ctx, "experiment": exp,
                                       "step": step})
         # the workload's runner Job (not running here) took the step's request and wrote its end record

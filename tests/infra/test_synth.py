@@ -292,9 +292,23 @@ def _as_list(v: Any) -> list[Any]:
 
 
 # Actions that support no resource-level permissions, so IAM only accepts Resource "*" for them:
-# X-Ray segments, the Price List, and the CloudWatch Logs vended-log delivery Step Functions logging uses.
+# X-Ray segments, the Price List, the CloudWatch Logs vended-log delivery Step Functions logging uses, and the
+# answers to a task token (the token names the task).
 RESOURCELESS = re.compile(r"^(xray:Put\w+|xray:GetSampling\w+|logs:\w*LogDeliver\w*|"
-                          r"logs:PutResourcePolicy|logs:DescribeResourcePolicies|logs:DescribeLogGroups)$")
+                          r"logs:PutResourcePolicy|logs:DescribeResourcePolicies|logs:DescribeLogGroups|"
+                          r"states:SendTask(Success|Heartbeat))$")
+
+
+def test_the_task_token_answers_really_support_no_resource_level_permissions():
+    """Held to the service authorization reference as parliament 1.6.4 ships it: SendTask* name no
+    resource type, so Resource "*" is the only grant IAM accepts for them."""
+    import parliament
+
+    defs = json.loads((Path(parliament.__file__).parent / "iam_definition.json").read_text())
+    states = next(s for s in defs if s["prefix"] == "states")
+    for action in ("SendTaskSuccess", "SendTaskHeartbeat"):
+        (priv,) = [p for p in states["privileges"] if p["privilege"] == action]
+        assert [r["resource_type"] for r in priv["resource_types"]] == [""], action
 
 
 def test_no_wildcard_action_on_wildcard_resource(templates, default_templates):
@@ -350,8 +364,18 @@ def test_load_jobs_may_only_touch_the_raw_prefix_through_pod_identity(templates)
     trust = cp["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert {p for st in trust for p in _as_list(st["Principal"]["Service"])} == {"pods.eks.amazonaws.com"}
     stmts = [st for rid, st in _statements(cp) if rid.startswith("LoadJobRole")]
-    assert {a for st in stmts for a in _as_list(st["Action"])} == {"s3:PutObject", "s3:GetObject"}
-    assert all("/lake/raw/*" in json.dumps(st["Resource"]) for st in stmts)
+    assert {a for st in stmts for a in _as_list(st["Action"])} == {
+        "s3:PutObject", "s3:GetObject", "states:SendTaskHeartbeat", "states:SendTaskSuccess"}
+    for st in stmts:  # a step's inputs and artifacts, its runner hand-over objects, its task token's answers
+        if all(a.startswith("s3:") for a in _as_list(st["Action"])):
+            res = json.dumps(st["Resource"])
+            assert ("/lake/raw/*" in res) != ("/runs/*/runner/*" in res), res
+        else:
+            assert set(_as_list(st["Action"])) <= {"states:SendTaskHeartbeat", "states:SendTaskSuccess"}
+            assert st["Resource"] == "*"
+    # of the functions, only Load answers task tokens (AwaitLoadEnd, when the step already ended)
+    answering = {rid.split("Role")[0] for rid, s in _statements(cp) if "states:SendTaskSuccess" in _as_list(s["Action"])}
+    assert answering == {"Load", "LoadJob"}
 
 
 def _actions_of(t: dict[str, Any], role: str) -> dict[str, list[Any]]:
