@@ -260,7 +260,7 @@ def serve_steps(runner: Runner, base: Path, steps: list[str], *, poll_s: float =
     for step in steps:
         d = base / step
         while not (d / "request.json").is_file():
-            if runner.stopping or (base / "stop").exists():
+            if runner.stopping:  # SIGTERM (the Job deleted) while waiting for a request
                 return 0
             beat()
             time.sleep(poll_s)

@@ -206,7 +206,6 @@ for step in $BENCHCTL_STEPS; do
   d="$BENCHCTL_DIR/$step"
   mkdir -p "$d"
   until aws s3 cp --quiet "${BENCHCTL_CONTROL}$step/request.json" "$d/request.part" 2>/dev/null; do
-    [ -e "$BENCHCTL_DIR/stop" ] && exit 0
     sleep 1
   done
   aws s3 cp --quiet --recursive "${BENCHCTL_RAW_PREFIX}$step/inputs/" "$d/inputs/" || exit 96
