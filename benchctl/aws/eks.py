@@ -3,7 +3,8 @@
 * ``EksServing`` (ServingPort): the experiment's DynamoGraphDeployment. Ready when its ``Ready``
   condition is True AND ``status.observedGeneration`` caught up with ``metadata.generation``
   (FACTS); ``status.state == failed`` is a ServingFailed naming the conditions. Teardown deletes, by
-  our labels only, the experiment's Jobs and then its deployment; ``remaining`` says what is still
+  our labels only, the experiment's Jobs, then its deployment and its image pre-pull DaemonSets (created by
+  ``prepare`` before the pools are scaled, with the model prefetch Job); ``remaining`` says what is still
   going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
 * ``EksLoad`` (LoadPort, ``benchctl.aws.eks_load``): one load runner Job per workload of an experiment.
 * ``EksSmoke`` (SmokePort): a short Job of a few chat requests plus a ``/metrics`` GET against the
@@ -37,10 +38,7 @@ from benchctl.aws.k8s.common import (
     selection,
     selector,
 )
-from benchctl.aws.k8s.jobs import (
-    render_prefetch_job,
-    render_smoke_job,
-)
+from benchctl.aws.k8s.jobs import render_prefetch_job, render_smoke_job
 from benchctl.aws.k8s.render import (
     NIXL_TELEMETRY_PORT,
     prepull_pools,

@@ -50,7 +50,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     step = p.state.plan().step(experiment, step_id)
     spec = p.state.spec()
     exp = spec.experiment(experiment)
-    dataset = (rec.dataset if rec is not None else None) or {}
+    dataset = rec.dataset or {}
     meta = dataset.get("meta") or {}
     fields = {
         "variant": step.variant,
@@ -82,7 +82,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     with p.lake.raw_local(ctx.campaign_id, experiment, step_id) as local_dir:
         requested = _requested_lengths(local_dir, dataset)
         result = ingest_artifacts(local_dir, replace(sctx, requested_lengths=requested),
-                                  sources=(rec.metrics_sources if rec is not None else None) or None)
+                                  sources=rec.metrics_sources or None)
     for table, rows in result.tables().items():
         p.lake.write(table, rows, part_name=step_id)
     status = result.steps[0]["status"] if result.steps else "failed"
@@ -90,7 +90,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
                  requests=len(result.requests))
     if status != "succeeded":
         raise LoadFailed(
-            f"step {step_id} of {experiment}: AIPerf exit {rec.exit_code if rec is not None else None}, "
+            f"step {step_id} of {experiment}: AIPerf exit {rec.exit_code}, "
             f"{result.steps[0].get('error_count') if result.steps else '?'} errors; recorded as failed"
         )
     return {"status": status, "requests": len(result.requests)}

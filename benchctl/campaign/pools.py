@@ -22,7 +22,8 @@ def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
             f"ScalePools of {experiment} was interrupted mid-change; teardown restores the recorded sizes "
             "instead of scaling again on top of an unknown state")
     exp = p.state.plan().experiment(experiment)
-    # the model download (EKS: the prefetch Job on a CPU node) runs while the GPU nodes boot, not after
+    # what needs no GPU node starts first (EKS: the image pre-pull on the pools, the model prefetch on a CPU
+    # node), so it runs while the GPU nodes boot, not after
     from benchctl.campaign.serving import deployment_request
 
     p.serving.prepare(deployment_request(p.state.spec(), ctx.campaign_id, experiment))
