@@ -345,7 +345,8 @@ def history_events(plan: CampaignPlan, poll_seconds: int, seconds: WaitSeconds, 
     wait (``capacity``, ``ready``, ``smoke``, ``warmup``, ``load`` of a step, ``teardown``) lasts
     ``seconds(kind, experiment, step)``. Mirrors the ASL state by state (tests/unit/test_history.py
     holds it to the history moto's interpreter records for the same ASL). ``callbacks``: the engine answers
-    task tokens (local), so a step waits in AwaitLoadEnd and CheckLoad runs once; else (AWS) CheckLoad polls."""
+    task tokens (both engines do: locally the relay, on AWS the load runner Job), so a step waits in
+    AwaitLoadEnd and CheckLoad runs once; else CheckLoad polls."""
     if poll_seconds < 1:
         raise ValueError(f"poll_seconds {poll_seconds!r}: must be at least 1")
     events = _EXECUTION + _TASK + _MAP + _TASK + _PASS  # Plan, ForEachExperiment, Report, CampaignSucceeded
@@ -393,8 +394,9 @@ def history_estimate(spec: CampaignSpec, plan: CampaignPlan, poll_seconds: int) 
                 "warmup": warmup_s + t.load_grace_s, "load": (s.est_s if s else 0.0) + t.load_grace_s,
                 "teardown": t.teardown_s}[kind]
 
-    return HistoryEstimate(poll_seconds, history_events(plan, poll_seconds, expected),
-                           history_events(plan, poll_seconds, worst))
+    # the load's end is an event on both engines (AwaitLoadEnd): a step's length adds no poll events
+    return HistoryEstimate(poll_seconds, history_events(plan, poll_seconds, expected, callbacks=True),
+                           history_events(plan, poll_seconds, worst, callbacks=True))
 
 
 def aws_limits(spec: CampaignSpec, plan: CampaignPlan, poll_seconds: int) -> tuple[HistoryEstimate, list[str]]:

@@ -33,13 +33,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "examples" / "seed-plan.yaml"
 
 
-def four_times_the_seed(tmp_path: Path) -> Path:
-    """examples/seed-plan.yaml with four times its steps (12 repeats instead of 3); its budget is left out
-    so that only what one execution can hold decides."""
+def twenty_repeats_of_the_seed(tmp_path: Path) -> Path:
+    """examples/seed-plan.yaml with 20 repeats instead of 3 (640 steps, the most a spec allows) and steps a
+    quarter as long (so that it stays within the 48 h execution timeout); its budget is left out so that
+    only what one execution can hold decides."""
     data = yaml.safe_load(SEED.read_text())
-    data["repeats"] *= 4
+    data["repeats"] = 20
+    for w in data["workloads"]:
+        for key in ("duration_s", "requests"):
+            if key in w:
+                w[key] //= 4
     data.pop("budget")
-    path = tmp_path / "seed-4x.yaml"
+    path = tmp_path / "seed-20-repeats.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -105,17 +110,21 @@ def test_the_seed_plan_fits_at_its_30_s_poll_and_the_estimate_grows_as_the_poll_
     spec = load_spec(SEED)
     plan = plan_campaign(spec, "aws")
     est, problems = aws_limits(spec, plan, 30)
-    assert problems == [] and 10_000 < est.expected < est.refuse_at < HISTORY_LIMIT < est.worst
+    # the steps' ends are events (AwaitLoadEnd): even every wait running to its deadline fits
+    assert problems == [] and 2_000 < est.expected < est.worst < est.refuse_at < HISTORY_LIMIT
     assert history_estimate(spec, plan, 10).expected > est.expected > history_estimate(spec, plan, 60).expected
+    # a step's length adds no events: polling CheckLoad (what the AWS engine did before) needs 3x more here
+    polled = history_events(plan, 30, lambda kind, e, s: s.est_s if s else 0.0)
+    assert polled > 3 * history_events(plan, 30, lambda kind, e, s: s.est_s if s else 0.0, callbacks=True)
 
 
-def test_plan_refuses_four_times_the_seed_at_a_10_s_poll_naming_the_estimate_and_the_limit(
+def test_plan_refuses_twenty_repeats_of_the_seed_at_a_10_s_poll_naming_the_estimate_and_the_limit(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = four_times_the_seed(tmp_path)
+    path = twenty_repeats_of_the_seed(tmp_path)
     assert main(["plan", str(path), "--engine", "aws", "--poll-seconds", "10"]) == 2
     out, err = capsys.readouterr()
     est = history_estimate(load_spec(path), plan_campaign(load_spec(path), "aws"), 10).expected
-    assert est > 100_000
+    assert est > 20_000
     assert f"est. {est:,} events at a 10 s poll" in out
     assert f"an estimated {est:,} history events" in err and "fails an execution at 25,000" in err
     assert "split it into" in err and "poll every" in err
@@ -131,14 +140,14 @@ def test_start_refuses_before_uploading_or_starting_anything(tmp_path: Path) -> 
             raise AssertionError(f"{name} was called: start should have refused first")
 
     with pytest.raises(SpecError, match=r"history events; Step Functions fails an execution at 25,000"):
-        start(four_times_the_seed(tmp_path), bucket="b", state_machine_arn="arn:aws:states:us-east-1:1:x:y",
+        start(twenty_repeats_of_the_seed(tmp_path), bucket="b", state_machine_arn="arn:aws:states:us-east-1:1:x:y",
               poll_seconds=10, session=NoAws())
 
 
 def test_the_plan_state_on_aws_refuses_before_any_pool_is_touched(tmp_path: Path) -> None:
     from benchctl import campaign
 
-    path = four_times_the_seed(tmp_path)
+    path = twenty_repeats_of_the_seed(tmp_path)
     p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), engine="aws",
                            read_uri=lambda uri: path.read_bytes())
     ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 10, None)
@@ -146,8 +155,8 @@ def test_the_plan_state_on_aws_refuses_before_any_pool_is_touched(tmp_path: Path
     with pytest.raises(SpecError, match="history events"):
         campaign.plan(p, ctx, task)  # (pools, serving and load are Unused: touching one fails the test)
     assert not p.state.has_plan() and not (tmp_path / "lake").exists()
-    # the same campaign at a poll that fits is planned (180 s: the LoadEndReported? Choice adds 2 events a step)
-    ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 180, None)
+    # the same campaign at a poll that fits is planned (60 s)
+    ctx = Ctx("c4x", str(tmp_path / "run"), str(tmp_path / "lake"), 60, None)
     assert len(campaign.plan(p, ctx, task)["experiments"]) == 2
 
 
