@@ -8,13 +8,12 @@ step's artifacts to its raw S3 prefix (``poll``; a Job that ended without it is 
 from __future__ import annotations
 
 import contextlib
-import posixpath
 from typing import Any
 
 from benchctl.aws.eks import JOB, KubeSource, SpecSource, _Jobs, job_logs, job_status
 from benchctl.aws.k8s.client import Conflict, NotFound
 from benchctl.aws.k8s.common import selection, selector
-from benchctl.aws.k8s.jobs import _with_artifact_dir, render_runner_job, runner_step_dir
+from benchctl.aws.k8s.jobs import raw_prefix, render_runner_job, runner_deadline_s, runner_request
 from benchctl.ports import JSON, LoadRequest, RunStore
 from benchctl.runstate import runner_key
 
@@ -33,27 +32,20 @@ class EksLoad(_Jobs):
         if request.campaign_id != self.campaign_id:
             raise ValueError(f"load {request.job_id}: campaign {request.campaign_id!r} is not {self.campaign_id!r}")
         step = request.step_id
-        if not request.artifact_uri.startswith("s3://") or not request.artifact_uri.endswith(f"={step}/"):
-            raise ValueError(f"load {request.job_id}: artifacts go to an S3 prefix ending in '={step}/', not "
-                             f"{request.artifact_uri!r}")
+        try:
+            prefix = raw_prefix(request.artifact_uri, step)
+        except ValueError as err:
+            raise ValueError(f"load {request.job_id}: {err}") from None
         steps = list(request.group_steps or (step,))
         if step not in steps:
             raise ValueError(f"load {request.job_id}: step {step!r} is not one of its runner's steps {steps}")
         group = request.group or step
-        # the Job's paths: AIPerf writes to <step dir>/out, reads the step's kept input from <step dir>/inputs
-        local = runner_step_dir(step)
-        argv = _with_artifact_dir(list(request.argv), f"{local}/out")
-        if request.input_uri is not None:
-            path = f"{local}/inputs/{posixpath.basename(request.input_uri.rstrip('/'))}"
-            argv = [a.replace(request.input_uri, path) for a in argv]
         grace = self.spec.timeouts.load_grace_s
-        self.control.write_json(runner_key(request.experiment, step, "request.json"),
-                                {"argv": argv, "deadline_s": request.est_s + grace})
-        raw_prefix = request.artifact_uri[: -len(f"{step}/")]
-        deadline = int(request.group_est_s + grace * len(steps) + 1800)
-        job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, raw_prefix,
-                                f"{self.control.uri.rstrip('/')}/{runner_key(request.experiment)}",
-                                self.region, active_deadline_s=deadline)
+        req = runner_request(step, list(request.argv), request.est_s, grace, request.input_uri)
+        self.control.write_json(runner_key(request.experiment, step, "request.json"), req)
+        job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, prefix,
+                                f"{self.control.uri.rstrip('/')}/{runner_key(request.experiment)}", self.region,
+                                active_deadline_s=runner_deadline_s(request.group_est_s, len(steps), grace))
         name = job["metadata"]["name"]
         try:
             self.kube.create(job)
@@ -62,7 +54,7 @@ class EksLoad(_Jobs):
                 raise ValueError(f"Job {self.namespace}/{name} exists and is not this campaign's") from None
         return {"job_id": request.job_id, "name": name, "namespace": self.namespace,
                 "control": {"experiment": request.experiment, "step": step},
-                "artifact_dir": request.artifact_uri, "argv": argv,
+                "artifact_dir": request.artifact_uri, "argv": req["argv"],
                 "pod_selector": selector(selection(request.campaign_id, request.experiment, group))}
 
     def poll(self, state: JSON) -> int | None:

@@ -4,6 +4,7 @@ preflight's image checks. Pure: standard library and benchctl only."""
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import Any
 
 from benchctl import aiperf_args
@@ -243,6 +244,35 @@ def runner_source() -> str:
 def runner_step_dir(step_id: str) -> str:
     """Where a runner Job keeps one step: its request, inputs (``inputs/<name>``) and artifacts (``out``)."""
     return f"{ARTIFACTS}/{step_id}"
+
+
+# A runner Job's own deadline beyond its steps' (estimate + load grace each): its pod's start, image pull,
+# each step's hand-over. A backstop, not the rule (CheckLoad and the runner bound every step).
+RUNNER_SLACK_S = 1800
+
+
+def runner_deadline_s(est_total_s: float, steps: int, grace_s: float) -> int:
+    """``activeDeadlineSeconds`` of a runner Job whose ``steps`` are estimated at ``est_total_s`` together."""
+    return int(est_total_s + grace_s * steps + RUNNER_SLACK_S)
+
+
+def runner_request(step_id: str, argv: list[str], est_s: float, grace_s: float, input_uri: str | None = None) -> JSON:
+    """What a step asks of its runner Job (the run store's ``request.json``): AIPerf's argv in the Job's paths
+    (artifacts to ``<step dir>/out``; the step's kept input, named by ``input_uri``, from ``<step dir>/inputs``)
+    and the step's deadline (its estimate + the load grace)."""
+    local = runner_step_dir(step_id)
+    argv = _with_artifact_dir(list(argv), f"{local}/out")
+    if input_uri is not None:
+        path = f"{local}/inputs/{posixpath.basename(input_uri.rstrip('/'))}"
+        argv = [a.replace(input_uri, path) for a in argv]
+    return {"argv": argv, "deadline_s": est_s + grace_s}
+
+
+def raw_prefix(artifact_uri: str, step_id: str) -> str:
+    """The prefix every step's raw area of an experiment shares (``…/step_id=``), from one step's."""
+    if not artifact_uri.startswith("s3://") or not artifact_uri.endswith(f"={step_id}/"):
+        raise ValueError(f"step {step_id}: artifacts go to an S3 prefix ending in '={step_id}/', not {artifact_uri!r}")
+    return artifact_uri[: -len(f"{step_id}/")]
 
 
 def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, group: str, steps: list[str],

@@ -44,10 +44,12 @@ from benchctl.aws.k8s.common import (
     scheduling,
 )
 from benchctl.aws.k8s.jobs import (
-    _with_artifact_dir,
+    raw_prefix,
     render_prefetch_job,
     render_runner_job,
     render_smoke_job,
+    runner_deadline_s,
+    runner_request,
     runner_step_dir,
 )
 from benchctl.plan import plan_campaign
@@ -419,9 +421,9 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
 
     def runner(e: str, group: str, steps: list[tuple[str, float]]) -> JSON:
         raw = raw_s3_uri(campaign_id, e, steps[0][0], lake_uri)
-        return render_runner_job(spec, campaign_id, e, group, [s for s, _ in steps], raw[: -len(f"{steps[0][0]}/")],
+        return render_runner_job(spec, campaign_id, e, group, [s for s, _ in steps], raw_prefix(raw, steps[0][0]),
                                  f"{control}{runner_key(e)}", region,
-                                 active_deadline_s=int(sum(est for _, est in steps) + grace * len(steps) + 1800))
+                                 active_deadline_s=runner_deadline_s(sum(est for _, est in steps), len(steps), grace))
 
     for exp_plan in plan.experiments:
         e = exp_plan.name
@@ -453,7 +455,7 @@ def render_requests(spec: CampaignSpec, campaign_id: str) -> list[tuple[str, JSO
     out: list[tuple[str, JSON]] = []
 
     def request(step_id: str, argv: list[str], est_s: float) -> JSON:
-        return {"argv": _with_artifact_dir(argv, f"{runner_step_dir(step_id)}/out"), "deadline_s": est_s + grace}
+        return runner_request(step_id, argv, est_s, grace)
 
     for exp_plan in plan_campaign(spec, "aws").experiments:
         e, steps = exp_plan.name, exp_plan.steps
