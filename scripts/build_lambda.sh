@@ -51,6 +51,14 @@ if [ "$(cat "$env_dir/.stamp" 2>/dev/null || true)" != "$want_env" ]; then
       rm -rf "$env_dir/layers/$part/$pkg" "$env_dir/layers/$part/$pkg"-*.dist-info
     done
   done
+  # each managed layer's stand-in size (bytes, without bytecode), for the test of Lambda's size limit
+  "$py" - "$env_dir" <<'PY'
+import json, pathlib, sys
+env = pathlib.Path(sys.argv[1])
+sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+         for p in (env / "layers").iterdir()}
+(env / "sizes.json").write_text(json.dumps(sizes, indent=1, sort_keys=True))
+PY
   # /opt/python as Lambda lays it out: the layers in the functions' order, a later one overwriting
   for src in "$env_dir/layers/powertools" "$env_dir/layers/sdk-pandas" "$layer/python"; do
     cp -a "$src/." "$env_dir/opt/python/"

@@ -20,6 +20,8 @@ from typing import Any
 
 from constructs import Node
 
+from stacks import layers
+
 PREFIX = "benchctl:"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 _CLUSTER = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
@@ -209,6 +211,10 @@ def _layer(ctx: _Context, key: str, name_part: str) -> str | None:
         if name_part.lower() not in name.lower():
             raise ConfigError(f"CDK context '{PREFIX}{key}': {arn!r} is not a layer for the functions' runtime "
                               f"python3.13 x86_64 (its name should contain {name_part!r}); valid: {KEYS[key]}")
+        bad = layers.known_bad_sdk_pandas(arn)
+        if bad is not None:
+            raise ConfigError(f"CDK context '{PREFIX}{key}': {arn!r} is a known-bad layer: {bad}; valid: {KEYS[key]}, "
+                              f"e.g. the pinned {layers.SDK_PANDAS_VERSION} (stacks/layers.py)")
     return arn
 
 

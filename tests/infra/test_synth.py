@@ -78,7 +78,7 @@ def test_functions_run_python313_with_layers_resolved_for_the_deploy_region(temp
         assert p["Environment"]["Variables"]["BENCHCTL_CLUSTER"] == CONTEXT["benchctl:cluster_name"]
         powertools, pandas, ours = p["Layers"]  # our layer last: its boto3 overwrites nothing of theirs but wins
         assert ours == {"Ref": deps}
-        for region in ("us-east-1", "eu-central-2", "ca-west-1"):  # resolved per Region, as CloudFormation would
+        for region in ("us-east-1", "eu-central-2", "me-central-1"):  # resolved per Region, as CloudFormation would
             r = Resolver({CP: cp}, region=region)
             assert r.resolve(powertools, CP) == layers.powertools_layer_arn("aws", region)
             assert r.resolve(pandas, CP) == layers.SDK_PANDAS_LAYER_ARNS[region]
@@ -90,7 +90,7 @@ def test_functions_run_python313_with_layers_resolved_for_the_deploy_region(temp
 
 
 def test_a_given_layer_arn_must_be_for_the_runtime_and_is_checked_against_the_deploy_region(tmp_path):
-    arn = "arn:aws:lambda:eu-west-1:336392948345:layer:AWSSDKPandas-Python313:14"
+    arn = "arn:aws:lambda:eu-west-1:336392948345:layer:AWSSDKPandas-Python313:12"  # 3.16.1's
     res = synth(tmp_path, {**CONTEXT, "benchctl:sdk_pandas_layer_arn": arn})
     assert res.returncode == 0, res.stderr
     cp = load_templates(tmp_path)[CP]
@@ -98,6 +98,17 @@ def test_a_given_layer_arn_must_be_for_the_runtime_and_is_checked_against_the_de
     (rule,) = [r for k, r in cp["Rules"].items() if k.startswith("LayerRegion") and k != "LayerRegions"]
     assert rule["Assertions"][0]["Assert"] == {"Fn::Equals": [{"Ref": "AWS::Region"}, "eu-west-1"]}
     assert arn in json.dumps(_resources(cp, "AWS::Lambda::Function"))
+
+
+def test_synth_refuses_a_known_bad_pandas_layer_naming_why(tmp_path):
+    """A layer version known to crash every lake write (AWS SDK for pandas 3.17.0) stops synth, before any
+    deployment, naming the upstream issue and the pinned alternative."""
+    arn = "arn:aws:lambda:eu-west-1:336392948345:layer:AWSSDKPandas-Python313:14"  # 3.17.0's
+    res = synth(tmp_path, {**CONTEXT, "benchctl:sdk_pandas_layer_arn": arn})
+    assert res.returncode != 0
+    assert "benchctl:sdk_pandas_layer_arn" in res.stderr and "known-bad" in res.stderr, res.stderr[-2000:]
+    assert "aws/aws-sdk-pandas#3393" in res.stderr and "3.16.0" in res.stderr
+    assert not list(tmp_path.glob("*.template.json"))
 
 
 def test_code_asset_is_the_code_alone_and_its_hash_ignores_the_rest_of_the_work_tree(default_out, tmp_path):
