@@ -163,10 +163,10 @@ class SmokeRecord:
 
 @dataclass
 class LoadRecord:
-    """One load (a step, or the warm-up): the load port's ``state`` (``{"skipped": True}``: no warm-up),
-    its argv, estimate and artifact location, the dataset it sent (name, uri, sha256, meta, type), the
-    metrics endpoints it scraped (URL -> source name), and its end: ``ended`` with ``exit_code`` (None when
-    a stopped load's code is unknown), ``ended_at``, ``stopped``, and the failed pods' ``logs``."""
+    """One load (a step, or the warm-up): the load port's ``state`` (``{"skipped": True}``: no warm-up), its
+    argv, estimate and artifact location, the dataset it sent (name, uri, sha256, meta, type), the metrics
+    endpoints it scraped (URL -> source name), its end (``ended``, ``exit_code``: None when a stopped load's
+    code is unknown, ``ended_at``, ``stopped``, failed pods' ``logs``), its rows' ``ingest_status`` (None: not yet)."""
 
     state: JSON
     launched_at: float
@@ -180,6 +180,7 @@ class LoadRecord:
     ended_at: float | None = None
     stopped: bool = False
     logs: JSON | None = None
+    ingest_status: str | None = None
 
     @staticmethod
     def from_json(data: JSON) -> LoadRecord:
@@ -189,12 +190,10 @@ class LoadRecord:
 
     def to_json(self) -> JSON:
         out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "ended_at",
-                                     "logs"))
+                                     "logs", "ingest_status"))
         out.pop("ended")
-        if not self.ended:
-            out.pop("exit_code")
-        if not self.stopped:
-            out.pop("stopped")
+        for key, keep in (("exit_code", self.ended), ("stopped", self.stopped)):
+            out.pop(key) if not keep else None
         return out
 
     @property

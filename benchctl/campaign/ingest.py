@@ -5,10 +5,16 @@ Ingestion is off the critical path: a step's rows are written while the next ste
 (IngestLastStep). The guarantees are those of ingesting at once: a step is ingested exactly once (its rows
 and its ``ingested`` event are keyed by the step; a redelivered task rewrites the same objects), and a step
 recorded as failed fails the experiment (its teardown runs first), one step later than the step itself.
+
+On a failed step's path (IngestAfterFailure, after StopLoadAfterFailure stopped its load) every step of the
+experiment whose load ended on its own and whose rows are not in the lake yet is ingested: a failure between
+a step's end and its ingestion (the next step's LaunchLoad refused by the budget guard, an abort) never
+loses a completed step.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,6 +44,31 @@ def ingest_last(p: Providers, ctx: Ctx, task: Task) -> JSON:
     if not steps:
         return {"step": None}
     return {"step": steps[-1].step_id, **ingest_step(p, ctx, experiment, steps[-1].step_id)}
+
+
+def ingest_after_failure(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """IngestAfterFailure: each step of ``task``'s experiment, up to the failed one, that ended on its own
+    (not stopped) and is not ingested yet. Never raises: the step fails anyway (its Fail state follows);
+    a step that cannot be ingested is recorded as such and the next is tried."""
+    experiment = task.exp
+    steps = [s.step_id for s in p.state.plan().experiment(experiment).steps]
+    upto = steps.index(task.step_id) + 1 if task.step_id in steps else len(steps)
+    done: JSON = {}
+    errors: JSON = {}
+    for step_id in steps[:upto]:
+        rec = p.state.load(experiment, step_id)
+        if rec is None or not rec.ended or rec.stopped or rec.ingest_status is not None:
+            continue
+        try:
+            done[step_id] = ingest_step(p, ctx, experiment, step_id)["status"]
+        except LoadFailed:  # ingested, its rows say it failed
+            done[step_id] = "failed"
+        except Exception as err:  # recorded; the next step is tried
+            errors[step_id] = f"{type(err).__name__}: {err}"
+            with contextlib.suppress(Exception):  # the lake may be what fails
+                record_event(p, ctx.campaign_id, experiment, timeline.CLEANUP_ERROR, key=f"ingest-{step_id}",
+                             item=f"ingest {step_id}", error=type(err).__name__, cause=str(err))
+    return {"steps": done, "errors": errors}
 
 
 def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
@@ -86,6 +117,8 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     for table, rows in result.tables().items():
         p.lake.write(table, rows, part_name=step_id)
     status = result.steps[0]["status"] if result.steps else "failed"
+    rec.ingest_status = status
+    p.state.save_load(experiment, step_id, rec)
     record_event(p, ctx.campaign_id, experiment, timeline.INGESTED, key=step_id, step_id=step_id, status=status,
                  requests=len(result.requests))
     if status != "succeeded":

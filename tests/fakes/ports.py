@@ -140,7 +140,8 @@ class FakeServing:
 class FakeLoad:
     """AIPerf runs that finish at the next poll. Status per job id: running | exited | stopped."""
 
-    def __init__(self, on_launch: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_launch: Callable[[str], None] | None = None, refuse: dict[str, str] | None = None) -> None:
+        self.refuse = refuse or {}
         self.status: dict[str, str] = {}
         self.launch_calls: list[str] = []
         self.stop_calls: list[str] = []
@@ -149,6 +150,8 @@ class FakeLoad:
     def launch(self, request: LoadRequest) -> JSON:
         argv, artifact_dir, job_id = list(request.argv), request.artifact_uri, request.job_id
         assert argv, request
+        if job_id in self.refuse:
+            raise RuntimeError(self.refuse[job_id])
         self.launch_calls.append(job_id)
         lines = None
         if "--input-file" in argv:  # a generated dataset, sent line by line
@@ -249,6 +252,7 @@ class FakeWorld:
     pool_sizes: dict[str, int] = field(default_factory=lambda: {"gpu-a100": 0, "unrelated-pool": 3})
     preflight_missing: list[str] = field(default_factory=list)
     kill_on_launch: dict[str, str] = field(default_factory=dict)  # job id -> deployment id that dies then
+    refuse_launch: dict[str, str] = field(default_factory=dict)  # job id -> why its launch fails (nothing runs)
     report: Callable[[str], JSON] | None = None
     pool: LocalPool = field(init=False)
     serving: FakeServing = field(init=False)
@@ -262,7 +266,7 @@ class FakeWorld:
         self.initial_sizes = dict(self.pool_sizes)
         self.pool = LocalPool(dict(self.pool_sizes))
         self.serving = FakeServing()
-        self.load = FakeLoad(on_launch=self._on_launch)
+        self.load = FakeLoad(on_launch=self._on_launch, refuse=self.refuse_launch)
         self.smoke = FakeSmoke(self.serving)
         self.lake = LocalLake(self.lake_root)
         self.lake_uri = str(self.lake.root)

@@ -232,7 +232,7 @@ def test_the_environment_holds_only_what_a_function_gets(run):
     for name in ("boto3", "botocore"):  # ours, from our layer: the runtime's 1.34 is shadowed
         assert mods[name]["file"].startswith(str(opt)) and mods[name]["version"] == pins[name], mods[name]
     assert mods["yaml"]["file"].startswith(str(opt))
-    wanted: dict[str, str | None] = {n: v for n, v in (r.split("==") for r in layers.PARTS["sdk-pandas"])}
+    wanted: dict[str, str | None] = dict(r.split("==") for r in layers.PARTS["sdk-pandas"])
     wanted["aws_lambda_powertools"] = None
     for name, version in wanted.items():
         assert mods[name] and mods[name]["file"].startswith(str(opt)), (name, mods[name])

@@ -9,7 +9,7 @@ from lambdas import FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 ASL = asl.load()
-TEARDOWN_ACTIONS = {"experiment", "experiment_failed", "campaign", "plan_failed", "stop"}
+TEARDOWN_ACTIONS = {"experiment", "experiment_failed", "campaign", "plan_failed", "stop", "ingest_after_failure"}
 
 
 def scopes(states, path=()):

@@ -79,12 +79,12 @@ class Recorder(Progress):
         return sum(1 for s, _, _ in self.calls if s == state)
 
 
-def tiny_spec(tmp_path: Path) -> Path:
+def tiny_spec(tmp_path: Path, concurrency: tuple[int, ...] = (1,)) -> Path:
     """examples/smoke.yaml cut down: both modes, one concurrency step of 4 requests, warm-up of 2."""
     data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text(encoding="utf-8"))
     data["workloads"] = [
-        {"kind": "concurrency_sweep", "name": "concurrency-sweep", "concurrency": [1], "isl": 256, "osl": 32,
-         "request_count": 4}
+        {"kind": "concurrency_sweep", "name": "concurrency-sweep", "concurrency": list(concurrency), "isl": 256,
+         "osl": 32, "request_count": 4}
     ]
     data["warmup"] = {"request_count": 2}
     path = tmp_path / "tiny.yaml"
@@ -93,12 +93,13 @@ def tiny_spec(tmp_path: Path) -> Path:
 
 
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, fail_at: str | None,
-        world_kw: dict[str, Any] | None = None) -> tuple[RunResult, FakeWorld, Recorder, list[float]]:
+        world_kw: dict[str, Any] | None = None,
+        concurrency: tuple[int, ...] = (1,)) -> tuple[RunResult, FakeWorld, Recorder, list[float]]:
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
     slept: list[float] = []
     monkeypatch.setattr(retrier_decl, "time", types.SimpleNamespace(sleep=slept.append))
-    start, _ = prepare(tiny_spec(tmp_path), tmp_path / "out", CID)
+    start, _ = prepare(tiny_spec(tmp_path, concurrency), tmp_path / "out", CID)
     world = FakeWorld(tmp_path / "out" / "lake", **(world_kw or {}))
     rec = Recorder()
     result = execute(engine=world, start=StartInput(start.spec_uri, CID, poll_seconds=1, fail_at=fail_at),
@@ -266,3 +267,19 @@ def test_failed_cleanup_keeps_the_root_cause_in_the_lake(
     # one failure, described consistently: the state, error and cause of what went wrong first
     assert (row["status"], row["failed_state"], row["error"]) == ("failed", "CheckLoad", "ServingFailed"), row
     assert "fake deployment disagg" in row["cause"], row
+
+
+def test_a_step_that_completed_is_kept_when_the_next_step_fails_before_ingesting_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step n is ingested while step n+1 loads (IngestPreviousStep runs after n+1's LaunchLoad): when n+1's
+    launch fails (the budget guard refusing it, the load's own start), the failure path still ingests n,
+    which ended on its own, before the experiment is torn down."""
+    result, world, rec, _ = run(tmp_path, monkeypatch, fail_at=None, concurrency=(1, 2),
+                                world_kw={"refuse_launch": {"agg-concurrency-sweep-c2-r0": "the launch was refused"}})
+    assert result.status == "FAILED", rec.out.getvalue()
+    assert world.leftovers() == {"deployments": [], "loads": [], "pools": []}
+    steps = {(s["experiment"], s["step_id"]): s["status"] for s in read_table(tmp_path / "out" / "lake", "steps")}
+    assert steps == {("agg", "concurrency-sweep-c1-r0"): "succeeded"}, steps
+    assert ("IngestAfterFailure", "agg", "concurrency-sweep-c2-r0") in rec.calls
+    # the step that never ran has no rows, and its record says it was not ingested
+    assert not any(s == "IngestPreviousStep" and st == "concurrency-sweep-c2-r0" for s, _, st in rec.calls)
