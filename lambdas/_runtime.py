@@ -15,6 +15,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from benchctl import campaign
+from benchctl.aws.selftest import SELF_TEST
 from benchctl.campaign import Operation, Task
 from benchctl.constants import SERVICE
 from benchctl.context import context_of
@@ -48,7 +49,12 @@ def current_engine() -> Engine:
 
 
 def run(event: dict[str, Any], operations: dict[str, Operation]) -> dict[str, Any]:
-    """Dispatch ``event['action']`` to its operation; record the first failure with its state name; re-raise."""
+    """Dispatch ``event['action']`` to its operation; record the first failure with its state name; re-raise.
+    Every function also answers ``benchctl doctor``'s self-test (``benchctl.aws.selftest``)."""
+    if event.get("action") == SELF_TEST:  # the deployed function's own imports, layers and identity
+        from benchctl.aws.selftest import self_test
+
+        return self_test(event, os.environ)
     task = Task.parse(event)
     op = operations.get(task.action)
     if op is None:

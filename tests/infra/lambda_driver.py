@@ -6,7 +6,8 @@ environment (moto, the dev tools, the work tree) is importable here.
 
 It calls the real handlers the way the state machine does, one campaign's path: Plan (from a spec URI),
 Deploy, LaunchLoad (its dataset written create-only), CheckLoad, IngestPreviousStep or IngestLastStep (parquet + Glue partitions),
-Report (the views created in Athena, the HTML report written), and writes what happened, with the origin
+Report (the views created in Athena, the HTML report written), then every function's ``benchctl doctor``
+self-test, and writes what happened, with the origin
 and version of each library that was imported, to the result file the config names.
 Standard library only, besides what it imports from the function's own code.
 """
@@ -75,6 +76,11 @@ def main(config_path):
         except FileExistsError as err:
             out["second_write"] = f"refused: {err}"
         call("lambdas.report.handler", {"action": "report", "state": "Report", "ctx": ctx})
+        # what `benchctl doctor` asks of every deployed function: its self-test on these layers
+        from lambdas import FUNCTIONS
+
+        for var, handler in FUNCTIONS.items():
+            call(handler, {"action": "self_test", "function": var.removesuffix("FunctionArn")})
     except BaseException as err:  # report it to the test, with where it happened
         out["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
     out["modules"] = {n: _origin(n) for n in ("boto3", "botocore", "s3transfer", "urllib3", "yaml", "pandas",

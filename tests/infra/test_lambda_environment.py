@@ -287,11 +287,33 @@ def test_report_creates_every_view_and_writes_the_report(run):
     (report,) = _calls(run, "Report")
     assert report["views"]
     ddl = [q for q in run["queries"] if q.startswith("CREATE OR REPLACE VIEW")]
-    assert ddl == [d for _, d in athena_view_ddl()]  # every view, dependencies first
+    expected = [d for _, d in athena_view_ddl()]
+    assert ddl[:len(expected)] == expected  # every view, dependencies first (then the doctor's self-test's one)
     html = run["get"](f"reports/{CID}/report.html").decode()
     assert "<html" in html.lower() and CID in html
     assert run["locks"] == []  # Report released the campaign's pool locks
     assert [CID] in run["partitions"]("campaigns")
+
+
+def test_every_function_passes_the_doctors_self_test_on_these_layers(run):
+    """``benchctl doctor``'s self-test, as each deployed function runs it: imports with the layers' versions,
+    pandas datetime64 through the lake writer, parquet written and read back under the scratch prefix, the
+    cluster's API with the function's EKS token (the functions that call Kubernetes), one view's DDL (Report)."""
+    from benchctl.aws.selftest import checks_for
+
+    answers = {c["result"]["function"]: c["result"]["checks"] for c in run["result"]["calls"]
+               if c["handler"].startswith("lambdas.") and isinstance(c["result"], dict) and "checks" in c["result"]}
+    assert set(answers) == {"Plan", "Pools", "Serving", "Load", "Ingest", "Teardown", "Report"}
+    pins = dict(r.split("==") for r in layers.PARTS["sdk-pandas"])
+    for fn, checks in answers.items():
+        assert list(checks) == checks_for(fn), fn
+        assert all(c["ok"] for c in checks.values()), (fn, checks)
+        assert f"pandas {pins['pandas']}" in checks["imports"]["detail"] and "python 3.13" in checks["imports"]["detail"]
+    assert "namespace dynamo-bench" in answers["Plan"]["eks"]["detail"]
+    assert "CREATE OR REPLACE VIEW" in answers["Report"]["athena"]["detail"]
+    ddl = [q for q in run["queries"] if q.startswith("CREATE OR REPLACE VIEW")]
+    assert ddl[-1] == athena_view_ddl()[0][1]  # the self-test ran the real DDL of one view
+    assert any(k.startswith("runs/_doctor/Ingest/timeline/") for k in run["keys"])
 
 
 LAMBDA_UNZIPPED_LIMIT = 262_144_000  # a function and all its layers, unzipped (Lambda quotas)

@@ -1,0 +1,187 @@
+"""``benchctl doctor``: prove a deployment on the user's account for cents, before any GPU is scaled.
+
+What no test on a developer's machine can prove is proven here, on the real account: the deployed state
+machine names every function; each function answers a self-test (``benchctl.aws.selftest``) that runs its
+real imports on the deployed layers, pandas datetime64 construction, a parquet object written and read back
+under a scratch prefix, the cluster's API as its own identity (the functions that call Kubernetes) and one
+view's Athena DDL (Report); the load role's real path runs as a tiny runner Job (``benchctl.aws.eks_load``:
+the load image and the AWS CLI image as the pod runs them, a recursive copy of an empty prefix, a file written
+as the load image's user into the shared directory, the upload and the end record); and every image the
+spec names exists in its registry (``benchctl.aws.images``). One line per check; exit 0 when all pass.
+
+An adapter (boto3): May import the core and ``benchctl.aws``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchctl import asl
+from benchctl.aws.selftest import SELF_TEST, checks_for
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
+
+
+def deployed_functions(definition: JSON) -> dict[str, str]:
+    """Function name (``Plan``, ``Load``, ...) -> the ARN the deployed definition invokes, found by walking
+    the deployed definition beside ours (same states, our substitution variables where it has ARNs)."""
+    ours = {name: st for _, name, st in asl.all_states()}
+    out: dict[str, str] = {}
+    for _, name, st in asl.all_states(definition):
+        var = ((ours.get(name) or {}).get("Parameters") or {}).get("FunctionName", "")
+        arn = (st.get("Parameters") or {}).get("FunctionName")
+        if var.startswith("${") and isinstance(arn, str):
+            out[var.removeprefix("${").removesuffix("FunctionArn}")] = arn
+    return out
+
+
+def _invoke(lam: Any, arn: str, payload: JSON) -> tuple[JSON | None, str | None]:
+    """(the answer, None) or (None, why the invocation failed: a crash, an error the handler raised)."""
+    resp = lam.invoke(FunctionName=arn, Payload=json.dumps(payload).encode())
+    body = resp["Payload"].read()
+    data = json.loads(body) if body else None
+    if resp.get("FunctionError"):
+        if isinstance(data, dict):
+            kind, msg = data.get("errorType", "?"), data.get("errorMessage", "")
+        else:
+            kind, msg = "?", str(data)
+        hint = " (a layer that crashes the process? see stacks/layers.py)" if "ExitError" in kind else ""
+        return None, f"the function failed: {kind}: {msg}"[:600] + hint
+    return data, None
+
+
+def _function_checks(session: Any, functions: dict[str, str]) -> Iterator[Check]:
+    lam = session.client("lambda")
+    for name in sorted(functions):
+        checks = checks_for(name)
+        try:
+            answer, failed = _invoke(lam, functions[name], {"action": SELF_TEST, "function": name, "checks": checks})
+        except Exception as err:  # the invocation itself (permissions, throttling): that function's line
+            answer, failed = None, f"could not invoke {functions[name]}: {type(err).__name__}: {err}"
+        if failed is not None or answer is None:
+            yield Check(f"{name} function", False, failed or "no answer")
+            continue
+        for check in checks:
+            got = (answer.get("checks") or {}).get(check) or {"ok": False, "detail": "not answered"}
+            yield Check(f"{name} {check}", bool(got.get("ok")), str(got.get("detail")))
+
+
+def spec_images(spec_path: Path | None, load_image: str) -> dict[str, str]:
+    """What the campaign's pods run, named by role: the spec's images (the deployment's load image where it
+    names none), the EFA workers' image of pools that use EFA in a disaggregated experiment."""
+    from benchctl.aws.k8s.common import aiperf_image
+    from benchctl.aws.k8s.render import efa_image
+    from benchctl.aws.preflight import with_load_image
+    from benchctl.spec import load_spec
+
+    images: dict[str, str] = {}
+    if load_image:
+        images["load image (deployment)"] = load_image
+    if spec_path is None:
+        return images
+    spec = with_load_image(load_spec(spec_path), load_image) if load_image else load_spec(spec_path)
+    k = spec.kubernetes
+    images.update({"dynamo image": k.dynamo_image, "uploader image": k.uploader_image,
+                   "load image": aiperf_image(k)})
+    for exp in spec.experiments:
+        if exp.mode != "disaggregated":
+            continue
+        for g in exp.workers:
+            pool = spec.pool(g.pool)
+            if pool.network.efa:
+                images[f"EFA image of pool {pool.name}"] = efa_image(pool, k)
+    return images
+
+
+def _image_checks(session: Any, images: dict[str, str],
+                  lookup: Callable[[str], tuple[bool, str]]) -> Iterator[Check]:
+    seen: set[str] = set()
+    for role, image in images.items():
+        if image in seen:
+            continue
+        seen.add(image)
+        try:
+            ok, how = lookup(image)
+        except Exception as err:
+            ok, how = False, f"{type(err).__name__}: {err}"
+        yield Check(f"{role} {image}", ok, how)
+
+
+def doctor(state_machine_arn: str, *, spec_path: Path | None = None, session: Any = None,
+           lookup: Callable[[str], tuple[bool, str]] | None = None, runner_job: bool = True,
+           job_timeout_s: float = 900.0, poll_s: float = 5.0,
+           sleep: Callable[[float], None] = time.sleep) -> list[Check]:
+    """Every check of the deployment behind ``state_machine_arn`` (and the images ``spec_path`` names)."""
+    import boto3
+
+    from benchctl.aws.images import image_exists
+
+    if session is None:
+        session = boto3.session.Session(region_name=state_machine_arn.split(":")[3])
+    sfn = session.client("stepfunctions")
+    definition = json.loads(sfn.describe_state_machine(stateMachineArn=state_machine_arn)["definition"])
+    functions = deployed_functions(definition)
+    wanted = {var.removesuffix("FunctionArn") for var in _function_vars()}
+    missing = sorted(wanted - set(functions))
+    out = [Check("state machine", not missing,
+                 f"{state_machine_arn} invokes {len(functions)} functions"
+                 + (f"; missing: {', '.join(missing)} (not this project's definition?)" if missing else ""))]
+    out += list(_function_checks(session, functions))
+    load_image = ""
+    if "Load" in functions:
+        conf = session.client("lambda").get_function_configuration(FunctionName=functions["Load"])
+        load_image = ((conf.get("Environment") or {}).get("Variables") or {}).get("BENCHCTL_LOAD_IMAGE", "")
+    look = lookup or (lambda image: image_exists(image, session=session))
+    out += list(_image_checks(session, spec_images(spec_path, load_image), look))
+    if runner_job and "Load" in functions:
+        out += list(_runner_job(session, functions["Load"], timeout_s=job_timeout_s, poll_s=poll_s, sleep=sleep))
+    return out
+
+
+def _function_vars() -> list[str]:
+    """The substitution variables of the functions our definition invokes (``PlanFunctionArn``, ...)."""
+    names = {(st.get("Parameters") or {}).get("FunctionName", "") for _, _, st in asl.all_states()}
+    return sorted(n.removeprefix("${").removesuffix("}") for n in names if n.startswith("${"))
+
+
+def _runner_job(session: Any, load_arn: str, *, timeout_s: float, poll_s: float,
+                sleep: Callable[[float], None]) -> Iterator[Check]:
+    """The load role's real path: the Load function starts a tiny runner Job, the doctor follows it."""
+    lam = session.client("lambda")
+    started, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "checks": ["runner_job"]})
+    job = ((started or {}).get("checks") or {}).get("runner_job") or {}
+    if failed is not None or not job.get("ok"):
+        yield Check("load runner Job", False, failed or str(job.get("detail")))
+        return
+    waited = 0.0
+    while True:
+        answer, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load",
+                                                 "checks": ["runner_job_result"], "job": job.get("job")})
+        result = ((answer or {}).get("checks") or {}).get("runner_job_result") or {}
+        if failed is not None:
+            yield Check("load runner Job", False, failed)
+            return
+        if not result.get("pending") or waited >= timeout_s:
+            done = bool(result.get("ok")) and not result.get("pending")
+            detail = str(result.get("detail"))
+            if result.get("pending"):
+                detail = f"still running after {waited:.0f} s: {detail}"
+            yield Check("load runner Job", done, detail)
+            return
+        sleep(poll_s)
+        waited += poll_s

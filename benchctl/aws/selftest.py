@@ -1,0 +1,162 @@
+"""A deployed function's self-test (``benchctl doctor`` invokes each function with it, after ``cdk deploy``).
+
+Each check runs the function's real code on what the function really has (the runtime, the deployed layers,
+its role, its network, its access entry): nothing a test on this machine can prove. A check that fails is
+reported, never raised, so one answer names every problem; a layer that crashes the process (a segfault)
+ends the invocation, and the doctor reports the function as crashed.
+
+Checks (``CHECKS``; the doctor picks them per function, ``checks_for``):
+
+* ``imports``: the libraries the code imports, with the versions the layers really hold;
+* ``datetime64``: pandas datetime64 construction, the path that segfaulted in AWS SDK for pandas 3.17.0's
+  layers (aws/aws-sdk-pandas#3393), through the lake writer's own frame builder;
+* ``parquet``: one timeline row written by the lake writer (awswrangler, pyarrow) under the scratch prefix
+  ``<runs_uri>/_doctor/<function>/`` and read back;
+* ``eks``: the cluster's API as this function's identity (access entry, RBAC, network): the namespace read;
+* ``athena``: one view's DDL in the workgroup (what the Report state runs first).
+
+May import the core and ``benchctl.aws`` (it runs in the functions), never ``benchctl.local``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from benchctl.aws.env import LambdaEnv
+
+SELF_TEST = "self_test"  # the event's action
+DOCTOR_PREFIX = "_doctor"  # the scratch prefix under the run store's root
+CHECKS = ("imports", "datetime64", "parquet", "eks", "athena")
+# The functions whose roles call Kubernetes (held equal to stacks/control_plane.py's FUNCTION_NEEDS by a test)
+KUBERNETES_FUNCTIONS = ("Plan", "Pools", "Serving", "Load", "Teardown")
+
+JSON = dict[str, Any]
+
+
+def checks_for(function: str) -> list[str]:
+    """The checks that apply to one function (its name as in ``lambdas.FUNCTIONS`` without ``FunctionArn``)."""
+    out = ["imports", "datetime64", "parquet"]
+    if function in KUBERNETES_FUNCTIONS:
+        out.append("eks")
+    if function == "Report":
+        out.append("athena")
+    return out
+
+
+def _imports(env: LambdaEnv, function: str, session: Any) -> str:
+    import aws_lambda_powertools  # noqa: F401  (the handlers' logger)
+    import awswrangler
+    import boto3
+    import botocore
+    import numpy
+    import pandas
+    import pyarrow
+    import yaml
+
+    v = sys.version_info
+    return (f"python {v.major}.{v.minor}.{v.micro}, pandas {pandas.__version__}, numpy {numpy.__version__}, "
+            f"pyarrow {pyarrow.__version__}, awswrangler {awswrangler.__version__}, boto3 {boto3.__version__}, "
+            f"botocore {botocore.__version__}, pyyaml {yaml.__version__}")
+
+
+def _timeline_row() -> JSON:
+    """A real timeline row (the lake's most common write), of a campaign id no campaign can have."""
+    from benchctl import timeline
+    from benchctl.campaign.base import now_iso
+
+    return timeline.row(DOCTOR_PREFIX, timeline.CAMPAIGN, timeline.PLANNED, now_iso(), steps=0)
+
+
+def _datetime64(env: LambdaEnv, function: str, session: Any) -> str:
+    import datetime
+
+    import pandas as pd
+
+    from benchctl.aws.s3 import _frame
+
+    df = pd.DataFrame({"n": [1, 2]})
+    df["t"] = datetime.datetime.now(datetime.UTC)  # the construction aws/aws-sdk-pandas#3393 crashed on
+    parsed = pd.to_datetime(["2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"])
+    frame = _frame("timeline", [_normalised(_timeline_row())])  # the lake writer's own conversion
+    return f"datetime64 columns built ({df['t'].dtype}, {parsed.dtype}, timeline.at {frame['at'].dtype})"
+
+
+def _normalised(row: JSON) -> JSON:
+    from benchctl import schema
+
+    return schema.normalize_row("timeline", row)
+
+
+def _parquet(env: LambdaEnv, function: str, session: Any) -> str:
+    import awswrangler as wr
+
+    from benchctl.aws.providers import split_s3_uri
+    from benchctl.aws.s3 import S3Lake
+
+    bucket, prefix = split_s3_uri(env.runs_uri)
+    scratch = f"{prefix}/{DOCTOR_PREFIX}/{function}".strip("/")
+    lake = S3Lake(bucket, scratch, database=None, session=session)  # no Glue: a scratch prefix, no table
+    row = _timeline_row()
+    try:
+        (uri,) = lake.write("timeline", [row], part_name="self-test")
+        back = wr.s3.read_parquet(uri, boto3_session=session)
+    except Exception as err:
+        raise RuntimeError(f"s3://{bucket}/{scratch}/: {type(err).__name__}: {err}") from err
+    if len(back) != 1 or back["event"].iloc[0] != row["event"] or str(back["at"].dtype) != "datetime64[us]":
+        raise AssertionError(f"{uri}: read back {back.to_dict('records')} ({dict(back.dtypes.astype(str))})")
+    return f"wrote and read back {uri}"
+
+
+def _eks(env: LambdaEnv, function: str, session: Any) -> str:
+    from benchctl.aws.eks_token import kube_for_cluster
+
+    if not env.cluster:
+        raise ValueError("BENCHCTL_CLUSTER is not set")
+    kube = kube_for_cluster(env.cluster, session)
+    ns = kube.get("v1", "Namespace", env.namespace)
+    who = session.client("sts").get_caller_identity()["Arn"]
+    return f"namespace {ns['metadata']['name']} of cluster {env.cluster} read as {who}"
+
+
+def _athena(env: LambdaEnv, function: str, session: Any) -> str:
+    from benchctl.aws.athena import run_query
+    from benchctl.views import athena_view_ddl
+
+    name, ddl = athena_view_ddl()[0]
+    t0 = time.monotonic()
+    try:
+        run_query(session.client("athena"), ddl, database=env.database, workgroup=env.workgroup, timeout_s=120)
+    except Exception as err:
+        raise RuntimeError(f"view {name} in database {env.database!r}, workgroup {env.workgroup!r}: "
+                           f"{type(err).__name__}: {err}") from err
+    return f"CREATE OR REPLACE VIEW {name} in {env.database} (workgroup {env.workgroup}): {time.monotonic() - t0:.1f} s"
+
+
+_CHECKS: dict[str, Callable[[LambdaEnv, str, Any], str]] = {
+    "imports": _imports, "datetime64": _datetime64, "parquet": _parquet, "eks": _eks, "athena": _athena}
+
+
+def self_test(event: Mapping[str, Any], environ: Mapping[str, str], *, session: Any = None) -> JSON:
+    """Run the event's ``checks`` (default: all that apply to ``function``) and say how each went."""
+    function = str(event.get("function") or "")
+    checks = list(event.get("checks") or checks_for(function))
+    unknown = sorted(set(checks) - set(CHECKS))
+    if unknown:
+        raise ValueError(f"self-test checks {unknown} are not among {list(CHECKS)}")
+    env = LambdaEnv.from_env(environ)
+    if session is None:
+        import boto3
+
+        session = boto3.session.Session()
+    out: JSON = {}
+    for name in checks:
+        t0 = time.monotonic()
+        try:
+            out[name] = {"ok": True, "detail": _CHECKS[name](env, function, session)}
+        except Exception as err:  # every check answers; the doctor prints them all
+            out[name] = {"ok": False, "detail": f"{type(err).__name__}: {err}"[:1000]}
+        out[name]["seconds"] = round(time.monotonic() - t0, 3)
+    return {"function": function, "checks": out}

@@ -1,0 +1,315 @@
+"""``benchctl doctor`` against moto: the deployed state machine's functions found from its definition, each
+function's self-test run by its real handler (in this process, as Lambda would invoke it, with the stack's
+variables), the images looked up in a local registry that speaks the distribution API's token flow.
+Every check is seen failing once: a crashed function, each self-test check, a missing image."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+
+from benchctl import asl
+from benchctl.aws.doctor import deployed_functions, doctor
+from benchctl.aws.images import DOCKER_HUB, image_exists, parse_ref
+from benchctl.aws.selftest import KUBERNETES_FUNCTIONS, checks_for
+from lambdas import FUNCTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+REGION, ACCOUNT = "us-east-1", "123456789012"
+BUCKET, DATABASE, WORKGROUP, CLUSTER, NS = "bench-results", "benchctl_dev", "benchctl-dev", "bench", "dynamo-bench"
+RBAC = [d for d in yaml.safe_load_all((ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml").read_text()) if d]
+LOAD_IMAGE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/cdk-assets:load"
+ENV = {"BENCHCTL_BUCKET": BUCKET, "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake", "BENCHCTL_RUNS_URI": f"s3://{BUCKET}/runs",
+       "BENCHCTL_DATABASE": DATABASE, "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER,
+       "BENCHCTL_NODEGROUPS": "gpu-ng", "BENCHCTL_NAMESPACE": NS, "BENCHCTL_LOCK_TABLE": "locks",
+       "BENCHCTL_LOAD_IMAGE": LOAD_IMAGE, "POWERTOOLS_LOG_LEVEL": "WARNING"}
+
+
+def test_the_functions_that_call_kubernetes_are_the_stacks():
+    from stacks.control_plane import FUNCTION_NEEDS
+
+    assert set(KUBERNETES_FUNCTIONS) == {n for n, needs in FUNCTION_NEEDS.items() if needs.kubernetes}
+    assert set(FUNCTION_NEEDS) == {v.removesuffix("FunctionArn") for v in FUNCTIONS}
+
+
+@pytest.mark.parametrize(("image", "registry", "repository", "reference"), [
+    ("nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", "nvcr.io", "nvidia/ai-dynamo/vllm-runtime", "1.6.1"),
+    ("python:3.11-slim", DOCKER_HUB, "library/python", "3.11-slim"),
+    ("amazon/aws-cli:2.22.0", DOCKER_HUB, "amazon/aws-cli", "2.22.0"),
+    ("localhost:5000/x/y", "localhost:5000", "x/y", "latest"),
+    ("public.ecr.aws/aws-cli/aws-cli@sha256:" + "a" * 64, "public.ecr.aws", "aws-cli/aws-cli", "sha256:" + "a" * 64),
+    ("r.io/a/b:tag@sha256:" + "b" * 64, "r.io", "a/b", "sha256:" + "b" * 64),
+])
+def test_image_references_are_parsed_as_docker_resolves_them(image, registry, repository, reference):
+    ref = parse_ref(image)
+    assert (ref.registry, ref.repository, ref.reference) == (registry, repository, reference)
+
+
+@pytest.mark.parametrize("image", ["", "a b", "r.io/UPPER/case:1"])
+def test_a_malformed_image_reference_is_refused(image):
+    with pytest.raises(ValueError, match=r"image reference|repository"):
+        parse_ref(image)
+
+
+class Registry(BaseHTTPRequestHandler):
+    """A registry as nvcr.io answers anonymous pulls: 401 with a Bearer challenge, a token from the realm,
+    then the manifest (200) or 404."""
+
+    images: set[tuple[str, str]] = set()
+    token = "anon-token"
+
+    def do_HEAD(self) -> None:
+        if self.headers.get("Authorization") != f"Bearer {self.token}":
+            self.send_response(401)
+            port = self.server.server_address[1]
+            self.send_header("WWW-Authenticate",
+                             f'Bearer realm="http://127.0.0.1:{port}/token",service="test-registry"')
+            self.end_headers()
+            return
+        _, _, rest = self.path.partition("/v2/")
+        repo, _, ref = rest.rpartition("/manifests/")
+        found = (repo, ref) in self.images
+        self.send_response(200 if found else 404)
+        if found:
+            self.send_header("Docker-Content-Digest", "sha256:" + "c" * 64)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        body = json.dumps({"token": self.token} if q.get("service") == ["test-registry"] else {}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def registry():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Registry.images = {("nvidia/ai-dynamo/vllm-runtime", "1.6.1"), ("nvidia/ai-dynamo/vllm-runtime", "1.6.1-efa"),
+                       ("aws-cli/aws-cli", "2.22.0")}
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_an_image_is_found_through_the_registrys_token_challenge_and_a_missing_one_is_named(registry):
+    ok, how = image_exists(f"{registry}/nvidia/ai-dynamo/vllm-runtime:1.6.1", scheme="http")
+    assert ok and "sha256:" in how
+    ok, how = image_exists(f"{registry}/nvidia/ai-dynamo/vllm-runtime:9.9.9", scheme="http")
+    assert not ok and "404" in how and "vllm-runtime:9.9.9" in how
+
+
+# ------------------------------------------------------------------------------------------ the account
+
+
+class Invoker:
+    """Lambda Invoke answered by the function's real handler in this process, with the stack's variables;
+    ``crash`` makes one function's process die as a segfaulting layer would (Lambda's answer for it)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, arns: dict[str, str]) -> None:
+        import importlib
+
+        self.monkeypatch = monkeypatch
+        self.by_arn = {}
+        for var, target in FUNCTIONS.items():
+            mod, fn = target.rsplit(".", 1)
+            self.by_arn[arns[var]] = getattr(importlib.import_module(mod), fn)
+        self.crash: set[str] = set()
+        self.env = dict(ENV)
+
+    def __call__(self, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
+        from botocore.awsrequest import AWSResponse
+        from botocore.response import StreamingBody
+
+        name = urllib.parse.unquote(params["url_path"].split("/functions/")[1].split("/")[0])
+        event = json.loads(params.get("body") or b"{}")
+        headers: dict[str, str] = {}
+        if name in self.crash:
+            raw = json.dumps({"errorType": "Runtime.ExitError",
+                              "errorMessage": "RequestId: x Error: Runtime exited with error: signal: segmentation fault"
+                              }).encode()
+            headers["x-amz-function-error"] = "Unhandled"
+        else:
+            with self.monkeypatch.context() as mp:
+                for k, v in self.env.items():
+                    mp.setenv(k, v)
+                try:
+                    raw = json.dumps(self.by_arn[name](event, None)).encode()
+                except Exception as exc:
+                    raw = json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}).encode()
+                    headers["x-amz-function-error"] = "Unhandled"
+        parsed: dict[str, Any] = {"StatusCode": 200, "Payload": StreamingBody(io.BytesIO(raw), len(raw)),
+                                  "ResponseMetadata": {"HTTPStatusCode": 200, "HTTPHeaders": headers}}
+        if headers:
+            parsed["FunctionError"] = "Unhandled"
+        return AWSResponse(f"https://lambda.{REGION}.amazonaws.com", 200, headers, None), parsed
+
+
+@pytest.fixture
+def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The deployment as the stacks create it (bucket, Glue database, Athena workgroup, functions with their
+    variables, the state machine naming them, the load image in ECR), a cluster whose API is the strict fake."""
+    from benchctl.aws.k8s.client import KubeClient
+    from tests.fakes.k8s_api import FakeKubeApi
+
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
+                 "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(k, v)
+    with mock_aws(), FakeKubeApi() as api:
+        boto3.client("s3").create_bucket(Bucket=BUCKET)
+        boto3.client("glue").create_database(DatabaseInput={"Name": DATABASE})
+        boto3.client("athena").create_work_group(Name=WORKGROUP, Configuration={
+            "ResultConfiguration": {"OutputLocation": f"s3://{BUCKET}/athena-results/"}})
+        eks = boto3.client("eks")
+        eks.create_cluster(name=CLUSTER, roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig={})
+        api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        api.enforce_rbac(RBAC)  # the access entries' group, bound by our RBAC file
+        monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
+                            lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
+        ecr = boto3.client("ecr")
+        ecr.create_repository(repositoryName="cdk-assets")
+        ecr.put_image(repositoryName="cdk-assets", imageTag="load", imageManifest=json.dumps(
+            {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+             "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 1,
+                        "digest": "sha256:" + "d" * 64}, "layers": []}))
+        iam = boto3.client("iam")
+        role = iam.create_role(RoleName="fn", AssumeRolePolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                    "Principal": {"Service": "lambda.amazonaws.com"}}]}))["Role"]["Arn"]
+        lam = boto3.client("lambda")
+        arns = {}
+        for var in FUNCTIONS:
+            fn = lam.create_function(FunctionName=f"benchctl-{var.removesuffix('FunctionArn')}", Runtime="python3.13",
+                                     Role=role, Handler=FUNCTIONS[var], Code={"ZipFile": base64.b64decode(
+                                         "UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==")}, Environment={"Variables": ENV})
+            arns[var] = fn["FunctionArn"]
+        sm = boto3.client("stepfunctions").create_state_machine(
+            name="campaign", definition=asl.substitute(arns), roleArn=f"arn:aws:iam::{ACCOUNT}:role/sfn")
+        session = boto3.session.Session(region_name=REGION)
+        invoker = Invoker(monkeypatch, arns)
+        session.events.register("before-call.lambda.Invoke", invoker)
+        yield {"arn": sm["stateMachineArn"], "session": session, "invoker": invoker, "api": api, "arns": arns}
+
+
+def _run(account: dict[str, Any], registry: str | None = None, spec: Path | None = None) -> dict[str, Any]:
+    def lookup(image: str) -> tuple[bool, str]:
+        if registry and parse_ref(image).ecr is None:  # every public registry is the local one here
+            ref = parse_ref(image)
+            return image_exists(f"{registry}/{ref.repository}:{ref.reference}", scheme="http")
+        return image_exists(image, session=account["session"])
+
+    checks = doctor(account["arn"], spec_path=spec, session=account["session"], lookup=lookup, runner_job=False)
+    return {c.name: c for c in checks}
+
+
+def test_every_function_is_found_from_the_deployed_definition(account):
+    definition = json.loads(boto3.client("stepfunctions").describe_state_machine(
+        stateMachineArn=account["arn"])["definition"])
+    assert deployed_functions(definition) == {v.removesuffix("FunctionArn"): a for v, a in account["arns"].items()}
+
+
+def test_a_healthy_deployment_passes_every_check(account):
+    checks = _run(account)
+    failed = [c.line() for c in checks.values() if not c.ok]
+    assert failed == []
+    names = set(checks)
+    for var in FUNCTIONS:
+        fn = var.removesuffix("FunctionArn")
+        assert {f"{fn} {c}" for c in checks_for(fn)} <= names
+    assert "Report athena" in names and "Plan eks" in names and "Ingest eks" not in names
+    assert "pandas" in checks["Plan imports"].detail and "datetime64" in checks["Ingest datetime64"].detail
+    assert f"s3://{BUCKET}/runs/_doctor/Ingest/timeline/" in checks["Ingest parquet"].detail
+    assert checks[f"load image (deployment) {LOAD_IMAGE}"].ok
+
+
+def test_a_crashing_layer_fails_its_function_naming_the_crash(account):
+    account["invoker"].crash.add(account["arns"]["IngestFunctionArn"])
+    checks = _run(account)
+    bad = checks["Ingest function"]
+    assert not bad.ok and "segmentation fault" in bad.detail and "stacks/layers.py" in bad.detail
+    assert checks["Plan parquet"].ok  # the others still answer
+
+
+def test_pandas_datetime64_failing_fails_that_check(account, monkeypatch):
+    import pandas as pd
+
+    def broken(*a: Any, **k: Any) -> Any:
+        raise SystemError("numpy ABI mismatch")
+
+    monkeypatch.setattr(pd, "to_datetime", broken)
+    checks = _run(account)
+    assert not checks["Report datetime64"].ok and "numpy ABI mismatch" in checks["Report datetime64"].detail
+    assert checks["Report imports"].ok
+
+
+def test_a_bucket_the_functions_cannot_write_fails_parquet(account):
+    account["invoker"].env["BENCHCTL_RUNS_URI"] = "s3://no-such-bucket/runs"
+    checks = _run(account)
+    assert not checks["Load parquet"].ok and "no-such-bucket" in checks["Load parquet"].detail
+
+
+def test_a_cluster_api_that_refuses_the_function_fails_eks(account):
+    account["api"].enforce_rbac(RBAC, {"system:authenticated"})  # an access entry without our group
+    checks = _run(account)
+    assert not checks["Serving eks"].ok and "forbidden" in checks["Serving eks"].detail
+    assert "Ingest eks" not in checks
+
+
+def test_an_athena_workgroup_that_is_not_there_fails_athena(account):
+    account["invoker"].env["BENCHCTL_WORKGROUP"] = "no-such-workgroup"
+    checks = _run(account)
+    assert not checks["Report athena"].ok and "no-such-workgroup" in checks["Report athena"].detail
+
+
+def test_every_image_the_spec_names_is_looked_up_and_a_missing_one_fails(account, registry, tmp_path):
+
+
+    data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text())
+    data["kubernetes"]["uploader_image"] = "public.ecr.aws/aws-cli/aws-cli:9.9.9"  # not in the registry
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    checks = _run(account, registry, spec)
+    dyn = next(c for n, c in checks.items() if n.startswith("dynamo image"))
+    efa = next(c for n, c in checks.items() if n.startswith("EFA image"))
+    up = next(c for n, c in checks.items() if n.startswith("uploader image"))
+    assert dyn.ok and efa.ok and "-efa" in efa.name
+    assert not up.ok and "aws-cli:9.9.9" in up.detail
+
+
+def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(account, monkeypatch, capsys):
+    from benchctl import cli
+
+    account["invoker"].env["BENCHCTL_WORKGROUP"] = "no-such-workgroup"
+    real = doctor
+    monkeypatch.setattr("benchctl.aws.doctor.doctor", lambda arn, **kw: real(
+        arn, **{**kw, "session": account["session"], "runner_job": False}))
+    rc = cli.main(["doctor", "--state-machine-arn", account["arn"], "--no-job"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 1
+    assert any(line.startswith("FAIL Report athena:") for line in out)
+    assert all(line.startswith(("ok   ", "FAIL ")) for line in out[:-1]) and "failed" in out[-1]
+
+
+def test_the_cli_refuses_a_missing_state_machine_arn_with_exit_2(monkeypatch, capsys):
+    from benchctl import cli
+
+    monkeypatch.delenv("BENCHCTL_STATE_MACHINE_ARN", raising=False)
+    assert cli.main(["doctor"]) == 2
+    assert "StateMachineArn" in capsys.readouterr().err
