@@ -185,11 +185,26 @@ TOKENIZER_CHECK = ("python3 -c 'import os; from aiperf.common.tokenizer import T
                    "print(\"tokenizer\", os.environ[\"MODEL\"], os.environ[\"REVISION\"], \"read offline\")' || exit 5")
 
 
+def cpu_node_affinity(spec: CampaignSpec) -> JSON:
+    """Required node affinity to nodes that are not GPU nodes: not of the spec's node groups, and not labelled
+    as having NVIDIA GPUs (GPU feature discovery's ``nvidia.com/gpu.present``). ``NotIn`` also matches nodes
+    without the label, so any CPU node qualifies. (Our Auto Mode NodePools do not exist yet at preflight, and
+    their nodes are tainted.)"""
+    groups = sorted({p.nodegroup for p in spec.pools if p.provider == "managed-nodegroup" and p.nodegroup})
+    terms = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
+    terms += [{"key": "eks.amazonaws.com/nodegroup", "operator": "NotIn", "values": groups}] if groups else []
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+
+
 def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JSON:
     """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS)."""
     image = {"aiperf": aiperf_image(spec.kubernetes), "uploader": spec.kubernetes.uploader_image}[check]
     script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
-    resources = {"cpu": "500m", "memory": "1Gi"}
+    # the AIPerf check asks what a load runner's AIPerf container asks (kubernetes.load_cpu/load_memory), on a
+    # node no GPU pool of the spec owns: that it runs proves a runner fits on a CPU node of the cluster
+    resources = ({"cpu": spec.kubernetes.load_cpu, "memory": spec.kubernetes.load_memory} if check == "aiperf"
+                 else {"cpu": "500m", "memory": "1Gi"})
     container: JSON = {"name": check, "image": image, "command": ["sh", "-c", script],
                        "resources": {"limits": dict(resources), "requests": dict(resources)}}
     pod_spec: JSON = {
@@ -197,6 +212,8 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JS
         "automountServiceAccountToken": False,
         "containers": [container],
     }
+    if check == "aiperf":
+        pod_spec["affinity"] = cpu_node_affinity(spec)
     if check == "aiperf" and not spec.kubernetes.prefetch_model:
         container["command"][2] = f"{script}; {TOKENIZER_CHECK}"
         container["env"] = [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},
