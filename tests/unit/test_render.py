@@ -766,6 +766,7 @@ def test_prefetch_job_downloads_the_model_into_the_volume_from_a_slim_pinned_ima
     assert c["resources"] == {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     assert "securityContext" not in c and "securityContext" not in pod  # the image's own user
     assert "tolerations" not in pod  # never on a (tainted) GPU node
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
     job_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert job_env["MODEL"] == spec.model.name and job_env["HF_HOME"] == "/models/hf"
     assert job_env["REVISION"] == spec.model.revision  # the pinned snapshot workers and AIPerf read

@@ -11,6 +11,7 @@ from benchctl import aiperf_args
 from benchctl.aws.k8s.common import (
     ARTIFACTS,
     DEFAULT_DEADLINE_S,
+    DO_NOT_DISRUPT,
     JOB_TTL_S,
     MODEL_MOUNT,
     OFFLINE_TOKENIZER_ENV,
@@ -161,7 +162,9 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str) -> JS
             "volumeMounts": [dict(MODEL_MOUNT)],
         }],
     }
-    return _job(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
+    job = _job(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
+    job["spec"]["template"]["metadata"]["annotations"] = dict(DO_NOT_DISRUPT)  # Auto Mode: not drained mid-download
+    return job
 
 
 # The preflight's image checks: each prints its tool's version; the check script compares it with what
