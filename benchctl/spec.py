@@ -11,16 +11,18 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from benchctl.errors import SpecError
+from benchctl.names import dgd_name_problem
 from benchctl.spec_base import Name, Strict
-from benchctl.spec_settings import (
+from benchctl.spec_settings import (  # Kubernetes and image_tag_version: here too, where callers look
     EFA_INTERFACES,
     PATH_BANDWIDTH_GBPS,
     Budget,
+    Kubernetes,
     PoolNetwork,
     Pricing,
     Quality,
@@ -29,6 +31,7 @@ from benchctl.spec_settings import (
     SmokeTest,
     Timeouts,
     WarmUp,
+    image_tag_version,
 )
 from benchctl.workloads import (  # the workloads' models: benchctl.workloads
     WORKLOAD_KINDS,
@@ -44,9 +47,16 @@ class ModelSpec(Strict):
     kv_bytes_per_token: int = Field(default=98304, gt=0, description="KV cache bytes per token")
     revision: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$",
-        description="Hugging Face revision (pin a commit hash): what the model prefetch downloads, the workers "
-                    "load and AIPerf reads the tokenizer at, offline from the model volume (AWS); unset: the "
-                    "volume's refs/main")
+        description="Hugging Face revision: what the model prefetch downloads, the workers serve and AIPerf reads "
+                    "the tokenizer at, offline from the model volume; a full commit hash, required when a pool runs "
+                    "on EKS (a hub cache's snapshot directory is named by its commit); the local engine serves its own "
+                    "generated model directory")
+
+
+def is_commit(revision: str | None) -> bool:
+    """Whether a Hugging Face revision is a full commit hash: the only name a hub cache's snapshot directory
+    (``hub/models--<org>--<name>/snapshots/<commit>``) can have."""
+    return revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision) is not None
 
 
 class PoolSpec(Strict):
@@ -140,71 +150,6 @@ class Experiment(Strict):
         return next(f for f in LADDER_FEATURES if f in self.change)
 
 
-
-
-_SEMVER_CORE = r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})"
-
-
-def image_tag_version(image: str) -> str | None:
-    """``MAJOR.MINOR.PATCH`` of an image reference's tag (``repo:1.6.1``, ``repo:v1.6.1-efa``,
-    ``repo:1.6.1@sha256:…``), or None when it has no tag (digest only) or the tag is not a version."""
-    ref = image.split("@", 1)[0]
-    name, _, tag = ref.rpartition(":")
-    if not name or "/" in tag:  # no tag: the colon belonged to a registry port
-        return None
-    m = re.match(rf"^v?({_SEMVER_CORE})([-+][0-9A-Za-z.-]+)?$", tag)
-    return m.group(1) if m else None
-
-
-class Kubernetes(Strict):
-    """Where and with what the AWS engine runs an experiment in the cluster (ignored locally).
-
-    Images are part of what is measured: pin them (a tag, or better a digest); the digests actually
-    run are read back from the pods and recorded with the campaign.
-    """
-
-    namespace: Name = "dynamo-bench"
-    dynamo_image: str = Field(default="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", min_length=1)
-    dynamo_runtime_version: str | None = Field(
-        default=None, pattern=rf"^{_SEMVER_CORE}$",
-        description="the Dynamo runtime version in dynamo_image (MAJOR.MINOR.PATCH), rendered as each "
-                    "component's runtimeVersionOverride; required when the image has no version tag (e.g. "
-                    "pinned by digest only): Dynamo's admission webhook refuses such an image otherwise")
-    aiperf_image: str | None = Field(
-        default=None, min_length=1,
-        description="image with `aiperf` 0.13.0 (and python3); unset: the deployment's load image "
-                    "(BENCHCTL_LOAD_IMAGE), built by the control-plane stack from stacks/images/load/Dockerfile")
-    uploader_image: str = Field(default="public.ecr.aws/aws-cli/aws-cli:2.22.0", min_length=1,
-                                description="copies a Job's artifacts to the results bucket (AWS CLI v2)")
-    node_class: str = Field(default="default", min_length=1,
-                            description="EKS Auto Mode NodeClass (eks.amazonaws.com) of our NodePools")
-    min_gpu_driver: int = Field(
-        default=580, gt=0,
-        description="NVIDIA driver major version the Dynamo image needs (1.6 images: CUDA 13.0, driver 580+); "
-                    "checked on GPU nodes that report it (GPU feature discovery labels)")
-    hf_token_secret: str = Field(default="hf-token", min_length=1, description="Secret with key HF_TOKEN")
-    model_pvc: str = Field(default="model-cache", min_length=1, description="PVC holding the HF model cache")
-    load_service_account: str = Field(default="benchctl-load", min_length=1,
-                                      description="ServiceAccount of load Jobs (S3 write to the raw prefix)")
-    load_cpu: str = Field(default="8", description="CPU request/limit of an AIPerf Job (not the bottleneck)")
-    load_memory: str = Field(default="16Gi")
-    shared_memory: str = Field(default="16Gi", description="/dev/shm of each worker")
-    prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
-    dcgm_exporter_urls: list[Annotated[str, Field(pattern=r"^https?://[^\s]+$")]] = Field(
-        default_factory=list,
-        description="NVIDIA DCGM exporter /metrics URLs (port 9400; e.g. the GPU operator's Service "
-                    "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics) scraped with every step's server "
-                    "metrics: GPU utilisation, memory, power per step in the lake (v_stage_queues)")
-
-    @model_validator(mode="after")
-    def _runtime_version(self) -> Kubernetes:
-        if self.dynamo_runtime_version is None and image_tag_version(self.dynamo_image) is None:
-            raise ValueError(
-                f"kubernetes.dynamo_runtime_version: required because kubernetes.dynamo_image "
-                f"{self.dynamo_image!r} has no MAJOR.MINOR.PATCH tag (Dynamo's admission webhook refuses such an "
-                "image unless each component sets runtimeVersionOverride); give the image's Dynamo version, "
-                "e.g. 1.6.1")
-        return self
 
 
 class CampaignSpec(Strict):
@@ -315,6 +260,16 @@ class CampaignSpec(Strict):
                         f"{where}.tensor_parallel: {g.tensor_parallel} exceeds pool {pool.name!r} "
                         f"gpus_per_node {pool.gpus_per_node}"
                     )
+        eks = {p.name for p in self.pools if p.provider != "local"}
+        if eks and not is_commit(self.model.revision):
+            problems.append(f"model.revision: {self.model.revision!r} must be a full 40-character commit hash, as pools "
+                            f"{sorted(eks)} run on EKS: their workers serve the prefetched snapshot offline, and the "
+                            "hub cache names snapshot directories by commit (hub/models--<org>--<name>/snapshots/"
+                            "<commit>; a branch or tag is only a ref to one)")
+        for i, e in enumerate(self.experiments):  # Dynamo's webhook: DGD name + component name (benchctl.names)
+            why = dgd_name_problem(e.name, [g.role for g in e.workers]) if eks & {g.pool for g in e.workers} else None
+            if why:
+                problems.append(f"experiments[{i}].name: {why}")
         for i, pool in enumerate(self.pools):
             if pool.network.efa and pool.efa_interfaces() == 0:
                 problems.append(

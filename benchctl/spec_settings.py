@@ -1,15 +1,17 @@
-"""Settings of a spec: a pool's network (EFA, NIXL backend) and the campaign-wide service level, warm-up, smoke test, pricing, budget, timeouts,
+"""Settings of a spec: a pool's network (EFA, NIXL backend), the cluster it runs in on AWS (images, volumes,
+namespace) and the campaign-wide service level, warm-up, smoke test, pricing, budget, timeouts,
 sampling and the output-quality gate (:class:`benchctl.spec.CampaignSpec` holds one of each). Pure:
 pydantic and the standard library only.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from benchctl.spec_base import Strict
+from benchctl.spec_base import Name, Strict
 
 # EFA interfaces of an instance type, for a pool whose network asks for EFA without a count. p4d.24xlarge /
 # p4de.24xlarge: 4 (FACTS "Held to the platforms' own rules"); p5.48xlarge: 32 (Dynamo's AWS p5 recipe gives
@@ -107,3 +109,72 @@ class Quality(Strict):
                                          "models only: on the local mocker the score is SIMULATED and not gated)")
     max_tokens: int | None = Field(default=None, gt=0, le=32768,
                                    description="per answer (default: 64 with thinking off, 4096 with it on)")
+
+
+_SEMVER_CORE = r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})"
+
+
+def image_tag_version(image: str) -> str | None:
+    """``MAJOR.MINOR.PATCH`` of an image reference's tag (``repo:1.6.1``, ``repo:v1.6.1-efa``,
+    ``repo:1.6.1@sha256:…``), or None when it has no tag (digest only) or the tag is not a version."""
+    ref = image.split("@", 1)[0]
+    name, _, tag = ref.rpartition(":")
+    if not name or "/" in tag:  # no tag: the colon belonged to a registry port
+        return None
+    m = re.match(rf"^v?({_SEMVER_CORE})([-+][0-9A-Za-z.-]+)?$", tag)
+    return m.group(1) if m else None
+
+
+class Kubernetes(Strict):
+    """Where and with what the AWS engine runs an experiment in the cluster (ignored locally).
+
+    Images are part of what is measured: pin them (a tag, or better a digest); the digests actually
+    run are read back from the pods and recorded with the campaign.
+    """
+
+    namespace: Name = "dynamo-bench"
+    dynamo_image: str = Field(default="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", min_length=1)
+    dynamo_runtime_version: str | None = Field(
+        default=None, pattern=rf"^{_SEMVER_CORE}$",
+        description="the Dynamo runtime version in dynamo_image (MAJOR.MINOR.PATCH), rendered as each "
+                    "component's runtimeVersionOverride; required when the image has no version tag (e.g. "
+                    "pinned by digest only): Dynamo's admission webhook refuses such an image otherwise")
+    aiperf_image: str | None = Field(
+        default=None, min_length=1,
+        description="image with `aiperf` 0.13.0 (and python3); unset: the deployment's load image "
+                    "(BENCHCTL_LOAD_IMAGE), built by the control-plane stack from stacks/images/load/Dockerfile")
+    uploader_image: str = Field(default="public.ecr.aws/aws-cli/aws-cli:2.22.0", min_length=1,
+                                description="copies a Job's artifacts to the results bucket (AWS CLI v2)")
+    node_class: str = Field(default="default", min_length=1,
+                            description="EKS Auto Mode NodeClass (eks.amazonaws.com) of our NodePools")
+    min_gpu_driver: int = Field(
+        default=580, gt=0,
+        description="NVIDIA driver major version the Dynamo image needs (1.6 images: CUDA 13.0, driver 580+); "
+                    "checked on GPU nodes that report it (GPU feature discovery labels)")
+    hf_token_secret: str = Field(default="hf-token", min_length=1, description="Secret with key HF_TOKEN")
+    model_pvc: str = Field(default="model-cache", min_length=1, description="PVC holding the HF model cache")
+    load_service_account: str = Field(default="benchctl-load", min_length=1,
+                                      description="ServiceAccount of load Jobs (S3 write to the raw prefix)")
+    load_cpu: str = Field(default="8", description="CPU request/limit of an AIPerf Job (not the bottleneck)")
+    load_memory: str = Field(default="16Gi")
+    shared_memory: str = Field(default="16Gi", description="/dev/shm of each worker")
+    prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
+    prefetch_image: str = Field(
+        default="python:3.11-slim-bookworm", min_length=1,
+        description="the model prefetch's image: a slim Python (the default load image's base) into which the Job "
+                    "installs a pinned huggingface_hub, as Dynamo's model-caching guide does; not the runtime image")
+    dcgm_exporter_urls: list[Annotated[str, Field(pattern=r"^https?://[^\s]+$")]] = Field(
+        default_factory=list,
+        description="NVIDIA DCGM exporter /metrics URLs (port 9400; e.g. the GPU operator's Service "
+                    "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics) scraped with every step's server "
+                    "metrics: GPU utilisation, memory, power per step in the lake (v_stage_queues)")
+
+    @model_validator(mode="after")
+    def _runtime_version(self) -> Kubernetes:
+        if self.dynamo_runtime_version is None and image_tag_version(self.dynamo_image) is None:
+            raise ValueError(
+                f"kubernetes.dynamo_runtime_version: required because kubernetes.dynamo_image "
+                f"{self.dynamo_image!r} has no MAJOR.MINOR.PATCH tag (Dynamo's admission webhook refuses such an "
+                "image unless each component sets runtimeVersionOverride); give the image's Dynamo version, "
+                "e.g. 1.6.1")
+        return self

@@ -38,9 +38,9 @@ from benchctl.aws.k8s.common import (
     selection,
     selector,
 )
+from benchctl.aws.k8s.efa import NIXL_TELEMETRY_PORT
 from benchctl.aws.k8s.jobs import render_prefetch_job, render_smoke_job
 from benchctl.aws.k8s.render import (
-    NIXL_TELEMETRY_PORT,
     prepull_pools,
     render_deployment,
     render_prepull,

@@ -55,7 +55,7 @@ def _check_objects(spec: CampaignSpec, kube: KubeClient) -> list[str]:
     secret = found.get("Secret")
     if secret is not None and HF_TOKEN_KEY not in {**(secret.get("data") or {}), **(secret.get("stringData") or {})}:
         problems.append(f"secret {k.namespace}/{k.hf_token_secret} has no key {HF_TOKEN_KEY!r} (keys: "
-                        f"{sorted(secret.get('data') or {})}); workers and the model prefetch read the token from it")
+                        f"{sorted(secret.get('data') or {})}); the model prefetch reads the token from it")
     pvc = found.get("PersistentVolumeClaim")
     if pvc is not None:
         modes = (pvc.get("status") or {}).get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or []
@@ -102,11 +102,14 @@ def _pool_selector(pool: PoolSpec) -> str:
 
 
 def _check_efa(spec: CampaignSpec, kube: KubeClient) -> list[str]:
-    """Pools whose workers ask for EFA (``network.efa``) need AWS's EFA device plugin, which advertises the
-    interfaces as ``vpc.amazonaws.com/efa``: without it the workers are never scheduled (or, had the request
-    been left out, NIXL would silently fall back to TCP). Checked on the DaemonSets of kube-system (by the
-    plugin's image, whatever the release is called) and on the pools' nodes that exist and lack the resource."""
-    efa_pools = [p for p in spec.pools if p.network.efa and p.provider != "local"]
+    """Node-group pools whose workers ask for EFA (``network.efa``) need AWS's EFA device plugin, which
+    advertises the interfaces as ``vpc.amazonaws.com/efa``: without it the workers are never scheduled (or, had
+    the request been left out, NIXL would silently fall back to TCP). Checked on the DaemonSets of kube-system
+    (by the plugin's image, whatever the release is called) and on the pools' nodes that exist and lack the
+    resource. EKS Auto Mode pools are not checked: Auto Mode runs the NVIDIA and EFA device plugins itself
+    (not as DaemonSets; EKS user guide, "Deploy an accelerated workload") and gives EFA interfaces to the
+    instances it launches for pods that request them, which our NodePools' nodes are."""
+    efa_pools = [p for p in spec.pools if p.network.efa and p.provider == "managed-nodegroup"]
     if not efa_pools:
         return []
     problems: list[str] = []
@@ -147,6 +150,14 @@ def _pod_problem(pod: JSON) -> str | None:
     return None
 
 
+def _unscheduled(pod: JSON) -> str | None:
+    """The scheduler's reason a pod is not placed (``PodScheduled`` False), e.g. ``Insufficient cpu``."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+    return None
+
+
 def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str) -> list[str]:
     """One short CPU Job per image (AIPerf's version; the uploader's AWS CLI and its identity), created
     once; NotReadyYet while one runs; the problems of the failed ones, named with their logs; the Jobs are
@@ -171,15 +182,19 @@ def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str) -> list
         if code is None:
             pods = kube.list("v1", "Pod", k.namespace, jstate["pod_selector"])
             stuck = next((why for why in map(_pod_problem, pods) if why), None)
-            if stuck is None:
-                running.append(f"{check} ({image})")
+            if stuck is None:  # unscheduled: a node may still come (an autoscaler); named while it waits
+                waiting = next((why for why in map(_unscheduled, pods) if why), None)
+                running.append(f"{check} ({image})" + (f" not scheduled yet: {waiting}" if waiting else ""))
                 continue
         judged.append(name)
         if code != 0:
             logs = "; ".join(f"{c}: {' | '.join(t.strip().splitlines())[-300:]}"  # one line per problem
                              for c, t in job_logs(kube, jstate, 20).items())
+            size = ("" if check != "aiperf" else f" (it asks a load runner's {k.load_cpu} CPU and {k.load_memory} "
+                    "of memory, kubernetes.load_cpu/load_memory, on a CPU node; never scheduled, it ends at its "
+                    "deadline)")
             problems.append(f"image check {check!r} failed for {image}: "
-                            + (stuck or f"Job {name} exited {code}") + (f"; logs: {logs}" if logs else ""))
+                            + (stuck or f"Job {name} exited {code}{size}") + (f"; logs: {logs}" if logs else ""))
     if running:
         raise NotReadyYet(f"preflight: image checks still running: {', '.join(running)}")
     for name in judged:

@@ -25,7 +25,7 @@ from benchctl.aws.k8s.common import (
     WORKER_SYSTEM_PORT,
     nodepool_name,
 )
-from benchctl.aws.k8s.render import NIXL_TELEMETRY_PORT
+from benchctl.aws.k8s.efa import NIXL_TELEMETRY_PORT
 from benchctl.plan import plan_campaign
 from tests import crd_schemas
 from tests.aws_checks import job_problems
@@ -68,7 +68,17 @@ def _cel_dgd(dgd: dict[str, Any]) -> list[str]:
     out = [] if len(set(names)) == len(names) else ["component names must be unique case-insensitively"]
     out += [] if sum(c.get("type") == "epp" for c in comps) <= 1 else ["at most one component may have type epp"]
     out += ["spec.restart must be unset on create" for _ in [1] if "restart" in dgd["spec"]]
-    return out
+    return out + _webhook_names(dgd)
+
+
+def _webhook_names(dgd: dict[str, Any]) -> list[str]:
+    """Dynamo's admission webhook on the Grove pathway (ai-dynamo/dynamo deploy/operator/internal/webhook/
+    validation: dgdComponentResourceNameLength, maxCombinedResourceNameLength = 45): for a single-node component,
+    len(DGD name) + len(lowercased component name) may not exceed 45 (written here from the Go source, not from
+    benchctl.names)."""
+    name = dgd["metadata"]["name"]
+    return [f"component {c['name']}: combined resource name length {len(name) + len(c['name'])} exceeds 45"
+            for c in dgd["spec"]["components"] if len(name) + len(c["name"].lower()) > 45]
 
 
 _RESTRICTED_DOMAINS = ("karpenter.sh", "karpenter.k8s.aws", "kubernetes.io/hostname")

@@ -46,7 +46,7 @@ def _kube(api: FakeKubeApi) -> KubeClient:
 def _replace_then_restore_a_nodepool() -> FakeKubeApi:
     """Auto Mode: a later experiment needs more nodes than the NodePool handed over (PUT), then restore."""
     spec = parse_spec({
-        "name": "grow", "model": {"name": "Qwen/Qwen3-30B-A3B"},
+        "name": "grow", "model": {"name": "Qwen/Qwen3-30B-A3B", "revision": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"},
         "pools": [{"name": "p4d", "instance_type": "p4d.24xlarge", "gpus_per_node": 8, "gpu_kind": "A100-40GB",
                    "max_nodes": 2, "provider": "auto-mode"}],
         "experiments": [

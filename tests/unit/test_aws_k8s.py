@@ -29,6 +29,7 @@ from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
+from tests.aws_checks import job_problems
 from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, quality_log
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import providers_for_test
@@ -392,8 +393,8 @@ def test_preflight_checks_the_secret_key_the_volume_mode_node_groups_and_auto_mo
     api.put({**PREREQS["secret"], "data": {"token": "eA=="}})
     api.put({**PREREQS["pvc"], "spec": {"accessModes": ["ReadWriteOnce"]}})
     assert preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER) == [
-        "secret dynamo-bench/hf-token has no key 'HF_TOKEN' (keys: ['token']); workers and the model prefetch read "
-        "the token from it",
+        "secret dynamo-bench/hf-token has no key 'HF_TOKEN' (keys: ['token']); the model prefetch reads the token "
+        "from it",
         "volume claim dynamo-bench/model-cache is ['ReadWriteOnce'], not ReadWriteMany: the workers of one "
         "experiment run on several nodes at once and all mount it"]
     _prereqs(api)
@@ -437,6 +438,70 @@ def test_preflight_names_a_missing_efa_device_plugin_and_nodes_without_efa(api, 
     with FakeKubeApi() as other:
         _prereqs(other, skip="efa-plugin")
         assert preflight(no_efa, kube_of(other), eks=aws.eks, cluster_name=CLUSTER) == []
+
+
+def test_preflight_accepts_auto_mode_efa_pools_whose_device_plugin_is_built_in(api, aws):  # noqa: F811
+    """EKS Auto Mode runs the NVIDIA and EFA device plugins itself, not as DaemonSets (EKS user guide, "Deploy an
+    accelerated workload"): an Auto Mode pool that asks for EFA is not refused for a missing DaemonSet."""
+    _prereqs(api, skip="efa-plugin")
+    auto = _spec("auto-mode")
+    assert auto.pools[0].network.efa
+    assert preflight(auto, kube_of(api), eks=aws.eks, cluster_name=CLUSTER) == []
+    assert preflight(_spec(), kube_of(api), eks=aws.eks, cluster_name=CLUSTER)[0].startswith(
+        "pools gpu-a100 ask for EFA")  # a node group still needs the plugin
+
+
+def _affinity_admits(pod: dict[str, Any], node_labels: dict[str, str]) -> bool:
+    """requiredDuringSchedulingIgnoredDuringExecution as the scheduler reads it: any term whose expressions all
+    hold (In/NotIn/Exists/DoesNotExist; NotIn and DoesNotExist hold for a node without the label)."""
+    ops = {"In": lambda k, v: k in node_labels and node_labels[k] in v,
+           "NotIn": lambda k, v: k not in node_labels or node_labels[k] not in v,
+           "Exists": lambda k, v: k in node_labels, "DoesNotExist": lambda k, v: k not in node_labels}
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return any(all(ops[e["operator"]](e["key"], e.get("values", [])) for e in t["matchExpressions"]) for t in terms)
+
+
+def test_the_aiperf_check_asks_a_load_runners_size_on_a_cpu_node():
+    """The preflight proves that a load runner fits: the AIPerf check's container asks exactly what a runner
+    Job's AIPerf container asks (kubernetes.load_cpu/load_memory), and may run only where no GPU pool is."""
+    from benchctl.aws.k8s.jobs import render_preflight_job
+    from benchctl.aws.k8s.render import render_campaign
+
+    spec = _with_image(_spec())
+    runner = next(o for path, o in render_campaign(spec, CID) if "/jobs/" in path)
+    (aiperf,) = [c for c in runner["spec"]["template"]["spec"]["containers"] if c["name"] == "aiperf"]
+    pod = render_preflight_job(spec, CID, "aiperf")["spec"]["template"]["spec"]
+    (check,) = pod["containers"]
+    assert check["resources"] == aiperf["resources"] == {"limits": {"cpu": "8", "memory": "16Gi"},
+                                                          "requests": {"cpu": "8", "memory": "16Gi"}}
+    assert _affinity_admits(pod, {"kubernetes.io/hostname": "cpu-1"})
+    assert _affinity_admits(pod, {"eks.amazonaws.com/nodegroup": "system"})
+    assert not _affinity_admits(pod, {"eks.amazonaws.com/nodegroup": "gpu-ng"})  # the spec's GPU pool
+    assert not _affinity_admits(pod, {"nvidia.com/gpu.present": "true"})
+    assert job_problems(render_preflight_job(spec, CID, "aiperf")) == []  # still a valid Job
+
+
+def test_an_image_check_that_is_not_scheduled_is_named_while_it_waits(api, aws):  # noqa: F811
+    _prereqs(api)
+    spec = _with_image(_spec())
+    kube = kube_of(api)
+    with pytest.raises(NotReadyYet):
+        preflight(spec, kube, eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    job = next(b for m, _, b in api.bodies if m == "POST" and b["spec"]["template"]["spec"]["containers"][0]["name"]
+               == "aiperf")
+    pod = api.add_job_pod(api.stored("Job", job["metadata"]["name"], NS), "pf-a", phase="Pending")
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": "0/3 nodes are available: 3 Insufficient cpu."}]
+    api.put(pod)
+    with pytest.raises(NotReadyYet, match=r"aiperf \(reg.example/benchctl-load:abc\) not scheduled yet: "
+                                          r"Unschedulable: 0/3 nodes are available: 3 Insufficient cpu\."):
+        preflight(spec, kube, eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    api.set_status("Job", NS, job["metadata"]["name"], {"failed": 1})  # its deadline passed
+    for other in api.bodies:
+        if other[2].get("kind") == "Job" and other[2]["metadata"]["name"] != job["metadata"]["name"]:
+            api.set_status("Job", NS, other[2]["metadata"]["name"], {"succeeded": 1})
+    (problem,) = preflight(spec, kube, eks=aws.eks, cluster_name=CLUSTER, campaign_id=CID)
+    assert "it asks a load runner's 8 CPU and 16Gi of memory, kubernetes.load_cpu/load_memory, on a CPU node" in problem
 
 
 def test_preflight_refuses_gpu_nodes_with_a_driver_older_than_the_dynamo_image_needs(api, aws):  # noqa: F811

@@ -29,7 +29,7 @@ def make_spec(*, priced_g6e: bool = True, budget: dict[str, float] | None = None
         instances["g6e.12xlarge"] = {"usd_per_hour": G6E}
     return parse_spec({
         "name": "cost-test",
-        "model": {"name": "Qwen/Qwen3-30B-A3B"},
+        "model": {"name": "Qwen/Qwen3-30B-A3B", "revision": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"},
         "pools": [
             {"name": "p4d", "instance_type": "p4d.24xlarge", "gpus_per_node": 8, "gpu_kind": "A100-40GB",
              "max_nodes": 4},

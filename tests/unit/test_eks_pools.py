@@ -180,7 +180,7 @@ def test_ready_refuses_new_gpu_nodes_whose_driver_is_too_old_for_the_dynamo_imag
 def auto_spec(max_nodes: int = 2, instance_type: str = "p4d.24xlarge", gpus: int = 8) -> Any:
     """A two-experiment Auto Mode spec: agg needs 1 node, disagg (prefill and decode apart) 2."""
     return parse_spec({
-        "name": "auto", "model": {"name": "Qwen/Qwen3-30B-A3B"},
+        "name": "auto", "model": {"name": "Qwen/Qwen3-30B-A3B", "revision": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"},
         "pools": [{"name": "gpu", "instance_type": instance_type, "gpus_per_node": gpus, "gpu_kind": "A100-40GB",
                    "max_nodes": max_nodes, "provider": "auto-mode"}],
         "experiments": [

@@ -50,7 +50,8 @@ def test_hetero_decode_runs_on_l40s_over_ucx_and_fp8_serves_the_fp8_checkpoint()
     fp8 = load_spec(EXAMPLES / "fp8.yaml")
     (worker,) = [c for c in r.render_dgd(fp8, CID, "agg-fp8-tp2x2")["spec"]["components"] if c["type"] == "worker"]
     args = worker["podTemplate"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--model") + 1] == "Qwen/Qwen3-30B-A3B-FP8"
+    assert args[args.index("--served-model-name") + 1] == "Qwen/Qwen3-30B-A3B-FP8"  # the FP8 checkpoint's snapshot
+    assert args[args.index("--model") + 1] == f"/models/hf/hub/models--Qwen--Qwen3-30B-A3B-FP8/snapshots/{fp8.model.revision}"
     ladder = load_spec(EXAMPLES / "feature-ladder.yaml")
     ssd = ladder.experiment("disagg-kv-ssd")
     assert ssd.feature == "kv_offload" and ssd.kv_offload is not None and ssd.kv_offload.disk_cache_gb == 16

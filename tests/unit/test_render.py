@@ -10,6 +10,7 @@ checked the same way in test_manifests_upstream.py.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import re
@@ -142,8 +143,8 @@ def test_aggregated_has_one_worker_component_disaggregated_prefill_and_decode_ov
         (comp,) = components(disagg, role)
         args = cmdline(comp)
         assert args[:3] == ["python3", "-m", "dynamo.vllm"]
-        assert opt(args, "--model") == spec.model.name
-        assert opt(args, "--revision") == spec.model.revision  # the pinned snapshot on the model volume
+        assert opt(args, "--model") == kc.model_snapshot_dir(spec.model)  # the pinned snapshot on the volume
+        assert opt(args, "--served-model-name") == spec.model.name and "--revision" not in args
         assert opt(args, "--disaggregation-mode") == role
         assert json.loads(opt(args, "--kv-transfer-config")) == {  # the seed plan moves KV over EFA
             "kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"backends": ["LIBFABRIC"]}}
@@ -190,6 +191,79 @@ def test_without_efa_nixl_stays_on_ucx_and_pools_must_agree_on_the_path() -> Non
     with pytest.raises(SpecError) as err:
         load("seed-plan.yaml", lambda d: d["pools"][0].update(instance_type="g6e.12xlarge"))
     assert "pools[0].network.efa_interfaces: required for instance type 'g6e.12xlarge'" in str(err.value)
+
+
+def test_efa_workers_run_as_root_with_the_environment_of_dynamos_aws_recipes() -> None:
+    """The -efa image ends with `USER dynamo`, and capabilities added to a non-root process never reach its
+    effective set (kubernetes/kubernetes#56374): Dynamo's AWS recipes run EFA workers as root. Its EFA guide
+    turns libfabric's shared memory off with both switches, and KVBM's NIXL agent is told LIBFABRIC (else UCX)."""
+    spec = SPECS["seed-plan"]
+    dgd = r.render_dgd(spec, CID, "disagg-2p2d-tp4")
+    assert crd_schemas.problems(dgd) == []
+    for role in ("prefill", "decode"):
+        (comp,) = components(dgd, role)
+        ctx = main(comp)["securityContext"]
+        assert ctx["runAsUser"] == 0 and ctx["privileged"] is True
+        assert {"IPC_LOCK", "SYS_PTRACE"} <= set(ctx["capabilities"]["add"])
+        assert {"FI_EFA_ENABLE_SHM": "0", "FI_EFA_ENABLE_SHM_TRANSFER": "0", "DYN_KVBM_NIXL_BACKEND_LIBFABRIC": "true",
+                "DYN_KVBM_NIXL_BACKEND_UCX": "false"}.items() <= env(comp).items()
+    ucx = load("seed-plan.yaml", lambda d: d["pools"][0].pop("network"))  # no EFA: none of it
+    (comp,) = components(r.render_dgd(ucx, CID, "disagg-2p2d-tp4"), "prefill")
+    assert "securityContext" not in main(comp)
+    assert not [k for k in env(comp) if k.startswith(("FI_", "DYN_KVBM_NIXL_BACKEND_"))]
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_workers_serve_the_pinned_snapshot_directory_offline_under_the_model_name(name: str) -> None:
+    """Dynamo 1.6.1's worker fetches `--model` from the Hub (no revision) unless it is a path that exists
+    (dynamo/vllm/main.py, should_prefetch_model): the workers get the snapshot directory of model.revision, laid
+    out as huggingface_hub itself names it, and serve it as model.name, offline."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    spec = SPECS[name]
+    for exp in spec.experiments:
+        for comp in components(r.render_dgd(spec, CID, exp.name)):
+            if comp["type"] == "frontend":
+                continue
+            args, e = cmdline(comp), env(comp)
+            folder = repo_folder_name(repo_id=spec.model.name, repo_type="model")
+            assert opt(args, "--model") == f"{e['HF_HOME']}/hub/{folder}/snapshots/{spec.model.revision}"
+            assert opt(args, "--model").startswith(kc.MODELS_DIR + "/")  # on the model volume's mount
+            assert opt(args, "--served-model-name") == spec.model.name and "--revision" not in args
+            assert e["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in e
+
+
+def test_the_frontend_reads_the_model_card_files_from_the_volume_offline() -> None:
+    """The workers publish their model card's files (tokenizer, config, chat template) by their path under
+    --model; the frontend resolves a path it can read before any fallback to the Hub: it mounts the volume at
+    the same place and runs offline, as Dynamo's AWS recipes give it the volume and HF_HOME."""
+    spec = SPECS["seed-plan"]
+    for exp in spec.experiments:
+        dgd = r.render_dgd(spec, CID, exp.name)
+        (fe,) = components(dgd, "frontend")
+        worker = next(c for c in components(dgd) if c["type"] != "frontend")
+        assert fe["podTemplate"]["spec"]["volumes"] == [kc.model_volume(spec.kubernetes)]
+        (mount,) = main(fe)["volumeMounts"]
+        assert mount == {"name": "model-cache", "mountPath": kc.MODELS_DIR, "readOnly": True}
+        assert mount["mountPath"] == main(worker)["volumeMounts"][0]["mountPath"]
+        assert opt(cmdline(worker), "--model").startswith(mount["mountPath"] + "/")
+        assert env(fe)["HF_HOME"] == env(worker)["HF_HOME"] and env(fe)["HF_HUB_OFFLINE"] == "1"
+        assert "HF_TOKEN" not in env(fe)
+
+
+def test_serving_pods_and_nodepools_keep_auto_mode_from_disrupting_them_mid_campaign() -> None:
+    spec = SPECS["smoke-auto"]
+    for exp in spec.experiments:
+        dgd = r.render_dgd(spec, CID, exp.name)
+        assert crd_schemas.problems(dgd) == []
+        for comp in components(dgd):
+            assert comp["podTemplate"]["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
+    pool = r.render_nodepool(spec, CID, "gpu-a100", 1)
+    assert crd_schemas.problems(pool) == []
+    assert pool["spec"]["disruption"]["budgets"] == [{"nodes": "0", "reasons": ["Drifted"]}]
+    bad = copy.deepcopy(pool)  # the schema check holds: a budget Karpenter refuses is refused here
+    bad["spec"]["disruption"]["budgets"] = [{"nodes": "none", "reasons": ["Drift"]}]
+    assert crd_schemas.problems(bad)
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -286,12 +360,12 @@ def test_a_digest_pinned_image_gets_runtime_version_override_on_every_component(
         load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(dynamo_image=digest))
 
 
-def test_workers_get_model_volume_hf_token_and_pool_scheduling() -> None:
+def test_workers_get_model_volume_offline_hub_and_pool_scheduling() -> None:
     spec = SPECS["seed-plan"]
     (worker,) = components(r.render_dgd(spec, CID, "agg-tp4x4"), "worker")
     pod = worker["podTemplate"]["spec"]
-    assert env(worker)["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
-    assert env(worker)["HF_HOME"] == "/models/hf"
+    assert "HF_TOKEN" not in env(worker)  # it serves the snapshot on the volume: no token, no Hub
+    assert env(worker)["HF_HOME"] == "/models/hf" and env(worker)["HF_HUB_OFFLINE"] == "1"
     assert pod["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
     assert main(worker)["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models"}]
     assert main(worker)["image"] == spec.kubernetes.dynamo_image
@@ -330,7 +404,8 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
     assert tmpl["spec"]["nodeClassRef"] == {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": "default"}
     # the pool is handed from agg to disagg: kept warm over the gap between them (teardown allowance +
     # capacity_s 120 + ready_s 120 of the smoke spec = 420 s)
-    assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "7m"}
+    assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "7m",
+                                          "budgets": [{"nodes": "0", "reasons": ["Drifted"]}]}
     assert tmpl["metadata"]["labels"][kc.LABEL_CAMPAIGN] == CID
     assert not any(p.startswith("nodepools/") for p, _ in r.render_campaign(SPECS["smoke-nodegroup"], CID))
     broken = copy.deepcopy(pool)
@@ -414,13 +489,30 @@ def test_names_are_dns1123_deterministic_and_differ_between_campaigns() -> None:
     assert not set(names) & other
     # the operator's <dgd>-frontend Service (and other child names) must stay within 63
     for exp in spec.experiments:
-        assert len(kc.dgd_name(CID, exp.name)) <= 42
+        assert len(kc.dgd_name(CID, exp.name)) + len("-frontend") <= 63
     # cut names stay unique
     long_exp = "e" * 40
     a, b = kc.job_name(CID, long_exp, "sequence-distribution-lognormal-r1"), kc.job_name(
         CID, long_exp, "sequence-distribution-lognormal-r2")
     assert a != b and len(a) <= 63 and DNS1123.match(a)
     assert kc.dgd_name(CID, "x" * 35 + "-a") != kc.dgd_name(CID, "x" * 35 + "-b")
+
+
+def test_every_dgd_name_fits_dynamos_webhook_with_each_of_its_components() -> None:
+    """Dynamo's webhook refuses a DGD whose name plus a lowercased component name is over 45 characters (Grove's
+    pod names): every DGD of the examples, and that of a 30-character experiment, fits with each component; a
+    name that fits is derived as before."""
+    def long_name(data: dict[str, Any]) -> None:
+        provider("managed-nodegroup")(data)
+        data["experiments"][0]["name"] = "a" * 30
+
+    for spec in (*SPECS.values(), load("smoke.yaml", long_name)):
+        for exp in spec.experiments:
+            dgd = r.render_dgd(spec, CID, exp.name)
+            name = dgd["metadata"]["name"]
+            for comp in components(dgd):
+                assert len(name) + len(comp["name"].lower()) <= 45, (name, comp["name"])
+    assert kc.dgd_name(CID, "disagg-2p2d-tp4") == f"bc-disagg-2p2d-tp4-{hashlib.sha1(CID.encode()).hexdigest()[:8]}"
 
 
 def test_frontend_service_url() -> None:
@@ -660,18 +752,26 @@ def test_smoke_job_script_sends_requests_and_reads_metrics(status: int) -> None:
         assert res.returncode != 0 and len(_Frontend.chats) == 1
 
 
-def test_prefetch_job_downloads_the_model_into_the_volume() -> None:
+def test_prefetch_job_downloads_the_model_into_the_volume_from_a_slim_pinned_image() -> None:
     spec = SPECS["seed-plan"]
     job = j.render_prefetch_job(spec.model, spec.kubernetes, CID)
     k8s_valid(job)
     assert kc.LABEL_EXPERIMENT not in job["metadata"]["labels"]
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    assert c["image"] == spec.kubernetes.dynamo_image and "download" in c["command"][2]
-    assert '--revision "$REVISION"' in c["command"][2]
+    # a slim Python with a pinned huggingface_hub (Dynamo's model-caching guide), not the >12 GB runtime image
+    assert c["image"] == spec.kubernetes.prefetch_image == "python:3.11-slim-bookworm"
+    assert c["image"] != spec.kubernetes.dynamo_image and f'"{j.PREFETCH_HF_HUB}"' in c["command"][2]
+    assert re.fullmatch(r"huggingface_hub==\d+\.\d+\.\d+", j.PREFETCH_HF_HUB)
+    assert c["resources"] == {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    assert "securityContext" not in c and "securityContext" not in pod  # the image's own user
+    assert "tolerations" not in pod  # never on a (tainted) GPU node
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
     job_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert job_env["MODEL"] == spec.model.name and job_env["HF_HOME"] == "/models/hf"
     assert job_env["REVISION"] == spec.model.revision  # the pinned snapshot workers and AIPerf read
+    assert job_env["SNAPSHOT"] == kc.model_snapshot_dir(spec.model)  # checked by the Job after the download
+    assert job_env["PREFETCH_SCRIPT"] == j.PREFETCH_SCRIPT and job_env["PYTHONPATH"] == j.PREFETCH_LIB
     assert job_env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
     assert c["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models"}]
     assert any(p == "prefetch-job.yaml" for p, _ in r.render_campaign(spec, CID))  # the example asks for it

@@ -35,7 +35,7 @@ def _spec(experiments, pools=None):
     """A small AWS spec: pools p (p4d, 8 GPUs) and q (g6e, 4 GPUs), one short sweep."""
     return parse_spec({
         "name": "sim",
-        "model": {"name": "Qwen/Qwen3-30B-A3B"},
+        "model": {"name": "Qwen/Qwen3-30B-A3B", "revision": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"},
         "pools": pools or [
             {"name": "p", "instance_type": "p4d.24xlarge", "gpus_per_node": 8, "gpu_kind": "A100-40GB",
              "nodegroup": "gpu-p"},

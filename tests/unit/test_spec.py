@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchctl import cli
 from benchctl.errors import SpecError
 from benchctl.spec import load_spec, parse_spec, spec_hash
 
@@ -214,3 +215,57 @@ def test_seed_policy_fixed_reuses_the_seed():
     assert {parse_spec(data).repeat_seed(r) for r in range(3)} == {42}
     data["seed_policy"] = "per-repeat"
     assert [parse_spec(data).repeat_seed(r) for r in range(3)] == [42, 43, 44]
+
+
+def _on_eks(data: dict) -> None:
+    for pool in data["pools"]:
+        pool.update(provider="managed-nodegroup", nodegroup="gpu-a100")
+
+
+@pytest.mark.parametrize("revision", [None, "main", "v1.0", "ad44e777", "AD44E777BCD18FA416D9DA3BD8F70D33EBB85D39"])
+def test_pools_on_eks_need_the_model_revision_as_a_full_commit_hash(revision):
+    """The workers serve the hub cache's snapshot directory, which is named by its commit only (a branch or
+    tag is a ref to one): a spec with pools on EKS is refused at validation without a full commit."""
+    def mutate(data):
+        _on_eks(data)
+        data["model"]["revision"] = revision
+
+    (line,) = [p for p in problems(mutate) if p.startswith("model.revision")]
+    assert f"model.revision: {revision!r} must be a full 40-character commit hash" in line
+    assert "['gpu-a100'] run on EKS" in line and "snapshots/<commit>" in line
+    local = copy.deepcopy(SMOKE)  # the local engine serves its own generated model directory
+    local["model"]["revision"] = revision
+    assert parse_spec(local).model.revision == revision
+
+
+def test_an_experiment_whose_deployment_name_dynamos_webhook_would_refuse_is_refused_on_eks(tmp_path, capsys):
+    """Dynamo's webhook refuses a DGD whose name (bc-<experiment>-<campaign hash>) plus a lowercased component
+    name is over 45 characters: with two prefill groups (component `prefill-0`, 9 characters) an experiment
+    name of 24 characters fits, 25 is refused naming the experiment and the limit; locally nothing is deployed."""
+    def split(name):
+        def mutate(data):
+            _on_eks(data)
+            exp = data["experiments"][1]
+            exp["name"] = name
+            exp["workers"] = [{"role": "prefill", "pool": "gpu-a100", "replicas": 1, "tensor_parallel": 2},
+                              {"role": "prefill", "pool": "gpu-a100", "replicas": 1, "tensor_parallel": 2},
+                              {"role": "decode", "pool": "gpu-a100", "replicas": 1, "tensor_parallel": 4}]
+        return mutate
+
+    (line,) = problems(split("d" * 25))
+    assert line.startswith(f"experiments[1].name: {'d' * 25!r} (25 characters) is too long to deploy on EKS")
+    assert "component 'prefill-0' (9) make 46, over the 45 characters" in line
+    assert line.endswith("give this experiment a name of at most 24 characters")
+    bad = copy.deepcopy(SMOKE)
+    split("d" * 25)(bad)
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(bad))
+    assert cli.main(["validate", str(tmp_path / "long.yaml")]) == 2  # bad input: exit 2, the line as above
+    assert f"experiments[1].name: {'d' * 25!r} (25 characters) is too long to deploy on EKS" in capsys.readouterr().err
+    fits = copy.deepcopy(SMOKE)
+    split("d" * 24)(fits)
+    assert parse_spec(fits).experiments[1].name == "d" * 24
+    local = copy.deepcopy(SMOKE)
+    split("d" * 25)(local)
+    for pool in local["pools"]:
+        pool.update(provider="local", nodegroup=None)
+    assert parse_spec(local).experiments[1].name == "d" * 25

@@ -3,19 +3,19 @@
 
 Every object carries :func:`labels` (campaign, experiment, step, plus an informative managed-by) and its
 name is DNS-1123, at most 63 characters, and includes a short hash of the campaign id (two campaigns may
-share a namespace). Objects and pods are SELECTED by :func:`selection` only: our ``benchctl.io/`` labels,
+share a namespace; :mod:`benchctl.names` derives them and knows the limits Dynamo's webhook adds). Objects and pods are SELECTED by :func:`selection` only: our ``benchctl.io/`` labels,
 never ``app.kubernetes.io/managed-by``, which the Dynamo operator's Grove pathway overwrites on pods.
 Pure: standard library and benchctl only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Any
 
-from benchctl.spec import Kubernetes, PoolSpec
+from benchctl.names import dgd_name, object_name
+from benchctl.spec import Kubernetes, ModelSpec, PoolSpec
 
 JSON = dict[str, Any]
 
@@ -52,7 +52,6 @@ KVBM_METRICS_PORT = 6880
 KVBM_BASE_MEMORY_GIB = 16
 
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS1123_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 # ------------------------------------------------------------------------------------------ labels
@@ -93,46 +92,20 @@ def selector(labels: dict[str, str]) -> str:
 # ------------------------------------------------------------------------------------------- names
 
 
-def _sha1(text: str, n: int) -> str:
-    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:n]
-
-
-def _dns_part(text: str) -> str:
-    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")
-
-
-def _object_name(campaign_id: str, parts: tuple[str, ...], limit: int = 63) -> str:
-    """``bc-<parts>-<sha1(campaign_id)[:8]>``; parts too long are cut and given a hash of their own."""
-    suffix = f"-{_sha1(campaign_id, 8)}"
-    body = _dns_part("-".join(parts)) or "x"
-    room = limit - len("bc-") - len(suffix)
-    if len(body) > room:  # keep it unique: the cut is followed by a hash of the whole
-        body = body[: room - 7].rstrip("-") + "-" + _sha1("\n".join(parts), 6)
-    name = f"bc-{body}{suffix}"
-    assert len(name) <= limit and _DNS1123_RE.match(name), name
-    return name
-
-
-def dgd_name(campaign_id: str, experiment: str) -> str:
-    """The DGD of one experiment. At most 42 characters: the operator derives child names from it
-    (``<name>-frontend`` Service, ``<name>-<component>`` workloads), which must stay within 63."""
-    return _object_name(campaign_id, (experiment,), limit=42)
-
-
 def job_name(campaign_id: str, experiment: str, step_id: str) -> str:
-    return _object_name(campaign_id, (experiment, step_id))
+    return object_name(campaign_id, (experiment, step_id))
 
 
 def nodepool_name(campaign_id: str, pool: str | PoolSpec) -> str:
-    return _object_name(campaign_id, (pool.name if isinstance(pool, PoolSpec) else pool,))
+    return object_name(campaign_id, (pool.name if isinstance(pool, PoolSpec) else pool,))
 
 
 def prefetch_job_name(campaign_id: str) -> str:
-    return _object_name(campaign_id, ("prefetch",))
+    return object_name(campaign_id, ("prefetch",))
 
 
 def preflight_job_name(campaign_id: str, check: str) -> str:
-    return _object_name(campaign_id, ("preflight", check))
+    return object_name(campaign_id, ("preflight", check))
 
 
 def frontend_service_url(namespace: str, campaign_id: str, experiment: str) -> str:
@@ -162,6 +135,7 @@ HF_TOKEN_KEY = "HF_TOKEN"  # noqa: S105 (a key name, not a secret): the key insi
 
 
 def hf_env(k: Kubernetes) -> list[JSON]:
+    """The Hugging Face token and hub cache of what downloads from the Hub: the model prefetch only."""
     return [
         {"name": "HF_TOKEN",
          "valueFrom": {"secretKeyRef": {"name": k.hf_token_secret, "key": HF_TOKEN_KEY}}},
@@ -169,15 +143,35 @@ def hf_env(k: Kubernetes) -> list[JSON]:
     ]
 
 
-# The load Jobs read the tokenizer from the prefetched model volume, never from the internet: the volume
-# is a Hugging Face hub cache (what the prefetch's `hf download` writes under HF_HOME), and with the
-# offline variables AIPerf resolves `--tokenizer <model> --tokenizer-revision <rev>` there (FACTS "A
-# tokenizer without a hub": the hub-cache layout works in every AIPerf mode, trace datasets included).
+# Everything that reads the model reads it offline from the prefetched model volume, never from the Hub:
+# the volume is a Hugging Face hub cache (what the prefetch's snapshot_download writes under HF_HOME). With
+# these variables AIPerf resolves `--tokenizer <model> --tokenizer-revision <rev>` there (FACTS "A tokenizer
+# without a hub"), and the Dynamo frontend and workers never reach for the Hub (they are given the snapshot
+# directory itself, :func:`model_snapshot_dir`).
 OFFLINE_TOKENIZER_ENV: list[JSON] = [
     {"name": "HF_HOME", "value": HF_HOME},
     {"name": "HF_HUB_OFFLINE", "value": "1"},
     {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
 ]
+
+
+def model_snapshot_dir(model: ModelSpec) -> str:
+    """The model's files on the volume, as the pods mount it: the hub cache's snapshot directory of
+    ``model.revision`` (``$HF_HOME/hub/models--<org>--<name>/snapshots/<commit>``). The hub cache names a
+    snapshot directory by its commit only (a branch or tag is a file under ``refs/`` naming one), so the
+    revision must be a commit hash; the spec requires one for pools on EKS."""
+    from benchctl.spec import is_commit
+
+    if not is_commit(model.revision):
+        raise ValueError(f"model.revision {model.revision!r}: the workers serve the snapshot directory of a commit "
+                         "(hub/models--<org>--<name>/snapshots/<commit>) from the model volume; pin a full "
+                         "40-character commit hash")
+    return f"{HF_HOME}/hub/models--{model.name.replace('/', '--')}/snapshots/{model.revision}"
+
+
+# On EKS Auto Mode (Karpenter) a node whose pods carry this is not disrupted voluntarily (drift, consolidation)
+# while they run: a campaign's serving pods stay on the nodes they started on (FACTS "First contact").
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 
 
 def model_volume(k: Kubernetes) -> JSON:

@@ -11,6 +11,7 @@ from benchctl import aiperf_args
 from benchctl.aws.k8s.common import (
     ARTIFACTS,
     DEFAULT_DEADLINE_S,
+    DO_NOT_DISRUPT,
     JOB_TTL_S,
     MODEL_MOUNT,
     OFFLINE_TOKENIZER_ENV,
@@ -20,6 +21,7 @@ from benchctl.aws.k8s.common import (
     job_name,
     labels,
     meta,
+    model_snapshot_dir,
     model_volume,
     prefetch_job_name,
     preflight_job_name,
@@ -120,26 +122,49 @@ def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, fron
     return _job(spec.kubernetes.namespace, job_name(campaign_id, experiment, "smoke"), lbl, pod_spec, 900)
 
 
+# The model prefetch: huggingface_hub pinned (the version benchctl's own environment holds and its tests run
+# this script with), installed into a directory of the Job's own so that any image user can, into a slim
+# Python image as Dynamo's model-caching guide does (docs/kubernetes/model-caching.md), not the >12 GB runtime
+# image. snapshot_download writes the hub cache under HF_HOME; the Job fails unless the snapshot landed exactly
+# where the workers serve it from (SNAPSHOT, common.model_snapshot_dir).
+PREFETCH_HF_HUB = "huggingface_hub==1.33.0"
+PREFETCH_LIB = "/tmp/benchctl-hub"  # in the Job's own container filesystem
+PREFETCH_SCRIPT = """\
+import os, sys
+from huggingface_hub import snapshot_download
+path = snapshot_download(os.environ["MODEL"], revision=os.environ["REVISION"])
+if os.path.realpath(path) != os.path.realpath(os.environ["SNAPSHOT"]):
+    sys.exit(f"prefetch: the snapshot is at {path}, not at {os.environ['SNAPSHOT']} where the workers serve it")
+print(f"prefetch: {os.environ['MODEL']} at {os.environ['REVISION']} is in {path}")
+"""
+PREFETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+
+
 def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str) -> JSON:
     """Fill the model volume once per campaign (timed apart from deployment start-up): the model at
-    ``model.revision`` (unset: main) into the hub cache under HF_HOME, where workers and AIPerf read it."""
+    ``model.revision`` into the hub cache under HF_HOME, the snapshot directory the workers serve and AIPerf
+    reads the tokenizer from. A slim Python image (``kubernetes.prefetch_image``) running as its own user, on a
+    CPU node (no GPU toleration), with requests and limits."""
     lbl = labels(campaign_id, step_id="prefetch")
-    # huggingface_hub >= 1.0 drops `huggingface-cli` for `hf`; use whichever the image has
-    script = ('if command -v hf >/dev/null 2>&1; then exec hf download "$MODEL" --revision "$REVISION"; '
-              'else exec huggingface-cli download "$MODEL" --revision "$REVISION"; fi')
+    install = ('python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --root-user-action=ignore '
+               f'--target "$PYTHONPATH" "{PREFETCH_HF_HUB}"')
     pod_spec: JSON = {
         "automountServiceAccountToken": False,
         "volumes": [model_volume(k)],
         "containers": [{
             "name": "prefetch",
-            "image": k.dynamo_image,
-            "command": ["sh", "-c", script],
-            "env": [*hf_env(k), {"name": "MODEL", "value": model.name},
-                    {"name": "REVISION", "value": model.revision or "main"}],
+            "image": k.prefetch_image,
+            "command": ["sh", "-c", f'{install} && exec python3 -c "$PREFETCH_SCRIPT"'],
+            "env": [*hf_env(k), {"name": "MODEL", "value": model.name}, {"name": "REVISION", "value": model.revision or ""},
+                    {"name": "SNAPSHOT", "value": model_snapshot_dir(model)}, {"name": "PYTHONPATH", "value": PREFETCH_LIB},
+                    {"name": "PREFETCH_SCRIPT", "value": PREFETCH_SCRIPT}],
+            "resources": {kind: dict(v) for kind, v in PREFETCH_RESOURCES.items()},
             "volumeMounts": [dict(MODEL_MOUNT)],
         }],
     }
-    return _job(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
+    job = _job(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
+    job["spec"]["template"]["metadata"]["annotations"] = dict(DO_NOT_DISRUPT)  # Auto Mode: not drained mid-download
+    return job
 
 
 # The preflight's image checks: each prints its tool's version; the check script compares it with what
@@ -163,11 +188,26 @@ TOKENIZER_CHECK = ("python3 -c 'import os; from aiperf.common.tokenizer import T
                    "print(\"tokenizer\", os.environ[\"MODEL\"], os.environ[\"REVISION\"], \"read offline\")' || exit 5")
 
 
+def cpu_node_affinity(spec: CampaignSpec) -> JSON:
+    """Required node affinity to nodes that are not GPU nodes: not of the spec's node groups, and not labelled
+    as having NVIDIA GPUs (GPU feature discovery's ``nvidia.com/gpu.present``). ``NotIn`` also matches nodes
+    without the label, so any CPU node qualifies. (Our Auto Mode NodePools do not exist yet at preflight, and
+    their nodes are tainted.)"""
+    groups = sorted({p.nodegroup for p in spec.pools if p.provider == "managed-nodegroup" and p.nodegroup})
+    terms = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
+    terms += [{"key": "eks.amazonaws.com/nodegroup", "operator": "NotIn", "values": groups}] if groups else []
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+
+
 def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JSON:
     """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS)."""
     image = {"aiperf": aiperf_image(spec.kubernetes), "uploader": spec.kubernetes.uploader_image}[check]
     script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
-    resources = {"cpu": "500m", "memory": "1Gi"}
+    # the AIPerf check asks what a load runner's AIPerf container asks (kubernetes.load_cpu/load_memory), on a
+    # node no GPU pool of the spec owns: that it runs proves a runner fits on a CPU node of the cluster
+    resources = ({"cpu": spec.kubernetes.load_cpu, "memory": spec.kubernetes.load_memory} if check == "aiperf"
+                 else {"cpu": "500m", "memory": "1Gi"})
     container: JSON = {"name": check, "image": image, "command": ["sh", "-c", script],
                        "resources": {"limits": dict(resources), "requests": dict(resources)}}
     pod_spec: JSON = {
@@ -175,6 +215,8 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JS
         "automountServiceAccountToken": False,
         "containers": [container],
     }
+    if check == "aiperf":
+        pod_spec["affinity"] = cpu_node_affinity(spec)
     if check == "aiperf" and not spec.kubernetes.prefetch_model:
         container["command"][2] = f"{script}; {TOKENIZER_CHECK}"
         container["env"] = [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},

@@ -20,6 +20,7 @@ from typing import Any
 from benchctl import aiperf_args
 from benchctl.aws.k8s.common import (
     DGD_API_VERSION,
+    DO_NOT_DISRUPT,
     FRONTEND_PORT,
     GPU,
     KVBM_BASE_MEMORY_GIB,
@@ -28,20 +29,29 @@ from benchctl.aws.k8s.common import (
     LAKE_PLACEHOLDER,
     MODEL_MOUNT,
     NODEPOOL_API_VERSION,
+    OFFLINE_TOKENIZER_ENV,
     REGION_PLACEHOLDER,
     RUNS_PLACEHOLDER,
     dgd_name,
     frontend_service_url,
-    hf_env,
     job_name,
     json_arg,
     labels,
     meta,
+    model_snapshot_dir,
     model_volume,
     nodepool_name,
     raw_s3_uri,
     runtime_version,
     scheduling,
+)
+from benchctl.aws.k8s.efa import (
+    EFA_RESOURCE,
+    EFA_SECURITY_CONTEXT,
+    NIXL_TELEMETRY_ENV,
+    efa_env,
+    efa_image,
+    efa_per_worker,
 )
 from benchctl.aws.k8s.jobs import (
     raw_prefix,
@@ -52,14 +62,13 @@ from benchctl.aws.k8s.jobs import (
     runner_request,
     runner_step_dir,
 )
+from benchctl.names import COMPONENT, component_names, dgd_name_problem
 from benchctl.plan import plan_campaign
 from benchctl.ports import DeploymentRequest, DeploymentTarget
 from benchctl.runstate import runner_key
-from benchctl.spec import CampaignSpec, Experiment, Kubernetes, KvOffload, ModelSpec, PoolSpec, WorkerGroup
+from benchctl.spec import CampaignSpec, Experiment, KvOffload, ModelSpec, PoolSpec, WorkerGroup
 
 JSON = dict[str, Any]
-# Component names inside a DGD (the operator lowercases them into child object names, so short).
-_COMPONENT = {"frontend": "Frontend", "worker": "Worker", "prefill": "Prefill", "decode": "Decode"}
 
 # vLLM connectors (FACTS "Dynamo on Kubernetes": in 1.6.x --kv-transfer-config is explicit; NixlConnector
 # for prefill/decode transfer, the KVBM connector for offload; --connector/--is-prefill-worker are gone).
@@ -108,12 +117,16 @@ def uses_kvbm(exp: Experiment, role: str) -> bool:
 
 
 def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup, pool: PoolSpec | None = None) -> list[str]:
-    """``python3 -m dynamo.vllm`` arguments of one worker group (Dynamo 1.6.x flags)."""
-    args = ["--model", model.name, "--tensor-parallel-size", str(group.tensor_parallel),
+    """``python3 -m dynamo.vllm`` arguments of one worker group (Dynamo 1.6.x flags).
+
+    The model is the prefetched snapshot directory of ``model.revision`` on the volume, served under
+    ``model.name``: Dynamo 1.6.1's worker calls ``fetch_model(--model)`` (the Hub, without the revision) before
+    vLLM starts unless ``--model`` is a path that exists (``dynamo/vllm/main.py``: ``should_prefetch_model``);
+    a path is loaded as is, at the commit the prefetch downloaded and AIPerf tokenizes with, offline."""
+    args = ["--model", model_snapshot_dir(model), "--served-model-name", model.name,
+            "--tensor-parallel-size", str(group.tensor_parallel),
             # explicit in every experiment (vLLM's default anyway), so a router rung changes only routing
             "--enable-prefix-caching"]
-    if model.revision:  # the same snapshot the prefetch downloaded and AIPerf tokenizes with
-        args += ["--revision", model.revision]
     if exp.mode == "disaggregated":
         args += ["--disaggregation-mode", group.role]
     kv_transfer = _kv_transfer_config(exp, group.role, pool.network.nixl_backend if pool is not None else None)
@@ -123,37 +136,6 @@ def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup, pool: Poo
         # decode workers publish no KV events in Dynamo (the router places requests by prefill overlap)
         args += ["--kv-events-config", json_arg(KV_EVENTS_CONFIG)]
     return args
-
-
-# EFA on a worker (Dynamo's AWS recipe, recipes/qwen3-32b/vllm/cloud-providers/deploy-aws-p5.48xlarge.yaml; FACTS
-# "Disaggregation over EFA"): libfabric's EFA provider with GPUDirect RDMA, no shared-memory transfer.
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-EFA_ENV: tuple[JSON, ...] = ({"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
-                             {"name": "FI_EFA_ENABLE_SHM_TRANSFER", "value": "0"})
-# registering GPU memory for RDMA needs locked pages; the recipe adds SYS_PTRACE and runs privileged (the
-# disaggregation guide: IPC_LOCK alone is not enough)
-EFA_SECURITY_CONTEXT: JSON = {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"]}, "privileged": True}
-# NIXL's own Prometheus exporter: bytes moved and failed transfers per backend (port 19090 in the recipe, since
-# 9090 is the worker's system port)
-NIXL_TELEMETRY_PORT = 19090
-NIXL_TELEMETRY_ENV: tuple[JSON, ...] = (
-    {"name": "NIXL_TELEMETRY_ENABLE", "value": "y"}, {"name": "NIXL_TELEMETRY_EXPORTER", "value": "prometheus"},
-    {"name": "NIXL_TELEMETRY_PROMETHEUS_PORT", "value": str(NIXL_TELEMETRY_PORT)})
-
-
-def efa_per_worker(pool: PoolSpec, group: WorkerGroup) -> int:
-    """EFA interfaces one worker pod gets: its share of the node's by GPUs (p4d, 4 interfaces for 8 GPUs:
-    2 for a TP=4 worker; Dynamo's p5 recipe: 16 of 32 for TP=4), at least 1; 0 without EFA."""
-    n = pool.efa_interfaces()
-    return max(1, n * group.tensor_parallel // pool.gpus_per_node) if n else 0
-
-
-def efa_image(pool: PoolSpec, k: Kubernetes) -> str:
-    """The EFA-enabled runtime image of a pool's workers: its own, else the Dynamo image's tag + ``-efa``."""
-    if pool.network.efa_image:
-        return pool.network.efa_image
-    ref, _, digest = k.dynamo_image.partition("@")
-    return f"{ref}-efa" if not digest else k.dynamo_image  # a digest names one image: spec refuses (efa_image)
 
 
 def _anti_affinity(lbl: dict[str, str], role: str) -> JSON:
@@ -189,13 +171,12 @@ def _kvbm_env(offload: KvOffload) -> list[JSON]:
 
 
 def _component_names(exp: Experiment) -> list[str]:
-    """One name per worker group: ``Worker``/``Prefill``/``Decode``, numbered when a role repeats."""
-    names = []
-    for g in exp.workers:
-        same = [x for x in exp.workers if x.role == g.role]
-        base = _COMPONENT[g.role]
-        names.append(base if len(same) == 1 else f"{base}-{same.index(g)}")
-    return names
+    """One name per worker group (:func:`benchctl.names.component_names`), refused when Dynamo's webhook would
+    refuse the DGD's name with them (the spec refuses it for pools on EKS; here for any spec rendered)."""
+    why = dgd_name_problem(exp.name, [g.role for g in exp.workers])
+    if why:
+        raise ValueError(f"experiment {why}")
+    return component_names([g.role for g in exp.workers])
 
 
 def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
@@ -214,24 +195,28 @@ def render_deployment(request: DeploymentRequest) -> JSON:
                                        request.deployment_id)
     lbl = labels(campaign_id, experiment)
     version = runtime_version(k)
+    # The frontend reads the model card's files (tokenizer, config, chat template) where the workers published
+    # them, the snapshot directory on the volume: mounted at the same path, offline, as Dynamo's AWS recipes do
     frontend: JSON = {
-        "name": _COMPONENT["frontend"],
+        "name": COMPONENT["frontend"],
         "type": "frontend",
         "replicas": 1,
         "podTemplate": {
-            "metadata": {"labels": {**lbl, LABEL_ROLE: "frontend"}},
-            "spec": {"containers": [{
+            "metadata": {"labels": {**lbl, LABEL_ROLE: "frontend"}, "annotations": dict(DO_NOT_DISRUPT)},
+            "spec": {"volumes": [model_volume(k)], "containers": [{
                 "name": "main",
                 "image": k.dynamo_image,
                 "command": ["python3", "-m", "dynamo.frontend"],
                 "args": ["--http-port", str(FRONTEND_PORT), "--router-mode", exp.router],
+                "env": [dict(e) for e in OFFLINE_TOKENIZER_ENV],
+                "volumeMounts": [{**MODEL_MOUNT, "readOnly": True}],
             }]},
         },
     }
     components = [frontend]
     for g, cname in zip(exp.workers, _component_names(exp), strict=True):
         pool = request.target.pool(g.pool)
-        env = hf_env(k)
+        env = [dict(e) for e in OFFLINE_TOKENIZER_ENV]  # the snapshot, offline: no Hub, no token
         requests: JSON = {}
         volumes, mounts = [model_volume(k)], [dict(MODEL_MOUNT)]
         if exp.kv_offload is not None and uses_kvbm(exp, g.role):
@@ -249,7 +234,7 @@ def render_deployment(request: DeploymentRequest) -> JSON:
             limits[EFA_RESOURCE] = requests[EFA_RESOURCE] = str(efa)
             container["image"] = efa_image(pool, k)
             container["securityContext"] = dict(EFA_SECURITY_CONTEXT)
-            env += [dict(e) for e in EFA_ENV]
+            env += efa_env(pool.network.nixl_backend)
             pod_extra["affinity"] = _anti_affinity(lbl, g.role)
         if exp.mode == "disaggregated":
             env += [dict(e) for e in NIXL_TELEMETRY_ENV]
@@ -271,7 +256,8 @@ def render_deployment(request: DeploymentRequest) -> JSON:
             "type": g.role,
             "replicas": g.replicas,
             "sharedMemorySize": k.shared_memory,
-            "podTemplate": {"metadata": {"labels": {**lbl, LABEL_ROLE: g.role}}, "spec": pod_spec},
+            "podTemplate": {"metadata": {"labels": {**lbl, LABEL_ROLE: g.role}, "annotations": dict(DO_NOT_DISRUPT)},
+                            "spec": pod_spec},
         })
     if version is not None:  # Dynamo's admission webhook: required when the image tag is no version
         for c in components:
@@ -352,7 +338,9 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes:
 
     Karpenter counts a node's whole capacity against ``limits`` and never launches an instance type larger
     than what remains (FACTS "Karpenter"), so the limit is ``nodes x gpus_per_node`` GPUs: 1 node of p4d
-    (8 GPUs) -> ``nvidia.com/gpu: "8"``. ``WhenEmpty`` consolidation after :func:`consolidate_after`.
+    (8 GPUs) -> ``nvidia.com/gpu: "8"``. ``WhenEmpty`` consolidation after :func:`consolidate_after`; a
+    disruption budget forbids replacing drifted nodes (Auto Mode replaces nodes when their AMI or NodeClass
+    changes), and the DGD's pods carry ``karpenter.sh/do-not-disrupt`` as well.
     """
     pool = spec.pool(pool_name)
     if nodes <= 0:
@@ -379,7 +367,10 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes:
             },
             "limits": {GPU: str(gpus)},
             "disruption": {"consolidationPolicy": "WhenEmpty",
-                           "consolidateAfter": consolidate_after(spec, pool.name)},
+                           "consolidateAfter": consolidate_after(spec, pool.name),
+                           # no node of ours replaced for drift (an AMI or NodeClass update) mid-campaign;
+                           # empty ones are still removed (the default budget)
+                           "budgets": [{"nodes": "0", "reasons": ["Drifted"]}]},
         },
     }
 
