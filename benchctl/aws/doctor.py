@@ -85,7 +85,7 @@ def spec_images(spec_path: Path | None, load_image: str) -> dict[str, str]:
     """What the campaign's pods run, named by role: the spec's images (the deployment's load image where it
     names none), the EFA workers' image of pools that use EFA in a disaggregated experiment."""
     from benchctl.aws.k8s.common import aiperf_image
-    from benchctl.aws.k8s.render import efa_image
+    from benchctl.aws.k8s.efa import efa_image
     from benchctl.aws.preflight import with_load_image
     from benchctl.spec import load_spec
 
@@ -98,6 +98,8 @@ def spec_images(spec_path: Path | None, load_image: str) -> dict[str, str]:
     k = spec.kubernetes
     images.update({"dynamo image": k.dynamo_image, "uploader image": k.uploader_image,
                    "load image": aiperf_image(k)})
+    if k.prefetch_model:
+        images["prefetch image"] = k.prefetch_image
     for exp in spec.experiments:
         if exp.mode != "disaggregated":
             continue

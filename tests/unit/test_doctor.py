@@ -102,7 +102,7 @@ def registry():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     Registry.images = {("nvidia/ai-dynamo/vllm-runtime", "1.6.1"), ("nvidia/ai-dynamo/vllm-runtime", "1.6.1-efa"),
-                       ("aws-cli/aws-cli", "2.22.0")}
+                       ("aws-cli/aws-cli", "2.22.0"), ("library/python", "3.11-slim-bookworm")}
     try:
         yield f"127.0.0.1:{server.server_address[1]}"
     finally:
@@ -289,7 +289,8 @@ def test_every_image_the_spec_names_is_looked_up_and_a_missing_one_fails(account
     dyn = next(c for n, c in checks.items() if n.startswith("dynamo image"))
     efa = next(c for n, c in checks.items() if n.startswith("EFA image"))
     up = next(c for n, c in checks.items() if n.startswith("uploader image"))
-    assert dyn.ok and efa.ok and "-efa" in efa.name
+    prefetch = next(c for n, c in checks.items() if n.startswith("prefetch image"))
+    assert dyn.ok and efa.ok and "-efa" in efa.name and prefetch.ok
     assert not up.ok and "aws-cli:9.9.9" in up.detail
 
 
