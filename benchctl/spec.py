@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from benchctl.errors import SpecError
+from benchctl.placement import placement_problems
 from benchctl.spec_base import Name, Strict
 from benchctl.spec_settings import (
     EFA_INTERFACES,
@@ -350,6 +351,7 @@ class CampaignSpec(Strict):
                     f"pricing.instances.{inst}: no pool uses this instance type; "
                     f"valid: {sorted({p.instance_type for p in self.pools})}"
                 )
+        problems += placement_problems(self)  # a node count on which kube-scheduler cannot deadlock
         if problems:
             raise ValueError("\n".join(problems))
         return self

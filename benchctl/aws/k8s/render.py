@@ -52,6 +52,7 @@ from benchctl.aws.k8s.jobs import (
     runner_request,
     runner_step_dir,
 )
+from benchctl.placement import efa_share, keeps_role_together
 from benchctl.plan import plan_campaign
 from benchctl.ports import DeploymentRequest, DeploymentTarget
 from benchctl.runstate import runner_key
@@ -144,8 +145,7 @@ NIXL_TELEMETRY_ENV: tuple[JSON, ...] = (
 def efa_per_worker(pool: PoolSpec, group: WorkerGroup) -> int:
     """EFA interfaces one worker pod gets: its share of the node's by GPUs (p4d, 4 interfaces for 8 GPUs:
     2 for a TP=4 worker; Dynamo's p5 recipe: 16 of 32 for TP=4), at least 1; 0 without EFA."""
-    n = pool.efa_interfaces()
-    return max(1, n * group.tensor_parallel // pool.gpus_per_node) if n else 0
+    return efa_share(pool, group.tensor_parallel)
 
 
 def efa_image(pool: PoolSpec, k: Kubernetes) -> str:
@@ -156,16 +156,22 @@ def efa_image(pool: PoolSpec, k: Kubernetes) -> str:
     return f"{ref}-efa" if not digest else k.dynamo_image  # a digest names one image: spec refuses (efa_image)
 
 
-def _anti_affinity(lbl: dict[str, str], role: str) -> JSON:
+def _affinity(lbl: dict[str, str], role: str, together: bool) -> JSON:
     """Prefill and decode workers of one experiment on different nodes (EFA does not work within a node,
-    FACTS "Disaggregation over EFA"), in one zone where the scheduler can."""
+    FACTS "Disaggregation over EFA"), in one zone where the scheduler can. ``together``
+    (``benchctl.placement.keeps_role_together``): the role's pods REQUIRE a node holding one of them (the
+    first goes anywhere, kube-scheduler's "first pod in a series"), so spreading cannot scatter a role
+    over nodes the other role then cannot use; the plan counts nodes by the same rules."""
     other = "decode" if role == "prefill" else "prefill"
     mine = {k: v for k, v in lbl.items() if k != LABEL_MANAGED}
+    same: list[JSON] = ([{"labelSelector": {"matchLabels": {**mine, LABEL_ROLE: role}},
+                          "topologyKey": "kubernetes.io/hostname"}] if together else [])
     return {
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
             "labelSelector": {"matchLabels": {**mine, LABEL_ROLE: other}},
             "topologyKey": "kubernetes.io/hostname"}]},
-        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "podAffinity": {**({"requiredDuringSchedulingIgnoredDuringExecution": same} if same else {}),
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {**mine, LABEL_ROLE: other}},
                                                 "topologyKey": "topology.kubernetes.io/zone"}}]},
     }
@@ -250,7 +256,8 @@ def render_deployment(request: DeploymentRequest) -> JSON:
             container["image"] = efa_image(pool, k)
             container["securityContext"] = dict(EFA_SECURITY_CONTEXT)
             env += [dict(e) for e in EFA_ENV]
-            pod_extra["affinity"] = _anti_affinity(lbl, g.role)
+            together = keeps_role_together({p.name: p for p in request.target.pools}, exp, g.role)
+            pod_extra["affinity"] = _affinity(lbl, g.role, together)
         if exp.mode == "disaggregated":
             env += [dict(e) for e in NIXL_TELEMETRY_ENV]
         container.update({
