@@ -79,14 +79,11 @@ class _Kube:
         return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN) == self.campaign_id
 
     def _left(self, namespace: str, kinds: tuple[tuple[str, str], ...], sel: str) -> list[str]:
-        """Our objects of these kinds and our pods still matching ``sel`` (deleted ones go away in a while)."""
-        left = []
-        for api_version, kind in kinds:
-            for o in self.kube.list(api_version, kind, namespace, sel):
-                if self._ours(o):
-                    with contextlib.suppress(NotFound):  # read it again: gone between the list and now
-                        self.kube.get(api_version, kind, o["metadata"]["name"], namespace)
-                        left.append(f"{kind}/{o['metadata']['name']}")
+        """Our objects of these kinds and our pods still matching ``sel`` (deleted ones linger: a foreground
+        deletion holds the owner until its pods have stopped). Lists only: what a list returns is what
+        exists, and RBAC grants some kinds (DaemonSets) no GET."""
+        left = [f"{kind}/{o['metadata']['name']}" for api_version, kind in kinds
+                for o in self.kube.list(api_version, kind, namespace, sel) if self._ours(o)]
         return left + [f"Pod/{o['metadata']['name']}" for o in self.kube.list("v1", "Pod", namespace, sel)]
 
 
@@ -368,6 +365,8 @@ class EksServing(_Kube):
         for kind, key in ((JOB, "jobs"), (DGD, "deployments"), (DAEMONSET, "prepull")):  # load, serving, images
             for obj in self.kube.list(*kind, namespace, sel):
                 name = obj["metadata"]["name"]
+                if obj["metadata"].get("deletionTimestamp"):
+                    continue  # being deleted already (a repeated teardown)
                 if self._ours(obj) and self.kube.delete(*kind, name, namespace):
                     removed[key].append(name)
         return removed

@@ -286,8 +286,11 @@ def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_en
     assert load.poll(second) == 1
     assert any("AIPerf exited 1" in v for v in load.failure_logs(second).values())
     load.stop(second)
+    assert api.stored("Job", name, NS)["metadata"]["deletionTimestamp"]  # held while its pod stops
+    load.stop(second)  # again, while it is being deleted: fine
+    api.settle()
     assert api.stored("Job", name, NS) is None
-    load.stop(second)  # again: fine
+    load.stop(second)  # again, gone: fine
     assert load.poll(second) == 1  # gone: nothing to wait for
     with pytest.raises(ValueError, match="campaign 'another' is not"):  # never another campaign's Job
         load.launch(LoadRequest("another", "agg", "s1", ("--x",), raw[steps[0]]))
@@ -730,7 +733,10 @@ def test_plan_waits_for_the_image_checks_and_fails_naming_them_before_any_pool_i
         with pytest.raises(PreflightFailed, match=r"image check 'aiperf' failed .*need aiperf 0\.13\.0"):
             campaign.plan(p, ctx, event)
         assert not [b for m, _, b in api.bodies if b.get("kind") in ("NodePool", "DynamoGraphDeployment")]
-        assert kube_of(api).list("batch/v1", "Job", NS, ours) == []  # the checks' Jobs are removed once judged
+        # the checks' Jobs are removed once judged (still listed while their pods stop)
+        assert all(j["metadata"].get("deletionTimestamp") for j in kube_of(api).list("batch/v1", "Job", NS, ours))
+        api.settle()
+        assert kube_of(api).list("batch/v1", "Job", NS, ours) == []
         # a fixed image passes; the preflight is not repeated once passed (a redelivered Plan)
         api.on_create("Job", lambda a, job: a.set_status("Job", NS, job["metadata"]["name"], {"succeeded": 1}))
         campaign.plan(p, ctx, event)
