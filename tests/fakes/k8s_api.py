@@ -261,6 +261,11 @@ class FakeKubeApi:
             obj = self._objects.get((kind, namespace or "", name))
             return copy.deepcopy(obj) if obj else None
 
+    def all_stored(self, kind: str) -> list[JSON]:
+        """Every stored object of ``kind`` (copies), as a controller's informer sees them."""
+        with self.lock:
+            return [copy.deepcopy(o) for (k, _, _), o in sorted(self._objects.items()) if k == kind]
+
     def remove(self, kind: str, name: str, namespace: str | None = None) -> None:
         """Take an object away as a cluster admin would (no RBAC, nothing lingers)."""
         with self.lock:
