@@ -4,8 +4,9 @@
   condition is True AND ``status.observedGeneration`` caught up with ``metadata.generation``
   (FACTS); ``status.state == failed`` is a ServingFailed naming the conditions. Teardown deletes, by
   our labels only, the experiment's Jobs, then its deployment and its image pre-pull DaemonSets (created by
-  ``prepare`` before the pools are scaled, with the model prefetch Job); ``remaining`` says what is still
-  going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
+  ``prepare`` before the pools are scaled, with the model prefetch Job; ScalePools records the pending
+  deployment first, so a failure before Deploy tears them down too); ``remaining`` says, from lists only,
+  what is still going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
 * ``EksLoad`` (LoadPort, ``benchctl.aws.eks_load``): one load runner Job per workload of an experiment.
 * ``EksSmoke`` (SmokePort): a short Job of a few chat requests plus a ``/metrics`` GET against the
   frontend; started by SmokeTest, polled by CheckSmoke.
@@ -378,8 +379,8 @@ class EksServing(_Kube):
                           selector(selection(self.campaign_id, state["deployment_id"])))
 
     def _namespace(self, state: JSON) -> str:
-        """Where the deployment is: its state says (a state recorded before Deploy completed names none;
-        then nothing of it can exist anywhere but in the namespace a later deploy would have used)."""
+        """Where the deployment is: its state says (also the pending one ScalePools and Deploy record before
+        creating anything: ``campaign.serving.record_intent``)."""
         ns = state.get("namespace")
         if not ns:
             raise ValueError(f"deployment {state.get('deployment_id')}: its recorded state names no namespace")

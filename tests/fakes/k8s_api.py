@@ -17,7 +17,7 @@ It implements what our code relies on, not all of Kubernetes:
   gracefully: it stays terminating for ``grace`` more requests to the server (the kubelet's grace period;
   time here is requests, by anyone), so whatever reads after a delete reads lingering objects, under RBAC
   when enforced. ``delete_gets`` (per kind: :meth:`set_delete_gets`) adds a finalizer of the kind's own
-  controller that holds the object for that many more GETs of it once nothing else does. :meth:`settle`
+  controller that holds the object for that many more requests once nothing else does. :meth:`settle`
   runs the world until nothing lingers;
 * bearer-token check (401 otherwise), pod logs (``/log`` with ``container`` and ``tailLines``), ``/version``;
 * optionally RBAC as the API server does it (:meth:`enforce_rbac`: Roles, ClusterRoles and their
@@ -194,7 +194,7 @@ class FakeKubeApi:
         self._get_hooks: dict[str, list[GetHook]] = {}
         self._get_counts: dict[Key, int] = {}
         self._delete_gets_by_kind: dict[str, int] = {}
-        self._terminating: dict[Key, int] = {}  # key -> GETs left before its kind's finalizer lets it go
+        self._terminating: dict[Key, int] = {}  # key -> requests left before its kind's finalizer lets it go
         self._stopping: dict[Key, int] = {}  # pods -> requests left of their grace period
         self._orphaned: list[tuple[Key, str]] = []  # dependents the GC deletes on the next request (background)
         self._rv = itertools.count(1)
@@ -294,8 +294,8 @@ class FakeKubeApi:
         self.on_get(kind, hook)
 
     def set_delete_gets(self, kind: str, gets: int) -> None:
-        """Deleted objects of ``kind`` stay visible (terminating) for ``gets`` more GETs of them once nothing
-        else holds them (a finalizer of the kind's own controller)."""
+        """Deleted objects of ``kind`` stay visible (terminating) for ``gets`` more requests to the server once
+        nothing else holds them (a finalizer of the kind's own controller, e.g. an operator's cleanup)."""
         self._delete_gets_by_kind[kind] = gets
 
     def add_node(self, name: str, labels: dict[str, str] | None = None, allocatable_gpus: int = 0,
@@ -407,6 +407,11 @@ class FakeKubeApi:
         """One step of the cluster's own work, before each request: the kubelet ends grace periods, the
         garbage collector deletes orphaned dependents and lets go of foreground owners with none left."""
         with self.lock:
+            for key in list(self._terminating):  # a kind's own finalizer lets go after its requests
+                if self._terminating[key] <= 0:
+                    self._gone(key)
+                else:
+                    self._terminating[key] -= 1
             for key in list(self._stopping):
                 self._stopping[key] -= 1
                 if self._stopping[key] <= 0:
@@ -428,16 +433,11 @@ class FakeKubeApi:
             return sorted(f"{k[0]}/{k[2]}" for k, o in self._objects.items() if o["metadata"].get("deletionTimestamp"))
 
     def settle(self, limit: int = 100) -> None:
-        """Let the cluster work (ticks, and the GETs a kind's finalizer waits for) until nothing lingers."""
+        """Let the cluster work (as many requests' worth of ticks as it takes) until nothing lingers."""
         for _ in range(limit):
             if not self.lingering():
                 return
             self.tick()
-            with self.lock:
-                for key in list(self._terminating):
-                    self._terminating[key] -= 1
-                    if self._terminating[key] <= 0:
-                        self._gone(key)
         raise AssertionError(f"still being deleted after {limit} steps: {self.lingering()}")
 
     def authorize(self, method: str, parts: list[str]) -> None:
@@ -524,12 +524,7 @@ class FakeKubeApi:
         self._get_counts[key] = n = self._get_counts.get(key, 0) + 1
         for hook in self._get_hooks.get(key[0], []):
             hook(self, copy.deepcopy(obj), n)
-        out = copy.deepcopy(self._objects[key])
-        if key in self._terminating:  # the last of its lingering GETs: gone afterwards
-            self._terminating[key] -= 1
-            if self._terminating[key] <= 0:
-                self._gone(key)
-        return out
+        return copy.deepcopy(self._objects[key])
 
     def _update(self, key: Key, old: JSON, new: JSON) -> JSON:
         new = copy.deepcopy(new)

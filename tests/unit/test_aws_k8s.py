@@ -29,6 +29,7 @@ from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
+from tests.aws_checks import RBAC_FILE
 from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, quality_log
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import providers_for_test
@@ -575,6 +576,7 @@ STATES = ["nothing", "scaling", "deployed_half_ready", "job_running"]
 @pytest.mark.parametrize("reached", STATES)
 def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(reached, api, aws, tmp_path):  # noqa: F811
     spec = _spec()
+    api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())))  # what benchctl may do, and no more
     kube = kube_of(api)
     p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
                            pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
@@ -596,13 +598,17 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
         campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
         assert _names(api, "Job", ours=True)
     # the state machine's way: come back until the deployment is gone, then the pools are restored
-    for _ in range(10):
-        if campaign.teardown_experiment(p, ctx, Task("agg"), wait_gone=True)["done"]:
-            break
+    calls = 1
+    while not campaign.teardown_experiment(p, ctx, Task("agg"), wait_gone=True)["done"]:
+        calls += 1
+        assert calls < 20
     campaign.teardown_experiment(p, ctx, Task("agg"), wait_gone=True)  # repeated: harmless
     assert aws.scaling("gpu-ng") == ORIGINAL and aws.scaling("other-ng") == OTHER
-    ours = [n for kind in ("DynamoGraphDeployment", "Job", "Pod", "NodePool") for n in _names(api, kind, ours=True)]
+    # nothing of ours, the image pre-pull ScalePools started included, even when Deploy never ran
+    ours = [f"{kind}/{n}" for kind in ("DynamoGraphDeployment", "Job", "Pod", "NodePool", "DaemonSet")
+            for n in _names(api, kind, ours=True)]
     assert ours == []
+    assert api.denied == []
     assert api.stored("DynamoGraphDeployment", "theirs", NS) is not None
 
 

@@ -128,7 +128,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str | 
     with pytest.MonkeyPatch.context() as mp:
         result, world, rec, slept = run(tmp, mp, fail_at=None)
     assert result.status == "SUCCEEDED", (result.error, result.cause, rec.out.getvalue())
-    assert world.leftovers() == {"deployments": [], "loads": [], "pools": []}
+    assert world.leftovers() == {"deployments": [], "prepared": [], "loads": [], "pools": []}
     assert slept == []  # nothing retried
     steps = read_table(tmp / "out" / "lake", "steps")
     assert sorted((s["experiment"], s["status"]) for s in steps) == [("agg", "succeeded"), ("disagg", "succeeded")]
@@ -190,7 +190,7 @@ def test_fail_at_state_tears_down_and_records_the_failure(
     assert f"failure injected at state {state}" in log
 
     # teardown ran: pools back at their sizes, every deployment torn down, no load left running
-    assert world.leftovers() == {"deployments": [], "loads": [], "pools": []}, (state, log)
+    assert world.leftovers() == {"deployments": [], "prepared": [], "loads": [], "pools": []}, (state, log)
     assert world.pool_sizes_now() == world.initial_sizes
     deployed = set(world.serving.deploy_calls)
     assert set(world.serving.teardown_calls) >= deployed
