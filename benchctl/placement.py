@@ -131,10 +131,10 @@ def find_deadlock(pods: Sequence[tuple[PodShape, int]], nodes: Mapping[str, tupl
             return [*path, "stuck: " + ", ".join(left) + " fit on no node"]
         for i, idx in moves:
             pool = shapes[i].pool
-            node = list(state[pool][idx])
-            node[i] += 1
+            grown = list(state[pool][idx])
+            grown[i] += 1
             nxt = dict(state)
-            nxt[pool] = (*state[pool][:idx], tuple(node), *state[pool][idx + 1:])
+            nxt[pool] = (*state[pool][:idx], tuple(grown), *state[pool][idx + 1:])
             found = walk(nxt, [*path, f"{shapes[i].name} -> {pool}/{idx}"])
             if found is not None:
                 return found

@@ -1,7 +1,8 @@
 """The sweeper on AWS (a scheduled Lambda): campaigns are found by what they left, not by a list.
 
 Candidates: every campaign id on an object carrying our ``benchctl.io/campaign`` label in the cluster
-(DynamoGraphDeployments and Jobs in the namespace, NodePools) and every holder of a pool lock. Objects are
+(DynamoGraphDeployments, Jobs and pre-pull DaemonSets in the namespace, NodePools; read from the lists,
+never by a GET per object, which RBAC does not grant for DaemonSets) and every holder of a pool lock. Objects are
 selected by our own labels only, never by ``app.kubernetes.io/managed-by`` (which others may set or
 overwrite).
 A campaign is running when the execution recorded in its run store (``campaign.json``) is RUNNING;
