@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from benchctl import placement
 from benchctl.spec import CampaignSpec, Experiment, spec_hash
 from benchctl.workloads import ConcurrencySweep, MultiTurn, PrefixCache, SequenceDistribution
 
@@ -102,19 +103,9 @@ class CampaignPlan:
 
 
 def nodes_needed(spec: CampaignSpec, exp: Experiment) -> dict[str, int]:
-    """Nodes per pool: first-fit of each worker (tensor_parallel GPUs on one node) onto nodes."""
-    free: dict[str, list[int]] = {}
-    for g in exp.workers:
-        gpn = spec.pool(g.pool).gpus_per_node
-        nodes = free.setdefault(g.pool, [])
-        for _ in range(g.replicas):
-            for i, f in enumerate(nodes):
-                if f >= g.tensor_parallel:
-                    nodes[i] -= g.tensor_parallel
-                    break
-            else:
-                nodes.append(gpn - g.tensor_parallel)
-    return {pool: len(n) for pool, n in sorted(free.items())}
+    """Nodes per pool: the fewest on which every order kube-scheduler may place the experiment's workers
+    in places them all, under the placement rules we render (``benchctl.placement``)."""
+    return placement.nodes_needed({p.name: p for p in spec.pools}, exp)
 
 
 def _request_s(osl: float) -> float:

@@ -121,9 +121,9 @@ class PoolsRecord(_Record):
 
 @dataclass
 class DeploymentRecord:
-    """The experiment's deployment: the serving port's ``state`` (``{"deployment_id", "pending": True}``
-    is written before the port is called), when it was deployed, and its teardown: ``removed`` (what the
-    port deleted), ``deleted_at``, ``left`` (still there when the wait ran out) and ``torn_down``."""
+    """The experiment's deployment: the serving port's ``state`` (pending, ``campaign.serving.record_intent``,
+    before the port creates anything: ScalePools' ``prepare``, Deploy), when it was deployed, and its
+    teardown: ``removed``, ``deleted_at``, ``left`` (still there when the wait ran out) and ``torn_down``."""
 
     state: JSON
     deployed_at: float

@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from benchctl.errors import SpecError
 from benchctl.names import dgd_name_problem
+from benchctl.placement import placement_problems
 from benchctl.spec_base import Name, Strict
 from benchctl.spec_settings import (  # Kubernetes and image_tag_version: here too, where callers look
     EFA_INTERFACES,
@@ -305,6 +306,7 @@ class CampaignSpec(Strict):
                     f"pricing.instances.{inst}: no pool uses this instance type; "
                     f"valid: {sorted({p.instance_type for p in self.pools})}"
                 )
+        problems += placement_problems(self)  # a node count on which kube-scheduler cannot deadlock
         if problems:
             raise ValueError("\n".join(problems))
         return self

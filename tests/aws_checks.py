@@ -52,6 +52,7 @@ def run_aws_worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, World]
             eks_world.cluster_prerequisites(api, spec)
             pods = eks_world.dynamo_operator(api)
             eks_world.job_controller(api, fail_steps=(FAILED_STEP,))
+            eks_world.daemonset_controller(api)
             eks_world.karpenter(api)
             eks_world.gpu_nodes(api, spec)
             world = eks_world.run_campaign(spec, api, tmp_path_factory.mktemp(re.sub(r"\W", "_", name)), session,

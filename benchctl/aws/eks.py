@@ -4,8 +4,9 @@
   condition is True AND ``status.observedGeneration`` caught up with ``metadata.generation``
   (FACTS); ``status.state == failed`` is a ServingFailed naming the conditions. Teardown deletes, by
   our labels only, the experiment's Jobs, then its deployment and its image pre-pull DaemonSets (created by
-  ``prepare`` before the pools are scaled, with the model prefetch Job); ``remaining`` says what is still
-  going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
+  ``prepare`` before the pools are scaled, with the model prefetch Job; ScalePools records the pending
+  deployment first, so a failure before Deploy tears them down too); ``remaining`` says, from lists only,
+  what is still going away (the state machine comes back until nothing is, bounded); repeating it is harmless.
 * ``EksLoad`` (LoadPort, ``benchctl.aws.eks_load``): one load runner Job per workload of an experiment.
 * ``EksSmoke`` (SmokePort): a short Job of a few chat requests plus a ``/metrics`` GET against the
   frontend; started by SmokeTest, polled by CheckSmoke.
@@ -79,14 +80,11 @@ class _Kube:
         return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN) == self.campaign_id
 
     def _left(self, namespace: str, kinds: tuple[tuple[str, str], ...], sel: str) -> list[str]:
-        """Our objects of these kinds and our pods still matching ``sel`` (deleted ones go away in a while)."""
-        left = []
-        for api_version, kind in kinds:
-            for o in self.kube.list(api_version, kind, namespace, sel):
-                if self._ours(o):
-                    with contextlib.suppress(NotFound):  # read it again: gone between the list and now
-                        self.kube.get(api_version, kind, o["metadata"]["name"], namespace)
-                        left.append(f"{kind}/{o['metadata']['name']}")
+        """Our objects of these kinds and our pods still matching ``sel`` (deleted ones linger: a foreground
+        deletion holds the owner until its pods have stopped). Lists only: what a list returns is what
+        exists, and RBAC grants some kinds (DaemonSets) no GET."""
+        left = [f"{kind}/{o['metadata']['name']}" for api_version, kind in kinds
+                for o in self.kube.list(api_version, kind, namespace, sel) if self._ours(o)]
         return left + [f"Pod/{o['metadata']['name']}" for o in self.kube.list("v1", "Pod", namespace, sel)]
 
 
@@ -368,6 +366,8 @@ class EksServing(_Kube):
         for kind, key in ((JOB, "jobs"), (DGD, "deployments"), (DAEMONSET, "prepull")):  # load, serving, images
             for obj in self.kube.list(*kind, namespace, sel):
                 name = obj["metadata"]["name"]
+                if obj["metadata"].get("deletionTimestamp"):
+                    continue  # being deleted already (a repeated teardown)
                 if self._ours(obj) and self.kube.delete(*kind, name, namespace):
                     removed[key].append(name)
         return removed
@@ -379,8 +379,8 @@ class EksServing(_Kube):
                           selector(selection(self.campaign_id, state["deployment_id"])))
 
     def _namespace(self, state: JSON) -> str:
-        """Where the deployment is: its state says (a state recorded before Deploy completed names none;
-        then nothing of it can exist anywhere but in the namespace a later deploy would have used)."""
+        """Where the deployment is: its state says (also the pending one ScalePools and Deploy record before
+        creating anything: ``campaign.serving.record_intent``)."""
         ns = state.get("namespace")
         if not ns:
             raise ValueError(f"deployment {state.get('deployment_id')}: its recorded state names no namespace")

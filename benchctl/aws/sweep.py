@@ -1,7 +1,8 @@
 """The sweeper on AWS (a scheduled Lambda): campaigns are found by what they left, not by a list.
 
 Candidates: every campaign id on an object carrying our ``benchctl.io/campaign`` label in the cluster
-(DynamoGraphDeployments and Jobs in the namespace, NodePools) and every holder of a pool lock. Objects are
+(DynamoGraphDeployments, Jobs and pre-pull DaemonSets in the namespace, NodePools; read from the lists,
+never by a GET per object, which RBAC does not grant for DaemonSets) and every holder of a pool lock. Objects are
 selected by our own labels only, never by ``app.kubernetes.io/managed-by`` (which others may set or
 overwrite).
 A campaign is running when the execution recorded in its run store (``campaign.json``) is RUNNING;
@@ -18,7 +19,7 @@ from typing import Any
 from benchctl.aws.k8s.client import KubeClient, NotFound
 from benchctl.aws.k8s.common import LABEL_CAMPAIGN
 from benchctl.context import Ctx
-from benchctl.ports import Providers
+from benchctl.ports import JSON, Providers
 from benchctl.runstate import RunState
 from benchctl.sweep import sweep
 
@@ -27,8 +28,8 @@ KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Jo
          ("karpenter.sh/v1", "NodePool", False))
 
 
-def labelled(kube: KubeClient, namespace: str, campaign_id: str | None = None) -> list[tuple[str, str, str, str | None]]:
-    """(api_version, kind, name, namespace) of our objects, optionally of one campaign only."""
+def _listed(kube: KubeClient, namespace: str, campaign_id: str | None) -> list[tuple[str, str, JSON, str | None]]:
+    """(api_version, kind, object as listed, namespace) of our objects, optionally of one campaign only."""
     sel = f"{LABEL_CAMPAIGN}={campaign_id}" if campaign_id else LABEL_CAMPAIGN  # ours: the label exists
     out = []
     for api_version, kind, namespaced in KINDS:
@@ -37,8 +38,23 @@ def labelled(kube: KubeClient, namespace: str, campaign_id: str | None = None) -
             objs = kube.list(api_version, kind, ns, sel)
         except NotFound:  # e.g. no Karpenter CRD on a cluster without Auto Mode
             continue
-        out += [(api_version, kind, o["metadata"]["name"], ns) for o in objs]
+        out += [(api_version, kind, o, ns) for o in objs]
     return out
+
+
+def labelled(kube: KubeClient, namespace: str, campaign_id: str | None = None, *,
+             deleting: bool = True) -> list[tuple[str, str, str, str | None]]:
+    """(api_version, kind, name, namespace) of our objects, optionally of one campaign only; without
+    ``deleting``, not those already being deleted (they linger until their dependents are gone)."""
+    return [(v, kind, o["metadata"]["name"], ns) for v, kind, o, ns in _listed(kube, namespace, campaign_id)
+            if deleting or not o["metadata"].get("deletionTimestamp")]
+
+
+def campaign_ids(kube: KubeClient, namespace: str) -> set[str]:
+    """The campaign label of every object of ours, read from the lists themselves (no GET per object:
+    RBAC grants DaemonSets only list)."""
+    return {str(o["metadata"]["labels"][LABEL_CAMPAIGN]) for _, _, o, _ in _listed(kube, namespace, None)
+            if (o["metadata"].get("labels") or {}).get(LABEL_CAMPAIGN)}
 
 
 def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: KubeClient | None = None,
@@ -56,12 +72,7 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
     namespace = config.namespace
     engine = AwsEngine(config, session=session)
     runs_uri, lake_uri = engine.runs_uri, engine.lake_uri
-    ids: set[str] = set()
-    for api_version, kind, name, ns in labelled(kube, namespace):
-        obj = kube.get(api_version, kind, name, ns)
-        cid = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN)
-        if cid:
-            ids.add(cid)
+    ids = campaign_ids(kube, namespace)
     if config.lock_table:
         ddb = session.client("dynamodb")
         for page in ddb.get_paginator("scan").paginate(TableName=config.lock_table):
@@ -88,7 +99,7 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
 
     def delete_labelled(cid: str) -> list[str]:
         deleted = []
-        for api_version, kind, name, ns in labelled(kube, namespace, cid):
+        for api_version, kind, name, ns in labelled(kube, namespace, cid, deleting=False):
             if kube.delete(api_version, kind, name, ns):
                 deleted.append(f"{kind}/{name}")
         return deleted

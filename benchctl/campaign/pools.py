@@ -24,9 +24,12 @@ def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
     exp = p.state.plan().experiment(experiment)
     # what needs no GPU node starts first (EKS: the image pre-pull on the pools, the model prefetch on a CPU
     # node), so it runs while the GPU nodes boot, not after
-    from benchctl.campaign.serving import deployment_request
+    from benchctl.campaign.serving import deployment_request, record_intent
 
-    p.serving.prepare(deployment_request(p.state.spec(), ctx.campaign_id, experiment))
+    request = deployment_request(p.state.spec(), ctx.campaign_id, experiment)
+    if p.state.deployment(experiment) is None:  # what prepare creates is torn down on every failure path
+        record_intent(p, request, prepared=True)
+    p.serving.prepare(request)
     records: list[JSON] = []
 
     def persist(pending: JSON | None = None, complete: bool = False) -> None:

@@ -47,15 +47,27 @@ def deployment_request(spec: CampaignSpec, campaign_id: str, experiment: str) ->
     )
 
 
+def record_intent(p: Providers, request: DeploymentRequest, *, prepared: bool = False) -> None:
+    """Before the serving port creates anything of the experiment (``prepare`` at ScalePools, ``deploy``):
+    a pending deployment record, so every failure path's teardown finds what it created even when Deploy
+    never completed. It names where (the cluster target's namespace) and, ``prepared``, that only
+    ScalePools' ``prepare`` ran (Deploy then still deploys)."""
+    state: JSON = {"deployment_id": request.deployment_id, "pending": True}
+    if request.target is not None:
+        state["namespace"] = request.target.kubernetes.namespace
+    if prepared:
+        state["prepared"] = True
+    p.state.save_deployment(request.deployment_id, DeploymentRecord(state=state, deployed_at=p.clock()))
+
+
 def deploy(p: Providers, ctx: Ctx, task: Task) -> JSON:
     experiment = task.exp
     existing = p.state.deployment(experiment)
-    if existing is not None:
+    if existing is not None and not existing.state.get("prepared"):
         return {"deployment": existing.state.get("deployment_id"), "reused": True}
     request = deployment_request(p.state.spec(), ctx.campaign_id, experiment)
     # record intent first: a crash during deploy still leaves something for teardown to find
-    p.state.save_deployment(experiment, DeploymentRecord(
-        state={"deployment_id": request.deployment_id, "pending": True}, deployed_at=p.clock()))
+    record_intent(p, request)
     state = p.serving.deploy(request)
     p.state.save_deployment(experiment, DeploymentRecord(state=state, deployed_at=p.clock()))
     record_event(p, ctx.campaign_id, experiment, timeline.DEPLOY_APPLIED, mode=request.mode, router=request.router,

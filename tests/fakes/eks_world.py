@@ -202,6 +202,25 @@ def job_controller(api: FakeKubeApi, fail_steps: tuple[str, ...] = ()) -> None:
     api.on_create("Job", on_create)
 
 
+def daemonset_controller(api: FakeKubeApi) -> None:
+    """On a DaemonSet create: a Running pod (owned by it, its template's labels) on every node its
+    ``nodeSelector`` matches, as the DaemonSet controller places them."""
+
+    def on_create(fake: FakeKubeApi, ds: dict[str, Any]) -> None:
+        tmpl = ds["spec"]["template"]
+        want = (tmpl.get("spec") or {}).get("nodeSelector") or {}
+        for node in fake.all_stored("Node"):
+            labels = node["metadata"].get("labels") or {}
+            if all(labels.get(k) == v for k, v in want.items()):
+                pod = fake.add_pod(ds["metadata"]["namespace"], f"{ds['metadata']['name']}-{node['metadata']['name']}",
+                                   labels=dict(tmpl["metadata"]["labels"]), owner=ds,
+                                   containers=tuple(c["name"] for c in tmpl["spec"]["containers"]))
+                pod["spec"]["nodeName"] = node["metadata"]["name"]
+                fake.put(pod)
+
+    api.on_create("DaemonSet", on_create)
+
+
 def karpenter(api: FakeKubeApi) -> None:
     """NodePools are accepted (Ready) as soon as they exist."""
     api.on_create("NodePool", lambda fake, pool: fake.set_status(
@@ -319,5 +338,15 @@ def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, 
             rec = p.state.load(exp.name, step_id)
             assert rec is not None and rec.argv is not None
             world.argv[(exp.name, step_id)] = list(rec.argv)
-        campaign.teardown_experiment(p, ctx, e, handover=i + 1 < len(plan.experiments))
+        teardown(p, ctx, e, handover=i + 1 < len(plan.experiments))
     return world
+
+
+def teardown(p: Providers, ctx: Ctx, task: Task, *, handover: bool = False) -> dict[str, Any]:
+    """TeardownExperiment as the state machine runs it: called again (after its wait) while what was
+    deleted is still going away, the pools restored only once it is gone."""
+    for _ in range(50):
+        out = campaign.teardown_experiment(p, ctx, task, handover=handover, wait_gone=True)
+        if out["done"]:
+            return out
+    raise AssertionError(f"teardown of {task.exp} still waiting after 50 calls: {out.get('left')}")

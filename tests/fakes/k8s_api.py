@@ -8,9 +8,17 @@ It implements what our code relies on, not all of Kubernetes:
   metadata/status changes; PUT with a stale resourceVersion -> 409;
 * ``status`` is never written by clients (dropped from create/replace/patch): tests set it with
   :meth:`set_status`, :meth:`put`, or hooks (:meth:`on_create`, :meth:`on_get`, :meth:`status_after_gets`);
-* delete marks ``deletionTimestamp`` and keeps the object visible for ``delete_gets`` more GETs
-  (per kind with :meth:`set_delete_gets`), so "wait until gone" loops are exercised; objects owned
-  (ownerReferences uid) by a removed object go with it;
+* delete as Kubernetes does it (the docs' "Garbage Collection" and "Finalizers"; the apiserver's delete
+  handler and the garbage collector): every deleted object gets a ``deletionTimestamp`` and stays visible
+  (GET and list) while something holds it. ``propagationPolicy: Foreground`` (what our client sends)
+  adds the ``foregroundDeletion`` finalizer: the owner stays until every dependent (ownerReferences uid)
+  is gone, and the dependents are deleted the same way; ``Background`` (the default) removes the owner at
+  once and its dependents on the next request; ``Orphan`` drops their owner reference. A pod is stopped
+  gracefully: it stays terminating for ``grace`` more requests to the server (the kubelet's grace period;
+  time here is requests, by anyone), so whatever reads after a delete reads lingering objects, under RBAC
+  when enforced. ``delete_gets`` (per kind: :meth:`set_delete_gets`) adds a finalizer of the kind's own
+  controller that holds the object for that many more requests once nothing else does. :meth:`settle`
+  runs the world until nothing lingers;
 * bearer-token check (401 otherwise), pod logs (``/log`` with ``container`` and ``tailLines``), ``/version``;
 * optionally RBAC as the API server does it (:meth:`enforce_rbac`: Roles, ClusterRoles and their
   bindings from a manifest file; the request's attributes derived like apiserver's RequestInfo, e.g. a
@@ -168,8 +176,9 @@ def _spec_part(obj: JSON) -> JSON:
 
 
 class FakeKubeApi:
-    def __init__(self, token: str = "test-token", *, delete_gets: int = 0) -> None:
+    def __init__(self, token: str = "test-token", *, grace: int = 6, delete_gets: int = 0) -> None:
         self.tokens = {token}
+        self.grace = grace
         self.delete_gets = delete_gets
         self.requests: list[tuple[str, str]] = []
         self.bodies: list[tuple[str, str, JSON]] = []  # creates and replaces: (method, path with query, body)
@@ -185,7 +194,9 @@ class FakeKubeApi:
         self._get_hooks: dict[str, list[GetHook]] = {}
         self._get_counts: dict[Key, int] = {}
         self._delete_gets_by_kind: dict[str, int] = {}
-        self._terminating: dict[Key, int] = {}  # key -> GETs left before it disappears
+        self._terminating: dict[Key, int] = {}  # key -> requests left before its kind's finalizer lets it go
+        self._stopping: dict[Key, int] = {}  # pods -> requests left of their grace period
+        self._orphaned: list[tuple[Key, str]] = []  # dependents the GC deletes on the next request (background)
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
         self.lock = threading.RLock()
@@ -250,6 +261,16 @@ class FakeKubeApi:
             obj = self._objects.get((kind, namespace or "", name))
             return copy.deepcopy(obj) if obj else None
 
+    def all_stored(self, kind: str) -> list[JSON]:
+        """Every stored object of ``kind`` (copies), as a controller's informer sees them."""
+        with self.lock:
+            return [copy.deepcopy(o) for (k, _, _), o in sorted(self._objects.items()) if k == kind]
+
+    def remove(self, kind: str, name: str, namespace: str | None = None) -> None:
+        """Take an object away as a cluster admin would (no RBAC, nothing lingers)."""
+        with self.lock:
+            self._gone((kind, namespace or "", name))
+
     def set_status(self, kind: str, namespace: str | None, name: str, status: JSON) -> None:
         with self.lock:
             obj = self._objects[(kind, namespace or "", name)]
@@ -273,7 +294,8 @@ class FakeKubeApi:
         self.on_get(kind, hook)
 
     def set_delete_gets(self, kind: str, gets: int) -> None:
-        """Deleted objects of ``kind`` stay visible (terminating) for ``gets`` more GETs."""
+        """Deleted objects of ``kind`` stay visible (terminating) for ``gets`` more requests to the server once
+        nothing else holds them (a finalizer of the kind's own controller, e.g. an operator's cleanup)."""
         self._delete_gets_by_kind[kind] = gets
 
     def add_node(self, name: str, labels: dict[str, str] | None = None, allocatable_gpus: int = 0,
@@ -334,15 +356,89 @@ class FakeKubeApi:
             raise HttpError(404, "NotFound", f'{r.plural}.{r.api_version.split("/")[0]} "{name}" not found')
         return key, self._objects[key]
 
-    def _remove(self, key: Key) -> None:
+    def _dependents(self, uid: str) -> list[Key]:
+        return [k for k, o in self._objects.items()
+                if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])]
+
+    def _delete(self, key: Key, policy: str | None) -> None:
+        """Start deleting ``key`` as the API server and the garbage collector do (see the module docstring)."""
+        obj = self._objects.get(key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return  # gone, or already being deleted: a repeated delete changes nothing
+        meta = obj["metadata"]
+        meta["deletionTimestamp"] = _now()
+        meta["resourceVersion"] = str(next(self._rv))
+        deps = self._dependents(meta["uid"])
+        if key[0] == "Pod":
+            meta["deletionGracePeriodSeconds"] = 30
+            if self.grace > 0:
+                self._stopping[key] = self.grace
+                return
+        elif policy == "Orphan":
+            for d in deps:
+                ref_uid = meta["uid"]
+                dm = self._objects[d]["metadata"]
+                dm["ownerReferences"] = [r for r in dm.get("ownerReferences") or [] if r.get("uid") != ref_uid]
+        elif policy == "Foreground" and deps:
+            meta["finalizers"] = [*(meta.get("finalizers") or []), "foregroundDeletion"]
+            for d in deps:
+                self._delete(d, "Foreground")
+            return
+        self._release(key)
+
+    def _release(self, key: Key) -> None:
+        """Nothing of the API's holds ``key`` any more: its kind's own finalizer (``delete_gets``), else gone."""
+        gets = self._delete_gets_by_kind.get(key[0], self.delete_gets)
+        if gets > 0 and key not in self._terminating:
+            self._terminating[key] = gets
+            return
+        self._gone(key)
+
+    def _gone(self, key: Key) -> None:
         obj = self._objects.pop(key, None)
         self._terminating.pop(key, None)
+        self._stopping.pop(key, None)
         if obj is None:
             return
-        uid = obj["metadata"]["uid"]
-        for other, o in list(self._objects.items()):
-            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or []):
-                self._remove(other)
+        # background: what it owned is the garbage collector's, on the next request
+        self._orphaned += [(d, "Background") for d in self._dependents(obj["metadata"]["uid"])]
+
+    def tick(self) -> None:
+        """One step of the cluster's own work, before each request: the kubelet ends grace periods, the
+        garbage collector deletes orphaned dependents and lets go of foreground owners with none left."""
+        with self.lock:
+            for key in list(self._terminating):  # a kind's own finalizer lets go after its requests
+                if self._terminating[key] <= 0:
+                    self._gone(key)
+                else:
+                    self._terminating[key] -= 1
+            for key in list(self._stopping):
+                self._stopping[key] -= 1
+                if self._stopping[key] <= 0:
+                    self._gone(key)
+            orphaned, self._orphaned = self._orphaned, []
+            for key, policy in orphaned:
+                self._delete(key, policy)
+            for key, obj in list(self._objects.items()):
+                meta = obj["metadata"]
+                if "foregroundDeletion" in (meta.get("finalizers") or []) and not self._dependents(meta["uid"]):
+                    meta["finalizers"] = [f for f in meta["finalizers"] if f != "foregroundDeletion"]
+                    if not meta["finalizers"]:
+                        del meta["finalizers"]
+                    self._release(key)
+
+    def lingering(self) -> list[str]:
+        """``Kind/name`` of every object being deleted and not gone yet."""
+        with self.lock:
+            return sorted(f"{k[0]}/{k[2]}" for k, o in self._objects.items() if o["metadata"].get("deletionTimestamp"))
+
+    def settle(self, limit: int = 100) -> None:
+        """Let the cluster work (as many requests' worth of ticks as it takes) until nothing lingers."""
+        for _ in range(limit):
+            if not self.lingering():
+                return
+            self.tick()
+        raise AssertionError(f"still being deleted after {limit} steps: {self.lingering()}")
 
     def authorize(self, method: str, parts: list[str]) -> None:
         """403 unless RBAC (when enforced) allows the request; records the allowing rule."""
@@ -386,12 +482,10 @@ class FakeKubeApi:
             if method == "GET":
                 return 200, self._get(key, obj)
             if method == "DELETE":
-                if key not in self._terminating:
-                    self.deletes.append((r.kind, key[1], name, (body or {}).get("propagationPolicy")))
-                    obj["metadata"]["deletionTimestamp"] = _now()
-                    self._terminating[key] = self._delete_gets_by_kind.get(r.kind, self.delete_gets)
-                    if self._terminating[key] <= 0:
-                        self._remove(key)
+                policy = (body or {}).get("propagationPolicy")
+                if not obj["metadata"].get("deletionTimestamp"):
+                    self.deletes.append((r.kind, key[1], name, policy))
+                self._delete(key, policy)
                 return 200, copy.deepcopy(obj)
             if method == "PUT":
                 body.setdefault("metadata", {})
@@ -430,12 +524,7 @@ class FakeKubeApi:
         self._get_counts[key] = n = self._get_counts.get(key, 0) + 1
         for hook in self._get_hooks.get(key[0], []):
             hook(self, copy.deepcopy(obj), n)
-        out = copy.deepcopy(self._objects[key])
-        if key in self._terminating:  # the last of its lingering GETs: gone afterwards
-            self._terminating[key] -= 1
-            if self._terminating[key] <= 0:
-                self._remove(key)
-        return out
+        return copy.deepcopy(self._objects[key])
 
     def _update(self, key: Key, old: JSON, new: JSON) -> JSON:
         new = copy.deepcopy(new)
@@ -501,6 +590,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = dict(urllib.parse.parse_qsl(url.query))
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        self.fake.tick()
         try:
             if self.headers.get("Authorization", "").removeprefix("Bearer ") not in self.fake.tokens:
                 raise HttpError(401, "Unauthorized", "Unauthorized")

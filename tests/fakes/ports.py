@@ -83,10 +83,13 @@ class FakeServing:
         self.deploy_calls: list[str] = []
         self.prepare_calls: list[str] = []
         self.teardown_calls: list[str] = []
+        self.prepared: set[str] = set()  # experiments whose prepare ran and whose teardown did not
         self.probes = 0
 
     def prepare(self, request: DeploymentRequest) -> None:
+        """What EKS's prepare creates per experiment (the pre-pull DaemonSets) until its teardown."""
         self.prepare_calls.append(request.deployment_id)
+        self.prepared.add(request.deployment_id)
 
     def deploy(self, spec: DeploymentRequest) -> JSON:
         self.deploy_calls.append(spec.deployment_id)
@@ -125,6 +128,7 @@ class FakeServing:
     def teardown(self, state: JSON) -> JSON:
         dep = state["deployment_id"]
         self.teardown_calls.append(dep)
+        self.prepared.discard(dep)
         was = self.status.get(dep)
         self.status[dep] = "torn_down"
         return {"removed": [dep] if was in ("running", "dead") else []}
@@ -315,10 +319,12 @@ class FakeWorld:
         )
 
     def leftovers(self) -> dict[str, list[str]]:
-        """What is still 'running': deployments not torn down, loads neither finished nor stopped, pools
-        not back at their starting sizes. Empty lists everywhere when the campaign cleaned up."""
+        """What is still 'running': deployments not torn down, what ``prepare`` created and no teardown
+        removed, loads neither finished nor stopped, pools not back at their starting sizes. Empty lists
+        everywhere when the campaign cleaned up."""
         return {
             "deployments": self.serving.not_torn_down(),
+            "prepared": sorted(self.serving.prepared),
             "loads": self.load.running(),
             "pools": [f"{k}={v} (was {self.initial_sizes[k]})" for k, v in self.pool_sizes_now().items()
                       if v != self.initial_sizes[k]],

@@ -140,9 +140,13 @@ def test_a_one_node_p4d_auto_mode_pool_gets_eight_gpus_of_limit(worlds: dict[str
     # the next experiments ask for the same pool (409: it is ours, kept warm) and never replace it
     assert [m for m, _, _ in later] == ["POST"] * (len(world.spec.experiments) - 1)
     assert all(b == pool for _, _, b in later)
-    # smoke and feature-ladder on Auto Mode: one p4d as well
-    for name in ("smoke[auto-mode]", "feature-ladder[auto-mode]"):
-        assert {b["spec"]["limits"]["nvidia.com/gpu"] for _, _, b in sent(worlds[name], "NodePool")} == {"8"}
+    # feature-ladder on Auto Mode (no EFA): one p4d as well
+    assert {b["spec"]["limits"]["nvidia.com/gpu"] for _, _, b in sent(worlds["feature-ladder[auto-mode]"],
+                                                                      "NodePool")} == {"8"}
+    # smoke on Auto Mode: its disaggregated experiment moves KV over EFA, so prefill and decode never share
+    # a node: when that experiment comes the NodePool (409: ours) is replaced with room for two p4d
+    assert [(m, b["spec"]["limits"]["nvidia.com/gpu"]) for m, _, b in sent(worlds["smoke[auto-mode]"], "NodePool")] \
+        == [("POST", "8"), ("POST", "16"), ("PUT", "16")]
 
 
 # ------------------------------------------------------------------------------------ AIPerf argv

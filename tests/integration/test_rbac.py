@@ -20,7 +20,7 @@ import yaml
 from benchctl.aws.k8s.client import RESOURCES, ApiError, KubeClient
 from benchctl.aws.k8s.common import LABEL_CAMPAIGN
 from benchctl.aws.pools import pools_for
-from benchctl.aws.sweep import labelled
+from benchctl.aws.sweep import campaign_ids, labelled
 from benchctl.spec import parse_spec
 from tests.aws_checks import RBAC_FILE, upstream_api
 from tests.fakes.eks_world import CID, NS, TOKEN, World
@@ -75,11 +75,14 @@ def _sweeper_finds_and_deletes_by_our_label() -> FakeKubeApi:
                  "spec": {}})
         api.put({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "n", **lbl["metadata"]},
                  "spec": {}})
+        api.put({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "p", "namespace": NS,
+                                                                            **lbl["metadata"]}, "spec": {}})
         kube = _kube(api)
-        found = labelled(kube, NS)
-        assert {kind for _, kind, _, _ in found} == {"DynamoGraphDeployment", "Job", "NodePool"}
+        # what aws_sweep does: the candidates' ids from the lists, then each campaign's objects deleted
+        assert campaign_ids(kube, NS) == {CID}
+        found = labelled(kube, NS, CID, deleting=False)
+        assert {kind for _, kind, _, _ in found} == {"DynamoGraphDeployment", "Job", "NodePool", "DaemonSet"}
         for api_version, kind, name, ns in found:
-            kube.get(api_version, kind, name, ns)
             kube.delete(api_version, kind, name, ns)
     return api
 

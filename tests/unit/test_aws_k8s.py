@@ -29,7 +29,7 @@ from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
-from tests.aws_checks import job_problems
+from tests.aws_checks import RBAC_FILE, job_problems
 from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, quality_log
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import providers_for_test
@@ -287,8 +287,11 @@ def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_en
     assert load.poll(second) == 1
     assert any("AIPerf exited 1" in v for v in load.failure_logs(second).values())
     load.stop(second)
+    assert api.stored("Job", name, NS)["metadata"]["deletionTimestamp"]  # held while its pod stops
+    load.stop(second)  # again, while it is being deleted: fine
+    api.settle()
     assert api.stored("Job", name, NS) is None
-    load.stop(second)  # again: fine
+    load.stop(second)  # again, gone: fine
     assert load.poll(second) == 1  # gone: nothing to wait for
     with pytest.raises(ValueError, match="campaign 'another' is not"):  # never another campaign's Job
         load.launch(LoadRequest("another", "agg", "s1", ("--x",), raw[steps[0]]))
@@ -637,6 +640,7 @@ STATES = ["nothing", "scaling", "deployed_half_ready", "job_running"]
 @pytest.mark.parametrize("reached", STATES)
 def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(reached, api, aws, tmp_path):  # noqa: F811
     spec = _spec()
+    api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())))  # what benchctl may do, and no more
     kube = kube_of(api)
     p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
                            pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),
@@ -658,13 +662,17 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
         campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
         assert _names(api, "Job", ours=True)
     # the state machine's way: come back until the deployment is gone, then the pools are restored
-    for _ in range(10):
-        if campaign.teardown_experiment(p, ctx, Task("agg"), wait_gone=True)["done"]:
-            break
+    calls = 1
+    while not campaign.teardown_experiment(p, ctx, Task("agg"), wait_gone=True)["done"]:
+        calls += 1
+        assert calls < 20
     campaign.teardown_experiment(p, ctx, Task("agg"), wait_gone=True)  # repeated: harmless
     assert aws.scaling("gpu-ng") == ORIGINAL and aws.scaling("other-ng") == OTHER
-    ours = [n for kind in ("DynamoGraphDeployment", "Job", "Pod", "NodePool") for n in _names(api, kind, ours=True)]
+    # nothing of ours, the image pre-pull ScalePools started included, even when Deploy never ran
+    ours = [f"{kind}/{n}" for kind in ("DynamoGraphDeployment", "Job", "Pod", "NodePool", "DaemonSet")
+            for n in _names(api, kind, ours=True)]
     assert ours == []
+    assert api.denied == []
     assert api.stored("DynamoGraphDeployment", "theirs", NS) is not None
 
 
@@ -795,7 +803,10 @@ def test_plan_waits_for_the_image_checks_and_fails_naming_them_before_any_pool_i
         with pytest.raises(PreflightFailed, match=r"image check 'aiperf' failed .*need aiperf 0\.13\.0"):
             campaign.plan(p, ctx, event)
         assert not [b for m, _, b in api.bodies if b.get("kind") in ("NodePool", "DynamoGraphDeployment")]
-        assert kube_of(api).list("batch/v1", "Job", NS, ours) == []  # the checks' Jobs are removed once judged
+        # the checks' Jobs are removed once judged (still listed while their pods stop)
+        assert all(j["metadata"].get("deletionTimestamp") for j in kube_of(api).list("batch/v1", "Job", NS, ours))
+        api.settle()
+        assert kube_of(api).list("batch/v1", "Job", NS, ours) == []
         # a fixed image passes; the preflight is not repeated once passed (a redelivered Plan)
         api.on_create("Job", lambda a, job: a.set_status("Job", NS, job["metadata"]["name"], {"succeeded": 1}))
         campaign.plan(p, ctx, event)

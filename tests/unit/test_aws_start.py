@@ -14,6 +14,7 @@ from moto import mock_aws
 
 from benchctl.cli import main
 from benchctl.runstate import LoadRecord, RunState
+from tests.aws_checks import RBAC_FILE
 from tests.fakes.ports import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +60,8 @@ def cluster(aws, monkeypatch):
                      "metadata": {"name": "benchctl-load", "namespace": "dynamo-bench"}},
                     EFA_DEVICE_PLUGIN):  # the smoke spec's p4d pool asks for EFA
             api.put(obj)
+        # every call is authorized as the benchctl group by the RBAC file the README has people apply
+        api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())))
         # the preflight's image-check Jobs pass (the Job controller's part)
         api.on_create("Job", lambda a, job: a.set_status("Job", "dynamo-bench", job["metadata"]["name"], {"succeeded": 1}))
         monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
@@ -171,9 +174,8 @@ def test_plan_on_aws_stops_before_scaling_when_preflight_fails(aws, cluster):
 
     use_engine(None)
     cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other", "namespace": "dynamo-bench"}})
-    from benchctl.aws.k8s.client import KubeClient
 
-    KubeClient(cluster.url, token=lambda: "test-token").delete("v1", "Secret", "hf-token", "dynamo-bench")
+    cluster.remove("Secret", "hf-token", "dynamo-bench")
     boto3.client("s3").put_object(Bucket=BUCKET, Key="specs/smoke.yaml", Body=_eks_smoke_spec())
     with pytest.raises(Exception, match=r"preflight: missing secret dynamo-bench/hf-token") as err:
         plan_handler.handler({"action": "plan", "state": "Plan", "execution": "arn:x:execution:campaign:c-2",

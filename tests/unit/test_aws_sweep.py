@@ -55,9 +55,11 @@ def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
 
     report = {r["campaign_id"]: r for r in aws_sweep(env, kube=kube)}
     assert report["dead-1"]["action"] == "swept"
-    # what it deployed, and the image pre-pull its ScalePools started on the pool
-    assert sorted(report["dead-1"]["labelled_objects_deleted"]) == [
-        f"DaemonSet/{job_name('dead-1', 'agg', 'prepull-gpu-a100')}", "DynamoGraphDeployment/bc-agg-dead"]
+    # the teardown from its records removes what it deployed and the image pre-pull its ScalePools started
+    # on the pool (recorded before ScalePools created it); nothing labelled is left for the last resort
+    assert report["dead-1"]["teardown"]["agg"]["deployment"] == {
+        "jobs": [], "deployments": ["bc-agg-dead"], "prepull": [job_name("dead-1", "agg", "prepull-gpu-a100")]}
+    assert report["dead-1"]["labelled_objects_deleted"] == []
     assert report["live-1"]["action"] == "left alone: still running"
     assert _scaling() == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
     assert cluster.stored("DynamoGraphDeployment", "bc-agg-live", "dynamo-bench") is not None

@@ -129,7 +129,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str | 
     with pytest.MonkeyPatch.context() as mp:
         result, world, rec, slept = run(tmp, mp, fail_at=None)
     assert result.status == "SUCCEEDED", (result.error, result.cause, rec.out.getvalue())
-    assert world.leftovers() == {"deployments": [], "loads": [], "pools": []}
+    assert world.leftovers() == {"deployments": [], "prepared": [], "loads": [], "pools": []}
     assert slept == []  # nothing retried
     steps = read_table(tmp / "out" / "lake", "steps")
     assert sorted((s["experiment"], s["status"]) for s in steps) == [("agg", "succeeded"), ("disagg", "succeeded")]
@@ -191,7 +191,7 @@ def test_fail_at_state_tears_down_and_records_the_failure(
     assert f"failure injected at state {state}" in log
 
     # teardown ran: pools back at their sizes, every deployment torn down, no load left running
-    assert world.leftovers() == {"deployments": [], "loads": [], "pools": []}, (state, log)
+    assert world.leftovers() == {"deployments": [], "prepared": [], "loads": [], "pools": []}, (state, log)
     assert world.pool_sizes_now() == world.initial_sizes
     deployed = set(world.serving.deploy_calls)
     assert set(world.serving.teardown_calls) >= deployed
@@ -277,7 +277,7 @@ def test_a_step_that_completed_is_kept_when_the_next_step_fails_before_ingesting
     result, world, rec, _ = run(tmp_path, monkeypatch, fail_at=None, concurrency=(1, 2),
                                 world_kw={"refuse_launch": {"agg-concurrency-sweep-c2-r0": "the launch was refused"}})
     assert result.status == "FAILED", rec.out.getvalue()
-    assert world.leftovers() == {"deployments": [], "loads": [], "pools": []}
+    assert not any(world.leftovers().values()), world.leftovers()
     steps = {(s["experiment"], s["step_id"]): s["status"] for s in read_table(tmp_path / "out" / "lake", "steps")}
     assert steps == {("agg", "concurrency-sweep-c1-r0"): "succeeded"}, steps
     assert ("IngestAfterFailure", "agg", "concurrency-sweep-c2-r0") in rec.calls

@@ -68,6 +68,8 @@ def test_create_get_list_delete_roundtrip(api: FakeKubeApi, kube: KubeClient) ->
     assert kube.get("karpenter.sh/v1", "NodePool", "gpu")["spec"]["limits"] == {"nvidia.com/gpu": "8"}
     assert kube.delete("karpenter.sh/v1", "NodePool", "gpu") is True
     assert kube.delete("v1", "Pod", "a", NS) is True
+    assert kube.get("v1", "Pod", "a", NS)["metadata"]["deletionTimestamp"]  # stopping within its grace period
+    api.settle()
     assert names(None) == ["b", "c"]
     assert api.deletes[-1] == ("Pod", NS, "a", "Foreground")
 
@@ -157,7 +159,12 @@ def test_hooks_pods_logs_and_status_after_gets(api: FakeKubeApi, kube: KubeClien
     assert [p["metadata"]["name"] for p in pods] == ["load-abc"]
     assert kube.logs("load-abc", NS, container="main", tail_lines=2) == "line2\nline3\n"
     kube.delete("batch/v1", "Job", "load", NS)
-    assert kube.list("v1", "Pod", NS) == []  # owned pods go with the Job
+    # foreground: the Job stays, held by the finalizer, while its pod stops; then both are gone
+    assert kube.get("batch/v1", "Job", "load", NS)["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert [p["metadata"]["name"] for p in kube.list("v1", "Pod", NS)] == ["load-abc"]
+    for _ in range(api.grace):
+        kube.list("v1", "Pod", NS)
+    assert kube.list("v1", "Pod", NS) == [] and kube.list("batch/v1", "Job", NS) == []
 
     kube.create(dgd("agg"))
     assert "status" not in kube.get("nvidia.com/v1beta1", "DynamoGraphDeployment", "agg", NS)
@@ -217,3 +224,46 @@ def test_cluster_endpoint_from_describe_cluster() -> None:
                                          resourcesVpcConfig={})
     endpoint, ca = cluster_endpoint("bench", session)
     assert endpoint.startswith("https://") and isinstance(ca, bytes) and ca
+
+
+def _owned(api: FakeKubeApi, kube: KubeClient) -> tuple[dict, list[str]]:
+    job = kube.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": NS},
+                       "spec": {"template": {}}})
+    pods = [api.add_pod(NS, f"j-{i}", owner=job)["metadata"]["name"] for i in range(2)]
+    return job, pods
+
+
+def _names_of(kube: KubeClient, api_version: str, kind: str) -> list[str]:
+    return [o["metadata"]["name"] for o in kube.list(api_version, kind, NS)]
+
+
+def test_foreground_deletion_keeps_the_owner_until_its_dependents_are_gone(api: FakeKubeApi, kube: KubeClient) -> None:
+    _, pods = _owned(api, kube)
+    kube.delete("batch/v1", "Job", "j", NS)  # our client's default: Foreground
+    seen = []
+    while jobs := kube.list("batch/v1", "Job", NS):
+        (job,) = jobs
+        assert job["metadata"]["deletionTimestamp"] and "foregroundDeletion" in job["metadata"]["finalizers"]
+        seen.append(_names_of(kube, "v1", "Pod"))
+        assert len(seen) < 10, seen
+    assert seen[0] == pods  # the pods were still stopping while the Job was listed
+    assert _names_of(kube, "v1", "Pod") == []
+
+
+def test_background_deletion_removes_the_owner_at_once_and_its_dependents_later(api: FakeKubeApi,
+                                                                                kube: KubeClient) -> None:
+    _, pods = _owned(api, kube)
+    kube.delete("batch/v1", "Job", "j", NS, propagation="Background")
+    assert _names_of(kube, "batch/v1", "Job") == []
+    assert _names_of(kube, "v1", "Pod") == pods  # the garbage collector has not got to them yet
+    api.settle()
+    assert _names_of(kube, "v1", "Pod") == []
+
+
+def test_orphan_deletion_leaves_the_dependents_without_their_owner(api: FakeKubeApi, kube: KubeClient) -> None:
+    _, pods = _owned(api, kube)
+    kube.delete("batch/v1", "Job", "j", NS, propagation="Orphan")
+    api.settle()
+    left = kube.list("v1", "Pod", NS)
+    assert [p["metadata"]["name"] for p in left] == pods
+    assert all(not p["metadata"].get("ownerReferences") for p in left)

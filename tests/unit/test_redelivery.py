@@ -276,7 +276,7 @@ def test_the_walk_succeeds_and_covers_every_normal_task_state(happy: Campaign) -
     assert set(happy.results) == set(NORMAL)
     rows = happy.snapshot()["rows"]
     assert rows["steps"] == 2 * 3 and rows["campaigns"] == 1
-    assert happy.world.leftovers() == {"deployments": [], "loads": [], "pools": []}
+    assert happy.world.leftovers() == {"deployments": [], "prepared": [], "loads": [], "pools": []}
 
 
 @pytest.mark.parametrize("state", NORMAL)
@@ -294,7 +294,7 @@ def test_second_delivery_of_a_cleanup_state_changes_nothing(aborted: Campaign, s
 
 def test_the_abort_path_cleaned_up_once(aborted: Campaign) -> None:
     w = aborted.world
-    assert w.leftovers() == {"deployments": [], "loads": [], "pools": []}
+    assert w.leftovers() == {"deployments": [], "prepared": [], "loads": [], "pools": []}
     assert w.serving.deploy_calls == ["agg"] and w.serving.teardown_calls == ["agg"]
     assert w.calls == Counter({"scale:gpu-a100": 1, "restore:gpu-a100": 1})
     assert len(w.load.stop_calls) == 1  # StopLoadAfterFailure stopped it; nothing stopped twice

@@ -394,8 +394,9 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
     errors = crd_schemas.problems(pool)
     assert not errors, errors
     assert pool["metadata"]["name"] == kc.nodepool_name(CID, "gpu-a100")
-    # both experiments need one 8-GPU p4d (2 x TP4): Karpenter counts whole nodes against the limit
-    assert pool["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    # the most nodes an experiment needs: disaggregated over EFA, prefill and decode (TP4 each) may not share
+    # a node, so two 8-GPU p4d; Karpenter counts whole nodes against the limit
+    assert pool["spec"]["limits"] == {"nvidia.com/gpu": "16"}
     tmpl = pool["spec"]["template"]
     assert {"key": "node.kubernetes.io/instance-type", "operator": "In",
             "values": ["p4d.24xlarge"]} in tmpl["spec"]["requirements"]

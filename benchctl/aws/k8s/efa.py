@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchctl.placement import efa_share
 from benchctl.spec import Kubernetes, PoolSpec, WorkerGroup
 
 JSON = dict[str, Any]
@@ -41,8 +42,7 @@ NIXL_TELEMETRY_ENV: tuple[JSON, ...] = (
 def efa_per_worker(pool: PoolSpec, group: WorkerGroup) -> int:
     """EFA interfaces one worker pod gets: its share of the node's by GPUs (p4d, 4 interfaces for 8 GPUs:
     2 for a TP=4 worker; Dynamo's p5 recipe: 16 of 32 for TP=4), at least 1; 0 without EFA."""
-    n = pool.efa_interfaces()
-    return max(1, n * group.tensor_parallel // pool.gpus_per_node) if n else 0
+    return efa_share(pool, group.tensor_parallel)
 
 
 def efa_image(pool: PoolSpec, k: Kubernetes) -> str:

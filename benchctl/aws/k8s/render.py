@@ -63,6 +63,7 @@ from benchctl.aws.k8s.jobs import (
     runner_step_dir,
 )
 from benchctl.names import COMPONENT, component_names, dgd_name_problem
+from benchctl.placement import keeps_role_together
 from benchctl.plan import plan_campaign
 from benchctl.ports import DeploymentRequest, DeploymentTarget
 from benchctl.runstate import runner_key
@@ -138,16 +139,22 @@ def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup, pool: Poo
     return args
 
 
-def _anti_affinity(lbl: dict[str, str], role: str) -> JSON:
+def _affinity(lbl: dict[str, str], role: str, together: bool) -> JSON:
     """Prefill and decode workers of one experiment on different nodes (EFA does not work within a node,
-    FACTS "Disaggregation over EFA"), in one zone where the scheduler can."""
+    FACTS "Disaggregation over EFA"), in one zone where the scheduler can. ``together``
+    (``benchctl.placement.keeps_role_together``): the role's pods REQUIRE a node holding one of them (the
+    first goes anywhere, kube-scheduler's "first pod in a series"), so spreading cannot scatter a role
+    over nodes the other role then cannot use; the plan counts nodes by the same rules."""
     other = "decode" if role == "prefill" else "prefill"
     mine = {k: v for k, v in lbl.items() if k != LABEL_MANAGED}
+    same: list[JSON] = ([{"labelSelector": {"matchLabels": {**mine, LABEL_ROLE: role}},
+                          "topologyKey": "kubernetes.io/hostname"}] if together else [])
     return {
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
             "labelSelector": {"matchLabels": {**mine, LABEL_ROLE: other}},
             "topologyKey": "kubernetes.io/hostname"}]},
-        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "podAffinity": {**({"requiredDuringSchedulingIgnoredDuringExecution": same} if same else {}),
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {**mine, LABEL_ROLE: other}},
                                                 "topologyKey": "topology.kubernetes.io/zone"}}]},
     }
@@ -235,7 +242,8 @@ def render_deployment(request: DeploymentRequest) -> JSON:
             container["image"] = efa_image(pool, k)
             container["securityContext"] = dict(EFA_SECURITY_CONTEXT)
             env += efa_env(pool.network.nixl_backend)
-            pod_extra["affinity"] = _anti_affinity(lbl, g.role)
+            together = keeps_role_together({p.name: p for p in request.target.pools}, exp, g.role)
+            pod_extra["affinity"] = _affinity(lbl, g.role, together)
         if exp.mode == "disaggregated":
             env += [dict(e) for e in NIXL_TELEMETRY_ENV]
         container.update({
