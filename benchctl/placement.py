@@ -153,6 +153,17 @@ def worker_efa(pool: PoolSpec, exp: Experiment, group: WorkerGroup) -> int:
     return efa_share(pool, group.tensor_parallel) if exp.mode == "disaggregated" else 0
 
 
+def slots(pool: PoolSpec, group: WorkerGroup) -> int:
+    """What one worker pod takes of its node: its GPUs; on a CPU pool (mocker workers) one of the node's
+    ``pods_per_node``."""
+    return group.tensor_parallel if pool.gpus_per_node else 1
+
+
+def node_slots(pool: PoolSpec) -> int:
+    """What a node of the pool holds: its GPUs, or on a CPU pool its ``pods_per_node``."""
+    return pool.gpus_per_node or pool.pods_per_node or 1
+
+
 def efa_share(pool: PoolSpec, gpus: int) -> int:
     """A pod's share of its node's EFA interfaces by GPUs, at least 1; 0 on a pool without EFA."""
     n = pool.efa_interfaces()
@@ -184,7 +195,7 @@ def worker_pods(pools: Mapping[str, PoolSpec], exp: Experiment) -> list[tuple[Po
         other = {"prefill": "decode", "decode": "prefill"}.get(g.role)
         anti = (frozenset({("role", other)}),) if efa and other else ()
         aff = (frozenset({("role", g.role)}),) if keeps_role_together(pools, exp, g.role) else ()
-        out.append((PodShape(f"{g.role}[{i}] (TP={g.tensor_parallel})", g.pool, g.tensor_parallel, efa,
+        out.append((PodShape(f"{g.role}[{i}] (TP={g.tensor_parallel})", g.pool, slots(pool, g), efa,
                              frozenset({("role", g.role), ("group", str(i))}), aff, anti), g.replicas))
     return out
 
@@ -219,7 +230,7 @@ def pool_placement(pools: Mapping[str, PoolSpec], exp: Experiment) -> dict[str, 
     for name in sorted({s.pool for s, _ in pods}):
         pool = pools[name]
         mine = tuple(p for p in pods if p[0].pool == name)
-        out[name] = _fewest(mine, NodeShape(pool.gpus_per_node, pool.efa_interfaces()))
+        out[name] = _fewest(mine, NodeShape(node_slots(pool), pool.efa_interfaces()))
     return out
 
 
@@ -235,7 +246,7 @@ def placement_problems(spec: CampaignSpec) -> list[str]:
     pools = {p.name: p for p in spec.pools}
     problems = []
     for i, exp in enumerate(spec.experiments):
-        if any(g.pool not in pools or g.tensor_parallel > pools[g.pool].gpus_per_node for g in exp.workers):
+        if any(g.pool not in pools or slots(pools[g.pool], g) > node_slots(pools[g.pool]) for g in exp.workers):
             continue  # reported by the spec's own checks
         for name, (n, stuck) in pool_placement(pools, exp).items():
             pool = pools[name]

@@ -63,6 +63,7 @@ class ExperimentPlan:
     feature: str | None = None  # ... and the one feature it changes
     # pools the NEXT experiment also uses: kept warm at its end instead of restored and booted again
     handover: dict[str, int] = field(default_factory=dict)
+    serving_engine: str = "vllm"  # what its workers run on EKS: vllm, or the mocker on CPU nodes (SIMULATED)
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,7 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
                 handover=handover,
                 base=exp.base,
                 feature=exp.feature,
+                serving_engine=exp.engine,
             )
         )
     usd += spec.pricing.eks_cluster_usd_per_hour * total_s / 3600.0
@@ -289,7 +291,9 @@ def format_plan(plan: CampaignPlan) -> str:
         ladder += f" [keeps {', '.join(sorted(e.handover))} warm for the next]" if e.handover else ""
         offload = ", KV offload" if e.kv_offload else ""
         lines.append(
-            f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, {e.gpus} GPUs on {nodes}; "
+            f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, "
+            + (f"{e.gpus} GPUs on {nodes}; " if e.serving_engine == "vllm" else
+               f"Dynamo mocker workers standing for {e.gpus} GPUs, on CPU nodes {nodes} (SIMULATED); ") +
             f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min{ladder}"
         )
         for s in e.steps:

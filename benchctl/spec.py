@@ -63,8 +63,10 @@ def is_commit(revision: str | None) -> bool:
 class PoolSpec(Strict):
     name: Name
     instance_type: str = Field(min_length=1)
-    gpus_per_node: int = Field(gt=0, le=16)
-    gpu_kind: str = Field(min_length=1, description="e.g. A100-40GB, L40S-48GB")
+    gpus_per_node: int = Field(ge=0, le=16, description="0: a CPU pool, for Dynamo mocker workers (engine: mocker)")
+    gpu_kind: str = Field(min_length=1, description="e.g. A100-40GB, L40S-48GB; none on a CPU pool")
+    pods_per_node: int | None = Field(default=None, gt=0, le=100, description="a CPU pool: how many mocker worker "
+                                      "pods one node holds (each asks kubernetes.mocker_cpu/mocker_memory)")
     max_nodes: int = Field(default=4, gt=0, le=64)
     provider: Literal["managed-nodegroup", "auto-mode", "local"] = "managed-nodegroup"
     nodegroup: str | None = Field(default=None, description="EKS managed node group name")
@@ -122,6 +124,10 @@ class Experiment(Strict):
     router: Literal["round-robin", "kv"] = "round-robin"
     workers: list[WorkerGroup] = Field(min_length=1)
     kv_offload: KvOffload | None = None
+    engine: Literal["vllm", "mocker"] = Field(
+        default="vllm", description="what the workers run on EKS: vLLM on GPU pools, or Dynamo's mocker on CPU pools "
+                                    "(gpus_per_node 0), which rehearses the whole AWS path without a GPU (SIMULATED "
+                                    "figures). The local engine always runs the mocker")
     mocker: LocalMocker = LocalMocker()
     base: Name | None = Field(default=None, description="ladder: the experiment this one changes")
     change: dict[str, Any] | None = Field(default=None, description="ladder: the one feature changed")
@@ -256,11 +262,19 @@ class CampaignSpec(Strict):
                 if pool is None:
                     problems.append(f"{where}.pool: {g.pool!r} is not a pool; valid: {sorted(pools)}")
                     continue
-                if g.tensor_parallel > pool.gpus_per_node:
+                if pool.gpus_per_node and g.tensor_parallel > pool.gpus_per_node:
                     problems.append(
                         f"{where}.tensor_parallel: {g.tensor_parallel} exceeds pool {pool.name!r} "
                         f"gpus_per_node {pool.gpus_per_node}"
                     )
+                if (pool.gpus_per_node == 0) != (e.engine == "mocker"):
+                    problems.append(
+                        f"experiments[{i}].engine: {e.engine!r} with pool {pool.name!r} ({pool.gpus_per_node} GPUs per "
+                        "node): the mocker runs on CPU pools (gpus_per_node 0) and vLLM on GPU pools; one engine and "
+                        "one kind of pool per experiment")
+        if len({e.engine for e in self.experiments}) > 1:
+            problems.append("experiments: engine: mocker and vllm in one campaign; a mocker rehearsal's SIMULATED figures "
+                            "never share a campaign (or its report) with GPU measurements: run them as two campaigns")
         eks = {p.name for p in self.pools if p.provider != "local"}
         if eks and not is_commit(self.model.revision):
             problems.append(f"model.revision: {self.model.revision!r} must be a full 40-character commit hash, as pools "
@@ -272,6 +286,10 @@ class CampaignSpec(Strict):
             if why:
                 problems.append(f"experiments[{i}].name: {why}")
         for i, pool in enumerate(self.pools):
+            if pool.gpus_per_node == 0 and (pool.pods_per_node is None or pool.network.efa
+                                            or pool.provider == "auto-mode"):
+                problems.append(f"pools[{i}]: a CPU pool (gpus_per_node 0) needs pods_per_node (mocker workers per "
+                                "node), no network.efa, and provider managed-nodegroup (or local)")
             if pool.network.efa and pool.efa_interfaces() == 0:
                 problems.append(
                     f"pools[{i}].network.efa_interfaces: required for instance type {pool.instance_type!r} "

@@ -157,6 +157,8 @@ class Kubernetes(Strict):
                                       description="ServiceAccount of load Jobs (S3 write to the raw prefix)")
     load_cpu: str = Field(default="8", description="CPU request/limit of an AIPerf Job (not the bottleneck)")
     load_memory: str = Field(default="16Gi")
+    mocker_cpu: str = Field(default="2", description="CPU request/limit of a mocker worker (engine: mocker)")
+    mocker_memory: str = Field(default="4Gi", description="memory request/limit of a mocker worker")
     shared_memory: str = Field(default="16Gi", description="/dev/shm of each worker")
     prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
     prefetch_image: str = Field(

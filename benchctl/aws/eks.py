@@ -181,7 +181,8 @@ class EksServing(_Kube):
                 self.kube.create(render_prepull(target, self.campaign_id, pool))
         if target.kubernetes.prefetch_model:
             with contextlib.suppress(Conflict):  # an earlier experiment of this campaign started it
-                self.kube.create(render_prefetch_job(target.model, target.kubernetes, self.campaign_id))
+                self.kube.create(render_prefetch_job(
+                    target.model, target.kubernetes, self.campaign_id, weights=target.experiment.engine == "vllm"))
 
     def deploy(self, request: DeploymentRequest) -> JSON:
         """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first wait
@@ -198,12 +199,14 @@ class EksServing(_Kube):
         state = {"deployment_id": experiment, "name": dgd_name(self.campaign_id, experiment),
                  "namespace": namespace, "url": url, "metrics_urls": [f"{url}/metrics"],
                  "model": target.model.name, "engine": "eks",
+                 # the mocker models KV offload and transfer itself: no KVBM or NIXL exporter to scrape
                  "kvbm_roles": sorted({g.role for g in target.experiment.workers
-                                       if uses_kvbm(target.experiment, g.role)}),
-                 "nixl_telemetry": target.experiment.mode == "disaggregated",
+                                       if uses_kvbm(target.experiment, g.role) and target.experiment.engine == "vllm"}),
+                 "nixl_telemetry": target.experiment.mode == "disaggregated" and target.experiment.engine == "vllm",
                  "dcgm_exporter_urls": list(target.kubernetes.dcgm_exporter_urls)}
         if target.kubernetes.prefetch_model:
-            job = render_prefetch_job(target.model, target.kubernetes, self.campaign_id)
+            job = render_prefetch_job(target.model, target.kubernetes, self.campaign_id,
+                                      weights=target.experiment.engine == "vllm")
             with contextlib.suppress(Conflict):  # another experiment of this campaign started it
                 self.kube.create(job)
             return {**state, "prefetch_job": job["metadata"]["name"], "manifest": dgd}

@@ -97,6 +97,18 @@ def record_event(p: Providers, campaign_id: str, experiment: str, event: timelin
     p.lake.write("timeline", [row], part_name=timeline.part_name(event, key))
 
 
+def simulated(p: Providers, experiment: str | None = None) -> bool:
+    """Whether the figures are the Dynamo mocker's timing model, not a GPU's: the local engine always runs the
+    mocker; on EKS, an experiment with ``engine: mocker`` (the campaign, when any of its experiments)."""
+    if p.engine == "local":
+        return True
+    if not p.state.has_spec():
+        return False
+    spec = p.state.spec()
+    exps = [spec.experiment(experiment)] if experiment else spec.experiments
+    return any(e.engine == "mocker" for e in exps)
+
+
 def write_campaign(p: Providers, ctx: Ctx, status: str, *, failed_state: str | None = None,
                    error: str | None = None, cause: str | None = None) -> None:
     """The campaign's status, in its run-state record and as its lake row."""
@@ -114,7 +126,7 @@ def write_campaign(p: Providers, ctx: Ctx, status: str, *, failed_state: str | N
         "spec_name": rec.spec_name,
         "model": rec.model,
         "engine": p.engine,
-        "simulated": p.engine == "local",
+        "simulated": simulated(p),
         "status": status,
         "started_at": rec.started_at,
         "ended_at": rec.ended_at,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchctl import timeline
-from benchctl.campaign.base import JSON, Task, guard, record_event, write_campaign
+from benchctl.campaign.base import JSON, Task, guard, record_event, simulated, write_campaign
 from benchctl.context import Ctx
 from benchctl.ports import Providers
 
@@ -16,7 +16,7 @@ def write_costs(p: Providers, ctx: Ctx) -> list[JSON]:
         return []
     rows: list[JSON] = cost_rows(ctx.campaign_id, p.state.spec(), p.state.plan(),
                                  p.lake.read_table("timeline", ctx.campaign_id),
-                                 p.lake.read_table("steps", ctx.campaign_id), simulated=p.engine == "local")
+                                 p.lake.read_table("steps", ctx.campaign_id), simulated=simulated(p))
     p.lake.write("costs", rows, part_name="costs")
     return rows
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchctl import quality, timeline
-from benchctl.campaign.base import JSON, Task, record_event
+from benchctl.campaign.base import JSON, Task, record_event, simulated
 from benchctl.context import Ctx
 from benchctl.errors import DeadlineExceeded, QualityGateFailed, SmokeTestFailed
 from benchctl.ports import DeploymentRequest, DeploymentTarget, Providers, WorkerGroupSpec
@@ -128,7 +128,8 @@ def smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:
 def score_quality(p: Providers, ctx: Ctx, experiment: str, answers: JSON | None) -> JSON:
     """Score the quality answers, write them to the lake (``quality``: one row per question) and the
     timeline; the summary (no per-question items). The threshold applies to real models only: on the local
-    engine (the mocker answers random tokens) the gate runs and is labelled SIMULATED, not applied."""
+    engine and in a mocker experiment (the mocker answers random tokens) the gate runs and is labelled
+    SIMULATED, not applied."""
     spec = p.state.spec()
     if answers is None:
         raise SmokeTestFailed(f"the quality questions of {experiment} did not run (the smoke port returned no "
@@ -137,7 +138,7 @@ def score_quality(p: Providers, ctx: Ctx, experiment: str, answers: JSON | None)
     if qs and all((answers.get(q["id"]) or {}).get("error") for q in qs):
         first = (answers.get(qs[0]["id"]) or {}).get("error")
         raise SmokeTestFailed(f"every quality question to {experiment} failed; the first: {first}")
-    result = quality.score(qs, answers, simulated=p.engine == "local", min_score=spec.quality.min_score)
+    result = quality.score(qs, answers, simulated=simulated(p, experiment), min_score=spec.quality.min_score)
     sampling = spec.sampling_fields()
     settings = {"temperature": sampling["temperature"], "top_p": sampling["top_p"],
                 "sampling_seed": sampling["seed"], "thinking": spec.thinking,

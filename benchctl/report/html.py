@@ -129,7 +129,8 @@ def render_html(data: ReportData) -> str:
                '<p class="empty">No generated datasets (AIPerf synthesised every input).</p>')
     img_body = (_html_table(["where", "image", "digest"], data.images) if data.images else
                 '<p class="empty">No image digests recorded'
-                + (" (the local engine runs processes, not images)." if data.simulated else ".") + "</p>")
+                + (" (the local engine runs processes, not images)."
+                   if data.simulated and data.campaign.get("engine") == "local" else ".") + "</p>")
     net_rows, placed = network_rows(data)
     net_body = (_html_table(list(dict.fromkeys(k for r in net_rows for k in r)), net_rows)
                 + (_html_table(list(dict.fromkeys(k for r in placed for k in r)), placed) if placed else "")

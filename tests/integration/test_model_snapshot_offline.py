@@ -127,3 +127,38 @@ def test_the_prefetch_downloads_the_snapshot_where_the_workers_and_the_frontend_
         assert (snapshot / name).is_file(), name
     # tokenizers: the library behind Dynamo's frontend tokenizer (HfTokenizer::from_file)
     assert Tokenizer.from_file(str(snapshot / "tokenizer.json")).encode("hello").ids
+
+
+def test_a_mocker_campaigns_prefetch_downloads_the_config_and_tokenizer_but_no_weights(tmp_path: Path) -> None:
+    """``engine: mocker`` (examples/aws-rehearsal.yaml): the mocker loads the model's config and tokenizer, never
+    its weights, so its campaign's prefetch leaves the weights on the Hub (a GPU campaign's prefetch of the same
+    commit then adds them to the same snapshot)."""
+    import shutil
+
+    if not modeldir.is_complete():
+        pytest.fail("the offline model directory is missing: run scripts/setup.sh (it generates it)")
+    spec = _spec()
+    src = tmp_path / "repo"
+    shutil.copytree(modeldir.model_path(), src)
+    (src / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 4096)  # the weights the mocker never reads
+    model = render_dgd(spec, CID, "agg")["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"]
+    snapshot_dir = model[model.index("--model") + 1]
+    hub = _Hub(src, spec.model.name, modeldir.REVISION)
+    try:
+        for weights in (False, True):
+            hf_home = tmp_path / f"hf-{weights}"
+            (c,) = render_prefetch_job(spec.model, spec.kubernetes, CID, weights=weights)["spec"]["template"]["spec"][
+                "containers"]
+            job_env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+            snapshot = hf_home / snapshot_dir.removeprefix(HF_HOME + "/")
+            run_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHONPATH"))}, **job_env,
+                       "HF_HOME": str(hf_home), "SNAPSHOT": str(snapshot), "HF_ENDPOINT": hub.url,
+                       "HF_HUB_DISABLE_TELEMETRY": "1", "HOME": str(tmp_path)}
+            ok = subprocess.run([sys.executable, "-c", job_env["PREFETCH_SCRIPT"]], capture_output=True, text=True,
+                                timeout=120, env=run_env)
+            assert ok.returncode == 0, ok.stderr[-2000:]
+            got = {p.name for p in snapshot.iterdir()}
+            assert {"config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"} <= got, got
+            assert ("model-00001-of-00001.safetensors" in got) == weights, got
+    finally:
+        hub.server.shutdown()

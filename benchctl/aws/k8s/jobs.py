@@ -132,19 +132,23 @@ PREFETCH_LIB = "/tmp/benchctl-hub"  # in the Job's own container filesystem
 PREFETCH_SCRIPT = """\
 import os, sys
 from huggingface_hub import snapshot_download
-path = snapshot_download(os.environ["MODEL"], revision=os.environ["REVISION"])
+patterns = [p for p in os.environ.get("PATTERNS", "").split(",") if p] or None
+path = snapshot_download(os.environ["MODEL"], revision=os.environ["REVISION"], allow_patterns=patterns)
 if os.path.realpath(path) != os.path.realpath(os.environ["SNAPSHOT"]):
     sys.exit(f"prefetch: the snapshot is at {path}, not at {os.environ['SNAPSHOT']} where the workers serve it")
 print(f"prefetch: {os.environ['MODEL']} at {os.environ['REVISION']} is in {path}")
 """
 PREFETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+# A mocker campaign (engine: mocker) needs the model's config and tokenizer only, not its weights
+MOCKER_FILES = ("*.json", "*.txt", "*.jinja")
 
 
-def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str) -> JSON:
+def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, weights: bool = True) -> JSON:
     """Fill the model volume once per campaign (timed apart from deployment start-up): the model at
     ``model.revision`` into the hub cache under HF_HOME, the snapshot directory the workers serve and AIPerf
     reads the tokenizer from. A slim Python image (``kubernetes.prefetch_image``) running as its own user, on a
-    CPU node (no GPU toleration), with requests and limits."""
+    CPU node (no GPU toleration), with requests and limits. Without ``weights`` (a mocker campaign) only the
+    config and tokenizer files (:data:`MOCKER_FILES`)."""
     lbl = labels(campaign_id, step_id="prefetch")
     install = ('python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --root-user-action=ignore '
                f'--target "$PYTHONPATH" "{PREFETCH_HF_HUB}"')
@@ -157,7 +161,8 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str) -> JS
             "command": ["sh", "-c", f'{install} && exec python3 -c "$PREFETCH_SCRIPT"'],
             "env": [*hf_env(k), {"name": "MODEL", "value": model.name}, {"name": "REVISION", "value": model.revision or ""},
                     {"name": "SNAPSHOT", "value": model_snapshot_dir(model)}, {"name": "PYTHONPATH", "value": PREFETCH_LIB},
-                    {"name": "PREFETCH_SCRIPT", "value": PREFETCH_SCRIPT}],
+                    {"name": "PREFETCH_SCRIPT", "value": PREFETCH_SCRIPT},
+                    *([] if weights else [{"name": "PATTERNS", "value": ",".join(MOCKER_FILES)}])],
             "resources": {kind: dict(v) for kind, v in PREFETCH_RESOURCES.items()},
             "volumeMounts": [dict(MODEL_MOUNT)],
         }],

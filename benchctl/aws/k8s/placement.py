@@ -16,7 +16,7 @@ from typing import Any
 
 from benchctl.aws.k8s.common import GPU, scheduling
 from benchctl.aws.k8s.render import EFA_RESOURCE
-from benchctl.placement import Labels, NodeShape, PodShape
+from benchctl.placement import Labels, NodeShape, PodShape, node_slots
 from benchctl.spec import PoolSpec
 
 JSON = dict[str, Any]
@@ -36,9 +36,11 @@ def _terms(kind: str, affinity: JSON, where: str) -> tuple[Labels, ...]:
 
 
 def deployment_pods(dgd: JSON, pools: Sequence[PoolSpec], campaign_id: str) -> list[tuple[PodShape, int]]:
-    """(pod shape, replicas) of every component whose pods go to GPU nodes (a pool's ``nodeSelector``)."""
+    """(pod shape, replicas) of every component whose pods go to a pool's nodes (its ``nodeSelector``): GPU
+    workers by their GPU requests, mocker workers on a CPU pool one of its nodes' ``pods_per_node`` each."""
     by_selector = {tuple(sorted((scheduling(campaign_id, p).get("nodeSelector") or {}).items())): p.name
                    for p in pools}
+    cpu_pools = {p.name for p in pools if not p.gpus_per_node}
     out = []
     for comp in dgd["spec"]["components"]:
         tmpl = comp["podTemplate"]
@@ -50,6 +52,8 @@ def deployment_pods(dgd: JSON, pools: Sequence[PoolSpec], campaign_id: str) -> l
                 if k in (GPU, EFA_RESOURCE):
                     requests[k] = requests.get(k, 0) + int(v)
         selector = tuple(sorted((spec.get("nodeSelector") or {}).items()))
+        if by_selector.get(selector) in cpu_pools:
+            requests[GPU] = 1  # a mocker worker: one slot of its CPU node
         if not requests.get(GPU):
             continue  # no GPU: not a worker (the frontend runs on the CPU nodes, without the GPU toleration)
         if selector not in by_selector:
@@ -67,5 +71,5 @@ def deployment_pods(dgd: JSON, pools: Sequence[PoolSpec], campaign_id: str) -> l
 def planned_nodes(pools: Sequence[PoolSpec], nodes: Mapping[str, int]) -> dict[str, tuple[NodeShape, int]]:
     """pool -> (what one node offers: its GPUs and, where the pool has EFA, its interfaces; how many)."""
     by_name = {p.name: p for p in pools}
-    return {name: (NodeShape(by_name[name].gpus_per_node, by_name[name].efa_interfaces()), n)
+    return {name: (NodeShape(node_slots(by_name[name]), by_name[name].efa_interfaces()), n)
             for name, n in nodes.items()}

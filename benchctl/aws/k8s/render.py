@@ -62,12 +62,13 @@ from benchctl.aws.k8s.jobs import (
     runner_request,
     runner_step_dir,
 )
+from benchctl.aws.k8s.mocker import mocker_container, mocker_volumes
 from benchctl.names import COMPONENT, component_names, dgd_name_problem
 from benchctl.placement import keeps_role_together
 from benchctl.plan import plan_campaign
 from benchctl.ports import DeploymentRequest, DeploymentTarget
 from benchctl.runstate import runner_key
-from benchctl.spec import CampaignSpec, Experiment, KvOffload, ModelSpec, PoolSpec, WorkerGroup
+from benchctl.spec import CampaignSpec, Experiment, Kubernetes, KvOffload, ModelSpec, PoolSpec, WorkerGroup
 
 JSON = dict[str, Any]
 
@@ -223,6 +224,10 @@ def render_deployment(request: DeploymentRequest) -> JSON:
     components = [frontend]
     for g, cname in zip(exp.workers, _component_names(exp), strict=True):
         pool = request.target.pool(g.pool)
+        if exp.engine == "mocker":  # a rehearsal on CPU nodes (benchctl.aws.k8s.mocker)
+            components.append(_component(cname, g, lbl, k, {**scheduling(campaign_id, pool), "volumes": mocker_volumes(
+                k), "containers": [mocker_container(request.target.model, exp.mode, g, request.mocker, k)]}))
+            continue
         env = [dict(e) for e in OFFLINE_TOKENIZER_ENV]  # the snapshot, offline: no Hub, no token
         requests: JSON = {}
         volumes, mounts = [model_volume(k)], [dict(MODEL_MOUNT)]
@@ -259,14 +264,7 @@ def render_deployment(request: DeploymentRequest) -> JSON:
             "volumes": volumes,
             "containers": [container],
         }
-        components.append({
-            "name": cname,
-            "type": g.role,
-            "replicas": g.replicas,
-            "sharedMemorySize": k.shared_memory,
-            "podTemplate": {"metadata": {"labels": {**lbl, LABEL_ROLE: g.role}, "annotations": dict(DO_NOT_DISRUPT)},
-                            "spec": pod_spec},
-        })
+        components.append(_component(cname, g, lbl, k, pod_spec))
     if version is not None:  # Dynamo's admission webhook: required when the image tag is no version
         for c in components:
             c["runtimeVersionOverride"] = version
@@ -274,7 +272,19 @@ def render_deployment(request: DeploymentRequest) -> JSON:
         "apiVersion": DGD_API_VERSION,
         "kind": "DynamoGraphDeployment",
         "metadata": meta(dgd_name(campaign_id, experiment), lbl, k.namespace),
-        "spec": {"backendFramework": "vllm", "components": components},
+        # the mocker is no backend framework of the operator's (Dynamo's own mocker DGDs name none)
+        "spec": {**({"backendFramework": "vllm"} if exp.engine == "vllm" else {}), "components": components},
+    }
+
+
+def _component(name: str, g: WorkerGroup, lbl: dict[str, str], k: Kubernetes, pod_spec: JSON) -> JSON:
+    return {
+        "name": name,
+        "type": g.role,
+        "replicas": g.replicas,
+        "sharedMemorySize": k.shared_memory,
+        "podTemplate": {"metadata": {"labels": {**lbl, LABEL_ROLE: g.role}, "annotations": dict(DO_NOT_DISRUPT)},
+                        "spec": pod_spec},
     }
 
 
@@ -414,7 +424,8 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
     for pool, nodes in sorted(_nodepool_nodes(spec).items()):
         out.append((f"nodepools/{pool}.yaml", render_nodepool(spec, campaign_id, pool, nodes)))
     if spec.kubernetes.prefetch_model:
-        out.append(("prefetch-job.yaml", render_prefetch_job(spec.model, spec.kubernetes, campaign_id)))
+        out.append(("prefetch-job.yaml", render_prefetch_job(
+            spec.model, spec.kubernetes, campaign_id, weights=spec.experiments[0].engine == "vllm")))
     grace = spec.timeouts.load_grace_s
     control = f"{runs_uri.rstrip('/')}/{campaign_id}/"
 
