@@ -165,8 +165,8 @@ class SmokeRecord:
 class LoadRecord:
     """One load (a step, or the warm-up): the load port's ``state`` (``{"skipped": True}``: no warm-up),
     its argv, estimate and artifact location, the dataset it sent (name, uri, sha256, meta, type), the
-    metrics endpoints it scraped (URL -> source name), and its end: ``ended`` with ``exit_code`` (None when
-    a stopped load's code is unknown), ``ended_at``, ``stopped``, and the failed pods' ``logs``."""
+    metrics endpoints it scraped (URL -> source name), when it was first seen running (``running_at``), and
+    its end: ``ended`` with ``exit_code`` (None when unknown), ``ended_at``, ``stopped``, the pods' ``logs``."""
 
     state: JSON
     launched_at: float
@@ -175,6 +175,7 @@ class LoadRecord:
     artifact_dir: str | None = None
     dataset: JSON | None = None
     metrics_sources: dict[str, str] | None = None
+    running_at: float | None = None
     ended: bool = False
     exit_code: int | None = None
     ended_at: float | None = None
@@ -188,13 +189,12 @@ class LoadRecord:
         return rec
 
     def to_json(self) -> JSON:
-        out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "ended_at",
-                                     "logs"))
+        out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "running_at",
+                                     "ended_at", "logs"))
         out.pop("ended")
-        if not self.ended:
-            out.pop("exit_code")
-        if not self.stopped:
-            out.pop("stopped")
+        for key, keep in (("exit_code", self.ended), ("stopped", self.stopped)):
+            if not keep:
+                out.pop(key)
         return out
 
     @property
