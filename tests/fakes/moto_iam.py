@@ -22,8 +22,13 @@ policies (``moto/iam/access_control.py``). What moto's check does, and what :fun
   ``s3:ListBucket`` the bucket, and with 404 only to one that may (S3 user guide, GetObject permissions);
   moto always answers 404. Here the 403 comes first.
 
-Everything else is moto's (signatures, sessions, explicit Deny over Allow, STS GetCallerIdentity always
-allowed). Every refusal is recorded in ``Enforcement.denied`` (principal, action, resource).
+* **Signatures.** moto recomputes a request's signature over its parsed parameters when its body is empty,
+  so a REST GET (EKS's DescribeCluster, ListClusters) never matches (``SignatureDoesNotMatch``); here it is
+  recomputed over the body as it was sent, empty or not.
+
+Everything else is moto's (the signature check itself, sessions, explicit Deny over Allow, STS
+GetCallerIdentity always allowed). Every refusal is recorded in ``Enforcement.denied`` (principal, action,
+resource).
 """
 
 from __future__ import annotations
@@ -168,7 +173,16 @@ def iam_enforced(url: str) -> Iterator[Enforcement]:
                 enforcement.denied.append((who, "s3:ListBucket (a missing key's 404)", f"arn:aws:s3:::{bucket}"))
                 self._raise_access_denied()
 
+    original_request = ac.IAMRequestBase._create_aws_request
+
+    def create_aws_request(self: Any) -> Any:
+        request = original_request(self)
+        if isinstance(self._body, bytes | bytearray):  # what was signed: the body as sent, even an empty one
+            request.data = self._body
+        return request
+
     ac.IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
+    ac.IAMRequestBase._create_aws_request = create_aws_request  # type: ignore[method-assign]
     try:
         enforcement.set_free_requests(0)
         yield enforcement
@@ -176,6 +190,7 @@ def iam_enforced(url: str) -> Iterator[Enforcement]:
         with contextlib.suppress(Exception):
             enforcement.set_free_requests(float("inf"))
         ac.IAMRequestBase.check_action_permitted = original  # type: ignore[method-assign]
+        ac.IAMRequestBase._create_aws_request = original_request  # type: ignore[method-assign]
 
 
 def role_documents(templates: dict[str, JSON], template: str, role_id: str) -> list[JSON]:
@@ -192,3 +207,47 @@ def role_documents(templates: dict[str, JSON], template: str, role_id: str) -> l
     out = [r.resolve(d, template) for d in docs]
     assert out, f"{template}: role {role_id} has no identity policy"
     return json.loads(json.dumps(out))
+
+
+def fresh_account(url: str) -> None:
+    """Empty every backend of moto's server at ``url`` (they live in this process: another module's server
+    shares them)."""
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=30) as r:
+        r.read()
+
+
+def function_roles(templates: dict[str, JSON], template: str) -> dict[str, str]:
+    """Who acts with which synthesized role: each function's handler -> its role's logical id, and "runner"
+    -> the role the load Jobs get through EKS Pod Identity."""
+    out = {}
+    for res in templates[template]["Resources"].values():
+        props = res.get("Properties", {})
+        if res["Type"] == "AWS::Lambda::Function":
+            out[props["Handler"]] = props["Role"]["Fn::GetAtt"][0]
+        if res["Type"] == "AWS::EKS::PodIdentityAssociation":
+            out["runner"] = props["RoleArn"]["Fn::GetAtt"][0]
+    return out
+
+
+def assume_roles(iam: Any, sts: Any, roles: dict[str, tuple[JSON, list[JSON]]]) -> dict[str, dict[str, str]]:
+    """Create each role in moto (``name -> (trust policy, identity policies)``), before IAM is enforced, and
+    assume it: its session's keys as a process environment gets them, per name."""
+    out = {}
+    for name, (trust, docs) in roles.items():
+        role = f"rehearsal-{name}".replace(".", "-")[:64]
+        arn = iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        for i, doc in enumerate(docs):
+            iam.put_role_policy(RoleName=role, PolicyName=f"policy{i}", PolicyDocument=json.dumps(doc))
+        c = sts.assume_role(RoleArn=arn, RoleSessionName=name.replace(".", "-")[:64])["Credentials"]
+        out[name] = {"AWS_ACCESS_KEY_ID": c["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": c["SecretAccessKey"],
+                     "AWS_SESSION_TOKEN": c["SessionToken"]}
+    return out
+
+
+def administrator(iam: Any) -> dict[str, str]:
+    """An IAM user allowed everything, for a test's own set-up and reads once IAM is enforced."""
+    iam.create_user(UserName="rehearsal-admin")
+    iam.put_user_policy(UserName="rehearsal-admin", PolicyName="all", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="rehearsal-admin")["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}

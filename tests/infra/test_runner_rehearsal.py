@@ -63,7 +63,15 @@ from benchctl.local import modeldir
 from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.spec import CampaignSpec, parse_spec
-from tests.fakes.moto_iam import Enforcement, iam_enforced, role_documents
+from tests.fakes.moto_iam import (
+    Enforcement,
+    administrator,
+    assume_roles,
+    fresh_account,
+    function_roles,
+    iam_enforced,
+    role_documents,
+)
 from tests.infra.cfn_resolve import ACCOUNT, REGION, Resolver
 from tests.infra.conftest import CP, ROOT
 
@@ -290,12 +298,13 @@ class Account:
         return self.sessions[who].client(service, endpoint_url=self.url, region_name=REGION)
 
 
-def _function_env(templates: dict[str, JSON], handler: str) -> tuple[str, JSON]:
-    """(role logical id, resolved environment) of the function with this handler."""
+def _function_env(templates: dict[str, JSON], handler: str) -> JSON:
+    """The resolved environment of the function with this handler (where its bucket and prefixes are)."""
     (fn,) = [r["Properties"] for r in templates[CP]["Resources"].values()
              if r["Type"] == "AWS::Lambda::Function" and r["Properties"]["Handler"] == handler]
-    resolved = Resolver({k: v for k, v in templates.items() if not k.startswith("_")})
-    return fn["Role"]["Fn::GetAtt"][0], resolved.resolve(fn["Environment"]["Variables"], CP)
+    resolved: JSON = Resolver({k: v for k, v in templates.items() if not k.startswith("_")}).resolve(
+        fn["Environment"]["Variables"], CP)
+    return resolved
 
 
 def _without_list_bucket(docs: list[JSON]) -> list[JSON]:
@@ -324,13 +333,13 @@ def account(templates: dict[str, JSON]) -> Iterator[Account]:
     if os.geteuid() != 0:
         pytest.fail("the runner rehearsal runs each container as its own user (setuid): it needs root, as CI has")
     t = {k: v for k, v in templates.items() if not k.startswith("_")}
-    load_role, env = _function_env(t, "lambdas.load.handler")
-    (assoc,) = [r["Properties"] for r in t[CP]["Resources"].values() if r["Type"] == "AWS::EKS::PodIdentityAssociation"]
-    job_role = assoc["RoleArn"]["Fn::GetAtt"][0]
+    env = _function_env(t, "lambdas.load.handler")
+    who = function_roles(t, CP)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    fresh_account(url)
     sfn_config = dict(default_user_config["stepfunctions"])
     default_user_config["stepfunctions"] = {**sfn_config, "execute_state_machine": True}
     default = boto3._get_default_session()  # moto's interpreter invokes Lambda through it
@@ -340,30 +349,20 @@ def account(templates: dict[str, JSON]) -> Iterator[Account]:
         iam, sts = root.client("iam", endpoint_url=url), root.client("sts", endpoint_url=url)
         root.client("s3", endpoint_url=url).create_bucket(Bucket=env["BENCHCTL_BUCKET"])
         resolve = Resolver(t)
-        roles = {"load-job": (job_role, role_documents(t, CP, job_role)),
-                 "load-job-without-list-bucket": (job_role, _without_list_bucket(role_documents(t, CP, job_role))),
-                 "load-function": (load_role, role_documents(t, CP, load_role))}
-        sessions: dict[str, Any] = {}
-        credentials: dict[str, dict[str, str]] = {}
-        for who, (rid, docs) in roles.items():
-            trust = resolve.resolve(t[CP]["Resources"][rid]["Properties"]["AssumeRolePolicyDocument"], CP)
-            name = f"{rid}-{who}"[:64]
-            arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
-            for i, doc in enumerate(docs):
-                iam.put_role_policy(RoleName=name, PolicyName=f"policy{i}", PolicyDocument=json.dumps(doc))
-            c = sts.assume_role(RoleArn=arn, RoleSessionName=who)["Credentials"]
-            credentials[who] = {"AWS_ACCESS_KEY_ID": c["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": c["SecretAccessKey"],
-                                "AWS_SESSION_TOKEN": c["SessionToken"]}
-            sessions[who] = boto3.session.Session(aws_access_key_id=c["AccessKeyId"],
-                                                  aws_secret_access_key=c["SecretAccessKey"],
-                                                  aws_session_token=c["SessionToken"], region_name=REGION)
-        iam.create_user(UserName="rehearsal-admin")
-        iam.put_user_policy(UserName="rehearsal-admin", PolicyName="all", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-        key = iam.create_access_key(UserName="rehearsal-admin")["AccessKey"]
-        sessions["admin"] = boto3.session.Session(aws_access_key_id=key["AccessKeyId"],
-                                                  aws_secret_access_key=key["SecretAccessKey"], region_name=REGION)
-        # boto3 clients of this process without an endpoint (the run store's, the lake's) reach moto too
+
+        def role(rid: str, docs: list[JSON]) -> tuple[JSON, list[JSON]]:
+            return resolve.resolve(t[CP]["Resources"][rid]["Properties"]["AssumeRolePolicyDocument"], CP), docs
+
+        job_docs = role_documents(t, CP, who["runner"])
+        credentials = assume_roles(iam, sts, {
+            "load-job": role(who["runner"], job_docs),
+            "load-job-without-list-bucket": role(who["runner"], _without_list_bucket(job_docs)),
+            "load-function": role(who["lambdas.load.handler"], role_documents(t, CP, who["lambdas.load.handler"]))})
+        credentials["admin"] = administrator(iam)
+        sessions = {name: boto3.session.Session(aws_access_key_id=c["AWS_ACCESS_KEY_ID"],
+                                                aws_secret_access_key=c["AWS_SECRET_ACCESS_KEY"],
+                                                aws_session_token=c.get("AWS_SESSION_TOKEN"), region_name=REGION)
+                    for name, c in credentials.items()}
         with pytest.MonkeyPatch.context() as mp, iam_enforced(url) as enforcement:
             mp.setenv("AWS_ENDPOINT_URL", url)
             acct = Account(url, env["BENCHCTL_BUCKET"], env["BENCHCTL_RUNS_URI"], env["BENCHCTL_LAKE_URI"], enforcement,
@@ -395,6 +394,7 @@ def account(templates: dict[str, JSON]) -> Iterator[Account]:
         for h in hook:
             default.events.unregister("before-call.lambda.Invoke", h)
         default_user_config["stepfunctions"] = sfn_config
+        fresh_account(url)
         server.stop()
 
 
