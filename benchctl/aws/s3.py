@@ -319,8 +319,9 @@ class S3RunStore:
         """Whether a read's error means that the object is not there: S3's 404, or its 403 when a listing of
         exactly that key finds nothing. S3 answers a missing key with 404 only to a caller that may
         s3:ListBucket the bucket, else 403 (GetObject's "Permissions"); the functions may list only under
-        their prefixes (an ``s3:prefix`` condition, which a GET does not carry), so the 403 may well mean "no
-        such key". Any other error, or a key that is listed, is raised as it came."""
+        their prefixes (an ``s3:prefix`` condition, which a GET does not carry; whether such a grant counts
+        there is not documented), so the 403 may well mean "no such key". Any other error, or a key that is
+        listed, is raised as it came."""
         from botocore.exceptions import ClientError
 
         if _is_missing(exc):
