@@ -20,7 +20,9 @@ policies (``moto/iam/access_control.py``). What moto's check does, and what :fun
   ``Enforcement.problems``.
 * **A missing key.** S3 answers a GET or HEAD of a missing key with 403 to a caller that may not
   ``s3:ListBucket`` the bucket, and with 404 only to one that may (S3 user guide, GetObject permissions);
-  moto always answers 404. Here the 403 comes first.
+  moto always answers 404. Here the 403 comes first, and a ListBucket grant conditioned on ``s3:prefix``
+  does not count for it (a GET carries no ``s3:prefix``; S3 does not document either way: the stricter
+  reading).
 
 * **Signatures.** moto recomputes a request's signature over its parsed parameters when its body is empty,
   so a REST GET (EKS's DescribeCluster, ListClusters) never matches (``SignatureDoesNotMatch``); here it is
