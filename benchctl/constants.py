@@ -13,6 +13,9 @@ RUNS_PREFIX = "runs"  # each campaign's run state: runs/<campaign id>/ (benchctl
 SPECS_PREFIX = "specs"  # campaign specs the state machine is started with (`benchctl start`, a schedule)
 ATHENA_PREFIX = "athena-results"  # the Athena workgroup's enforced result location
 REPORTS_PREFIX = "reports"  # reports/<campaign id>/report.html, written by the Report state
+# What a load runner Job lists (an IAM ``s3:prefix`` pattern): a step's kept inputs, the raw area's
+# ``raw/campaign_id=<c>/experiment=<e>/step_id=<s>/inputs/`` (benchctl.lake), fetched with ``aws s3 cp --recursive``
+RUNNER_INPUTS_LISTING = f"{LAKE_PREFIX}/raw/campaign_id=*/experiment=*/step_id=*/inputs/"
 
 # the pool-lock table (DynamoDB): its partition key and its time-to-live attribute
 LOCK_KEY_ATTRIBUTE = "pool"

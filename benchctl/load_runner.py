@@ -7,7 +7,10 @@ requests on stdin. On EKS, one load Job per workload of an experiment runs this 
 nothing of benchctl) with ``--steps-dir DIR STEP...``: it runs the workload's steps in order, each when its
 request file appears (``DIR/<step>/request.json``: ``{"argv", "deadline_s"}``, put there by the Job's
 control container once the state machine launched the step), writes ``DIR/<step>/exit_code`` when the
-run ended (124 when it passed its deadline and was stopped), and touches ``DIR/alive`` while it lives.
+run ended (124 when it passed its deadline and was stopped), and touches ``DIR/alive`` while it lives
+(also while it warms up). The two containers tell each other when they end otherwise: the runner writes
+``DIR/runner.ended`` (why) before it leaves on an error, and stops its run and leaves (exit 1) when the
+control container wrote ``DIR/control.ended``, so the pod ends instead of waiting for its deadline.
 Standard library only (AIPerf is imported when run). It imports AIPerf's CLI, loads the
 tokenizer and tokenizes AIPerf's prompt corpus once, freezes that heap (``gc.freeze``), then reads one
 request per line on stdin. Each request forks a child that is an ordinary ``aiperf profile`` run: its
@@ -44,6 +47,7 @@ import selectors
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,8 +251,20 @@ def _atomic_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+CONTROL_ENDED = "control.ended"  # written by the Job's control container when it leaves on a failure
+RUNNER_ENDED = "runner.ended"  # written here when the runner leaves on an error: why
+
+
+def _control_ended(base: Path) -> str | None:
+    try:
+        return (base / CONTROL_ENDED).read_text(encoding="utf-8", errors="replace").strip() or "?"
+    except OSError:
+        return None
+
+
 def serve_steps(runner: Runner, base: Path, steps: list[str], *, poll_s: float = 0.1, beat_s: float = 5.0) -> int:
-    """The load Job's front-end: each step in order, when its request file appears; see the docstring."""
+    """The load Job's front-end: each step in order, when its request file appears; see the docstring. 0 when
+    every step ran (or SIGTERM), 1 when the control container ended first."""
     alive = base / "alive"
     last_beat = [0.0]
 
@@ -257,11 +273,19 @@ def serve_steps(runner: Runner, base: Path, steps: list[str], *, poll_s: float =
             last_beat[0] = time.monotonic()
             alive.touch()
 
+    def control_gone(step: str) -> bool:
+        why = _control_ended(base)
+        if why is not None:
+            print(f"[benchctl] step {step}: the control container ended ({why}): stopping", flush=True)
+        return why is not None
+
     for step in steps:
         d = base / step
         while not (d / "request.json").is_file():
             if runner.stopping:  # SIGTERM (the Job deleted) while waiting for a request
                 return 0
+            if control_gone(step):
+                return 1
             beat()
             time.sleep(poll_s)
         req = json.loads((d / "request.json").read_text(encoding="utf-8"))
@@ -274,6 +298,9 @@ def serve_steps(runner: Runner, base: Path, steps: list[str], *, poll_s: float =
         while runner.children and not runner.stopping:
             runner.reap()
             beat()
+            if control_gone(step):
+                runner.stop_children()
+                return 1
             if not timed_out and time.monotonic() > deadline:
                 timed_out = True
                 print(f"[benchctl] step {step}: past its deadline ({req.get('deadline_s')} s): stopping it", flush=True)
@@ -300,23 +327,59 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    if args[:1] == ["--steps-dir"] and len(args) > 1:
-        with contextlib.suppress(OSError):
-            (Path(args[1]) / "alive").touch()  # beating before the imports: the control container watches it
+    if args[:1] == ["--steps-dir"]:
+        if len(args) < 3:
+            print("usage: load_runner --steps-dir DIR STEP [STEP ...]", file=sys.stderr)
+            return 2
+        base = Path(args[1])
+        try:
+            with _beating(base / "alive"):  # the control container watches it from the start
+                _ready(_warm_up())
+            return serve_steps(runner, base, args[2:])
+        except BaseException as exc:  # its last words for the control container, which ends the step at once
+            with contextlib.suppress(OSError):
+                _atomic_text(base / RUNNER_ENDED, f"{type(exc).__name__}: {exc}"[:3000])
+            raise
+    _ready(_warm_up())
+    return runner.serve()
+
+
+def _warm_up() -> dict[str, Any]:
     t0 = time.perf_counter()
     info = warm(os.environ.get("BENCHCTL_RUNNER_TOKENIZER") or None,
                 os.environ.get("BENCHCTL_RUNNER_TOKENIZER_REVISION") or None)
     # AIPerf's services run gc.collect() at start: with the warm heap frozen those passes skip it
     gc.collect()
     gc.freeze()
-    print(json.dumps({"ready": True, "pid": os.getpid(), "warm_s": round(time.perf_counter() - t0, 2), **info}),
-          flush=True)
-    if args[:1] == ["--steps-dir"]:
-        if len(args) < 3:
-            print("usage: load_runner --steps-dir DIR STEP [STEP ...]", file=sys.stderr)
-            return 2
-        return serve_steps(runner, Path(args[1]), args[2:])
-    return runner.serve()
+    return {"ready": True, "pid": os.getpid(), "warm_s": round(time.perf_counter() - t0, 2), **info}
+
+
+def _ready(info: dict[str, Any]) -> None:
+    print(json.dumps(info), flush=True)
+
+
+@contextlib.contextmanager
+def _beating(alive: Path, every_s: float = 5.0) -> Iterator[None]:
+    """Touch ``alive`` every ``every_s`` from a thread while the block runs (imports, tokenizer, corpus: the
+    serving loop does not beat yet); the thread is joined before the runner forks anything."""
+    import threading
+
+    done = threading.Event()
+
+    def loop() -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                alive.touch()
+            if done.wait(every_s):
+                return
+
+    thread = threading.Thread(target=loop, name="benchctl-beat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 if __name__ == "__main__":

@@ -170,6 +170,10 @@ class LoadPort(Protocol):
     def failure_logs(self, state: JSON) -> JSON:
         """The last log lines of a failed run (kept with its record); {} when there are none."""
 
+    def pending(self, state: JSON) -> str | None:
+        """Why the load does not run yet (on EKS: its runner pod waits for a node or its images), which nobody
+        reports or heartbeats meanwhile; None once it runs (or ended)."""
+
 
 class CallbackPort(Protocol):
     """Answers the task tokens of ``.waitForTaskToken`` states (events, not polls): once ``wake()`` names a

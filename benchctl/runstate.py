@@ -163,10 +163,10 @@ class SmokeRecord:
 
 @dataclass
 class LoadRecord:
-    """One load (a step, or the warm-up): the load port's ``state`` (``{"skipped": True}``: no warm-up), its
-    argv, estimate and artifact location, the dataset it sent (name, uri, sha256, meta, type), the metrics
-    endpoints it scraped (URL -> source name), its end (``ended``, ``exit_code``: None when a stopped load's
-    code is unknown, ``ended_at``, ``stopped``, failed pods' ``logs``), its rows' ``ingest_status`` (None: not yet)."""
+    """One load (a step, or the warm-up): the load port's ``state`` (``{"skipped": True}``: no warm-up), argv,
+    estimate, artifact location, dataset (name, uri, sha256, meta, type), metrics endpoints (URL -> source), when
+    first seen running, its end (``ended``, ``exit_code``: None when unknown, ``ended_at``, ``stopped``, the pods'
+    ``logs``) and its rows' ``ingest_status`` (None: not ingested yet)."""
 
     state: JSON
     launched_at: float
@@ -175,6 +175,7 @@ class LoadRecord:
     artifact_dir: str | None = None
     dataset: JSON | None = None
     metrics_sources: dict[str, str] | None = None
+    running_at: float | None = None
     ended: bool = False
     exit_code: int | None = None
     ended_at: float | None = None
@@ -189,8 +190,8 @@ class LoadRecord:
         return rec
 
     def to_json(self) -> JSON:
-        out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "ended_at",
-                                     "logs", "ingest_status"))
+        out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "running_at",
+                                     "ended_at", "logs", "ingest_status"))
         out.pop("ended")
         for key, keep in (("exit_code", self.ended), ("stopped", self.stopped)):
             out.pop(key) if not keep else None

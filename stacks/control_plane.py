@@ -68,6 +68,7 @@ from benchctl.constants import (
     LOCK_TTL_ATTRIBUTE,
     POD_IDENTITY_ADDON,
     REPORTS_PREFIX,
+    RUNNER_INPUTS_LISTING,
     RUNS_PREFIX,
     SPECS_PREFIX,
     report_key,
@@ -467,10 +468,11 @@ class ControlPlaneStack(Stack):
                     targets=[targets.LambdaFunction(self.sweep_function)])
 
     def _load_job_identity(self, config: Config, results: ResultsStack) -> None:
-        """What the load runner Jobs in the cluster may do (EKS Pod Identity for their service account): read
-        a step's generated inputs and write its artifacts under the raw prefix; read a step's request and task
-        token and write its end record under the run store's ``runner/`` keys; answer the step's task token
-        (heartbeats and success; SendTask* support no resource-level permissions: the token names the task)."""
+        """What the load runner Jobs in the cluster may do (EKS Pod Identity for their service account): fetch a
+        step's generated inputs (``aws s3 cp --recursive`` of its ``inputs/`` prefix: ListObjectsV2 then
+        GetObject) and write its artifacts under the raw prefix; read a step's request and task token and write
+        its end record under the run store's ``runner/`` keys; answer the step's task token (heartbeats,
+        success, failure; SendTask* support no resource-level permissions: the token names the task)."""
         bucket = results.bucket
         role = iam.Role(self, "LoadJobRole", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
                         description="benchctl AIPerf Jobs: upload a step's artifacts to the raw prefix")
@@ -478,14 +480,19 @@ class ControlPlaneStack(Stack):
             actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]))
         role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"],
                                                resources=[bucket.arn_for_objects(f"{LAKE_PREFIX}/raw/*")]))
+        # listing is authorized on the bucket, narrowed by the prefix the request lists: only a step's inputs
+        # (without it S3 refuses the recursive copy's ListObjectsV2, and a missing key is 403, not 404)
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+                                               conditions={"StringLike": {"s3:prefix": [RUNNER_INPUTS_LISTING]}}))
         role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"],
                                                resources=[bucket.arn_for_objects(f"{RUNS_PREFIX}/*/runner/*")]))
-        role.add_to_policy(iam.PolicyStatement(actions=["states:SendTaskHeartbeat", "states:SendTaskSuccess"],
-                                               resources=["*"]))
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["states:SendTaskHeartbeat", "states:SendTaskSuccess", "states:SendTaskFailure"],
+            resources=["*"]))
         NagSuppressions.add_resource_suppressions(role, [
             _wildcard_reason("lake/raw/* objects of each step", "runs/*/runner/* objects of each step"),
-            {"id": "AwsSolutions-IAM5", "reason": "states:SendTaskHeartbeat/SendTaskSuccess support no "
-             "resource-level permissions (the task token names the task)", "appliesTo": ["Resource::*"]},
+            {"id": "AwsSolutions-IAM5", "reason": "states:SendTaskHeartbeat/SendTaskSuccess/SendTaskFailure "
+             "support no resource-level permissions (the task token names the task)", "appliesTo": ["Resource::*"]},
         ], apply_to_children=True)
         eks.CfnPodIdentityAssociation(self, "LoadJobIdentity", cluster_name=config.cluster_name,
                                       namespace=config.namespace, service_account=config.load_service_account,

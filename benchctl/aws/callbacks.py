@@ -8,8 +8,9 @@ token is answered here, at once. Otherwise the Job answers it: it sends ``SendTa
 AIPerf runs and ``SendTaskSuccess`` right after the step's end record (``RUNNER_CONTROL_SCRIPT``). Both
 sides write first and read second (S3 is strongly consistent), so at least one of them sees the other;
 an answer sent twice is refused by Step Functions as ``TaskTimedOut``/``InvalidToken``, which is ignored.
-A Job that dies silently stops its heartbeats: ``HeartbeatSeconds`` fails the state, caught like any
-failure. ``CheckLoad`` then judges, as always.
+A step the Job cannot end is answered by the Job with ``SendTaskFailure`` (its error and cause) after its end
+record; a Job that dies silently stops its heartbeats: the state's heartbeat bound (``LaunchLoad``'s
+``heartbeat_s``) fails it, caught like any failure. ``CheckLoad`` then judges, as always.
 """
 
 from __future__ import annotations

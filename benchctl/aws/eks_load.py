@@ -3,6 +3,9 @@ created at the workload's first step (``render_runner_job``). Each step is a req
 the Job's control container picks up; the step's end is the end record it writes after uploading the
 step's artifacts to its raw S3 prefix (``poll``; a Job that ended without it is a failed step);
 ``failure_logs`` collects the pods' log tails; ``stop`` deletes the Job (Foreground: its pods go with it).
+``pending`` says why a step's runner does not run yet (its pod waits for a node or its images): until it
+runs nobody heartbeats the step's task token, so LaunchLoad gives AwaitLoadEnd a heartbeat bound that also
+covers that wait (``timeouts.capacity_s``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import contextlib
 from typing import Any
 
 from benchctl.aws.eks import JOB, KubeSource, SpecSource, _Jobs, job_logs, job_status
-from benchctl.aws.k8s.client import Conflict, NotFound
+from benchctl.aws.k8s.client import ApiError, Conflict, NotFound
 from benchctl.aws.k8s.common import selection, selector
 from benchctl.aws.k8s.jobs import raw_prefix, render_runner_job, runner_deadline_s, runner_request
 from benchctl.ports import JSON, LoadRequest, RunStore
@@ -45,7 +48,8 @@ class EksLoad(_Jobs):
         self.control.write_json(runner_key(request.experiment, step, "request.json"), req)
         job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, prefix,
                                 f"{self.control.uri.rstrip('/')}/{runner_key(request.experiment)}", self.region,
-                                active_deadline_s=runner_deadline_s(request.group_est_s, len(steps), grace))
+                                active_deadline_s=runner_deadline_s(request.group_est_s, len(steps), grace,
+                                                                    self.spec.timeouts.capacity_s))
         name = job["metadata"]["name"]
         try:
             self.kube.create(job)
@@ -69,9 +73,35 @@ class EksLoad(_Jobs):
         end = self.control.read_json(end_key)  # written just before the Job ended
         return int(end["exit_code"]) if end is not None else (code or 1)
 
+    def pending(self, state: JSON) -> str | None:
+        """Why the step's runner pod does not run yet (none yet; Pending: unscheduled with the scheduler's
+        message, or its containers waiting), or None once it runs or ended."""
+        pods = self.kube.list("v1", "Pod", state["namespace"], state["pod_selector"])
+        if not pods:
+            return f"Job {state['name']} has no pod yet"
+        if any((p.get("status") or {}).get("phase") not in (None, "Pending") for p in pods):
+            return None
+        why = []
+        for p in pods:
+            st = p.get("status") or {}
+            for c in st.get("conditions") or []:
+                if c.get("type") == "PodScheduled" and c.get("status") != "True":
+                    why.append(f"unscheduled: {c.get('message') or c.get('reason') or 'no node yet'}")
+            for cs in st.get("containerStatuses") or []:
+                waiting = (cs.get("state") or {}).get("waiting") or {}
+                if waiting:
+                    why.append(f"{cs.get('name')} {waiting.get('reason', 'waiting')}"
+                               + (f": {waiting['message']}" if waiting.get("message") else ""))
+        return f"pod {pods[0]['metadata']['name']} Pending" + (f" ({'; '.join(why)})" if why else "")
+
     def failure_logs(self, state: JSON, tail_lines: int = 100) -> JSON:
-        """The last log lines of every container of the Job's pods (see :func:`job_logs`)."""
-        return job_logs(self.kube, state, tail_lines)
+        """The last log lines of every container of the Job's pods (see :func:`job_logs`), and, for a pod that
+        never ran, why (``pending``)."""
+        logs = job_logs(self.kube, state, tail_lines)
+        with contextlib.suppress(ApiError):
+            if why := self.pending(state):
+                logs["pending"] = why
+        return logs
 
     def stop(self, state: JSON) -> None:
         """Delete the step's runner Job (its other steps go too: only failure paths stop a load)."""

@@ -1,6 +1,7 @@
 """The preflight on EKS: before anything is scaled, every prerequisite of a campaign checked and each missing
-one named, including one short CPU Job per image (AIPerf's version, the uploader's AWS CLI and identity),
-and what this deployment itself allows (its node groups, the Pod Identity Agent add-on).
+one named, including one short CPU Job per image (AIPerf's version; the uploader's AWS CLI, its identity and
+every call a load runner makes with it), and what this deployment itself allows (its node groups, the Pod
+Identity Agent add-on).
 """
 
 from __future__ import annotations
@@ -158,10 +159,11 @@ def _unscheduled(pod: JSON) -> str | None:
     return None
 
 
-def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str) -> list[str]:
-    """One short CPU Job per image (AIPerf's version; the uploader's AWS CLI and its identity), created
-    once; NotReadyYet while one runs; the problems of the failed ones, named with their logs; the Jobs are
-    deleted once judged."""
+def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str, **where: str) -> list[str]:
+    """One short CPU Job per image (AIPerf's version; the uploader's AWS CLI, its identity and the load Job
+    role's path: ``where`` is the campaign's ``run_uri``, ``lake_uri`` and ``region``, see
+    ``render_preflight_job``), created once; NotReadyYet while one runs; the problems of the failed ones,
+    named with their logs; the Jobs are deleted once judged."""
     if aiperf_image(spec.kubernetes) == LOAD_IMAGE_PLACEHOLDER:
         return ["kubernetes.aiperf_image is not set and this deployment has no load image (BENCHCTL_LOAD_IMAGE, "
                 "set by the control-plane stack): give an image holding aiperf 0.13.0"]
@@ -170,7 +172,7 @@ def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str) -> list
     running: list[str] = []
     judged: list[str] = []
     for check in ("aiperf", "uploader"):
-        job = render_preflight_job(spec, campaign_id, check)
+        job = render_preflight_job(spec, campaign_id, check, **where)
         name = job["metadata"]["name"]
         image = job["spec"]["template"]["spec"]["containers"][0]["image"]
         with contextlib.suppress(Conflict):  # Plan retried: follow the Job already there
@@ -203,13 +205,14 @@ def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str) -> list
 
 
 def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_name: str = "",
-              campaign_id: str | None = None) -> list[str]:
+              campaign_id: str | None = None, **where: str) -> list[str]:
     """Every missing prerequisite, by name (empty: all there), before anything is scaled.
 
     Read-only checks first: the cluster, namespace, CRDs (and the Auto Mode NodeClass), the token secret
     and its key, the volume claim, the load service account, the node groups, the GPU driver of the pools'
     nodes that report it, the EFA device plugin of pools that ask for EFA. Only when all pass (the Jobs need the namespace and the service account), with a
-    ``campaign_id``: the image checks (:func:`check_images`), which raise NotReadyYet while they run.
+    ``campaign_id``: the image checks (:func:`check_images`, where the campaign's runners will work: ``where``),
+    which raise NotReadyYet while they run.
     """
     try:
         kube.version()
@@ -230,7 +233,7 @@ def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_
     problems += _check_efa(spec, kube)
     if problems or campaign_id is None:
         return problems
-    return check_images(spec, kube, campaign_id)
+    return check_images(spec, kube, campaign_id, **where)
 
 
 def _allowed(nodegroups: tuple[str, ...]) -> list[str]:
@@ -279,12 +282,13 @@ class EksPreflight:
     """``PreflightPort`` on AWS: what the deployment allows, then the cluster (:func:`preflight`)."""
 
     def __init__(self, kube: Any, session: Any, *, cluster: str, nodegroups: tuple[str, ...], load_image: str,
-                 campaign_id: str) -> None:
+                 campaign_id: str, run_uri: str, lake_uri: str) -> None:
         self.kube, self.session, self.cluster = kube, session, cluster
         self.nodegroups, self.load_image, self.campaign_id = nodegroups, load_image, campaign_id
+        self.where = {"run_uri": run_uri, "lake_uri": lake_uri, "region": session.region_name or ""}
 
     def check(self, spec: CampaignSpec) -> list[str]:
         eks = self.session.client("eks")
         return (deployment_preflight(spec, self.nodegroups, self.cluster, eks)
                 + preflight(with_load_image(_allowed_pools_only(spec, self.nodegroups), self.load_image), self.kube(),
-                            eks=eks, cluster_name=self.cluster, campaign_id=self.campaign_id))
+                            eks=eks, cluster_name=self.cluster, campaign_id=self.campaign_id, **self.where))

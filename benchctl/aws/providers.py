@@ -149,7 +149,8 @@ class AwsEngine:
             tokenizer="",  # the model's own, offline from the model volume at model.revision
             report=report,
             preflight=EksPreflight(kube, session, cluster=env.cluster, nodegroups=env.nodegroups,
-                                   load_image=env.load_image, campaign_id=ctx.campaign_id),
+                                   load_image=env.load_image, campaign_id=ctx.campaign_id, run_uri=store.uri,
+                                   lake_uri=ctx.lake_uri),
             locks=DynamoLocks(env.lock_table, session=session) if env.lock_table else None,
             callbacks=RunnerCallbacks(store, lambda: session.client("stepfunctions")),
             versions={"benchctl_engine": "aws", **({"load_image": env.load_image} if env.load_image else {})},

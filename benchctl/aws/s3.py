@@ -58,9 +58,12 @@ def _client(session: boto3.Session | None, service: str) -> Any:
     return (session or boto3.Session()).client(service)
 
 
+def _error_code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code"))
+
+
 def _is_missing(exc: Exception) -> bool:
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code")
-    return code in {"404", "NoSuchKey", "NotFound"}
+    return _error_code(exc) in {"404", "NoSuchKey", "NotFound"}
 
 
 class S3Lake:
@@ -289,7 +292,7 @@ class S3RunStore:
         try:
             body = self._s3().get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
         except ClientError as exc:
-            if _is_missing(exc):
+            if self._absent(exc, self._key(key)):
                 return None
             raise
         data = json.loads(body.decode("utf-8"))
@@ -307,10 +310,29 @@ class S3RunStore:
         try:
             self._s3().head_object(Bucket=self.bucket, Key=self._key(key))
         except ClientError as exc:
-            if _is_missing(exc):
+            if self._absent(exc, self._key(key)):
                 return False
             raise
         return True
+
+    def _absent(self, exc: Exception, full_key: str) -> bool:
+        """Whether a read's error means that the object is not there: S3's 404, or its 403 when a listing of
+        exactly that key finds nothing. S3 answers a missing key with 404 only to a caller that may
+        s3:ListBucket the bucket, else 403 (GetObject's "Permissions"); the functions may list only under
+        their prefixes (an ``s3:prefix`` condition, which a GET does not carry; whether such a grant counts
+        there is not documented), so the 403 may well mean "no such key". Any other error, or a key that is
+        listed, is raised as it came."""
+        from botocore.exceptions import ClientError
+
+        if _is_missing(exc):
+            return True
+        if _error_code(exc) not in {"403", "AccessDenied", "Forbidden"}:
+            return False
+        try:
+            listed = self._s3().list_objects_v2(Bucket=self.bucket, Prefix=full_key, MaxKeys=1).get("Contents", [])
+        except ClientError:
+            return False
+        return not any(obj.get("Key") == full_key for obj in listed)
 
     def delete(self, key: str) -> None:
         self._s3().delete_object(Bucket=self.bucket, Key=self._key(key))  # missing: no error

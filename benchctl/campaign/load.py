@@ -3,6 +3,7 @@ with the dataset it sends kept first, and the budget guard before every step."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from benchctl import aiperf_args, timeline
@@ -19,6 +20,10 @@ from benchctl.spec import CampaignSpec
 # Hash ids of one step's prefix dataset live in [index * span, (index + 1) * span): disjoint per step,
 # so no step's blocks are ever in the cache because of another step.
 _HASH_ID_SPAN = 10_000_000
+# AwaitLoadEnd's heartbeat bound (its ``HeartbeatSecondsPath``) while the load runs: the engine answers or
+# heartbeats well within it (the AWS runner Job every 20 s). A load that does not run yet (its runner pod
+# waits for a node: ``LoadPort.pending``) adds ``timeouts.capacity_s``, the longest wait for capacity.
+AWAIT_HEARTBEAT_S = 300
 
 
 def step_dataset(step: StepPlan) -> Dataset | None:
@@ -60,6 +65,7 @@ def _launch(p: Providers, ctx: Ctx, experiment: str, step_id: str, argv_for: Cal
                           group=name, group_steps=steps, group_est_s=group_est)
     rec.state = p.load.launch(request)
     rec.argv, rec.launched_at, rec.est_s, rec.artifact_dir = argv, p.clock(), est_s, artifact_uri
+    rec.running_at = None if p.load.pending(rec.state) else rec.launched_at
     p.state.save_load(experiment, step_id, rec)
     record_event(p, ctx.campaign_id, experiment, timeline.LOAD_START, key=step_id, step_id=step_id)
     return {"job": request.job_id, "reused": False}
@@ -155,8 +161,13 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
     siblings = [s for s in p.state.plan().experiment(experiment).steps if s.workload == step.workload]
     group = (step.workload, tuple(s.step_id for s in siblings), sum(s.est_s for s in siblings))
     out = _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, rec=rec, group=group)
-    # the ASL waits for the load's end as an event (AwaitLoadEnd) when somebody answers task tokens
-    return {**out, "callback": p.callbacks is not None}
+    # the ASL waits for the load's end as an event (AwaitLoadEnd) when somebody answers task tokens; until the
+    # load runs nobody heartbeats, so the bound then also covers its wait for capacity
+    heartbeat = AWAIT_HEARTBEAT_S
+    if p.callbacks is not None and (load := p.state.load(experiment, step_id)) is not None \
+            and load.running_at is None and p.load.pending(load.state):
+        heartbeat += int(spec.timeouts.capacity_s)
+    return {**out, "callback": p.callbacks is not None, "heartbeat_s": heartbeat}
 
 
 _SERVING_CHECK_S = 1.0  # how often the wake check looks at the serving side (each look reads its processes)
@@ -179,7 +190,7 @@ def load_wake(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> Callable
             p.serving.check_alive(deployment(p, experiment).state)  # raises: a reason too
         if p.load.poll(rec.state) is not None:
             return "load ended"
-        if p.clock() - rec.launched_at > (rec.est_s or 0.0) + p.state.spec().timeouts.load_grace_s:
+        if p.clock() - (rec.running_at or rec.launched_at) > (rec.est_s or 0.0) + p.state.spec().timeouts.load_grace_s:
             return "deadline passed"
         return None
 
@@ -222,8 +233,18 @@ def _check(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     p.serving.check_alive(d.state)  # raises ServingFailed naming the dead process
     code = p.load.poll(rec.state)
     if code is None:
-        limit = (rec.est_s or 0.0) + p.state.spec().timeouts.load_grace_s
-        if p.clock() - rec.launched_at > limit:
+        timeouts = p.state.spec().timeouts
+        if rec.running_at is None:  # waiting for a node (or its images): bounded as every wait for capacity is
+            waiting = p.load.pending(rec.state)
+            if waiting:
+                if p.clock() - rec.launched_at > timeouts.capacity_s:
+                    raise DeadlineExceeded(f"load {step_id} of {experiment} not running after "
+                                           f"{timeouts.capacity_s:.0f} s (timeouts.capacity_s): {waiting}")
+                return {"done": False}
+            rec.running_at = p.clock()  # its deadline counts from now
+            p.state.save_load(experiment, step_id, rec)
+        limit = (rec.est_s or 0.0) + timeouts.load_grace_s
+        if p.clock() - rec.running_at > limit:
             raise DeadlineExceeded(f"load {step_id} of {experiment} still running after {limit:.0f} s")
         return {"done": False}
     rec.ended, rec.exit_code, rec.ended_at = True, code, p.clock()
@@ -252,6 +273,9 @@ def stop_loads(p: Providers, ctx: Ctx, experiment: str, step_id: str | None = No
         rec = p.state.load(experiment, sid)
         if rec is None or not rec.running:
             continue
+        if rec.logs is None:  # before the stop takes the pods (and their logs) away; never instead of the stop
+            with contextlib.suppress(Exception):
+                rec.logs = p.load.failure_logs(rec.state) or None
         p.load.stop(rec.state)
         rec.ended, rec.exit_code, rec.stopped, rec.ended_at = True, p.load.poll(rec.state), True, p.clock()
         p.state.save_load(experiment, sid, rec)

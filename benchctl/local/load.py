@@ -185,3 +185,7 @@ class LocalLoad:
     def failure_logs(self, state: JSON) -> JSON:
         """Nothing to collect: AIPerf's log stays next to its artifact directory (``state["log"]``)."""
         return {}
+
+    def pending(self, state: JSON) -> str | None:
+        """Never: the runner forked the run before ``launch`` returned."""
+        return None

@@ -188,6 +188,9 @@ class FakeLoad:
     def failure_logs(self, state: JSON) -> JSON:
         return {}
 
+    def pending(self, state: JSON) -> str | None:
+        return None
+
     def running(self) -> list[str]:
         return sorted(j for j, s in self.status.items() if s == "running")
 

@@ -8,13 +8,16 @@ It calls the real handlers the way the state machine does, one campaign's path: 
 Deploy, LaunchLoad (its dataset written create-only), CheckLoad, IngestPreviousStep or IngestLastStep (parquet + Glue partitions),
 Report (the views created in Athena, the HTML report written), then every function's ``benchctl doctor``
 self-test, and writes what happened, with the origin
-and version of each library that was imported, to the result file the config names.
+and version of each library that was imported, to the result file the config names. With ``credentials``
+in the config each handler runs as its own function's role (and the runner Job's part as the load Job role):
+the credentials are set in the environment, where a function finds its role's, and the engine built anew.
 Standard library only, besides what it imports from the function's own code.
 """
 
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import traceback
 
@@ -32,7 +35,20 @@ def main(config_path):
     sys.path[:0] = cfg["paths"]
     out = {"sys_path": list(sys.path), "calls": [], "error": None}
     try:
+        def as_role(who):
+            """The environment of ``who`` (a handler, or "runner"): its role's session, a new engine."""
+            if who not in cfg.get("credentials", {}):
+                return
+            os.environ.update(cfg["credentials"][who])
+            import boto3
+
+            from benchctl.aws import providers
+
+            boto3.DEFAULT_SESSION = None
+            providers._ENGINES.clear()
+
         def call(handler, event):
+            as_role(handler)
             module, fn = handler.rsplit(".", 1)
             result = getattr(importlib.import_module(module), fn)(event, None)
             out["calls"].append({"handler": handler, "state": event.get("state"), "result": result})
@@ -52,6 +68,8 @@ def main(config_path):
         # the workload's runner Job (not running here) took the step's request and wrote its end record
         import boto3
 
+        as_role("runner")
+
         bucket, _, prefix = ctx["run_uri"].removeprefix("s3://").partition("/")
         key = f"{prefix.rstrip('/')}/runner/{exp}/{step}/"
         s3 = boto3.client("s3")
@@ -69,6 +87,7 @@ def main(config_path):
         # the raw input is create-only: other bytes under the same name are refused by S3 (If-None-Match)
         from benchctl.aws.s3 import S3Lake
 
+        as_role("lambdas.load.handler")
         lake = S3Lake(cfg["bucket"], "lake")
         try:
             lake.write_raw(ctx["campaign_id"], exp, step, cfg["dataset_name"], b"other bytes\n")
@@ -76,7 +95,7 @@ def main(config_path):
         except FileExistsError as err:
             out["second_write"] = f"refused: {err}"
         call("lambdas.report.handler", {"action": "report", "state": "Report", "ctx": ctx})
-        # what `benchctl doctor` asks of every deployed function: its self-test on these layers
+        # what `benchctl doctor` asks of every deployed function: its self-test on these layers, as its role
         from lambdas import FUNCTIONS
 
         for var, handler in FUNCTIONS.items():

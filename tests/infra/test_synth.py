@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from benchctl import schema
+from benchctl.constants import RUNNER_INPUTS_LISTING
 from benchctl.views import view_sql_files
 from lambdas import FUNCTIONS
+from tests.infra.cfn_resolve import Resolver
 from tests.infra.conftest import CONTEXT, CP, FULL, ROOT, RS, load_templates, synth
 
 pytestmark = pytest.mark.infra
@@ -307,7 +309,7 @@ def _as_list(v: Any) -> list[Any]:
 # answers to a task token (the token names the task).
 RESOURCELESS = re.compile(r"^(xray:Put\w+|xray:GetSampling\w+|logs:\w*LogDeliver\w*|"
                           r"logs:PutResourcePolicy|logs:DescribeResourcePolicies|logs:DescribeLogGroups|"
-                          r"states:SendTask(Success|Heartbeat))$")
+                          r"states:SendTask(Success|Heartbeat|Failure))$")
 
 
 def test_the_task_token_answers_really_support_no_resource_level_permissions():
@@ -317,7 +319,7 @@ def test_the_task_token_answers_really_support_no_resource_level_permissions():
 
     defs = json.loads((Path(parliament.__file__).parent / "iam_definition.json").read_text())
     states = next(s for s in defs if s["prefix"] == "states")
-    for action in ("SendTaskSuccess", "SendTaskHeartbeat"):
+    for action in ("SendTaskSuccess", "SendTaskHeartbeat", "SendTaskFailure"):
         (priv,) = [p for p in states["privileges"] if p["privilege"] == action]
         assert [r["resource_type"] for r in priv["resource_types"]] == [""], action
 
@@ -375,14 +377,19 @@ def test_load_jobs_may_only_touch_the_raw_prefix_through_pod_identity(templates)
     trust = cp["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert {p for st in trust for p in _as_list(st["Principal"]["Service"])} == {"pods.eks.amazonaws.com"}
     stmts = [st for rid, st in _statements(cp) if rid.startswith("LoadJobRole")]
-    assert {a for st in stmts for a in _as_list(st["Action"])} == {
-        "s3:PutObject", "s3:GetObject", "states:SendTaskHeartbeat", "states:SendTaskSuccess"}
+    answers = {"states:SendTaskHeartbeat", "states:SendTaskSuccess", "states:SendTaskFailure"}
+    assert {a for st in stmts for a in _as_list(st["Action"])} == {"s3:PutObject", "s3:GetObject", "s3:ListBucket",
+                                                                   *answers}
     for st in stmts:  # a step's inputs and artifacts, its runner hand-over objects, its task token's answers
-        if all(a.startswith("s3:") for a in _as_list(st["Action"])):
+        if _as_list(st["Action"]) == ["s3:ListBucket"]:  # listing a step's inputs (aws s3 cp --recursive), no more
+            bucket = Resolver({k: v for k, v in templates.items() if not k.startswith("_")}).resolve(st["Resource"], CP)
+            assert re.fullmatch(r"arn:aws:s3:::[a-z0-9.-]+", bucket), bucket  # the bucket, which listing is on
+            assert st["Condition"] == {"StringLike": {"s3:prefix": [RUNNER_INPUTS_LISTING]}}
+        elif all(a.startswith("s3:") for a in _as_list(st["Action"])):
             res = json.dumps(st["Resource"])
             assert ("/lake/raw/*" in res) != ("/runs/*/runner/*" in res), res
         else:
-            assert set(_as_list(st["Action"])) <= {"states:SendTaskHeartbeat", "states:SendTaskSuccess"}
+            assert set(_as_list(st["Action"])) <= answers
             assert st["Resource"] == "*"
     # of the functions, only Load answers task tokens (AwaitLoadEnd, when the step already ended)
     answering = {rid.split("Role")[0] for rid, s in _statements(cp) if "states:SendTaskSuccess" in _as_list(s["Action"])}

@@ -6,6 +6,7 @@ is stopped. AIPerf's own command-line check answers a bad option, so a run ends 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -152,6 +153,75 @@ def test_the_load_jobs_runner_runs_each_step_when_its_request_appears_and_stops_
         out = proc.stdout.read() if proc.stdout else ""
         assert f"step s1: AIPerf exited {alone.returncode}" in out and "step s2: past its deadline" in out
         assert (work / "alive").is_file() and s2_out.is_dir()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _steps_runner(work: Path, *steps: str) -> subprocess.Popen[str]:
+    import os
+    import sys
+
+    from benchctl.aws.k8s.jobs import runner_source
+    from benchctl.local.load import aiperf_env
+
+    return subprocess.Popen([sys.executable, "-c", runner_source(), "--steps-dir", str(work), *steps],
+                            env={**os.environ, **aiperf_env()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _hand_over(work: Path, step: str, argv: list[str], deadline_s: float = 120.0) -> None:
+    (work / step).mkdir(exist_ok=True)
+    (work / step / "request.part").write_text(json.dumps({"argv": argv, "deadline_s": deadline_s}))
+    (work / step / "request.part").rename(work / step / "request.json")
+
+
+def test_the_load_jobs_runner_stops_its_run_and_leaves_when_the_control_container_ended(tmp_path: Path) -> None:
+    """The control container's way out (``control.ended``, RUNNER_CONTROL_SCRIPT's ``finish``) while AIPerf
+    runs: the runner stops the run with all its services and leaves non-zero, so the pod ends too."""
+    import os
+    import signal
+
+    work = tmp_path / "artifacts"
+    work.mkdir()
+    proc = _steps_runner(work, "s1", "s2")
+    try:
+        _hand_over(work, "s1", [*_unserved(tmp_path, "s1").argv[:-1], str(work / "s1" / "out")])
+        deadline = time.monotonic() + 120
+        while not (work / "s1" / "started.json").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "the step never started"
+            time.sleep(0.05)
+        started = json.loads((work / "s1" / "started.json").read_text())
+        assert processes.group_members(int(started["pid"]))  # AIPerf runs
+        (work / "control.ended").write_text("97 LoadUploadFailed\n")
+        assert proc.wait(timeout=60) == 1
+        assert not processes.group_members(int(started["pid"]))  # AIPerf and all its services are gone
+        out = proc.stdout.read() if proc.stdout else ""
+        assert "step s1: the control container ended (97 LoadUploadFailed): stopping" in out
+        assert not (work / "s1" / "exit_code").exists()  # no end of its own: the control container said why
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_the_load_jobs_runner_leaves_its_last_words_for_the_control_container_when_it_fails(tmp_path: Path) -> None:
+    """A runner that cannot go on (here: the step's output directory cannot be made) writes why to
+    ``runner.ended`` before it leaves, where the control container reads it (LoadRunnerDied, at once)."""
+    import os
+    import signal
+
+    work = tmp_path / "artifacts"
+    work.mkdir()
+    proc = _steps_runner(work, "s1")
+    try:
+        (work / "s1").mkdir()
+        (work / "s1" / "out").write_text("a file where the runner makes a directory")
+        _hand_over(work, "s1", ["profile", "--no-such-option"])
+        assert proc.wait(timeout=120) != 0
+        last = (work / "runner.ended").read_text()
+        assert last.startswith("FileExistsError:") and "out" in last
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -17,12 +17,12 @@ from benchctl import campaign
 from benchctl.aws.eks import EksServing, EksSmoke
 from benchctl.aws.eks_load import EksLoad
 from benchctl.aws.k8s.client import KubeClient
-from benchctl.aws.k8s.common import LABEL_CAMPAIGN, LABEL_MANAGED, LABEL_ROLE, dgd_name, job_name
+from benchctl.aws.k8s.common import LABEL_CAMPAIGN, LABEL_MANAGED, LABEL_ROLE, dgd_name, job_name, raw_s3_uri
 from benchctl.aws.pools import pools_for
 from benchctl.aws.preflight import preflight
 from benchctl.campaign import Task, deployment_request
 from benchctl.context import Ctx
-from benchctl.errors import NotReadyYet, ServingFailed, SmokeTestFailed, SpecError
+from benchctl.errors import DeadlineExceeded, NotReadyYet, ServingFailed, SmokeTestFailed, SpecError
 from benchctl.local.lake import LocalLake
 from benchctl.local.runstore import LocalRunStore
 from benchctl.plan import plan_campaign
@@ -32,7 +32,7 @@ from benchctl.spec import parse_spec
 from tests.aws_checks import RBAC_FILE, job_problems
 from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, quality_log
 from tests.fakes.k8s_api import FakeKubeApi
-from tests.fakes.ports import providers_for_test
+from tests.fakes.ports import FakeServing, providers_for_test
 from tests.unit.test_eks_pools import CLUSTER, ORIGINAL, OTHER, Aws, aws  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -270,7 +270,20 @@ def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_en
     assert env["BENCHCTL_STEPS"] == " ".join(steps) and env["AWS_REGION"] == "us-west-2"
     assert env["BENCHCTL_CONTROL"] == f"{control.uri}/runner/agg/"
     assert env["BENCHCTL_RAW_PREFIX"] + steps[0] + "/" == raw[steps[0]]
-    assert job["spec"]["activeDeadlineSeconds"] == int(250 + 2 * spec.timeouts.load_grace_s + 1800)
+    # its steps, each with the load grace, and its pod's wait for a node, all counted from the Job's start
+    assert job["spec"]["activeDeadlineSeconds"] == int(250 + 2 * spec.timeouts.load_grace_s
+                                                       + spec.timeouts.capacity_s + 1800)
+    # until its pod runs, nobody answers or heartbeats for it: said, with the scheduler's reason
+    assert load.pending(first) == f"Job {name} has no pod yet"
+    waiting = api.add_job_pod(job, "p0", phase="Pending")
+    waiting["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "message": "0/3 nodes are available: 3 Insufficient cpu."}]
+    api.put(waiting)
+    assert load.pending(first) == "pod p0 Pending (unscheduled: 0/3 nodes are available: 3 Insufficient cpu.)"
+    assert load.failure_logs(first)["pending"] == load.pending(first)  # a pod that never ran: why, kept
+    waiting["status"] = {"phase": "Running"}
+    api.put(waiting)
+    assert load.pending(first) is None and "pending" not in load.failure_logs(first)
     # the step's request, in the Job's own paths: AIPerf writes to the step's out directory
     req = control.read_json(f"runner/agg/{steps[0]}/request.json")
     assert req is not None and req["deadline_s"] == 100.0 + spec.timeouts.load_grace_s
@@ -299,6 +312,105 @@ def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_en
         load.launch(LoadRequest(CID, "agg", "s1", ("--x",), "/tmp/raw"))
     with pytest.raises(ValueError, match="not one of its runner's steps"):
         load.launch(replace(request(steps[0]), group_steps=("other",)))
+
+
+class _S3RawLake(LocalLake):
+    """A local lake whose raw areas are named as the S3 lake names them (the EKS load uploads there)."""
+
+    def raw_uri(self, campaign_id: str, experiment: str, step_id: str) -> str:
+        return raw_s3_uri(campaign_id, experiment, step_id, "s3://b/lake")
+
+
+class _Answering:
+    """A callbacks port: somebody answers task tokens (on AWS the runner Job)."""
+
+    def watch(self, token: str, state: str, key: tuple[str, str], wake: Any) -> bool:
+        return True
+
+
+def _load_providers(api: FakeKubeApi, tmp_path: Path, now: list[float]) -> Any:
+    spec = _spec()  # with a wait for capacity longer than the warm-up's own bound, as on AWS
+    spec = spec.model_copy(update={"timeouts": spec.timeouts.model_copy(update={"capacity_s": 900.0})})
+    p = providers_for_test(tmp_path / "run", _S3RawLake(tmp_path / "lake"), spec=spec, engine="aws",
+                           serving=FakeServing(), callbacks=_Answering(), clock=lambda: now[0],
+                           load=EksLoad(kube_of(api), spec, CID, control=LocalRunStore(tmp_path / "ctl"),
+                                        region="us-east-1"))
+    p.state.save_deployment("agg", DeploymentRecord(state={"deployment_id": "agg", "url": "http://f:8000"},
+                                                    deployed_at=0))
+    p.serving.status["agg"] = "running"
+    return p, Ctx(CID, str(tmp_path / "run"), str(tmp_path / "lake"), 30, None)
+
+
+def test_a_runner_pod_waiting_for_a_node_is_given_capacity_s_not_the_steps_own_bounds(api, tmp_path):
+    """Nobody heartbeats a step's task token before its runner pod runs: LaunchLoad's heartbeat bound for
+    AwaitLoadEnd then also covers the wait for a node (timeouts.capacity_s), a polled load (the warm-up)
+    waits for its pod within capacity_s (named, with the scheduler's reason, past it), and its own deadline
+    counts from when its pod runs."""
+    now = [1000.0]
+    p, ctx = _load_providers(api, tmp_path, now)
+    spec = p.state.spec()
+    steps = [s.step_id for s in plan_campaign(spec, "aws").experiments[0].steps]
+    first = campaign.launch_step(p, ctx, Task("agg", steps[0]))
+    assert first["callback"] is True and first["heartbeat_s"] == 300 + int(spec.timeouts.capacity_s)
+    (job_id,) = _names(api, "Job", ours=True)
+    job = api.stored("Job", job_id, NS)
+    api.add_job_pod(job, "runner", phase="Running")
+    second = campaign.launch_step(p, ctx, Task("agg", steps[1]))  # the same workload's runner, running now
+    assert second["heartbeat_s"] == 300
+    # the warm-up is polled (CheckWarmUp): its pod waits for a node for a while, longer than its own deadline
+    campaign.launch_warmup(p, ctx, Task("agg"))
+    (warm_id,) = [n for n in _names(api, "Job", ours=True) if n != job_id]
+    warm = api.stored("Job", warm_id, NS)
+    pod = api.add_job_pod(warm, "warm", phase="Pending")
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": "0/2 nodes are available: 2 Insufficient cpu."}]
+    api.put(pod)
+    rec = p.state.load("agg", "warmup")
+    own = (rec.est_s or 0) + spec.timeouts.load_grace_s
+    assert own < spec.timeouts.capacity_s
+    now[0] += own + 1
+    assert campaign.check_warmup(p, ctx, Task("agg")) == {"done": False}  # not its deadline: it never ran
+    pod["status"] = {"phase": "Running"}
+    api.put(pod)
+    assert campaign.check_warmup(p, ctx, Task("agg")) == {"done": False}  # runs now: its deadline starts
+    assert p.state.load("agg", "warmup").running_at == now[0]
+    now[0] += own + 1
+    with pytest.raises(DeadlineExceeded, match="still running after"):
+        campaign.check_warmup(p, ctx, Task("agg"))
+    # a pod that never gets a node: past capacity_s, named with the scheduler's reason
+    now2 = [5000.0]
+    with FakeKubeApi() as api2:
+        p2, ctx2 = _load_providers(api2, tmp_path / "2", now2)
+        campaign.launch_warmup(p2, ctx2, Task("agg"))
+        (w,) = _names(api2, "Job", ours=True)
+        stuck = api2.add_job_pod(api2.stored("Job", w, NS), "stuck", phase="Pending")
+        stuck["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                          "message": "0/2 nodes are available: 2 Insufficient cpu."}]
+        api2.put(stuck)
+        now2[0] += spec.timeouts.capacity_s + 1
+        with pytest.raises(DeadlineExceeded, match=r"not running after .* \(timeouts\.capacity_s\): pod stuck "
+                                                   r"Pending \(unscheduled: 0/2 nodes are available"):
+            campaign.check_warmup(p2, ctx2, Task("agg"))
+
+
+def test_stopping_a_failed_steps_load_keeps_its_pods_logs_before_the_job_and_its_pods_go(api, tmp_path):
+    """StopLoadAfterFailure deletes the runner Job (its pods go with it): their last log lines are read
+    first and kept with the step's record, where the failure path reports them."""
+    now = [1000.0]
+    p, ctx = _load_providers(api, tmp_path, now)
+    step = plan_campaign(p.state.spec(), "aws").experiments[0].steps[0].step_id
+    campaign.launch_step(p, ctx, Task("agg", step))
+    (job_id,) = _names(api, "Job", ours=True)
+    api.add_job_pod(api.stored("Job", job_id, NS), "runner-pod",
+                    logs="[benchctl] LoadRunnerDied: the AIPerf runner ended: MemoryError")
+    out = campaign.stop_load_after_failure(p, ctx, Task("agg", step, error={"Error": "States.HeartbeatTimeout",
+                                                                            "Cause": ""}))
+    assert out["error"] == "States.HeartbeatTimeout"
+    assert api.stored("Job", job_id, NS)["metadata"].get("deletionTimestamp")  # stopped: being deleted
+    api.settle()
+    assert api.stored("Job", job_id, NS) is None  # gone once its pods are
+    rec = p.state.load("agg", step)
+    assert rec.stopped and any("MemoryError" in text for text in (rec.logs or {}).values()), rec.logs
 
 
 def test_smoke_job_success_and_failure(api):
@@ -602,6 +714,56 @@ def test_the_uploader_check_needs_aws_cli_v2(tmp_path, version, code):
     job = render_preflight_job(_spec(), CID, "uploader")
     res = _run_check(job["spec"]["template"]["spec"]["containers"][0]["command"][2], tmp_path, {"aws": version})
     assert res.returncode == code, res.stderr
+
+
+@pytest.mark.parametrize("denied", [None, "ListObjectsV2", "PutObject", "SendTaskFailure"])
+def test_the_uploader_check_makes_the_runners_calls_and_names_a_denied_one(tmp_path, denied):
+    """After the version and identity, the uploader check makes each call of the runner's path where this
+    campaign's runner makes them (a step's inputs listed, a run-store object written and read, the three
+    task-token answers; a token naming no task is refused as invalid once IAM allowed the call): exit 6 and
+    the call named when one is denied. The real AWS CLI runs it in tests/infra/test_runner_rehearsal.py."""
+    import os
+    import subprocess
+    import sys
+
+    from benchctl.aws.k8s.jobs import render_preflight_job
+
+    job = render_preflight_job(_spec(), CID, "uploader", run_uri=f"s3://b/runs/{CID}", lake_uri="s3://b/lake",
+                               region="eu-west-1")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["BENCHCTL_RAW_PREFIX"] == f"s3://b/lake/raw/campaign_id={CID}/experiment=_preflight/step_id=_preflight/"
+    assert env["BENCHCTL_CONTROL"] == f"s3://b/runs/{CID}/runner/_preflight/_preflight/"
+    assert env["AWS_REGION"] == "eu-west-1" and env["HOME"] == "/tmp"
+    assert job["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001  # as the runner runs
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text(f"""#!{sys.executable}
+import sys
+args = sys.argv[1:]
+op = ("version" if args == ["--version"] else "GetCallerIdentity" if args[0] == "sts"
+      else "ListObjectsV2" if "--recursive" in args else "PutObject" if "-" == args[-2] else "GetObject"
+      if args[0] == "s3" else "".join(w.title() for w in args[1].split("-")))
+if op == "version":
+    print("aws-cli/2.22.0 Python/3.12.6 Linux")
+elif op == {denied!r}:
+    print(f"An error occurred (AccessDenied) when calling the {{op}} operation: not authorized", file=sys.stderr)
+    sys.exit(254)
+elif op.startswith("SendTask"):
+    print(f"An error occurred (InvalidToken) when calling the {{op}} operation: Invalid token", file=sys.stderr)
+    sys.exit(254)
+""")
+    (bin_dir / "aws").chmod(0o755)
+    res = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, **env, "HOME": str(tmp_path), "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
+    if denied is None:
+        assert res.returncode == 0, res.stderr
+        assert "task-token answers allowed" in res.stdout
+        return
+    assert res.returncode == 6, res.stdout + res.stderr
+    named = {"ListObjectsV2": "fetching a step's inputs", "PutObject": "writing a step's end record",
+             "SendTaskFailure": "answering a step's task token (stepfunctions send-task-failure)"}[denied]
+    assert named in res.stderr and f"calling the {denied} operation" in res.stderr
 
 
 def test_a_failed_or_stuck_image_check_is_a_named_problem(api, aws):  # noqa: F811

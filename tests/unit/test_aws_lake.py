@@ -454,6 +454,47 @@ def test_s3_run_store_behaves_like_the_local_one(s3: Any, tmp_path: Path) -> Non
     assert remote.keys("deployments") == ["deployments/disagg.json"]
 
 
+class _Refusing:
+    """An S3 client as S3 answers a role whose s3:ListBucket holds only under a prefix (``s3:prefix``): every
+    GET/HEAD of a key it may not find is 403, not 404; a listing under the prefix answers."""
+
+    def __init__(self, keys: set[str], readable: bool) -> None:
+        self.keys, self.readable = keys, readable
+
+    def _refusal(self, op: str) -> ClientError:
+        return ClientError({"Error": {"Code": "AccessDenied" if op == "GetObject" else "403"}}, op)
+
+    def get_object(self, Bucket: str, Key: str) -> Any:
+        if Key in self.keys and self.readable:
+            return {"Body": io.BytesIO(b'{"a": 1}')}
+        raise self._refusal("GetObject")
+
+    def head_object(self, Bucket: str, Key: str) -> Any:
+        if Key in self.keys and self.readable:
+            return {}
+        raise self._refusal("HeadObject")
+
+    def list_objects_v2(self, Bucket: str, Prefix: str, MaxKeys: int) -> Any:
+        return {"Contents": [{"Key": k} for k in sorted(self.keys) if k.startswith(Prefix)][:MaxKeys]}
+
+
+def test_s3_run_store_reads_a_403_for_a_key_no_listing_finds_as_missing_and_raises_any_other() -> None:
+    """S3 answers a missing key with 404 only to a caller that may list the bucket; the functions may list
+    only under their prefixes, so S3 may answer 403: the run store then lists exactly that key. Nothing
+    there: missing (None / False); there but refused: the refusal, as S3 gave it."""
+    store = S3RunStore(BUCKET, "runs/camp-1")
+    store._s3_client = _Refusing({"runs/camp-1/runner/agg/s1/token.json.bak"}, readable=True)
+    assert store.read_json("runner/agg/s1/token.json") is None  # only a longer key shares the prefix
+    assert store.exists("runner/agg/s1/token.json") is False
+    store._s3_client = _Refusing({"runs/camp-1/runner/agg/s1/token.json"}, readable=False)
+    with pytest.raises(ClientError, match="AccessDenied"):
+        store.read_json("runner/agg/s1/token.json")
+    with pytest.raises(ClientError, match="403"):
+        store.exists("runner/agg/s1/token.json")
+    store._s3_client = _Refusing({"runs/camp-1/runner/agg/s1/token.json"}, readable=True)
+    assert store.read_json("runner/agg/s1/token.json") == {"a": 1} and store.exists("runner/agg/s1/token.json")
+
+
 @pytest.mark.parametrize("key", ["../x", "/plan.json", "a/../../b.json", "a/../b.json", "", "a//b.json"])
 def test_s3_run_store_refuses_escaping_keys(s3: Any, key: str) -> None:
     store = S3RunStore(BUCKET, "runs/camp-1")

@@ -30,6 +30,9 @@ class Load:
         self.launched.append(request.job_id)
         return {"job_id": request.job_id}
 
+    def pending(self, state):
+        return None
+
 
 def _providers(tmp_path: Path, max_usd: float, clock) -> tuple[Providers, Ctx, Load]:
     data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())

@@ -561,17 +561,68 @@ def test_one_runner_job_per_workload_with_its_steps_in_order_and_the_load_image(
         assert env["BENCHCTL_CONTROL"] == f"s3://b/runs/{CID}/runner/{exp.name}/" and env["AWS_REGION"] == "eu-west-1"
         assert env["BENCHCTL_RAW_PREFIX"] == f"s3://<results-bucket>/lake/raw/campaign_id={CID}/experiment={exp.name}/step_id="
         assert ctl["image"] == spec.kubernetes.uploader_image and ctl["command"] == ["sh", "-c", j.RUNNER_CONTROL_SCRIPT]
+        # one user for both containers (they share each step's directory), the load image's own
+        assert pod["securityContext"] == {"runAsUser": 10001, "runAsGroup": 10001, "runAsNonRoot": True,
+                                          "fsGroup": 10001, "fsGroupChangePolicy": "OnRootMismatch"}
+        assert env["HOME"] == "/tmp"  # the AWS CLI image's home is root's
+        assert ctl["resources"]["limits"] == ctl["resources"]["requests"] == {"cpu": "250m", "memory": "512Mi"}
         assert pod["serviceAccountName"] == "benchctl-load"
         assert pod["automountServiceAccountToken"] is False  # no API token: AIPerf's pod discovery finds nothing
         assert pod["volumes"] == [{"name": "artifacts", "emptyDir": {}},
                                   {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
         assert not any(e["name"] == "HF_TOKEN" for c in pod["containers"] for e in c.get("env", []))
         assert job["spec"]["activeDeadlineSeconds"] == int(
-            sum(s.est_s for s in steps) + len(steps) * spec.timeouts.load_grace_s + 1800)
+            sum(s.est_s for s in steps) + len(steps) * spec.timeouts.load_grace_s + spec.timeouts.capacity_s + 1800)
     assert load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(aiperf_image="reg/aiperf:0.13.0")) \
         and dict(r.render_campaign(load("seed-plan.yaml", lambda d: d.setdefault("kubernetes", {}).update(
             aiperf_image="reg/aiperf:0.13.0")), CID))[f"experiments/{exp.name}/jobs/warmup.yaml"]["spec"]["template"][
             "spec"]["containers"][0]["image"] == "reg/aiperf:0.13.0"
+
+
+def test_the_runner_pods_user_is_the_load_images_own() -> None:
+    """The pod's user is the one the load image is built for (its home, AIPerf's cache): the Dockerfile's USER."""
+    dockerfile = (ROOT / "stacks" / "images" / "load" / "Dockerfile").read_text()
+    assert re.findall(r"^USER\s+(\S+)", dockerfile, re.M)[-1] == str(j.LOAD_UID)
+    assert f"--uid {j.LOAD_UID}" in dockerfile
+
+
+def _admits(affinity: dict[str, Any] | None, node_labels: dict[str, str]) -> bool:
+    """Whether a node with these labels satisfies a required node affinity (kube-scheduler's NodeAffinity:
+    any term; every expression of a term; NotIn/DoesNotExist hold for a node without the label)."""
+    if not affinity:
+        return True
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+    def holds(e: dict[str, Any]) -> bool:
+        value = node_labels.get(e["key"])
+        return {"In": value in e.get("values", []), "NotIn": value not in e.get("values", []),
+                "Exists": value is not None, "DoesNotExist": value is None}[e["operator"]]
+
+    return any(all(holds(e) for e in t.get("matchExpressions", [])) for t in terms)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_load_smoke_and_preflight_pods_never_land_on_the_campaigns_gpu_nodes(name: str) -> None:
+    """Every CPU pod of a campaign (runner, smoke and preflight Jobs) is kept off every node of the
+    campaign's GPU pools by a required node affinity, judged against the labels those nodes carry as the
+    workers are pinned to them (``scheduling``: node group or NodePool), while a node of no pool of ours
+    (a CPU node, whoever runs it) stays eligible."""
+    spec = load(name)
+    manifests = dict(r.render_campaign(spec, CID, runs_uri="s3://b/runs", region="eu-west-1"))
+    pods = {p: o["spec"]["template"]["spec"] for p, o in manifests.items()
+            if o["kind"] == "Job" and p != "prefetch-job.yaml"}
+    pods.update({f"preflight-{c}": j.render_preflight_job(spec, CID, c)["spec"]["template"]["spec"]
+                 for c in ("aiperf", "uploader")})
+    gpu_nodes = [kc.scheduling(CID, pool).get("nodeSelector", {}) for pool in spec.pools]
+    for path, pod in pods.items():
+        assert not any(t.get("key") == kc.GPU for t in pod.get("tolerations", [])), path
+        for labels in gpu_nodes:
+            if labels:  # a pool pinned to its nodes (not a spec written for the local engine)
+                assert not _admits(pod.get("affinity"), labels), (path, labels)
+        assert _admits(pod.get("affinity"), {"eks.amazonaws.com/nodegroup": "cpu-general",
+                                             "karpenter.sh/nodepool": "general-purpose"}), path
+    if any(p.provider != "local" for p in spec.pools):
+        assert all("affinity" in pod for pod in pods.values())
 
 
 def test_each_step_asks_its_runner_for_exactly_the_planned_aiperf_arguments() -> None:
@@ -607,19 +658,22 @@ def _run_sh(script: str, tmp: Path, bin_dir: Path) -> subprocess.CompletedProces
                           env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
 
 
-@pytest.mark.parametrize("upload_fails", [False, True])
+@pytest.mark.parametrize("failure", [None, "upload", "runner", "sigterm"])
 def test_runner_control_script_hands_each_step_over_uploads_it_and_answers_its_token(
-        tmp_path: Path, upload_fails: bool) -> None:
+        tmp_path: Path, failure: str | None) -> None:
     """The control container's script under sh, with a fake ``aws`` over a local "bucket" and a fake runner
     (the exit code file): each step's request and inputs are handed over in order, its artifacts uploaded to
-    its raw prefix, its end record written with AIPerf's exit code, its task token answered; a failed
-    upload ends the container with 97 and no end record (CheckLoad then sees the Job failed)."""
+    its raw prefix, its end record written with AIPerf's exit code, its task token answered. Any other way out
+    is told at once, everywhere it is waited for: a failed upload (97), the runner's last words (95), SIGTERM
+    (143, the Job deleted: no wait for the kubelet's grace) each give the step in flight an end record naming
+    the error, answer its token with SendTaskFailure (that error, the cause) and tell the runner
+    (``control.ended``). The same script runs with the real AWS CLI in tests/infra/test_runner_rehearsal.py."""
     bin_dir, bucket = tmp_path / "bin", tmp_path / "bucket"
     bin_dir.mkdir()
     _fake(bin_dir, "aws", f"""
 import pathlib, shutil
 root, log = pathlib.Path({str(bucket)!r}), pathlib.Path({str(tmp_path / 'aws.log')!r})
-args = [a for a in sys.argv[1:] if a != "--quiet"]
+args = [a for a in sys.argv[1:] if a not in ("--quiet", "--only-show-errors")]
 with log.open("a") as f:
     f.write(json.dumps(args) + "\\n")
 def local(uri):
@@ -644,7 +698,8 @@ elif src.startswith("s3://"):
     pathlib.Path(dst).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(local(src), dst)
 else:
-    if {upload_fails!r}:
+    if {failure == "upload"!r}:
+        print("upload failed: An error occurred (AccessDenied) when calling the PutObject operation", file=sys.stderr)
         sys.exit(1)
     shutil.copytree(src, local(dst), dirs_exist_ok=True)
 """)
@@ -660,6 +715,7 @@ else:
         (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs/d.jsonl").write_text(f"{k}\n")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "BENCHCTL_STEPS": " ".join(steps),
            "BENCHCTL_DIR": str(work), "BENCHCTL_CONTROL": control, "BENCHCTL_RAW_PREFIX": raw}
+    work.mkdir()
     proc = subprocess.Popen(["sh", "-c", j.RUNNER_CONTROL_SCRIPT], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -671,28 +727,51 @@ else:
                 time.sleep(0.05)
             assert json.loads((d / "request.json").read_text()) == {"argv": ["profile"]}
             assert (d / "inputs" / "d.jsonl").read_text() == f"{k}\n"
+            if failure == "runner":  # it dies, with its last words (load_runner.RUNNER_ENDED)
+                (work / "runner.ended").write_text("PermissionError: [Errno 13] Permission denied: 'out'")
+                break
+            if failure == "sigterm":  # the Job is deleted while AIPerf runs
+                time.sleep(1.5)
+                proc.terminate()
+                break
             (d / "out").mkdir()
             (d / "out" / "profile_export_aiperf.json").write_text(step)
             (d / "exit_code").write_text("3" if step == "s1" else "0")
-            if upload_fails:
+            if failure == "upload":
                 break
+        started = time.monotonic()
         code = proc.wait(timeout=30)
+        took = time.monotonic() - started
     finally:
         if proc.poll() is None:
             proc.kill()
+    out = proc.stdout.read() if proc.stdout else ""
     ends = {s: bucket / f"b/runs/c/runner/agg/{s}/end.json" for s in steps}
     calls = [json.loads(line) for line in (tmp_path / "aws.log").read_text().splitlines()]
-    answered = [c[c.index("--task-token") + 1] for c in calls if c[:2] == ["stepfunctions", "send-task-success"]]
-    if upload_fails:
-        assert code == 97 and not ends["s1"].exists() and answered == []
+    answers = [(c[1], c[c.index("--task-token") + 1]) for c in calls if c[0] == "stepfunctions"]
+    if failure is None:
+        assert code == 0, out
+        for step, exit_code in (("s1", 3), ("s2", 0)):
+            assert json.loads(ends[step].read_text())["exit_code"] == exit_code
+            assert (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/profile_export_aiperf.json"
+                    ).read_text() == step
+            assert not (work / step).exists()  # the step's space is freed once it is uploaded
+        assert ("send-task-success", "tok-s1") in answers and ("send-task-success", "tok-s2") in answers
+        assert not any(a == "send-task-failure" for a, _ in answers) and not (work / "control.ended").exists()
         return
-    assert code == 0
-    for step, exit_code in (("s1", 3), ("s2", 0)):
-        assert json.loads(ends[step].read_text())["exit_code"] == exit_code
-        assert (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/profile_export_aiperf.json"
-                ).read_text() == step
-        assert not (work / step).exists()  # the step's space is freed once it is uploaded
-    assert answered == ["tok-s1", "tok-s2"]
+    code_, error = {"upload": (97, "LoadUploadFailed"), "runner": (95, "LoadRunnerDied"),
+                    "sigterm": (143, "LoadRunnerStopped")}[failure]
+    assert code == code_, out
+    assert took < 5, took  # at once: neither the runner's 60 s beat nor the kubelet's 30 s grace
+    end = json.loads(ends["s1"].read_text())  # the step in flight ends, naming why
+    assert (end["exit_code"], end["error"]) == (code_, error) and not ends["s2"].exists()
+    (failed,) = [c for c in calls if c[:2] == ["stepfunctions", "send-task-failure"]]
+    assert failed[failed.index("--task-token") + 1] == "tok-s1" and failed[failed.index("--error") + 1] == error
+    cause = failed[failed.index("--cause") + 1]
+    assert cause.startswith("step s1: ") and cause.removeprefix("step s1: ") == end["cause"]
+    assert {"upload": "AccessDenied", "runner": "Permission denied", "sigterm": "SIGTERM"}[failure] in cause
+    assert ("send-task-success", "tok-s1") not in answers
+    assert (work / "control.ended").read_text().split() == [str(code_), error]  # the runner stops too
 
 
 class _Frontend(BaseHTTPRequestHandler):

@@ -13,9 +13,12 @@ from benchctl.aws.k8s.common import (
     DEFAULT_DEADLINE_S,
     DO_NOT_DISRUPT,
     JOB_TTL_S,
+    LAKE_PLACEHOLDER,
     MODEL_MOUNT,
     OFFLINE_TOKENIZER_ENV,
     PREFLIGHT_DEADLINE_S,
+    REGION_PLACEHOLDER,
+    RUNS_PLACEHOLDER,
     aiperf_image,
     hf_env,
     job_name,
@@ -23,10 +26,13 @@ from benchctl.aws.k8s.common import (
     meta,
     model_snapshot_dir,
     model_volume,
+    nodepool_name,
     prefetch_job_name,
     preflight_job_name,
+    raw_s3_uri,
 )
 from benchctl.quality import spec_requests
+from benchctl.runstate import runner_key
 from benchctl.spec import CampaignSpec, Kubernetes, ModelSpec
 
 JSON = dict[str, Any]
@@ -56,6 +62,43 @@ def _with_artifact_dir(argv: list[str], path: str) -> list[str]:
             out[i] = f"--artifact-dir={path}"
             return out
     return [*out, "--artifact-dir", path]
+
+
+# The load image's user (``USER 10001`` in stacks/images/load/Dockerfile). A runner Job's pod runs both its
+# containers as this user (``pod_security``): they share the step directories of one emptyDir, and a directory
+# one container creates belongs to its user (the AWS CLI image has no USER: root, 0755).
+LOAD_UID = 10001
+# The control container (AWS CLI v2): a few commands at a time, one upload per step; the pod stays Guaranteed
+CONTROL_RESOURCES = {"cpu": "250m", "memory": "512Mi"}
+CONTROL_HOME = "/tmp"  # the CLI's home (~/.aws): the image's /root is not this user's
+
+
+def pod_security() -> JSON:
+    """One user for every container of a load runner, smoke or preflight pod (the load image's), whose group
+    also owns the pod's volumes (``fsGroup``)."""
+    return {"runAsUser": LOAD_UID, "runAsGroup": LOAD_UID, "runAsNonRoot": True, "fsGroup": LOAD_UID,
+            # a volume already owned by the group is not walked again (the model volume is large)
+            "fsGroupChangePolicy": "OnRootMismatch"}
+
+
+def off_gpu_pools(spec: CampaignSpec, campaign_id: str) -> JSON:
+    """A required node affinity that keeps a CPU pod (load runner, smoke test, preflight) off this campaign's
+    GPU pools: not on their managed node groups (``eks.amazonaws.com/nodegroup``), not on our Auto Mode
+    NodePools (``karpenter.sh/nodepool``; they also carry the GPU taint). ``NotIn`` also matches a node
+    without the label, so every other node (whoever runs it) stays eligible."""
+    nodegroups = sorted({p.nodegroup for p in spec.pools if p.provider == "managed-nodegroup" and p.nodegroup})
+    nodepools = sorted({nodepool_name(campaign_id, p.name) for p in spec.pools if p.provider == "auto-mode"})
+    # and no node GPU feature discovery labels as having NVIDIA GPUs (another team's GPU nodes)
+    terms = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
+    terms += [{"key": key, "operator": "NotIn", "values": values}
+              for key, values in (("eks.amazonaws.com/nodegroup", nodegroups), ("karpenter.sh/nodepool", nodepools))
+              if values]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+
+
+def _cpu_pod(spec: CampaignSpec, campaign_id: str, pod_spec: JSON) -> JSON:
+    return {**pod_spec, "affinity": off_gpu_pools(spec, campaign_id)}
 
 
 # Values come from the environment, so the script is one constant (nothing to quote).
@@ -104,7 +147,8 @@ for q in json.loads(os.environ.get("QUALITY_REQUESTS") or "[]"):
 
 def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, frontend_url: str) -> JSON:
     """A Job sending ``smoke.requests`` chat completions and reading ``/metrics`` (fails on any error), then
-    the output-quality questions, whose answers it logs (:data:`QUALITY_SCRIPT`)."""
+    the output-quality questions, whose answers it logs (:data:`QUALITY_SCRIPT`); on a CPU node, never on one
+    of the campaign's GPU pools (:func:`off_gpu_pools`)."""
     lbl = labels(campaign_id, experiment, "smoke")
     pod_spec: JSON = {"automountServiceAccountToken": False, "containers": [{
         "name": "smoke",
@@ -119,7 +163,8 @@ def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, fron
         ],
         "resources": {"limits": {"cpu": "1", "memory": "512Mi"}, "requests": {"cpu": "1", "memory": "512Mi"}},
     }]}
-    return _job(spec.kubernetes.namespace, job_name(campaign_id, experiment, "smoke"), lbl, pod_spec, 900)
+    return _job(spec.kubernetes.namespace, job_name(campaign_id, experiment, "smoke"), lbl,
+                _cpu_pod(spec, campaign_id, pod_spec), 900)
 
 
 # The model prefetch: huggingface_hub pinned (the version benchctl's own environment holds and its tests run
@@ -174,7 +219,7 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, we
 
 # The preflight's image checks: each prints its tool's version; the check script compares it with what
 # benchctl needs, so a Job that succeeds proves the image runs and holds the right tool, on a CPU node
-# (no GPU toleration), with the load Jobs' service account, before any pool is scaled.
+# (off the campaign's GPU pools), with the load Jobs' service account and user, before any pool is scaled.
 PREFLIGHT_CHECKS: dict[str, str] = {
     # AIPerf's own version string is the package's; the Job fails unless it is the one we parse for
     "aiperf": ('v="$(aiperf --version 2>&1 | tail -n 1)"; echo "aiperf --version: $v"; '
@@ -184,6 +229,30 @@ PREFLIGHT_CHECKS: dict[str, str] = {
                  'case "$v" in aws-cli/2.*) ;; *) echo "need AWS CLI v2" >&2; exit 3;; esac; '
                  'aws sts get-caller-identity --query Arn --output text || exit 4'),
 }
+# ... then every call the runner's control container makes, as it makes them, where a campaign's runner makes
+# them (BENCHCTL_RAW_PREFIX: a step's raw area, BENCHCTL_CONTROL: its run-store keys, both of a probe step no
+# experiment can be named): a step's inputs fetched (ListObjectsV2 of its inputs/ prefix), a run-store object
+# written and read back, and the three task-token answers (a token that names no task: refused as invalid
+# once IAM allowed the call; only an AccessDenied fails the check). 6: a call the load Job role is denied.
+UPLOADER_PATH_CHECK = """\
+probe() {
+  echo "$1: denied to this service account's role (the load Job role of the control-plane stack): $2" >&2
+  exit 6
+}
+out=$(aws s3 cp --only-show-errors --recursive "${BENCHCTL_RAW_PREFIX}inputs/" "$HOME/benchctl-preflight/" 2>&1) \\
+  || probe "fetching a step's inputs (s3 cp --recursive ${BENCHCTL_RAW_PREFIX}inputs/: ListObjectsV2, GetObject)" "$out"
+out=$(printf '{"preflight": true}' | aws s3 cp --only-show-errors - "${BENCHCTL_CONTROL}probe.json" 2>&1) \\
+  || probe "writing a step's end record (s3 cp to ${BENCHCTL_CONTROL}probe.json: PutObject)" "$out"
+out=$(aws s3 cp --only-show-errors "${BENCHCTL_CONTROL}probe.json" - 2>&1) \\
+  || probe "reading a step's request (s3 cp from ${BENCHCTL_CONTROL}probe.json: GetObject)" "$out"
+for answer in send-task-heartbeat send-task-success send-task-failure; do
+  case "$answer" in send-task-success) extra="--task-output {}";; *) extra="";; esac
+  out=$(aws stepfunctions "$answer" --task-token benchctl-preflight-probe $extra 2>&1)
+  case "$out" in *AccessDenied*) probe "answering a step's task token (stepfunctions $answer)" "$out";; esac
+done
+echo "the load Job role's path: inputs listed, run-store object written and read, task-token answers allowed"
+"""
+PREFLIGHT_PROBE = "_preflight"  # the probe step's experiment and step id (no experiment name starts with "_")
 
 
 # Without a model prefetch the volume must already hold the model: the AIPerf check then also loads the
@@ -193,20 +262,13 @@ TOKENIZER_CHECK = ("python3 -c 'import os; from aiperf.common.tokenizer import T
                    "print(\"tokenizer\", os.environ[\"MODEL\"], os.environ[\"REVISION\"], \"read offline\")' || exit 5")
 
 
-def cpu_node_affinity(spec: CampaignSpec) -> JSON:
-    """Required node affinity to nodes that are not GPU nodes: not of the spec's node groups, and not labelled
-    as having NVIDIA GPUs (GPU feature discovery's ``nvidia.com/gpu.present``). ``NotIn`` also matches nodes
-    without the label, so any CPU node qualifies. (Our Auto Mode NodePools do not exist yet at preflight, and
-    their nodes are tainted.)"""
-    groups = sorted({p.nodegroup for p in spec.pools if p.provider == "managed-nodegroup" and p.nodegroup})
-    terms = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
-    terms += [{"key": "eks.amazonaws.com/nodegroup", "operator": "NotIn", "values": groups}] if groups else []
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
-
-
-def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JSON:
-    """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS)."""
+def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, run_uri: str | None = None,
+                         lake_uri: str = LAKE_PLACEHOLDER, region: str = REGION_PLACEHOLDER) -> JSON:
+    """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS), run as a
+    runner Job runs (its service account, :func:`pod_security`, off the GPU pools). The uploader check then
+    makes the runner's calls (:data:`UPLOADER_PATH_CHECK`) where a runner of this campaign makes them: a
+    probe step's raw area in the lake (``lake_uri``) and its keys in the campaign's run store (``run_uri``;
+    default: the placeholder bucket's), in ``region``."""
     image = {"aiperf": aiperf_image(spec.kubernetes), "uploader": spec.kubernetes.uploader_image}[check]
     script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
     # the AIPerf check asks what a load runner's AIPerf container asks (kubernetes.load_cpu/load_memory), on a
@@ -218,64 +280,123 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str) -> JS
     pod_spec: JSON = {
         "serviceAccountName": spec.kubernetes.load_service_account,
         "automountServiceAccountToken": False,
+        "securityContext": pod_security(),
         "containers": [container],
     }
-    if check == "aiperf":
-        pod_spec["affinity"] = cpu_node_affinity(spec)
     if check == "aiperf" and not spec.kubernetes.prefetch_model:
         container["command"][2] = f"{script}; {TOKENIZER_CHECK}"
         container["env"] = [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},
                             {"name": "REVISION", "value": spec.model.revision or "main"}]
         container["volumeMounts"] = [{**MODEL_MOUNT, "readOnly": True}]
         pod_spec["volumes"] = [model_volume(spec.kubernetes)]
+    if check == "uploader":
+        run_uri = (run_uri or f"{RUNS_PLACEHOLDER}/{campaign_id}").rstrip("/")
+        container["command"][2] = f"{script}\n{UPLOADER_PATH_CHECK}"
+        container["env"] = [
+            {"name": "BENCHCTL_RAW_PREFIX", "value": raw_s3_uri(campaign_id, PREFLIGHT_PROBE, PREFLIGHT_PROBE, lake_uri)},
+            {"name": "BENCHCTL_CONTROL", "value": f"{run_uri}/{runner_key(PREFLIGHT_PROBE, PREFLIGHT_PROBE)}"},
+            *_aws_env(region)]
     lbl = labels(campaign_id, step_id=f"preflight-{check}")
-    return _job(spec.kubernetes.namespace, preflight_job_name(campaign_id, check), lbl, pod_spec, PREFLIGHT_DEADLINE_S)
+    return _job(spec.kubernetes.namespace, preflight_job_name(campaign_id, check), lbl,
+                _cpu_pod(spec, campaign_id, pod_spec), PREFLIGHT_DEADLINE_S)
+
+
+def _aws_env(region: str) -> list[JSON]:
+    """The AWS CLI's Region (Step Functions needs one) and a home this user may write (:data:`CONTROL_HOME`)."""
+    return [{"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region},
+            {"name": "HOME", "value": CONTROL_HOME}]
 
 
 # --------------------------------------------------------------------------------------- the load runner
 
-# The control container of a load runner Job (AWS CLI v2 image; values from its environment, so the script
-# is one constant): for each step in order, wait for the step's request in the run store (LaunchLoad writes
-# it after the budget guard), fetch the step's kept inputs, hand both to the runner (an atomic rename);
-# while AIPerf runs, answer the step's task token (AwaitLoadEnd stores it) with heartbeats, and give up if
-# the runner stopped beating; when the step's exit code appears, upload its artifacts, write the step's end
-# record (CheckLoad reads it), answer the task token (Step Functions resumes at once), free the space.
-# 95: the runner died; 96: the inputs could not be fetched; 97: the upload or the end record failed.
-# POSIX sh and coreutils only (the AWS CLI image is a minimal Amazon Linux: no jq, no Python of its own).
+# The control container of a load runner Job (AWS CLI v2 image, run as the load image's user; values from its
+# environment, so the script is one constant): for each step in order, wait for the step's request in the run
+# store (LaunchLoad writes it after the budget guard), fetch the step's kept inputs, hand both to the runner
+# (an atomic rename); while AIPerf runs, answer the step's task token (AwaitLoadEnd stores it) with
+# heartbeats, and give up if the runner ended or stopped beating; when the step's exit code appears, upload
+# its artifacts, write the step's end record (CheckLoad reads it), answer the task token (Step Functions
+# resumes at once), free the space.
+# Every other way out (`finish`): the runner told (`control.ended`, it stops too, so the pod ends), the step
+# in flight given an end record naming why, and its task token answered with SendTaskFailure (the error
+# below and its cause), so the state machine learns it at once, not at the heartbeat's end. Exit codes
+# and errors: 95 LoadRunnerDied (the runner ended, `runner.ended`, or stopped beating), 96
+# LoadInputsUnavailable, 97 LoadUploadFailed (artifacts or end record), 143 LoadRunnerStopped (SIGTERM: the
+# Job deleted; the trap ends a wait at once instead of the kubelet's grace).
+# POSIX sh and coreutils only (the AWS CLI image is a minimal Amazon Linux: no Python of its own).
 RUNNER_CONTROL_SCRIPT = """\
 set -u
+step="" launched=0 error="" cause=""
 token() {
   t=$(aws s3 cp --quiet "${BENCHCTL_CONTROL}$1/token.json" - 2>/dev/null) || return 0
   t=${t#*'"token":'}
   t=${t#*'"'}
   printf '%s' "${t%%'"'*}"
 }
+fail() {
+  error=$2 cause=$3
+  echo "[benchctl] $error: $cause"
+  exit "$1"
+}
+finish() {
+  rc=$?
+  trap '' TERM
+  [ "$rc" -eq 0 ] && return
+  [ -n "$error" ] || { error=LoadRunnerFailed; cause="the control container exited $rc"; }
+  printf '%s %s\\n' "$rc" "$error" > "$BENCHCTL_DIR/control.ended" 2>/dev/null
+  [ -n "$step" ] || return
+  if [ "$launched" -eq 1 ]; then
+    why=$(printf '%s' "$cause" | tr '\\000-\\037' ' ' | sed 's/\\\\/\\\\\\\\/g; s/"/\\\\"/g' | cut -c1-4000)
+    printf '{"exit_code": %s, "ended_at": %s, "error": "%s", "cause": "%s"}' "$rc" "$(date +%s)" "$error" "$why" \\
+      | aws s3 cp --quiet - "${BENCHCTL_CONTROL}$step/end.json" >/dev/null 2>&1
+  fi
+  t=$(token "$step")
+  [ -n "$t" ] && aws stepfunctions send-task-failure --task-token "$t" --error "$error" \\
+    --cause "step $step: $(printf '%s' "$cause" | cut -c1-30000)" >/dev/null 2>&1
+}
+runner_gone() {
+  if [ -e "$BENCHCTL_DIR/runner.ended" ]; then
+    fail 95 LoadRunnerDied "the AIPerf runner ended: $(tail -c 3000 "$BENCHCTL_DIR/runner.ended")"
+  fi
+  now=$(date +%s)
+  beat=$(stat -c %Y "$BENCHCTL_DIR/alive" 2>/dev/null || echo "$now")
+  if [ $((now - beat)) -gt 60 ]; then
+    fail 95 LoadRunnerDied "the AIPerf runner stopped beating $((now - beat)) s ago"
+  fi
+}
+trap finish EXIT
+trap 'fail 143 LoadRunnerStopped "the runner Job was stopped (SIGTERM)"' TERM
 for step in $BENCHCTL_STEPS; do
   d="$BENCHCTL_DIR/$step"
-  mkdir -p "$d"
+  mkdir -p "$d" || fail 95 LoadRunnerFailed "cannot create $d"
   until aws s3 cp --quiet "${BENCHCTL_CONTROL}$step/request.json" "$d/request.part" 2>/dev/null; do
+    runner_gone
     sleep 1
   done
-  aws s3 cp --quiet --recursive "${BENCHCTL_RAW_PREFIX}$step/inputs/" "$d/inputs/" || exit 96
+  launched=1
+  out=$(aws s3 cp --only-show-errors --recursive "${BENCHCTL_RAW_PREFIX}$step/inputs/" "$d/inputs/" 2>&1) \\
+    || fail 96 LoadInputsUnavailable "its inputs could not be fetched from ${BENCHCTL_RAW_PREFIX}$step/inputs/: $out"
   mv "$d/request.part" "$d/request.json"
   n=0
   while [ ! -e "$d/exit_code" ]; do
     sleep 1
+    [ -e "$d/exit_code" ] && break
+    runner_gone
     n=$((n + 1))
     if [ $((n % 20)) -eq 0 ]; then
-      now=$(date +%s)
-      beat=$(stat -c %Y "$BENCHCTL_DIR/alive" 2>/dev/null || echo "$now")
-      if [ $((now - beat)) -gt 60 ]; then echo "the AIPerf runner stopped beating"; exit 95; fi
       t=$(token "$step")
       [ -n "$t" ] && aws stepfunctions send-task-heartbeat --task-token "$t" >/dev/null 2>&1
     fi
   done
-  aws s3 cp --quiet --recursive "$d/out" "${BENCHCTL_RAW_PREFIX}$step/" || exit 97
-  printf '{"exit_code": %s, "ended_at": %s}' "$(cat "$d/exit_code")" "$(date +%s)" \\
-    | aws s3 cp --quiet - "${BENCHCTL_CONTROL}$step/end.json" || exit 97
+  out=$(aws s3 cp --only-show-errors --recursive "$d/out" "${BENCHCTL_RAW_PREFIX}$step/" 2>&1) \\
+    || fail 97 LoadUploadFailed "its artifacts could not be uploaded to ${BENCHCTL_RAW_PREFIX}$step/: $out"
+  out=$(printf '{"exit_code": %s, "ended_at": %s}' "$(cat "$d/exit_code")" "$(date +%s)" \\
+    | aws s3 cp --only-show-errors - "${BENCHCTL_CONTROL}$step/end.json" 2>&1) \\
+    || fail 97 LoadUploadFailed "its end record could not be written to ${BENCHCTL_CONTROL}$step/end.json: $out"
+  launched=0
   t=$(token "$step")
   [ -n "$t" ] && aws stepfunctions send-task-success --task-token "$t" --task-output '{"woken": "load ended"}' \\
     >/dev/null 2>&1
+  step=""
   rm -rf "$d"
 done
 """
@@ -293,14 +414,16 @@ def runner_step_dir(step_id: str) -> str:
     return f"{ARTIFACTS}/{step_id}"
 
 
-# A runner Job's own deadline beyond its steps' (estimate + load grace each): its pod's start, image pull,
-# each step's hand-over. A backstop, not the rule (CheckLoad and the runner bound every step).
+# A runner Job's own deadline beyond its steps' (estimate + load grace each) and its pod's wait for a node
+# (``pending_s``): the image pull, each step's hand-over. A backstop, not the rule (CheckLoad and the runner
+# bound every step).
 RUNNER_SLACK_S = 1800
 
 
-def runner_deadline_s(est_total_s: float, steps: int, grace_s: float) -> int:
-    """``activeDeadlineSeconds`` of a runner Job whose ``steps`` are estimated at ``est_total_s`` together."""
-    return int(est_total_s + grace_s * steps + RUNNER_SLACK_S)
+def runner_deadline_s(est_total_s: float, steps: int, grace_s: float, pending_s: float) -> int:
+    """``activeDeadlineSeconds`` of a runner Job whose ``steps`` are estimated at ``est_total_s`` together, whose
+    pod may wait ``pending_s`` for a node (``timeouts.capacity_s``): the deadline counts from the Job's start."""
+    return int(est_total_s + grace_s * steps + pending_s + RUNNER_SLACK_S)
 
 
 def runner_request(step_id: str, argv: list[str], est_s: float, grace_s: float, input_uri: str | None = None) -> JSON:
@@ -330,6 +453,8 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
     artifacts go to ``<raw_prefix><step>/``, its request, task token and end record live under
     ``<control_uri><step>/``. The AWS CLI needs the Region for Step Functions (``region``).
 
+    Both containers run as the load image's user (:func:`pod_security`): they share each step's directory
+    on the emptyDir. The pod runs on a CPU node, never on the campaign's GPU pools (:func:`off_gpu_pools`).
     No Kubernetes API token is mounted (``automountServiceAccountToken: false``): the Job needs none (S3
     and the task-token answers come from EKS Pod Identity, the load Job role, which injects its own
     credentials), and AIPerf's in-cluster metrics discovery, which would list every inference pod of the
@@ -345,6 +470,7 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
     pod_spec: JSON = {
         "serviceAccountName": k.load_service_account,
         "automountServiceAccountToken": False,
+        "securityContext": pod_security(),
         "volumes": [{"name": "artifacts", "emptyDir": {}}, model_volume(spec.kubernetes)],
         "containers": [
             {
@@ -364,10 +490,11 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
                         {"name": "BENCHCTL_DIR", "value": ARTIFACTS},
                         {"name": "BENCHCTL_CONTROL", "value": control_uri},
                         {"name": "BENCHCTL_RAW_PREFIX", "value": raw_prefix},
-                        {"name": "AWS_REGION", "value": region},
-                        {"name": "AWS_DEFAULT_REGION", "value": region}],
+                        *_aws_env(region)],
+                "resources": {"limits": dict(CONTROL_RESOURCES), "requests": dict(CONTROL_RESOURCES)},
                 "volumeMounts": [dict(m) for m in mount],
             },
         ],
     }
-    return _job(k.namespace, job_name(campaign_id, experiment, group), lbl, pod_spec, active_deadline_s)
+    return _job(k.namespace, job_name(campaign_id, experiment, group), lbl, _cpu_pod(spec, campaign_id, pod_spec),
+                active_deadline_s)

@@ -433,7 +433,8 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
         raw = raw_s3_uri(campaign_id, e, steps[0][0], lake_uri)
         return render_runner_job(spec, campaign_id, e, group, [s for s, _ in steps], raw_prefix(raw, steps[0][0]),
                                  f"{control}{runner_key(e)}", region,
-                                 active_deadline_s=runner_deadline_s(sum(est for _, est in steps), len(steps), grace))
+                                 active_deadline_s=runner_deadline_s(sum(est for _, est in steps), len(steps), grace,
+                                                                     spec.timeouts.capacity_s))
 
     for exp_plan in plan.experiments:
         e = exp_plan.name

@@ -1,0 +1,255 @@
+"""moto's IAM enforcement, held to IAM's own evaluation where a rehearsal relies on it.
+
+moto enforces IAM in server mode once its ``INITIAL_NO_AUTH_ACTION_COUNT`` is used up
+(``moto/core/authorization.py``; ``POST /moto-api/reset-auth`` sets it): every later request is signed by an
+IAM user's or an assumed role's keys (checked: ``check_signature``) and checked against that identity's
+policies (``moto/iam/access_control.py``). What moto's check does, and what :func:`iam_enforced` changes:
+
+* **Which calls.** S3 names the resource of each call (``arn:aws:s3:::bucket`` for a bucket's calls,
+  ``arn:aws:s3:::bucket/key`` for an object's; ``_authenticate_and_authorize_s3_action``); every other
+  service is checked in ``BaseResponse.call_action`` against the resource ``"*"`` (only SQS, IAM and STS
+  name theirs). moto then matches a statement's ``Resource`` against ``"*"`` literally, so a grant on a
+  specific ARN never matches there. Here such a call is matched on its action alone, and recorded in
+  ``Enforcement.unnamed`` (its resource is not checked: say so where it matters).
+* **Conditions.** moto evaluates no condition of an identity policy (it passes none of the request's keys,
+  and an unknown operator passes), and a statement whose condition fails is an explicit Deny there. Here
+  the request's keys that our policies test are evaluated with IAM's rules (StringEquals/StringLike/Arn*
+  and their Not/IfExists forms; all operators and keys of a block must hold, any value of a key; a key
+  absent from the request fails a positive operator): ``s3:prefix`` (and ``s3:delimiter``, ``s3:max-keys``)
+  of a ListObjects(V2) call, from its query. An operator outside that set fails the call and is recorded in
+  ``Enforcement.problems``.
+* **A missing key.** S3 answers a GET or HEAD of a missing key with 403 to a caller that may not
+  ``s3:ListBucket`` the bucket, and with 404 only to one that may (S3 user guide, GetObject permissions);
+  moto always answers 404. Here the 403 comes first, and a ListBucket grant conditioned on ``s3:prefix``
+  does not count for it (a GET carries no ``s3:prefix``; S3 does not document either way: the stricter
+  reading).
+
+* **Signatures.** moto recomputes a request's signature over its parsed parameters when its body is empty,
+  so a REST GET (EKS's DescribeCluster, ListClusters) never matches (``SignatureDoesNotMatch``); here it is
+  recomputed over the body as it was sent, empty or not.
+
+Everything else is moto's (the signature check itself, sessions, explicit Deny over Allow, STS
+GetCallerIdentity always allowed). Every refusal is recorded in ``Enforcement.denied`` (principal, action,
+resource).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = dict[str, Any]
+# condition operators evaluated here (their ...IfExists forms too); Arn* compare as strings (a key's ARN)
+_POSITIVE = {"StringEquals": False, "StringLike": True, "ArnEquals": True, "ArnLike": True,
+             "StringEqualsIgnoreCase": False}
+_NEGATIVE = {"StringNotEquals": False, "StringNotLike": True, "ArnNotEquals": True, "ArnNotLike": True,
+             "StringNotEqualsIgnoreCase": False}
+
+
+@dataclass
+class Enforcement:
+    url: str
+    denied: list[tuple[str, str, str]] = field(default_factory=list)
+    unnamed: set[str] = field(default_factory=set)  # actions checked without their resource (moto names none)
+    problems: list[str] = field(default_factory=list)
+    checked: list[tuple[str, str, str]] = field(default_factory=list)  # every call checked: (principal, action, resource)
+
+    def set_free_requests(self, count: float) -> None:
+        """``INITIAL_NO_AUTH_ACTION_COUNT`` of the running server (0: every request from now on is checked)."""
+        req = urllib.request.Request(f"{self.url}/moto-api/reset-auth", data=str(count).encode(), method="POST",
+                                     headers={"Content-Type": "text/plain"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            r.read()
+
+
+def _wildcard(pattern: str, value: str, *, ignore_case: bool = False) -> bool:
+    """IAM's ``*`` (any run of characters) and ``?`` (one character)."""
+    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(rx, value, flags=re.IGNORECASE | re.DOTALL if ignore_case else re.DOTALL) is not None
+
+
+def _listed(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [v]
+
+
+def _condition_holds(block: JSON, context: dict[str, str], problems: list[str]) -> bool:
+    for op, keys in block.items():
+        base, if_exists = (op[: -len("IfExists")], True) if op.endswith("IfExists") else (op, False)
+        if base not in _POSITIVE and base not in _NEGATIVE:
+            problems.append(f"condition operator {op} is not evaluated by this rehearsal")
+            return False
+        like = {**_POSITIVE, **_NEGATIVE}[base]
+        nocase = base.endswith("IgnoreCase")
+        for key, values in keys.items():
+            actual = context.get(key)
+            if actual is None:  # the request does not carry the key
+                if base in _NEGATIVE or if_exists:
+                    continue
+                return False
+            hit = any(_wildcard(str(v), actual, ignore_case=nocase) if like
+                      else (str(v).lower() == actual.lower() if nocase else str(v) == actual) for v in _listed(values))
+            if hit == (base in _NEGATIVE):
+                return False
+    return True
+
+
+def evaluate(documents: list[JSON], action: str, resource: str, context: dict[str, str],
+             problems: list[str] | None = None) -> str | None:
+    """IAM's decision for one request over identity policies: "Deny" (an explicit Deny applies), "Allow"
+    (an Allow applies, no Deny does) or None (implicitly denied). ``resource`` "*": unknown (see above)."""
+    problems = problems if problems is not None else []
+    allowed = False
+    for doc in documents:
+        for st in _listed(doc.get("Statement", [])):
+            if "Action" in st:
+                acts = any(_wildcard(a, action, ignore_case=True) for a in _listed(st["Action"]))
+            else:
+                acts = not any(_wildcard(a, action, ignore_case=True) for a in _listed(st.get("NotAction", [])))
+            if not acts:
+                continue
+            if resource != "*":
+                if "Resource" in st:
+                    hits = any(_wildcard(r, resource) for r in _listed(st["Resource"]))
+                else:
+                    hits = not any(_wildcard(r, resource) for r in _listed(st.get("NotResource", [])))
+                if not hits:
+                    continue
+            if not _condition_holds(st.get("Condition") or {}, context, problems):
+                continue
+            if st.get("Effect") == "Deny":
+                return "Deny"
+            allowed = True
+    return "Allow" if allowed else None
+
+
+def _request_context(action: str, path: str) -> dict[str, str]:
+    """The condition keys of a request that our policies test: a listing's ``s3:prefix`` and friends."""
+    if action != "s3:ListBucket":
+        return {}
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query, keep_blank_values=True)
+    return {f"s3:{k}": v[0] for k, v in query.items() if k in ("prefix", "delimiter", "max-keys")}
+
+
+def _missing_object(account_id: str, resource: str) -> bool:
+    from moto.s3.models import s3_backends
+
+    bucket, _, key = resource.removeprefix("arn:aws:s3:::").partition("/")
+    try:
+        return s3_backends[account_id]["aws"].get_object(bucket, key) is None
+    except Exception:  # no such bucket: S3's own error follows
+        return False
+
+
+@contextlib.contextmanager
+def iam_enforced(url: str) -> Iterator[Enforcement]:
+    """moto's server at ``url`` (in this process) checks every request from now on, as described above;
+    both undone on exit."""
+    from moto.iam import access_control as ac
+
+    enforcement = Enforcement(url)
+    original = ac.IAMRequestBase.check_action_permitted
+
+    def check_action_permitted(self: Any, resource: str) -> None:
+        if self._action == "sts:GetCallerIdentity" or self._action.startswith("sts:AssumeRole"):
+            original(self, resource)  # moto's own rules (GetCallerIdentity always; a role's trust policy)
+            return
+        documents = [ac.IAMPolicy(p)._policy_json for p in self._access_key.collect_policies()]
+        who = self._access_key.arn
+        enforcement.checked.append((who, self._action, resource))
+        if resource == "*":
+            enforcement.unnamed.add(self._action)
+        decision = evaluate(documents, self._action, resource, _request_context(self._action, self._path),
+                            enforcement.problems)
+        if decision != "Allow":
+            enforcement.denied.append((who, self._action, resource))
+            self._raise_access_denied()
+        if self._action == "s3:GetObject" and _missing_object(self.account_id, resource):
+            bucket = resource.removeprefix("arn:aws:s3:::").split("/")[0]
+            if evaluate(documents, "s3:ListBucket", f"arn:aws:s3:::{bucket}", {}, enforcement.problems) != "Allow":
+                enforcement.denied.append((who, "s3:ListBucket (a missing key's 404)", f"arn:aws:s3:::{bucket}"))
+                self._raise_access_denied()
+
+    original_request = ac.IAMRequestBase._create_aws_request
+
+    def create_aws_request(self: Any) -> Any:
+        request = original_request(self)
+        if isinstance(self._body, bytes | bytearray):  # what was signed: the body as sent, even an empty one
+            request.data = self._body
+        return request
+
+    ac.IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
+    ac.IAMRequestBase._create_aws_request = create_aws_request  # type: ignore[method-assign]
+    try:
+        enforcement.set_free_requests(0)
+        yield enforcement
+    finally:
+        with contextlib.suppress(Exception):
+            enforcement.set_free_requests(float("inf"))
+        ac.IAMRequestBase.check_action_permitted = original  # type: ignore[method-assign]
+        ac.IAMRequestBase._create_aws_request = original_request  # type: ignore[method-assign]
+
+
+def role_documents(templates: dict[str, JSON], template: str, role_id: str) -> list[JSON]:
+    """Every identity policy document of one synthesized role (its inline policies and the
+    AWS::IAM::Policy resources attached to it), intrinsics resolved (tests/infra/cfn_resolve.py)."""
+    from tests.infra.cfn_resolve import Resolver
+
+    t, r = templates[template], Resolver(templates)
+    role = t["Resources"][role_id]
+    docs = [p["PolicyDocument"] for p in role["Properties"].get("Policies", [])]
+    for res in t["Resources"].values():
+        if res["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in res["Properties"].get("Roles", []):
+            docs.append(res["Properties"]["PolicyDocument"])
+    out = [r.resolve(d, template) for d in docs]
+    assert out, f"{template}: role {role_id} has no identity policy"
+    return json.loads(json.dumps(out))
+
+
+def fresh_account(url: str) -> None:
+    """Empty every backend of moto's server at ``url`` (they live in this process: another module's server
+    shares them)."""
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=30) as r:
+        r.read()
+
+
+def function_roles(templates: dict[str, JSON], template: str) -> dict[str, str]:
+    """Who acts with which synthesized role: each function's handler -> its role's logical id, and "runner"
+    -> the role the load Jobs get through EKS Pod Identity."""
+    out = {}
+    for res in templates[template]["Resources"].values():
+        props = res.get("Properties", {})
+        if res["Type"] == "AWS::Lambda::Function":
+            out[props["Handler"]] = props["Role"]["Fn::GetAtt"][0]
+        if res["Type"] == "AWS::EKS::PodIdentityAssociation":
+            out["runner"] = props["RoleArn"]["Fn::GetAtt"][0]
+    return out
+
+
+def assume_roles(iam: Any, sts: Any, roles: dict[str, tuple[JSON, list[JSON]]]) -> dict[str, dict[str, str]]:
+    """Create each role in moto (``name -> (trust policy, identity policies)``), before IAM is enforced, and
+    assume it: its session's keys as a process environment gets them, per name."""
+    out = {}
+    for name, (trust, docs) in roles.items():
+        role = f"rehearsal-{name}".replace(".", "-")[:64]
+        arn = iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        for i, doc in enumerate(docs):
+            iam.put_role_policy(RoleName=role, PolicyName=f"policy{i}", PolicyDocument=json.dumps(doc))
+        c = sts.assume_role(RoleArn=arn, RoleSessionName=name.replace(".", "-")[:64])["Credentials"]
+        out[name] = {"AWS_ACCESS_KEY_ID": c["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": c["SecretAccessKey"],
+                     "AWS_SESSION_TOKEN": c["SessionToken"]}
+    return out
+
+
+def administrator(iam: Any) -> dict[str, str]:
+    """An IAM user allowed everything, for a test's own set-up and reads once IAM is enforced."""
+    iam.create_user(UserName="rehearsal-admin")
+    iam.put_user_policy(UserName="rehearsal-admin", PolicyName="all", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="rehearsal-admin")["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
