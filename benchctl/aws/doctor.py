@@ -151,7 +151,15 @@ def doctor(state_machine_arn: str, *, spec_path: Path | None = None, session: An
     look = lookup or (lambda image: image_exists(image, session=session))
     out += list(_image_checks(session, spec_images(spec_path, load_image), look))
     if runner_job and "Load" in functions:
-        out += list(_runner_job(session, functions["Load"], timeout_s=job_timeout_s, poll_s=poll_s, sleep=sleep))
+        if spec_path is None:
+            out.append(Check("load runner Job", False, "give --spec: the Job runs with a spec's Kubernetes settings "
+                                                       "(namespace, images, service account, sizes)"))
+        else:
+            import yaml
+
+            data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+            out += list(_runner_job(session, functions["Load"], data, timeout_s=job_timeout_s, poll_s=poll_s,
+                                    sleep=sleep))
     return out
 
 
@@ -161,18 +169,19 @@ def _function_vars() -> list[str]:
     return sorted(n.removeprefix("${").removesuffix("}") for n in names if n.startswith("${"))
 
 
-def _runner_job(session: Any, load_arn: str, *, timeout_s: float, poll_s: float,
+def _runner_job(session: Any, load_arn: str, spec: JSON, *, timeout_s: float, poll_s: float,
                 sleep: Callable[[float], None]) -> Iterator[Check]:
     """The load role's real path: the Load function starts a tiny runner Job, the doctor follows it."""
     lam = session.client("lambda")
-    started, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "checks": ["runner_job"]})
+    started, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "checks": ["runner_job"],
+                                              "spec": spec})
     job = ((started or {}).get("checks") or {}).get("runner_job") or {}
     if failed is not None or not job.get("ok"):
         yield Check("load runner Job", False, failed or str(job.get("detail")))
         return
     waited = 0.0
     while True:
-        answer, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load",
+        answer, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "spec": spec,
                                                  "checks": ["runner_job_result"], "job": job.get("job")})
         result = ((answer or {}).get("checks") or {}).get("runner_job_result") or {}
         if failed is not None:

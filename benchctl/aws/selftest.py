@@ -13,7 +13,14 @@ Checks (``CHECKS``; the doctor picks them per function, ``checks_for``):
 * ``parquet``: one timeline row written by the lake writer (awswrangler, pyarrow) under the scratch prefix
   ``<runs_uri>/_doctor/<function>/`` and read back;
 * ``eks``: the cluster's API as this function's identity (access entry, RBAC, network): the namespace read;
-* ``athena``: one view's DDL in the workgroup (what the Report state runs first).
+* ``athena``: one view's DDL in the workgroup (what the Report state runs first);
+* ``runner_job`` (the Load function): the load role's real path as a tiny load runner Job, started the way
+  LaunchLoad starts one (``EksLoad.launch``) for one step whose AIPerf argv is ``--version``: the pod's
+  two images as they run (one user, the shared directory), the inputs of its step listed and copied (an
+  empty prefix: the listing is what needs ``s3:ListBucket``), AIPerf's output directory written as the load
+  image's user, the upload and the step's end record; ``runner_job_result`` reads how it ended (the
+  doctor asks again until it did) and deletes the Job. The event carries the spec whose Kubernetes
+  settings the Job runs with (namespace, images, service account, sizes).
 
 May import the core and ``benchctl.aws`` (it runs in the functions), never ``benchctl.local``.
 """
@@ -29,7 +36,8 @@ from benchctl.aws.env import LambdaEnv
 
 SELF_TEST = "self_test"  # the event's action
 DOCTOR_PREFIX = "_doctor"  # the scratch prefix under the run store's root
-CHECKS = ("imports", "datetime64", "parquet", "eks", "athena")
+CHECKS = ("imports", "datetime64", "parquet", "eks", "athena", "runner_job", "runner_job_result")
+DOCTOR = "doctor"  # the runner Job's experiment, workload and step name
 # The functions whose roles call Kubernetes (held equal to stacks/control_plane.py's FUNCTION_NEEDS by a test)
 KUBERNETES_FUNCTIONS = ("Plan", "Pools", "Serving", "Load", "Teardown")
 
@@ -117,8 +125,8 @@ def _eks(env: LambdaEnv, function: str, session: Any) -> str:
         raise ValueError("BENCHCTL_CLUSTER is not set")
     kube = kube_for_cluster(env.cluster, session)
     ns = kube.get("v1", "Namespace", env.namespace)
-    who = session.client("sts").get_caller_identity()["Arn"]
-    return f"namespace {ns['metadata']['name']} of cluster {env.cluster} read as {who}"
+    return (f"namespace {ns['metadata']['name']} of cluster {env.cluster} read with this function's EKS token "
+            "(its role's access entry and RBAC group)")
 
 
 def _athena(env: LambdaEnv, function: str, session: Any) -> str:
@@ -135,8 +143,64 @@ def _athena(env: LambdaEnv, function: str, session: Any) -> str:
     return f"CREATE OR REPLACE VIEW {name} in {env.database} (workgroup {env.workgroup}): {time.monotonic() - t0:.1f} s"
 
 
-_CHECKS: dict[str, Callable[[LambdaEnv, str, Any], str]] = {
+def _doctor_load(env: LambdaEnv, session: Any, spec_data: Any, campaign_id: str) -> Any:
+    """The load port of the doctor's own campaign id, as the Load function builds it for a campaign."""
+    from benchctl.aws.eks_load import EksLoad
+    from benchctl.aws.eks_token import kube_for_cluster
+    from benchctl.aws.preflight import with_load_image
+    from benchctl.aws.providers import split_s3_uri
+    from benchctl.aws.s3 import S3RunStore
+    from benchctl.spec import parse_spec
+
+    if not isinstance(spec_data, dict):
+        raise ValueError("the runner Job check needs the spec whose Kubernetes settings it runs with (event 'spec')")
+    spec = with_load_image(parse_spec(spec_data), env.load_image)
+    bucket, prefix = split_s3_uri(env.runs_uri)
+    store = S3RunStore(bucket, f"{prefix}/{campaign_id}".strip("/"), session=session)
+    return EksLoad(lambda: kube_for_cluster(env.cluster, session), spec, campaign_id, control=store,
+                   region=session.region_name or "")
+
+
+def _runner_job(env: LambdaEnv, function: str, session: Any, event: Mapping[str, Any]) -> JSON:
+    from benchctl.aws.k8s.common import raw_s3_uri
+    from benchctl.ports import LoadRequest
+
+    cid = str(event.get("campaign_id") or f"{DOCTOR}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    load = _doctor_load(env, session, event.get("spec"), cid)
+    state = load.launch(LoadRequest(cid, DOCTOR, DOCTOR, ("--version",), raw_s3_uri(cid, DOCTOR, DOCTOR, env.lake_uri),
+                                    est_s=60.0, group=DOCTOR, group_steps=(DOCTOR,), group_est_s=60.0))
+    return {"detail": f"Job {state['namespace']}/{state['name']} started (campaign id {cid})",
+            "job": {"campaign_id": cid, "state": state}}
+
+
+def _runner_job_result(env: LambdaEnv, function: str, session: Any, event: Mapping[str, Any]) -> JSON:
+    job = event.get("job") or {}
+    if not isinstance(job, dict) or "state" not in job:
+        raise ValueError("event 'job': the answer of the runner_job check")
+    load = _doctor_load(env, session, event.get("spec"), str(job["campaign_id"]))
+    state = job["state"]
+    code = load.poll(state)
+    if code is None:
+        return {"ok": False, "pending": True,
+                "detail": load.pending(state) or f"Job {state['name']} runs"}
+    end = load.control.read_json(f"runner/{DOCTOR}/{DOCTOR}/end.json") or {}
+    logs = {} if code == 0 and end else load.failure_logs(state, 20)
+    load.stop(state)  # the Job and its pod go; its objects in the run store and the raw area are a few bytes
+    if code == 0 and end:
+        return {"ok": True, "detail": f"Job {state['name']}: AIPerf ran as the load image's user, the step's inputs "
+                                      "were listed and copied, its artifacts uploaded and its end record written"}
+    why = f"{end.get('error')}: {end.get('cause')}" if end.get("error") else (
+        "the Job ended without its end record" if not end else f"AIPerf exited {code}")
+    tails = "; ".join(f"{k}: {str(v).strip().splitlines()[-1] if str(v).strip() else ''}" for k, v in logs.items())
+    return {"ok": False, "detail": f"Job {state['name']}: {why}" + (f" ({tails})" if tails else "")}
+
+
+Check = Callable[[LambdaEnv, str, Any], str]
+_CHECKS: dict[str, Check] = {
     "imports": _imports, "datetime64": _datetime64, "parquet": _parquet, "eks": _eks, "athena": _athena}
+# checks that read the event and answer more than a line (runner_job's Job, runner_job_result's pending)
+_EVENT_CHECKS: dict[str, Callable[[LambdaEnv, str, Any, Mapping[str, Any]], JSON]] = {
+    "runner_job": _runner_job, "runner_job_result": _runner_job_result}
 
 
 def self_test(event: Mapping[str, Any], environ: Mapping[str, str], *, session: Any = None) -> JSON:
@@ -155,8 +219,12 @@ def self_test(event: Mapping[str, Any], environ: Mapping[str, str], *, session: 
     for name in checks:
         t0 = time.monotonic()
         try:
-            out[name] = {"ok": True, "detail": _CHECKS[name](env, function, session)}
+            if name in _EVENT_CHECKS:
+                out[name] = {"ok": True, **_EVENT_CHECKS[name](env, function, session, event)}
+            else:
+                out[name] = {"ok": True, "detail": _CHECKS[name](env, function, session)}
         except Exception as err:  # every check answers; the doctor prints them all
             out[name] = {"ok": False, "detail": f"{type(err).__name__}: {err}"[:1000]}
+        out[name]["detail"] = str(out[name].get("detail"))[:1000]
         out[name]["seconds"] = round(time.monotonic() - t0, 3)
     return {"function": function, "checks": out}

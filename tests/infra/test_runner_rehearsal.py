@@ -683,3 +683,70 @@ def test_the_preflight_makes_the_runners_calls_as_its_role_and_names_a_refused_o
     else:
         assert code == 6, text
         assert "fetching a step's inputs" in text and "ListObjectsV2" in text and "AccessDenied" in text
+
+
+@pytest.mark.parametrize("identity", ["load-job", "load-job-without-list-bucket"])
+def test_the_doctors_runner_job_runs_the_load_roles_real_path(account: Account, templates: dict[str, JSON],
+                                                               monkeypatch: pytest.MonkeyPatch, identity: str) -> None:
+    """``benchctl doctor``'s Job check as the Load function runs it (``benchctl.aws.selftest``, as the Load
+    role): the tiny runner Job it starts runs here as the kubelet would run it, with the real AWS CLI as the
+    load Job role; with the role the check passes, without s3:ListBucket it fails naming the refused listing."""
+    from benchctl.aws import selftest
+    from benchctl.aws.k8s.client import KubeClient
+    from tests.aws_checks import RBAC_FILE
+    from tests.fakes.k8s_api import FakeKubeApi
+
+    spec = yaml.safe_load((ROOT / "examples" / "aws-rehearsal.yaml").read_text())
+    spec["model"]["revision"] = modeldir.REVISION  # the offline model directory's (the runner warms its tokenizer)
+    env = _function_env({k: v for k, v in templates.items() if not k.startswith("_")}, "lambdas.load.handler")
+    env = {**env, "BENCHCTL_LOAD_IMAGE": LOAD_IMAGE_PLACEHOLDER}
+    fn = account.sessions["load-function"]
+    site = sysconfig.get_paths()["purelib"]
+    load_user = load_image_user()
+    py = _interpreter(site, load_user.uid)
+    root = Path(tempfile.mkdtemp(prefix="benchctl-doctor-"))
+    root.chmod(0o755)
+    pod: Pod | None = None
+    try:
+        artifacts = root / "artifacts"
+        monkeypatch.setattr(jobs, "ARTIFACTS", str(artifacts))
+        with FakeKubeApi() as api:
+            api.enforce_rbac([d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d])  # the Load role's group
+            monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
+                                lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
+            started = selftest.self_test({"function": "Load", "checks": ["runner_job"], "spec": spec,
+                                          "campaign_id": f"doctor-{identity}"}, env, session=fn)["checks"]["runner_job"]
+            assert started["ok"], started
+            state = started["job"]["state"]
+            pod_spec = api.stored("Job", state["name"], NS)["spec"]["template"]["spec"]
+            empty_dir(artifacts, pod_spec)
+            uploader = next(c["image"] for c in pod_spec["containers"] if c["name"] == "control")
+            shim = {uploader: root / "bin-aws", LOAD_IMAGE_PLACEHOLDER: root / "bin-load"}
+            for d in shim.values():
+                d.mkdir()
+                d.chmod(0o755)
+            for name, text in ((shim[uploader] / "aws", f'exec {py} -m awscli "$@"'),
+                               (shim[LOAD_IMAGE_PLACEHOLDER] / "python3", f'exec {py} "$@"')):
+                name.write_text(f"#!/bin/sh\nPYTHONPATH={site}\nexport PYTHONPATH\n{text}\n")
+                name.chmod(0o755)
+            pod = start_pod(pod_spec, {uploader: AWS_CLI_IMAGE_USER, LOAD_IMAGE_PLACEHOLDER: load_user}, root,
+                            {"artifacts": artifacts, "model-cache": modeldir.hf_home().parent}, shim,
+                            {**account.credentials[identity], "AWS_ENDPOINT_URL": account.url,
+                             "AWS_EC2_METADATA_DISABLED": "true"})
+            codes = pod.wait(300)
+            result = selftest.self_test({"function": "Load", "checks": ["runner_job_result"], "spec": spec,
+                                         "job": started["job"]}, env, session=fn)["checks"]["runner_job_result"]
+    finally:
+        if pod is not None:
+            pod.kill()
+            pod.keep_logs()
+        shutil.rmtree(root, ignore_errors=True)
+    assert pod.users["control"] == pod.users["aiperf"] == (10001, 10001, (10001,))
+    assert api.denied == []
+    if identity == "load-job":
+        assert codes == {"aiperf": 0, "control": 0}, pod.text()
+        assert result["ok"] and "end record written" in result["detail"], result
+    else:
+        assert codes["control"] == 96, pod.text()
+        assert not result["ok"] and "LoadInputsUnavailable" in result["detail"], result
+        assert "ListObjectsV2" in result["detail"] and "AccessDenied" in result["detail"], result

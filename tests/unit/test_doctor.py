@@ -316,3 +316,65 @@ def test_the_cli_refuses_a_missing_state_machine_arn_with_exit_2(monkeypatch, ca
     monkeypatch.delenv("BENCHCTL_STATE_MACHINE_ARN", raising=False)
     assert cli.main(["doctor"]) == 2
     assert "StateMachineArn" in capsys.readouterr().err
+
+
+def _runner_world(account: dict[str, Any], end: dict[str, Any] | None, status: dict[str, Any] | None) -> None:
+    """The cluster's side of the doctor's runner Job: when it is created, its control container's end record
+    (``end``) and the Job's status (``status``), as the real Job would leave them (test_runner_rehearsal runs
+    its containers for real)."""
+    s3 = boto3.client("s3")
+
+    def created(api: Any, job: dict[str, Any]) -> None:
+        cid = job["metadata"]["labels"]["benchctl.io/campaign"]
+        if end is not None:
+            s3.put_object(Bucket=BUCKET, Key=f"runs/{cid}/runner/doctor/doctor/end.json", Body=json.dumps(end).encode())
+        if status is not None:
+            api.set_status("Job", NS, job["metadata"]["name"], status)
+
+    account["api"].on_create("Job", created)
+
+
+def _job_check(account: dict[str, Any], **kw: Any) -> Any:
+    checks = doctor(account["arn"], spec_path=ROOT / "examples" / "aws-rehearsal.yaml", session=account["session"],
+                    lookup=lambda image: (True, "stubbed"), runner_job=True, poll_s=5, sleep=lambda s: None, **kw)
+    return next(c for c in checks if c.name == "load runner Job")
+
+
+def test_the_load_roles_path_runs_as_a_tiny_runner_job_that_ends_with_its_end_record(account):
+    _runner_world(account, {"exit_code": 0, "ended_at": 1}, {"succeeded": 1})
+    job = _job_check(account)
+    assert job.ok, job.detail
+    assert "AIPerf ran as the load image's user" in job.detail
+    # started as LaunchLoad starts one: a runner Job of the doctor's own campaign id, its step's request
+    # asking AIPerf for its version; deleted once judged
+    posted = [b for m, _, b in account["api"].bodies if m == "POST" and b.get("kind") == "Job"]
+    (body,) = posted
+    cid = body["metadata"]["labels"]["benchctl.io/campaign"]
+    assert cid.startswith("doctor-")
+    req = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key=f"runs/{cid}/runner/doctor/doctor/request.json"
+                                                   )["Body"].read())
+    assert req["argv"][0] == "--version"
+    assert body["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
+    stored = account["api"].stored("Job", body["metadata"]["name"], NS)
+    assert stored is None or stored["metadata"].get("deletionTimestamp")
+
+
+def test_a_runner_job_that_fails_names_its_error(account):
+    _runner_world(account, {"exit_code": 96, "ended_at": 1, "error": "LoadInputsUnavailable",
+                            "cause": "fatal error: An error occurred (AccessDenied) when calling the ListObjectsV2 "
+                                     "operation"}, {"failed": 1})
+    job = _job_check(account)
+    assert not job.ok and "LoadInputsUnavailable" in job.detail and "ListObjectsV2" in job.detail
+
+
+def test_a_runner_job_whose_pod_never_runs_is_named_when_the_wait_is_over(account):
+    _runner_world(account, None, None)
+    job = _job_check(account, job_timeout_s=10)
+    assert not job.ok and "still running after 10 s" in job.detail and "no pod yet" in job.detail
+
+
+def test_the_runner_job_needs_a_spec(account):
+    checks = doctor(account["arn"], session=account["session"], lookup=lambda image: (True, "stubbed"),
+                    runner_job=True)
+    job = next(c for c in checks if c.name == "load runner Job")
+    assert not job.ok and "--spec" in job.detail
