@@ -34,6 +34,8 @@ import io
 import json
 import socket
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -132,7 +134,7 @@ def _function_env(out: Path, url: str) -> dict[str, str]:
                 if f["Type"] == "AWS::Lambda::Function" and not k.startswith("Sweep")}
     values = {"BENCHCTL_BUCKET": BUCKET, "BENCHCTL_NAMESPACE": "dynamo-bench", "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake",
               "BENCHCTL_RUNS_URI": f"s3://{BUCKET}/runs", "BENCHCTL_DATABASE": DATABASE,
-              "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER, "BENCHCTL_NODEGROUPS": NODEGROUP,
+              "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER, "BENCHCTL_NODEGROUPS": ",".join(NODEGROUPS),
               "BENCHCTL_LOCK_TABLE": LOCKS, "BENCHCTL_LOAD_IMAGE": "123456789012.dkr.ecr.us-east-1.amazonaws.com/load:1",
               "POWERTOOLS_LOG_LEVEL": "INFO"}
     assert set(names) == set(values), f"the stack's function variables changed: {sorted(names)}"
@@ -143,13 +145,35 @@ def _function_env(out: Path, url: str) -> dict[str, str]:
             "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp"}
 
 
-def _aws_world(client: Any, api: Any, tmp: Path) -> None:
-    """The deployment's resources as the stacks create them, and the cluster's prerequisites."""
+@dataclass(frozen=True)
+class Case:
+    """One campaign the driver runs: its example spec, campaign id and the step it follows."""
+
+    spec: str
+    cid: str
+    experiment: str
+    step: str
+
+    @property
+    def path(self) -> Path:
+        return ROOT / "examples" / f"{self.spec}.yaml"
+
+
+SEED = Case("seed-plan", CID, EXPERIMENT, STEP)
+# the AWS rehearsal: Dynamo mocker workers on a CPU node group, the same functions and layers
+REHEARSAL = Case("aws-rehearsal", "aws-rehearsal-lambda-env", "agg", "prefix-cache-p100-r0")
+NODEGROUPS = (NODEGROUP, "benchctl-rehearsal")
+
+
+def _aws_world(client: Any, api: Any, tmp: Path, cases: tuple[Case, ...]) -> None:
+    """The deployment's resources as the stacks create them, the cluster's prerequisites, and each case's spec
+    in the bucket and its step's artifacts where its runner Job would upload them."""
     from moto.eks.models import eks_backends
 
     s3 = client("s3")
     s3.create_bucket(Bucket=BUCKET)
-    s3.put_object(Bucket=BUCKET, Key="specs/seed-plan.yaml", Body=(ROOT / "examples" / "seed-plan.yaml").read_bytes())
+    for case in cases:
+        s3.put_object(Bucket=BUCKET, Key=f"specs/{case.spec}.yaml", Body=case.path.read_bytes())
     glue = client("glue")
     glue.create_database(DatabaseInput={"Name": DATABASE})
     for name in schema.table_names():  # as stacks/results.py defines them
@@ -168,8 +192,9 @@ def _aws_world(client: Any, api: Any, tmp: Path) -> None:
     eks = client("eks")
     role = f"arn:aws:iam::{ACCOUNT}:role/eks"
     eks.create_cluster(name=CLUSTER, roleArn=role, resourcesVpcConfig={})
-    eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=NODEGROUP, nodeRole=role, subnets=["subnet-1"],
-                         scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0})
+    for ng in NODEGROUPS:
+        eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=ng, nodeRole=role, subnets=["subnet-1"],
+                             scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0})
     cluster = eks_backends[ACCOUNT][REGION].clusters[CLUSTER]  # its API is the fake's (moto has none)
     cluster.endpoint = api.url
     cluster.certificate_authority = {"data": base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()}
@@ -185,18 +210,35 @@ def _aws_world(client: Any, api: Any, tmp: Path) -> None:
     api.on_create("Job", lambda a, obj: a.set_status("Job", NS, obj["metadata"]["name"], {"succeeded": 1}))
     # the step's AIPerf artifacts, as its Job would upload them (real AIPerf 0.13.0 samples, one record per
     # line of the dataset LaunchLoad will write)
-    spec = load_spec(ROOT / "examples" / "seed-plan.yaml")
-    dataset = step_dataset(plan_campaign(spec, "aws").step(EXPERIMENT, STEP))
-    assert dataset is not None
-    arts = tmp / "artifacts"
-    lines = sum(1 for line in dataset.data.splitlines() if line.strip())
-    for name in write_sample_artifacts(arts, lines):
-        s3.put_object(Bucket=BUCKET, Body=(arts / name).read_bytes(),
-                      Key=f"lake/raw/campaign_id={CID}/experiment={EXPERIMENT}/step_id={STEP}/{name}")
+    for case in cases:
+        dataset = step_dataset(plan_campaign(load_spec(case.path), "aws").step(case.experiment, case.step))
+        assert dataset is not None
+        arts = tmp / case.spec / "artifacts"
+        lines = sum(1 for line in dataset.data.splitlines() if line.strip())
+        for name in write_sample_artifacts(arts, lines):
+            s3.put_object(Bucket=BUCKET, Body=(arts / name).read_bytes(),
+                          Key=f"lake/raw/campaign_id={case.cid}/experiment={case.experiment}/step_id={case.step}/{name}")
 
 
 @pytest.fixture(scope="module")
-def run(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
+    yield from _drive(default_out, tmp_path_factory.mktemp("lambda-env"), (SEED, REHEARSAL))
+
+
+@pytest.fixture(scope="module")
+def run(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return runs[SEED.spec]
+
+
+@pytest.fixture(scope="module")
+def rehearsal(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return runs[REHEARSAL.spec]
+
+
+def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[dict[str, dict[str, Any]]]:
+    """The driver's path for each campaign in turn (one deployment, one account: moto's backends and its IAM
+    enforcement are this process's), in the Lambda-like environment, against moto (IAM enforced) and the fake
+    cluster; what each did and what the account holds after them all, for the tests to read."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -207,7 +249,6 @@ def run(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     assert python.exists(), (f"{python} is missing: this machine has no Python {layers.PYTHON_VERSION} (the "
                              "Lambda runtime's); install one (e.g. pyenv install 3.13) and run scripts/setup.sh")
     assert (ENV_DIR / "opt" / "python").is_dir(), f"{ENV_DIR} is not built: run scripts/setup.sh"
-    tmp = tmp_path_factory.mktemp("lambda-env")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -222,7 +263,7 @@ def run(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
             def client(service: str) -> Any:
                 return session.client(service, endpoint_url=url)
 
-            _aws_world(client, api, tmp)
+            _aws_world(client, api, tmp, cases)
             # every actor with its own synthesized role, and the test itself as an administrator from here on
             iam = client("iam")
             credentials = assume_roles(iam, client("sts"), _roles(load_templates(default_out)))
@@ -230,29 +271,14 @@ def run(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
             session = boto3.session.Session(aws_access_key_id=admin["AWS_ACCESS_KEY_ID"],
                                             aws_secret_access_key=admin["AWS_SECRET_ACCESS_KEY"], region_name=REGION)
             enforcement = stack.enter_context(iam_enforced(url))
-            dataset = step_dataset(plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
-                                   .step(EXPERIMENT, STEP))
-            assert dataset is not None
-            config = {
-                "paths": [str(_code_asset(default_out)), str(ENV_DIR / "opt" / "python"), str(ENV_DIR / "runtime")],
-                "spec_uri": f"s3://{BUCKET}/specs/seed-plan.yaml", "campaign_id": CID, "step": STEP,
-                "execution": f"arn:aws:states:{REGION}:{ACCOUNT}:execution:benchctl-campaign:{CID}",
-                "bucket": BUCKET, "dataset_name": dataset.name, "result": str(tmp / "result.json"),
-                "credentials": credentials,
-            }
-            (tmp / "config.json").write_text(json.dumps(config))
-            # -I -S: isolated, no site-packages; -B: no bytecode written (on AWS /var/task and /opt are read-only)
-            proc = subprocess.run([str(python), "-I", "-S", "-B", str(DRIVER), str(tmp / "config.json")],
-                                  env=_function_env(default_out, url), capture_output=True, text=True, timeout=600,
-                                  cwd=tmp)
-            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            result = json.loads((tmp / "result.json").read_text())
-            assert result["error"] is None, result["error"] + "\n" + proc.stderr[-3000:]
+            results = {}
+            for case in cases:
+                results[case.spec] = _run_driver(default_out, tmp / case.spec, case, url, credentials)
             s3 = client("s3")
             athena = client("athena")
             ids = athena.list_query_executions(WorkGroup=WORKGROUP)["QueryExecutionIds"]
-            yield {
-                "result": result, "dataset": dataset, "kube": api, "tokens": api.tokens,
+            shared = {
+                "kube": api, "tokens": api.tokens,
                 "keys": sorted(o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
                                for o in page.get("Contents", [])),
                 "get": lambda key: s3.get_object(Bucket=BUCKET, Key=key)["Body"].read(),
@@ -262,9 +288,33 @@ def run(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
                 "locks": client("dynamodb").scan(TableName=LOCKS)["Items"],
                 "iam": enforcement,
             }
+            yield {spec: {**shared, **r} for spec, r in results.items()}
     finally:
         fresh_account(url)
         server.stop()
+
+
+def _run_driver(default_out: Path, tmp: Path, case: Case, url: str, credentials: dict[str, Any]) -> dict[str, Any]:
+    """One campaign's path through the handlers, as ``lambda_driver.py`` runs it in the Lambda-like
+    environment (-I -S: isolated, no site-packages; -B: no bytecode written, /var/task and /opt are read-only)."""
+    python = ENV_DIR / "python"
+    tmp.mkdir(parents=True, exist_ok=True)
+    dataset = step_dataset(plan_campaign(load_spec(case.path), "aws").step(case.experiment, case.step))
+    assert dataset is not None
+    config = {
+        "paths": [str(_code_asset(default_out)), str(ENV_DIR / "opt" / "python"), str(ENV_DIR / "runtime")],
+        "spec_uri": f"s3://{BUCKET}/specs/{case.spec}.yaml", "campaign_id": case.cid, "step": case.step,
+        "execution": f"arn:aws:states:{REGION}:{ACCOUNT}:execution:benchctl-campaign:{case.cid}",
+        "bucket": BUCKET, "dataset_name": dataset.name, "result": str(tmp / "result.json"),
+        "credentials": credentials,
+    }
+    (tmp / "config.json").write_text(json.dumps(config))
+    proc = subprocess.run([str(python), "-I", "-S", "-B", str(DRIVER), str(tmp / "config.json")],
+                          env=_function_env(default_out, url), capture_output=True, text=True, timeout=600, cwd=tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp / "result.json").read_text())
+    assert result["error"] is None, result["error"] + "\n" + proc.stderr[-3000:]
+    return {"result": result, "dataset": dataset, "case": case}
 
 
 def _calls(run: dict[str, Any], state: str) -> list[Any]:
@@ -418,3 +468,35 @@ def test_each_function_runs_with_exactly_its_roles_policy_under_iam_enforcement(
     unnamed = {a for who, a, res in iam.checked if res == "*" and ":assumed-role/" in who}  # not the test's own
     assert unnamed <= UNNAMED, sorted(unnamed - UNNAMED)
     assert {a for a in unnamed if a.startswith("s3:")} == set()  # every S3 call was checked on its resource
+
+
+def test_the_aws_rehearsal_runs_through_the_aws_engine_with_mocker_workers_and_a_simulated_report(rehearsal):
+    """examples/aws-rehearsal.yaml down the same path, functions, layers and roles as the seed plan: the Plan
+    accepts it, Deploy applies a DynamoGraphDeployment of Dynamo mocker workers on the CPU node group,
+    LaunchLoad starts its runner Job, the step is ingested, the Report writes the views and the report in S3,
+    and the campaign's lake row says SIMULATED."""
+    import pyarrow.parquet as pq
+
+    case, r = rehearsal["case"], rehearsal["result"]
+    assert r["error"] is None
+    (plan,) = _calls(rehearsal, "Plan")
+    assert [e["name"] for e in plan["experiments"]] == ["agg", "disagg"]
+    dgds = [b for m, _, b in rehearsal["kube"].bodies if m == "POST" and b.get("kind") == "DynamoGraphDeployment"]
+    (dgd,) = [d for d in dgds if d["metadata"]["labels"].get("benchctl.io/campaign") == case.cid]
+    workers = [c for c in dgd["spec"]["components"] if c["type"] != "frontend"]
+    assert workers and all(c["podTemplate"]["spec"]["containers"][0]["command"] == ["python3", "-m", "dynamo.mocker"]
+                           for c in workers)
+    assert all(c["podTemplate"]["spec"]["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "benchctl-rehearsal"}
+               for c in workers)
+    assert _calls(rehearsal, "CheckLoad") == [{"done": True, "exit_code": 0}]
+    (ingest,) = _calls(rehearsal, "IngestLastStep")
+    assert ingest["step"] == case.step and ingest["status"] == "succeeded"
+    html = rehearsal["get"](f"reports/{case.cid}/report.html").decode()
+    assert "<html" in html.lower() and case.cid in html
+    # the campaign's row says SIMULATED (moto's Athena runs no SQL, so the report's own label, read from this
+    # row, is held by the report's tests)
+    (row,) = pq.read_table(io.BytesIO(rehearsal["get"](
+        f"lake/campaigns/campaign_id={case.cid}/campaign.parquet"))).to_pylist()
+    assert row["engine"] == "aws" and row["simulated"] is True
+    assert rehearsal["iam"].problems == []
+    assert {a for _, a, _ in rehearsal["iam"].denied} <= {"s3:ListBucket (a missing key's 404)"}
