@@ -378,3 +378,23 @@ def test_the_runner_job_needs_a_spec(account):
                     runner_job=True)
     job = next(c for c in checks if c.name == "load runner Job")
     assert not job.ok and "--spec" in job.detail
+
+
+def test_a_library_the_layers_do_not_hold_fails_imports(account, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "awswrangler", None)  # as a function without the SDK-for-pandas layer
+    checks = _run(account)
+    assert not checks["Teardown imports"].ok and "awswrangler" in checks["Teardown imports"].detail
+
+
+def test_a_state_machine_that_is_not_this_projects_fails_naming_the_missing_functions(account):
+    sfn = boto3.client("stepfunctions")
+    other = sfn.create_state_machine(name="other", roleArn=f"arn:aws:iam::{ACCOUNT}:role/sfn", definition=json.dumps(
+        {"StartAt": "Plan", "States": {"Plan": {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
+                                                "Parameters": {"FunctionName": account["arns"]["PlanFunctionArn"]},
+                                                "End": True}}}))
+    checks = doctor(other["stateMachineArn"], session=account["session"], lookup=lambda i: (True, ""), runner_job=False)
+    sm = checks[0]
+    assert sm.name == "state machine" and not sm.ok and "Report" in sm.detail and "Plan" not in sm.detail.split(
+        "missing:")[1]
