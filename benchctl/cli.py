@@ -203,23 +203,27 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import os
 
-    from benchctl.aws.doctor import doctor
+    from benchctl.aws.doctor import checks
 
     arn = args.state_machine_arn or os.environ.get("BENCHCTL_STATE_MACHINE_ARN")
     if not arn or not arn.startswith("arn:") or ":stateMachine:" not in arn:
         raise ValueError(f"--state-machine-arn {arn!r}: give the control-plane stack's StateMachineArn output "
                          "(arn:aws:states:REGION:ACCOUNT:stateMachine:NAME), or set BENCHCTL_STATE_MACHINE_ARN")
-    spec = _path(args.spec) if args.spec else None
-    if spec is not None:
-        from benchctl.spec import load_spec
+    from benchctl.spec import load_spec
 
-        load_spec(spec)  # a bad spec is exit 2 before anything is invoked
-    checks = _aws(lambda: doctor(arn, spec_path=spec, runner_job=not args.no_job, job_timeout_s=args.job_timeout))
-    for c in checks:
-        print(c.line(), flush=True)
-    failed = [c for c in checks if not c.ok]
-    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed" + (": the deployment is ready" if not failed
-                                                                        else f"; {len(failed)} failed"))
+    spec = _path(args.spec)
+    load_spec(spec)  # a bad spec is exit 2 before anything is invoked
+    seen: list[bool] = []
+
+    def run() -> None:
+        for c in checks(arn, spec_path=spec, runner_job=not args.no_job, job_timeout_s=args.job_timeout):
+            print(c.line(), flush=True)
+            seen.append(c.ok)
+
+    _aws(run)
+    failed = seen.count(False)
+    print(f"{len(seen) - failed} of {len(seen)} checks passed" + (": the deployment is ready" if not failed
+                                                                   else f"; {failed} failed"))
     return 1 if failed else 0
 
 
@@ -365,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="AWS: prove a deployment for cents before any GPU: each function's self-test on "
                                       "its deployed layers, the load role's path as a tiny Job, the images exist")
     p.add_argument("--state-machine-arn", help="default $BENCHCTL_STATE_MACHINE_ARN (stack output StateMachineArn)")
-    p.add_argument("--spec", help="also check that every image this spec names exists")
+    p.add_argument("--spec", required=True, help="the spec you will run: its images are looked up, and the runner "
+                                                 "Job check runs with its Kubernetes settings")
     p.add_argument("--no-job", action="store_true", help="skip the load runner Job (it needs a CPU node)")
     p.add_argument("--job-timeout", type=float, default=900.0,
                    help="seconds to wait for the runner Job (a CPU node may have to start; default 900)")

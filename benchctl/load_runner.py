@@ -309,6 +309,9 @@ def serve_steps(runner: Runner, base: Path, steps: list[str], *, poll_s: float =
         if runner.stopping:
             break
         code = 124 if timed_out else int(json.loads(ended.read_text(encoding="utf-8"))["exit_code"])
+        # the runner's own record beside AIPerf's artifacts (uploaded with them): who ran the step and how it ended
+        _atomic_text(d / "out" / "runner-record.json", json.dumps({"step": step, "exit_code": code, "timed_out": timed_out,
+                                                             "uid": os.getuid(), "gid": os.getgid()}))
         if code != 0:  # the Job's log shows why (what the state machine's failure_logs collects)
             with contextlib.suppress(OSError):
                 tail = (d / "aiperf.log").read_text(encoding="utf-8", errors="replace").splitlines()[-40:]

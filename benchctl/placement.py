@@ -18,7 +18,7 @@ a pod that fits nowhere. The filters modelled (the only ones our worker pods mee
 :func:`find_deadlock` explores every order and every feasible node choice (pods of one shape, and nodes
 holding the same pods, are interchangeable, so it stays small) and returns a sequence that ends stuck.
 :func:`worker_pods` is the rule set our renderer applies (``benchctl.aws.k8s.render`` asks
-:func:`worker_efa` and :func:`keeps_role_together`), :func:`nodes_needed` the fewest nodes per pool with
+:func:`efa_share`, through ``efa.efa_per_worker``, and :func:`keeps_role_together`), :func:`nodes_needed` the fewest nodes per pool with
 which no order deadlocks, and :func:`placement_problems` what the spec check refuses.
 
 Pure: standard library and benchctl's spec types only; nothing here knows Kubernetes' API objects (the
@@ -167,7 +167,7 @@ def node_slots(pool: PoolSpec) -> int:
 def efa_share(pool: PoolSpec, gpus: int) -> int:
     """A pod's share of its node's EFA interfaces by GPUs, at least 1; 0 on a pool without EFA."""
     n = pool.efa_interfaces()
-    return max(1, n * gpus // pool.gpus_per_node) if n else 0
+    return max(1, n * gpus // pool.gpus_per_node) if n and pool.gpus_per_node else 0
 
 
 def keeps_role_together(pools: Mapping[str, PoolSpec], exp: Experiment, role: str) -> bool:
@@ -201,11 +201,11 @@ def worker_pods(pools: Mapping[str, PoolSpec], exp: Experiment) -> list[tuple[Po
 
 
 @lru_cache(maxsize=1024)
-def _fewest(pods: tuple[tuple[PodShape, int], ...], node: NodeShape) -> tuple[int, tuple[str, ...] | None]:
-    """The fewest nodes of ``node`` on which no order deadlocks (one pool's pods), and at the most that
-    can help the deadlock that remains, if any. Where the orders are too many to explore, the count that
-    is safe in any order: a node per pod, but one per role kept together (while pods remain, a node
-    without any is left for each)."""
+def _fewest(pods: tuple[tuple[PodShape, int], ...], node: NodeShape) -> tuple[int, tuple[str, ...] | None, bool]:
+    """The fewest nodes of ``node`` on which no order deadlocks (one pool's pods), the deadlock that remains
+    at the most that can help, if any, and whether the count is proven the fewest. Where the orders are too
+    many to explore, the count that is safe in any order: a node per pod, but one per role kept together
+    (while pods remain, a node without any is left for each), not proven the fewest."""
     gpus = sum(s.gpus * n for s, n in pods)
     efa = sum(s.efa * n for s, n in pods)
     low = max(1, math.ceil(gpus / node.gpus), math.ceil(efa / node.efa) if node.efa else 1)
@@ -217,14 +217,16 @@ def _fewest(pods: tuple[tuple[PodShape, int], ...], node: NodeShape) -> tuple[in
         try:
             stuck = find_deadlock(pods, {pool: (node, n)})
         except PlacementTooComplex:
-            return top, None
+            return top, None, False
         if stuck is None:
-            return n, None
-    return top, tuple(stuck or ())
+            return n, None, True
+    return top, tuple(stuck or ()), True
 
 
-def pool_placement(pools: Mapping[str, PoolSpec], exp: Experiment) -> dict[str, tuple[int, tuple[str, ...] | None]]:
-    """Per pool the experiment uses: (fewest safe nodes, the deadlock left even with one node per pod)."""
+def pool_placement(pools: Mapping[str, PoolSpec],
+                   exp: Experiment) -> dict[str, tuple[int, tuple[str, ...] | None, bool]]:
+    """Per pool the experiment uses: (fewest safe nodes, the deadlock left even with one node per pod, whether
+    that count is proven the fewest)."""
     pods = worker_pods(pools, exp)
     out = {}
     for name in sorted({s.pool for s, _ in pods}):
@@ -237,7 +239,7 @@ def pool_placement(pools: Mapping[str, PoolSpec], exp: Experiment) -> dict[str, 
 def nodes_needed(pools: Mapping[str, PoolSpec], exp: Experiment) -> dict[str, int]:
     """Nodes per pool: the fewest with which every order kube-scheduler may place the workers in places
     them all (prefill and decode counted apart where they may not share a node)."""
-    return {name: n for name, (n, _) in pool_placement(pools, exp).items()}
+    return {name: n for name, (n, _, _) in pool_placement(pools, exp).items()}
 
 
 def placement_problems(spec: CampaignSpec) -> list[str]:
@@ -248,7 +250,7 @@ def placement_problems(spec: CampaignSpec) -> list[str]:
     for i, exp in enumerate(spec.experiments):
         if any(g.pool not in pools or slots(pools[g.pool], g) > node_slots(pools[g.pool]) for g in exp.workers):
             continue  # reported by the spec's own checks
-        for name, (n, stuck) in pool_placement(pools, exp).items():
+        for name, (n, stuck, proven) in pool_placement(pools, exp).items():
             pool = pools[name]
             roles = ", ".join(f"{g.role} {g.replicas} x TP={g.tensor_parallel}" for g in exp.workers if g.pool == name)
             where = f"experiments[{i}].workers: experiment {exp.name!r}: its workers on pool {name!r} ({roles})"
@@ -258,8 +260,11 @@ def placement_problems(spec: CampaignSpec) -> list[str]:
                     f"one pod at a time and never moves one: {'; '.join(stuck)}); use one worker size per role")
             elif n > pool.max_nodes:
                 k = next(j for j, p in enumerate(spec.pools) if p.name == name)
+                need = (f"need {n} nodes" if proven else
+                        f"need at most {n} nodes (more orders than the check explores, {MAX_STATES:,}: fewer may "
+                        "do, but could not be proven)")
                 problems.append(
-                    f"{where} need {n} nodes so that every order kube-scheduler may place them in succeeds "
+                    f"{where} {need} so that every order kube-scheduler may place them in succeeds "
                     f"(prefill and decode never share a node over EFA, and a role that does not fit one node may "
                     f"be spread over as many nodes as it has pods), but pools[{k}].max_nodes is {pool.max_nodes}: "
                     f"raise it to {n}, or size each role to fit one node (fewer replicas or tensor_parallel = "

@@ -2,10 +2,17 @@
 
 from typing import Any
 
+from benchctl.aws.selftest import SELF_TEST
 from lambdas._runtime import emit_metric, logger
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    if (event or {}).get("action") == SELF_TEST:  # benchctl doctor: this function's own layers and identity
+        import os
+
+        from benchctl.aws.selftest import self_test
+
+        return self_test(event, os.environ)
     from benchctl.aws.sweep import aws_sweep
 
     report = aws_sweep(dry_run=bool((event or {}).get("dry_run")))

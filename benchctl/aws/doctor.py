@@ -66,7 +66,7 @@ def _invoke(lam: Any, arn: str, payload: JSON) -> tuple[JSON | None, str | None]
 
 
 def _function_checks(session: Any, functions: dict[str, str]) -> Iterator[Check]:
-    lam = session.client("lambda")
+    lam = lambda_client(session)
     for name in sorted(functions):
         checks = checks_for(name)
         try:
@@ -124,11 +124,25 @@ def _image_checks(session: Any, images: dict[str, str],
         yield Check(f"{role} {image}", ok, how)
 
 
-def doctor(state_machine_arn: str, *, spec_path: Path | None = None, session: Any = None,
+def doctor(state_machine_arn: str, **kw: Any) -> list[Check]:
+    """Every check of the deployment behind ``state_machine_arn`` (see :func:`checks`)."""
+    return list(checks(state_machine_arn, **kw))
+
+
+def lambda_client(session: Any) -> Any:
+    """Lambda as the doctor invokes it: a self-test may take minutes (Athena's DDL, a slow cold start), and an
+    invocation retried on a read timeout would run it twice."""
+    from botocore.config import Config
+
+    return session.client("lambda", config=Config(read_timeout=900, connect_timeout=30, retries={"max_attempts": 0}))
+
+
+def checks(state_machine_arn: str, *, spec_path: Path | None = None, session: Any = None,
            lookup: Callable[[str], tuple[bool, str]] | None = None, runner_job: bool = True,
            job_timeout_s: float = 900.0, poll_s: float = 5.0,
-           sleep: Callable[[float], None] = time.sleep) -> list[Check]:
-    """Every check of the deployment behind ``state_machine_arn`` (and the images ``spec_path`` names)."""
+           sleep: Callable[[float], None] = time.sleep) -> Iterator[Check]:
+    """Every check of the deployment behind ``state_machine_arn`` (and the images and the runner Job of the
+    spec at ``spec_path``), each as soon as it is known."""
     import boto3
 
     from benchctl.aws.images import image_exists
@@ -140,27 +154,43 @@ def doctor(state_machine_arn: str, *, spec_path: Path | None = None, session: An
     functions = deployed_functions(definition)
     wanted = {var.removesuffix("FunctionArn") for var in _function_vars()}
     missing = sorted(wanted - set(functions))
-    out = [Check("state machine", not missing,
-                 f"{state_machine_arn} invokes {len(functions)} functions"
-                 + (f"; missing: {', '.join(missing)} (not this project's definition?)" if missing else ""))]
-    out += list(_function_checks(session, functions))
-    load_image = ""
+    yield Check("state machine", not missing, f"{state_machine_arn} invokes {len(functions)} functions"
+                + (f"; missing: {', '.join(missing)} (not this project's definition?)" if missing else ""))
+    load_env: dict[str, str] = {}
     if "Load" in functions:
         conf = session.client("lambda").get_function_configuration(FunctionName=functions["Load"])
-        load_image = ((conf.get("Environment") or {}).get("Variables") or {}).get("BENCHCTL_LOAD_IMAGE", "")
+        load_env = (conf.get("Environment") or {}).get("Variables") or {}
+        sweeper = _sweeper(session, load_env)
+        if sweeper is None:
+            yield Check("Sweep function", False, "no function with handler lambdas.sweep.handler of this deployment "
+                                                 f"(runs under {load_env.get('BENCHCTL_RUNS_URI')}) in this Region")
+        else:
+            functions = {**functions, "Sweep": sweeper}
+    yield from _function_checks(session, functions)
     look = lookup or (lambda image: image_exists(image, session=session))
-    out += list(_image_checks(session, spec_images(spec_path, load_image), look))
+    yield from _image_checks(session, spec_images(spec_path, load_env.get("BENCHCTL_LOAD_IMAGE", "")), look)
     if runner_job and "Load" in functions:
         if spec_path is None:
-            out.append(Check("load runner Job", False, "give --spec: the Job runs with a spec's Kubernetes settings "
-                                                       "(namespace, images, service account, sizes)"))
+            yield Check("load runner Job", False, "give --spec: the Job runs with a spec's Kubernetes settings "
+                                                  "(namespace, images, service account, sizes)")
         else:
             import yaml
 
             data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
-            out += list(_runner_job(session, functions["Load"], data, timeout_s=job_timeout_s, poll_s=poll_s,
-                                    sleep=sleep))
-    return out
+            yield from _runner_job(session, functions["Load"], data, timeout_s=job_timeout_s, poll_s=poll_s,
+                                   sleep=sleep)
+
+
+def _sweeper(session: Any, load_env: dict[str, str]) -> str | None:
+    """The deployment's sweeper (scheduled, outside the state machine): the function with the sweep handler
+    whose variables name the same run store as the Load function's."""
+    for page in session.client("lambda").get_paginator("list_functions").paginate():
+        for fn in page.get("Functions", []):
+            env = (fn.get("Environment") or {}).get("Variables") or {}
+            if (fn.get("Handler") == "lambdas.sweep.handler"
+                    and env.get("BENCHCTL_RUNS_URI") == load_env.get("BENCHCTL_RUNS_URI")):
+                return str(fn["FunctionArn"])
+    return None
 
 
 def _function_vars() -> list[str]:
@@ -171,28 +201,36 @@ def _function_vars() -> list[str]:
 
 def _runner_job(session: Any, load_arn: str, spec: JSON, *, timeout_s: float, poll_s: float,
                 sleep: Callable[[float], None]) -> Iterator[Check]:
-    """The load role's real path: the Load function starts a tiny runner Job, the doctor follows it."""
-    lam = session.client("lambda")
+    """The load role's real path: the Load function starts a tiny runner Job, the doctor follows it; a Job
+    not judged (the wait over, an interrupt) is deleted before the doctor leaves."""
+    lam = lambda_client(session)
     started, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "checks": ["runner_job"],
                                               "spec": spec})
     job = ((started or {}).get("checks") or {}).get("runner_job") or {}
     if failed is not None or not job.get("ok"):
         yield Check("load runner Job", False, failed or str(job.get("detail")))
         return
-    waited = 0.0
-    while True:
-        answer, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "spec": spec,
-                                                 "checks": ["runner_job_result"], "job": job.get("job")})
-        result = ((answer or {}).get("checks") or {}).get("runner_job_result") or {}
-        if failed is not None:
-            yield Check("load runner Job", False, failed)
-            return
-        if not result.get("pending") or waited >= timeout_s:
-            done = bool(result.get("ok")) and not result.get("pending")
-            detail = str(result.get("detail"))
-            if result.get("pending"):
-                detail = f"still running after {waited:.0f} s: {detail}"
-            yield Check("load runner Job", done, detail)
-            return
-        sleep(poll_s)
-        waited += poll_s
+    judged = False
+    try:
+        waited = 0.0
+        while True:
+            answer, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "spec": spec,
+                                                     "checks": ["runner_job_result"], "job": job.get("job")})
+            result = ((answer or {}).get("checks") or {}).get("runner_job_result") or {}
+            if failed is not None:
+                yield Check("load runner Job", False, failed)
+                return
+            if not result.get("pending"):
+                judged = True  # runner_job_result deleted it
+                yield Check("load runner Job", bool(result.get("ok")), str(result.get("detail")))
+                return
+            if waited >= timeout_s:
+                yield Check("load runner Job", False, f"still running after {waited:.0f} s (--job-timeout): "
+                                                      f"{result.get('detail')}")
+                return
+            sleep(poll_s)
+            waited += poll_s
+    finally:
+        if not judged:
+            _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "spec": spec,
+                                    "checks": ["runner_job_stop"], "job": job.get("job")})

@@ -12,7 +12,7 @@ from typing import Any
 from benchctl.aws.eks import JOB, job_logs, job_status
 from benchctl.aws.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from benchctl.aws.k8s.common import HF_TOKEN_KEY, LOAD_IMAGE_PLACEHOLDER, aiperf_image, selection, selector
-from benchctl.aws.k8s.jobs import render_preflight_job
+from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.errors import NotReadyYet
 from benchctl.ports import JSON

@@ -18,8 +18,9 @@ Checks (``CHECKS``; the doctor picks them per function, ``checks_for``):
   LaunchLoad starts one (``EksLoad.launch``) for one step whose AIPerf argv is ``--version``: the pod's
   two images as they run (one user, the shared directory), the inputs of its step listed and copied (an
   empty prefix: the listing is what needs ``s3:ListBucket``), AIPerf's output directory written as the load
-  image's user, the upload and the step's end record; ``runner_job_result`` reads how it ended (the
-  doctor asks again until it did) and deletes the Job. The event carries the spec whose Kubernetes
+  image's user, the upload of its artifacts (the runner's ``runner-record.json``) and the step's end record;
+  ``runner_job_result`` reads how it ended (the doctor asks again until it did) and deletes the Job,
+  ``runner_job_stop`` deletes it when the doctor stops waiting. The event carries the spec whose Kubernetes
   settings the Job runs with (namespace, images, service account, sizes).
 
 May import the core and ``benchctl.aws`` (it runs in the functions), never ``benchctl.local``.
@@ -33,13 +34,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchctl.aws.env import LambdaEnv
+from benchctl.runstate import runner_key
 
 SELF_TEST = "self_test"  # the event's action
 DOCTOR_PREFIX = "_doctor"  # the scratch prefix under the run store's root
-CHECKS = ("imports", "datetime64", "parquet", "eks", "athena", "runner_job", "runner_job_result")
+CHECKS = ("imports", "datetime64", "parquet", "eks", "athena", "runner_job", "runner_job_result", "runner_job_stop")
 DOCTOR = "doctor"  # the runner Job's experiment, workload and step name
-# The functions whose roles call Kubernetes (held equal to stacks/control_plane.py's FUNCTION_NEEDS by a test)
-KUBERNETES_FUNCTIONS = ("Plan", "Pools", "Serving", "Load", "Teardown")
+# The functions whose roles call Kubernetes (held to stacks/control_plane.py's FUNCTION_NEEDS by a test; the
+# scheduled sweeper, outside the state machine, too)
+KUBERNETES_FUNCTIONS = ("Plan", "Pools", "Serving", "Load", "Teardown", "Sweep")
 
 JSON = dict[str, Any]
 
@@ -173,6 +176,32 @@ def _runner_job(env: LambdaEnv, function: str, session: Any, event: Mapping[str,
             "job": {"campaign_id": cid, "state": state}}
 
 
+def _uploaded_runner_record(env: LambdaEnv, session: Any, campaign_id: str) -> JSON | None:
+    """The runner's own record of the doctor's step (``runner-record.json``) as the Job uploaded it, or None."""
+    import json
+
+    from botocore.exceptions import ClientError
+
+    from benchctl.aws.k8s.common import raw_s3_uri
+    from benchctl.aws.providers import split_s3_uri
+
+    bucket, key = split_s3_uri(f"{raw_s3_uri(campaign_id, DOCTOR, DOCTOR, env.lake_uri)}runner-record.json")
+    try:
+        data: JSON = json.loads(session.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    except ClientError:
+        return None
+    return data
+
+
+def _runner_job_stop(env: LambdaEnv, function: str, session: Any, event: Mapping[str, Any]) -> JSON:
+    """The doctor gave up waiting (or was interrupted): the Job and its pod go."""
+    job = event.get("job") or {}
+    if not isinstance(job, dict) or "state" not in job:
+        raise ValueError("event 'job': the answer of the runner_job check")
+    _doctor_load(env, session, event.get("spec"), str(job["campaign_id"])).stop(job["state"])
+    return {"detail": f"Job {job['state']['name']} deleted"}
+
+
 def _runner_job_result(env: LambdaEnv, function: str, session: Any, event: Mapping[str, Any]) -> JSON:
     job = event.get("job") or {}
     if not isinstance(job, dict) or "state" not in job:
@@ -183,12 +212,17 @@ def _runner_job_result(env: LambdaEnv, function: str, session: Any, event: Mappi
     if code is None:
         return {"ok": False, "pending": True,
                 "detail": load.pending(state) or f"Job {state['name']} runs"}
-    end = load.control.read_json(f"runner/{DOCTOR}/{DOCTOR}/end.json") or {}
+    end = load.control.read_json(runner_key(DOCTOR, DOCTOR, "end.json")) or {}
     logs = {} if code == 0 and end else load.failure_logs(state, 20)
     load.stop(state)  # the Job and its pod go; its objects in the run store and the raw area are a few bytes
     if code == 0 and end:
-        return {"ok": True, "detail": f"Job {state['name']}: AIPerf ran as the load image's user, the step's inputs "
-                                      "were listed and copied, its artifacts uploaded and its end record written"}
+        ran = _uploaded_runner_record(env, session, str(job["campaign_id"]))
+        if ran is None:
+            return {"ok": False, "detail": f"Job {state['name']}: its end record is there but not its artifacts "
+                                           "(the runner's runner-record.json) in the step's raw area"}
+        return {"ok": True, "detail": f"Job {state['name']}: AIPerf ran as uid {ran.get('uid')}, the step's inputs "
+                                      "were listed and copied, its artifacts uploaded to the raw area and its end "
+                                      "record written"}
     why = f"{end.get('error')}: {end.get('cause')}" if end.get("error") else (
         "the Job ended without its end record" if not end else f"AIPerf exited {code}")
     tails = "; ".join(f"{k}: {str(v).strip().splitlines()[-1] if str(v).strip() else ''}" for k, v in logs.items())
@@ -200,7 +234,7 @@ _CHECKS: dict[str, Check] = {
     "imports": _imports, "datetime64": _datetime64, "parquet": _parquet, "eks": _eks, "athena": _athena}
 # checks that read the event and answer more than a line (runner_job's Job, runner_job_result's pending)
 _EVENT_CHECKS: dict[str, Callable[[LambdaEnv, str, Any, Mapping[str, Any]], JSON]] = {
-    "runner_job": _runner_job, "runner_job_result": _runner_job_result}
+    "runner_job": _runner_job, "runner_job_result": _runner_job_result, "runner_job_stop": _runner_job_stop}
 
 
 def self_test(event: Mapping[str, Any], environ: Mapping[str, str], *, session: Any = None) -> JSON:

@@ -100,6 +100,7 @@ def main(config_path):
 
         for var, handler in FUNCTIONS.items():
             call(handler, {"action": "self_test", "function": var.removesuffix("FunctionArn")})
+        call("lambdas.sweep.handler", {"action": "self_test", "function": "Sweep"})  # the scheduled sweeper
     except BaseException as err:  # report it to the test, with where it happened
         out["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
     out["modules"] = {n: _origin(n) for n in ("boto3", "botocore", "s3transfer", "urllib3", "yaml", "pandas",

@@ -124,7 +124,7 @@ def _roles(templates: dict[str, Any]) -> dict[str, tuple[Any, list[Any]]]:
     r = Resolver(templates)
     return {who: (r.resolve(templates[CP]["Resources"][rid]["Properties"]["AssumeRolePolicyDocument"], CP),
                   [here(d) for d in role_documents(templates, CP, rid)])
-            for who, rid in function_roles(templates, CP).items() if not who.startswith("lambdas.sweep")}
+            for who, rid in function_roles(templates, CP).items()}
 
 
 def _function_env(out: Path, url: str) -> dict[str, str]:
@@ -404,7 +404,7 @@ def test_every_function_passes_the_doctors_self_test_on_these_layers(run):
 
     answers = {c["result"]["function"]: c["result"]["checks"] for c in run["result"]["calls"]
                if c["handler"].startswith("lambdas.") and isinstance(c["result"], dict) and "checks" in c["result"]}
-    assert set(answers) == {"Plan", "Pools", "Serving", "Load", "Ingest", "Teardown", "Report"}
+    assert set(answers) == {"Plan", "Pools", "Serving", "Load", "Ingest", "Teardown", "Report", "Sweep"}
     pins = dict(r.split("==") for r in layers.PARTS["sdk-pandas"])
     for fn, checks in answers.items():
         assert list(checks) == checks_for(fn), fn

@@ -57,7 +57,7 @@ import pytest
 import yaml
 
 from benchctl import aiperf_args, asl
-from benchctl.aws.k8s import jobs
+from benchctl.aws.k8s import jobs, preflight_jobs
 from benchctl.aws.k8s.common import LOAD_IMAGE_PLACEHOLDER
 from benchctl.local import modeldir
 from benchctl.plan import plan_campaign
@@ -653,11 +653,11 @@ def test_the_preflight_makes_the_runners_calls_as_its_role_and_names_a_refused_o
     s3:ListBucket it fails (6) naming the listing, before anything is scaled."""
     spec = rehearsal_spec()
     cid = f"rehearsal-preflight-{identity}"
-    job = jobs.render_preflight_job(spec, cid, "uploader", run_uri=f"{account.runs_uri}/{cid}",
+    job = preflight_jobs.render_preflight_job(spec, cid, "uploader", run_uri=f"{account.runs_uri}/{cid}",
                                     lake_uri=account.lake_uri, region=REGION)
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    c["command"] = ["sh", "-c", jobs.UPLOADER_PATH_CHECK]  # the check after `aws --version` (v2 there, v1 here)
+    c["command"] = ["sh", "-c", preflight_jobs.UPLOADER_PATH_CHECK]  # the check after `aws --version` (v2 there, v1 here)
     site = sysconfig.get_paths()["purelib"]
     py = _interpreter(site, jobs.LOAD_UID)
     root = Path(tempfile.mkdtemp(prefix="benchctl-preflight-"))

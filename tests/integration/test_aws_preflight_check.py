@@ -18,7 +18,7 @@ def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_th
     import subprocess
     import sys
 
-    from benchctl.aws.k8s.jobs import render_preflight_job
+    from benchctl.aws.k8s.preflight_jobs import render_preflight_job
     from benchctl.local import modeldir
 
     if not modeldir.is_complete():
@@ -30,11 +30,23 @@ def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_th
     assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["HF_HUB_OFFLINE"] == "1" and env["REVISION"] == modeldir.REVISION
-    run_env = {**os.environ, **env, "HF_HOME": str(modeldir.hf_home()), "HOME": str(tmp_path),
+    import shutil
+
+    hf_home = tmp_path / "hf"  # the volume: the generated snapshot (config, tokenizer), no weights yet
+    shutil.copytree(modeldir.hf_home(), hf_home, symlinks=True)
+    run_env = {**os.environ, **env, "HF_HOME": str(hf_home), "HOME": str(tmp_path),
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # a volume holding the tokenizer but not the weights (e.g. a mocker rehearsal's prefetch) fails vLLM's
+    # campaign before GPUs are scaled
+    partial = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180, env=run_env)
+    assert partial.returncode == 8, partial.stdout + partial.stderr[-2000:]
+    assert "lacks 1 of the 1 weight files" in partial.stderr and "prefetch_model" in partial.stderr
+    (snapshot,) = (hf_home / "hub").glob(f"models--*/snapshots/{modeldir.REVISION}")
+    (snapshot / "model.safetensors").write_bytes(b"\0" * 16)
     ok = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180, env=run_env)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "aiperf --version: 0.13.0" in ok.stdout and f"{modeldir.REVISION} read offline" in ok.stdout
+    assert "1 files on the volume" in ok.stdout
     missing = subprocess.run(["sh", "-c", c["command"][2]], capture_output=True, text=True, timeout=180,
                              env={**run_env, "REVISION": "0" * 40})
     assert missing.returncode == 5 and "not present in the HuggingFace cache" in missing.stderr

@@ -577,18 +577,20 @@ def _affinity_admits(pod: dict[str, Any], node_labels: dict[str, str]) -> bool:
 
 
 def test_the_aiperf_check_asks_a_load_runners_size_on_a_cpu_node():
-    """The preflight proves that a load runner fits: the AIPerf check's container asks exactly what a runner
-    Job's AIPerf container asks (kubernetes.load_cpu/load_memory), and may run only where no GPU pool is."""
-    from benchctl.aws.k8s.jobs import render_preflight_job
+    """The preflight proves that a load runner fits: the AIPerf check's container asks what a runner Job's pod
+    asks in all (its AIPerf container, kubernetes.load_cpu/load_memory, and its control container), and may
+    run only where no GPU pool is."""
+    from benchctl.aws.k8s.preflight_jobs import render_preflight_job
     from benchctl.aws.k8s.render import render_campaign
 
     spec = _with_image(_spec())
     runner = next(o for path, o in render_campaign(spec, CID) if "/jobs/" in path)
-    (aiperf,) = [c for c in runner["spec"]["template"]["spec"]["containers"] if c["name"] == "aiperf"]
+    asked = {c["name"]: c["resources"]["requests"] for c in runner["spec"]["template"]["spec"]["containers"]}
+    assert asked == {"aiperf": {"cpu": "8", "memory": "16Gi"}, "control": {"cpu": "250m", "memory": "512Mi"}}
     pod = render_preflight_job(spec, CID, "aiperf")["spec"]["template"]["spec"]
     (check,) = pod["containers"]
-    assert check["resources"] == aiperf["resources"] == {"limits": {"cpu": "8", "memory": "16Gi"},
-                                                          "requests": {"cpu": "8", "memory": "16Gi"}}
+    whole = {"cpu": "8250m", "memory": "16896Mi"}  # 8 + 0.25 CPUs, 16 GiB + 512 MiB
+    assert check["resources"] == {"limits": whole, "requests": whole}
     assert _affinity_admits(pod, {"kubernetes.io/hostname": "cpu-1"})
     assert _affinity_admits(pod, {"eks.amazonaws.com/nodegroup": "system"})
     assert not _affinity_admits(pod, {"eks.amazonaws.com/nodegroup": "gpu-ng"})  # the spec's GPU pool
@@ -669,7 +671,7 @@ def test_preflight_proves_each_image_with_a_short_cpu_job_before_anything_is_sca
 def test_the_shipped_load_image_is_proven_to_hold_aiperf_0_13_0():
     # the preflight's aiperf check passes only for the version benchctl's arguments are written for ...
     from benchctl.aiperf_args import AIPERF_VERSION
-    from benchctl.aws.k8s.jobs import render_preflight_job
+    from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 
     job = render_preflight_job(_with_image(_spec()), CID, "aiperf")
     script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
@@ -696,7 +698,7 @@ def _run_check(script: str, tmp_path: Any, tools: dict[str, str]) -> Any:
 
 @pytest.mark.parametrize(("version", "ok"), [("0.13.0", True), ("0.12.0", False)])
 def test_the_aiperf_image_check_fails_on_another_aiperf_version(tmp_path, version, ok):
-    from benchctl.aws.k8s.jobs import render_preflight_job
+    from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 
     data = _with_image(_spec()).model_dump(mode="json")
     data["kubernetes"]["prefetch_model"] = True  # the version alone (the tokenizer check: the test below)
@@ -709,14 +711,16 @@ def test_the_aiperf_image_check_fails_on_another_aiperf_version(tmp_path, versio
 
 @pytest.mark.parametrize(("version", "code"), [("aws-cli/2.22.0 Python/3.12.6 Linux", 0), ("aws-cli/1.33.0", 3)])
 def test_the_uploader_check_needs_aws_cli_v2(tmp_path, version, code):
-    from benchctl.aws.k8s.jobs import render_preflight_job
+    from benchctl.aws.k8s.preflight_jobs import PREFLIGHT_CHECKS, render_preflight_job
 
     job = render_preflight_job(_spec(), CID, "uploader")
-    res = _run_check(job["spec"]["template"]["spec"]["containers"][0]["command"][2], tmp_path, {"aws": version})
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert script.startswith(PREFLIGHT_CHECKS["uploader"])  # the version and identity first (the path: below)
+    res = _run_check(PREFLIGHT_CHECKS["uploader"], tmp_path, {"aws": version})
     assert res.returncode == code, res.stderr
 
 
-@pytest.mark.parametrize("denied", [None, "ListObjectsV2", "PutObject", "SendTaskFailure"])
+@pytest.mark.parametrize("denied", [None, "ListObjectsV2", "PutObject", "PutObjectRaw", "SendTaskFailure", "unreachable"])
 def test_the_uploader_check_makes_the_runners_calls_and_names_a_denied_one(tmp_path, denied):
     """After the version and identity, the uploader check makes each call of the runner's path where this
     campaign's runner makes them (a step's inputs listed, a run-store object written and read, the three
@@ -726,7 +730,7 @@ def test_the_uploader_check_makes_the_runners_calls_and_names_a_denied_one(tmp_p
     import subprocess
     import sys
 
-    from benchctl.aws.k8s.jobs import render_preflight_job
+    from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 
     job = render_preflight_job(_spec(), CID, "uploader", run_uri=f"s3://b/runs/{CID}", lake_uri="s3://b/lake",
                                region="eu-west-1")
@@ -742,10 +746,13 @@ def test_the_uploader_check_makes_the_runners_calls_and_names_a_denied_one(tmp_p
 import sys
 args = sys.argv[1:]
 op = ("version" if args == ["--version"] else "GetCallerIdentity" if args[0] == "sts"
-      else "ListObjectsV2" if "--recursive" in args else "PutObject" if "-" == args[-2] else "GetObject"
-      if args[0] == "s3" else "".join(w.title() for w in args[1].split("-")))
+      else "ListObjectsV2" if "--recursive" in args else ("PutObjectRaw" if "/lake/raw/" in args[-1] else "PutObject")
+      if "-" == args[-2] else "GetObject" if args[0] == "s3" else "".join(w.title() for w in args[1].split("-")))
 if op == "version":
     print("aws-cli/2.22.0 Python/3.12.6 Linux")
+elif {denied!r} == "unreachable" and op.startswith("SendTask"):  # no route to Step Functions from the pod
+    print('Could not connect to the endpoint URL: "https://states.eu-west-1.amazonaws.com/"', file=sys.stderr)
+    sys.exit(255)
 elif op == {denied!r}:
     print(f"An error occurred (AccessDenied) when calling the {{op}} operation: not authorized", file=sys.stderr)
     sys.exit(254)
@@ -758,10 +765,15 @@ elif op.startswith("SendTask"):
                          env={**os.environ, **env, "HOME": str(tmp_path), "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
     if denied is None:
         assert res.returncode == 0, res.stderr
-        assert "task-token answers allowed" in res.stdout
+        assert "an artifact uploaded" in res.stdout and "task-token answers allowed" in res.stdout
+        return
+    if denied == "unreachable":  # any answer but a token's refusal is a failure, not a pass
+        assert res.returncode == 7, res.stdout + res.stderr
+        assert "did not answer" in res.stderr and "Could not connect to the endpoint URL" in res.stderr
         return
     assert res.returncode == 6, res.stdout + res.stderr
     named = {"ListObjectsV2": "fetching a step's inputs", "PutObject": "writing a step's end record",
+             "PutObjectRaw": "uploading a step's artifacts",
              "SendTaskFailure": "answering a step's task token (stepfunctions send-task-failure)"}[denied]
     assert named in res.stderr and f"calling the {denied} operation" in res.stderr
 

@@ -39,7 +39,7 @@ ENV = {"BENCHCTL_BUCKET": BUCKET, "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake", "B
 def test_the_functions_that_call_kubernetes_are_the_stacks():
     from stacks.control_plane import FUNCTION_NEEDS
 
-    assert set(KUBERNETES_FUNCTIONS) == {n for n, needs in FUNCTION_NEEDS.items() if needs.kubernetes}
+    assert set(KUBERNETES_FUNCTIONS) == {n for n, needs in FUNCTION_NEEDS.items() if needs.kubernetes} | {"Sweep"}
     assert set(FUNCTION_NEEDS) == {v.removesuffix("FunctionArn") for v in FUNCTIONS}
 
 
@@ -128,7 +128,7 @@ class Invoker:
 
         self.monkeypatch = monkeypatch
         self.by_arn = {}
-        for var, target in FUNCTIONS.items():
+        for var, target in {**FUNCTIONS, "SweepFunctionArn": "lambdas.sweep.handler"}.items():
             mod, fn = target.rsplit(".", 1)
             self.by_arn[arns[var]] = getattr(importlib.import_module(mod), fn)
         self.crash: set[str] = set()
@@ -195,13 +195,18 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
                                                     "Principal": {"Service": "lambda.amazonaws.com"}}]}))["Role"]["Arn"]
         lam = boto3.client("lambda")
         arns = {}
-        for var in FUNCTIONS:
+        for var, handler in {**FUNCTIONS, "SweepFunctionArn": "lambdas.sweep.handler"}.items():
             fn = lam.create_function(FunctionName=f"benchctl-{var.removesuffix('FunctionArn')}", Runtime="python3.13",
-                                     Role=role, Handler=FUNCTIONS[var], Code={"ZipFile": base64.b64decode(
+                                     Role=role, Handler=handler, Code={"ZipFile": base64.b64decode(
                                          "UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==")}, Environment={"Variables": ENV})
             arns[var] = fn["FunctionArn"]
+        # another deployment's sweeper in the same Region (its own run store): never this one's
+        lam.create_function(FunctionName="other-sweep", Runtime="python3.13", Role=role, Handler="lambdas.sweep.handler",
+                            Code={"ZipFile": base64.b64decode("UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==")},
+                            Environment={"Variables": {**ENV, "BENCHCTL_RUNS_URI": "s3://other/runs"}})
         sm = boto3.client("stepfunctions").create_state_machine(
-            name="campaign", definition=asl.substitute(arns), roleArn=f"arn:aws:iam::{ACCOUNT}:role/sfn")
+            name="campaign", definition=asl.substitute({v: a for v, a in arns.items() if v in FUNCTIONS}),
+            roleArn=f"arn:aws:iam::{ACCOUNT}:role/sfn")
         session = boto3.session.Session(region_name=REGION)
         invoker = Invoker(monkeypatch, arns)
         session.events.register("before-call.lambda.Invoke", invoker)
@@ -222,7 +227,8 @@ def _run(account: dict[str, Any], registry: str | None = None, spec: Path | None
 def test_every_function_is_found_from_the_deployed_definition(account):
     definition = json.loads(boto3.client("stepfunctions").describe_state_machine(
         stateMachineArn=account["arn"])["definition"])
-    assert deployed_functions(definition) == {v.removesuffix("FunctionArn"): a for v, a in account["arns"].items()}
+    assert deployed_functions(definition) == {v.removesuffix("FunctionArn"): a for v, a in account["arns"].items()
+                                              if v in FUNCTIONS}
 
 
 def test_a_healthy_deployment_passes_every_check(account):
@@ -230,7 +236,7 @@ def test_a_healthy_deployment_passes_every_check(account):
     failed = [c.line() for c in checks.values() if not c.ok]
     assert failed == []
     names = set(checks)
-    for var in FUNCTIONS:
+    for var in [*FUNCTIONS, "SweepFunctionArn"]:  # the scheduled sweeper too, found by its handler and run store
         fn = var.removesuffix("FunctionArn")
         assert {f"{fn} {c}" for c in checks_for(fn)} <= names
     assert "Report athena" in names and "Plan eks" in names and "Ingest eks" not in names
@@ -298,12 +304,14 @@ def test_every_image_the_spec_names_is_looked_up_and_a_missing_one_fails(account
 
 def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(account, monkeypatch, capsys):
     from benchctl import cli
+    from benchctl.aws import doctor as module
 
     account["invoker"].env["BENCHCTL_WORKGROUP"] = "no-such-workgroup"
-    real = doctor
-    monkeypatch.setattr("benchctl.aws.doctor.doctor", lambda arn, **kw: real(
-        arn, **{**kw, "session": account["session"], "runner_job": False}))
-    rc = cli.main(["doctor", "--state-machine-arn", account["arn"], "--no-job"])
+    real = module.checks
+    monkeypatch.setattr(module, "checks", lambda arn, **kw: real(
+        arn, **{**kw, "session": account["session"], "lookup": lambda image: (True, "stubbed")}))
+    rc = cli.main(["doctor", "--state-machine-arn", account["arn"], "--spec", "examples/aws-rehearsal.yaml",
+                   "--no-job"])
     out = capsys.readouterr().out.splitlines()
     assert rc == 1
     assert any(line.startswith("FAIL Report athena:") for line in out)
@@ -314,11 +322,12 @@ def test_the_cli_refuses_a_missing_state_machine_arn_with_exit_2(monkeypatch, ca
     from benchctl import cli
 
     monkeypatch.delenv("BENCHCTL_STATE_MACHINE_ARN", raising=False)
-    assert cli.main(["doctor"]) == 2
+    assert cli.main(["doctor", "--spec", "examples/aws-rehearsal.yaml"]) == 2
     assert "StateMachineArn" in capsys.readouterr().err
 
 
-def _runner_world(account: dict[str, Any], end: dict[str, Any] | None, status: dict[str, Any] | None) -> None:
+def _runner_world(account: dict[str, Any], end: dict[str, Any] | None, status: dict[str, Any] | None,
+                  uploaded: bool = True) -> None:
     """The cluster's side of the doctor's runner Job: when it is created, its control container's end record
     (``end``) and the Job's status (``status``), as the real Job would leave them (test_runner_rehearsal runs
     its containers for real)."""
@@ -328,6 +337,9 @@ def _runner_world(account: dict[str, Any], end: dict[str, Any] | None, status: d
         cid = job["metadata"]["labels"]["benchctl.io/campaign"]
         if end is not None:
             s3.put_object(Bucket=BUCKET, Key=f"runs/{cid}/runner/doctor/doctor/end.json", Body=json.dumps(end).encode())
+        if end is not None and uploaded:  # the runner's own record, uploaded with the step's artifacts
+            s3.put_object(Bucket=BUCKET, Key=f"lake/raw/campaign_id={cid}/experiment=doctor/step_id=doctor/runner-record.json",
+                          Body=json.dumps({"step": "doctor", "exit_code": 0, "uid": 10001}).encode())
         if status is not None:
             api.set_status("Job", NS, job["metadata"]["name"], status)
 
@@ -344,7 +356,7 @@ def test_the_load_roles_path_runs_as_a_tiny_runner_job_that_ends_with_its_end_re
     _runner_world(account, {"exit_code": 0, "ended_at": 1}, {"succeeded": 1})
     job = _job_check(account)
     assert job.ok, job.detail
-    assert "AIPerf ran as the load image's user" in job.detail
+    assert "AIPerf ran as uid 10001" in job.detail and "uploaded to the raw area" in job.detail
     # started as LaunchLoad starts one: a runner Job of the doctor's own campaign id, its step's request
     # asking AIPerf for its version; deleted once judged
     posted = [b for m, _, b in account["api"].bodies if m == "POST" and b.get("kind") == "Job"]
@@ -359,6 +371,12 @@ def test_the_load_roles_path_runs_as_a_tiny_runner_job_that_ends_with_its_end_re
     assert stored is None or stored["metadata"].get("deletionTimestamp")
 
 
+def test_a_runner_job_whose_artifacts_never_reached_the_raw_area_fails(account):
+    _runner_world(account, {"exit_code": 0, "ended_at": 1}, {"succeeded": 1}, uploaded=False)
+    job = _job_check(account)
+    assert not job.ok and "raw area" in job.detail
+
+
 def test_a_runner_job_that_fails_names_its_error(account):
     _runner_world(account, {"exit_code": 96, "ended_at": 1, "error": "LoadInputsUnavailable",
                             "cause": "fatal error: An error occurred (AccessDenied) when calling the ListObjectsV2 "
@@ -371,6 +389,22 @@ def test_a_runner_job_whose_pod_never_runs_is_named_when_the_wait_is_over(accoun
     _runner_world(account, None, None)
     job = _job_check(account, job_timeout_s=10)
     assert not job.ok and "still running after 10 s" in job.detail and "no pod yet" in job.detail
+
+
+def test_a_runner_job_the_doctor_stops_waiting_for_is_deleted(account):
+    _runner_world(account, None, None)
+    job = _job_check(account, job_timeout_s=5)
+    assert not job.ok
+    (body,) = [b for m, _, b in account["api"].bodies if m == "POST" and b.get("kind") == "Job"]
+    stored = account["api"].stored("Job", body["metadata"]["name"], NS)
+    assert stored is None or stored["metadata"].get("deletionTimestamp")  # not left to run to its deadline
+
+
+def test_the_sweeper_of_this_deployment_is_checked_and_a_missing_one_named(account):
+    boto3.client("lambda").delete_function(FunctionName="benchctl-Sweep")
+    checks = _run(account)
+    assert not checks["Sweep function"].ok and "lambdas.sweep.handler" in checks["Sweep function"].detail
+    assert not any(n.startswith("Sweep ") and n != "Sweep function" for n in checks)  # not the other deployment's
 
 
 def test_the_runner_job_needs_a_spec(account):

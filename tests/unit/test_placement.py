@@ -101,6 +101,16 @@ def test_what_cannot_be_placed_within_max_nodes_is_refused_naming_the_experiment
     assert "tensor_parallel = gpus_per_node" in line
 
 
+def test_a_count_the_check_could_not_prove_the_fewest_is_refused_saying_so() -> None:
+    """12 prefill + 12 decode at TP=2 over EFA: more orders than the check explores, so its count is the one
+    safe in any order (a node per pod); a refusal says that fewer may do but could not be proven, not that so
+    many are needed."""
+    with pytest.raises(SpecError) as err:
+        _spec(_disagg("disagg-12p12d", (12, 2), (12, 2)), max_nodes=16)
+    (line,) = [p for p in err.value.problems if "disagg-12p12d" in p]
+    assert "need at most 24 nodes" in line and "could not be proven" in line and "raise it to 24" in line
+
+
 def test_benchctl_validate_exits_2_on_a_placement_that_can_deadlock(tmp_path: Path) -> None:
     from benchctl.cli import main
 

@@ -30,6 +30,7 @@ from benchctl import aiperf_args, cli, quality
 from benchctl.aws.k8s import common as kc
 from benchctl.aws.k8s import jobs as j
 from benchctl.aws.k8s import render as r
+from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.campaign import step_dataset
 from benchctl.errors import SpecError
 from benchctl.plan import plan_campaign
@@ -556,7 +557,8 @@ def test_one_runner_job_per_workload_with_its_steps_in_order_and_the_load_image(
         assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in runner["volumeMounts"]
         assert {e["name"]: e["value"] for e in runner["env"]} == {
             "HF_HOME": "/models/hf", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-            "BENCHCTL_RUNNER_TOKENIZER": spec.model.name, "BENCHCTL_RUNNER_TOKENIZER_REVISION": spec.model.revision}
+            "BENCHCTL_RUNNER_TOKENIZER": spec.model.name, "BENCHCTL_RUNNER_TOKENIZER_REVISION": spec.model.revision,
+            "HOME": "/tmp"}  # a home its user may write, whatever the image's passwd says
         env = {e["name"]: e["value"] for e in ctl["env"]}
         assert env["BENCHCTL_CONTROL"] == f"s3://b/runs/{CID}/runner/{exp.name}/" and env["AWS_REGION"] == "eu-west-1"
         assert env["BENCHCTL_RAW_PREFIX"] == f"s3://<results-bucket>/lake/raw/campaign_id={CID}/experiment={exp.name}/step_id="
@@ -603,16 +605,19 @@ def _admits(affinity: dict[str, Any] | None, node_labels: dict[str, str]) -> boo
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
 def test_load_smoke_and_preflight_pods_never_land_on_the_campaigns_gpu_nodes(name: str) -> None:
-    """Every CPU pod of a campaign (runner, smoke and preflight Jobs) is kept off every node of the
-    campaign's GPU pools by a required node affinity, judged against the labels those nodes carry as the
+    """Every CPU pod of a campaign (runner, smoke, model prefetch and preflight Jobs) is kept off every node
+    of the campaign's pools by a required node affinity, judged against the labels those nodes carry as the
     workers are pinned to them (``scheduling``: node group or NodePool), while a node of no pool of ours
-    (a CPU node, whoever runs it) stays eligible."""
+    (a CPU node, whoever runs it) stays eligible; and Auto Mode's consolidation may not evict it mid-run
+    (``karpenter.sh/do-not-disrupt``: a runner Job holds a whole workload)."""
     spec = load(name)
     manifests = dict(r.render_campaign(spec, CID, runs_uri="s3://b/runs", region="eu-west-1"))
-    pods = {p: o["spec"]["template"]["spec"] for p, o in manifests.items()
-            if o["kind"] == "Job" and p != "prefetch-job.yaml"}
-    pods.update({f"preflight-{c}": j.render_preflight_job(spec, CID, c)["spec"]["template"]["spec"]
-                 for c in ("aiperf", "uploader")})
+    jobs = {p: o for p, o in manifests.items() if o["kind"] == "Job"}
+    jobs.update({f"preflight-{c}": render_preflight_job(spec, CID, c) for c in ("aiperf", "uploader")})
+    assert not spec.kubernetes.prefetch_model or "prefetch-job.yaml" in jobs
+    for path, job in jobs.items():
+        assert job["spec"]["template"]["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}, path
+    pods = {p: o["spec"]["template"]["spec"] for p, o in jobs.items()}
     gpu_nodes = [kc.scheduling(CID, pool).get("nodeSelector", {}) for pool in spec.pools]
     for path, pod in pods.items():
         assert not any(t.get("key") == kc.GPU for t in pod.get("tolerations", [])), path

@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Sequence
 from typing import Any
 
-from benchctl import aiperf_args
 from benchctl.aws.k8s.common import (
     ARTIFACTS,
     DEFAULT_DEADLINE_S,
     DO_NOT_DISRUPT,
     JOB_TTL_S,
-    LAKE_PLACEHOLDER,
     MODEL_MOUNT,
     OFFLINE_TOKENIZER_ENV,
-    PREFLIGHT_DEADLINE_S,
-    REGION_PLACEHOLDER,
-    RUNS_PLACEHOLDER,
     aiperf_image,
     hf_env,
     job_name,
@@ -28,17 +24,15 @@ from benchctl.aws.k8s.common import (
     model_volume,
     nodepool_name,
     prefetch_job_name,
-    preflight_job_name,
-    raw_s3_uri,
 )
 from benchctl.quality import spec_requests
-from benchctl.runstate import runner_key
-from benchctl.spec import CampaignSpec, Kubernetes, ModelSpec
+from benchctl.spec import CampaignSpec, Kubernetes, ModelSpec, PoolSpec
 
 JSON = dict[str, Any]
 
 
-def _job(namespace: str, name: str, lbl: dict[str, str], pod_spec: JSON, deadline_s: int) -> JSON:
+def job_object(namespace: str, name: str, lbl: dict[str, str], pod_spec: JSON, deadline_s: int) -> JSON:
+    """A batch/v1 Job of ours: one try, removed a while after it ends, bounded by ``deadline_s``."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -47,7 +41,9 @@ def _job(namespace: str, name: str, lbl: dict[str, str], pod_spec: JSON, deadlin
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": JOB_TTL_S,
             "activeDeadlineSeconds": deadline_s,
-            "template": {"metadata": {"labels": dict(lbl)}, "spec": {"restartPolicy": "Never", **pod_spec}},
+            # Auto Mode's consolidation evicts pods of under-used nodes: a runner Job holds a whole workload
+            "template": {"metadata": {"labels": dict(lbl), "annotations": dict(DO_NOT_DISRUPT)},
+                         "spec": {"restartPolicy": "Never", **pod_spec}},
         },
     }
 
@@ -74,20 +70,20 @@ CONTROL_HOME = "/tmp"  # the CLI's home (~/.aws): the image's /root is not this 
 
 
 def pod_security() -> JSON:
-    """One user for every container of a load runner, smoke or preflight pod (the load image's), whose group
-    also owns the pod's volumes (``fsGroup``)."""
+    """One user for every container of a load runner or preflight pod (the load image's), whose group also
+    owns the pod's volumes (``fsGroup``)."""
     return {"runAsUser": LOAD_UID, "runAsGroup": LOAD_UID, "runAsNonRoot": True, "fsGroup": LOAD_UID,
             # a volume already owned by the group is not walked again (the model volume is large)
             "fsGroupChangePolicy": "OnRootMismatch"}
 
 
-def off_gpu_pools(spec: CampaignSpec, campaign_id: str) -> JSON:
+def off_gpu_pools(pools: Sequence[PoolSpec], campaign_id: str) -> JSON:
     """A required node affinity that keeps a CPU pod (load runner, smoke test, preflight) off this campaign's
     GPU pools: not on their managed node groups (``eks.amazonaws.com/nodegroup``), not on our Auto Mode
     NodePools (``karpenter.sh/nodepool``; they also carry the GPU taint). ``NotIn`` also matches a node
     without the label, so every other node (whoever runs it) stays eligible."""
-    nodegroups = sorted({p.nodegroup for p in spec.pools if p.provider == "managed-nodegroup" and p.nodegroup})
-    nodepools = sorted({nodepool_name(campaign_id, p.name) for p in spec.pools if p.provider == "auto-mode"})
+    nodegroups = sorted({p.nodegroup for p in pools if p.provider == "managed-nodegroup" and p.nodegroup})
+    nodepools = sorted({nodepool_name(campaign_id, p.name) for p in pools if p.provider == "auto-mode"})
     # and no node GPU feature discovery labels as having NVIDIA GPUs (another team's GPU nodes)
     terms = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
     terms += [{"key": key, "operator": "NotIn", "values": values}
@@ -97,8 +93,8 @@ def off_gpu_pools(spec: CampaignSpec, campaign_id: str) -> JSON:
         "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
 
 
-def _cpu_pod(spec: CampaignSpec, campaign_id: str, pod_spec: JSON) -> JSON:
-    return {**pod_spec, "affinity": off_gpu_pools(spec, campaign_id)}
+def cpu_pod(spec: CampaignSpec, campaign_id: str, pod_spec: JSON) -> JSON:
+    return {**pod_spec, "affinity": off_gpu_pools(spec.pools, campaign_id)}
 
 
 # Values come from the environment, so the script is one constant (nothing to quote).
@@ -163,8 +159,8 @@ def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, fron
         ],
         "resources": {"limits": {"cpu": "1", "memory": "512Mi"}, "requests": {"cpu": "1", "memory": "512Mi"}},
     }]}
-    return _job(spec.kubernetes.namespace, job_name(campaign_id, experiment, "smoke"), lbl,
-                _cpu_pod(spec, campaign_id, pod_spec), 900)
+    return job_object(spec.kubernetes.namespace, job_name(campaign_id, experiment, "smoke"), lbl,
+                cpu_pod(spec, campaign_id, pod_spec), 900)
 
 
 # The model prefetch: huggingface_hub pinned (the version benchctl's own environment holds and its tests run
@@ -188,17 +184,19 @@ PREFETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu
 MOCKER_FILES = ("*.json", "*.txt", "*.jinja")
 
 
-def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, weights: bool = True) -> JSON:
+def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, weights: bool = True,
+                        pools: Sequence[PoolSpec] = ()) -> JSON:
     """Fill the model volume once per campaign (timed apart from deployment start-up): the model at
     ``model.revision`` into the hub cache under HF_HOME, the snapshot directory the workers serve and AIPerf
     reads the tokenizer from. A slim Python image (``kubernetes.prefetch_image``) running as its own user, on a
-    CPU node (no GPU toleration), with requests and limits. Without ``weights`` (a mocker campaign) only the
-    config and tokenizer files (:data:`MOCKER_FILES`)."""
+    CPU node, never on the campaign's ``pools`` (:func:`off_gpu_pools`), with requests and limits. Without
+    ``weights`` (a mocker campaign) only the config and tokenizer files (:data:`MOCKER_FILES`)."""
     lbl = labels(campaign_id, step_id="prefetch")
     install = ('python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --root-user-action=ignore '
                f'--target "$PYTHONPATH" "{PREFETCH_HF_HUB}"')
     pod_spec: JSON = {
         "automountServiceAccountToken": False,
+        "affinity": off_gpu_pools(pools, campaign_id),
         "volumes": [model_volume(k)],
         "containers": [{
             "name": "prefetch",
@@ -212,96 +210,10 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, we
             "volumeMounts": [dict(MODEL_MOUNT)],
         }],
     }
-    job = _job(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
-    job["spec"]["template"]["metadata"]["annotations"] = dict(DO_NOT_DISRUPT)  # Auto Mode: not drained mid-download
-    return job
+    return job_object(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
 
 
-# The preflight's image checks: each prints its tool's version; the check script compares it with what
-# benchctl needs, so a Job that succeeds proves the image runs and holds the right tool, on a CPU node
-# (off the campaign's GPU pools), with the load Jobs' service account and user, before any pool is scaled.
-PREFLIGHT_CHECKS: dict[str, str] = {
-    # AIPerf's own version string is the package's; the Job fails unless it is the one we parse for
-    "aiperf": ('v="$(aiperf --version 2>&1 | tail -n 1)"; echo "aiperf --version: $v"; '
-               'case "$v" in *"{version}"*) ;; *) echo "need aiperf {version}" >&2; exit 3;; esac'),
-    # the uploader runs `aws s3 cp`: AWS CLI v2, and credentials from Pod Identity for the service account
-    "uploader": ('v="$(aws --version 2>&1)"; echo "aws --version: $v"; '
-                 'case "$v" in aws-cli/2.*) ;; *) echo "need AWS CLI v2" >&2; exit 3;; esac; '
-                 'aws sts get-caller-identity --query Arn --output text || exit 4'),
-}
-# ... then every call the runner's control container makes, as it makes them, where a campaign's runner makes
-# them (BENCHCTL_RAW_PREFIX: a step's raw area, BENCHCTL_CONTROL: its run-store keys, both of a probe step no
-# experiment can be named): a step's inputs fetched (ListObjectsV2 of its inputs/ prefix), a run-store object
-# written and read back, and the three task-token answers (a token that names no task: refused as invalid
-# once IAM allowed the call; only an AccessDenied fails the check). 6: a call the load Job role is denied.
-UPLOADER_PATH_CHECK = """\
-probe() {
-  echo "$1: denied to this service account's role (the load Job role of the control-plane stack): $2" >&2
-  exit 6
-}
-out=$(aws s3 cp --only-show-errors --recursive "${BENCHCTL_RAW_PREFIX}inputs/" "$HOME/benchctl-preflight/" 2>&1) \\
-  || probe "fetching a step's inputs (s3 cp --recursive ${BENCHCTL_RAW_PREFIX}inputs/: ListObjectsV2, GetObject)" "$out"
-out=$(printf '{"preflight": true}' | aws s3 cp --only-show-errors - "${BENCHCTL_CONTROL}probe.json" 2>&1) \\
-  || probe "writing a step's end record (s3 cp to ${BENCHCTL_CONTROL}probe.json: PutObject)" "$out"
-out=$(aws s3 cp --only-show-errors "${BENCHCTL_CONTROL}probe.json" - 2>&1) \\
-  || probe "reading a step's request (s3 cp from ${BENCHCTL_CONTROL}probe.json: GetObject)" "$out"
-for answer in send-task-heartbeat send-task-success send-task-failure; do
-  case "$answer" in send-task-success) extra="--task-output {}";; *) extra="";; esac
-  out=$(aws stepfunctions "$answer" --task-token benchctl-preflight-probe $extra 2>&1)
-  case "$out" in *AccessDenied*) probe "answering a step's task token (stepfunctions $answer)" "$out";; esac
-done
-echo "the load Job role's path: inputs listed, run-store object written and read, task-token answers allowed"
-"""
-PREFLIGHT_PROBE = "_preflight"  # the probe step's experiment and step id (no experiment name starts with "_")
-
-
-# Without a model prefetch the volume must already hold the model: the AIPerf check then also loads the
-# tokenizer as the load Jobs will, offline from the volume at the pinned revision (AIPerf's own loader).
-TOKENIZER_CHECK = ("python3 -c 'import os; from aiperf.common.tokenizer import Tokenizer; "
-                   "Tokenizer.from_pretrained(os.environ[\"MODEL\"], revision=os.environ[\"REVISION\"]); "
-                   "print(\"tokenizer\", os.environ[\"MODEL\"], os.environ[\"REVISION\"], \"read offline\")' || exit 5")
-
-
-def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, run_uri: str | None = None,
-                         lake_uri: str = LAKE_PLACEHOLDER, region: str = REGION_PLACEHOLDER) -> JSON:
-    """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS), run as a
-    runner Job runs (its service account, :func:`pod_security`, off the GPU pools). The uploader check then
-    makes the runner's calls (:data:`UPLOADER_PATH_CHECK`) where a runner of this campaign makes them: a
-    probe step's raw area in the lake (``lake_uri``) and its keys in the campaign's run store (``run_uri``;
-    default: the placeholder bucket's), in ``region``."""
-    image = {"aiperf": aiperf_image(spec.kubernetes), "uploader": spec.kubernetes.uploader_image}[check]
-    script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
-    # the AIPerf check asks what a load runner's AIPerf container asks (kubernetes.load_cpu/load_memory), on a
-    # node no GPU pool of the spec owns: that it runs proves a runner fits on a CPU node of the cluster
-    resources = ({"cpu": spec.kubernetes.load_cpu, "memory": spec.kubernetes.load_memory} if check == "aiperf"
-                 else {"cpu": "500m", "memory": "1Gi"})
-    container: JSON = {"name": check, "image": image, "command": ["sh", "-c", script],
-                       "resources": {"limits": dict(resources), "requests": dict(resources)}}
-    pod_spec: JSON = {
-        "serviceAccountName": spec.kubernetes.load_service_account,
-        "automountServiceAccountToken": False,
-        "securityContext": pod_security(),
-        "containers": [container],
-    }
-    if check == "aiperf" and not spec.kubernetes.prefetch_model:
-        container["command"][2] = f"{script}; {TOKENIZER_CHECK}"
-        container["env"] = [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},
-                            {"name": "REVISION", "value": spec.model.revision or "main"}]
-        container["volumeMounts"] = [{**MODEL_MOUNT, "readOnly": True}]
-        pod_spec["volumes"] = [model_volume(spec.kubernetes)]
-    if check == "uploader":
-        run_uri = (run_uri or f"{RUNS_PLACEHOLDER}/{campaign_id}").rstrip("/")
-        container["command"][2] = f"{script}\n{UPLOADER_PATH_CHECK}"
-        container["env"] = [
-            {"name": "BENCHCTL_RAW_PREFIX", "value": raw_s3_uri(campaign_id, PREFLIGHT_PROBE, PREFLIGHT_PROBE, lake_uri)},
-            {"name": "BENCHCTL_CONTROL", "value": f"{run_uri}/{runner_key(PREFLIGHT_PROBE, PREFLIGHT_PROBE)}"},
-            *_aws_env(region)]
-    lbl = labels(campaign_id, step_id=f"preflight-{check}")
-    return _job(spec.kubernetes.namespace, preflight_job_name(campaign_id, check), lbl,
-                _cpu_pod(spec, campaign_id, pod_spec), PREFLIGHT_DEADLINE_S)
-
-
-def _aws_env(region: str) -> list[JSON]:
+def aws_cli_env(region: str) -> list[JSON]:
     """The AWS CLI's Region (Step Functions needs one) and a home this user may write (:data:`CONTROL_HOME`)."""
     return [{"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region},
             {"name": "HOME", "value": CONTROL_HOME}]
@@ -322,7 +234,7 @@ def _aws_env(region: str) -> list[JSON]:
 # and errors: 95 LoadRunnerDied (the runner ended, `runner.ended`, or stopped beating), 96
 # LoadInputsUnavailable, 97 LoadUploadFailed (artifacts or end record), 143 LoadRunnerStopped (SIGTERM: the
 # Job deleted; the trap ends a wait at once instead of the kubelet's grace).
-# POSIX sh and coreutils only (the AWS CLI image is a minimal Amazon Linux: no Python of its own).
+# POSIX sh, coreutils and sed only (the AWS CLI image is a minimal Amazon Linux 2: no Python of its own).
 RUNNER_CONTROL_SCRIPT = """\
 set -u
 step="" launched=0 error="" cause=""
@@ -367,7 +279,7 @@ trap finish EXIT
 trap 'fail 143 LoadRunnerStopped "the runner Job was stopped (SIGTERM)"' TERM
 for step in $BENCHCTL_STEPS; do
   d="$BENCHCTL_DIR/$step"
-  mkdir -p "$d" || fail 95 LoadRunnerFailed "cannot create $d"
+  mkdir -p "$d" || fail 95 LoadRunnerDied "cannot create $d"
   until aws s3 cp --quiet "${BENCHCTL_CONTROL}$step/request.json" "$d/request.part" 2>/dev/null; do
     runner_gone
     sleep 1
@@ -477,8 +389,10 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
                 "name": "aiperf",
                 "image": aiperf_image(spec.kubernetes),
                 "command": ["python3", "-c", runner_source(), "--steps-dir", ARTIFACTS, *steps],
+                # a home this user may write whatever the image (a spec's own aiperf_image may have no user
+                # 10001 in its passwd; AIPerf caches under ~/.cache)
                 "env": [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), *env_tokenizer,
-                        {"name": "PYTHONUNBUFFERED", "value": "1"}],
+                        {"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "HOME", "value": CONTROL_HOME}],
                 "resources": {"limits": dict(resources), "requests": dict(resources)},
                 "volumeMounts": [*(dict(m) for m in mount), {**MODEL_MOUNT, "readOnly": True}],
             },
@@ -490,11 +404,11 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
                         {"name": "BENCHCTL_DIR", "value": ARTIFACTS},
                         {"name": "BENCHCTL_CONTROL", "value": control_uri},
                         {"name": "BENCHCTL_RAW_PREFIX", "value": raw_prefix},
-                        *_aws_env(region)],
+                        *aws_cli_env(region)],
                 "resources": {"limits": dict(CONTROL_RESOURCES), "requests": dict(CONTROL_RESOURCES)},
                 "volumeMounts": [dict(m) for m in mount],
             },
         ],
     }
-    return _job(k.namespace, job_name(campaign_id, experiment, group), lbl, _cpu_pod(spec, campaign_id, pod_spec),
+    return job_object(k.namespace, job_name(campaign_id, experiment, group), lbl, cpu_pod(spec, campaign_id, pod_spec),
                 active_deadline_s)

@@ -4,10 +4,11 @@ Pure: standard library and benchctl only; nothing here talks to a cluster. What 
 
 * a ``DynamoGraphDeployment`` (``nvidia.com/v1beta1``) per experiment, from the deployment request the
   campaign makes (``benchctl.ports.DeploymentRequest``, as given): a frontend and vLLM workers (one
-  ``worker`` component aggregated; ``prefill`` + ``decode`` disaggregated);
+  ``worker`` component aggregated; ``prefill`` + ``decode`` disaggregated), or Dynamo mocker workers on CPU
+  nodes for an ``engine: mocker`` experiment (``benchctl.aws.k8s.mocker``);
 * a Karpenter ``NodePool`` (``karpenter.sh/v1``) per EKS Auto Mode pool;
-* ``batch/v1`` Jobs (``benchctl.aws.k8s.jobs``): one per AIPerf step (and the warm-up), the smoke test,
-  the model prefetch, and the preflight's image checks.
+* ``batch/v1`` Jobs (``benchctl.aws.k8s.jobs``): a load runner per workload of an experiment (and the
+  warm-up), the smoke test, the model prefetch; the preflight's image checks (``preflight_jobs``).
 
 Labels, names and the pod pieces every manifest shares are ``benchctl.aws.k8s.common``'s.
 """
@@ -196,7 +197,8 @@ def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
 
 
 def render_deployment(request: DeploymentRequest) -> JSON:
-    """The ``DynamoGraphDeployment`` of a deployment request, as given: a frontend and its vLLM workers."""
+    """The ``DynamoGraphDeployment`` of a deployment request, as given: a frontend and its workers (vLLM, or
+    the mocker for an ``engine: mocker`` experiment)."""
     if request.target is None:
         raise ValueError(f"deployment {request.deployment_id}: the request has no cluster target to render")
     exp, k, campaign_id, experiment = (request.target.experiment, request.target.kubernetes, request.campaign_id,
@@ -425,7 +427,7 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
         out.append((f"nodepools/{pool}.yaml", render_nodepool(spec, campaign_id, pool, nodes)))
     if spec.kubernetes.prefetch_model:
         out.append(("prefetch-job.yaml", render_prefetch_job(
-            spec.model, spec.kubernetes, campaign_id, weights=spec.experiments[0].engine == "vllm")))
+            spec.model, spec.kubernetes, campaign_id, weights=spec.experiments[0].engine == "vllm", pools=spec.pools)))
     grace = spec.timeouts.load_grace_s
     control = f"{runs_uri.rstrip('/')}/{campaign_id}/"
 
