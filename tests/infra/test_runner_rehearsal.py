@@ -679,7 +679,7 @@ def test_the_preflight_makes_the_runners_calls_as_its_role_and_names_a_refused_o
     assert run.users["uploader"] == (10001, 10001, (10001,))
     if identity == "load-job":
         assert code == 0, text
-        assert "inputs listed, run-store object written and read, task-token answers allowed" in text
+        assert "inputs listed, run-store object written and read, an artifact uploaded, task-token answers allowed" in text
     else:
         assert code == 6, text
         assert "fetching a step's inputs" in text and "ListObjectsV2" in text and "AccessDenied" in text
