@@ -73,6 +73,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from benchctl.comparisons import format_comparisons, resolved
     from benchctl.plan import format_plan, plan_campaign
     from benchctl.spec import load_spec
 
@@ -80,10 +83,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = plan_campaign(spec, args.engine)
     problems = list(plan.budget_problems)
     out = plan.to_json()
-    text = format_plan(plan)
+    text = format_plan(plan) + "\n" + format_comparisons(spec)
+    out["comparisons"] = [asdict(r) for r in resolved(spec)]
     if args.engine == "aws":  # what one Step Functions execution can hold (moto, locally, has no such limits)
-        from dataclasses import asdict
-
         from benchctl.plan import aws_limits, format_history
 
         est, limits = aws_limits(spec, plan, args.poll_seconds)

@@ -67,6 +67,29 @@ TABLES: dict[str, Table] = {
             """,
         ),
         _table(
+            "comparisons",
+            "one row per comparison of a campaign (benchctl.comparisons): baseline and treatment experiments, the "
+            "plan's questions it answers, what differs, and how its verdicts are judged",
+            _CAMPAIGN_PARTS,
+            # questions / differs: comma-separated (q1,q3,...; mode,gpus,...); source: spec | default; the
+            # last five columns: the spec's comparison settings (benchctl.verdicts.Settings)
+            """
+            campaign_id string
+            comparison string
+            comparison_index bigint
+            baseline string
+            treatment string
+            questions string
+            differs string
+            source string
+            confidence double
+            practical_threshold_pct double
+            max_error_rate double
+            slo_attainment double
+            min_samples_p99 bigint
+            """,
+        ),
+        _table(
             "experiments",
             "one row per experiment of a campaign: its serving features and, on a ladder, what it changes",
             _EXPERIMENT_PARTS,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from benchctl.comparisons import Comparison, ComparisonSettings, comparison_problems
 from benchctl.errors import SpecError
 from benchctl.names import dgd_name_problem
 from benchctl.placement import placement_problems
@@ -182,6 +183,9 @@ class CampaignSpec(Strict):
     sampling: Sampling = Sampling()
     thinking: bool = Field(default=False, description="Qwen3 thinking (chat_template_kwargs.enable_thinking)")
     quality: Quality = Quality()
+    comparisons: list[Comparison] = Field(default_factory=list, description="what is compared with what (default: "
+                                          "benchctl.comparisons.default_comparisons)")
+    comparison: ComparisonSettings = ComparisonSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -325,6 +329,7 @@ class CampaignSpec(Strict):
                     f"valid: {sorted({p.instance_type for p in self.pools})}"
                 )
         problems += placement_problems(self)  # a node count on which kube-scheduler cannot deadlock
+        problems += comparison_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -1,10 +1,11 @@
 """Plan: take the spec the execution was started with, expand the plan, refuse what cannot run, write the
-run manifest and take the pool locks; and RecordPlanFailure, the record of a Plan that failed."""
+run manifest (and the experiments and comparisons rows) and take the pool locks; and RecordPlanFailure, the record of a Plan that failed."""
 
 from __future__ import annotations
 
 from benchctl import timeline
 from benchctl.campaign.base import JSON, Cleanup, Task, error_of, now_iso, record_event, write_campaign
+from benchctl.comparisons import comparison_rows
 from benchctl.context import Ctx, StartInput
 from benchctl.errors import PreflightFailed, SpecError
 from benchctl.locks import lock_keys
@@ -58,6 +59,7 @@ def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
     write_campaign(p, ctx, "running")
     p.lake.write("experiments", [experiment_row(ctx.campaign_id, i, e, spec) for i, e in enumerate(spec.experiments)],
                  part_name="experiment")
+    p.lake.write("comparisons", comparison_rows(ctx.campaign_id, spec), part_name="comparisons")
     record_event(p, ctx.campaign_id, timeline.CAMPAIGN, timeline.PLANNED,
                  steps=sum(len(e.steps) for e in the_plan.experiments))
     return {
