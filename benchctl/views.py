@@ -23,12 +23,12 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # `benchctl run` prints for a person (the views hold more: spreads, sample counts, experiments).
 REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     "v_concurrency_sweep": (
-        "workload", "concurrency", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_itl_p50_ms", "disagg_itl_p50_ms",
+        "comparison", "workload", "concurrency", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_itl_p50_ms", "disagg_itl_p50_ms",
         "agg_output_tokens_per_s", "disagg_output_tokens_per_s", "agg_goodput_ratio", "disagg_goodput_ratio",
         "n_repeats", "agg_experiment", "disagg_experiment",
     ),
     "v_multi_turn": (
-        "workload", "turn", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_ttft_p99_ms", "disagg_ttft_p99_ms",
+        "comparison", "workload", "turn", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_ttft_p99_ms", "disagg_ttft_p99_ms",
         "agg_n_requests", "disagg_n_requests", "agg_conversation_p50_s", "disagg_conversation_p50_s",
         "agg_cache_hit_rate", "disagg_cache_hit_rate", "agg_experiment", "disagg_experiment",
     ),
@@ -37,7 +37,7 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
         "tps_user_p50", "tps_user_cv", "requested_isl_mean", "actual_isl_mean", "output_tokens_per_s",
     ),
     "v_prefix_cache": (
-        "workload", "prefix_ratio", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_ttft_improvement_pct",
+        "comparison", "workload", "prefix_ratio", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_ttft_improvement_pct",
         "disagg_ttft_improvement_pct", "agg_cache_hit_rate", "disagg_cache_hit_rate", "agg_kv_usage_max",
         "n_repeats", "agg_experiment", "disagg_experiment",
     ),

@@ -2,9 +2,10 @@
 -- disaggregated side by side: TTFT, its improvement over the same experiment's ratio-0 step, and the
 -- server's measured cache hit rate next to the input duplication ratio (they differ: the first
 -- requests of a step find a cold cache; blocks are cached whole).
--- One row per campaign x prefix workload x ratio x pair of experiments (aggregated, disaggregated);
--- means over repeats of succeeded steps (n_repeats; *_sd = standard deviation across repeats), cache
--- figures from v_step_cache.
+-- One row per campaign x comparison (an aggregated and a disaggregated experiment of the comparisons
+-- table) x prefix workload x ratio; means over repeats of valid steps (v_comparison_steps; n_repeats: the
+-- smaller side's, agg_n_repeats / disagg_n_repeats per side; *_sd = standard deviation across repeats),
+-- cache figures from v_step_cache.
 --   *_ttft_improvement_pct   (TTFT p50 at ratio 0 - TTFT p50 at this ratio) / TTFT p50 at ratio 0 x 100
 --   *_cache_hit_rate         server-measured hit rate of the mode (see v_step_cache)
 --   *_client_cache_hit_rate  cached tokens reported to the client / input tokens (aggregated only)
@@ -12,41 +13,40 @@
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
 WITH per_exp AS (
     SELECT
-        campaign_id, experiment, mode, workload, prefix_ratio,
+        campaign_id, comparison, comparison_index, experiment, mode, workload, prefix_ratio,
         avg(prefix_ratio_actual) AS prefix_ratio_actual,
         count(DISTINCT "repeat") AS n_repeats,
         avg(ttft_p50_ms) AS ttft_p50_ms,
         stddev_samp(ttft_p50_ms) AS ttft_p50_ms_sd,
         avg(ttft_p99_ms) AS ttft_p99_ms,
         avg(cache_hit_rate) AS cache_hit_rate,
+        stddev_samp(cache_hit_rate) AS cache_hit_rate_sd,
         avg(client_cache_hit_rate) AS client_cache_hit_rate,
         max(kv_usage_max) AS kv_usage_max,
         sum(preemptions) AS preemptions
-    FROM (
-        SELECT s.*, c.cache_hit_rate, c.kv_usage_max, c.preemptions
-        FROM v_step_stats s
-        LEFT JOIN v_step_cache c
-            ON c.campaign_id = s.campaign_id AND c.experiment = s.experiment AND c.step_id = s.step_id
-        WHERE s.workload_kind = 'prefix_cache' AND s.status = 'succeeded'
-    ) x
-    GROUP BY campaign_id, experiment, mode, workload, prefix_ratio
+    FROM v_comparison_steps
+    WHERE valid AND workload_kind = 'prefix_cache' AND ',' || differs || ',' LIKE '%,mode,%'
+    GROUP BY campaign_id, comparison, comparison_index, experiment, mode, workload, prefix_ratio
 ),
 with_base AS (
     SELECT p.*,
            100.0 * (b.ttft_p50_ms - p.ttft_p50_ms) / nullif(b.ttft_p50_ms, 0) AS ttft_improvement_pct
     FROM per_exp p
     LEFT JOIN per_exp b
-        ON b.campaign_id = p.campaign_id AND b.experiment = p.experiment AND b.workload = p.workload
-        AND b.prefix_ratio = 0
+        ON b.campaign_id = p.campaign_id AND b.comparison = p.comparison AND b.experiment = p.experiment
+        AND b.workload = p.workload AND b.prefix_ratio = 0
 ),
 agg AS (SELECT * FROM with_base WHERE mode = 'aggregated'),
 dis AS (SELECT * FROM with_base WHERE mode = 'disaggregated')
 SELECT
     coalesce(a.campaign_id, d.campaign_id) AS campaign_id,
+    coalesce(a.comparison, d.comparison) AS comparison,
     coalesce(a.workload, d.workload) AS workload,
     coalesce(a.prefix_ratio, d.prefix_ratio) AS prefix_ratio,
     coalesce(a.prefix_ratio_actual, d.prefix_ratio_actual) AS prefix_ratio_actual,
-    greatest(coalesce(a.n_repeats, 0), coalesce(d.n_repeats, 0)) AS n_repeats,
+    least(coalesce(a.n_repeats, 0), coalesce(d.n_repeats, 0)) AS n_repeats,
+    coalesce(a.n_repeats, 0) AS agg_n_repeats,
+    coalesce(d.n_repeats, 0) AS disagg_n_repeats,
     a.ttft_p50_ms AS agg_ttft_p50_ms,
     d.ttft_p50_ms AS disagg_ttft_p50_ms,
     a.ttft_p99_ms AS agg_ttft_p99_ms,
@@ -62,9 +62,12 @@ SELECT
     d.preemptions AS disagg_preemptions,
     a.ttft_p50_ms_sd AS agg_ttft_p50_ms_sd,
     d.ttft_p50_ms_sd AS disagg_ttft_p50_ms_sd,
+    a.cache_hit_rate_sd AS agg_cache_hit_rate_sd,
+    d.cache_hit_rate_sd AS disagg_cache_hit_rate_sd,
     a.experiment AS agg_experiment,
     d.experiment AS disagg_experiment
 FROM agg a
 FULL OUTER JOIN dis d
-    ON a.campaign_id = d.campaign_id AND a.workload = d.workload AND a.prefix_ratio = d.prefix_ratio
-ORDER BY 1, 2, 3, agg_experiment, disagg_experiment
+    ON a.campaign_id = d.campaign_id AND a.comparison = d.comparison AND a.workload = d.workload
+    AND a.prefix_ratio = d.prefix_ratio
+ORDER BY campaign_id, coalesce(a.comparison_index, d.comparison_index), workload, prefix_ratio

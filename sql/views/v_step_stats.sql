@@ -2,6 +2,8 @@
 -- AIPerf's own statistics (from steps) plus what is derived from the step's requests and the
 -- experiment's settings:
 --   n_requests / n_ok      profiling-phase requests recorded / those without an error
+--   error_rate             (n_requests - n_ok) / n_requests; without request records, AIPerf's
+--                          error_count / (request_count + error_count)
 --   goodput_ratio          share of the step's requests that succeeded AND met every SLO bound the
 --                          spec set (slo.ttft_ms on TTFT, slo.itl_ms on the request's mean ITL);
 --                          NULL when the spec sets no SLO
@@ -58,6 +60,10 @@ SELECT
     s.error_count,
     coalesce(q.n_requests, 0) AS n_requests,
     coalesce(q.n_ok, 0) AS n_ok,
+    coalesce(
+        cast(q.n_requests - q.n_ok AS double) / nullif(q.n_requests, 0),
+        cast(s.error_count AS double) / nullif(coalesce(s.request_count, 0) + s.error_count, 0)
+    ) AS error_rate,
     s.ttft_p50_ms,
     s.ttft_p90_ms,
     s.ttft_p99_ms,

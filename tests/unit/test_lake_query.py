@@ -18,6 +18,7 @@ from benchctl.ingest import ingest_artifacts
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine, parse_query
 from benchctl.views import VIEWS_DIR, view_references, view_sql_files
+from tests.unit.synthetic_lake import comparison_row
 from tests.unit.test_ingest import CTX, SAMPLES
 
 CAMPAIGN = "camp-1"
@@ -54,6 +55,12 @@ def _step(mode: str, concurrency: int, repeat: int, ttft: float, **extra: Any) -
 def _write_steps(lake: LocalLake, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         lake.write("steps", [r], part_name=r["step_id"])
+
+
+def _compare(lake: LocalLake, *pairs: tuple[str, str]) -> None:
+    """The comparisons the Plan state would record: (aggregated baseline, disaggregated treatment) pairs."""
+    lake.write("comparisons", [comparison_row(CAMPAIGN, f"{t}-vs-{b}", b, t, "q1,q3,q4,h1,h3", index=i)
+                               for i, (b, t) in enumerate(pairs)], part_name="comparisons")
 
 
 @pytest.fixture
@@ -182,6 +189,7 @@ def test_concurrency_sweep_pivots_modes(lake: LocalLake) -> None:
         [_step("aggregated", 4, 0, 999.0, workload="other", workload_kind="prefix_cache", step_id="x")],
         part_name="x",
     )
+    _compare(lake, ("agg", "disagg"))
     engine = QueryEngine(lake.root)
     cols, rows = engine.run("v_concurrency_sweep")
     got = [dict(zip(cols, r, strict=True)) for r in rows]
@@ -198,17 +206,21 @@ def test_concurrency_sweep_pivots_modes(lake: LocalLake) -> None:
     assert (c1["n_repeats"], c1["agg_n_steps"], c1["disagg_n_steps"]) == (2, 2, 2)
     assert c4["agg_ttft_p50_ms"] == pytest.approx(21.0)
     assert c4["disagg_ttft_p50_ms"] == pytest.approx(16.0)  # the failed step is left out
-    assert (c4["n_repeats"], c4["agg_n_steps"], c4["disagg_n_steps"]) == (2, 2, 1)
+    # the evidence is bounded by the smaller side: 2 aggregated repeats, 1 disaggregated
+    assert (c4["n_repeats"], c4["agg_n_steps"], c4["disagg_n_steps"]) == (1, 2, 1)
+    assert (c4["agg_n_repeats"], c4["disagg_n_repeats"], c4["comparison"]) == (2, 1, "disagg-vs-agg")
     # spread across repeats: sample standard deviation, NULL for a single repeat
     assert c1["agg_ttft_p50_ms_sd"] == pytest.approx(statistics.stdev([10.0, 12.0]))
     assert c4["disagg_ttft_p50_ms_sd"] is None
     assert (c1["agg_experiment"], c1["disagg_experiment"]) == ("agg", "disagg")
-    expected = """campaign_id workload isl osl concurrency n_repeats agg_n_steps disagg_n_steps
+    expected = """campaign_id comparison workload isl osl concurrency n_repeats agg_n_repeats disagg_n_repeats
+        agg_n_steps disagg_n_steps
         agg_ttft_p50_ms disagg_ttft_p50_ms agg_ttft_p99_ms disagg_ttft_p99_ms agg_itl_p50_ms disagg_itl_p50_ms
         agg_itl_p99_ms disagg_itl_p99_ms agg_output_tokens_per_s disagg_output_tokens_per_s
         agg_request_latency_p50_ms disagg_request_latency_p50_ms agg_goodput_ratio disagg_goodput_ratio
-        agg_ttft_p50_ms_sd disagg_ttft_p50_ms_sd agg_output_tokens_per_s_sd disagg_output_tokens_per_s_sd
-        agg_n_requests disagg_n_requests agg_experiment disagg_experiment"""
+        agg_ttft_p50_ms_sd disagg_ttft_p50_ms_sd agg_ttft_p99_ms_sd disagg_ttft_p99_ms_sd agg_itl_p50_ms_sd
+        disagg_itl_p50_ms_sd agg_output_tokens_per_s_sd disagg_output_tokens_per_s_sd agg_goodput_ratio_sd
+        disagg_goodput_ratio_sd agg_n_requests disagg_n_requests agg_experiment disagg_experiment"""
     assert cols == expected.split()
 
 
@@ -229,23 +241,43 @@ def test_goodput_is_the_share_of_requests_meeting_every_slo_bound(lake: LocalLak
         _request(agg, 3, 1.0, 1.0, error_type="HTTPError", error_code=500),
         _request(dis, 0, 50.0, 5.0),
     ], part_name="r")
+    _compare(lake, ("agg", "disagg"))
     engine = QueryEngine(lake.root)
     _, rows = engine.run("SELECT experiment, n_requests, n_ok, goodput_ratio, goodput_per_s FROM v_step_stats "
                             "ORDER BY experiment")
     # Then goodput counts only the request meeting every bound; no SLO means no goodput figure
     assert rows == [("agg", 4, 3, 0.25, 0.5), ("disagg", 1, 1, None, None)]
-    _, rows = engine.run("SELECT agg_goodput_ratio, disagg_goodput_ratio, agg_n_requests FROM v_concurrency_sweep")
-    assert rows == [(0.25, None, 4)]
+    # and the aggregated step, one failed request in four, is over the default max_error_rate (0.01): left out of
+    # the side-by-side view, invalid, and said why
+    _, rows = engine.run("SELECT agg_goodput_ratio, disagg_goodput_ratio, agg_n_requests, disagg_n_requests "
+                         "FROM v_concurrency_sweep")
+    assert rows == [(None, None, None, 1)]
+    _, rows = engine.run("SELECT experiment, error_rate FROM v_step_stats ORDER BY experiment")
+    assert rows == [("agg", 0.25), ("disagg", 0.0)]
+    _, rows = engine.run("SELECT experiment, valid, invalid_reason FROM v_comparison_steps ORDER BY experiment")
+    assert rows == [("agg", False, "error rate 0.25 above max_error_rate 0.01"), ("disagg", True, None)]
 
 
-def test_concurrency_sweep_pairs_every_aggregated_with_every_disaggregated_experiment(lake: LocalLake) -> None:
-    # Given a ladder: one aggregated experiment, two disaggregated ones (the second adds the KV router)
-    _write_steps(lake, [_step("aggregated", 1, 0, 10.0), _step("disaggregated", 1, 0, 8.0),
-                        _step("disaggregated", 1, 0, 6.0, experiment="disagg-kv")])
-    _, rows = QueryEngine(lake.root).run(
-        "SELECT agg_experiment, disagg_experiment, agg_ttft_p50_ms, disagg_ttft_p50_ms FROM v_concurrency_sweep")
-    # Then each pair is its own row: the rungs are never averaged together
+def test_concurrency_sweep_carries_the_recorded_comparisons_not_every_pair(lake: LocalLake) -> None:
+    # Given two aggregated and two disaggregated experiments, and the two comparisons the spec names
+    _write_steps(lake, [_step("aggregated", 1, 0, 10.0), _step("aggregated", 1, 0, 11.0, experiment="agg-rr"),
+                        _step("disaggregated", 1, 0, 8.0), _step("disaggregated", 1, 0, 6.0, experiment="disagg-kv")])
+    _compare(lake, ("agg", "disagg"), ("agg", "disagg-kv"))
+    engine = QueryEngine(lake.root)
+    _, rows = engine.run("SELECT agg_experiment, disagg_experiment, agg_ttft_p50_ms, disagg_ttft_p50_ms "
+                         "FROM v_concurrency_sweep")
+    # Then one row per comparison: agg-rr, compared with nothing, is in no row (the cross product had four)
     assert rows == [("agg", "disagg", 10.0, 8.0), ("agg", "disagg-kv", 10.0, 6.0)]
+    assert engine.run("SELECT comparison FROM v_concurrency_sweep")[1] == [("disagg-vs-agg",), ("disagg-kv-vs-agg",)]
+
+
+def test_a_comparison_that_changes_no_mode_is_not_a_side_by_side_row(lake: LocalLake) -> None:
+    # Given a router rung (both aggregated) recorded as a comparison
+    _write_steps(lake, [_step("aggregated", 1, 0, 10.0), _step("aggregated", 1, 0, 9.0, experiment="agg-kv")])
+    lake.write("comparisons", [comparison_row(CAMPAIGN, "agg-kv-vs-agg", "agg", "agg-kv", "h2", differs="router")],
+               part_name="comparisons")
+    # Then the aggregated-vs-disaggregated view has no row for it (its verdicts: the report's H2)
+    assert QueryEngine(lake.root).run("v_concurrency_sweep")[1] == []
 
 
 def test_columns_added_to_the_schema_later_read_as_null(
@@ -314,14 +346,17 @@ def test_ingested_samples_round_trip(tmp_path: Path, lake: LocalLake) -> None:
     result = ingest_artifacts(run, CTX)
     for table, rows in result.tables().items():
         lake.write(table, rows, part_name=CTX.step_id)
+    lake.write("comparisons", [comparison_row(CTX.campaign_id, "c", CTX.experiment, "disagg", "q1")],
+               part_name="comparisons")
     engine = QueryEngine(lake.root)
     summary = json.loads((SAMPLES / "profile_export_aiperf.json").read_text(encoding="utf-8"))
     _, rows = engine.run("SELECT ttft_p99_ms, request_count, status FROM steps")
     assert rows == [(summary["time_to_first_token"]["p99"], 40, "succeeded")]
     _, rows = engine.run("SELECT error_type FROM requests")
     assert rows == [("ClientConnectorError",)]
-    _, rows = engine.run("v_concurrency_sweep")
-    assert rows[0][4] == 4  # concurrency
+    # the only record kept is a failed request: the step is invalid for a comparison, and says why
+    _, rows = engine.run("SELECT concurrency, error_rate, valid, invalid_reason FROM v_comparison_steps")
+    assert rows == [(4, 1.0, False, "error rate 1.0 above max_error_rate 0.01")]
 
 
 # ------------------------------------------------------------------------------------------ the SQL files

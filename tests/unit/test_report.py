@@ -15,6 +15,7 @@ from benchctl.cli import main
 from benchctl.local.lake import LocalLake
 from benchctl.local.report import render_report, write_report
 from benchctl.report import SIM_TEXT, pareto_frontier, timeline_segments
+from tests.unit.synthetic_lake import comparison_row
 
 C = "camp-r"
 T0 = datetime(2026, 11, 30, 6, 0, 0)
@@ -51,6 +52,7 @@ def build_lake(root: Path, cid: str = C, *, simulated: bool = True) -> LocalLake
         {"campaign_id": cid, "experiment": e, "experiment_index": i, "mode": m, "router": "kv",
          "kv_offload": False, "gpus": 8}
         for i, (e, m) in enumerate((("agg", "aggregated"), ("disagg", "disaggregated")))])
+    write(lake, "comparisons", [comparison_row(cid, "disagg-vs-agg", "agg", "disagg", "q1,q3,q4,h1,h3")])
     steps: list[dict[str, Any]] = []
     requests: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []

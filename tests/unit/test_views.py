@@ -10,6 +10,7 @@ import pytest
 
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine
+from tests.unit.synthetic_lake import comparison_row
 
 C = "camp-v"
 
@@ -38,6 +39,11 @@ def write(lake: LocalLake, table: str, rows: list[dict[str, Any]]) -> None:
 def query(lake: LocalLake, sql: str) -> list[dict[str, Any]]:
     cols, rows = QueryEngine(lake.root).run(sql)
     return [dict(zip(cols, r, strict=True)) for r in rows]
+
+
+def compare(lake: LocalLake, baseline: str = "agg", treatment: str = "disagg") -> None:
+    """The comparison the Plan state records for an aggregated and a disaggregated experiment."""
+    write(lake, "comparisons", [comparison_row(C, f"{treatment}-vs-{baseline}", baseline, treatment, "q1,q3,q4,h1,h3")])
 
 
 def experiments(lake: LocalLake, *rows: tuple[str, str, int, str | None, str | None]) -> None:
@@ -71,6 +77,8 @@ def test_multi_turn_groups_by_conversation_and_turn(lake: LocalLake) -> None:
         req(r1, 2, conversation_id="session_000000", turn_index=2, ttft_ms=34.0, start_ns=3 * s, end_ns=5 * s),
         req(r1, 3, conversation_id="session_000002", turn_index=0, ttft_ms=999.0, error_type="HTTPError"),
     ])
+    # compared with a disaggregated experiment, allowing r1's error rate (1 request in 4 failed)
+    write(lake, "comparisons", [{**comparison_row(C, "disagg-vs-agg", "agg", "disagg", "q1"), "max_error_rate": 0.5}])
     rows = query(lake, "SELECT * FROM v_multi_turn ORDER BY turn")
     # Then one row per turn, over both repeats, errors left out
     assert [(r["turn"], r["agg_n_requests"]) for r in rows] == [(1, 3), (2, 3), (3, 2)]
@@ -134,6 +142,7 @@ def test_prefix_cache_reports_measured_hit_rate_per_mode_and_ttft_improvement(la
             metrics.append(_metric(s, "vllm:kv_cache_usage_perc", "max", ratio / 10))
     write(lake, "steps", steps)
     write(lake, "server_metrics", metrics)
+    compare(lake)
     rows = query(lake, "SELECT * FROM v_prefix_cache")
     assert [r["prefix_ratio"] for r in rows] == [0.0, 0.5, 1.0]
     assert [r["agg_cache_hit_rate"] for r in rows] == [0.0, 0.4, 0.9]

@@ -1,0 +1,108 @@
+-- v_comparison_steps: every step of both sides of every comparison the campaign recorded (the comparisons
+-- table, written at Plan from the spec's comparisons: or the default pairing; benchctl/comparisons.py),
+-- with the step's figures, whether it counts, and the comparison's settings: what the verdicts
+-- (benchctl/verdicts.py) and the side-by-side views (v_concurrency_sweep, v_prefix_cache, v_multi_turn)
+-- read. One row per campaign x comparison x side x step.
+--   side                  'baseline' | 'treatment' (treatment - baseline is what a verdict measures)
+--   questions, differs    the plan's questions the comparison answers; what differs between its sides
+--   valid, invalid_reason a step counts when it succeeded and its error rate (v_step_stats) is at most the
+--                         comparison's max_error_rate; otherwise why not
+--   n_samples             requests behind the step's percentiles (successful requests recorded, else
+--                         AIPerf's request_count): a tail percentile needs min_samples_p99 of them
+--   gpu_usd_per_hour      the experiment's allocated nodes x their price (costs; NULL when unpriced)
+--   usd_per_1m_output_tokens   gpu_usd_per_hour / (the step's output tokens/s x 3600) x 1e6: the cost of a
+--                         million output tokens at this step's load, steady state (no start-up, warm-up or
+--                         teardown time: cold start is reported apart, in v_cost_efficiency)
+--   goodput_per_usd_hour  SLO-meeting requests/s per $/h of the experiment's nodes
+--   cache_hit_rate, preemptions, offload_blocks, kv_usage_max   the server's cache figures (v_step_cache)
+--   kv_transfer_ms, kv_transfer_source   the prefill -> decode transfer time (v_kv_transfer)
+-- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
+WITH sides AS (
+    SELECT campaign_id, comparison, comparison_index, questions, differs, source, confidence,
+           practical_threshold_pct, max_error_rate, slo_attainment, min_samples_p99,
+           'baseline' AS side, baseline AS experiment
+    FROM comparisons
+    UNION ALL
+    SELECT campaign_id, comparison, comparison_index, questions, differs, source, confidence,
+           practical_threshold_pct, max_error_rate, slo_attainment, min_samples_p99,
+           'treatment' AS side, treatment AS experiment
+    FROM comparisons
+),
+price AS (
+    SELECT
+        campaign_id,
+        experiment,
+        CASE WHEN count(price_per_node_hour_usd) = count(*) THEN sum(nodes * price_per_node_hour_usd) END
+            AS gpu_usd_per_hour
+    FROM costs
+    GROUP BY campaign_id, experiment
+)
+SELECT
+    c.campaign_id,
+    c.comparison,
+    c.comparison_index,
+    c.questions,
+    c.differs,
+    c.source,
+    c.side,
+    s.experiment,
+    s.mode,
+    s.router,
+    s.kv_offload,
+    s.gpus,
+    s.workload,
+    s.workload_kind,
+    s.variant,
+    s.step_id,
+    s."repeat",
+    s.status,
+    s.concurrency,
+    s.isl,
+    s.osl,
+    s.distribution,
+    s.prefix_ratio,
+    s.prefix_ratio_actual,
+    s.turns,
+    s.n_requests,
+    s.n_ok,
+    coalesce(nullif(s.n_ok, 0), s.request_count) AS n_samples,
+    s.error_rate,
+    coalesce(s.status = 'succeeded', false) AND coalesce(s.error_rate, 0) <= c.max_error_rate AS valid,
+    CASE
+        WHEN s.status IS NULL OR s.status <> 'succeeded' THEN 'step ' || coalesce(s.status, 'without a status')
+        WHEN coalesce(s.error_rate, 0) > c.max_error_rate
+            THEN 'error rate ' || cast(round(s.error_rate, 4) AS varchar) || ' above max_error_rate '
+                 || cast(c.max_error_rate AS varchar)
+    END AS invalid_reason,
+    s.ttft_p50_ms,
+    s.ttft_p99_ms,
+    s.itl_p50_ms,
+    s.itl_p99_ms,
+    s.request_latency_p50_ms,
+    s.output_tokens_per_s,
+    s.output_tokens_per_s_per_gpu,
+    s.goodput_ratio,
+    s.goodput_per_s,
+    s.slo_ttft_ms,
+    s.slo_itl_ms,
+    s.client_cache_hit_rate,
+    p.gpu_usd_per_hour,
+    p.gpu_usd_per_hour / nullif(s.output_tokens_per_s * 3600, 0) * 1e6 AS usd_per_1m_output_tokens,
+    s.goodput_per_s / nullif(p.gpu_usd_per_hour, 0) AS goodput_per_usd_hour,
+    k.cache_hit_rate,
+    k.preemptions,
+    k.offload_blocks,
+    k.kv_usage_max,
+    t.kv_transfer_ms,
+    t.kv_transfer_source,
+    c.confidence,
+    c.practical_threshold_pct,
+    c.max_error_rate,
+    c.slo_attainment,
+    c.min_samples_p99
+FROM sides c
+JOIN v_step_stats s ON s.campaign_id = c.campaign_id AND s.experiment = c.experiment
+LEFT JOIN price p ON p.campaign_id = s.campaign_id AND p.experiment = s.experiment
+LEFT JOIN v_step_cache k ON k.campaign_id = s.campaign_id AND k.experiment = s.experiment AND k.step_id = s.step_id
+LEFT JOIN v_kv_transfer t ON t.campaign_id = s.campaign_id AND t.experiment = s.experiment AND t.step_id = s.step_id
+ORDER BY c.campaign_id, c.comparison_index, c.side, s.experiment, s.step_id
