@@ -8,7 +8,9 @@ labelled SIMULATED everywhere.
 
 One pipeline: :mod:`.data` reads everything through a ``QueryPort`` (DuckDB locally,
 ``benchctl.local.query``; Athena on AWS, ``benchctl.aws.athena``) and assembles it; :mod:`.figures` and
-:mod:`.timeline` draw with :mod:`.chartkit`; :mod:`.html` and :mod:`.markdown` render. Bad input (an
+:mod:`.timeline` draw with :mod:`.chartkit`; :mod:`.answers` (and :mod:`.answers_more`) judge the plan's
+questions over :mod:`.evidence` (the recorded comparisons) with ``benchctl.verdicts``; :mod:`.html` and
+:mod:`.markdown` render. Bad input (an
 empty lake, an unknown campaign, an unknown format) raises ValueError naming what is valid.
 May import the standard library and the core (never an engine).
 """

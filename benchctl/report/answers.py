@@ -1,245 +1,265 @@
-"""The report's "Answers" section: the plan's four questions and four hypotheses, each with the figures that
-answer it, a verdict computed from those figures, its sample counts and spread, and "not measured" where the
-campaign ran no experiment that could answer it. Read from the comparison views only (the same rows the
-report's tables show). Pure: the standard library and the core.
+"""The report's "Answers" section: the plan's four questions and four hypotheses, each judged over the
+comparisons the campaign recorded (``benchctl.comparisons``), with ``benchctl.verdicts``' rules: every
+compared figure with its interval over repeats (or why it has none), a direction only where the evidence
+carries one, otherwise "inconclusive" and why; "not measured" where no comparison can answer it. What was
+left out (invalid steps, experiments whose transfer backend is not the spec's) is named.
+Pure: the standard library and the core.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from benchctl.report.data import Rows, fmt_value, num
+from benchctl.report.answers_more import h2, h3, h4, q3
+from benchctl.report.data import ReportData, fmt_value, num
+from benchctl.report.evidence import (
+    BASELINE,
+    DIRECTIONAL,
+    NOT_MEASURED,
+    TREATMENT,
+    Answer,
+    Evidence,
+    Pair,
+    by_input,
+    evidence_of,
+    fnum,
+    input_label,
+    not_measured,
+    per_repeat,
+    samples_text,
+    status_of,
+    sweep_key,
+)
+from benchctl.verdicts import (
+    INCONCLUSIVE,
+    Compared,
+    Interval,
+    Sample,
+    compare,
+    crossovers,
+    mean_interval,
+    slo_regime,
+    summarize,
+)
 
-NOT_MEASURED = "not measured"
+# -------------------------------------------------------------------------------------------------- Q1
+
+Q1_FIGURES = (  # (column, label, unit, lower is better, tail percentile, in the verdict)
+    ("ttft_p50_ms", "TTFT p50", "ms", True, False, True),
+    ("ttft_p99_ms", "TTFT p99", "ms", True, True, False),
+    ("itl_p50_ms", "ITL p50", "ms", True, False, True),
+    ("itl_p99_ms", "ITL p99", "ms", True, True, False),
+    ("output_tokens_per_s", "output tokens/s", "tok/s", False, False, True),
+    ("goodput_per_s", "goodput (SLO-meeting requests/s)", "req/s", False, False, True),
+    ("usd_per_1m_output_tokens", "$/1M output tokens", "$", True, False, True),
+)
+COST_BASIS = ("$: the experiment's allocated nodes x their price over the step's throughput (steady state at that "
+              "load; cold start not charged, see v_cost_efficiency)")
 
 
-@dataclass
-class Answer:
-    key: str
-    kind: str  # "question" | "hypothesis"
-    title: str
-    evidence: str  # what answers it (views)
-    verdict: str
-    figures: list[tuple[str, str]] = field(default_factory=list)  # (what, value)
-    samples: str = ""
-
-    @property
-    def measured(self) -> bool:
-        return not self.verdict.startswith(NOT_MEASURED)
-
-
-def _rows(views: dict[str, Rows], name: str) -> list[dict[str, Any]]:
-    r = views.get(name)
-    return r.rows if r is not None else []
-
-
-def _f(v: float | None, unit: str = "") -> str:
-    return "n/a" if v is None else f"{fmt_value(float(v))}{unit}"
-
-
-def _delta_pct(new: float | None, base: float | None) -> float | None:
-    if new is None or base is None or base == 0:
-        return None
-    return (new - base) / base * 100.0
-
-
-def _sweep_pairs(views: dict[str, Rows]) -> list[dict[str, Any]]:
-    rows = [r for r in _rows(views, "v_concurrency_sweep")
-            if num(r.get("agg_ttft_p50_ms")) is not None and num(r.get("disagg_ttft_p50_ms")) is not None]
-    return sorted(rows, key=lambda r: (num(r.get("isl")) or 0, num(r.get("concurrency")) or 0))
-
-
-def _q1(views: dict[str, Rows]) -> Answer:
+def _q1(ev: Evidence) -> Answer:
     a = Answer("q1", "question", "At the same GPU total, how does disaggregation change TTFT, ITL and successful "
-               "throughput, from light load to past the SLO?", "v_concurrency_sweep, v_cost_efficiency", NOT_MEASURED)
-    cats = {r.get("experiment"): r.get("category") for r in _rows(views, "v_cost_efficiency")}
-    pairs = [r for r in _sweep_pairs(views) if cats.get(r.get("disagg_experiment")) == "disaggregated same GPU total"]
+               "throughput, from light load to past the SLO?", "v_comparison_steps, v_concurrency_sweep", "")
+    pairs, left = ev.for_question("q1")
     if not pairs:
-        a.verdict = (f"{NOT_MEASURED}: no concurrency sweep with an aggregated and a disaggregated experiment of the "
-                     "same GPU kind and total")
-        return a
-    better_ttft = better_tps = 0
-    for r in pairs:
-        dt = num(r["disagg_ttft_p50_ms"]) - num(r["agg_ttft_p50_ms"])  # type: ignore[operator]
-        di = (num(r.get("disagg_itl_p50_ms")) or 0) - (num(r.get("agg_itl_p50_ms")) or 0)
-        dp = _delta_pct(num(r.get("disagg_output_tokens_per_s")), num(r.get("agg_output_tokens_per_s")))
-        better_ttft += dt < 0
-        better_tps += (dp or 0) > 0
-        a.figures.append((f"ISL {fmt_value(r.get('isl'))}, concurrency {fmt_value(r.get('concurrency'))}",
-                          f"TTFT p50 disagg-agg {_f(dt, ' ms')}; ITL p50 disagg-agg {_f(di, ' ms')}; "
-                          f"output tokens/s {_f(dp, ' %')}; goodput agg {_f(num(r.get('agg_goodput_ratio')))} / "
-                          f"disagg {_f(num(r.get('disagg_goodput_ratio')))}"))
-    n = len(pairs)
-    a.verdict = (f"disaggregated TTFT p50 lower at {better_ttft} of {n} concurrencies; output throughput higher at "
-                 f"{better_tps} of {n}")
-    reps = sorted({int(num(r.get("n_repeats")) or 0) for r in pairs})
-    sds = [num(r.get(k)) for r in pairs for k in ("agg_ttft_p50_ms_sd", "disagg_ttft_p50_ms_sd")]
-    sds_known = [s for s in sds if s is not None]
-    a.samples = (f"{n} concurrencies x repeats {reps}; TTFT p50 spread (sd over repeats) up to "
-                 f"{_f(max(sds_known), ' ms') if sds_known else 'n/a (one repeat)'}")
+        return not_measured(a, "no valid comparison of an aggregated and a disaggregated experiment at the same GPU "
+                                "total, router and offload (spec comparisons: with question q1, or the default "
+                                "pairing)", left)
+    parts, compared, samples = [], [], []
+    for pair in pairs:
+        a.method = pair.settings.describe() + "; " + COST_BASIS
+        pts = ev.points(pair, "concurrency_sweep", sweep_key)
+        if not pts:
+            parts.append(f"{pair.label}: {NOT_MEASURED} (no valid concurrency-sweep step on both sides)")
+            continue
+        samples.append(samples_text(ev, pair, "concurrency_sweep"))
+        a.excluded += ev.invalid_steps(pair, "concurrency_sweep")
+        for ikey, keys in by_input(pts).items():
+            per_fig: dict[str, list[tuple[float, Compared]]] = {f[0]: [] for f in Q1_FIGURES}
+            for key in keys:
+                b, t = pts[key][BASELINE], pts[key][TREATMENT]
+                row = []
+                for col, label, unit, lower, tail, _ in Q1_FIGURES:
+                    c = compare(label, unit, per_repeat(b, col), per_repeat(t, col), pair.settings,
+                                lower_is_better=lower, tail=tail)
+                    if c.base.n and c.treat.n:
+                        per_fig[col].append((float(key[3]), c))
+                        compared.append(c)
+                        row.append(f"{label} {c.text()}")
+                a.figures.append((f"{pair.label}, {input_label(ikey)}, c={fmt_value(key[3])}", "; ".join(row) or (
+                    f"{NOT_MEASURED} on both sides: {len(b)} valid step(s) of {pair.baseline}, {len(t)} of "
+                    f"{pair.treatment}")))
+            text = [f"{label}: {summarize([(f'c={c:g}', x) for c, x in per_fig[col]])}"
+                    for col, label, _, _, _, shown in Q1_FIGURES if shown and per_fig[col]]
+            regimes = []
+            for side in (BASELINE, TREATMENT):
+                att = {float(k[3]): per_repeat(pts[k][side], "goodput_ratio") for k in keys}
+                reg = slo_regime({k: s for k, s in att.items() if s.n}, pair.settings.slo_attainment)
+                regimes.append(f"{pair.experiment(side)} {reg.text() if reg else NOT_MEASURED + ' (no SLO set)'}")
+            cross = [f"{label} between c={lo:g} ({pair.experiment(wa)} better) and c={hi:g} ({pair.experiment(wb)} "
+                     f"better)" for col, label, *_ in Q1_FIGURES for lo, hi, wa, wb in crossovers(per_fig[col])]
+            parts.append(f"{pair.label}, {input_label(ikey)}: " + ". ".join(text)
+                         + f". Highest load within the SLO at >= {pair.settings.slo_attainment:.0%} attainment: "
+                         + "; ".join(regimes) + ". Crossover: " + ("; ".join(cross) if cross else
+                                                                  "none (no directional winner changes with the load)"))
+    a.verdict, a.status = " | ".join(parts), status_of(compared)
+    a.excluded += left
+    a.samples = " | ".join(samples)
     return a
 
 
-def _short(views: dict[str, Rows]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The lightest-load, shortest-input sweep pair, and the disaggregated KV-transfer rows of its step(s)."""
-    pairs = _sweep_pairs(views)
-    if not pairs:
-        return None, []
-    first = min(pairs, key=lambda r: (num(r.get("concurrency")) or 0, num(r.get("isl")) or 0))
-    kv = [r for r in _rows(views, "v_kv_transfer")
-          if r.get("experiment") == first.get("disagg_experiment") and r.get("workload_kind") == "concurrency_sweep"
-          and num(r.get("concurrency")) == num(first.get("concurrency")) and num(r.get("isl")) == num(first.get("isl"))
-          and num(r.get("kv_transfer_ms")) is not None]
-    return first, kv
+# -------------------------------------------------------------------------------------------------- Q4/H1
 
 
-def _q4(views: dict[str, Rows], key: str = "q4", kind: str = "question") -> Answer:
+def _transfer(rows: list[dict[str, Any]], confidence: float) -> tuple[Sample, Interval | None, str]:
+    s = per_repeat(rows, "kv_transfer_ms")
+    src = ", ".join(sorted({str(r.get("kv_transfer_source")) for r in rows if r.get("kv_transfer_source")}))
+    return s, mean_interval(s, confidence), src
+
+
+def _explains(gap: Compared, xfer: Sample, xfer_iv: Interval | None, where: str) -> tuple[str, bool]:
+    """The Q4 verdict at one load from the TTFT gap (treatment - baseline) and the transfer time, and whether it
+    is a conclusion (False: inconclusive)."""
+    xs = (f"{fnum(xfer.mean, 'ms')}" + (f" [{fnum(xfer_iv.low)}, {fnum(xfer_iv.high)}]" if xfer_iv else " (no interval)")
+          if xfer.n else "not measured")
+    if not gap.directional:
+        return f"{INCONCLUSIVE} at {where} ({gap.reason}): TTFT p50 {gap.delta_text()}; KV transfer {xs}", False
+    if gap.better == TREATMENT:
+        return (f"no at {where}: disaggregated TTFT p50 is lower ({gap.delta_text()}), KV transfer ({xs}) included",
+                True)
+    giv = gap.interval
+    if xfer.mean is None or giv is None:
+        return (f"{INCONCLUSIVE} at {where}: disaggregated TTFT p50 is higher ({gap.delta_text()}), but the KV-transfer "
+                "time is not measured, so whether it explains the gap cannot be said"), False
+    t_iv = xfer_iv or Interval(xfer.mean, xfer.mean, xfer.mean, giv.confidence, 0)
+    if t_iv.overlaps(giv):
+        return (f"yes at {where}: disaggregated TTFT p50 is higher ({gap.delta_text()}) and the KV transfer ({xs}) "
+                "explains that gap within its interval"), True
+    if t_iv.high < giv.low:
+        share = xfer.mean / gap.diff * 100 if gap.diff else None
+        return (f"not the transfer at {where}: disaggregated TTFT p50 is higher ({gap.delta_text()}) but the KV "
+                f"transfer ({xs}) explains only about {fnum(share, '%')} of it: the rest is scheduling and "
+                "queueing"), True
+    return f"yes at {where}: the KV transfer ({xs}) is at least the whole TTFT p50 gap ({gap.delta_text()})", True
+
+
+def _q4(ev: Evidence, key: str = "q4", kind: str = "question") -> Answer:
     title = ("Does the NIXL transfer overhead cancel the benefit of disaggregation, even for short sequences?"
              if kind == "question" else
              "Low load, short inputs: disaggregation may add transfer and scheduling cost (TTFT, ITL, KV-transfer time)")
-    a = Answer(key, kind, title, "v_concurrency_sweep, v_kv_transfer", NOT_MEASURED)
-    first, kv = _short(views)
-    if first is None:
-        a.verdict = f"{NOT_MEASURED}: no concurrency sweep in both modes"
-        return a
-    dt = num(first["disagg_ttft_p50_ms"]) - num(first["agg_ttft_p50_ms"])  # type: ignore[operator]
-    di = (num(first.get("disagg_itl_p50_ms")) or 0) - (num(first.get("agg_itl_p50_ms")) or 0)
-    xfer = [num(r["kv_transfer_ms"]) or 0.0 for r in kv]
-    mean_x = sum(xfer) / len(xfer) if xfer else None
-    where = f"ISL {fmt_value(first.get('isl'))}, concurrency {fmt_value(first.get('concurrency'))}"
-    a.figures = [(where, f"TTFT p50 agg {_f(num(first['agg_ttft_p50_ms']), ' ms')}, disagg "
-                         f"{_f(num(first['disagg_ttft_p50_ms']), ' ms')} (disagg-agg {_f(dt, ' ms')})"),
-                 (where, f"ITL p50 disagg-agg {_f(di, ' ms')}")]
-    if mean_x is not None:
-        src = sorted({str(r.get("kv_transfer_source")) for r in kv})
-        a.figures.append((where, f"KV-transfer time {_f(mean_x, ' ms')} per request ({', '.join(src)})"))
-    else:
-        a.figures.append((where, "KV-transfer time: not measured (no transfer series or model for this step)"))
-    if dt > 0:
-        cause = (f"; the KV transfer ({_f(mean_x, ' ms')}) is {_f(mean_x / dt * 100, ' %')} of that overhead"
-                 if mean_x is not None and dt else "")
-        a.verdict = f"yes at light load: disaggregated TTFT p50 is {_f(dt, ' ms')} higher{cause}"
-    else:
-        a.verdict = f"no: disaggregated TTFT p50 is {_f(-dt, ' ms')} lower even at the lightest load and shortest input"
-    a.samples = f"{fmt_value(first.get('n_repeats'))} repeat(s); {len(kv)} KV-transfer step row(s)"
+    a = Answer(key, kind, title, "v_comparison_steps (v_concurrency_sweep, v_kv_transfer), v_sequence_distribution", "")
+    pairs, left = ev.for_question(key)
+    if not pairs:
+        return not_measured(a, "no valid comparison of an aggregated and a disaggregated experiment with the same "
+                                "GPU total, router and offload", left)
+    parts, samples = [], []
+    decided = False
+    for pair in pairs:
+        a.method = pair.settings.describe() + "; the transfer explains the gap when their intervals overlap"
+        pts = ev.points(pair, "concurrency_sweep", sweep_key)
+        if not pts:
+            parts.append(f"{pair.label}: {NOT_MEASURED} (no valid concurrency-sweep step on both sides)")
+            continue
+        samples.append(samples_text(ev, pair, "concurrency_sweep"))
+        a.excluded += ev.invalid_steps(pair, "concurrency_sweep")
+        for ikey, keys in by_input(pts).items():
+            for i, k in enumerate(sorted(keys, key=lambda k: float(k[3]))):
+                b, t = pts[k][BASELINE], pts[k][TREATMENT]
+                gap = compare("TTFT p50", "ms", per_repeat(b, "ttft_p50_ms"), per_repeat(t, "ttft_p50_ms"),
+                              pair.settings, lower_is_better=True)
+                itl = compare("ITL p50", "ms", per_repeat(b, "itl_p50_ms"), per_repeat(t, "itl_p50_ms"), pair.settings,
+                              lower_is_better=True)
+                xfer, xiv, src = _transfer(t, pair.settings.confidence)
+                where = f"c={fmt_value(k[3])}"
+                a.figures.append((f"{pair.label}, {input_label(ikey)}, {where}",
+                                  f"TTFT p50 {gap.text()}; ITL p50 {itl.text()}; KV transfer "
+                                  + (f"{fnum(xfer.mean, 'ms')}" + (f" [{fnum(xiv.low)}, {fnum(xiv.high)}]" if xiv else "")
+                                     + f" ({src})" if xfer.n else "not measured")))
+                if i == 0:  # the lightest load: where the overhead matters most
+                    verdict, conclusive = _explains(gap, xfer, xiv, f"the lightest load ({where})")
+                    decided = decided or conclusive or (key == "h1" and itl.directional)
+                    if key == "h1":
+                        verdict += f"; ITL p50 {itl.text()}"
+                    parts.append(f"{pair.label}, {input_label(ikey)}: {verdict}")
+        a.figures += _short_buckets(ev, pair)
+    a.verdict = " | ".join(parts)
+    a.status = DIRECTIONAL if decided else INCONCLUSIVE
+    a.excluded += left
+    a.samples = " | ".join(samples)
     return a
 
 
-def _q2(views: dict[str, Rows]) -> Answer:
+def _short_buckets(ev: Evidence, pair: Pair) -> list[tuple[str, str]]:
+    """The shortest input bucket of each sequence distribution, both sides (pooled percentiles: no interval)."""
+    rows = [r for r in ev.view("v_sequence_distribution").rows if r.get("isl_bucket") not in (None, "all")
+            and r.get("experiment") in (pair.baseline, pair.treatment)]
+    out = []
+    for dist in sorted({str(r.get("distribution")) for r in rows}):
+        drows = [r for r in rows if str(r.get("distribution")) == dist]
+        lo = min(drows, key=lambda r: int(str(r.get("isl_bucket")).split("-")[0]))["isl_bucket"]
+        got = {r.get("experiment"): r for r in drows if r.get("isl_bucket") == lo}
+        if len(got) == 2:
+            out.append((f"{pair.label}, {dist} shortest inputs ({lo} tokens)",
+                        f"TTFT p50 {pair.baseline} {fnum(num(got[pair.baseline].get('ttft_p50_ms')), 'ms')}, "
+                        f"{pair.treatment} {fnum(num(got[pair.treatment].get('ttft_p50_ms')), 'ms')} (requests pooled "
+                        f"over repeats: {fmt_value(got[pair.baseline].get('n_requests'))} / "
+                        f"{fmt_value(got[pair.treatment].get('n_requests'))}; no interval)"))
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- Q2
+
+
+def _q2(ev: Evidence) -> Answer:
     a = Answer("q2", "question", "Does KV-cache offload (GPU -> CPU -> SSD) save real money (e.g. L40S decode "
-               "workers)?", "v_feature_ladder, v_cost_efficiency", NOT_MEASURED)
-    rungs = [r for r in _rows(views, "v_feature_ladder") if r.get("changed_feature") == "kv_offload"]
-    cost = {r.get("experiment"): r for r in _rows(views, "v_cost_efficiency")}
-    if not rungs:
-        a.verdict = f"{NOT_MEASURED}: the campaign has no feature-ladder rung that changes kv_offload"
-        return a
-    cheaper = 0
-    pairs = {(r.get("base_experiment"), r.get("experiment")) for r in rungs}
-    for base, exp in sorted(pairs, key=str):
-        b, e = cost.get(base) or {}, cost.get(exp) or {}
-        d = _delta_pct(num(e.get("usd_per_1m_output_tokens")), num(b.get("usd_per_1m_output_tokens")))
-        cheaper += (d or 0) < 0
-        a.figures.append((f"{exp} vs {base}", f"$/1M output tokens {_f(num(b.get('usd_per_1m_output_tokens')))} -> "
-                                               f"{_f(num(e.get('usd_per_1m_output_tokens')))} ({_f(d, ' %')})"))
-    a.verdict = f"offload lowered $/1M output tokens in {cheaper} of {len(pairs)} rung(s)"
-    a.samples = f"{len(rungs)} ladder row(s)"
-    return a
-
-
-def _q3(views: dict[str, Rows]) -> Answer:
-    a = Answer("q3", "question", "How does the input prefix duplication ratio relate to the server's real cache "
-               "hit rate, in both modes?", "v_prefix_cache", NOT_MEASURED)
-    rows = sorted(_rows(views, "v_prefix_cache"), key=lambda r: num(r.get("prefix_ratio")) or 0)
-    if not rows:
-        a.verdict = f"{NOT_MEASURED}: no prefix-cache workload"
-        return a
-    for r in rows:
-        a.figures.append((f"prefix ratio {fmt_value(r.get('prefix_ratio'))}",
-                          f"hit rate agg {_f(num(r.get('agg_cache_hit_rate')))}, disagg "
-                          f"{_f(num(r.get('disagg_cache_hit_rate')))}; TTFT improvement agg "
-                          f"{_f(num(r.get('agg_ttft_improvement_pct')), ' %')}, disagg "
-                          f"{_f(num(r.get('disagg_ttft_improvement_pct')), ' %')}"))
-    parts = []
-    for mode in ("agg", "disagg"):
-        pts = [(num(r.get("prefix_ratio")), num(r.get(f"{mode}_cache_hit_rate"))) for r in rows]
-        pts2 = [(x, y) for x, y in pts if x is not None and y is not None]
-        if len(pts2) >= 2 and pts2[-1][0] != pts2[0][0]:
-            slope = (pts2[-1][1] - pts2[0][1]) / (pts2[-1][0] - pts2[0][0])
-            parts.append(f"{mode}: hit rate rises {_f(slope)} per unit of duplication")
+               "workers)?", "v_comparison_steps (v_step_cache, costs), v_feature_ladder", "")
+    pairs, left = ev.for_question("q2")
+    if not pairs:
+        return not_measured(a, "the campaign has no comparison that changes only kv_offload (a feature-ladder rung, "
+                                "or spec comparisons: with question q2)", left)
+    parts, compared, samples = [], [], []
+    for pair in pairs:
+        a.method = pair.settings.describe() + "; " + COST_BASIS
+        pts: dict[Any, dict[str, list[dict[str, Any]]]] = {}
+        for kind in ("concurrency_sweep", "multi_turn", "sequence_distribution", "prefix_cache"):
+            pts.update(ev.points(pair, kind, lambda r: (r.get("workload"), r.get("variant"))))
+        if not pts:
+            parts.append(f"{pair.label}: {NOT_MEASURED} (no valid step on both sides)")
+            continue
+        samples.append(samples_text(ev, pair, "concurrency_sweep"))
+        a.excluded += ev.invalid_steps(pair)
+        per: list[tuple[str, Compared]] = []
+        for (wl, variant), sides in pts.items():
+            c = compare("$/1M output tokens", "$", per_repeat(sides[BASELINE], "usd_per_1m_output_tokens"),
+                        per_repeat(sides[TREATMENT], "usd_per_1m_output_tokens"), pair.settings, lower_is_better=True)
+            if c.base.n and c.treat.n:
+                per.append((f"{wl} {variant}", c))
+                a.figures.append((f"{pair.label}, {wl} {variant}", f"$/1M output tokens {c.text()}"))
+        used = [num(r.get("offload_blocks")) for r in ev.rows(pair, TREATMENT)]
+        known = [u for u in used if u is not None]
+        if not known:
+            use, usable = ("offload use not measured (no kvbm_offload_blocks_* series on the treatment's steps): no "
+                           "conclusion before offload is counted"), False
+        elif sum(known) == 0:
+            use, usable = f"KVBM offloaded no block on {pair.treatment}: the working set fits the GPU KV cache", False
         else:
-            parts.append(f"{mode}: {NOT_MEASURED}")
-    a.verdict = "; ".join(parts)
-    a.samples = f"{len(rows)} ratios x repeats {sorted({fmt_value(r.get('n_repeats')) for r in rows})}"
+            use, usable = f"KVBM offloaded {fmt_value(sum(known))} blocks on {pair.treatment}", True
+        a.figures.append((f"{pair.label}, offload use", use))
+        if usable:
+            compared += [c for _, c in per]
+            parts.append(f"{pair.label}: $/1M output tokens {summarize(per)}; {use}")
+        else:
+            parts.append(f"{pair.label}: {INCONCLUSIVE}: {use}; $/1M output tokens {summarize(per)}")
+    a.verdict, a.status = " | ".join(parts), status_of(compared)
+    a.excluded += left
+    a.samples = " | ".join(samples)
     return a
 
 
-def _h2(views: dict[str, Rows]) -> Answer:
-    a = Answer("h2", "hypothesis", "Multi-turn: routing and offload may reduce recomputation (the real hit/miss and "
-               "eviction in both modes)", "v_multi_turn", NOT_MEASURED)
-    rows = _rows(views, "v_multi_turn")
-    if not rows:
-        a.verdict = f"{NOT_MEASURED}: no multi-turn workload"
-        return a
-    r0 = rows[0]
-    ha, hd = num(r0.get("agg_cache_hit_rate")), num(r0.get("disagg_cache_hit_rate"))
-    a.figures.append(("server cache hit rate", f"agg {_f(ha)}, disagg {_f(hd)}"))
-    for r in sorted(rows, key=lambda r: num(r.get("turn")) or 0):
-        a.figures.append((f"turn {fmt_value(r.get('turn'))}", f"TTFT p50 agg {_f(num(r.get('agg_ttft_p50_ms')), ' ms')}, "
-                                                              f"disagg {_f(num(r.get('disagg_ttft_p50_ms')), ' ms')}"))
-    a.verdict = ("the server reused cached prefixes in both modes" if (ha or 0) > 0 and (hd or 0) > 0 else
-                 "no cache reuse measured in at least one mode") + " (evictions: see v_prefix_cache preemptions)"
-    a.samples = f"requests per turn agg {sorted({fmt_value(r.get('agg_n_requests')) for r in rows})}"
-    return a
+# -------------------------------------------------------------------------------------------------- answers
 
 
-def _h3(views: dict[str, Rows]) -> Answer:
-    a = Answer("h3", "hypothesis", "High load, long inputs: less prefill interference, but decode capacity may become "
-               "the bottleneck (stage queues, GPU use, SLO attainment)", "v_stage_queues", NOT_MEASURED)
-    rows = [r for r in _rows(views, "v_stage_queues") if r.get("mode") == "disaggregated"
-            and r.get("status") == "succeeded"]
-    if not rows:
-        a.verdict = f"{NOT_MEASURED}: no disaggregated step with stage-queue metrics"
-        return a
-    top = max(rows, key=lambda r: ((num(r.get("concurrency")) or 0), (num(r.get("isl")) or 0)))
-    pq, dq = num(top.get("prefill_inflight_max")), num(top.get("waiting_max"))
-    a.figures = [(f"{top.get('step_id')}", f"prefill backlog max {_f(pq)}, decode waiting max {_f(dq)}, decode "
-                                           f"running max {_f(num(top.get('running_max')))}, goodput "
-                                           f"{_f(num(top.get('goodput_ratio')))}, GPU util "
-                                           f"{_f(num(top.get('gpu_util_avg_pct')), ' %')} ({top.get('gpu_source')})")]
-    if pq is None or dq is None:
-        a.verdict = f"{NOT_MEASURED}: the queue series are missing for the highest-load step"
-    else:
-        a.verdict = ("decode is the bottleneck at the highest load (its queue is deeper)" if dq > pq else
-                     "prefill is the bottleneck at the highest load (its backlog is deeper)" if pq > dq else
-                     "neither stage queues more than the other at the highest load")
-    a.samples = f"{len(rows)} disaggregated step(s)"
-    return a
-
-
-def _h4(views: dict[str, Rows]) -> Answer:
-    a = Answer("h4", "hypothesis", "Cost: a heterogeneous GPU combination may pay off over some load range (period "
-               "cost and successful output tokens at the same quality and SLO)", "v_cost_efficiency", NOT_MEASURED)
-    rows = _rows(views, "v_cost_efficiency")
-    het = [r for r in rows if r.get("category") == "disaggregated heterogeneous"]
-    base = [r for r in rows if r.get("category") == "aggregated same-GPU baseline"]
-    if not het or not base:
-        a.verdict = f"{NOT_MEASURED}: the campaign has no disaggregated heterogeneous experiment beside a baseline"
-        return a
-    b = base[0]
-    wins = 0
-    for h in het:
-        d = _delta_pct(num(h.get("tokens_per_usd")), num(b.get("tokens_per_usd")))
-        g = _delta_pct(num(h.get("goodput_per_usd_hour")), num(b.get("goodput_per_usd_hour")))
-        wins += (d or 0) > 0
-        a.figures.append((f"{h.get('experiment')} vs {b.get('experiment')}",
-                          f"tokens per $ {_f(d, ' %')}; SLO-meeting requests/s per $/h {_f(g, ' %')}"))
-    a.verdict = f"heterogeneous bought more tokens per dollar in {wins} of {len(het)} experiment(s)"
-    a.samples = f"{len(het)} heterogeneous, {len(base)} baseline experiment(s)"
-    return a
-
-
-def answers(views: dict[str, Rows]) -> list[Answer]:
+def answers(data: ReportData) -> list[Answer]:
     """The plan's questions (q1..q4) and hypotheses (h1..h4), in its order."""
-    return [_q1(views), _q2(views), _q3(views), _q4(views), _q4(views, "h1", "hypothesis"), _h2(views), _h3(views),
-            _h4(views)]
+    ev = evidence_of(data)
+    return [_q1(ev), _q2(ev), q3(ev), _q4(ev), _q4(ev, "h1", "hypothesis"), h2(ev), h3(ev), h4(ev)]

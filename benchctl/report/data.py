@@ -74,6 +74,9 @@ class ReportData:
     predictions_note: str | None
     images: list[dict[str, str]] = field(default_factory=list)
     network: list[dict[str, Any]] = field(default_factory=list)  # per experiment: what network_observed recorded
+    comparisons: list[dict[str, Any]] = field(default_factory=list)  # the comparisons rows (written at Plan)
+    comparison_steps: list[dict[str, Any]] = field(default_factory=list)  # v_comparison_steps: what verdicts read
+    experiment_rows: list[dict[str, Any]] = field(default_factory=list)  # experiments: settings, expected transfer
 
     @property
     def campaign_id(self) -> str:
@@ -178,8 +181,12 @@ def report_queries(cid: str) -> dict[str, str]:
     check_path_value("campaign_id", cid)  # path-safe characters only: safe to quote in SQL
     queries = {v: f"SELECT * FROM {v} WHERE campaign_id = '{cid}'" for v, _, _ in TABLES}  # noqa: S608
     queries["_timeline"] = f"SELECT * FROM timeline WHERE campaign_id = '{cid}' ORDER BY at, event"  # noqa: S608
-    queries["_experiments"] = (f"SELECT experiment, mode, experiment_index FROM experiments "  # noqa: S608
-                               f"WHERE campaign_id = '{cid}' ORDER BY experiment_index, experiment")
+    queries["_experiments"] = (f"SELECT experiment, mode, experiment_index, router, kv_offload, gpus, "  # noqa: S608
+                               f"nixl_backend, kv_transfer_path, kv_transfer_bandwidth_gbps, kv_bytes_per_token "
+                               f"FROM experiments WHERE campaign_id = '{cid}' ORDER BY experiment_index, experiment")
+    queries["_comparisons"] = (f"SELECT * FROM comparisons WHERE campaign_id = '{cid}' "  # noqa: S608
+                               "ORDER BY comparison_index, comparison")
+    queries["_comparison_steps"] = f"SELECT * FROM v_comparison_steps WHERE campaign_id = '{cid}'"  # noqa: S608
     queries["_steps"] = (f"SELECT experiment, mode, step_id, step_index, workload_kind, dataset_sha256 "  # noqa: S608
                          f"FROM steps WHERE campaign_id = '{cid}' ORDER BY step_index, step_id, experiment")
     return queries
@@ -241,6 +248,9 @@ def assemble_report_data(source: str, campaign: dict[str, Any], results: dict[st
         source=source, campaign=campaign, simulated=bool(campaign.get("simulated")), views=views,
         timeline=events, modes=modes, experiments=order, datasets=list(datasets.values()),
         predictions=predictions, predictions_note=note, images=image_digests(versions), network=network,
+        comparisons=results["_comparisons"].rows if "_comparisons" in results else [],
+        comparison_steps=results["_comparison_steps"].rows if "_comparison_steps" in results else [],
+        experiment_rows=exps,
     )
 
 

@@ -83,17 +83,22 @@ def render_html(data: ReportData) -> str:
 
     # the plan's questions and hypotheses, answered from the views
     toc.append(("answers", "Answers"))
-    found = answers(data.views)
+    found = answers(data)
     items = "".join(
-        f'<section class="answer" id="answer-{a.key}" data-measured="{str(a.measured).lower()}">'
-        f"<h3>{esc(a.key.upper())}. {esc(a.title)}</h3><p><b>Verdict{' (' + SIM_TAG + ')' if data.simulated else ''}:"
-        f"</b> {esc(a.verdict)}</p>"
+        f'<section class="answer" id="answer-{a.key}" data-measured="{str(a.measured).lower()}" '
+        f'data-status="{esc(a.status)}">'
+        f"<h3>{esc(a.key.upper())}. {esc(a.title)}</h3><p><b>Verdict{' (' + SIM_TAG + ')' if data.simulated else ''}"
+        f" ({esc(a.status)}):</b> {esc(a.verdict)}</p>"
         + (_html_table(["where", "figures"], [{"where": w, "figures": f} for w, f in a.figures]) if a.figures else "")
-        + f'<p class="note">Evidence: {esc(a.evidence)}. Samples: {esc(a.samples or "none")}.</p></section>'
+        + (f'<p class="note excluded">Left out or unverified: {esc("; ".join(a.excluded))}.</p>' if a.excluded else "")
+        + f'<p class="note">Evidence: {esc(a.evidence)}. Samples: {esc(a.samples or "none")}.'
+        + (f" Method: {esc(a.method)}." if a.method else "") + "</p></section>"
         for a in found)
     parts.append(f'<section id="answers" data-rows="{len(found)}"><h2>Answers{sim}</h2><p class="desc">The plan\'s '
-                 "four questions and four hypotheses, each with the figures that answer it and a verdict computed "
-                 "from them; \"not measured\" where the campaign ran no experiment that could answer it."
+                 "four questions and four hypotheses, each judged over the comparisons the campaign recorded: every "
+                 "compared figure with its confidence interval over repeats, a direction only where the interval "
+                 "clears the practical threshold with at least two repeats per side, otherwise \"inconclusive\" and "
+                 "why; \"not measured\" where no comparison could answer it; what was left out is named."
                  + (f" {esc(SIM_TEXT)}: the verdicts rehearse the analysis, they say nothing about GPUs."
                     if data.simulated else "") + f"</p>{items}</section>")
     # figures

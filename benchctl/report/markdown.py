@@ -34,14 +34,19 @@ def render_markdown(data: ReportData) -> str:
     if data.simulated:
         out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
                 ""]
-    out += [f"## Answers{tag}", "", "The plan's four questions and four hypotheses, each with the figures that answer "
-            "it and a verdict computed from them; \"not measured\" where the campaign ran no experiment that could "
-            "answer it.", ""]
-    for a in answers(data.views):
-        out += [f"### {a.key.upper()}. {a.title}", "", f"**Verdict{tag}:** {a.verdict}", ""]
+    out += [f"## Answers{tag}", "", "The plan's four questions and four hypotheses, each judged over the comparisons "
+            "the campaign recorded: every compared figure with its confidence interval over repeats, a direction only "
+            "where the interval clears the practical threshold with at least two repeats per side, otherwise "
+            "\"inconclusive\" and why; \"not measured\" where no comparison could answer it; what was left out is "
+            "named.", ""]
+    for a in answers(data):
+        out += [f"### {a.key.upper()}. {a.title}", "", f"**Verdict{tag} ({a.status}):** {a.verdict}", ""]
         if a.figures:
             out += [_md_table(["where", "figures"], [{"where": w, "figures": f} for w, f in a.figures]), ""]
-        out += [f"_Evidence: {a.evidence}. Samples: {a.samples or 'none'}._", ""]
+        if a.excluded:
+            out += [f"_Left out or unverified: {'; '.join(a.excluded)}._", ""]
+        out += [f"_Evidence: {a.evidence}. Samples: {a.samples or 'none'}."
+                + (f" Method: {a.method}." if a.method else "") + "_", ""]
     out += [f"## Provenance{tag}", ""]
     out += [f"- **{k}**: {v}" for k, v in provenance_items(data)]
     out += ["", "Versions:", "", "```json", versions_pretty(data), "```", ""]

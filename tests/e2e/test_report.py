@@ -138,6 +138,15 @@ def check_report_of(out: Path, tmp_path: Path) -> None:
             assert "(aggregated)" in text and "(disaggregated)" in text, f"{sid}: not both modes"
         else:
             assert "aggregated" in text and "disaggregated" in text
+    # every answer of the plan states an interval, or "inconclusive" and why, or "not measured": the smoke spec
+    # runs one repeat, so nothing in it may be directional
+    found = {sid: a for sid, a in dom.sections.items() if sid.startswith("answer-")}
+    assert sorted(found) == sorted(f"answer-{k}" for k in ("q1", "q2", "q3", "q4", "h1", "h2", "h3", "h4"))
+    for sid, attrs in found.items():
+        text = " ".join(dom.text[sid])
+        assert attrs["data-status"] in ("inconclusive", "not measured"), (sid, attrs)
+        assert "inconclusive (" in text or "not measured" in text, sid
+    assert "one repeat per side: no interval" in " ".join(dom.text["answer-q1"])
     assert "predictions" in dom.sections and "provenance" in dom.sections
     assert "simulated-banner" in dom_res.stdout and "Dynamo mocker on CPU" in dom_res.stdout
     prov = " ".join(dom.text["provenance"])

@@ -365,14 +365,20 @@ def test_answers_and_network_provenance_sections(lake: LocalLake) -> None:
                                          placement=[{"name": "prefill-0", "role": "prefill", "pid": 7}])],
                part_name="network")
     html = render_report(lake.root, C)
-    answers = re.findall(r'<section class="answer" id="answer-(\w+)" data-measured="(\w+)">', html)
+    answers = re.findall(r'<section class="answer" id="answer-(\w+)" data-measured="(\w+)"', html)
     assert [k for k, _ in answers] == ["q1", "q2", "q3", "q4", "h1", "h2", "h3", "h4"]
     measured = dict(answers)
     assert measured["q3"] == "true"  # the lake has a prefix-cache workload in both modes
-    assert measured["q2"] == "false" and "not measured: the campaign has no feature-ladder rung" in html
-    assert "Verdict (SIMULATED)" in html
+    assert measured["q2"] == "false" and "not measured: the campaign has no comparison that changes only kv_offload" \
+        in html
+    # one repeat per side: every measured answer is inconclusive, and says why
+    statuses = dict(re.findall(r'id="answer-(\w+)" data-measured="\w+" data-status="(\w[\w ]*)"', html))
+    assert {statuses[k] for k, m in measured.items() if m == "true"} == {"inconclusive"}
+    assert "one repeat per side: no interval" in html
+    assert "Verdict (SIMULATED) (inconclusive)" in html
     net = html[html.index('<section id="network"'):]
     assert "mtu" in net and "65536" in net and "prefill-0" in net and "none: Dynamo mocker&#x27;s model" in net
     md = render_report(lake.root, C, "md")
     assert "## Answers (SIMULATED)" in md and "### Q4. Does the NIXL transfer overhead cancel" in md
+    assert "**Verdict (SIMULATED) (inconclusive):** disagg vs agg" in md
     assert "Network (observed: CNI, zones, MTU, placement, KV-transfer backend) (SIMULATED):" in md
