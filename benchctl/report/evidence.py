@@ -127,7 +127,13 @@ class Evidence:
 
     def invalid_steps(self, pair: Pair, kind: str | None = None) -> list[str]:
         """'experiment/step_id: why' for every step of the comparison left out."""
-        return sorted({f"{r.get('experiment')}/{r.get('step_id')}: {r.get('invalid_reason') or 'invalid'}"
+        def why(r: dict[str, Any]) -> str:
+            rate, limit = num(r.get("error_rate")), num(r.get("max_error_rate"))
+            if r.get("status") == "succeeded" and rate is not None and limit is not None and rate > limit:
+                return f"error rate {round(rate, 4):g} above max_error_rate {limit:g}"
+            return str(r.get("invalid_reason") or "invalid")
+
+        return sorted({f"{r.get('experiment')}/{r.get('step_id')}: {why(r)}"
                        for side in (BASELINE, TREATMENT) for r in self.rows(pair, side, kind, valid=False)})
 
     def points(self, pair: Pair, kind: str, key: Callable[[dict[str, Any]], Hashable]

@@ -6,7 +6,8 @@
 --   side                  'baseline' | 'treatment' (treatment - baseline is what a verdict measures)
 --   questions, differs    the plan's questions the comparison answers; what differs between its sides
 --   valid, invalid_reason a step counts when it succeeded and its error rate (v_step_stats) is at most the
---                         comparison's max_error_rate; otherwise why not
+--                         comparison's max_error_rate; otherwise why not ('step failed', 'error rate above
+--                         max_error_rate': compare error_rate with max_error_rate)
 --   n_samples             requests behind the step's percentiles (successful requests recorded, else
 --                         AIPerf's request_count): a tail percentile needs min_samples_p99 of them
 --   gpu_usd_per_hour      the experiment's allocated nodes x their price (costs; NULL when unpriced)
@@ -70,9 +71,7 @@ SELECT
     coalesce(s.status = 'succeeded', false) AND coalesce(s.error_rate, 0) <= c.max_error_rate AS valid,
     CASE
         WHEN s.status IS NULL OR s.status <> 'succeeded' THEN 'step ' || coalesce(s.status, 'without a status')
-        WHEN coalesce(s.error_rate, 0) > c.max_error_rate
-            THEN 'error rate ' || cast(round(s.error_rate, 4) AS varchar) || ' above max_error_rate '
-                 || cast(c.max_error_rate AS varchar)
+        WHEN coalesce(s.error_rate, 0) > c.max_error_rate THEN 'error rate above max_error_rate'
     END AS invalid_reason,
     s.ttft_p50_ms,
     s.ttft_p99_ms,

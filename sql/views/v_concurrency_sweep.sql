@@ -78,4 +78,4 @@ FROM agg a
 FULL OUTER JOIN dis d
     ON a.campaign_id = d.campaign_id AND a.comparison = d.comparison AND a.workload = d.workload
     AND a.isl = d.isl AND a.osl = d.osl AND a.concurrency = d.concurrency
-ORDER BY campaign_id, coalesce(a.comparison_index, d.comparison_index), workload, isl, osl, concurrency
+ORDER BY 1, coalesce(a.comparison_index, d.comparison_index), 3, 4, 5, 6

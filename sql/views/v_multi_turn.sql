@@ -86,4 +86,4 @@ FROM agg a
 FULL OUTER JOIN dis d
     ON a.campaign_id = d.campaign_id AND a.comparison = d.comparison AND a.workload = d.workload
     AND a.turn_index = d.turn_index
-ORDER BY campaign_id, coalesce(a.comparison_index, d.comparison_index), workload, turn
+ORDER BY 1, coalesce(a.comparison_index, d.comparison_index), 3, 4

@@ -70,4 +70,4 @@ FROM agg a
 FULL OUTER JOIN dis d
     ON a.campaign_id = d.campaign_id AND a.comparison = d.comparison AND a.workload = d.workload
     AND a.prefix_ratio = d.prefix_ratio
-ORDER BY campaign_id, coalesce(a.comparison_index, d.comparison_index), workload, prefix_ratio
+ORDER BY 1, coalesce(a.comparison_index, d.comparison_index), 3, 4
