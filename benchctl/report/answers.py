@@ -22,12 +22,12 @@ from benchctl.report.evidence import (
     Pair,
     by_input,
     evidence_of,
+    finish,
     fnum,
     input_label,
     not_measured,
     per_repeat,
     samples_text,
-    status_of,
     sweep_key,
 )
 from benchctl.verdicts import (
@@ -102,10 +102,7 @@ def _q1(ev: Evidence) -> Answer:
                          + f". Highest load within the SLO at >= {pair.settings.slo_attainment:.0%} attainment: "
                          + "; ".join(regimes) + ". Crossover: " + ("; ".join(cross) if cross else
                                                                   "none (no directional winner changes with the load)"))
-    a.verdict, a.status = " | ".join(parts), status_of(compared)
-    a.excluded += left
-    a.samples = " | ".join(samples)
-    return a
+    return finish(a, parts, compared, left, samples)
 
 
 # -------------------------------------------------------------------------------------------------- Q4/H1
@@ -152,7 +149,7 @@ def _q4(ev: Evidence, key: str = "q4", kind: str = "question") -> Answer:
     if not pairs:
         return not_measured(a, "no valid comparison of an aggregated and a disaggregated experiment with the same "
                                 "GPU total, router and offload", left)
-    parts, samples = [], []
+    parts, gaps, samples = [], [], []
     decided = False
     for pair in pairs:
         a.method = pair.settings.describe() + "; the transfer explains the gap when their intervals overlap"
@@ -170,6 +167,7 @@ def _q4(ev: Evidence, key: str = "q4", kind: str = "question") -> Answer:
                 itl = compare("ITL p50", "ms", per_repeat(b, "itl_p50_ms"), per_repeat(t, "itl_p50_ms"), pair.settings,
                               lower_is_better=True)
                 xfer, xiv, src = _transfer(t, pair.settings.confidence)
+                gaps.append(gap)
                 where = f"c={fmt_value(k[3])}"
                 a.figures.append((f"{pair.label}, {input_label(ikey)}, {where}",
                                   f"TTFT p50 {gap.text()}; ITL p50 {itl.text()}; KV transfer "
@@ -182,11 +180,7 @@ def _q4(ev: Evidence, key: str = "q4", kind: str = "question") -> Answer:
                         verdict += f"; ITL p50 {itl.text()}"
                     parts.append(f"{pair.label}, {input_label(ikey)}: {verdict}")
         a.figures += _short_buckets(ev, pair)
-    a.verdict = " | ".join(parts)
-    a.status = DIRECTIONAL if decided else INCONCLUSIVE
-    a.excluded += left
-    a.samples = " | ".join(samples)
-    return a
+    return finish(a, parts, gaps, left, samples, status=DIRECTIONAL if decided else INCONCLUSIVE)
 
 
 def _short_buckets(ev: Evidence, pair: Pair) -> list[tuple[str, str]]:
@@ -250,10 +244,7 @@ def _q2(ev: Evidence) -> Answer:
             parts.append(f"{pair.label}: $/1M output tokens {summarize(per)}; {use}")
         else:
             parts.append(f"{pair.label}: {INCONCLUSIVE}: {use}; $/1M output tokens {summarize(per)}")
-    a.verdict, a.status = " | ".join(parts), status_of(compared)
-    a.excluded += left
-    a.samples = " | ".join(samples)
-    return a
+    return finish(a, parts, compared, left, samples)
 
 
 # -------------------------------------------------------------------------------------------------- answers

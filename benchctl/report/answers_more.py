@@ -17,12 +17,12 @@ from benchctl.report.evidence import (
     Evidence,
     Pair,
     by_input,
+    finish,
     fnum,
     input_label,
     not_measured,
     per_repeat,
     samples_text,
-    status_of,
     sweep_key,
 )
 from benchctl.verdicts import (
@@ -94,12 +94,7 @@ def q3(ev: Evidence) -> Answer:
         parts.append(f"{pair.label}: {pair.baseline} {fb.text('duplication ratio', 'hit rate')}; {pair.treatment} "
                      f"{ft.text('duplication ratio', 'hit rate')}; the treatment's slope minus the baseline's: "
                      f"{diff.text()}")
-    a.verdict, a.status = " | ".join(parts), status_of(compared) if compared else INCONCLUSIVE
-    if not compared and all(NOT_MEASURED in p for p in parts):
-        a.verdict, a.status = f"{NOT_MEASURED}: " + a.verdict, NOT_MEASURED
-    a.excluded += left
-    a.samples = " | ".join(samples)
-    return a
+    return finish(a, parts, compared, left, samples)
 
 
 # -------------------------------------------------------------------------------------------------- H2
@@ -159,13 +154,7 @@ def h2(ev: Evidence) -> Answer:
         compared += [c for _, c in rec]
         parts.append(f"{pair.label} ({feature}): recomputation {summarize(rec)}; preemptions "
                      + (summarize(pre) if pre else NOT_MEASURED))
-    a.verdict = " | ".join(parts)
-    a.status = status_of(compared) if compared else INCONCLUSIVE
-    if not compared and all(NOT_MEASURED in p for p in parts):
-        a.verdict, a.status = f"{NOT_MEASURED}: " + a.verdict, NOT_MEASURED
-    a.excluded += left
-    a.samples = " | ".join(samples)
-    return a
+    return finish(a, parts, compared, left, samples)
 
 
 # -------------------------------------------------------------------------------------------------- H3
@@ -230,12 +219,10 @@ def h3(ev: Evidence) -> Answer:
                      f"workers: v_stage_queues.{PREFILL_WAITING}) is not in the lake, so the two stages' queues cannot "
                      "be compared; " + " | ".join(parts))
         a.status = NOT_MEASURED
-    else:
-        a.verdict = " | ".join(parts)
-        a.status = status_of(compared) if compared else INCONCLUSIVE
-    a.excluded += left
-    a.samples = " | ".join(samples)
-    return a
+        a.excluded += left
+        a.samples = " | ".join(samples)
+        return a
+    return finish(a, parts, compared, left, samples)
 
 
 # -------------------------------------------------------------------------------------------------- H4
@@ -279,13 +266,7 @@ def h4(ev: Evidence) -> Answer:
         compared += [c for _, c in per]
         parts.append(f"{pair.label}: SLO-meeting requests/s per $/h {summarize(per)} (higher = the treatment buys "
                      "more goodput per dollar-hour)")
-    a.verdict = " | ".join(parts)
-    a.status = status_of(compared) if compared else NOT_MEASURED
-    if not compared:
-        a.verdict = f"{NOT_MEASURED}: " + a.verdict
-    a.excluded += left
-    a.samples = " | ".join(samples)
-    return a
+    return finish(a, parts, compared, left, samples)
 
 
 __all__ = ["DIRECTIONAL", "h2", "h3", "h4", "q3"]

@@ -52,6 +52,20 @@ def not_measured(a: Answer, why: str, excluded: list[str]) -> Answer:
     return a
 
 
+def finish(a: Answer, parts: list[str], compared: list[Compared], left: list[str], samples: list[str], *,
+           status: str | None = None) -> Answer:
+    """The answer's verdict from its parts (one per comparison and input), its status (``status``, else from the
+    compared figures), what was left out and the samples; "not measured" when no part measured anything."""
+    a.verdict = " | ".join(parts)
+    a.status = status or status_of(compared)
+    if not compared and all(p.split(": ", 1)[-1].startswith(NOT_MEASURED) for p in parts):
+        a.verdict, a.status = f"{NOT_MEASURED}: " + (a.verdict or "no comparison had the steps to answer it"), \
+            NOT_MEASURED
+    a.excluded += left
+    a.samples = " | ".join(samples)
+    return a
+
+
 def samples_text(ev: Evidence, pair: Pair, kind: str) -> str:
     nb = len({r.get("repeat") for r in ev.rows(pair, BASELINE, kind)})
     nt = len({r.get("repeat") for r in ev.rows(pair, TREATMENT, kind)})

@@ -251,3 +251,14 @@ def test_q3_gives_the_modes_slope_difference_a_direction_when_it_clears_the_thre
     assert "(directional)" in got
     assert re.search(r"the treatment's slope minus the baseline's: lower: -0\.3 \(-33\.33 %\), 95% CI \[-3[\d.]+, -3[\d.]+\] %",
                      verdict(got)), verdict(got)
+
+
+def test_a_comparison_without_the_workload_an_answer_reads_is_not_measured(tmp_path: Path) -> None:
+    c = two_modes(tmp_path, 0, {})  # compared, but no concurrency sweep ran
+    for exp, mode in (("agg", "aggregated"), ("disagg", "disaggregated")):
+        c.step(exp, mode, "prefix_cache", "prefix-p0-r0", 0, prefix_ratio=0.0, ttft_p50_ms=100.0)
+    got = answers(c)
+    for key in ("q1", "q4", "h1"):
+        assert verdict(got[key]) == ("not measured: disagg vs agg: not measured (no valid concurrency-sweep step on "
+                                     "both sides)"), key
+        assert "(not measured)" in got[key]
