@@ -1,0 +1,157 @@
+"""One meter per quantity, the same in both modes: the cache hit rate (v_step_cache), KV offload
+(v_kv_offload) and the stage queues' matched gauges (v_stage_queues).
+
+Lakes are written through the lake writer with server_metrics rows as ingestion writes them (metric, stat,
+labels, the source name the campaign recorded: ``worker/<pod>`` on AWS, ``worker-0`` locally) and read
+through the real views on DuckDB. docs/METRICS.md is the table these tests hold the views to.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchctl.local.lake import LocalLake
+from benchctl.local.query import QueryEngine
+
+C = "camp-m"
+DATA = Path(__file__).resolve().parents[1] / "data" / "dynamo-1.6.1"
+ROUTER_PREFIX = "dynamo_component_router_kv_selected_cached_prefix_tokens"
+
+
+def query(lake: LocalLake, sql: str) -> list[dict[str, Any]]:
+    with QueryEngine(lake.root) as q:
+        cols, rows = q.run(sql)
+    return [dict(zip(cols, r, strict=True)) for r in rows]
+
+
+def campaign(lake: LocalLake, *, simulated: bool, cid: str = C) -> None:
+    lake.write("campaigns", [{"campaign_id": cid, "simulated": simulated, "engine": "local" if simulated else "aws",
+                              "model": "Qwen/Qwen3-30B-A3B"}], part_name="campaign")
+
+
+def experiments(lake: LocalLake, *, router: str = "kv", kv_offload: bool = False, cid: str = C) -> None:
+    lake.write("experiments", [
+        {"campaign_id": cid, "experiment": "agg", "experiment_index": 0, "mode": "aggregated", "router": router,
+         "kv_offload": kv_offload, "gpus": 8},
+        {"campaign_id": cid, "experiment": "disagg", "experiment_index": 1, "mode": "disaggregated",
+         "router": router, "kv_offload": kv_offload, "gpus": 8}], part_name="experiment")
+
+
+def steps(lake: LocalLake, step_id: str = "prefix-cache-p100-r0", cid: str = C) -> None:
+    for exp, mode in (("agg", "aggregated"), ("disagg", "disaggregated")):
+        lake.write("steps", [{"campaign_id": cid, "experiment": exp, "mode": mode, "workload": "prefix-cache",
+                              "workload_kind": "prefix_cache", "step_id": step_id, "step_index": 0, "repeat": 0,
+                              "concurrency": 4, "isl": 512, "prefix_ratio": 1.0, "status": "succeeded",
+                              "ttft_p50_ms": 50.0}], part_name=f"steps-{step_id}")
+
+
+def metric(exp: str, source: str, name: str, stat: str, value: float, step_id: str = "prefix-cache-p100-r0",
+           cid: str = C, **labels: str) -> dict[str, Any]:
+    return {"campaign_id": cid, "experiment": exp, "step_id": step_id, "repeat": 0, "source": source,
+            "metric": name, "stat": stat, "value": float(value), "labels_json": json.dumps(labels, sort_keys=True)}
+
+
+def metrics(lake: LocalLake, rows: list[dict[str, Any]], part: str = "sm") -> None:
+    lake.write("server_metrics", rows, part_name=part)
+
+
+def cache_rows(lake: LocalLake) -> dict[str, dict[str, Any]]:
+    return {r["experiment"]: r for r in query(lake, "SELECT * FROM v_step_cache")}
+
+
+# ------------------------------------------------------------------------------------- the cache meter
+
+
+def _smoke_step_metrics() -> list[dict[str, Any]]:
+    """The prefix-cache-p100 step of a real smoke lake (the local engine, both modes, KV router): 12,480
+    input tokens; aggregated, the workers reported 11,264 cached tokens (0.9026) and the router selected a
+    10,240-token prefix (0.8205); disaggregated, the router's prefill-side selection 10,240, its decode
+    selection 0, and no worker reports cached tokens."""
+    return [
+        metric("agg", "frontend", "dynamo_frontend_input_sequence_tokens", "sum", 12480),
+        metric("agg", "frontend", "dynamo_frontend_cached_tokens", "sum", 11264),
+        metric("agg", "frontend", ROUTER_PREFIX, "total", 10240, phase="aggregated"),
+        metric("disagg", "frontend", "dynamo_frontend_input_sequence_tokens", "sum", 12480),
+        metric("disagg", "frontend", "dynamo_frontend_cached_tokens", "sum", 0),
+        metric("disagg", "frontend", ROUTER_PREFIX, "total", 10240, phase="prefill"),
+        metric("disagg", "frontend", ROUTER_PREFIX, "total", 0, phase="decode"),
+    ]
+
+
+def test_a_simulated_campaign_reads_the_routers_selected_prefix_in_both_modes(tmp_path: Path) -> None:
+    lake = LocalLake(tmp_path / "lake")
+    campaign(lake, simulated=True)
+    experiments(lake)
+    steps(lake)
+    metrics(lake, _smoke_step_metrics())
+    rows = cache_rows(lake)
+    a, d = rows["agg"], rows["disagg"]
+    # one meter in both modes: the same cache reuse reads the same, not 0.9026 against 0.8205
+    assert a["cache_hit_rate"] == d["cache_hit_rate"] == pytest.approx(10240 / 12480)
+    assert a["cache_meter"] == d["cache_meter"] == "SIMULATED: router selected prefix"
+    # the other meter stays beside it, for reference only
+    assert a["frontend_cache_hit_rate"] == pytest.approx(11264 / 12480) and d["frontend_cache_hit_rate"] == 0
+    assert a["router_cache_hit_rate"] == d["router_cache_hit_rate"] == pytest.approx(10240 / 12480)
+    assert a["vllm_cache_hit_rate"] is None and a["simulated"] is True
+
+
+def test_vllm_workers_are_metered_by_their_prefix_cache_counters_on_the_prefill_side(tmp_path: Path) -> None:
+    lake = LocalLake(tmp_path / "lake")
+    campaign(lake, simulated=False)
+    experiments(lake)
+    steps(lake)
+    counters = [
+        # aggregated: both workers' own counters (tokens), summed
+        metric("agg", "worker/bc-agg-worker-0", "vllm:prefix_cache_hits", "total", 4000),
+        metric("agg", "worker/bc-agg-worker-0", "vllm:prefix_cache_queries", "total", 6000),
+        metric("agg", "worker/bc-agg-worker-1", "vllm:prefix_cache_hits", "total", 2000),
+        metric("agg", "worker/bc-agg-worker-1", "vllm:prefix_cache_queries", "total", 6000),
+        # disaggregated: the prefill workers; the decode worker looks the prompt up again (left out)
+        metric("disagg", "prefill/bc-dis-prefill-0", "vllm:prefix_cache_hits", "total", 3000),
+        metric("disagg", "prefill/bc-dis-prefill-0", "vllm:prefix_cache_queries", "total", 12000),
+        metric("disagg", "decode/bc-dis-decode-0", "vllm:prefix_cache_hits", "total", 11000),
+        metric("disagg", "decode/bc-dis-decode-0", "vllm:prefix_cache_queries", "total", 12000),
+    ]
+    metrics(lake, _smoke_step_metrics() + counters)
+    rows = cache_rows(lake)
+    a, d = rows["agg"], rows["disagg"]
+    assert a["cache_meter"] == d["cache_meter"] == "vllm:prefix_cache_hits/queries"
+    assert a["cache_hit_rate"] == pytest.approx(6000 / 12000) and d["cache_hit_rate"] == pytest.approx(3000 / 12000)
+    assert (a["vllm_prefix_hits"], a["vllm_prefix_queries"]) == (6000, 12000)
+    assert (d["vllm_prefix_hits"], d["vllm_prefix_queries"]) == (3000, 12000)
+    assert a["router_cache_hit_rate"] == pytest.approx(10240 / 12480)  # kept, never the figure
+
+
+def test_a_simulated_campaign_without_the_kv_router_has_no_hit_rate_rather_than_another_meter(
+        tmp_path: Path) -> None:
+    lake = LocalLake(tmp_path / "lake")
+    campaign(lake, simulated=True)
+    experiments(lake, router="round-robin")
+    steps(lake)
+    metrics(lake, [metric("agg", "frontend", "dynamo_frontend_input_sequence_tokens", "sum", 12480),
+                   metric("agg", "frontend", "dynamo_frontend_cached_tokens", "sum", 11264)])
+    a = cache_rows(lake)["agg"]
+    assert a["cache_hit_rate"] is None and a["cache_meter"] == "none: SIMULATED without the KV router"
+    assert a["frontend_cache_hit_rate"] == pytest.approx(11264 / 12480)
+
+
+def test_the_local_mocker_has_no_prefix_or_offload_counter_and_the_router_meter_exists_aggregated() -> None:
+    # A Dynamo 1.6.1 mocker with a host tier (--num-host-blocks 512) and 64 GPU blocks, driven past its GPU
+    # cache, and its frontend (--router-mode kv), scraped after the load (tests/data/README.md)
+    def names(path: Path) -> set[str]:
+        return {line.split("{")[0].split(" ")[0] for line in path.read_text().splitlines()
+                if line and not line.startswith("#")}
+
+    worker = names(DATA / "mocker-host-tier-metrics.txt")
+    assert {"vllm:kv_cache_usage_perc", "vllm:num_requests_waiting", "vllm:num_preemptions_total"} <= worker
+    assert not {n for n in worker if n.startswith(("vllm:prefix_cache", "vllm:external_prefix", "kvbm_"))}
+    assert not {n for n in worker if "offload" in n or "onboard" in n or "host" in n}
+    frontend = (DATA / "frontend-host-tier-cache-metrics.txt").read_text()
+    selected = [line for line in frontend.splitlines() if line.startswith(ROUTER_PREFIX + "_total{")]
+    assert len(selected) == 1 and 'phase="aggregated"' in selected[0]  # the router's meter, aggregated mode
+    cached = next(line for line in frontend.splitlines() if line.startswith("dynamo_frontend_cached_tokens_sum"))
+    assert float(selected[0].split()[-1]) == float(cached.split()[-1]) > 0  # host-tier hits included in both
