@@ -58,6 +58,11 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
         "prefill_dispatch_max", "decode_dispatch_max", "prefill_inflight_max", "waiting_max", "running_max",
         "gpu_util_avg_pct", "gpu_fb_used_max_mib", "gpu_power_avg_w", "gpu_source",
     ),
+    "v_kv_offload": (
+        "experiment", "mode", "kv_offload", "workload", "variant", "offload_blocks_d2h", "onboard_blocks_h2d",
+        "offload_blocks", "onboard_blocks", "host_cache_hit_rate_avg", "offload_used", "offload_source",
+        "preemptions", "kv_usage_max",
+    ),
     "v_quality": (
         "experiment", "mode", "model", "temperature", "top_p", "sampling_seed", "thinking", "settings_consistent",
         "quality_questions", "quality_correct", "quality_score", "quality_min_score", "quality_gate", "simulated",

@@ -155,3 +155,58 @@ def test_the_local_mocker_has_no_prefix_or_offload_counter_and_the_router_meter_
     assert len(selected) == 1 and 'phase="aggregated"' in selected[0]  # the router's meter, aggregated mode
     cached = next(line for line in frontend.splitlines() if line.startswith("dynamo_frontend_cached_tokens_sum"))
     assert float(selected[0].split()[-1]) == float(cached.split()[-1]) > 0  # host-tier hits included in both
+
+
+# -------------------------------------------------------------------------------------------- KV offload
+
+
+def test_kv_offload_counts_kvbm_tiers_per_step_and_says_when_offload_was_not_measured(tmp_path: Path) -> None:
+    lake = LocalLake(tmp_path / "lake")
+    campaign(lake, simulated=False)
+    experiments(lake, kv_offload=True)
+    steps(lake)
+    steps(lake, "prefix-cache-p0-r0")
+    kvbm = "kvbm/bc-dis-prefill-0"
+    metrics(lake, [
+        metric("disagg", kvbm, "kvbm_offload_blocks_d2h", "total", 120),
+        metric("disagg", kvbm, "kvbm_offload_blocks_h2d", "total", 30),
+        metric("disagg", kvbm, "kvbm_offload_blocks_d2d", "total", 0),
+        metric("disagg", kvbm, "kvbm_onboard_blocks_h2d", "total", 45),
+        metric("disagg", kvbm, "kvbm_onboard_blocks_d2d", "total", 5),
+        metric("disagg", kvbm, "kvbm_matched_tokens", "total", 3200),
+        metric("disagg", kvbm, "kvbm_host_cache_hit_rate", "avg", 0.4),
+        metric("disagg", kvbm, "kvbm_disk_cache_hit_rate", "avg", 0.1),
+        metric("disagg", "decode/bc-dis-decode-0", "vllm:num_preemptions", "total", 2),
+        metric("disagg", "prefill/bc-dis-prefill-0", "vllm:kv_cache_usage_perc", "max", 0.97),
+        # KVBM ran on the other step but moved nothing
+        metric("disagg", kvbm, "kvbm_offload_blocks_d2h", "total", 0, step_id="prefix-cache-p0-r0"),
+        metric("disagg", kvbm, "kvbm_onboard_blocks_h2d", "total", 0, step_id="prefix-cache-p0-r0"),
+    ])
+    rows = {(r["experiment"], r["step_id"]): r for r in query(lake, "SELECT * FROM v_kv_offload")}
+    d = rows[("disagg", "prefix-cache-p100-r0")]
+    assert (d["offload_blocks_d2h"], d["offload_blocks_h2d"], d["offload_blocks_d2d"]) == (120, 30, 0)
+    assert (d["onboard_blocks_h2d"], d["onboard_blocks_d2d"]) == (45, 5)
+    assert (d["offload_blocks"], d["onboard_blocks"], d["kvbm_matched_tokens"]) == (150, 50, 3200)
+    assert (d["host_cache_hit_rate_avg"], d["disk_cache_hit_rate_avg"]) == (0.4, 0.1)
+    assert d["offload_used"] is True and d["onboard_used"] is True and d["offload_source"] == "kvbm"
+    assert (d["preemptions"], d["kv_usage_max"], d["kv_offload"]) == (2, 0.97, True)
+    idle = rows[("disagg", "prefix-cache-p0-r0")]
+    assert idle["offload_used"] is False and idle["onboard_used"] is False and idle["offload_source"] == "kvbm"
+    # offload configured, KVBM's exporter not scraped: not measured, never "not used"
+    a = rows[("agg", "prefix-cache-p100-r0")]
+    assert a["offload_used"] is None and a["offload_source"].startswith("not measured: no kvbm_* series")
+
+
+@pytest.mark.parametrize(("simulated", "kv_offload", "source"), [
+    (True, True, "none: SIMULATED (the mocker host tier exports no offload counter)"),
+    (True, False, "none: no kv_offload in this experiment"),
+    (False, False, "none: no kv_offload in this experiment"),
+])
+def test_kv_offload_without_kvbm_series_says_why(tmp_path: Path, simulated: bool, kv_offload: bool,
+                                                  source: str) -> None:
+    lake = LocalLake(tmp_path / "lake")
+    campaign(lake, simulated=simulated)
+    experiments(lake, kv_offload=kv_offload)
+    steps(lake)
+    (row,) = query(lake, "SELECT * FROM v_kv_offload WHERE experiment = 'agg'")
+    assert row["offload_source"] == source and row["offload_used"] is None and row["simulated"] is simulated
