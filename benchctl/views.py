@@ -55,8 +55,10 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     ),
     "v_stage_queues": (
         "experiment", "mode", "workload", "variant", "concurrency", "goodput_ratio", "frontend_queued_max",
-        "prefill_dispatch_max", "decode_dispatch_max", "prefill_inflight_max", "waiting_max", "running_max",
-        "gpu_util_avg_pct", "gpu_fb_used_max_mib", "gpu_power_avg_w", "gpu_source",
+        "prefill_dispatch_max", "decode_dispatch_max", "prefill_inflight_max", "prefill_waiting_max",
+        "decode_waiting_max", "worker_waiting_max", "decode_running_max", "worker_running_max",
+        "gpu_util_prefill_avg_pct", "gpu_util_decode_avg_pct", "gpu_util_worker_avg_pct", "gpu_util_avg_pct",
+        "gpu_fb_used_max_mib", "gpu_power_avg_w", "gpu_source",
     ),
     "v_kv_offload": (
         "experiment", "mode", "kv_offload", "workload", "variant", "offload_blocks_d2h", "onboard_blocks_h2d",

@@ -210,3 +210,60 @@ def test_kv_offload_without_kvbm_series_says_why(tmp_path: Path, simulated: bool
     steps(lake)
     (row,) = query(lake, "SELECT * FROM v_kv_offload WHERE experiment = 'agg'")
     assert row["offload_source"] == source and row["offload_used"] is None and row["simulated"] is simulated
+
+
+# ---------------------------------------------------------------------------------------- stage queues
+
+
+def test_stage_queues_read_the_same_waiting_gauge_at_each_stage_with_aggregated_beside(tmp_path: Path) -> None:
+    lake = LocalLake(tmp_path / "lake")
+    campaign(lake, simulated=False)
+    experiments(lake)
+    steps(lake)
+    w = "vllm:num_requests_waiting"
+    metrics(lake, [
+        metric("disagg", "prefill/bc-dis-prefill-0", w, "avg", 3.0), metric("disagg", "prefill/bc-dis-prefill-0", w, "max", 9),
+        metric("disagg", "prefill/bc-dis-prefill-1", w, "avg", 1.0), metric("disagg", "prefill/bc-dis-prefill-1", w, "max", 4),
+        metric("disagg", "decode/bc-dis-decode-0", w, "avg", 0.5), metric("disagg", "decode/bc-dis-decode-0", w, "max", 2),
+        metric("disagg", "decode/bc-dis-decode-0", "vllm:num_requests_running", "max", 30),
+        metric("disagg", "frontend", "dynamo_frontend_router_queue_pending_requests", "max", 6, worker_type="prefill"),
+        metric("disagg", "frontend", "dynamo_frontend_router_queue_pending_requests", "max", 1, worker_type="decode"),
+        metric("agg", "worker/bc-agg-worker-0", w, "avg", 2.0), metric("agg", "worker/bc-agg-worker-0", w, "max", 5),
+        metric("agg", "worker/bc-agg-worker-1", w, "avg", 2.5), metric("agg", "worker/bc-agg-worker-1", w, "max", 7),
+        metric("agg", "frontend", "dynamo_frontend_router_queue_pending_requests", "max", 3, worker_type="decode"),
+    ])
+    rows = {r["experiment"]: r for r in query(lake, "SELECT * FROM v_stage_queues")}
+    d, a = rows["disagg"], rows["agg"]
+    # the prefill waiting queue is counted (summed means, the deepest worker), beside decode's
+    assert (d["prefill_waiting_avg"], d["prefill_waiting_max"]) == (4.0, 9)
+    assert (d["decode_waiting_avg"], d["decode_waiting_max"], d["decode_running_max"]) == (0.5, 2, 30)
+    assert (d["router_queue_prefill_max"], d["router_queue_decode_max"], d["router_queue_max"]) == (6, 1, 6)
+    assert d["worker_waiting_max"] is None
+    # aggregated beside it: one engine does both stages
+    assert (a["worker_waiting_avg"], a["worker_waiting_max"]) == (4.5, 7)
+    assert a["prefill_waiting_max"] is None and a["decode_waiting_max"] is None
+    assert a["router_queue_decode_max"] == 3
+
+
+def test_gpu_use_per_stage_follows_the_dcgm_pod_label_to_the_worker_pods(tmp_path: Path) -> None:
+    lake = LocalLake(tmp_path / "lake")
+    campaign(lake, simulated=False)
+    experiments(lake)
+    steps(lake)
+
+    def gpu(pod: str | None, util: float, fb: float, gpu_index: str) -> list[dict[str, Any]]:
+        labels = {"gpu": gpu_index, **({"pod": pod, "namespace": "dynamo-bench"} if pod else {})}
+        return [metric("disagg", "dcgm/0", "DCGM_FI_DEV_GPU_UTIL", "avg", util, **labels),
+                metric("disagg", "dcgm/0", "DCGM_FI_DEV_FB_USED", "max", fb, **labels)]
+
+    metrics(lake, [
+        metric("disagg", "prefill/bc-dis-prefill-0", "vllm:num_requests_waiting", "max", 1),
+        metric("disagg", "decode/bc-dis-decode-0", "vllm:num_requests_waiting", "max", 1),
+        *gpu("bc-dis-prefill-0", 90.0, 30000, "0"), *gpu("bc-dis-prefill-0", 80.0, 31000, "1"),
+        *gpu("bc-dis-decode-0", 40.0, 35000, "2"), *gpu(None, 0.0, 10, "3"),  # an idle GPU, no pod
+    ])
+    (d,) = query(lake, "SELECT * FROM v_stage_queues WHERE experiment = 'disagg'")
+    assert (d["gpu_util_prefill_avg_pct"], d["gpu_util_decode_avg_pct"]) == (85.0, 40.0)
+    assert (d["gpu_fb_used_prefill_max_mib"], d["gpu_fb_used_decode_max_mib"]) == (31000, 35000)
+    assert d["gpu_util_worker_avg_pct"] is None
+    assert d["gpu_util_avg_pct"] == pytest.approx((90 + 80 + 40 + 0) / 4) and d["gpu_source"] == "dcgm-exporter"
