@@ -6,7 +6,9 @@ view; the file name is the view name. Athena gets ``CREATE OR REPLACE VIEW <name
 (:func:`athena_view_ddl`, dependencies first: the results stack's named queries and the Report function);
 the local engine transpiles the same bodies for DuckDB (``benchctl.local.query``). To add a view: drop a
 file into ``sql/views/`` (and, for a comparison view, its headline columns into :data:`REPORT_VIEWS`).
-May import only the standard library: the Report function on AWS reads this (no sqlglot there).
+A campaign's exported rows of a view (:func:`export_sql`) carry a ``simulated`` column, on both engines.
+May import only the standard library (and stdlib-only benchctl modules): the Report function on AWS reads
+this (no sqlglot there).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from benchctl.formatting import SIMULATED_COLUMN
 from benchctl.resources import data_dir
 
 VIEWS_DIR = data_dir("sql") / "views"
@@ -125,3 +128,18 @@ def athena_view_ddl(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
     (``ordered_views``). The body is the file's own text: Athena runs the Trino dialect the files are
     written in."""
     return [(n, f"CREATE OR REPLACE VIEW {n} AS\n{body}") for n, body in ordered_views(views_dir)]
+
+
+def campaign_rows_sql(view: str, campaign_id: str) -> str:
+    """One campaign's rows of ``view`` (``campaign_id`` already checked path-safe by the caller)."""
+    return f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'"  # noqa: S608
+
+
+def export_sql(view: str, campaign_id: str, view_columns: list[str] | tuple[str, ...]) -> str:
+    """The SELECT whose result is exported as ``<view>.csv|json`` (locally) or kept as Athena's result CSV (AWS):
+    the campaign's rows, with ``campaigns.simulated`` added as a ``simulated`` column when the view has none
+    of its own (``view_columns``: the view's columns), so that a simulated campaign's file says so."""
+    if SIMULATED_COLUMN in view_columns:
+        return campaign_rows_sql(view, campaign_id)
+    return (f"SELECT v.*, (SELECT bool_or(c.simulated) FROM campaigns c WHERE c.campaign_id = '{campaign_id}') "  # noqa: S608
+            f"AS {SIMULATED_COLUMN} FROM {view} v WHERE v.campaign_id = '{campaign_id}'")
