@@ -255,11 +255,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from benchctl.formatting import format_result
+    from benchctl.formatting import format_result, label_simulated, simulated_campaigns
     from benchctl.local.query import QueryEngine
 
-    cols, rows = QueryEngine(_lake(args.lake)).run(args.name_or_sql)
-    print(format_result(cols, rows, args.format))
+    with QueryEngine(_lake(args.lake)) as engine:
+        cols, rows = engine.run(args.name_or_sql)
+        labelled = label_simulated(cols, rows, simulated_campaigns(engine))
+    if args.format == "table":  # the mark above the table; CSV and JSON carry it as a column/field
+        if labelled.header:
+            print(labelled.header)
+        print(format_result(cols, rows, "table"))
+    else:
+        print(format_result(labelled.columns, labelled.rows, args.format))
     return 0
 
 
@@ -403,7 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign-id", help="campaign the rows belong to (default: the plan id, <spec name>-<hash>)")
     p.set_defaults(fn=cmd_predict)
 
-    p = sub.add_parser("query", help="run a view (by name) or a SELECT over the lake with DuckDB")
+    p = sub.add_parser("query", help="run a view (by name) or a SELECT over the lake with DuckDB; rows of a "
+                                     "simulated campaign say SIMULATED (a line above a table; a 'simulated' "
+                                     "column in CSV, a field in JSON)")
     p.add_argument("name_or_sql")
     p.add_argument("--lake", default="runs/lake")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")

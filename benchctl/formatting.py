@@ -1,6 +1,9 @@
 """Numbers and rows as people read them: the CLI's tables and the report round the same way.
 
-``table`` (aligned text, numbers rounded for reading), ``csv`` and ``json`` (full precision).
+``table`` (aligned text, numbers rounded for reading), ``csv`` and ``json`` (full precision). Rows of a
+simulated campaign (``campaigns.simulated``: the Dynamo mocker, locally or ``engine: mocker`` on AWS) say so
+wherever they are printed or exported: :func:`label_simulated` gives a table its header line and a CSV/JSON
+result its ``simulated`` column.
 May import only the standard library.
 """
 
@@ -10,10 +13,17 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchctl.ports import QueryPort
+
+SIMULATED_COLUMN = "simulated"
+SIMULATED_TEXT = "the Dynamo mocker's timing model, not GPU measurements"
 
 
 def round_for_reading(v: float) -> str:
@@ -85,3 +95,67 @@ def format_result(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: st
     out += [line(c) for c in cells]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """A result with its SIMULATED mark: ``columns``/``rows`` carry a ``simulated`` column (the result's own
+    when it has one, else added: true, false, or None when unknown), ``header`` is the line a table prints
+    above itself (None when no row is simulated)."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    header: str | None
+
+
+def simulated_campaigns(query: QueryPort) -> dict[str, bool | None]:
+    """``{campaign_id: campaigns.simulated}`` of every campaign the lake records."""
+    _, rows = query.run("SELECT campaign_id, simulated FROM campaigns")
+    out: dict[str, bool | None] = {}
+    for cid, sim in rows:
+        if sim is None:
+            out.setdefault(str(cid), None)
+        else:
+            out[str(cid)] = bool(sim) or bool(out.get(str(cid)))
+    return out
+
+
+def _ids(ids: set[str]) -> str:
+    return ", ".join(sorted(ids))
+
+
+def label_simulated(columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                    simulated_by_campaign: Mapping[str, bool | None]) -> Labelled:
+    """Mark each row simulated or not: by its ``campaign_id`` when the result has that column, else by the
+    whole lake (simulated only when every campaign it holds is; unknown when it holds both kinds). A result
+    that has its own ``simulated`` column keeps it; a lake that records no campaign (rows written by
+    ``benchctl ingest`` alone) has nothing to say, and the result stays as it is."""
+    cols, data = list(columns), [tuple(r) for r in rows]
+    if not simulated_by_campaign and SIMULATED_COLUMN not in cols:
+        return Labelled(cols, data, None)
+    lake_sim = {c for c, s in simulated_by_campaign.items() if s}
+    kinds = {bool(s) for s in simulated_by_campaign.values() if s is not None}
+    if SIMULATED_COLUMN in cols:
+        i = cols.index(SIMULATED_COLUMN)
+        marks: list[bool | None] = [None if r[i] is None else bool(r[i]) for r in data]
+    elif "campaign_id" in cols:
+        ci = cols.index("campaign_id")
+        marks = [simulated_by_campaign.get(str(r[ci])) for r in data]
+        cols, data = [*cols, SIMULATED_COLUMN], [(*r, m) for r, m in zip(data, marks, strict=True)]
+    else:
+        whole: bool | None = kinds.pop() if len(kinds) == 1 else None
+        marks = [whole] * len(data)
+        cols, data = [*cols, SIMULATED_COLUMN], [(*r, whole) for r in data]
+    ids = ({str(r[cols.index("campaign_id")]) for r, m in zip(data, marks, strict=True) if m}
+           if "campaign_id" in cols else lake_sim)
+    which = (f" (campaign{'s' if len(ids) > 1 else ''} {_ids(ids)})" if ids else "")
+    header = None
+    if data and all(marks):
+        header = f"SIMULATED{which}: every row below comes from {SIMULATED_TEXT}"
+    elif any(marks):
+        header = (f"SIMULATED{which}: the rows of these campaigns come from {SIMULATED_TEXT}; the other rows are "
+                  f"measured (CSV and JSON results say which in their '{SIMULATED_COLUMN}' column)")
+    elif data and any(m is None for m in marks) and lake_sim:
+        header = (f"SIMULATED?: the lake holds simulated campaign(s) {_ids(lake_sim)} beside measured ones and "
+                  "this result has no campaign_id column to tell its rows apart: select campaign_id too")
+    return Labelled(cols, data, header)

@@ -6,7 +6,9 @@ view; the file name is the view name. Athena gets ``CREATE OR REPLACE VIEW <name
 (:func:`athena_view_ddl`, dependencies first: the results stack's named queries and the Report function);
 the local engine transpiles the same bodies for DuckDB (``benchctl.local.query``). To add a view: drop a
 file into ``sql/views/`` (and, for a comparison view, its headline columns into :data:`REPORT_VIEWS`).
-May import only the standard library: the Report function on AWS reads this (no sqlglot there).
+A campaign's exported rows of a view (:func:`export_sql`) carry a ``simulated`` column, on both engines.
+May import only the standard library (and stdlib-only benchctl modules): the Report function on AWS reads
+this (no sqlglot there).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from benchctl.formatting import SIMULATED_COLUMN
 from benchctl.resources import data_dir
 
 VIEWS_DIR = data_dir("sql") / "views"
@@ -55,8 +58,15 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     ),
     "v_stage_queues": (
         "experiment", "mode", "workload", "variant", "concurrency", "goodput_ratio", "frontend_queued_max",
-        "prefill_dispatch_max", "decode_dispatch_max", "prefill_inflight_max", "waiting_max", "running_max",
-        "gpu_util_avg_pct", "gpu_fb_used_max_mib", "gpu_power_avg_w", "gpu_source",
+        "prefill_dispatch_max", "decode_dispatch_max", "prefill_inflight_max", "prefill_waiting_max",
+        "decode_waiting_max", "worker_waiting_max", "decode_running_max", "worker_running_max",
+        "gpu_util_prefill_avg_pct", "gpu_util_decode_avg_pct", "gpu_util_worker_avg_pct", "gpu_util_avg_pct",
+        "gpu_fb_used_max_mib", "gpu_power_avg_w", "gpu_source",
+    ),
+    "v_kv_offload": (
+        "experiment", "mode", "kv_offload", "workload", "variant", "offload_blocks_d2h", "onboard_blocks_h2d",
+        "offload_blocks", "onboard_blocks", "host_cache_hit_rate_avg", "offload_used", "offload_source",
+        "preemptions", "kv_usage_max",
     ),
     "v_quality": (
         "experiment", "mode", "model", "temperature", "top_p", "sampling_seed", "thinking", "settings_consistent",
@@ -118,3 +128,18 @@ def athena_view_ddl(views_dir: Path = VIEWS_DIR) -> list[tuple[str, str]]:
     (``ordered_views``). The body is the file's own text: Athena runs the Trino dialect the files are
     written in."""
     return [(n, f"CREATE OR REPLACE VIEW {n} AS\n{body}") for n, body in ordered_views(views_dir)]
+
+
+def campaign_rows_sql(view: str, campaign_id: str) -> str:
+    """One campaign's rows of ``view`` (``campaign_id`` already checked path-safe by the caller)."""
+    return f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'"  # noqa: S608
+
+
+def export_sql(view: str, campaign_id: str, view_columns: list[str] | tuple[str, ...]) -> str:
+    """The SELECT whose result is exported as ``<view>.csv|json`` (locally) or kept as Athena's result CSV (AWS):
+    the campaign's rows, with ``campaigns.simulated`` added as a ``simulated`` column when the view has none
+    of its own (``view_columns``: the view's columns), so that a simulated campaign's file says so."""
+    if SIMULATED_COLUMN in view_columns:
+        return campaign_rows_sql(view, campaign_id)
+    return (f"SELECT v.*, (SELECT bool_or(c.simulated) FROM campaigns c WHERE c.campaign_id = '{campaign_id}') "  # noqa: S608
+            f"AS {SIMULATED_COLUMN} FROM {view} v WHERE v.campaign_id = '{campaign_id}'")

@@ -6,7 +6,8 @@ the report's data assembly (``benchctl.report.data``) runs on either engine and 
 :class:`AthenaReport` (the ``ReportPort``): every view is (re)created with ``CREATE OR REPLACE VIEW`` from
 ``sql/views`` in dependency order (cheap DDL, so a fresh deployment or an edited view file is live after
 one campaign), each comparison view is queried for the campaign (Athena writes each result as CSV into
-the workgroup's enforced output location, ``athena-results/``, where the report's view links point),
+the workgroup's enforced output location, ``athena-results/``, where the report's view links point; each
+with a ``simulated`` column, ``benchctl.views.export_sql``),
 and the HTML report goes to ``s3://<bucket>/reports/<campaign id>/report.html``. The Report function
 waits for these short queries itself (bounded by its timeout); everything else waits in the state machine.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from benchctl.constants import report_key
 from benchctl.lake import check_path_value
-from benchctl.views import REPORT_VIEWS, athena_view_ddl
+from benchctl.views import REPORT_VIEWS, athena_view_ddl, campaign_rows_sql, export_sql
 
 _DONE = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
@@ -144,8 +145,9 @@ def athena_report(campaign_id: str, *, database: str, workgroup: str, bucket: st
     for _, ddl in athena_view_ddl():
         athena.execute(ddl)
     out: dict[str, str] = {}
-    for view in REPORT_VIEWS:
-        out[view] = athena.location(f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'")  # noqa: S608
+    for view in REPORT_VIEWS:  # each result CSV with a `simulated` column (the view's own, else campaigns')
+        cols, _ = athena.run(campaign_rows_sql(view, campaign_id))
+        out[view] = athena.location(export_sql(view, campaign_id, cols))
     if bucket:
         key = report_key(campaign_id)
         html = report.render_report(athena, campaign_id, "html", source=source or f"s3://{bucket}/lake",

@@ -1,6 +1,6 @@
-"""The report on this machine: the ``ReportPort`` of the local engine (the comparison views as CSV and JSON
-plus ``report.html`` in the campaign's run directory, from one DuckDB engine per run) and the lake-path
-entry points of ``benchctl report``."""
+"""The report on this machine: the ``ReportPort`` of the local engine (the comparison views as CSV and JSON,
+each row saying whether it is simulated, plus ``report.html`` in the campaign's run directory, from one DuckDB
+engine per run) and the lake-path entry points of ``benchctl report``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from benchctl.formatting import format_result
 from benchctl.lake import check_path_value
 from benchctl.local.query import QueryEngine
 from benchctl.report.data import HOW_TO_GET_A_LAKE
-from benchctl.views import REPORT_VIEWS
+from benchctl.views import REPORT_VIEWS, campaign_rows_sql, export_sql
 
-EXPORTED_VIEWS = (*REPORT_VIEWS, "v_step_stats", "v_step_cache")  # every column of these, per campaign
+# every column of these, per campaign, with a `simulated` column (campaigns.simulated) when the view has none
+EXPORTED_VIEWS = (*REPORT_VIEWS, "v_step_stats", "v_step_cache")
 
 
 def _engine(lake: Path) -> QueryEngine:
@@ -45,7 +46,8 @@ def report_views(query: QueryEngine, lake: Path, campaign_id: str, out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
     for view in EXPORTED_VIEWS:
-        cols, rows = query.run(f"SELECT * FROM {view} WHERE campaign_id = '{campaign_id}'")  # noqa: S608
+        cols, _ = query.run(campaign_rows_sql(view, campaign_id))
+        cols, rows = query.run(export_sql(view, campaign_id, cols))  # with its `simulated` column
         (out_dir / f"{view}.csv").write_text(format_result(cols, rows, "csv"), encoding="utf-8")
         (out_dir / f"{view}.json").write_text(format_result(cols, rows, "json"), encoding="utf-8")
         written[view] = str(out_dir / f"{view}.csv")

@@ -43,6 +43,9 @@ TABLES: tuple[tuple[str, str, str], ...] = (
      "the local engine: the mocker's transfer model, labelled so), aggregated rows for comparison."),
     ("v_stage_queues", "Stage queues and GPU use",
      "Per step: queue depth at each serving stage, GPU utilisation, memory and power (DCGM), and SLO attainment."),
+    ("v_kv_offload", "KV offload",
+     "Per step: the blocks KVBM offloaded and onboarded per tier and whether offload was used at all (counted "
+     "before any offload conclusion), preemptions and how full the GPU KV cache got."),
     ("v_quality", "Sampling, thinking and output quality",
      "Per experiment: the sampling and thinking settings every request carried and the output-quality gate."),
 )

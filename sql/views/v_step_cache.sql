@@ -1,21 +1,49 @@
 -- v_step_cache: the server's own KV cache figures per step, from the metrics scraped during the
 -- load (AIPerf's server_metrics export of the frontend and every worker; never estimated from the
--- client). Token figures are sums over the step's profiling window.
+-- client). Token figures are sums over the step's profiling window. docs/METRICS.md lists every meter.
+--
+-- ONE meter per engine, the same in both modes (cache_hit_rate, named by cache_meter):
+--   vLLM workers (AWS)     vllm:prefix_cache_hits / vllm:prefix_cache_queries (counters, tokens) of the
+--                          workers that compute prefill: the aggregated workers, the disaggregated prefill
+--                          workers (decode workers look the prompt up again when its KV arrives: left out)
+--   the Dynamo mocker      SIMULATED: the KV router's selected prefix, router_cached_tokens / input_tokens
+--   (local engine, or      (the mocker exports no prefix-cache counter; the router's series exists in both
+--   engine: mocker)        modes, phase "aggregated" or "prefill"); NULL without the KV router
+-- The other meters stay beside it for reference, never mixed into cache_hit_rate:
 --   input_tokens             dynamo_frontend_input_sequence_tokens (histogram sum)
 --   frontend_cached_tokens   dynamo_frontend_cached_tokens (histogram sum): cached prompt tokens the
 --                            workers reported; aggregated mode only (0 when prefill is disaggregated)
---   router_cached_tokens     dynamo_component_router_kv_selected_cached_prefix_tokens (counter),
---                            prefill-side series: the cached prefix of the worker the KV router chose;
---                            KV router only
---   cache_hit_rate           the measured hit rate of the mode: frontend_cached_tokens / input_tokens
---                            when aggregated, router_cached_tokens / input_tokens when disaggregated
+--   router_cached_tokens     dynamo_component_router_kv_selected_cached_prefix_tokens (counter), the
+--                            aggregated or prefill-side series: the cached prefix of the worker the KV router
+--                            chose (its index's view at routing time); KV router only
+--   vllm_prefix_hits / vllm_prefix_queries   vllm:prefix_cache_hits / _queries of the prefill-side workers
+--   frontend_cache_hit_rate, router_cache_hit_rate, vllm_cache_hit_rate   each meter's own ratio
 --   router_kv_hit_rate_avg   dynamo_component_router_kv_hit_rate (histogram avg): block-level overlap
 --   kv_usage_avg / _max      vllm:kv_cache_usage_perc over the workers (0..1)
---   preemptions              vllm:num_preemptions (counter total), the eviction-under-pressure figure
---                            the backend exposes; offload_blocks: kvbm_offload_blocks_* (KVBM only)
+--   preemptions              vllm:num_preemptions (counter total, every worker): requests the scheduler
+--                            preempted for lack of KV blocks (their KV is dropped and recomputed when they
+--                            resume). Preemptions, not prefix-cache evictions: no backend exports those
+--   offload_blocks           every kvbm_offload_blocks_* counter (KVBM only; per tier in v_kv_offload)
 -- Compare cache_hit_rate with prefix_ratio (the input's duplication): they are different things.
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
-WITH m AS (
+WITH sm AS (
+    SELECT
+        campaign_id,
+        experiment,
+        step_id,
+        metric,
+        stat,
+        value,
+        json_extract_scalar(labels_json, '$.phase') AS phase,
+        CASE
+            WHEN source LIKE 'decode%' THEN 'decode'
+            WHEN source LIKE 'prefill%' THEN 'prefill'
+            WHEN source LIKE 'worker%' THEN 'worker'
+            ELSE 'other'
+        END AS role
+    FROM server_metrics
+),
+m AS (
     SELECT
         campaign_id, experiment, step_id,
         sum(CASE WHEN metric = 'dynamo_frontend_input_sequence_tokens' AND stat = 'sum' THEN value END)
@@ -25,47 +53,81 @@ WITH m AS (
         sum(
             CASE
                 WHEN metric = 'dynamo_component_router_kv_selected_cached_prefix_tokens' AND stat = 'total'
-                    AND coalesce(json_extract_scalar(labels_json, '$.phase'), 'prefill') <> 'decode'
+                    AND coalesce(phase, 'prefill') <> 'decode'
                 THEN value
             END
         ) AS router_cached_tokens,
+        sum(CASE WHEN metric = 'vllm:prefix_cache_hits' AND stat = 'total' AND role IN ('worker', 'prefill')
+                 THEN value END) AS vllm_prefix_hits,
+        sum(CASE WHEN metric = 'vllm:prefix_cache_queries' AND stat = 'total' AND role IN ('worker', 'prefill')
+                 THEN value END) AS vllm_prefix_queries,
         avg(CASE WHEN metric = 'dynamo_component_router_kv_hit_rate' AND stat = 'avg' THEN value END)
             AS router_kv_hit_rate_avg,
         avg(CASE WHEN metric = 'vllm:kv_cache_usage_perc' AND stat = 'avg' THEN value END) AS kv_usage_avg,
         max(CASE WHEN metric = 'vllm:kv_cache_usage_perc' AND stat = 'max' THEN value END) AS kv_usage_max,
         sum(CASE WHEN metric = 'vllm:num_preemptions' AND stat = 'total' THEN value END) AS preemptions,
         sum(CASE WHEN metric LIKE 'kvbm_offload_blocks%' AND stat = 'total' THEN value END) AS offload_blocks
-    FROM server_metrics
+    FROM sm
     GROUP BY campaign_id, experiment, step_id
+),
+r AS (
+    SELECT
+        s.campaign_id, s.experiment, s.mode, s.router, s.workload, s.workload_kind, s.variant, s.step_id,
+        s."repeat", s.status, s.prefix_ratio, s.prefix_ratio_actual, s.client_cache_hit_rate,
+        coalesce(c.simulated, false) AS simulated,
+        m.input_tokens,
+        m.frontend_cached_tokens,
+        m.router_cached_tokens,
+        m.vllm_prefix_hits,
+        m.vllm_prefix_queries,
+        m.frontend_cached_tokens / nullif(m.input_tokens, 0) AS frontend_cache_hit_rate,
+        m.router_cached_tokens / nullif(m.input_tokens, 0) AS router_cache_hit_rate,
+        m.vllm_prefix_hits / nullif(m.vllm_prefix_queries, 0) AS vllm_cache_hit_rate,
+        m.router_kv_hit_rate_avg,
+        m.kv_usage_avg,
+        m.kv_usage_max,
+        m.preemptions,
+        m.offload_blocks
+    FROM v_step_stats s
+    LEFT JOIN m
+        ON m.campaign_id = s.campaign_id AND m.experiment = s.experiment AND m.step_id = s.step_id
+    LEFT JOIN campaigns c ON c.campaign_id = s.campaign_id
 )
 SELECT
-    s.campaign_id,
-    s.experiment,
-    s.mode,
-    s.router,
-    s.workload,
-    s.workload_kind,
-    s.variant,
-    s.step_id,
-    s."repeat",
-    s.status,
-    s.prefix_ratio,
-    s.prefix_ratio_actual,
-    m.input_tokens,
-    m.frontend_cached_tokens,
-    m.router_cached_tokens,
-    m.frontend_cached_tokens / nullif(m.input_tokens, 0) AS frontend_cache_hit_rate,
-    m.router_cached_tokens / nullif(m.input_tokens, 0) AS router_cache_hit_rate,
+    campaign_id,
+    experiment,
+    mode,
+    router,
+    workload,
+    workload_kind,
+    variant,
+    step_id,
+    "repeat",
+    status,
+    prefix_ratio,
+    prefix_ratio_actual,
     CASE
-        WHEN s.mode = 'aggregated' THEN m.frontend_cached_tokens / nullif(m.input_tokens, 0)
-        ELSE m.router_cached_tokens / nullif(m.input_tokens, 0)
+        WHEN NOT simulated THEN vllm_cache_hit_rate
+        WHEN router IS NULL OR router = 'kv' THEN router_cache_hit_rate
     END AS cache_hit_rate,
-    s.client_cache_hit_rate,
-    m.router_kv_hit_rate_avg,
-    m.kv_usage_avg,
-    m.kv_usage_max,
-    m.preemptions,
-    m.offload_blocks
-FROM v_step_stats s
-LEFT JOIN m
-    ON m.campaign_id = s.campaign_id AND m.experiment = s.experiment AND m.step_id = s.step_id
+    CASE
+        WHEN NOT simulated THEN 'vllm:prefix_cache_hits/queries'
+        WHEN router IS NULL OR router = 'kv' THEN 'SIMULATED: router selected prefix'
+        ELSE 'none: SIMULATED without the KV router'
+    END AS cache_meter,
+    input_tokens,
+    frontend_cached_tokens,
+    router_cached_tokens,
+    vllm_prefix_hits,
+    vllm_prefix_queries,
+    frontend_cache_hit_rate,
+    router_cache_hit_rate,
+    vllm_cache_hit_rate,
+    client_cache_hit_rate,
+    router_kv_hit_rate_avg,
+    kv_usage_avg,
+    kv_usage_max,
+    preemptions,
+    offload_blocks,
+    simulated
+FROM r

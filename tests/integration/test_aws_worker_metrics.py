@@ -6,7 +6,8 @@ names every Running worker pod of the experiment (found by our labels) to AIPerf
 AIPerf writes what it scraped, per endpoint, to ``server_metrics_export.json``; ingestion keeps each series
 under the source name the campaign recorded. Here AIPerf's export for a disaggregated KVBM step of the
 Auto Mode example is written with the endpoints the Job was given (AIPerf's 0.13 export format, as in
-test_ingest.py), ingested through ``campaign.ingest_step`` and read back through ``v_step_cache``.
+test_ingest.py), ingested through ``campaign.ingest_step`` and read back through ``v_step_cache`` and
+``v_kv_offload``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,14 @@ def test_disaggregated_cache_hits_kv_usage_and_kvbm_offload_reach_the_lake(aws_w
         "vllm:kv_cache_usage_perc": {"type": "gauge", "series": [
             _series(by_role["prefill"], {"avg": 0.5, "max": 0.8}), _series(by_role["decode"], {"avg": 0.25, "max": 0.4})]},
         "vllm:num_preemptions": {"type": "counter", "series": [_series(by_role["decode"], {"total": 3.0})]},
+        # vLLM's prefix-cache counters (vllm/v1/metrics/loggers.py; AIPerf strips "_total"): the meter on vLLM
+        "vllm:prefix_cache_hits": {"type": "counter", "series": [
+            _series(by_role["prefill"], {"total": 61440.0}), _series(by_role["decode"], {"total": 200000.0})]},
+        "vllm:prefix_cache_queries": {"type": "counter", "series": [
+            _series(by_role["prefill"], {"total": 204800.0}), _series(by_role["decode"], {"total": 204800.0})]},
         "kvbm_offload_blocks_d2h": {"type": "counter", "series": [_series(by_role["kvbm"], {"total": 42.0})]},
+        "kvbm_onboard_blocks_h2d": {"type": "counter", "series": [_series(by_role["kvbm"], {"total": 7.0})]},
+        "kvbm_host_cache_hit_rate": {"type": "gauge", "series": [_series(by_role["kvbm"], {"avg": 0.25, "max": 0.5})]},
     }}
     raw = world.lake.local_raw(CID, EXP, STEP)
     (raw / "server_metrics_export.json").write_text(json.dumps(export))
@@ -60,13 +68,19 @@ def test_disaggregated_cache_hits_kv_usage_and_kvbm_offload_reach_the_lake(aws_w
     # When the step is ingested on the AWS code path
     assert campaign.ingest_step(world.providers, world.ctx, EXP, STEP)["status"] == "succeeded"
     # Then each series is in the lake under the source the campaign named, and the step's cache view has
-    # the disaggregated hit rate (router, prefill side), KV usage over the workers and KVBM's offloads
+    # the disaggregated hit rate (vLLM's own prefix-cache counters, prefill side; the router's selection kept
+    # beside it), KV usage over the workers and KVBM's offloads, per tier in v_kv_offload
     with QueryEngine(world.lake.root) as q:
         _, rows = q.run(f"SELECT DISTINCT source FROM server_metrics WHERE step_id = '{STEP}' ORDER BY source")
         assert {r[0].split("/")[0] for r in rows} == {"frontend", "prefill", "decode", "kvbm"}
         cols, rows = q.run(f"SELECT * FROM v_step_cache WHERE experiment = '{EXP}' AND step_id = '{STEP}'")
+        ocols, orows = q.run(f"SELECT * FROM v_kv_offload WHERE experiment = '{EXP}' AND step_id = '{STEP}'")
     (row,) = [dict(zip(cols, r, strict=True)) for r in rows]
-    assert row["mode"] == "disaggregated"
-    assert row["cache_hit_rate"] == 0.5
+    assert row["mode"] == "disaggregated" and row["simulated"] is False
+    assert row["cache_meter"] == "vllm:prefix_cache_hits/queries" and row["cache_hit_rate"] == 0.3
+    assert row["router_cache_hit_rate"] == 0.5
     assert row["kv_usage_avg"] == 0.375 and row["kv_usage_max"] == 0.8
     assert row["preemptions"] == 3.0 and row["offload_blocks"] == 42.0
+    (off,) = [dict(zip(ocols, r, strict=True)) for r in orows]
+    assert (off["offload_blocks_d2h"], off["onboard_blocks_h2d"], off["host_cache_hit_rate_avg"]) == (42.0, 7.0, 0.25)
+    assert off["offload_used"] is True and off["offload_source"] == "kvbm"

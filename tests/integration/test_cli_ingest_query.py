@@ -99,3 +99,25 @@ def test_newcomer_mistakes_are_one_line_and_exit_2(tmp_path):
                              cwd=ROOT, env=env, timeout=120)
         assert res.returncode == 2, res.stderr
         assert "Traceback" not in res.stderr and needle in res.stderr.lower() and res.stderr.count("\n") == 1
+
+
+def test_query_says_simulated_for_a_simulated_campaigns_rows_in_every_format(tmp_path):
+    from benchctl.local.lake import LocalLake
+
+    lake = LocalLake(tmp_path / "lake")
+    for cid, simulated in (("smoke-1", True), ("gpu-1", False)):
+        lake.write("campaigns", [{"campaign_id": cid, "simulated": simulated, "engine": "local" if simulated else "aws"}],
+                   part_name="campaign")
+        lake.write("steps", [{"campaign_id": cid, "experiment": "agg", "mode": "aggregated", "step_id": "s1",
+                              "step_index": 0, "repeat": 0, "status": "succeeded"}], part_name="steps")
+    sql = "SELECT campaign_id, step_id FROM steps WHERE campaign_id = '{}'"
+    table = cli("query", sql.format("smoke-1"), "--lake", str(lake.root))
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0] == ("SIMULATED (campaign smoke-1): every row below comes from the Dynamo "
+                                           "mocker's timing model, not GPU measurements")
+    csv = cli("query", sql.format("smoke-1"), "--lake", str(lake.root), "--format", "csv")
+    assert csv.stdout.split() == ["campaign_id,step_id,simulated", "smoke-1,s1,True"]
+    js = cli("query", sql.format("smoke-1"), "--lake", str(lake.root), "--format", "json")
+    assert json.loads(js.stdout) == [{"campaign_id": "smoke-1", "step_id": "s1", "simulated": True}]
+    measured = cli("query", sql.format("gpu-1"), "--lake", str(lake.root))
+    assert measured.returncode == 0 and "SIMULATED" not in measured.stdout

@@ -106,11 +106,12 @@ def test_stage_queues_from_the_real_export_beside_slo_attainment(tmp_path: Path)
     assert d["prefill_inflight_max"] == 9.0
     assert d["prefill_dispatch_max"] == 8.0 and d["decode_dispatch_max"] == 9.0
     assert d["frontend_queued_max"] == 9.0
-    assert (d["waiting_max"], d["running_max"]) == (1.0, 7.0)
+    assert (d["decode_waiting_max"], d["decode_running_max"]) == (1.0, 7.0)
+    assert d["prefill_waiting_max"] is None  # the mocker exports no vllm:* on prefill: its backlog is inflight
     assert d["prefill_inflight_avg"] == pytest.approx(2.0)
     assert d["router_queue_max"] == 0.0  # the router queue is off unless configured: exported, always 0
     assert d["goodput_ratio"] == 1.0  # 48 of 48 within the 700 ms TTFT bound
-    assert d["gpu_util_avg_pct"] is None and d["gpu_source"] == "none: no GPU (local mocker, SIMULATED)"
+    assert d["gpu_util_avg_pct"] is None and d["gpu_source"] == "none: no GPU (Dynamo mocker, SIMULATED)"
     assert rows["agg"]["prefill_inflight_max"] is None  # no metrics captured for it
 
 

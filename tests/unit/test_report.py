@@ -95,9 +95,13 @@ def build_lake(root: Path, cid: str = C, *, simulated: bool = True) -> LocalLake
                             "value": 1000.0})
             if m == "aggregated":
                 metrics.append({**metric, "metric": "dynamo_frontend_cached_tokens", "stat": "sum", "value": cached})
-            else:
-                metrics.append({**metric, "metric": "dynamo_component_router_kv_selected_cached_prefix_tokens",
-                                "stat": "total", "value": cached * 0.9, "labels_json": '{"phase": "prefill"}'})
+            # the meters of docs/METRICS.md, in both modes: the router's selection (the mocker's), vLLM's counters
+            metrics.append({**metric, "metric": "dynamo_component_router_kv_selected_cached_prefix_tokens",
+                            "stat": "total", "value": cached * 0.9,
+                            "labels_json": '{"phase": "aggregated"}' if m == "aggregated" else '{"phase": "prefill"}'})
+            worker = {**metric, "source": "worker-0" if m == "aggregated" else "prefill-0", "stat": "total"}
+            metrics.append({**worker, "metric": "vllm:prefix_cache_hits", "value": cached * 0.9})
+            metrics.append({**worker, "metric": "vllm:prefix_cache_queries", "value": 1000.0})
     for i, s in enumerate(steps):
         s["step_index"] = i
     write(lake, "steps", steps)

@@ -124,6 +124,8 @@ def _metric(s: dict[str, Any], metric: str, stat: str, value: float, **labels: s
 
 
 def test_prefix_cache_reports_measured_hit_rate_per_mode_and_ttft_improvement(lake: LocalLake) -> None:
+    # a simulated campaign: both modes read the KV router's selected prefix (docs/METRICS.md)
+    lake.write("campaigns", [{"campaign_id": C, "simulated": True, "engine": "local"}], part_name="campaign")
     steps, metrics = [], []
     for exp in ("agg", "disagg"):
         for ratio, ttft, cached in ((0.0, 100.0, 0.0), (0.5, 80.0, 400.0), (1.0, 50.0, 900.0)):
@@ -131,9 +133,11 @@ def test_prefix_cache_reports_measured_hit_rate_per_mode_and_ttft_improvement(la
                      prefix_ratio_actual=ratio, ttft_p50_ms=ttft if exp == "agg" else ttft * 2)
             steps.append(s)
             metrics.append(_metric(s, "dynamo_frontend_input_sequence_tokens", "sum", 1000.0))
-            if exp == "agg":  # aggregated: the workers report cached tokens to the frontend
-                metrics.append(_metric(s, "dynamo_frontend_cached_tokens", "sum", cached))
-            else:  # disaggregated: only the KV router's prefill-side selection shows reuse
+            if exp == "agg":  # aggregated: the workers also report cached tokens to the frontend (not the meter)
+                metrics.append(_metric(s, "dynamo_frontend_cached_tokens", "sum", cached + 50))
+                metrics.append(_metric(s, "dynamo_component_router_kv_selected_cached_prefix_tokens", "total",
+                                       cached, phase="aggregated"))
+            else:  # disaggregated: the KV router's prefill-side selection; its decode series is left out
                 metrics.append(_metric(s, "dynamo_frontend_cached_tokens", "sum", 0.0))
                 metrics.append(_metric(s, "dynamo_component_router_kv_selected_cached_prefix_tokens", "total",
                                        cached / 2, phase="prefill"))
