@@ -172,7 +172,7 @@ def h3(ev: Evidence) -> Answer:
     sq = ev.view("v_stage_queues")
     stage = {(r.get("experiment"), r.get("step_id")): r for r in sq.rows}
     has_prefill = PREFILL_WAITING in sq.columns and any(num(r.get(PREFILL_WAITING)) is not None for r in sq.rows)
-    decode_col = "decode_waiting_avg" if "decode_waiting_avg" in sq.columns else "waiting_avg"
+    decode_col = "decode_waiting_avg"
     parts, compared, samples = [], [], []
 
     def said(s: Sample, unit: str = "") -> str:
@@ -194,14 +194,15 @@ def h3(ev: Evidence) -> Answer:
             told = []
             for k in top:
                 b, t = pts[k][BASELINE], pts[k][TREATMENT]
-                dec, agg = gauges(t, decode_col), gauges(b, "waiting_avg")
+                dec, agg = gauges(t, decode_col), gauges(b, "worker_waiting_avg")
                 pre = gauges(t, PREFILL_WAITING) if has_prefill else Sample(())
                 att = [compare("goodput ratio", "", per_repeat(b, "goodput_ratio"), per_repeat(t, "goodput_ratio"),
                                pair.settings, lower_is_better=False)]
-                gpu = gauges(t, "gpu_util_avg_pct")
+                gpu_p, gpu_d = gauges(t, "gpu_util_prefill_avg_pct"), gauges(t, "gpu_util_decode_avg_pct")
                 where = f"c={fmt_value(k[3])}"
                 line = (f"{pair.treatment} waiting: prefill {said(pre)}, decode {said(dec)}; {pair.baseline} "
-                        f"(aggregated) waiting {said(agg)}; SLO attainment {att[0].text()}; GPU util {said(gpu, '%')}")
+                        f"(aggregated) waiting {said(agg)}; SLO attainment {att[0].text()}; GPU util prefill "
+                        f"{said(gpu_p, '%')}, decode {said(gpu_d, '%')}")
                 if pre.n and dec.n:
                     c = compare("waiting: decode - prefill", "requests", pre, dec, pair.settings,
                                 lower_is_better=True)

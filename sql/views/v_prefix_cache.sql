@@ -7,7 +7,7 @@
 -- smaller side's, agg_n_repeats / disagg_n_repeats per side; *_sd = standard deviation across repeats),
 -- cache figures from v_step_cache.
 --   *_ttft_improvement_pct   (TTFT p50 at ratio 0 - TTFT p50 at this ratio) / TTFT p50 at ratio 0 x 100
---   *_cache_hit_rate         server-measured hit rate of the mode (see v_step_cache)
+--   *_cache_hit_rate         server-measured hit rate, one meter in both modes (v_step_cache.cache_hit_rate, its cache_meter)
 --   *_client_cache_hit_rate  cached tokens reported to the client / input tokens (aggregated only)
 --   *_kv_usage_max, *_preemptions   KV cache pressure where the backend exposes it
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.

@@ -125,19 +125,20 @@ class Campaign:
     def cache(self, experiment: str, mode: str, step_id: str, repeat: int, hit_rate: float, *,
               input_tokens: float = 10000.0, offload_blocks: float | None = None, preemptions: float | None = None
               ) -> None:
-        """The server's cache figures of a step, on every meter a view may read them from: the frontend's
-        cached tokens (aggregated) or the KV router's selected prefix (disaggregated), and vLLM's own prefix
-        cache counters; KVBM offloads and vLLM preemptions when given."""
+        """The server's cache figures of a step, on every meter a view may read them from, as each engine
+        exports them: the frontend's cached tokens (aggregated), the KV router's selected prefix (both modes,
+        ``phase`` aggregated or prefill: the mocker's one meter), and vLLM's own prefix cache counters on the
+        workers that compute prefill (``worker/…`` aggregated, ``prefill/…`` disaggregated)."""
         cached = hit_rate * input_tokens
         self.metric(experiment, step_id, repeat, "dynamo_frontend_input_sequence_tokens", "sum", input_tokens,
                     source="frontend")
         if mode == "aggregated":
             self.metric(experiment, step_id, repeat, "dynamo_frontend_cached_tokens", "sum", cached, source="frontend")
-        else:
-            self.metric(experiment, step_id, repeat, "dynamo_component_router_kv_selected_cached_prefix_tokens",
-                        "total", cached, source="frontend", phase="prefill")
-        self.metric(experiment, step_id, repeat, "vllm:prefix_cache_queries", "total", input_tokens)
-        self.metric(experiment, step_id, repeat, "vllm:prefix_cache_hits", "total", cached)
+        self.metric(experiment, step_id, repeat, "dynamo_component_router_kv_selected_cached_prefix_tokens",
+                    "total", cached, source="frontend", phase="aggregated" if mode == "aggregated" else "prefill")
+        worker = "worker/w-0" if mode == "aggregated" else "prefill/w-0"
+        self.metric(experiment, step_id, repeat, "vllm:prefix_cache_queries", "total", input_tokens, source=worker)
+        self.metric(experiment, step_id, repeat, "vllm:prefix_cache_hits", "total", cached, source=worker)
         if offload_blocks is not None:
             self.metric(experiment, step_id, repeat, "kvbm_offload_blocks_d2h", "total", offload_blocks)
         if preemptions is not None:

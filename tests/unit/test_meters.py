@@ -34,11 +34,16 @@ def campaign(lake: LocalLake, *, simulated: bool, cid: str = C) -> None:
 
 
 def experiments(lake: LocalLake, *, router: str = "kv", kv_offload: bool = False, cid: str = C) -> None:
+    """The two experiments, and the comparison Plan records for them (the pairing views join through it)."""
+    from tests.unit.synthetic_lake import comparison_row
+
     lake.write("experiments", [
         {"campaign_id": cid, "experiment": "agg", "experiment_index": 0, "mode": "aggregated", "router": router,
          "kv_offload": kv_offload, "gpus": 8},
         {"campaign_id": cid, "experiment": "disagg", "experiment_index": 1, "mode": "disaggregated",
          "router": router, "kv_offload": kv_offload, "gpus": 8}], part_name="experiment")
+    lake.write("comparisons", [comparison_row(cid, "disagg-vs-agg", "agg", "disagg", "q1,q3,q4,h1,h3")],
+               part_name="comparisons")
 
 
 def steps(lake: LocalLake, step_id: str = "prefix-cache-p100-r0", cid: str = C) -> None:
