@@ -277,9 +277,11 @@ TABLES: dict[str, Table] = {
             "predictions",
             "experiment x concurrency-sweep step: figures PREDICTED by aiconfigurator before spending, not measured",
             _EXPERIMENT_PARTS,
-            # predicted_*: the whole experiment at the step's concurrency (all its GPUs); memory_gb_per_gpu:
-            # aiconfigurator's estimate (GiB, the larger of prefill/decode); fits_memory: against the pool's
-            # GPU memory; null figures with a note when no prediction could be made (unknown GPU, ...).
+            # predicted_*: the whole experiment at the step's concurrency (all its GPUs); predicted_ttft_ms
+            # includes predicted_queue_ms, the closed loop's wait before the first token (benchctl.predict);
+            # memory_gb_per_gpu: aiconfigurator's estimate (GiB, the larger of prefill/decode); fits_memory:
+            # against the pool's GPU memory; within_slo: predicted TTFT and ITL both within the spec's SLO;
+            # null figures with a note when no prediction could be made (unknown GPU, ...).
             """
             campaign_id string
             experiment string
@@ -298,6 +300,8 @@ TABLES: dict[str, Table] = {
             predicted_tokens_per_s_per_gpu double
             memory_gb_per_gpu double
             fits_memory boolean
+            predicted_queue_ms double
+            within_slo boolean
             source string
             note string
             """,
