@@ -43,7 +43,8 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     ),
     "v_cost_efficiency": (
         "category", "experiment", "gpus", "gpu_kinds", "gpu_usd_per_hour", "cost_usd", "output_tokens_per_s",
-        "usd_per_1m_output_tokens", "usage_usd_per_1m_output_tokens", "tokens_per_usd", "goodput_per_usd_hour",
+        "usd_per_1m_output_tokens", "steady_state_usd_per_1m_output_tokens", "cold_start_usd",
+        "usage_usd_per_1m_output_tokens", "tokens_per_usd", "goodput_per_usd_hour",
         "simulated", "scope",
     ),
     "v_pareto": (
