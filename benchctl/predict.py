@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.plan import CampaignPlan
-from benchctl.spec import CampaignSpec, Experiment, PoolSpec, WorkerGroup
+from benchctl.spec import CampaignSpec, Experiment, ModelSpec, PoolSpec, WorkerGroup
 from benchctl.spec_settings import Slo
 
 BACKEND = "vllm"
@@ -92,6 +92,20 @@ def gpu_memory_gb(pool: PoolSpec) -> float | None:
     """GPU memory named in ``gpu_kind`` ("A100-40GB" -> 40.0), None when it names none."""
     m = _GB.search(pool.gpu_kind)
     return float(m.group(1)) if m else None
+
+
+def gpu_kv_capacity_tokens(model: ModelSpec, pool: PoolSpec, tensor_parallel: int) -> float | None:
+    """An upper bound on the tokens one worker's GPU KV cache holds, by vLLM's arithmetic: each of its
+    ``tensor_parallel`` GPUs gives :data:`VLLM_GPU_MEMORY_UTILIZATION` of its memory (``gpu_kind``'s GB, read as
+    GiB as aiconfigurator reports), minus its share of the weights (``model.weights_gb``), to the KV cache, and
+    holds ``1 / tensor_parallel`` of each token's KV (``model.kv_bytes_per_token``; the KV heads are split).
+    Activations, CUDA graphs and NCCL buffers take a part of that budget too, so the real capacity is lower.
+    None when the pool names no memory size or the model no weight size."""
+    cap = gpu_memory_gb(pool)
+    if cap is None or model.weights_gb is None:
+        return None
+    per_gpu = VLLM_GPU_MEMORY_UTILIZATION * cap * 2**30 - model.weights_gb * 1e9 / tensor_parallel
+    return max(0.0, per_gpu) / (model.kv_bytes_per_token / tensor_parallel)
 
 
 def source() -> str:

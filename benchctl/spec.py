@@ -46,6 +46,9 @@ class ModelSpec(Strict):
     max_context: int = Field(default=40960, gt=0, description="model context length in tokens")
     # Qwen3-30B-A3B: 48 layers x 4 KV heads x 128 head_dim x (K, V) x 2 bytes (BF16) = 98,304 B/token.
     kv_bytes_per_token: int = Field(default=98304, gt=0, description="KV cache bytes per token")
+    weights_gb: float | None = Field(default=None, gt=0, description="the checkpoint's weights on the GPUs, GB (1e9 "
+                                     "bytes; Qwen3-30B-A3B in BF16: 61.1): the KV-capacity arithmetic "
+                                     "(benchctl.predict.gpu_kv_capacity_tokens)")
     revision: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$",
         description="Hugging Face revision: what the model prefetch downloads, the workers serve and AIPerf reads "
