@@ -239,3 +239,24 @@ def test_cli_without_lake_only_prints(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "no aiconfigurator performance data for pool p4d" in out
     assert not (tmp_path / "lake").exists()
+
+
+def test_aiconfigurators_memory_model_gives_the_l40s_workers_a_kv_cache_below_the_bound_the_example_states():
+    # examples/kv-offload-l40s.yaml sizes its working set against vLLM's arithmetic (an upper bound on the GPU
+    # KV cache); aiconfigurator's memory model (activations, NCCL, its slack) must give less, never more
+    from benchctl.predict import VLLM_GPU_MEMORY_UTILIZATION, _Config, _estimate, gpu_kv_capacity_tokens
+
+    spec = load_spec(ROOT / "examples" / "kv-offload-l40s.yaml")
+    (w,) = spec.workloads
+    mem = {}
+    for b in (1, 9):
+        raw = _estimate(_Config(spec.model.name, "agg", "l40s", None, w.isl, w.osl, 2, b))
+        assert isinstance(raw, dict), raw
+        mem[b] = float(raw["memory"])
+    per_request = (mem[9] - mem[1]) / 8  # GiB of KV per request of isl + osl tokens, on each GPU
+    assert per_request > 0
+    budget = VLLM_GPU_MEMORY_UTILIZATION * 48
+    aic_tokens = (budget - (mem[1] - per_request)) / per_request * (w.isl + w.osl)
+    bound = gpu_kv_capacity_tokens(spec.model, spec.pool("g6e"), 2)
+    assert bound is not None and 0 < aic_tokens <= bound
+    assert w.working_set_tokens() > 2 * aic_tokens  # two workers: still past what their GPUs hold
