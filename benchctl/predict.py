@@ -286,15 +286,21 @@ def _fitting_batch(make: Callable[[int], _Config], mem_of: Callable[[dict[str, A
            if want > VLLM_MAX_NUM_SEQS else None)
     cap = None if pool is None else gpu_memory_gb(pool)
     raw = _estimate(make(batch))
-    if cap is None or batch == 1 or isinstance(raw, str):
+    # aiconfigurator refuses a batch whose KV exceeds even its 80 GB part ("OOM: the model ... does not fit")
+    oom = isinstance(raw, str) and "OOM" in raw
+    if cap is None or batch == 1 or (isinstance(raw, str) and not oom):
         return batch, why
     budget = VLLM_GPU_MEMORY_UTILIZATION * cap
-    if mem_of(raw) <= budget:
+    if isinstance(raw, dict) and mem_of(raw) <= budget:
         return batch, why
     one = _estimate(make(1))
     if isinstance(one, str) or mem_of(one) > budget:
         return batch, why  # not even one request fits: rated as asked, reported as not fitting
-    per_request = (mem_of(raw) - mem_of(one)) / (batch - 1)
+    # the slope per request: from the batch asked, or (refused as OOM) from batch 2
+    other, at = (raw, batch) if isinstance(raw, dict) else (_estimate(make(2)), 2)
+    if isinstance(other, str):
+        return batch, why
+    per_request = (mem_of(other) - mem_of(one)) / (at - 1)
     # 1e-9: a slope of 0.2 GiB must not lose a whole request to floating point ((36 - 18) / 0.2 = 89.999...)
     fit = batch if per_request <= 0 else max(1, min(batch - 1, int(1 + (budget - mem_of(one)) / per_request + 1e-9)))
     for _ in range(2):

@@ -4,6 +4,7 @@ max_num_seqs, the KV cache), the wait a saturated stage or a full batch adds to 
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from benchctl.spec_settings import Slo
 
 OSL = 101
 PREFILL_RATE = 10.0  # requests/s one prefill worker completes (batch 1)
+AIC_OOM_GIB = 72.0  # the stand-in refuses, as aiconfigurator does, a batch beyond its own (80 GB) part
 
 
 def _tpot(b: int) -> float:
@@ -42,10 +44,14 @@ def fake_estimate(cfg: Any) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def fake_aiconfigurator(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """aiconfigurator replaced by :func:`fake_estimate`; the batches it was asked for, in order."""
     calls: list[int] = []
 
-    def estimate(cfg: Any) -> dict[str, Any]:
+    def estimate(cfg: Any) -> dict[str, Any] | str:
         calls.append(cfg.batch)
+        if _mem(cfg.batch) > AIC_OOM_GIB:  # what predict._estimate returns when aiconfigurator raises its OOM
+            return ("aiconfigurator gave no estimate: RuntimeError: OOM: the model 'Qwen/Qwen3-30B-A3B' does not "
+                    "fit in GPU memory on system 'a100_sxm' with the given parallelism.")
         return fake_estimate(cfg)
 
     monkeypatch.setattr(predict, "_estimate", estimate)
@@ -137,3 +143,15 @@ def test_the_table_names_the_highest_load_within_the_slo_and_the_loads_past_it()
     assert "SLO: TTFT <= 500 ms, ITL <= 20 ms" in out
     assert "e (aggregated) concurrency-sweep ISL 1024/OSL 101: highest load predicted within the SLO c=64; " \
            "past it at c = 128, 256" in out
+
+
+def test_a_batch_aiconfigurator_refuses_as_out_of_memory_is_rated_at_what_the_kv_cache_holds(
+        fake_aiconfigurator: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # 300 requests on one 40 GB replica: 256 (max_num_seqs) would need 69.2 GiB, which the stand-in (here with a
+    # 60 GiB part) refuses as OOM; the slope then comes from batches 1 and 2, and the replica is rated at the 90
+    # its KV cache holds
+    monkeypatch.setattr(sys.modules[__name__], "AIC_OOM_GIB", 60.0)
+    (row,) = _rows(_spec("aggregated", [300])).values()
+    assert row["predicted_itl_ms"] == _tpot(90) and row["fits_memory"] is True
+    assert "holds about 90 requests per worker" in row["note"] and "no estimate" not in row["note"]
+    assert fake_aiconfigurator[:3] == [256, 1, 2]
