@@ -250,7 +250,9 @@ TABLES: dict[str, Table] = {
             _EXPERIMENT_PARTS,
             # expected/extracted: the question's answer and the one read from the reply (NULL: none found);
             # simulated: the local mocker (random tokens: the score is not meaningful, the gate not applied);
-            # gate: passed | failed | not applied (SIMULATED); the sampling and thinking settings sent.
+            # gate: passed | failed | not applied (SIMULATED); score_low/score_high: the experiment's score's 95 %
+            # Wilson interval (repeated on each of its rows); kind: the question set; the sampling and thinking
+            # settings sent.
             """
             campaign_id string
             experiment string
@@ -266,6 +268,9 @@ TABLES: dict[str, Table] = {
             min_score double
             gate string
             simulated boolean
+            kind string
+            score_low double
+            score_high double
             temperature double
             top_p double
             sampling_seed bigint

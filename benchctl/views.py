@@ -61,7 +61,8 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     ),
     "v_quality": (
         "experiment", "mode", "model", "temperature", "top_p", "sampling_seed", "thinking", "settings_consistent",
-        "quality_questions", "quality_correct", "quality_score", "quality_min_score", "quality_gate", "simulated",
+        "quality_kind", "quality_questions", "quality_correct", "quality_score", "quality_score_low",
+        "quality_score_high", "quality_min_score", "quality_gate", "simulated",
     ),
     "v_feature_ladder": (
         "experiment", "base_experiment", "changed_feature", "workload", "variant", "ttft_p50_change_pct",

@@ -455,7 +455,8 @@ def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api,
     api.set_status("Job", NS, job, {"succeeded": 1})
     assert campaign.check_smoke(p, ctx, Task("agg")) == {"done": True}
     assert p.state.smoke("agg").result["quality"] == {
-        "questions": 20, "correct": 20, "score": 1.0, "min_score": 0.9, "simulated": False, "gate": "passed"}
+        "questions": 20, "correct": 20, "score": 1.0, "min_score": 0.9, "simulated": False, "gate": "passed",
+        "score_low": pytest.approx(0.8389, abs=1e-4), "score_high": 1.0}  # the score's 95 % Wilson interval
 
 
 # -------------------------------------------------------------------------------------------- preflight
