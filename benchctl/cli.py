@@ -296,7 +296,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from benchctl.lake import check_path_value
     from benchctl.local.lake import LocalLake
     from benchctl.plan import plan_campaign
-    from benchctl.predict import format_predictions, predict_plan
+    from benchctl.predict import predict_plan
+    from benchctl.predict_table import format_predictions
     from benchctl.spec import load_spec
 
     spec = load_spec(_path(args.spec))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchctl import predict, schema
+from benchctl import predict, predict_table, schema
 from benchctl.cli import main
 from benchctl.local.lake import LocalLake
 from benchctl.plan import plan_campaign
@@ -124,7 +124,7 @@ def test_latency_and_throughput_grow_with_concurrency(seed):
 def test_the_seed_plans_sweeps_reach_past_the_slo_in_both_modes_at_both_input_lengths(seed, capsys):
     spec, _, rows = seed
     assert (spec.slo.ttft_ms, spec.slo.itl_ms) == (500, 30)
-    regimes = {(g["mode"], g["isl"]): g for g in predict.slo_regimes(rows)}
+    regimes = {(g["mode"], g["isl"]): g for g in predict_table.slo_regimes(rows)}
     assert set(regimes) == {(m, isl) for m in ("aggregated", "disaggregated") for isl in (1024, 8192)}
     for key, g in regimes.items():
         assert len(g["within"]) >= 1 and len(g["past"]) >= 2, (key, g)
@@ -138,7 +138,7 @@ def test_the_seed_plans_sweeps_reach_past_the_slo_in_both_modes_at_both_input_le
     out = capsys.readouterr().out
     assert "SLO: TTFT <= 500 ms, ITL <= 30 ms" in out
     for exp, workload in (("agg-tp4x4", "concurrency-sweep"), ("disagg-2p2d-tp4", "concurrency-sweep-long")):
-        g = next(x for x in predict.slo_regimes(rows) if (x["experiment"], x["workload"]) == (exp, workload))
+        g = next(x for x in predict_table.slo_regimes(rows) if (x["experiment"], x["workload"]) == (exp, workload))
         assert (f"{exp} ({g['mode']}) {workload} ISL {g['isl']}/OSL 512: highest load predicted within the SLO "
                 f"c={g['highest_within']}; past it at c = {', '.join(map(str, g['past']))}") in out
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchctl import predict
+from benchctl import predict, predict_table
 from benchctl.plan import plan_campaign
 from benchctl.spec import CampaignSpec, parse_spec
 from benchctl.spec_settings import Slo
@@ -137,9 +137,9 @@ def test_within_slo_holds_both_bounds_that_are_set(slo: dict[str, float], want: 
 def test_the_table_names_the_highest_load_within_the_slo_and_the_loads_past_it() -> None:
     spec = _spec("aggregated", [16, 64, 128, 256], slo={"ttft_ms": 500, "itl_ms": 20})
     rows = predict.predict_plan(spec, plan_campaign(spec, "aws"), "c")
-    (g,) = predict.slo_regimes(rows)
+    (g,) = predict_table.slo_regimes(rows)
     assert (g["within"], g["past"], g["highest_within"]) == ([16, 64], [128, 256], 64)
-    out = predict.format_predictions(rows, spec.slo)
+    out = predict_table.format_predictions(rows, spec.slo)
     assert "SLO: TTFT <= 500 ms, ITL <= 20 ms" in out
     assert "e (aggregated) concurrency-sweep ISL 1024/OSL 101: highest load predicted within the SLO c=64; " \
            "past it at c = 128, 256" in out
