@@ -428,7 +428,8 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
         for step in ep.steps:
             if step.kind != "concurrency_sweep" or step.concurrency is None or step.isl is None or step.osl is None:
                 continue
-            figures = _predict_step(spec.model.name, exp, lay, step.concurrency, step.isl, step.osl, spec.slo)
+            figures = _predict_step(spec.served_weights(exp).name, exp, lay, step.concurrency, step.isl, step.osl,
+                                    spec.slo)
             rows.append({
                 "campaign_id": campaign_id,
                 "experiment": ep.name,

@@ -50,6 +50,20 @@ class PoolNetwork(Strict):
         return self
 
 
+class Checkpoint(Strict):
+    """Weights an experiment's workers load instead of ``model``'s, served under ``model.name``: another precision
+    of the same model (the same architecture and tokenizer), e.g. the BF16 control of an FP8 checkpoint on the same
+    GPUs. AIPerf, the quality questions and the tokenizer stay the campaign model's; the worker logs the precision
+    it actually ran (the ready event's ``precision``)."""
+
+    name: str = Field(min_length=1, description="the weights' Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B")
+    revision: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$",
+        description="its commit: required when the experiment runs on EKS (the workers serve its snapshot directory "
+                    "from the model volume, which the model prefetch fills too)")
+    weights_gb: float | None = Field(default=None, gt=0, description="its weights on the GPUs, GB (as model.weights_gb)")
+
+
 class Slo(Strict):
     """Per-request service level: goodput is the share of requests meeting every bound that is set."""
 

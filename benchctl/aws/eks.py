@@ -202,7 +202,7 @@ class EksServing(_Kube):
             with contextlib.suppress(Conflict):  # an earlier experiment of this campaign started it
                 self.kube.create(render_prefetch_job(
                     target.model, target.kubernetes, self.campaign_id, weights=target.experiment.engine == "vllm",
-                    pools=target.pools))
+                    pools=target.pools, more=target.checkpoints))
 
     def deploy(self, request: DeploymentRequest) -> JSON:
         """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first wait
@@ -226,7 +226,8 @@ class EksServing(_Kube):
                  "dcgm_exporter_urls": list(target.kubernetes.dcgm_exporter_urls)}
         if target.kubernetes.prefetch_model:
             job = render_prefetch_job(target.model, target.kubernetes, self.campaign_id,
-                                      weights=target.experiment.engine == "vllm", pools=target.pools)
+                                      weights=target.experiment.engine == "vllm", pools=target.pools,
+                                      more=target.checkpoints)
             with contextlib.suppress(Conflict):  # another experiment of this campaign started it
                 self.kube.create(job)
             return {**state, "prefetch_job": job["metadata"]["name"], "manifest": dgd}

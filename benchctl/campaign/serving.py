@@ -43,7 +43,9 @@ def deployment_request(spec: CampaignSpec, campaign_id: str, experiment: str) ->
         kv_offload=exp.kv_offload.model_dump(mode="json") if exp.kv_offload else None,
         target=DeploymentTarget(experiment=exp, model=spec.model,
                                 pools=tuple(spec.pool(name) for name in dict.fromkeys(g.pool for g in exp.workers)),
-                                kubernetes=spec.kubernetes),
+                                kubernetes=spec.kubernetes,
+                                weights=spec.served_weights(exp) if exp.checkpoint is not None else None,
+                                checkpoints=tuple(spec.checkpoints())),
     )
 
 
