@@ -305,14 +305,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from benchctl.lake import check_path_value
     from benchctl.local.lake import LocalLake
     from benchctl.plan import plan_campaign
-    from benchctl.predict import format_predictions, predict_plan
+    from benchctl.predict import predict_plan
+    from benchctl.predict_table import format_predictions
     from benchctl.spec import load_spec
 
     spec = load_spec(_path(args.spec))
     plan = plan_campaign(spec, "aws")
     campaign_id = check_path_value("campaign_id", args.campaign_id or plan.plan_id)
     rows = predict_plan(spec, plan, campaign_id)
-    print(format_predictions(rows))
+    print(format_predictions(rows, spec.slo))
     if args.lake:
         files = LocalLake(_path(args.lake)).write("predictions", rows, part_name="predictions")
         print(f"{len(rows)} prediction rows for campaign {campaign_id} in {len(files)} file(s) under "
@@ -404,7 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
     p.set_defaults(fn=cmd_render)
 
-    p = sub.add_parser("predict", help="aiconfigurator's offline predictions for each concurrency-sweep step (not measured)")
+    p = sub.add_parser("predict", help="aiconfigurator's offline predictions for each concurrency-sweep step (not "
+                       "measured): TTFT with the closed loop's wait, ITL, throughput, memory fit, within the SLO or "
+                       "past it, and the highest load within it")
     p.add_argument("spec")
     p.add_argument("--lake", help="also write them to this lake's predictions table")
     p.add_argument("--campaign-id", help="campaign the rows belong to (default: the plan id, <spec name>-<hash>)")

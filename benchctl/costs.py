@@ -12,7 +12,19 @@ x 1,000,000. Two periods are recorded for every experiment x pool:
   warm-up, idle time between steps and teardown included.
 - **usage** (``fees_json.usage_based_usd``): the same nodes and price over the benchmark steps' load
   windows only (``load_start`` .. ``load_end`` of every planned step, warm-up excluded, failed steps
-  included since they were paid for). The steady-state figure, without start-up and idle time.
+  included since they were paid for). Without start-up and idle time.
+
+The allocation cost is split in two, so that the start-up one experiment pays and the next does not is
+reported apart instead of loading the first experiment's $/1M (``fees_json``):
+
+- **cold start** (``cold_start_usd``): the same nodes, price and cluster fee from the experiment's first
+  scale request until its deployment answered (its ``ready`` event): node boot (nothing when the previous
+  experiment handed the pool over warm), image pull, model load. Without a ``ready`` event (it never
+  answered) the whole window is cold start.
+- **steady state** (``steady_state_usd`` = allocation - cold start): from ``ready`` until the pool was
+  restored or handed over: smoke, quality gate, warm-up, the steps, the gaps between them, teardown. Its $/1M
+  (:func:`experiment_totals`, ``v_cost_efficiency.steady_state_usd_per_1m_output_tokens``) is the basis the
+  comparisons use; the cold start is reported beside it.
 
 What is included and what is not is written into every row (``fees_json.scope`` / ``.excluded`` /
 ``.scope_text``): GPU nodes and the EKS cluster fee share are; storage (EBS, the model-cache volume,
@@ -62,6 +74,7 @@ SCOPE_TEXT = "included: " + "; ".join(SCOPE_INCLUDED) + ". not included: " + "; 
 _END_OF_LOAD = tuple(e.name for e in tl.LOAD_ENDS)
 _SCALED, _RESTORED, _HANDED = tl.SCALE_REQUESTED.name, tl.POOL_RESTORED.name, tl.POOL_HANDED_OVER.name
 _LOAD_START = tl.LOAD_START.name
+_READY = tl.READY.name
 
 
 # ------------------------------------------------------------------------------------ timeline reading
@@ -146,6 +159,12 @@ def _plan_nodes(plan: CampaignPlan, experiment: str) -> dict[str, int]:
 def _latest(timeline: Iterable[JSON], experiment: str) -> datetime | None:
     ats = [_ts(r["at"]) for r in timeline if r.get("experiment") == experiment and r.get("at") is not None]
     return max(ats) if ats else None
+
+
+def ready_at(timeline: Iterable[JSON], experiment: str) -> datetime | None:
+    """When the experiment's deployment first answered (its ``ready`` event), or None."""
+    ats = [_ts(r["at"]) for r in timeline if r.get("experiment") == experiment and r.get("event") == _READY]
+    return min(ats) if ats else None
 
 
 def load_windows(plan: CampaignPlan, timeline: list[JSON], experiment: str) -> dict[str, float]:
@@ -256,6 +275,9 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
         eks_usd = spec.pricing.eks_cluster_usd_per_hour * wall_h
         load_h = sum(load_windows(plan, timeline, exp_name).values())
         tokens = _tokens(steps, campaign_id, exp_name)
+        first, ready = min(w.start for w in mine), ready_at(timeline, exp_name)
+        cold_end = max(ends) if ready is None else min(max(ready, first), max(ends))
+        cold_fee = spec.pricing.eks_cluster_usd_per_hour * _hours(first, cold_end)
         for i, (w, end) in enumerate(zip(mine, ends, strict=True)):
             pool = spec.pool(w.pool)
             p = price(spec, w.pool)
@@ -263,6 +285,8 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
             node_usd = None if p is None else node_hours * p
             fee = eks_usd if i == 0 else 0.0
             cost = None if node_usd is None else node_usd + fee
+            cold_h = _hours(w.start, min(cold_end, end))
+            cold = None if p is None else w.nodes * cold_h * p + (cold_fee if i == 0 else 0.0)
             fees = {
                 "node_usd": node_usd,
                 "eks_cluster_usd": fee,
@@ -270,6 +294,11 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
                 "experiment_wall_hours": wall_h,
                 "usage_based_usd": None if p is None else w.nodes * load_h * p,
                 "usage_load_hours": load_h,
+                "cold_start_usd": cold,
+                "cold_start_node_hours": w.nodes * cold_h,
+                "cold_start_end": cold_end.isoformat(),
+                "cold_start_end_event": "ready" if ready is not None else "none: never ready (all cold start)",
+                "steady_state_usd": None if cost is None or cold is None else cost - cold,
                 "gpus_per_node": pool.gpus_per_node,
                 "period_start": w.start.isoformat(),
                 "period_end": end.isoformat(),
@@ -299,13 +328,15 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
 
 
 def experiment_totals(rows: list[JSON]) -> dict[str, JSON]:
-    """Per experiment, from its :func:`cost_rows`: cost (allocation and usage), tokens, $/1M tokens.
+    """Per experiment, from its :func:`cost_rows`: cost (allocation, its cold start and steady state, usage),
+    tokens, $/1M tokens (allocation, steady state, usage).
 
     A figure is None when any of the experiment's pools is unpriced.
     """
     out: dict[str, JSON] = {}
     for r in rows:
-        t = out.setdefault(r["experiment"], {"cost_usd": 0.0, "usage_cost_usd": 0.0, "node_hours": 0.0,
+        t = out.setdefault(r["experiment"], {"cost_usd": 0.0, "usage_cost_usd": 0.0, "cold_start_usd": 0.0,
+                                             "steady_state_usd": 0.0, "node_hours": 0.0,
                                              "gpu_hours": 0.0, "gpu_usd_per_hour": 0.0,
                                              "successful_output_tokens": r["successful_output_tokens"]})
         fees = json.loads(r["fees_json"])
@@ -313,11 +344,13 @@ def experiment_totals(rows: list[JSON]) -> dict[str, JSON]:
         t["node_hours"] += r["node_hours"]
         t["gpu_hours"] += r["gpu_hours"]
         for k, v in (("cost_usd", r["cost_usd"]), ("usage_cost_usd", fees.get("usage_based_usd")),
+                     ("cold_start_usd", fees.get("cold_start_usd")), ("steady_state_usd", fees.get("steady_state_usd")),
                      ("gpu_usd_per_hour", None if p is None else r["nodes"] * p)):
             t[k] = None if v is None or t[k] is None else t[k] + v
     for t in out.values():
         t["usd_per_1m_output_tokens"] = _per_1m(t["cost_usd"], t["successful_output_tokens"])
         t["usage_usd_per_1m_output_tokens"] = _per_1m(t["usage_cost_usd"], t["successful_output_tokens"])
+        t["steady_state_usd_per_1m_output_tokens"] = _per_1m(t["steady_state_usd"], t["successful_output_tokens"])
     return out
 
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# What the mocker's workers "run" in place of a precision: the engines record it with the ready event (the
+# precision a vLLM worker logged running, on EKS: benchctl.aws.eks.engine_precision)
+MOCKER_PRECISION = "not applicable, SIMULATED: Dynamo mocker workers load no weights and compute nothing"
+
 # spec.mocker knob -> dynamo.mocker 1.6.1 flag (value flags). Checked with `python -m dynamo.mocker --help`.
 MOCKER_VALUE_FLAGS: dict[str, str] = {
     "speedup_ratio": "--speedup-ratio",

@@ -43,13 +43,18 @@ class WorkerGroupSpec:
 @dataclass(frozen=True)
 class DeploymentTarget:
     """What a cluster deployment is rendered from (the AWS engine renders a DynamoGraphDeployment from it,
-    as given; the local engine ignores it): the experiment as resolved from the spec, the model, the pools
-    its workers run on, and the spec's Kubernetes settings."""
+    as given; the local engine ignores it): the experiment as resolved from the spec, the model (and the weights
+    its workers load, when an experiment's checkpoint replaces the model's), the pools its workers run on, and
+    the spec's Kubernetes settings."""
 
     experiment: Experiment
     model: ModelSpec
     pools: tuple[PoolSpec, ...]
     kubernetes: Kubernetes
+    # the weights the workers load when not the model's (the experiment's checkpoint; served under model.name)
+    weights: ModelSpec | None = None
+    # every other weights of the campaign: the model prefetch downloads them too
+    checkpoints: tuple[ModelSpec, ...] = ()
 
     def pool(self, name: str) -> PoolSpec:
         return next(p for p in self.pools if p.name == name)

@@ -13,16 +13,34 @@ How a step becomes an aiconfigurator configuration (stated, so the figures can b
   ``ceil(concurrency / replicas)`` (the most-loaded replica: TTFT/ITL are its figures).
 * disaggregated: the ``disagg`` estimate with the prefill and decode groups' TP and replica counts,
   prefill batch 1, decode batch ``ceil(concurrency / decode replicas)``.
+* The batch a worker can hold: at most :data:`VLLM_MAX_NUM_SEQS` (vLLM's default ``max_num_seqs`` on A100
+  and L40S) and at most what its KV cache holds (the largest batch whose memory estimate fits, found from
+  aiconfigurator's memory at batch 1 and at the requested batch: linear in the batch). A step asking more
+  is rated at that batch and the rest wait (below).
+* Closed loop (AIPerf keeps ``concurrency`` requests in flight, no think time): the serving side completes
+  at most ``X`` requests/s, aggregated ``replicas x batch / R0`` (``R0`` = TTFT + (OSL - 1) x ITL, one
+  request's time at the rated batch), disaggregated ``min(prefill workers x prefill rate, decode workers x
+  decode rate)`` (aiconfigurator's per-worker rates, without its rate-matching degradation factors). A
+  request's cycle is ``R = max(R0, concurrency / X)``; what exceeds ``R0`` is time spent waiting before its
+  first token, so the predicted TTFT is ``R - (OSL - 1) x ITL``. This is where a saturated prefill stage
+  (long inputs, few prefill workers) or a full batch shows up; aiconfigurator's own TTFT models no queue.
+  When the prefill stage is the bottleneck the decode batch is smaller than rated, so the ITL used is high
+  and the queueing it leaves to TTFT low: a TTFT past the SLO is not overstated.
 * Expert parallelism off (``etp = tp``, ``ep = 1``): vLLM's default, and what our workers run.
 * Throughput is aiconfigurator's ``tokens/s`` scaled from its in-flight count to the step's
-  ``concurrency``; per GPU means over ALL the experiment's GPUs (idle replicas included), as measured.
+  ``concurrency`` (with a queue: ``X`` x its tokens per request); per GPU means over ALL the experiment's
+  GPUs (idle replicas included), as measured.
 * Memory: aiconfigurator's GiB per GPU (weights, activations, the batch's KV cache, NCCL, 3.5 GiB
   slack); it fits when within vLLM's default ``gpu_memory_utilization`` (0.9) of the pool's GPU
   memory, parsed from ``gpu_kind`` (``A100-40GB`` -> 40). aiconfigurator's ``a100_sxm`` is the 80 GB
   part; p4d has 40 GB A100s with less HBM bandwidth (1.56 vs 2.04 TB/s), so memory is checked here
   and decode-bound figures there are likely optimistic.
+* The SLO (``spec.slo``): a step is within it when its predicted TTFT and ITL are both within the bounds
+  that are set (``within_slo``; None without an SLO or without figures). The prediction is one figure per
+  step, not a distribution: measured goodput (the share of requests within the SLO) decides, this only
+  designs the sweep so that it reaches past the SLO.
 
-Not modelled: routing (KV router), KV-cache offload, prefix-cache hits, queueing beyond the batch.
+Not modelled: routing (KV router), KV-cache offload, prefix-cache hits, the KV transfer's time.
 """
 
 from __future__ import annotations
@@ -32,17 +50,23 @@ import logging
 import math
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchctl.plan import CampaignPlan
-from benchctl.spec import CampaignSpec, Experiment, PoolSpec, WorkerGroup
+from benchctl.spec import CampaignSpec, Experiment, ModelSpec, PoolSpec, WorkerGroup
+from benchctl.spec_settings import Slo
 
 BACKEND = "vllm"
 AIC_VERSION = "0.12.0"  # the pin in requirements-dev.txt; the installed version is what `source` reports
 VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory it may use
+# vLLM's default max_num_seqs (requests one engine runs at once) on a GPU under 70 GiB or any A100, i.e. on p4d's
+# A100-40GB and g6e's L40S-48GB: vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OPENAI_API_SERVER and
+# LLM_CLASS contexts; 1024 on larger non-A100 GPUs). Which usage context Dynamo's worker passes was not checked:
+# vLLM's SchedulerConfig falls back to 128 without one.
+VLLM_MAX_NUM_SEQS = 256
 LABEL = "PREDICTED by aiconfigurator, not measured"
 
 # aiconfigurator system <- GPU named in the pool's gpu_kind, else its EC2 instance family
@@ -68,6 +92,20 @@ def gpu_memory_gb(pool: PoolSpec) -> float | None:
     """GPU memory named in ``gpu_kind`` ("A100-40GB" -> 40.0), None when it names none."""
     m = _GB.search(pool.gpu_kind)
     return float(m.group(1)) if m else None
+
+
+def gpu_kv_capacity_tokens(model: ModelSpec, pool: PoolSpec, tensor_parallel: int) -> float | None:
+    """An upper bound on the tokens one worker's GPU KV cache holds, by vLLM's arithmetic: each of its
+    ``tensor_parallel`` GPUs gives :data:`VLLM_GPU_MEMORY_UTILIZATION` of its memory (``gpu_kind``'s GB, read as
+    GiB as aiconfigurator reports), minus its share of the weights (``model.weights_gb``), to the KV cache, and
+    holds ``1 / tensor_parallel`` of each token's KV (``model.kv_bytes_per_token``; the KV heads are split).
+    Activations, CUDA graphs and NCCL buffers take a part of that budget too, so the real capacity is lower.
+    None when the pool names no memory size or the model no weight size."""
+    cap = gpu_memory_gb(pool)
+    if cap is None or model.weights_gb is None:
+        return None
+    per_gpu = VLLM_GPU_MEMORY_UTILIZATION * cap * 2**30 - model.weights_gb * 1e9 / tensor_parallel
+    return max(0.0, per_gpu) / (model.kv_bytes_per_token / tensor_parallel)
 
 
 def source() -> str:
@@ -236,35 +274,104 @@ def _fits(mem_gib: float | None, pool: PoolSpec | None) -> tuple[bool | None, st
                 f"{pool.name}: {'fits' if ok else 'DOES NOT FIT'}")
 
 
+def _fitting_batch(make: Callable[[int], _Config], mem_of: Callable[[dict[str, Any]], float],
+                   pool: PoolSpec | None, want: int) -> tuple[int, str | None]:
+    """The batch one worker is rated at, and why it is less than ``want`` (None when it is not).
+
+    At most :data:`VLLM_MAX_NUM_SEQS`; then, when that batch's memory estimate does not fit the pool's GPU
+    (:func:`_fits`), the largest batch whose KV cache does: aiconfigurator's memory is linear in the batch (each
+    request's KV), so batch 1 and the too-large batch give the slope; at most two more estimates confirm it."""
+    batch = min(want, VLLM_MAX_NUM_SEQS)
+    why = (f"vLLM runs at most {VLLM_MAX_NUM_SEQS} requests per worker (max_num_seqs): {want} asked, the rest wait"
+           if want > VLLM_MAX_NUM_SEQS else None)
+    cap = None if pool is None else gpu_memory_gb(pool)
+    raw = _estimate(make(batch))
+    # aiconfigurator refuses a batch whose KV exceeds even its 80 GB part ("OOM: the model ... does not fit")
+    oom = isinstance(raw, str) and "OOM" in raw
+    if cap is None or batch == 1 or (isinstance(raw, str) and not oom):
+        return batch, why
+    budget = VLLM_GPU_MEMORY_UTILIZATION * cap
+    if isinstance(raw, dict) and mem_of(raw) <= budget:
+        return batch, why
+    one = _estimate(make(1))
+    if isinstance(one, str) or mem_of(one) > budget:
+        return batch, why  # not even one request fits: rated as asked, reported as not fitting
+    # the slope per request: from the batch asked, or (refused as OOM) from batch 2
+    other, at = (raw, batch) if isinstance(raw, dict) else (_estimate(make(2)), 2)
+    if isinstance(other, str):
+        return batch, why
+    per_request = (mem_of(other) - mem_of(one)) / (at - 1)
+    # 1e-9: a slope of 0.2 GiB must not lose a whole request to floating point ((36 - 18) / 0.2 = 89.999...)
+    fit = batch if per_request <= 0 else max(1, min(batch - 1, int(1 + (budget - mem_of(one)) / per_request + 1e-9)))
+    for _ in range(2):
+        got = _estimate(make(fit))
+        if fit == 1 or isinstance(got, str) or mem_of(got) <= budget:
+            break
+        fit -= 1
+    return fit, (f"the KV cache holds about {fit} requests per worker within {budget:.1f} GiB/GPU, not {want}: "
+                 "the rest wait")
+
+
 def _predict_step(model: str, exp: Experiment, lay: _Layout, concurrency: int, isl: int,
-                  osl: int) -> dict[str, Any]:
+                  osl: int, slo: Slo) -> dict[str, Any]:
     """The predicted figures and note of one (experiment, concurrency, isl, osl)."""
     empty: dict[str, Any] = {
         "predicted_ttft_ms": None, "predicted_itl_ms": None, "predicted_output_tokens_per_s": None,
         "predicted_tokens_per_s_per_gpu": None, "memory_gb_per_gpu": None, "fits_memory": None,
+        "predicted_queue_ms": None, "within_slo": None,
     }
     if lay.problem is not None:
         return {**empty, "note": lay.problem}
     if not _builtin_model(model):
         return {**empty, "note": f"model {model} has no built-in aiconfigurator config (offline only)"}
     assert lay.system is not None
+    system = lay.system
     if lay.mode == "agg":
-        batch = math.ceil(concurrency / lay.p_replicas)
-        cfg = _Config(model, "agg", lay.system, None, isl, osl, lay.p_tp, batch)
+        want = math.ceil(concurrency / lay.p_replicas)
+
+        def make(b: int) -> _Config:
+            return _Config(model, "agg", system, None, isl, osl, lay.p_tp, b)
+
+        batch, cap_note = _fitting_batch(make, lambda raw: float(raw["memory"]), lay.p_pool, want)
         shape = (f"agg: {lay.p_replicas} x tp{lay.p_tp} (etp{lay.p_tp} ep1) on {lay.system}, "
-                 f"per-replica batch {batch} = ceil({concurrency}/{lay.p_replicas})")
+                 f"per-replica batch {want} = ceil({concurrency}/{lay.p_replicas})")
     else:
-        batch = math.ceil(concurrency / lay.d_replicas)
-        cfg = _Config(model, "disagg", lay.system, lay.decode_system, isl, osl, lay.p_tp, batch,
-                      prefill_workers=lay.p_replicas, decode_tp=lay.d_tp, decode_workers=lay.d_replicas)
+        want = math.ceil(concurrency / lay.d_replicas)
+
+        def make(b: int) -> _Config:
+            return _Config(model, "disagg", system, lay.decode_system, isl, osl, lay.p_tp, b,
+                           prefill_workers=lay.p_replicas, decode_tp=lay.d_tp, decode_workers=lay.d_replicas)
+
+        batch, cap_note = _fitting_batch(make, lambda raw: float(raw["(d)memory"]), lay.d_pool, want)
         shape = (f"disagg: prefill {lay.p_replicas} x tp{lay.p_tp} on {lay.system} (batch 1), decode "
-                 f"{lay.d_replicas} x tp{lay.d_tp} on {lay.decode_system}, per-worker batch {batch} = "
+                 f"{lay.d_replicas} x tp{lay.d_tp} on {lay.decode_system}, per-worker batch {want} = "
                  f"ceil({concurrency}/{lay.d_replicas}); etp=tp ep1")
-    raw = _estimate(cfg)
+    if batch != want:
+        shape += f"; rated at batch {batch}"
+    raw = _estimate(make(batch))
     if isinstance(raw, str):
         return {**empty, "note": f"{shape}; {raw}"}
-    in_flight = float(raw.get("concurrency") or 0) or float(batch)
-    tokens_s = float(raw["tokens/s"]) * concurrency / in_flight
+    ttft0, itl = float(raw["ttft"]), float(raw["tpot"])
+    decode_s = (osl - 1) * itl / 1000.0
+    r0 = ttft0 / 1000.0 + decode_s  # one request's time at the rated batch, no waiting
+    if lay.mode == "agg":
+        capacity = lay.p_replicas * batch / r0
+        limit = f"{lay.p_replicas} replicas x batch {batch} / {r0:.2f} s"
+    else:
+        prefill = lay.p_replicas * float(raw["(p)seq/s/worker"])
+        decode = lay.d_replicas * float(raw["(d)seq/s/worker"])
+        capacity = min(prefill, decode)
+        limit = (f"prefill {prefill:.2f} vs decode {decode:.2f} requests/s: the "
+                 f"{'prefill' if prefill < decode else 'decode'} stage limits")
+    cycle = max(r0, concurrency / capacity)
+    queue_s = cycle - r0 if cycle - r0 > 1e-6 * r0 else 0.0
+    per_request = float(raw["tokens/s"]) / float(raw["seq/s"])
+    if queue_s:
+        tokens_s = capacity * per_request
+    else:
+        in_flight = float(raw.get("concurrency") or 0) or float(batch)
+        tokens_s = float(raw["tokens/s"]) * concurrency / in_flight
+    ttft = ttft0 + queue_s * 1000.0
     if lay.mode == "agg":
         mem = float(raw["memory"])
         fits, mem_note = _fits(mem, lay.p_pool)
@@ -276,19 +383,35 @@ def _predict_step(model: str, exp: Experiment, lay: _Layout, concurrency: int, i
         fits = None if p_fits is None or d_fits is None else (p_fits and d_fits)
         mem_note = f"prefill {p_note}; decode {d_note}"
     notes = [shape, f"vllm {raw.get('_backend_version')} perf data", mem_note]
+    if cap_note:
+        notes.append(cap_note)
+    if queue_s:
+        notes.append(f"closed loop: at most {capacity:.2f} requests/s ({limit}); {concurrency} in flight wait "
+                     f"{queue_s * 1000:.0f} ms before their first token")
     if "a100_sxm" in (lay.system, lay.decode_system):
         notes.append("a100_sxm data is the 80 GB part (more HBM bandwidth than A100-40GB): likely optimistic")
     if raw.get("_kv_cache_warning"):
         notes.append(str(raw["_kv_cache_warning"]))
     return {
-        "predicted_ttft_ms": float(raw["ttft"]),
-        "predicted_itl_ms": float(raw["tpot"]),
+        "predicted_ttft_ms": ttft,
+        "predicted_itl_ms": itl,
         "predicted_output_tokens_per_s": tokens_s,
         "predicted_tokens_per_s_per_gpu": tokens_s / exp.gpus(),
         "memory_gb_per_gpu": mem,
         "fits_memory": fits,
+        "predicted_queue_ms": queue_s * 1000.0,
+        "within_slo": within_slo(slo, ttft, itl),
         "note": "; ".join(notes),
     }
+
+
+def within_slo(slo: Slo, ttft_ms: float | None, itl_ms: float | None) -> bool | None:
+    """Whether a predicted TTFT and ITL are both within the SLO's bounds that are set (None without an SLO or
+    without figures)."""
+    bounds = [(v, b) for v, b in ((ttft_ms, slo.ttft_ms), (itl_ms, slo.itl_ms)) if b is not None]
+    if not bounds or any(v is None for v, _ in bounds):
+        return None
+    return all(v is not None and v <= b for v, b in bounds)
 
 
 def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> list[dict[str, Any]]:
@@ -305,7 +428,8 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
         for step in ep.steps:
             if step.kind != "concurrency_sweep" or step.concurrency is None or step.isl is None or step.osl is None:
                 continue
-            figures = _predict_step(spec.model.name, exp, lay, step.concurrency, step.isl, step.osl)
+            figures = _predict_step(spec.served_weights(exp).name, exp, lay, step.concurrency, step.isl, step.osl,
+                                    spec.slo)
             rows.append({
                 "campaign_id": campaign_id,
                 "experiment": ep.name,
@@ -322,32 +446,3 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
                 "source": src,
             })
     return rows
-
-
-def format_predictions(rows: list[dict[str, Any]]) -> str:
-    """A table of the predictions, one line per experiment x step (repeats share one line)."""
-    from benchctl.formatting import format_result
-
-    columns = ("experiment", "steps", "c", "isl", "osl", "system", "ttft_ms", "itl_ms", "out_tok_s",
-               "tok_s_gpu", "gib_gpu", "fits")
-    lines: dict[tuple[str, str, int, int, int], list[Any]] = {}
-    problems: dict[str, str] = {}
-    for r in rows:
-        key = (r["experiment"], r["workload"], r["concurrency"], r["isl"], r["osl"])
-        if key in lines:
-            lines[key][1] += 1
-            continue
-        system = r["system"] or "-"
-        if r["decode_system"] and r["decode_system"] != r["system"]:
-            system += f"/{r['decode_system']}"
-        lines[key] = [r["experiment"], 1, r["concurrency"], r["isl"], r["osl"], system,
-                      r["predicted_ttft_ms"], r["predicted_itl_ms"], r["predicted_output_tokens_per_s"],
-                      r["predicted_tokens_per_s_per_gpu"], r["memory_gb_per_gpu"],
-                      None if r["fits_memory"] is None else ("yes" if r["fits_memory"] else "NO")]
-        if r["predicted_ttft_ms"] is None:
-            problems.setdefault(r["experiment"], r["note"])
-    out = [f"{LABEL} ({rows[0]['source'] if rows else source()}); "
-           "steps = concurrency-sweep steps sharing the line (repeats)",
-           format_result(columns, list(lines.values()), "table")]
-    out += [f"  {exp}: {note}" for exp, note in problems.items()]
-    return "\n".join(out)

@@ -1,10 +1,20 @@
-"""The output-quality gate: a small fixed question set with known answers, sent after the smoke test.
+"""The output-quality gate: a fixed question set with known answers, sent after the smoke test.
 
-The questions are generated from a seed (no downloads, nothing shipped): N integer-arithmetic questions
-(``a + b`` and ``a - b`` with 3-digit operands, ``a x b`` with 2-digit ones, in turn), each asking for the
-answer on its last line as ``ANSWER: n``. Scoring ignores a thinking block (``<think>…</think>``, or an
-unterminated ``<think>…`` cut off by the token limit), takes the LAST ``ANSWER: n`` (else the last integer),
-commas stripped, and requires exact equality. Score = correct / questions.
+The questions are generated from a seed (no downloads, nothing shipped), each asking for the answer on its last
+line as ``ANSWER: n``, in one of two sets (``quality.kind``):
+
+- ``arithmetic`` (the gate that the model answers at all): integer arithmetic, ``a + b`` and ``a - b`` with
+  3-digit operands, ``a x b`` with 2-digit ones, in turn. A working model gets nearly all of them right.
+- ``multistep`` (hard enough for a quantisation loss to show): three operations over 2- to 4-digit operands
+  in four shapes, in turn (``a x b - c x d``, ``(a + b) x c - d``, ``a x b + c x d``, ``(a - b) x c + d``), products
+  of up to seven digits; the model may show its working before the last line. Without thinking a model of
+  Qwen3-30B-A3B's class gets a share of them wrong, so a lower-precision variant has room to score lower.
+
+Scoring ignores a thinking block (``<think>…</think>``, or an unterminated ``<think>…`` cut off by the token
+limit), takes the LAST ``ANSWER: n`` (else the last integer), commas stripped, and requires exact equality.
+Score = correct / questions, with its Wilson score interval (95 %: ``score_low`` .. ``score_high``), the
+binomial interval that stays within [0, 1] and is sound for small counts and scores near 0 or 1: two
+experiments' scores differ only when their intervals say so, never on the bare ratio.
 
 The threshold (``quality.min_score``) fails the experiment before any load, where the score means something:
 on a real model. The local engine's Dynamo mocker returns random tokens, so there the gate runs end to end,
@@ -14,6 +24,7 @@ Pure: the standard library and benchctl only.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from typing import TYPE_CHECKING, Any
@@ -24,24 +35,93 @@ if TYPE_CHECKING:  # pragma: no cover
 JSON = dict[str, Any]
 
 PROMPT = "What is {a} {op} {b}? Reply with the final answer as a single integer on the last line, like: ANSWER: 42"
+MULTISTEP_PROMPT = ("Compute {expr}. Work it out step by step if you need to, then give the final answer as a "
+                    "single integer on the last line, like: ANSWER: 42")
+KINDS = ("arithmetic", "multistep")
 # (symbol shown, operand range) in turn; exact integer answers
 _OPS: tuple[tuple[str, tuple[int, int]], ...] = (("+", (100, 999)), ("-", (100, 999)), ("*", (12, 99)))
+# multistep shapes in turn: (the expression with its operands' names, each operand's range)
+_SHAPES: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = (
+    ("{a} * {b} - {c} * {d}", ((101, 999), (101, 999), (13, 99), (13, 99))),
+    ("({a} + {b}) * {c} - {d}", ((1001, 9999), (1001, 9999), (13, 99), (1001, 9999))),
+    ("{a} * {b} + {c} * {d}", ((13, 99), (101, 999), (13, 99), (101, 999))),
+    ("({a} - {b}) * {c} + {d}", ((1001, 9999), (101, 999), (13, 99), (1001, 9999))),
+)
+Z_95 = 1.959963984540054  # the standard normal's 97.5 % quantile: a two-sided 95 % interval
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S)  # a closed, or an unterminated, thinking block
 _ANSWER = re.compile(r"ANSWER:\s*(-?\d[\d,]*)", re.I)
 _INT = re.compile(r"-?\d[\d,]*")
 HEAD_CHARS = 200  # how much of each answer is kept with the score
 
 
-def questions(n: int, seed: int) -> list[JSON]:
-    """``n`` questions ``{"id", "prompt", "answer"}``, the same for the same ``(n, seed)`` everywhere."""
+def questions(n: int, seed: int, kind: str = "arithmetic") -> list[JSON]:
+    """``n`` questions ``{"id", "prompt", "answer"}`` of set ``kind`` (:data:`KINDS`), the same for the same
+    ``(n, seed, kind)`` everywhere."""
     rng = random.Random(seed)  # noqa: S311 (a reproducible question set, not a secret)
     out = []
+    if kind == "multistep":
+        for i in range(n):
+            shape, ranges = _SHAPES[i % len(_SHAPES)]
+            values = {name: rng.randint(lo, hi) for name, (lo, hi) in zip("abcd", ranges, strict=False)}
+            expr = shape.format(**values)
+            out.append({"id": f"multi-{i:03d}", "prompt": MULTISTEP_PROMPT.format(expr=expr.replace("*", "x")),
+                        "answer": _evaluate(expr)})
+        return out
+    if kind != "arithmetic":
+        raise ValueError(f"quality.kind {kind!r}: valid are {list(KINDS)}")
     for i in range(n):
         op, (lo, hi) = _OPS[i % len(_OPS)]
         a, b = rng.randint(lo, hi), rng.randint(lo, hi)
         answer = a + b if op == "+" else a - b if op == "-" else a * b
         out.append({"id": f"arith-{i:02d}", "prompt": PROMPT.format(a=a, op=op, b=b), "answer": answer})
     return out
+
+
+def _evaluate(expr: str) -> int:
+    """The exact value of one of our generated expressions (integers, + - * and parentheses), by the usual
+    precedence: a tiny recursive-descent reader, never ``eval``."""
+    tokens = re.findall(r"\d+|[-+*()]", expr)
+    pos = 0
+
+    def atom() -> int:
+        nonlocal pos
+        tok = tokens[pos]
+        pos += 1
+        if tok == "(":
+            value = total()
+            pos += 1  # ")"
+            return value
+        return int(tok)
+
+    def product() -> int:
+        nonlocal pos
+        value = atom()
+        while pos < len(tokens) and tokens[pos] == "*":
+            pos += 1
+            value *= atom()
+        return value
+
+    def total() -> int:
+        nonlocal pos
+        value = product()
+        while pos < len(tokens) and tokens[pos] in "+-":
+            op = tokens[pos]
+            pos += 1
+            value = value + product() if op == "+" else value - product()
+        return value
+
+    return total()
+
+
+def wilson_interval(correct: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion ``correct / n`` (two-sided, ``z``: 95 % by default);
+    ``(0.0, 1.0)`` with no questions."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def visible_text(content: str | None) -> str:
@@ -80,22 +160,24 @@ def score(qs: list[JSON], answers: dict[str, JSON], *, simulated: bool, min_scor
                       "content_head": (got.get("content") or "")[:HEAD_CHARS]})
     correct = sum(1 for i in items if i["ok"])
     share = correct / len(items) if items else 0.0
+    low, high = wilson_interval(correct, len(items))
     gate = "not applied (SIMULATED)" if simulated else ("passed" if share >= min_score else "failed")
-    return {"questions": len(items), "correct": correct, "score": share, "min_score": min_score,
-            "simulated": simulated, "gate": gate, "items": items}
+    return {"questions": len(items), "correct": correct, "score": share, "score_low": low, "score_high": high,
+            "min_score": min_score, "simulated": simulated, "gate": gate, "items": items}
 
 
-def default_max_tokens(thinking: bool) -> int:
-    """Room for the answer: a line without thinking; a thinking block and the line with it."""
-    return 4096 if thinking else 64
+def default_max_tokens(thinking: bool, kind: str = "arithmetic") -> int:
+    """Room for the answer: a line without thinking (a short working and the line for ``multistep``); a
+    thinking block and the line with it."""
+    return 4096 if thinking else (512 if kind == "multistep" else 64)
 
 
 def quality_requests(model: str, n: int, seed: int, *, sampling: JSON, thinking: bool,
-                     max_tokens: int | None = None) -> list[JSON]:
+                     max_tokens: int | None = None, kind: str = "arithmetic") -> list[JSON]:
     """``[{"id", "body"}]``: the chat completions the gate sends (the smoke port sends them as given)."""
-    limit = max_tokens or default_max_tokens(thinking)
+    limit = max_tokens or default_max_tokens(thinking, kind)
     return [{"id": q["id"], "body": request_body(model, q, max_tokens=limit, sampling=sampling, thinking=thinking)}
-            for q in questions(n, seed)]
+            for q in questions(n, seed, kind)]
 
 
 def answer_of(doc: JSON) -> JSON:
@@ -109,7 +191,7 @@ def spec_requests(spec: CampaignSpec) -> list[JSON]:
     """The quality gate's chat completions for a campaign: its question set, sampling and thinking."""
     q = spec.quality
     return quality_requests(spec.model.name, q.questions, q.seed, sampling=spec.sampling_fields(),
-                            thinking=spec.thinking, max_tokens=q.max_tokens)
+                            thinking=spec.thinking, max_tokens=q.max_tokens, kind=q.kind)
 
 
 # The marker of one answer line in the AWS smoke Job's log (see benchctl.aws.k8s.jobs.QUALITY_SCRIPT).

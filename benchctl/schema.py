@@ -273,7 +273,9 @@ TABLES: dict[str, Table] = {
             _EXPERIMENT_PARTS,
             # expected/extracted: the question's answer and the one read from the reply (NULL: none found);
             # simulated: the local mocker (random tokens: the score is not meaningful, the gate not applied);
-            # gate: passed | failed | not applied (SIMULATED); the sampling and thinking settings sent.
+            # gate: passed | failed | not applied (SIMULATED); score_low/score_high: the experiment's score's 95 %
+            # Wilson interval (repeated on each of its rows); kind: the question set; the sampling and thinking
+            # settings sent.
             """
             campaign_id string
             experiment string
@@ -289,6 +291,9 @@ TABLES: dict[str, Table] = {
             min_score double
             gate string
             simulated boolean
+            kind string
+            score_low double
+            score_high double
             temperature double
             top_p double
             sampling_seed bigint
@@ -300,9 +305,11 @@ TABLES: dict[str, Table] = {
             "predictions",
             "experiment x concurrency-sweep step: figures PREDICTED by aiconfigurator before spending, not measured",
             _EXPERIMENT_PARTS,
-            # predicted_*: the whole experiment at the step's concurrency (all its GPUs); memory_gb_per_gpu:
-            # aiconfigurator's estimate (GiB, the larger of prefill/decode); fits_memory: against the pool's
-            # GPU memory; null figures with a note when no prediction could be made (unknown GPU, ...).
+            # predicted_*: the whole experiment at the step's concurrency (all its GPUs); predicted_ttft_ms
+            # includes predicted_queue_ms, the closed loop's wait before the first token (benchctl.predict);
+            # memory_gb_per_gpu: aiconfigurator's estimate (GiB, the larger of prefill/decode); fits_memory:
+            # against the pool's GPU memory; within_slo: predicted TTFT and ITL both within the spec's SLO;
+            # null figures with a note when no prediction could be made (unknown GPU, ...).
             """
             campaign_id string
             experiment string
@@ -321,6 +328,8 @@ TABLES: dict[str, Table] = {
             predicted_tokens_per_s_per_gpu double
             memory_gb_per_gpu double
             fits_memory boolean
+            predicted_queue_ms double
+            within_slo boolean
             source string
             note string
             """,

@@ -24,6 +24,7 @@ from benchctl.spec_settings import (  # Kubernetes and image_tag_version: here t
     EFA_INTERFACES,
     PATH_BANDWIDTH_GBPS,
     Budget,
+    Checkpoint,
     Kubernetes,
     PoolNetwork,
     Pricing,
@@ -47,6 +48,9 @@ class ModelSpec(Strict):
     max_context: int = Field(default=40960, gt=0, description="model context length in tokens")
     # Qwen3-30B-A3B: 48 layers x 4 KV heads x 128 head_dim x (K, V) x 2 bytes (BF16) = 98,304 B/token.
     kv_bytes_per_token: int = Field(default=98304, gt=0, description="KV cache bytes per token")
+    weights_gb: float | None = Field(default=None, gt=0, description="the checkpoint's weights on the GPUs, GB (1e9 "
+                                     "bytes; Qwen3-30B-A3B in BF16: 61.1): the KV-capacity arithmetic "
+                                     "(benchctl.predict.gpu_kv_capacity_tokens)")
     revision: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$",
         description="Hugging Face revision: what the model prefetch downloads, the workers serve and AIPerf reads "
@@ -130,6 +134,8 @@ class Experiment(Strict):
                                     "(gpus_per_node 0), which rehearses the whole AWS path without a GPU (SIMULATED "
                                     "figures). The local engine always runs the mocker")
     mocker: LocalMocker = LocalMocker()
+    checkpoint: Checkpoint | None = Field(default=None, description="weights its workers load instead of model's, "
+                                          "served under model.name (another precision of the same model)")
     base: Name | None = Field(default=None, description="ladder: the experiment this one changes")
     change: dict[str, Any] | None = Field(default=None, description="ladder: the one feature changed")
 
@@ -280,6 +286,13 @@ class CampaignSpec(Strict):
             problems.append("experiments: engine: mocker and vllm in one campaign; a mocker rehearsal's SIMULATED figures "
                             "never share a campaign (or its report) with GPU measurements: run them as two campaigns")
         eks = {p.name for p in self.pools if p.provider != "local"}
+        for i, e in enumerate(self.experiments):
+            if e.checkpoint is not None and eks & {g.pool for g in e.workers} and not is_commit(e.checkpoint.revision):
+                problems.append(f"experiments[{i}].checkpoint.revision: {e.checkpoint.revision!r} must be a full "
+                                "40-character commit hash: its workers serve the checkpoint's snapshot directory on EKS")
+            if e.checkpoint is not None and e.engine == "mocker":
+                problems.append(f"experiments[{i}].checkpoint: the mocker loads no weights; a checkpoint needs engine "
+                                "vllm")
         if eks and not is_commit(self.model.revision):
             problems.append(f"model.revision: {self.model.revision!r} must be a full 40-character commit hash, as pools "
                             f"{sorted(eks)} run on EKS: their workers serve the prefetched snapshot offline, and the "
@@ -339,6 +352,23 @@ class CampaignSpec(Strict):
 
     def experiment(self, name: str) -> Experiment:
         return next(e for e in self.experiments if e.name == name)
+
+    def served_weights(self, exp: Experiment) -> ModelSpec:
+        """The weights the experiment's workers load: ``model``, or its ``checkpoint`` in model's place (name,
+        revision, weights_gb; still served under ``model.name``)."""
+        c = exp.checkpoint
+        return self.model if c is None else self.model.model_copy(
+            update={"name": c.name, "revision": c.revision, "weights_gb": c.weights_gb})
+
+    def checkpoints(self) -> list[ModelSpec]:
+        """Every experiment's other weights (:meth:`served_weights`), each once, in experiment order: what the model
+        prefetch downloads besides ``model``."""
+        out: dict[tuple[str, str | None], ModelSpec] = {}
+        for e in self.experiments:
+            w = self.served_weights(e)
+            if w is not self.model and (w.name, w.revision) != (self.model.name, self.model.revision):
+                out.setdefault((w.name, w.revision), w)
+        return list(out.values())
 
     def repeat_seed(self, repeat: int) -> int:
         return self.seed + repeat if self.seed_policy == "per-repeat" else self.seed

@@ -50,6 +50,20 @@ class PoolNetwork(Strict):
         return self
 
 
+class Checkpoint(Strict):
+    """Weights an experiment's workers load instead of ``model``'s, served under ``model.name``: another precision
+    of the same model (the same architecture and tokenizer), e.g. the BF16 control of an FP8 checkpoint on the same
+    GPUs. AIPerf, the quality questions and the tokenizer stay the campaign model's; the worker logs the precision
+    it actually ran (the ready event's ``precision``)."""
+
+    name: str = Field(min_length=1, description="the weights' Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B")
+    revision: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$",
+        description="its commit: required when the experiment runs on EKS (the workers serve its snapshot directory "
+                    "from the model volume, which the model prefetch fills too)")
+    weights_gb: float | None = Field(default=None, gt=0, description="its weights on the GPUs, GB (as model.weights_gb)")
+
+
 class Slo(Strict):
     """Per-request service level: goodput is the share of requests meeting every bound that is set."""
 
@@ -102,13 +116,22 @@ class Sampling(Strict):
 class Quality(Strict):
     """The output-quality gate after the smoke test (``benchctl.quality``)."""
 
-    questions: int = Field(default=20, gt=0, le=200, description="arithmetic questions with known answers")
+    kind: Literal["arithmetic", "multistep"] = Field(
+        default="arithmetic",
+        description="the question set: 'arithmetic' (one operation: that the model answers at all) or 'multistep' "
+                    "(three operations over 2- to 4-digit numbers: hard enough for a precision loss to show; set a "
+                    "min_score a working model passes, e.g. 0.2)")
+    questions: int = Field(default=20, gt=0, le=300, description="questions with known answers (the score's "
+                           "95 % Wilson interval narrows with more: about +-0.07 at 200 and a score of 0.5); at "
+                           "most 300: the AWS smoke Job carries them in one environment variable, which Linux "
+                           "caps at 128 KiB")
     seed: int = Field(default=15, ge=0, description="the question set's seed (same seed, same questions)")
     min_score: float = Field(default=0.9, ge=0, le=1,
                              description="correct share below which the experiment fails before load (real "
                                          "models only: on the local mocker the score is SIMULATED and not gated)")
     max_tokens: int | None = Field(default=None, gt=0, le=32768,
-                                   description="per answer (default: 64 with thinking off, 4096 with it on)")
+                                   description="per answer (default with thinking off: 64, 512 for 'multistep'; 4096 "
+                                               "with it on)")
 
 
 _SEMVER_CORE = r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})"

@@ -40,13 +40,13 @@ SCALE_REQUESTED = Event("scale_requested", "a pool was asked to hold the experim
                         ("nodes", "previous", "simulated"), key="pool")
 NODES_READY = Event("nodes_ready", "the pool's nodes are ready", ("nodes", "simulated"), key="pool")
 DEPLOY_APPLIED = Event("deploy_applied", "the deployment was started/applied", ("mode", "router", "groups"))
-READY = Event("ready", "the deployment answers (with what it runs, on EKS: image digests, model prefetch)",
-              ("startup_s", "images", "model_prefetch"))
+READY = Event("ready", "the deployment answers (with what it runs: the precision each worker's engine logged; "
+              "on EKS: image digests, model prefetch)", ("startup_s", "images", "model_prefetch", "precision"))
 SMOKE_OK = Event("smoke_ok", "the smoke requests succeeded (detail: the smoke port's result)", None)
 QUALITY_SCORED = Event("quality_scored", "the output-quality questions were answered and scored (benchctl.quality); "
                        "gate: passed | failed | not applied (SIMULATED)",
-                       ("questions", "correct", "score", "min_score", "simulated", "gate", "temperature", "top_p",
-                        "sampling_seed", "thinking", "max_tokens"))
+                       ("questions", "correct", "score", "score_low", "score_high", "min_score", "simulated", "gate",
+                        "kind", "temperature", "top_p", "sampling_seed", "thinking", "max_tokens"))
 NETWORK_OBSERVED = Event("network_observed", "how the deployment's workers are placed and move KV, as observed "
                          "(worker logs, nodes): CNI, zones, MTU, placement, the transfer backend actually used",
                          None)

@@ -46,7 +46,8 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     ),
     "v_cost_efficiency": (
         "category", "experiment", "gpus", "gpu_kinds", "gpu_usd_per_hour", "cost_usd", "output_tokens_per_s",
-        "usd_per_1m_output_tokens", "usage_usd_per_1m_output_tokens", "tokens_per_usd", "goodput_per_usd_hour",
+        "usd_per_1m_output_tokens", "steady_state_usd_per_1m_output_tokens", "cold_start_usd",
+        "usage_usd_per_1m_output_tokens", "tokens_per_usd", "goodput_per_usd_hour",
         "simulated", "scope",
     ),
     "v_pareto": (
@@ -70,7 +71,8 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     ),
     "v_quality": (
         "experiment", "mode", "model", "temperature", "top_p", "sampling_seed", "thinking", "settings_consistent",
-        "quality_questions", "quality_correct", "quality_score", "quality_min_score", "quality_gate", "simulated",
+        "quality_kind", "quality_questions", "quality_correct", "quality_score", "quality_score_low",
+        "quality_score_high", "quality_min_score", "quality_gate", "simulated",
     ),
     "v_feature_ladder": (
         "experiment", "base_experiment", "changed_feature", "workload", "variant", "ttft_p50_change_pct",

@@ -81,6 +81,13 @@ class MultiTurn(Strict):
         # the last turn carries every earlier turn's input and output
         return self.turns * self.isl + (self.turns - 1) * self.osl, self.osl
 
+    def working_set_tokens(self) -> float:
+        """The tokens whose KV a server must keep for every next turn to find its history cached: each of the
+        ``conversations`` in flight holds its history so far, on average ``(turns + 1) / 2`` turns of ``isl +
+        osl`` (at its last turn ``turns`` of them). Less than this in the KV cache (GPU, plus CPU/disk with
+        offload) and histories are evicted between turns and prefilled again."""
+        return self.conversations * (self.turns + 1) / 2 * (self.isl + self.osl)
+
 
 class SequenceDistribution(Strict):
     """Request lengths drawn from named distributions (datasets we generate with the spec's seed)."""

@@ -48,6 +48,7 @@ from benchctl.aws.k8s.render import (
     uses_kvbm,
 )
 from benchctl.errors import ServingFailed
+from benchctl.mocker import MOCKER_PRECISION
 from benchctl.ports import JSON, DeploymentRequest
 from benchctl.quality import answers_from_log
 from benchctl.spec import CampaignSpec
@@ -159,6 +160,24 @@ def _template_selector(kube: KubeClient, state: JSON) -> str:
 # NIXL's Python agent logs each backend it creates (ai-dynamo/nixl src/api/python/_api.py,
 # ``logger.info("Backend %s was instantiated", backend)``)
 _NIXL_BACKEND = re.compile(r"Backend (\w+) was instantiated")
+# vLLM logs its engine's configuration once at start-up ("Initializing a V1 LLM engine (vX) with config: ...",
+# vllm/config VllmConfig.__str__): the dtype it computes in, the quantization it loaded (from the checkpoint's
+# quantization_config, or --quantization) and the KV cache's dtype. The precision actually run, not the spec's.
+_VLLM_PRECISION = {"dtype": re.compile(r"(?<![\w])dtype=([\w.]+)"),
+                   "quantization": re.compile(r"(?<![\w])quantization=([\w-]+)"),
+                   "kv_cache_dtype": re.compile(r"(?<![\w])kv_cache_dtype=([\w]+)")}
+
+
+def engine_precision(log: str) -> JSON | None:
+    """``{"dtype", "quantization", "kv_cache_dtype"}`` from the last vLLM engine configuration line of a worker's
+    log (``quantization`` None: unquantized weights), or None when the log holds no such line."""
+    lines = [line for line in log.splitlines() if "with config:" in line and "quantization=" in line]
+    if not lines:
+        return None
+    found = {k: (m.group(1) if (m := rx.search(lines[-1])) else None) for k, rx in _VLLM_PRECISION.items()}
+    if found["quantization"] == "None":
+        found["quantization"] = None
+    return found
 
 
 class EksServing(_Kube):
@@ -183,7 +202,7 @@ class EksServing(_Kube):
             with contextlib.suppress(Conflict):  # an earlier experiment of this campaign started it
                 self.kube.create(render_prefetch_job(
                     target.model, target.kubernetes, self.campaign_id, weights=target.experiment.engine == "vllm",
-                    pools=target.pools))
+                    pools=target.pools, more=target.checkpoints))
 
     def deploy(self, request: DeploymentRequest) -> JSON:
         """Apply the experiment's DynamoGraphDeployment, or, with ``kubernetes.prefetch_model``, first wait
@@ -199,7 +218,7 @@ class EksServing(_Kube):
         dgd = render_deployment(request)
         state = {"deployment_id": experiment, "name": dgd_name(self.campaign_id, experiment),
                  "namespace": namespace, "url": url, "metrics_urls": [f"{url}/metrics"],
-                 "model": target.model.name, "engine": "eks",
+                 "model": target.model.name, "engine": "eks", "worker_engine": target.experiment.engine,
                  # the mocker models KV offload and transfer itself: no KVBM or NIXL exporter to scrape
                  "kvbm_roles": sorted({g.role for g in target.experiment.workers
                                        if uses_kvbm(target.experiment, g.role) and target.experiment.engine == "vllm"}),
@@ -207,7 +226,8 @@ class EksServing(_Kube):
                  "dcgm_exporter_urls": list(target.kubernetes.dcgm_exporter_urls)}
         if target.kubernetes.prefetch_model:
             job = render_prefetch_job(target.model, target.kubernetes, self.campaign_id,
-                                      weights=target.experiment.engine == "vllm", pools=target.pools)
+                                      weights=target.experiment.engine == "vllm", pools=target.pools,
+                                      more=target.checkpoints)
             with contextlib.suppress(Conflict):  # another experiment of this campaign started it
                 self.kube.create(job)
             return {**state, "prefetch_job": job["metadata"]["name"], "manifest": dgd}
@@ -265,15 +285,30 @@ class EksServing(_Kube):
                                 f"{status.get('conditions')}")
 
     def versions(self, state: JSON) -> JSON:
-        """Image digests actually running (the pods' ``imageID``), per container image; with a model
-        prefetch, its own duration from the Job's start and completion times (apart from start-up)."""
+        """Image digests actually running (the pods' ``imageID``), per container image; the precision each
+        worker's vLLM engine logged running (:func:`engine_precision`: dtype, quantization, KV cache dtype); with a
+        model prefetch, its own duration from the Job's start and completion times (apart from start-up)."""
         sel = selector(selection(self.campaign_id, state["deployment_id"]))
         digests: dict[str, str] = {}
-        for pod in self.kube.list("v1", "Pod", state["namespace"], sel):
+        precision: JSON = {}
+        for pod in sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"]):
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
                 if cs.get("image") and cs.get("imageID"):
                     digests[str(cs["image"])] = str(cs["imageID"])
+            role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+            if role in ("worker", "prefill", "decode") and state.get("worker_engine", "vllm") == "vllm":
+                name = pod["metadata"]["name"]
+                try:
+                    found = engine_precision(self.kube.logs(name, state["namespace"], "main", 5000))
+                except ApiError as err:
+                    precision[name] = f"unknown ({err})"
+                    continue
+                precision[name] = found or "not logged: no vLLM engine configuration line in the worker's log"
         out: JSON = {"images": digests}
+        if state.get("worker_engine") == "mocker":
+            out["precision"] = MOCKER_PRECISION
+        elif precision:
+            out["precision"] = precision
         if state.get("prefetch_job"):
             with contextlib.suppress(NotFound):
                 st = self.kube.get(*JOB, state["prefetch_job"], state["namespace"]).get("status") or {}

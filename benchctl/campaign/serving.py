@@ -43,7 +43,9 @@ def deployment_request(spec: CampaignSpec, campaign_id: str, experiment: str) ->
         kv_offload=exp.kv_offload.model_dump(mode="json") if exp.kv_offload else None,
         target=DeploymentTarget(experiment=exp, model=spec.model,
                                 pools=tuple(spec.pool(name) for name in dict.fromkeys(g.pool for g in exp.workers)),
-                                kubernetes=spec.kubernetes),
+                                kubernetes=spec.kubernetes,
+                                weights=spec.served_weights(exp) if exp.checkpoint is not None else None,
+                                checkpoints=tuple(spec.checkpoints())),
     )
 
 
@@ -134,20 +136,21 @@ def score_quality(p: Providers, ctx: Ctx, experiment: str, answers: JSON | None)
     if answers is None:
         raise SmokeTestFailed(f"the quality questions of {experiment} did not run (the smoke port returned no "
                               "answers)")
-    qs = quality.questions(spec.quality.questions, spec.quality.seed)
+    qs = quality.questions(spec.quality.questions, spec.quality.seed, spec.quality.kind)
     if qs and all((answers.get(q["id"]) or {}).get("error") for q in qs):
         first = (answers.get(qs[0]["id"]) or {}).get("error")
         raise SmokeTestFailed(f"every quality question to {experiment} failed; the first: {first}")
     result = quality.score(qs, answers, simulated=simulated(p, experiment), min_score=spec.quality.min_score)
     sampling = spec.sampling_fields()
     settings = {"temperature": sampling["temperature"], "top_p": sampling["top_p"],
-                "sampling_seed": sampling["seed"], "thinking": spec.thinking,
-                "max_tokens": spec.quality.max_tokens or quality.default_max_tokens(spec.thinking)}
+                "sampling_seed": sampling["seed"], "thinking": spec.thinking, "kind": spec.quality.kind,
+                "max_tokens": spec.quality.max_tokens or quality.default_max_tokens(spec.thinking, spec.quality.kind)}
     rows = [{"campaign_id": ctx.campaign_id, "experiment": experiment, "question_id": item["id"],
              "question_index": i, "prompt": q["prompt"], "expected": item["expected"],
              "extracted": item["extracted"], "correct": item["ok"], "finish_reason": item["finish_reason"],
              "error": item["error"], "content_head": item["content_head"], "min_score": result["min_score"],
-             "gate": result["gate"], "simulated": result["simulated"], **settings}
+             "gate": result["gate"], "simulated": result["simulated"], "score_low": result["score_low"],
+             "score_high": result["score_high"], **settings}
             for i, (q, item) in enumerate(zip(qs, result["items"], strict=True))]
     p.lake.write("quality", rows, part_name="quality")
     summary = {k: v for k, v in result.items() if k != "items"}

@@ -45,7 +45,7 @@ from benchctl.atomic import atomic_write
 from benchctl.errors import ServingFailed
 from benchctl.local import modeldir, processes
 from benchctl.local.smoke import loopback_http, parse_completion
-from benchctl.mocker import ROLES, mocker_flags
+from benchctl.mocker import MOCKER_PRECISION, ROLES, mocker_flags
 from benchctl.ports import JSON, DeploymentRequest, WorkerGroupSpec
 
 ROUTERS = ("round-robin", "kv")
@@ -328,8 +328,9 @@ class LocalServing:
         return True
 
     def versions(self, state: JSON) -> JSON:
-        """Processes, not images: nothing beyond the run's package versions (``runner.versions``)."""
-        return {}
+        """Processes, not images: nothing beyond the run's package versions (``runner.versions``); the precision
+        run is not applicable (the mocker loads no weights and computes nothing)."""
+        return {"precision": MOCKER_PRECISION}
 
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         """The frontend's and every worker's ``/metrics``, by component name."""

@@ -19,10 +19,19 @@
 --                         plus the EKS cluster fee share (eks_fee_usd); NULL when a pool is unpriced
 --   usage_cost_usd        the same nodes and price over the steps' load windows only (no start-up,
 --                         warm-up, idle or teardown time, no cluster fee)
+--   cold_start_usd        the part of cost_usd from the experiment's first scale request until its
+--                         deployment answered (timeline 'ready'): node boot (none when the previous
+--                         experiment handed its pool over warm), image pull, model load, with the cluster
+--                         fee of that time; the whole cost_usd when it never answered
+--   steady_state_cost_usd cost_usd - cold_start_usd: from 'ready' to the pools' restore or handover
+--   cold_start_share      cold_start_usd / cost_usd
 --   successful_output_tokens   sum of AIPerf's total_output_tokens over the succeeded steps (all
 --                         workloads); failed steps' tokens are not counted, their time is paid
 --   usd_per_1m_output_tokens   cost_usd / successful_output_tokens x 1e6
 --   usage_usd_per_1m_output_tokens   usage_cost_usd / successful_output_tokens x 1e6
+--   steady_state_usd_per_1m_output_tokens   steady_state_cost_usd / successful_output_tokens x 1e6: the
+--                         basis comparisons use (the cold start is paid once per campaign, not per token
+--                         of one experiment; it is reported beside, in cold_start_usd)
 --   output_tokens_per_s   successful_output_tokens / sum of benchmark_duration_s over the succeeded
 --                         steps (the duration-weighted mean throughput over every workload)
 --   sweep_peak_output_tokens_per_s   the highest concurrency-sweep throughput (mean over repeats per
@@ -61,6 +70,14 @@ WITH pools AS (
             WHEN count(json_extract_scalar(fees_json, '$.usage_based_usd')) = count(*)
             THEN sum(cast(json_extract_scalar(fees_json, '$.usage_based_usd') AS double))
         END AS usage_cost_usd,
+        CASE
+            WHEN count(json_extract_scalar(fees_json, '$.cold_start_usd')) = count(*)
+            THEN sum(cast(json_extract_scalar(fees_json, '$.cold_start_usd') AS double))
+        END AS cold_start_usd,
+        CASE
+            WHEN count(json_extract_scalar(fees_json, '$.steady_state_usd')) = count(*)
+            THEN sum(cast(json_extract_scalar(fees_json, '$.steady_state_usd') AS double))
+        END AS steady_state_cost_usd,
         array_join(array_sort(array_agg(DISTINCT price_source)), '; ') AS price_source,
         max(json_extract_scalar(fees_json, '$.scope_text')) AS scope,
         bool_or(simulated) AS simulated
@@ -145,9 +162,13 @@ SELECT
     p.cost_usd,
     p.eks_fee_usd,
     p.usage_cost_usd,
+    p.cold_start_usd,
+    p.steady_state_cost_usd,
+    p.cold_start_usd / nullif(p.cost_usd, 0) AS cold_start_share,
     t.successful_output_tokens,
     p.cost_usd / nullif(t.successful_output_tokens, 0) * 1e6 AS usd_per_1m_output_tokens,
     p.usage_cost_usd / nullif(t.successful_output_tokens, 0) * 1e6 AS usage_usd_per_1m_output_tokens,
+    p.steady_state_cost_usd / nullif(t.successful_output_tokens, 0) * 1e6 AS steady_state_usd_per_1m_output_tokens,
     t.successful_output_tokens / nullif(t.benchmark_s, 0) AS output_tokens_per_s,
     k.sweep_peak_output_tokens_per_s,
     g.goodput_ratio,

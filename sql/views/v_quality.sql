@@ -4,8 +4,11 @@
 --                         --extra-inputs it merged into every request); NULL when the steps disagree
 --   n_steps, n_steps_with_settings   steps recorded / those whose AIPerf record holds the settings
 --   settings_consistent   every step of the experiment carried the same settings
+--   quality_kind          the question set (arithmetic: one operation; multistep: three, 2- to 4-digit)
 --   quality_questions, quality_correct, quality_score   the gate (quality table): questions asked,
 --                         answered right (exact integer), correct / questions
+--   quality_score_low, quality_score_high   the score's 95 % Wilson interval (benchctl.quality): two
+--                         experiments' scores differ only where their intervals do not overlap
 --   quality_min_score, quality_gate   the spec's threshold and the verdict: passed | failed |
 --                         not applied (SIMULATED): on the local mocker (random tokens) the score is not
 --                         meaningful and the threshold is not applied
@@ -38,6 +41,9 @@ q AS (
         count(error) AS quality_errors,
         max(min_score) AS quality_min_score,
         max(gate) AS quality_gate,
+        max(kind) AS quality_kind,
+        max(score_low) AS quality_score_low,
+        max(score_high) AS quality_score_high,
         bool_or(simulated) AS quality_simulated,
         max(temperature) AS q_temperature,
         max(top_p) AS q_top_p,
@@ -59,9 +65,12 @@ SELECT
     coalesce(st.n_steps_with_settings, 0) AS n_steps_with_settings,
     coalesce(st.n_temperature <= 1 AND st.n_top_p <= 1 AND st.n_seed <= 1 AND st.n_thinking <= 1
              AND st.n_steps_with_settings = st.n_steps, false) AS settings_consistent,
+    q.quality_kind,
     q.quality_questions,
     q.quality_correct,
     cast(q.quality_correct AS double) / nullif(q.quality_questions, 0) AS quality_score,
+    q.quality_score_low,
+    q.quality_score_high,
     q.quality_min_score,
     q.quality_gate,
     q.quality_errors,

@@ -196,9 +196,25 @@ class FakeLoad:
 
 
 def arithmetic(body: JSON) -> int:
-    """What a model that can count answers to a quality question (``benchctl.quality.PROMPT``)."""
-    m = re.search(r"What is (-?\d+) ([-+*]) (-?\d+)\?", body["messages"][-1]["content"])
-    assert m, body
+    """What a model that can count answers to a quality question (``benchctl.quality.PROMPT``, or a multistep
+    ``MULTISTEP_PROMPT`` read with Python's own expression parser)."""
+    import ast
+    import operator
+
+    content = body["messages"][-1]["content"]
+    m = re.search(r"What is (-?\d+) ([-+*]) (-?\d+)\?", content)
+    if m is None:
+        multi = re.match(r"Compute ([\d ()+x-]+)\. ", content)
+        assert multi, body
+        ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+        def walk(node: ast.AST) -> int:
+            if isinstance(node, ast.BinOp) and type(node.op) in ops:
+                return int(ops[type(node.op)](walk(node.left), walk(node.right)))
+            assert isinstance(node, ast.Constant) and isinstance(node.value, int), ast.dump(node)
+            return node.value
+
+        return walk(ast.parse(multi.group(1).replace(" x ", " * "), mode="eval").body)
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
     return a + b if op == "+" else a - b if op == "-" else a * b
 

@@ -1,7 +1,7 @@
 """`benchctl predict`: aiconfigurator's offline predictions for every concurrency-sweep step.
 
 The real aiconfigurator runs in-process (about a second per unique configuration; the seed plan has
-11, computed once for the module and cached), so the whole file takes ~15 s: the integration tier.
+about 35, computed once for the module and cached), so the whole file takes ~40 s: the integration tier.
 """
 
 import copy
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchctl import predict, schema
+from benchctl import predict, predict_table, schema
 from benchctl.cli import main
 from benchctl.local.lake import LocalLake
 from benchctl.plan import plan_campaign
@@ -33,9 +33,10 @@ def seed():
     return spec, plan, predict.predict_plan(spec, plan, "c1")
 
 
-def _by_concurrency(rows, experiment):
-    """{concurrency: row} of one experiment's repeat-0 steps."""
-    return {r["concurrency"]: r for r in rows if r["experiment"] == experiment and r["step_id"].endswith("-r0")}
+def _by_concurrency(rows, experiment, workload="concurrency-sweep"):
+    """{concurrency: row} of one experiment's repeat-0 steps of one sweep workload."""
+    return {r["concurrency"]: r for r in rows
+            if r["experiment"] == experiment and r["workload"] == workload and r["step_id"].endswith("-r0")}
 
 
 def _small_spec(pool: dict, workers: list[dict], concurrency: list[int], repeats: int = 1):
@@ -71,11 +72,11 @@ def test_a_prediction_for_every_concurrency_sweep_step(seed):
     spec, plan, rows = seed
     want = [(e.name, s.step_id) for e in plan.experiments for s in e.steps if s.kind == "concurrency_sweep"]
     assert [(r["experiment"], r["step_id"]) for r in rows] == want
-    assert len(want) == 2 * 7 * spec.repeats
+    assert len(want) == 2 * (9 + 7) * spec.repeats
     for r in rows:
         assert r["source"] == "aiconfigurator 0.12.0 estimate"
         assert r["system"] == "a100_sxm" and r["tp"] == 4
-        assert (r["isl"], r["osl"]) == (1024, 512)
+        assert (r["isl"], r["osl"]) in ((1024, 512), (8192, 512))
         for f in FIGURES:
             assert isinstance(r[f], float) and math.isfinite(r[f]) and r[f] > 0, (r["step_id"], f, r[f])
 
@@ -84,7 +85,7 @@ def test_repeats_of_a_step_get_the_same_prediction(seed):
     _, _, rows = seed
     by_variant: dict = {}
     for r in rows:
-        key = (r["experiment"], r["concurrency"])
+        key = (r["experiment"], r["workload"], r["concurrency"])
         figures = tuple(r[f] for f in FIGURES)
         assert by_variant.setdefault(key, figures) == figures
 
@@ -99,27 +100,54 @@ def test_modes_and_systems(seed):
 
 
 def test_latency_and_throughput_grow_with_concurrency(seed):
-    # What aiconfigurator's model guarantees here: a bigger batch never lowers TTFT/ITL nor throughput.
-    # Disaggregated TTFT is the prefill worker's at batch 1 (it models no queueing): flat, not rising.
+    # A bigger load never lowers TTFT, ITL or throughput. Where a worker's batch is full (vLLM's max_num_seqs,
+    # or its KV cache) or the prefill stage saturates, throughput stops growing and the extra requests wait:
+    # TTFT rises by the wait, ITL stays at the full batch's.
     _, _, rows = seed
     for exp in ("agg-tp4x4", "disagg-2p2d-tp4"):
-        by_c = _by_concurrency(rows, exp)
-        cs = sorted(by_c)
-        assert cs == [1, 2, 4, 8, 16, 32, 64]
-        for lo, hi in itertools.pairwise(cs):
-            assert by_c[hi]["predicted_ttft_ms"] >= by_c[lo]["predicted_ttft_ms"], (exp, lo, hi)
-            assert by_c[hi]["predicted_itl_ms"] >= by_c[lo]["predicted_itl_ms"], (exp, lo, hi)
-            assert by_c[hi]["predicted_output_tokens_per_s"] > by_c[lo]["predicted_output_tokens_per_s"], (exp, lo, hi)
-        assert by_c[64]["predicted_itl_ms"] > by_c[1]["predicted_itl_ms"]
+        for workload, loads in (("concurrency-sweep", [1, 4, 16, 32, 64, 256, 512, 1024, 1536]),
+                                ("concurrency-sweep-long", [1, 4, 16, 64, 128, 192, 256])):
+            by_c = _by_concurrency(rows, exp, workload)
+            assert sorted(by_c) == loads
+            for lo, hi in itertools.pairwise(loads):
+                a, b = by_c[lo], by_c[hi]
+                assert b["predicted_ttft_ms"] >= a["predicted_ttft_ms"], (exp, workload, lo, hi)
+                assert b["predicted_itl_ms"] >= a["predicted_itl_ms"] - 1e-9, (exp, workload, lo, hi)
+                assert b["predicted_output_tokens_per_s"] >= a["predicted_output_tokens_per_s"] - 1e-6, (exp, lo, hi)
+                if b["predicted_queue_ms"] > a["predicted_queue_ms"]:
+                    assert "wait" in b["note"], b["note"]
+            assert by_c[loads[-1]]["predicted_itl_ms"] > by_c[1]["predicted_itl_ms"]
     agg = _by_concurrency(rows, "agg-tp4x4")
     assert agg[64]["predicted_ttft_ms"] > agg[1]["predicted_ttft_ms"]
 
 
+def test_the_seed_plans_sweeps_reach_past_the_slo_in_both_modes_at_both_input_lengths(seed, capsys):
+    spec, _, rows = seed
+    assert (spec.slo.ttft_ms, spec.slo.itl_ms) == (500, 30)
+    regimes = {(g["mode"], g["isl"]): g for g in predict_table.slo_regimes(rows)}
+    assert set(regimes) == {(m, isl) for m in ("aggregated", "disaggregated") for isl in (1024, 8192)}
+    for key, g in regimes.items():
+        assert len(g["within"]) >= 1 and len(g["past"]) >= 2, (key, g)
+        assert not g["unknown"], key
+        # the sweep crosses once: every load within the SLO is below every load past it
+        assert max(g["within"]) < min(g["past"]), (key, g)
+        assert g["highest_within"] == max(g["within"])
+    for r in rows:  # within_slo is exactly "both predicted figures within the bounds"
+        assert r["within_slo"] == (r["predicted_ttft_ms"] <= 500 and r["predicted_itl_ms"] <= 30), r["step_id"]
+    assert main(["predict", str(SEED)]) == 0
+    out = capsys.readouterr().out
+    assert "SLO: TTFT <= 500 ms, ITL <= 30 ms" in out
+    for exp, workload in (("agg-tp4x4", "concurrency-sweep"), ("disagg-2p2d-tp4", "concurrency-sweep-long")):
+        g = next(x for x in predict_table.slo_regimes(rows) if (x["experiment"], x["workload"]) == (exp, workload))
+        assert (f"{exp} ({g['mode']}) {workload} ISL {g['isl']}/OSL 512: highest load predicted within the SLO "
+                f"c={g['highest_within']}; past it at c = {', '.join(map(str, g['past']))}") in out
+
+
 def test_memory_is_reported_and_fits_a100_40gb(seed):
     _, _, rows = seed
-    for r in rows:
+    for r in rows:  # every rated batch fits (a larger one is rated at what the KV cache holds, the rest wait)
         assert r["fits_memory"] is True
-        assert 15 < r["memory_gb_per_gpu"] < 0.9 * 40  # ~15 GiB of BF16 weights per GPU at TP4
+        assert 15 < r["memory_gb_per_gpu"] <= 0.9 * 40  # ~15 GiB of BF16 weights per GPU at TP4
         assert "0.9 x 40" in r["note"] and "fits" in r["note"]
 
 
@@ -211,3 +239,24 @@ def test_cli_without_lake_only_prints(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "no aiconfigurator performance data for pool p4d" in out
     assert not (tmp_path / "lake").exists()
+
+
+def test_aiconfigurators_memory_model_gives_the_l40s_workers_a_kv_cache_below_the_bound_the_example_states():
+    # examples/kv-offload-l40s.yaml sizes its working set against vLLM's arithmetic (an upper bound on the GPU
+    # KV cache); aiconfigurator's memory model (activations, NCCL, its slack) must give less, never more
+    from benchctl.predict import VLLM_GPU_MEMORY_UTILIZATION, _Config, _estimate, gpu_kv_capacity_tokens
+
+    spec = load_spec(ROOT / "examples" / "kv-offload-l40s.yaml")
+    (w,) = spec.workloads
+    mem = {}
+    for b in (1, 9):
+        raw = _estimate(_Config(spec.model.name, "agg", "l40s", None, w.isl, w.osl, 2, b))
+        assert isinstance(raw, dict), raw
+        mem[b] = float(raw["memory"])
+    per_request = (mem[9] - mem[1]) / 8  # GiB of KV per request of isl + osl tokens, on each GPU
+    assert per_request > 0
+    budget = VLLM_GPU_MEMORY_UTILIZATION * 48
+    aic_tokens = (budget - (mem[1] - per_request)) / per_request * (w.isl + w.osl)
+    bound = gpu_kv_capacity_tokens(spec.model, spec.pool("g6e"), 2)
+    assert bound is not None and 0 < aic_tokens <= bound
+    assert w.working_set_tokens() > 2 * aic_tokens  # two workers: still past what their GPUs hold

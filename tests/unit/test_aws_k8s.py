@@ -150,8 +150,50 @@ def test_versions_are_the_pods_image_digests_found_by_our_labels_though_grove_ov
     assert pod["metadata"]["labels"][LABEL_MANAGED] != "benchctl"
     pod["status"]["containerStatuses"] = [{"name": "main", "image": "img:1.6.1", "imageID": "img@sha256:abc"}]
     api.put(pod)
-    assert s.versions(st) == {"images": {"img:1.6.1": "img@sha256:abc"}}
+    assert s.versions(st) == {"images": {"img:1.6.1": "img@sha256:abc"},  # no engine line logged yet
+                              "precision": {"w-0": "not logged: no vLLM engine configuration line in the worker's log"}}
     assert all(LABEL_MANAGED not in path for _, path in api.requests)  # never selected by managed-by
+
+
+# vLLM's engine configuration line as its EngineCore logs it at start-up (vllm/config VllmConfig.__str__; the
+# shape of vLLM 0.11's, shortened where it does not matter)
+VLLM_CONFIG_LINE = (
+    "(EngineCore_DP0 pid=412) INFO 12-01 03:12:07 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
+    "model='/models/hf/hub/models--Qwen--Qwen3-30B-A3B-FP8/snapshots/d206ba7', speculative_config=None, "
+    "tokenizer='/models/hf/hub/models--Qwen--Qwen3-30B-A3B-FP8/snapshots/d206ba7', skip_tokenizer_init=False, "
+    "tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, "
+    "max_seq_len=40960, download_dir=None, load_format=auto, tensor_parallel_size=2, pipeline_parallel_size=1, "
+    "data_parallel_size=1, disable_custom_all_reduce=False, quantization={q}, quantization_config=None, "
+    "enforce_eager=False, kv_cache_dtype={kv}, device_config=cuda, seed=0, "
+    "served_model_name=Qwen/Qwen3-30B-A3B-FP8, enable_prefix_caching=True")
+
+
+def test_versions_record_the_precision_each_workers_vllm_engine_logged_running(api):
+    from benchctl.aws.eks import engine_precision
+    from benchctl.mocker import MOCKER_PRECISION
+
+    s = serving(api)
+    st = deploy(s, "agg")
+    dgd = api.stored("DynamoGraphDeployment", st["name"], NS)
+    for i, (q, kv) in enumerate((("fp8", "auto"), ("None", "fp8_e4m3"))):
+        grove_pod(api, dgd, 1, f"w-{i}")
+        api.set_logs(NS, f"w-{i}", "INFO starting\n" + VLLM_CONFIG_LINE.format(q=q, kv=kv) + "\nINFO ready\n", "main")
+    assert s.versions(st)["precision"] == {
+        "w-0": {"dtype": "torch.bfloat16", "quantization": "fp8", "kv_cache_dtype": "auto"},
+        "w-1": {"dtype": "torch.bfloat16", "quantization": None, "kv_cache_dtype": "fp8_e4m3"}}
+    # the quantization_config field of newer vLLM and kv_cache_dtype never pass for the fields they contain
+    assert engine_precision(VLLM_CONFIG_LINE.format(q="compressed-tensors", kv="auto"))["quantization"] == \
+        "compressed-tensors"
+    assert engine_precision("INFO Backend UCX was instantiated") is None
+    # mocker workers (engine: mocker) compute nothing: said so, no log read
+    assert s.versions({**st, "worker_engine": "mocker"})["precision"] == MOCKER_PRECISION
+    assert "not applicable, SIMULATED" in MOCKER_PRECISION
+    # the local engine's mocker processes: the same words, recorded with the ready event
+    from benchctl.local.serving import LocalServing
+    from benchctl.timeline import READY
+
+    assert LocalServing(".").versions({}) == {"precision": MOCKER_PRECISION}
+    assert "precision" in (READY.details or ())
 
 
 def test_network_provenance_is_read_from_the_cluster_and_the_workers_logs(api):
@@ -455,7 +497,8 @@ def test_check_smoke_fails_on_a_failed_job_or_its_deadline_and_never_sleeps(api,
     api.set_status("Job", NS, job, {"succeeded": 1})
     assert campaign.check_smoke(p, ctx, Task("agg")) == {"done": True}
     assert p.state.smoke("agg").result["quality"] == {
-        "questions": 20, "correct": 20, "score": 1.0, "min_score": 0.9, "simulated": False, "gate": "passed"}
+        "questions": 20, "correct": 20, "score": 1.0, "min_score": 0.9, "simulated": False, "gate": "passed",
+        "score_low": pytest.approx(0.8389, abs=1e-4), "score_high": 1.0}  # the score's 95 % Wilson interval
 
 
 # -------------------------------------------------------------------------------------------- preflight

@@ -307,3 +307,46 @@ def test_a_pool_handed_over_is_paid_once_by_each_holder_in_turn(spec: CampaignSp
     agg = next(r for r in rows if r["experiment"] == "agg")
     fees = json.loads(agg["fees_json"])
     assert fees["period_end"] == at("12:30").replace("Z", "+00:00") and fees["period_end_event"] == "pool_handed_over"
+
+
+def test_cold_start_is_reported_apart_and_the_steady_state_per_1m_leaves_it_out(
+        tmp_path: Path, spec: CampaignSpec, plan: CampaignPlan) -> None:
+    """agg boots the p4d pool (10:00) and answers at 10:30, then hands the pool over warm (12:30); disagg takes
+    it at 12:31 and answers at 12:46 (a deploy on warm nodes), restored 14:31. Each experiment's cold start is
+    its own (scale request to ready), and the steady-state $/1M of both leaves it out, so the first experiment
+    no longer carries the node boot in its $/1M; hetero never answered: all of its cost is cold start."""
+    tl = [*agg_timeline()[:-1], ev("agg", "ready", "10:30", startup_s=1800.0),
+          ev("agg", "pool_handed_over", "12:30", "p4d", nodes=2),
+          *experiment_events("disagg", {"p4d": (2, "12:31", "14:31")}, [(SWEEP[0], "13:00", "13:02")]),
+          ev("disagg", "ready", "12:46", startup_s=900.0),
+          *experiment_events("hetero", {"p4d": (1, "15:00", "15:30")}, [])]
+    steps = [step("agg", SWEEP[0], 1_000_000), step("disagg", SWEEP[0], 1_000_000)]
+    rows = costs.cost_rows(C, spec, plan, tl, steps, simulated=False)
+    totals = costs.experiment_totals(rows)
+    agg, disagg, hetero = totals["agg"], totals["disagg"], totals["hetero"]
+    assert agg["cost_usd"] == pytest.approx(2 * 2.5 * P4D + EKS * 2.5)
+    assert agg["cold_start_usd"] == pytest.approx(2 * 0.5 * P4D + EKS * 0.5)  # boot + deploy
+    assert disagg["cold_start_usd"] == pytest.approx(2 * 0.25 * P4D + EKS * 0.25)  # deploy on warm nodes only
+    for t in (agg, disagg):
+        assert t["steady_state_usd"] == pytest.approx(t["cost_usd"] - t["cold_start_usd"])
+        assert t["steady_state_usd_per_1m_output_tokens"] == pytest.approx(t["steady_state_usd"])  # 1M tokens
+    assert agg["steady_state_usd"] == pytest.approx(2 * 2.0 * P4D + EKS * 2.0)
+    assert hetero["cold_start_usd"] == pytest.approx(hetero["cost_usd"]) and hetero["steady_state_usd"] == 0.0
+    fees = json.loads(next(r for r in rows if r["experiment"] == "hetero")["fees_json"])
+    assert fees["cold_start_end_event"] == "none: never ready (all cold start)"
+
+    lake = LocalLake(tmp_path / "lake")
+    lake.write("experiments", [experiment_row(C, i, e) for i, e in enumerate(spec.experiments)], part_name="exp")
+    lake.write("timeline", tl, part_name="timeline")
+    lake.write("steps", steps, part_name="steps")
+    lake.write("costs", rows, part_name="costs")
+    cols, result = QueryEngine(lake.root).run("v_cost_efficiency")
+    view = {r["experiment"]: r for r in (dict(zip(cols, x, strict=True)) for x in result)}
+    for name in ("agg", "disagg"):
+        v, t = view[name], totals[name]
+        assert v["cold_start_usd"] == pytest.approx(t["cold_start_usd"])
+        assert v["steady_state_cost_usd"] == pytest.approx(t["steady_state_usd"])
+        assert v["steady_state_usd_per_1m_output_tokens"] == pytest.approx(t["steady_state_usd_per_1m_output_tokens"])
+        assert v["cold_start_share"] == pytest.approx(t["cold_start_usd"] / t["cost_usd"])
+        assert v["usd_per_1m_output_tokens"] == pytest.approx(t["usd_per_1m_output_tokens"])  # allocation, beside
+    assert view["agg"]["cold_start_share"] > view["disagg"]["cold_start_share"]

@@ -45,7 +45,7 @@ def test_hetero_decode_runs_on_l40s_over_ucx_and_fp8_serves_the_fp8_checkpoint()
     assert by_type["prefill"]["podTemplate"]["spec"]["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-p4d"}
     assert by_type["decode"]["podTemplate"]["spec"]["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-g6e"}
     decode = by_type["decode"]["podTemplate"]["spec"]["containers"][0]
-    assert decode["resources"]["limits"] == {"nvidia.com/gpu": "2"}  # no EFA: G6e has no GPUDirect RDMA
+    assert decode["resources"]["limits"] == {"nvidia.com/gpu": "4"}  # no EFA: G6e has no GPUDirect RDMA
     assert spec.transfer(spec.experiment("disagg-a100p-l40sd"))["path"] == "UCX"
     fp8 = load_spec(EXAMPLES / "fp8.yaml")
     (worker,) = [c for c in r.render_dgd(fp8, CID, "agg-fp8-tp2x2")["spec"]["components"] if c["type"] == "worker"]
@@ -77,7 +77,8 @@ def _events(spec: Any, plan: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def test_hetero_cost_row_is_in_the_disaggregated_heterogeneous_category(tmp_path: Path) -> None:
+def test_hetero_cost_row_is_in_the_disaggregated_heterogeneous_category_and_pays_for_no_idle_gpu(
+        tmp_path: Path) -> None:
     spec = load_spec(EXAMPLES / "hetero-l40s.yaml")
     plan = plan_campaign(spec, "aws")
     lake = LocalLake(tmp_path / "lake")
@@ -95,11 +96,14 @@ def test_hetero_cost_row_is_in_the_disaggregated_heterogeneous_category(tmp_path
     rows = {x["experiment"]: x for x in (dict(zip(cols, v, strict=True)) for v in result)}
     h = rows["disagg-a100p-l40sd"]
     assert h["category"] == "disaggregated heterogeneous"
-    assert rows["agg-a100-tp4x2"]["category"] == "aggregated same-GPU baseline"
-    assert (h["gpus"], h["gpu_kinds"]) == (8, "A100-40GB+L40S-48GB")
-    # one p4d node and one g6e node for an hour: equal money is judged per dollar, not per GPU
-    assert h["gpu_usd_per_hour"] == pytest.approx(21.96 + 10.49)
+    assert (h["gpus"], h["gpu_kinds"]) == (16, "A100-40GB+L40S-48GB")
+    # one p4d node and two g6e nodes for an hour: equal money is judged per dollar, not per GPU
+    assert h["gpu_usd_per_hour"] == pytest.approx(21.96 + 2 * 10.49)
     assert h["tokens_per_usd"] == pytest.approx(100_000 / h["cost_usd"])
+    # H4 without idle GPUs: each side pays for exactly the GPUs its workers use, at nearly the same money
+    (a,) = [r for r in rows.values() if r["category"] == "aggregated same-GPU baseline"]
+    assert (h["gpus"], a["gpus"]) == (h["gpus_allocated"], a["gpus_allocated"]) == (16, 16)
+    assert h["gpu_usd_per_hour"] == pytest.approx(a["gpu_usd_per_hour"], rel=0.05)
     # the experiments row records how its KV moves: UCX between the A100 and L40S pods (no GPUDirect RDMA)
     (e,) = [x for x in lake.read_table("experiments", CID) if x["experiment"] == "disagg-a100p-l40sd"]
     assert (e["kv_transfer_path"], e["nixl_backend"], e["kv_transfer_bandwidth_gbps"]) == ("UCX", "UCX", 1.0)

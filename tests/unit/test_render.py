@@ -648,7 +648,8 @@ def test_each_step_asks_its_runner_for_exactly_the_planned_aiperf_arguments() ->
         assert opt(req["argv"], "--tokenizer-revision") == spec.model.revision  # pinned in the example
         assert req["deadline_s"] == step.est_s + spec.timeouts.load_grace_s
     warm = requests[f"experiments/{exp.name}/requests/warmup.json"]["argv"]
-    assert opt(warm, "--request-count") == "64" and opt(warm, "--concurrency") == "64"
+    # the warm-up runs at the campaign's highest concurrency (the seed plan's: 1536, past its SLO)
+    assert opt(warm, "--request-count") == "64" and opt(warm, "--concurrency") == "1536"
 
 
 def _fake(bin_dir: Path, name: str, body: str) -> None:

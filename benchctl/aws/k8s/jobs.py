@@ -171,13 +171,16 @@ def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, fron
 PREFETCH_HF_HUB = "huggingface_hub==1.33.0"
 PREFETCH_LIB = "/tmp/benchctl-hub"  # in the Job's own container filesystem
 PREFETCH_SCRIPT = """\
-import os, sys
+import json, os, sys
 from huggingface_hub import snapshot_download
 patterns = [p for p in os.environ.get("PATTERNS", "").split(",") if p] or None
-path = snapshot_download(os.environ["MODEL"], revision=os.environ["REVISION"], allow_patterns=patterns)
-if os.path.realpath(path) != os.path.realpath(os.environ["SNAPSHOT"]):
-    sys.exit(f"prefetch: the snapshot is at {path}, not at {os.environ['SNAPSHOT']} where the workers serve it")
-print(f"prefetch: {os.environ['MODEL']} at {os.environ['REVISION']} is in {path}")
+todo = [(os.environ["MODEL"], os.environ["REVISION"], os.environ["SNAPSHOT"])]
+todo += [(m["model"], m["revision"], m["snapshot"]) for m in json.loads(os.environ.get("MORE_MODELS") or "[]")]
+for model, revision, snapshot in todo:
+    path = snapshot_download(model, revision=revision, allow_patterns=patterns)
+    if os.path.realpath(path) != os.path.realpath(snapshot):
+        sys.exit(f"prefetch: the snapshot is at {path}, not at {snapshot} where the workers serve it")
+    print(f"prefetch: {model} at {revision} is in {path}")
 """
 PREFETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
 # A mocker campaign (engine: mocker) needs the model's config and tokenizer only, not its weights
@@ -185,12 +188,13 @@ MOCKER_FILES = ("*.json", "*.txt", "*.jinja")
 
 
 def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, weights: bool = True,
-                        pools: Sequence[PoolSpec] = ()) -> JSON:
+                        pools: Sequence[PoolSpec] = (), more: Sequence[ModelSpec] = ()) -> JSON:
     """Fill the model volume once per campaign (timed apart from deployment start-up): the model at
     ``model.revision`` into the hub cache under HF_HOME, the snapshot directory the workers serve and AIPerf
-    reads the tokenizer from. A slim Python image (``kubernetes.prefetch_image``) running as its own user, on a
-    CPU node, never on the campaign's ``pools`` (:func:`off_gpu_pools`), with requests and limits. Without
-    ``weights`` (a mocker campaign) only the config and tokenizer files (:data:`MOCKER_FILES`)."""
+    reads the tokenizer from, then each of ``more`` (experiments' checkpoints: ``MORE_MODELS``) the same way. A
+    slim Python image (``kubernetes.prefetch_image``) running as its own user, on a CPU node, never on the
+    campaign's ``pools`` (:func:`off_gpu_pools`), with requests and limits. Without ``weights`` (a mocker
+    campaign) only the config and tokenizer files (:data:`MOCKER_FILES`)."""
     lbl = labels(campaign_id, step_id="prefetch")
     install = ('python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --root-user-action=ignore '
                f'--target "$PYTHONPATH" "{PREFETCH_HF_HUB}"')
@@ -205,7 +209,10 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, we
             "env": [*hf_env(k), {"name": "MODEL", "value": model.name}, {"name": "REVISION", "value": model.revision or ""},
                     {"name": "SNAPSHOT", "value": model_snapshot_dir(model)}, {"name": "PYTHONPATH", "value": PREFETCH_LIB},
                     {"name": "PREFETCH_SCRIPT", "value": PREFETCH_SCRIPT},
-                    *([] if weights else [{"name": "PATTERNS", "value": ",".join(MOCKER_FILES)}])],
+                    *([] if weights else [{"name": "PATTERNS", "value": ",".join(MOCKER_FILES)}]),
+                    *([{"name": "MORE_MODELS", "value": json.dumps(
+                        [{"model": m.name, "revision": m.revision or "", "snapshot": model_snapshot_dir(m)}
+                         for m in more], separators=(",", ":"))}] if more else [])],
             "resources": {kind: dict(v) for kind, v in PREFETCH_RESOURCES.items()},
             "volumeMounts": [dict(MODEL_MOUNT)],
         }],

@@ -119,14 +119,15 @@ def uses_kvbm(exp: Experiment, role: str) -> bool:
     return exp.kv_offload is not None and (exp.mode == "aggregated" or role == "prefill")
 
 
-def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup, pool: PoolSpec | None = None) -> list[str]:
+def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup, pool: PoolSpec | None = None, *,
+                weights: ModelSpec | None = None) -> list[str]:
     """``python3 -m dynamo.vllm`` arguments of one worker group (Dynamo 1.6.x flags).
 
     The model is the prefetched snapshot directory of ``model.revision`` on the volume, served under
-    ``model.name``: Dynamo 1.6.1's worker calls ``fetch_model(--model)`` (the Hub, without the revision) before
-    vLLM starts unless ``--model`` is a path that exists (``dynamo/vllm/main.py``: ``should_prefetch_model``);
-    a path is loaded as is, at the commit the prefetch downloaded and AIPerf tokenizes with, offline."""
-    args = ["--model", model_snapshot_dir(model), "--served-model-name", model.name,
+    ``model.name`` (``weights``, an experiment's checkpoint: its snapshot instead, under the same name): Dynamo
+    1.6.1's worker calls ``fetch_model(--model)`` (the Hub, without the revision) before vLLM starts unless
+    ``--model`` is a path that exists (``dynamo/vllm/main.py``: ``should_prefetch_model``); a path is loaded as is."""
+    args = ["--model", model_snapshot_dir(weights or model), "--served-model-name", model.name,
             "--tensor-parallel-size", str(group.tensor_parallel),
             # explicit in every experiment (vLLM's default anyway), so a router rung changes only routing
             "--enable-prefix-caching"]
@@ -255,7 +256,7 @@ def render_deployment(request: DeploymentRequest) -> JSON:
             env += [dict(e) for e in NIXL_TELEMETRY_ENV]
         container.update({
             "command": ["python3", "-m", "dynamo.vllm"],
-            "args": worker_args(request.target.model, exp, g, pool),
+            "args": worker_args(request.target.model, exp, g, pool, weights=request.target.weights),
             "env": env,
             "resources": {"limits": limits, "requests": {GPU: gpus, **requests}},
             "volumeMounts": mounts,
@@ -427,7 +428,8 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
         out.append((f"nodepools/{pool}.yaml", render_nodepool(spec, campaign_id, pool, nodes)))
     if spec.kubernetes.prefetch_model:
         out.append(("prefetch-job.yaml", render_prefetch_job(
-            spec.model, spec.kubernetes, campaign_id, weights=spec.experiments[0].engine == "vllm", pools=spec.pools)))
+            spec.model, spec.kubernetes, campaign_id, weights=spec.experiments[0].engine == "vllm", pools=spec.pools,
+            more=spec.checkpoints())))
     grace = spec.timeouts.load_grace_s
     control = f"{runs_uri.rstrip('/')}/{campaign_id}/"
 
