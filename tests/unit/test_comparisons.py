@@ -50,7 +50,7 @@ def test_the_default_pairing_of_the_examples() -> None:
                                      ("disagg-kv", "disagg-kv-off", ("q2", "h2")),
                                      ("disagg-kv-off", "disagg-kv-ssd", ("q2", "h2"))]
     # A100 prefill + L40S decode against the A100 baseline: not Q1 (other GPU kinds), but H4
-    assert got["hetero-l40s"] == [("agg-a100-tp4x2", "disagg-a100p-l40sd", ("q3", "q4", "h1", "h3", "h4"))]
+    assert got["hetero-l40s"] == [("agg-a100-tp4x4", "disagg-a100p-l40sd", ("q3", "q4", "h1", "h3", "h4"))]
 
 
 def test_a_disaggregated_experiment_with_more_gpus_is_not_paired_for_q1_by_default() -> None:
