@@ -162,34 +162,58 @@ def prefix_dataset(
     seed: int,
     *,
     id_base: int = 0,
+    duplication: str = "tokens",
+    prefix_tokens: int | None = None,
 ) -> Dataset:
-    """``n`` requests of ``isl`` tokens whose first ``ratio`` of tokens (to the block) is one shared prefix.
+    """``n`` requests of ``isl`` tokens with a shared prefix, as ``duplication`` counts it:
 
-    Every request has ``ceil(isl / block_size)`` blocks; the first ``shared_blocks(...)`` carry the same
-    hash ids in every line, the rest are unique to the line. Ids start at ``id_base`` (callers give
-    each step a disjoint range, so one step's "unique" blocks are never cached by another step), and
-    the unique ids are shuffled with ``seed`` (so a repeat with another seed sends other blocks).
-    Actual ratio = shared tokens / isl, where a trailing partial block counts its real token count.
+    * ``tokens``: every request's first ``ratio`` of tokens (to the block) is one shared prefix;
+    * ``requests`` (the plan's "input prefix duplication"): ``round(ratio * n)`` of the requests (chosen with
+      ``seed``) begin with one shared prefix of ``prefix_tokens`` (default half the ISL, to the block), the
+      others share no block at all.
+
+    Every request has ``ceil(isl / block_size)`` blocks; a shared prefix carries the same hash ids in every line
+    that has it, every other block is unique to its line. Ids start at ``id_base`` (callers give each step a
+    disjoint range, so one step's "unique" blocks are never cached by another step), and the unique ids are
+    shuffled with ``seed`` (so a repeat with another seed sends other blocks). ``prefix_ratio_actual``: the share
+    of tokens that is shared (``tokens``) or of requests that contain the prefix (``requests``);
+    ``shared_token_share`` the share of all input tokens that are the shared prefix's, either way.
     """
     if isl <= 0 or osl <= 0 or block_size <= 0 or n <= 0:
         raise ValueError("isl, osl, block_size and n must be positive")
+    if duplication not in ("tokens", "requests"):
+        raise ValueError(f"duplication {duplication!r}: tokens or requests")
     blocks = math.ceil(isl / block_size)
-    k = shared_blocks(ratio, isl, block_size)
+    if duplication == "tokens":
+        k = shared_blocks(ratio, isl, block_size)
+        with_prefix = set(range(n))
+    else:
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"prefix ratio {ratio} must be within 0..1")
+        k = max(1, min(round((prefix_tokens or isl / 2) / block_size), blocks))
+        order = list(range(n))
+        random.Random(f"{seed}:prefix-requests").shuffle(order)  # noqa: S311 (reproducible data)
+        with_prefix = set(order[:round(ratio * n)])
     shared = list(range(id_base, id_base + k))
-    uniques = list(range(id_base + k, id_base + k + n * (blocks - k)))
+    own_blocks = [blocks - k if i in with_prefix else blocks for i in range(n)]
+    uniques = list(range(id_base + k, id_base + k + sum(own_blocks)))
     random.Random(f"{seed}:prefix").shuffle(uniques)  # noqa: S311 (reproducible data)
-    lines = []
+    lines, at = [], 0
     for i in range(n):
-        own = uniques[i * (blocks - k):(i + 1) * (blocks - k)]
-        lines.append({"hash_ids": shared + own, "input_length": isl, "output_length": osl,
-                      "session_id": session_id(i)})
+        own = uniques[at:at + own_blocks[i]]
+        at += own_blocks[i]
+        lines.append({"hash_ids": (shared if i in with_prefix else []) + own, "input_length": isl,
+                      "output_length": osl, "session_id": session_id(i)})
     shared_tokens = min(k * block_size, isl)
+    share = len(with_prefix) * shared_tokens / (n * isl)
+    actual = shared_tokens / isl if duplication == "tokens" else len(with_prefix) / n
     return Dataset(
         name=name,
         data=_encode(lines),
         lines=lines,
         block_size=block_size,
-        meta={"prefix_ratio": ratio, "prefix_ratio_actual": shared_tokens / isl, "shared_blocks": k,
+        meta={"prefix_ratio": ratio, "prefix_ratio_actual": actual, "duplication": duplication,
+              "shared_token_share": share, "shared_blocks": k, "requests_with_prefix": len(with_prefix),
               "blocks": blocks, "seed": seed, "id_base": id_base},
     )
 

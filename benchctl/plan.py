@@ -155,8 +155,8 @@ def _workload_steps(w: Any, seed: int) -> list[tuple[str, dict[str, Any], float]
     elif isinstance(w, PrefixCache):
         for ratio in w.ratios:
             label = _ratio_label(ratio)
-            params = {"prefix_ratio": ratio, "block_size": w.block_size,
-                      "dataset": f"{w.name}-{label}-s{seed}.jsonl"}
+            params = {"prefix_ratio": ratio, "block_size": w.block_size, "duplication": w.duplication,
+                      "prefix_tokens": w.prefix_tokens, "dataset": f"{w.name}-{label}-s{seed}.jsonl"}
             out.append((label, {"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl, "duration_s": None,
                                 "request_count": w.requests, "params": params},
                         _count_estimate(w.requests, w.concurrency, w.osl)))

@@ -119,7 +119,9 @@ class SequenceDistribution(Strict):
 
 
 class PrefixCache(Strict):
-    """Input prefix duplication: each request's first ``ratio`` of ISL is one prefix shared by all."""
+    """Input prefix duplication, as the plan counts it (``duplication: requests``, the default): a ``ratio`` of
+    the requests begins with one shared prefix of ``prefix_tokens`` tokens (default: half the ISL), the others
+    share nothing; or (``duplication: tokens``) every request's first ``ratio`` of ISL is the shared prefix."""
 
     kind: Literal["prefix_cache"] = "prefix_cache"
     name: Name = "prefix-cache"
@@ -129,6 +131,18 @@ class PrefixCache(Strict):
     concurrency: int = Field(gt=0, le=4096)
     requests: int = Field(gt=0, le=100_000, description="requests per ratio")
     block_size: int = Field(default=64, gt=0, le=4096, description="tokens per hash block (AIPerf --isl-block-size)")
+    duplication: Literal["requests", "tokens"] = Field(
+        default="requests", description="requests: the share of requests that contain the shared prefix (the plan's "
+                                        "definition); tokens: the share of every request's tokens that is shared")
+    prefix_tokens: int | None = Field(default=None, gt=0, description="duplication requests: the shared prefix's "
+                                      "length (default: half the ISL, to whole blocks)")
+
+    @model_validator(mode="after")
+    def _prefix_fits(self) -> PrefixCache:
+        if self.prefix_tokens is not None and (self.duplication != "requests" or self.prefix_tokens > self.isl):
+            raise ValueError(f"prefix_tokens {self.prefix_tokens}: only with duplication 'requests', and at most the "
+                             f"isl {self.isl}")
+        return self
 
     @field_validator("ratios")
     @classmethod

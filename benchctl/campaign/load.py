@@ -40,6 +40,7 @@ def step_dataset(step: StepPlan) -> Dataset | None:
         return prefix_dataset(
             prm["dataset"], prm["prefix_ratio"], step.request_count or 0, step.isl, step.osl,
             prm["block_size"], step.seed, id_base=step.index * _HASH_ID_SPAN,
+            duplication=prm.get("duplication", "tokens"), prefix_tokens=prm.get("prefix_tokens"),
         )
     return None
 

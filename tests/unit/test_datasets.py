@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -170,3 +171,37 @@ def test_disjoint_id_bases_never_share_a_block() -> None:
 def test_ratio_outside_zero_one_is_refused() -> None:
     with pytest.raises(ValueError, match=r"within 0\.\.1"):
         prefix_dataset("p.jsonl", 1.5, 3, 64, 8, 64, seed=0)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.25, 0.5, 0.75, 1.0])
+def test_request_duplication_is_the_share_of_requests_that_contain_the_prefix(ratio: float) -> None:
+    """The plan's input prefix duplication: that share of the requests begins with the one shared prefix (half
+    the ISL by default), the others share no block with anyone; the token share is reported beside it."""
+    n, isl, block = 40, 1024, 64
+    ds = prefix_dataset("p.jsonl", ratio, n, isl, 16, block, seed=7, id_base=500, duplication="requests")
+    prefix = list(range(500, 500 + isl // 2 // block))
+    having = [line for line in ds.lines if line["hash_ids"][: len(prefix)] == prefix]
+    assert len(having) == round(ratio * n) == ds.meta["requests_with_prefix"]
+    assert ds.meta["prefix_ratio_actual"] == len(having) / n
+    assert ds.meta["shared_token_share"] == pytest.approx(ratio * 0.5, abs=1 / n)
+    # outside the prefix no block is used twice, in any request
+    rest = [b for line in ds.lines for b in (line["hash_ids"][len(prefix):] if line in having else line["hash_ids"])]
+    assert len(rest) == len(set(rest)) and not set(rest) & set(prefix)
+    assert all(len(line["hash_ids"]) == isl // block for line in ds.lines)
+    # same seed, same bytes; another seed, other requests carry the prefix
+    assert ds.data == prefix_dataset("p.jsonl", ratio, n, isl, 16, block, seed=7, id_base=500,
+                                     duplication="requests").data
+
+
+def test_a_prefix_cache_workload_counts_requests_by_default_and_its_prefix_must_fit() -> None:
+    from benchctl.errors import SpecError
+    from benchctl.spec import load_spec, parse_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml")
+    w = next(w for w in spec.workloads if w.kind == "prefix_cache")
+    assert w.duplication == "requests"
+    data = spec.model_dump(mode="json")
+    i = next(i for i, x in enumerate(data["workloads"]) if x["kind"] == "prefix_cache")
+    data["workloads"][i]["prefix_tokens"] = data["workloads"][i]["isl"] + 1
+    with pytest.raises(SpecError, match=r"prefix_tokens .* at most the isl"):
+        parse_spec(data)
