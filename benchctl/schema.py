@@ -167,6 +167,7 @@ TABLES: dict[str, Table] = {
             distribution string
             prefix_ratio double
             prefix_ratio_actual double
+            prefix_token_share double
             turns bigint
             dataset_sha256 string
             dataset_uri string

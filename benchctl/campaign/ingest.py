@@ -88,6 +88,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         "distribution": step.params.get("distribution"),
         "prefix_ratio": step.params.get("prefix_ratio"),
         "prefix_ratio_actual": meta.get("prefix_ratio_actual"),
+        "prefix_token_share": meta.get("shared_token_share"),
         "turns": step.params.get("turns"),
         "dataset_sha256": dataset.get("sha256"),
         "dataset_uri": dataset.get("uri"),
