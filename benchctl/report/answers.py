@@ -28,7 +28,7 @@ from benchctl.report.evidence import (
     not_measured,
     per_repeat,
     samples_text,
-    sweep_key,
+    sweep_points,
 )
 from benchctl.verdicts import (
     INCONCLUSIVE,
@@ -65,15 +65,14 @@ def _q1(ev: Evidence) -> Answer:
         return not_measured(a, "no valid comparison of an aggregated and a disaggregated experiment at the same GPU "
                                 "total, router and offload (spec comparisons: with question q1, or the default "
                                 "pairing)", left)
-    parts, compared, samples = [], [], []
+    parts: list[str] = []
+    samples: list[str] = []
+    compared: list[Compared] = []
     for pair in pairs:
         a.method = pair.settings.describe() + "; " + COST_BASIS
-        pts = ev.points(pair, "concurrency_sweep", sweep_key)
-        if not pts:
-            parts.append(f"{pair.label}: {NOT_MEASURED} (no valid concurrency-sweep step on both sides)")
+        pts = sweep_points(ev, pair, a, parts, samples)
+        if pts is None:
             continue
-        samples.append(samples_text(ev, pair, "concurrency_sweep"))
-        a.excluded += ev.invalid_steps(pair, "concurrency_sweep")
         for ikey, keys in by_input(pts).items():
             per_fig: dict[str, list[tuple[float, Compared]]] = {f[0]: [] for f in Q1_FIGURES}
             for key in keys:
@@ -149,16 +148,15 @@ def _q4(ev: Evidence, key: str = "q4", kind: str = "question") -> Answer:
     if not pairs:
         return not_measured(a, "no valid comparison of an aggregated and a disaggregated experiment with the same "
                                 "GPU total, router and offload", left)
-    parts, gaps, samples = [], [], []
+    parts: list[str] = []
+    samples: list[str] = []
+    gaps: list[Compared] = []
     decided = False
     for pair in pairs:
         a.method = pair.settings.describe() + "; the transfer explains the gap when their intervals overlap"
-        pts = ev.points(pair, "concurrency_sweep", sweep_key)
-        if not pts:
-            parts.append(f"{pair.label}: {NOT_MEASURED} (no valid concurrency-sweep step on both sides)")
+        pts = sweep_points(ev, pair, a, parts, samples)
+        if pts is None:
             continue
-        samples.append(samples_text(ev, pair, "concurrency_sweep"))
-        a.excluded += ev.invalid_steps(pair, "concurrency_sweep")
         for ikey, keys in by_input(pts).items():
             for i, k in enumerate(sorted(keys, key=lambda k: float(k[3]))):
                 b, t = pts[k][BASELINE], pts[k][TREATMENT]

@@ -24,6 +24,7 @@ from benchctl.report.evidence import (
     per_repeat,
     samples_text,
     sweep_key,
+    sweep_points,
 )
 from benchctl.verdicts import (
     INCONCLUSIVE,
@@ -173,7 +174,9 @@ def h3(ev: Evidence) -> Answer:
     stage = {(r.get("experiment"), r.get("step_id")): r for r in sq.rows}
     has_prefill = PREFILL_WAITING in sq.columns and any(num(r.get(PREFILL_WAITING)) is not None for r in sq.rows)
     decode_col = "decode_waiting_avg"
-    parts, compared, samples = [], [], []
+    parts: list[str] = []
+    samples: list[str] = []
+    compared: list[Compared] = []
 
     def said(s: Sample, unit: str = "") -> str:
         return fnum(s.mean, unit) if s.n else NOT_MEASURED
@@ -184,11 +187,9 @@ def h3(ev: Evidence) -> Answer:
 
     for pair in pairs:
         a.method = pair.settings.describe() + "; queue depth = the stage's time-averaged waiting requests"
-        pts = ev.points(pair, "concurrency_sweep", sweep_key)
-        if not pts:
-            parts.append(f"{pair.label}: {NOT_MEASURED} (no valid concurrency-sweep step on both sides)")
+        pts = sweep_points(ev, pair, a, parts, samples)
+        if pts is None:
             continue
-        samples.append(samples_text(ev, pair, "concurrency_sweep"))
         for ikey, keys in by_input(pts).items():
             top = sorted(keys, key=lambda k: float(k[3]))[-2:]  # the highest loads
             told = []

@@ -198,3 +198,15 @@ def evidence_of(data: ReportData) -> Evidence:
             differs=tuple(d for d in str(c.get("differs") or "").split(",") if d), source=str(c.get("source") or ""),
             settings=Settings.from_row(c), fabric=[fabric[e] for e in sides if e in fabric and fabric[e].status != NOT_APPLICABLE]))
     return Evidence(pairs, data.comparison_steps, data.views, fabric)
+
+
+def sweep_points(ev: Evidence, pair: Pair, a: Answer, parts: list[str], samples: list[str]) -> Any:
+    """The pair's valid concurrency-sweep points (``Evidence.points`` by ``sweep_key``), noting on ``a`` the steps
+    left out and in ``samples`` what they rest on; None (and the line saying so in ``parts``) without any."""
+    pts = ev.points(pair, "concurrency_sweep", sweep_key)
+    if not pts:
+        parts.append(f"{pair.label}: {NOT_MEASURED} (no valid concurrency-sweep step on both sides)")
+        return None
+    samples.append(samples_text(ev, pair, "concurrency_sweep"))
+    a.excluded += ev.invalid_steps(pair, "concurrency_sweep")
+    return pts
