@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -20,6 +20,8 @@ from benchctl.errors import SpecError
 from benchctl.names import dgd_name_problem
 from benchctl.placement import placement_problems
 from benchctl.spec_base import Name, Strict
+from benchctl.spec_fields import HfRepoId, HfRevision, NodegroupName, Text
+from benchctl.spec_text import read_capped, spec_data
 from benchctl.spec_settings import (  # Kubernetes and image_tag_version: here too, where callers look
     EFA_INTERFACES,
     PATH_BANDWIDTH_GBPS,
@@ -44,17 +46,17 @@ from benchctl.workloads import (  # the workloads' models: benchctl.workloads
 
 
 class ModelSpec(Strict):
-    name: str = Field(min_length=1, description="served model name, e.g. Qwen/Qwen3-30B-A3B")
+    name: HfRepoId = Field(description="served model name, a Hugging Face repo id, e.g. Qwen/Qwen3-30B-A3B")
     max_context: int = Field(default=40960, gt=0, description="model context length in tokens")
     # Qwen3-30B-A3B: 48 layers x 4 KV heads x 128 head_dim x (K, V) x 2 bytes (BF16) = 98,304 B/token.
     kv_bytes_per_token: int = Field(default=98304, gt=0, description="KV cache bytes per token")
     weights_gb: float | None = Field(default=None, gt=0, description="the checkpoint's weights on the GPUs, GB (1e9 "
                                      "bytes; Qwen3-30B-A3B in BF16: 61.1): the KV-capacity arithmetic "
                                      "(benchctl.predict.gpu_kv_capacity_tokens)")
-    revision: str | None = Field(
-        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$",
-        description="Hugging Face revision: what the model prefetch downloads, the workers serve and AIPerf reads "
-                    "the tokenizer at, offline from the model volume; a full commit hash, required when a pool runs "
+    revision: HfRevision | None = Field(
+        default=None,
+        description="Hugging Face revision (a commit or a safe ref name: benchctl.spec_fields): what the model "
+                    "prefetch downloads, the workers serve and AIPerf reads the tokenizer at, offline from the model volume; a full commit hash, required when a pool runs "
                     "on EKS (a hub cache's snapshot directory is named by its commit); the local engine serves its own "
                     "generated model directory")
 
@@ -69,12 +71,12 @@ class PoolSpec(Strict):
     name: Name
     instance_type: str = Field(min_length=1)
     gpus_per_node: int = Field(ge=0, le=16, description="0: a CPU pool, for Dynamo mocker workers (engine: mocker)")
-    gpu_kind: str = Field(min_length=1, description="e.g. A100-40GB, L40S-48GB; none on a CPU pool")
+    gpu_kind: Annotated[str, Text(64)] = Field(min_length=1, description="e.g. A100-40GB, L40S-48GB; none on a CPU pool")
     pods_per_node: int | None = Field(default=None, gt=0, le=100, description="a CPU pool: how many mocker worker "
                                       "pods one node holds (each asks kubernetes.mocker_cpu/mocker_memory)")
     max_nodes: int = Field(default=4, gt=0, le=64)
     provider: Literal["managed-nodegroup", "auto-mode", "local"] = "managed-nodegroup"
-    nodegroup: str | None = Field(default=None, description="EKS managed node group name")
+    nodegroup: NodegroupName | None = Field(default=None, description="EKS managed node group name")
     network: PoolNetwork = PoolNetwork()
 
     def efa_interfaces(self) -> int:
@@ -168,7 +170,7 @@ class Experiment(Strict):
 
 class CampaignSpec(Strict):
     name: Name
-    description: str = ""
+    description: Annotated[str, Text(2000, multiline=True)] = ""
     model: ModelSpec
     pools: list[PoolSpec] = Field(min_length=1)
     experiments: list[Experiment] = Field(min_length=1)
@@ -462,8 +464,10 @@ def parse_spec(data: Any, source: str = "<spec>") -> CampaignSpec:
 
 
 def load_spec_text(path: Path) -> str:
+    """A spec file's text: at most benchctl.spec_text.MAX_SPEC_BYTES read (a longer file, or a device, is refused)."""
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            return read_capped(f, str(path), path.stat().st_size if path.is_file() else None).decode("utf-8")
     except FileNotFoundError:
         raise SpecError(str(path), ["(file): not found"]) from None
     except IsADirectoryError:
@@ -475,14 +479,9 @@ def load_spec_text(path: Path) -> str:
 
 
 def parse_spec_text(text: str, source: str) -> CampaignSpec:
-    import yaml  # lazily: Lambdas only ever read the JSON spec the Plan state stored
-
-    try:
-        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        detail = " ".join(str(err).split())  # one line per problem, even for PyYAML's multi-line messages
-        raise SpecError(source, [f"(file): not valid {'JSON' if source.endswith('.json') else 'YAML'}: {detail}"]) from None
-    return parse_spec(data, source)
+    """A spec's text (JSON when ``source`` ends with .json, else YAML), size-capped and without YAML aliases
+    (benchctl.spec_text), validated."""
+    return parse_spec(spec_data(text, source), source)
 
 
 def load_spec(path: str | Path) -> CampaignSpec:

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from benchctl.spec_base import Name, Strict
+from benchctl.spec_fields import CpuQuantity, HfRepoId, HfRevision, InClusterUrl, K8sObjectName, MemoryQuantity, Text
 
 # EFA interfaces of an instance type, for a pool whose network asks for EFA without a count. p4d.24xlarge /
 # p4de.24xlarge: 4 (FACTS "Held to the platforms' own rules"); p5.48xlarge: 32 (Dynamo's AWS p5 recipe gives
@@ -56,9 +57,9 @@ class Checkpoint(Strict):
     GPUs. AIPerf, the quality questions and the tokenizer stay the campaign model's; the worker logs the precision
     it actually ran (the ready event's ``precision``)."""
 
-    name: str = Field(min_length=1, description="the weights' Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B")
-    revision: str | None = Field(
-        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$",
+    name: HfRepoId = Field(description="the weights' Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B")
+    revision: HfRevision | None = Field(
+        default=None,
         description="its commit: required when the experiment runs on EKS (the workers serve its snapshot directory "
                     "from the model volume, which the model prefetch fills too)")
     weights_gb: float | None = Field(default=None, gt=0, description="its weights on the GPUs, GB (as model.weights_gb)")
@@ -85,8 +86,8 @@ class PoolPrice(Strict):
 
 
 class Pricing(Strict):
-    source: str = Field(default="spec", description="where the prices come from")
-    as_of: str | None = Field(default=None, description="date the prices were read")
+    source: Annotated[str, Text(200)] = Field(default="spec", description="where the prices come from")
+    as_of: Annotated[str, Text(64)] | None = Field(default=None, description="date the prices were read")
     instances: dict[str, PoolPrice] = Field(default_factory=dict, description="instance type -> price")
     eks_cluster_usd_per_hour: float = Field(default=0.10, ge=0)
 
@@ -168,31 +169,32 @@ class Kubernetes(Strict):
                     "(BENCHCTL_LOAD_IMAGE), built by the control-plane stack from stacks/images/load/Dockerfile")
     uploader_image: str = Field(default="public.ecr.aws/aws-cli/aws-cli:2.22.0", min_length=1,
                                 description="copies a Job's artifacts to the results bucket (AWS CLI v2)")
-    node_class: str = Field(default="default", min_length=1,
+    node_class: K8sObjectName = Field(default="default",
                             description="EKS Auto Mode NodeClass (eks.amazonaws.com) of our NodePools")
     min_gpu_driver: int = Field(
         default=580, gt=0,
         description="NVIDIA driver major version the Dynamo image needs (1.6 images: CUDA 13.0, driver 580+); "
                     "checked on GPU nodes that report it (GPU feature discovery labels)")
-    hf_token_secret: str = Field(default="hf-token", min_length=1, description="Secret with key HF_TOKEN")
-    model_pvc: str = Field(default="model-cache", min_length=1, description="PVC holding the HF model cache")
-    load_service_account: str = Field(default="benchctl-load", min_length=1,
+    hf_token_secret: K8sObjectName = Field(default="hf-token", description="Secret with key HF_TOKEN")
+    model_pvc: K8sObjectName = Field(default="model-cache", description="PVC holding the HF model cache")
+    load_service_account: K8sObjectName = Field(default="benchctl-load",
                                       description="ServiceAccount of load Jobs (S3 write to the raw prefix)")
-    load_cpu: str = Field(default="8", description="CPU request/limit of an AIPerf Job (not the bottleneck)")
-    load_memory: str = Field(default="16Gi")
-    mocker_cpu: str = Field(default="2", description="CPU request/limit of a mocker worker (engine: mocker)")
-    mocker_memory: str = Field(default="4Gi", description="memory request/limit of a mocker worker")
-    shared_memory: str = Field(default="16Gi", description="/dev/shm of each worker")
+    load_cpu: CpuQuantity = Field(default="8", description="CPU request/limit of an AIPerf Job (not the bottleneck)")
+    load_memory: MemoryQuantity = Field(default="16Gi")
+    mocker_cpu: CpuQuantity = Field(default="2", description="CPU request/limit of a mocker worker (engine: mocker)")
+    mocker_memory: MemoryQuantity = Field(default="4Gi", description="memory request/limit of a mocker worker")
+    shared_memory: MemoryQuantity = Field(default="16Gi", description="/dev/shm of each worker")
     prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
     prefetch_image: str = Field(
         default="python:3.11-slim-bookworm", min_length=1,
         description="the model prefetch's image: a slim Python (the default load image's base) into which the Job "
                     "installs a pinned huggingface_hub, as Dynamo's model-caching guide does; not the runtime image")
-    dcgm_exporter_urls: list[Annotated[str, Field(pattern=r"^https?://[^\s]+$")]] = Field(
+    dcgm_exporter_urls: list[InClusterUrl] = Field(
         default_factory=list,
         description="NVIDIA DCGM exporter /metrics URLs (port 9400; e.g. the GPU operator's Service "
                     "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics) scraped with every step's server "
-                    "metrics: GPU utilisation, memory, power per step in the lake (v_stage_queues)")
+                    "metrics: GPU utilisation, memory, power per step in the lake (v_stage_queues); only in-cluster "
+                    "Service URLs (benchctl.spec_fields: never an IP literal such as the instance metadata address)")
 
     @model_validator(mode="after")
     def _runtime_version(self) -> Kubernetes:

@@ -174,9 +174,10 @@ def checks(state_machine_arn: str, *, spec_path: Path | None = None, session: An
             yield Check("load runner Job", False, "give --spec: the Job runs with a spec's Kubernetes settings "
                                                   "(namespace, images, service account, sizes)")
         else:
-            import yaml
+            from benchctl.spec import load_spec_text
+            from benchctl.spec_text import spec_data
 
-            data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+            data = spec_data(load_spec_text(spec_path), str(spec_path))  # size-capped, no YAML aliases
             yield from _runner_job(session, functions["Load"], data, timeout_s=job_timeout_s, poll_s=poll_s,
                                    sleep=sleep)
 

@@ -18,6 +18,7 @@ from benchctl.context import Ctx
 from benchctl.ports import JSON, PoolPort, Providers
 from benchctl.runstate import RunState
 from benchctl.spec import CampaignSpec
+from benchctl.spec_text import read_capped
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
@@ -29,8 +30,9 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
 
 
 def read_s3_uri(uri: str, *, s3: Any = None) -> bytes:
-    """The object's bytes. A missing one is a FileNotFoundError naming the specs that are there: S3 says
-    AccessDenied, not NoSuchKey, to a reader that may not list the bucket, so on either the prefix is
+    """The object's bytes, at most benchctl.spec_text.MAX_SPEC_BYTES (a larger object is a SpecError before its
+    body is read: its ContentLength is checked first). A missing one is a FileNotFoundError naming the specs
+    that are there: S3 says AccessDenied, not NoSuchKey, to a reader that may not list the bucket, so on either the prefix is
     listed (the Plan role may list ``specs/``) before anything is concluded."""
     import boto3
     from botocore.exceptions import ClientError
@@ -38,7 +40,7 @@ def read_s3_uri(uri: str, *, s3: Any = None) -> bytes:
     bucket, key = split_s3_uri(uri)
     s3 = s3 or boto3.client("s3")
     try:
-        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        got = s3.get_object(Bucket=bucket, Key=key)
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404", "AccessDenied", "403"):
             raise
@@ -53,6 +55,11 @@ def read_s3_uri(uri: str, *, s3: Any = None) -> bytes:
         raise FileNotFoundError(
             f"{uri}: no such spec; under s3://{bucket}/{prefix} there are: {', '.join(there) or 'none'} "
             "(upload one with `benchctl start SPEC --upload-only`)") from None
+    body = got["Body"]
+    try:  # the size S3 declares is checked before the body is read, and no more than the limit is read
+        return read_capped(body, uri, got.get("ContentLength"))
+    finally:
+        body.close()
 
 
 class _LazyPools:

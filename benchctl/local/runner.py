@@ -31,6 +31,7 @@ from benchctl.plan import plan_campaign
 from benchctl.ports import Providers
 from benchctl.runstate import ResultRecord, RunnerRecord, RunState
 from benchctl.spec import CampaignSpec, load_spec, spec_hash
+from benchctl.spec_text import read_capped
 
 CAMPAIGNS_DIR, LAKE_DIR, LOCKS_DIR, CACHE_DIR = "campaigns", "lake", "locks", "cache"  # under the workspace
 
@@ -54,7 +55,8 @@ def read_file_uri(uri: str) -> bytes:
         raise ValueError(f"spec_uri {uri!r}: the local engine reads file:// URIs (give `benchctl run` a path)")
     path = Path(unquote(parts.path))
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:  # at most the spec size limit, as on S3
+            return read_capped(f, uri, path.stat().st_size if path.is_file() else None)
     except FileNotFoundError:
         raise FileNotFoundError(f"{uri}: no such spec file") from None
 
