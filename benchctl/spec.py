@@ -21,7 +21,6 @@ from benchctl.names import dgd_name_problem
 from benchctl.placement import placement_problems
 from benchctl.spec_base import Name, Strict
 from benchctl.spec_fields import HfRepoId, HfRevision, NodegroupName, Text
-from benchctl.spec_text import read_capped, spec_data
 from benchctl.spec_settings import (  # Kubernetes and image_tag_version: here too, where callers look
     EFA_INTERFACES,
     PATH_BANDWIDTH_GBPS,
@@ -38,6 +37,7 @@ from benchctl.spec_settings import (  # Kubernetes and image_tag_version: here t
     WarmUp,
     image_tag_version,
 )
+from benchctl.spec_text import read_capped, spec_data
 from benchctl.workloads import (  # the workloads' models: benchctl.workloads
     WORKLOAD_KINDS,
     MultiTurn,

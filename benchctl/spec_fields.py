@@ -221,7 +221,7 @@ MemoryQuantity = Annotated[str, _checked(_positive(_MEMORY), (
 # ------------------------------------------------------------------------------------------------------ free text
 
 
-def Text(max_length: int, *, multiline: bool = False) -> AfterValidator:  # noqa: N802 (reads as a type)
+def Text(max_length: int, *, multiline: bool = False) -> AfterValidator:
     """Free text: at most ``max_length`` characters, no control characters (newline and tab when ``multiline``)."""
     def check(value: str) -> str | None:
         if len(value) > max_length:

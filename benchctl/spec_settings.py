@@ -12,7 +12,15 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from benchctl.spec_base import Name, Strict
-from benchctl.spec_fields import CpuQuantity, HfRepoId, HfRevision, InClusterUrl, K8sObjectName, MemoryQuantity, Text
+from benchctl.spec_fields import (
+    CpuQuantity,
+    HfRepoId,
+    HfRevision,
+    InClusterUrl,
+    K8sObjectName,
+    MemoryQuantity,
+    Text,
+)
 
 # EFA interfaces of an instance type, for a pool whose network asks for EFA without a count. p4d.24xlarge /
 # p4de.24xlarge: 4 (FACTS "Held to the platforms' own rules"); p5.48xlarge: 32 (Dynamo's AWS p5 recipe gives

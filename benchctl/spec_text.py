@@ -32,11 +32,11 @@ MAX_DEPTH = 20
 
 def size_problem(size: int) -> str | None:
     """The one-line problem of a spec of ``size`` bytes, or None when it is within the limit."""
-    return None if size <= MAX_SPEC_BYTES else _too_big(size)
+    return None if size <= MAX_SPEC_BYTES else _too_big(f"{size} bytes")
 
 
-def _too_big(size: int) -> str:
-    return (f"(file): {size} bytes is over the spec size limit: a spec is at most {MAX_SPEC_BYTES} bytes "
+def _too_big(size: str) -> str:
+    return (f"(file): {size} is over the spec size limit: a spec is at most {MAX_SPEC_BYTES} bytes "
             f"(256 KiB; benchctl.spec_text.MAX_SPEC_BYTES); nothing was parsed")
 
 
@@ -45,10 +45,14 @@ def read_capped(stream: IO[bytes], source: str, size: int | None = None) -> byte
     ``size`` is over the limit, or after one byte more when the stream turns out longer (no size, or it lied)."""
     if size is not None and (problem := size_problem(size)):
         raise SpecError(source, [problem])
-    raw = stream.read(MAX_SPEC_BYTES + 1)
-    if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError(source, [_too_big(max(size or 0, len(raw)))])
-    return bytes(raw)
+    chunks: list[bytes] = []
+    left = MAX_SPEC_BYTES + 1
+    while left > 0 and (chunk := stream.read(left)):  # a short read (a pipe, a socket) is not the end
+        chunks.append(chunk)
+        left -= len(chunk)
+    if left <= 0:
+        raise SpecError(source, [_too_big(f"more than {MAX_SPEC_BYTES} bytes")])
+    return b"".join(chunks)
 
 
 class _Refused(Exception):
