@@ -415,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("query", help="run a view (by name) or a SELECT over the lake with DuckDB; rows of a "
                                      "simulated campaign say SIMULATED (a line above a table; a 'simulated' "
-                                     "column in CSV, a field in JSON)")
+                                     "column in CSV, a field in JSON); it reads the lake's tables only (no other "
+                                     "file, URL, COPY, ATTACH, extension or SET: exit 2)")
     p.add_argument("name_or_sql")
     p.add_argument("--lake", default="runs/lake")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")

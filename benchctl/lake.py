@@ -12,7 +12,7 @@ Writes are atomic and idempotent: the same ``part_name`` replaces the same file 
 redelivered event never duplicates rows. Callers pick part names that identify the event (e.g. the step
 id), not a timestamp. Every path segment is checked here first (:func:`check_path_value`).
 
-May import only the standard library and ``benchctl.schema``.
+May import only the standard library, ``benchctl.schema`` and ``benchctl.errors``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections import defaultdict
 from typing import Any
 
 from benchctl import schema
+from benchctl.errors import ArtifactError
 
 _SAFE = re.compile(r"^[a-z0-9_.-]+$")
 RAW_DIR = "raw"
@@ -67,3 +68,31 @@ def partition_path(table: str, values: dict[str, str]) -> str:
     for key in schema.partition_keys(table):
         rel += f"{key}={check_path_value(key, values.get(key))}/"
     return rel
+
+
+def raw_relative_path(prefix: str, key: str) -> str | None:
+    """Where an object of a step's raw area goes under a local copy of it: ``key`` without ``prefix``
+    (the step's raw prefix, trailing slash); None for a folder marker (a key ending in ``/``).
+
+    Whoever wrote the raw area (a load pod) chose the key: one that could resolve outside the copy (an
+    absolute part from ``//``, a ``.`` or ``..`` segment, a backslash, a control character) or that
+    is not under ``prefix`` raises :class:`ArtifactError` naming the key, so a caller that checks every
+    key before it downloads one writes nothing."""
+    if not key.startswith(prefix):
+        raise ArtifactError(f"raw artifact key {key!r} is not under the step's raw prefix {prefix!r}")
+    rel = key[len(prefix):]
+    if not rel:
+        return None  # the step's own folder marker
+    body = rel[:-1] if rel.endswith("/") else rel
+    why = None
+    if not body or body.startswith("/"):
+        why = "has an absolute part ('//' after the prefix)"
+    elif any(seg in ("", ".", "..") for seg in body.split("/")):
+        why = "has an empty, '.' or '..' segment"
+    elif "\\" in body or any(ord(ch) < 32 or ord(ch) == 127 for ch in body):
+        why = "has a backslash or a control character"
+    if why is not None:
+        raise ArtifactError(
+            f"raw artifact key {key!r} {why}: a raw key is {prefix!r} + a relative path of non-empty "
+            "segments, none '.' or '..'; nothing of this step was copied")
+    return None if rel.endswith("/") else rel

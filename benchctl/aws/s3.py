@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchctl import schema
-from benchctl.lake import check_path_value, partition_path, partition_rows, raw_prefix
+from benchctl.errors import ArtifactError
+from benchctl.lake import check_path_value, partition_path, partition_rows, raw_prefix, raw_relative_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import boto3
@@ -185,19 +186,27 @@ class S3Lake:
 
     @contextlib.contextmanager
     def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> Iterator[Path]:
-        """A step's raw artifacts copied into a temporary directory (same relative layout), for parsing."""
+        """A step's raw artifacts copied into a temporary directory (same relative layout), for parsing.
+
+        Every key is listed and checked first (:func:`benchctl.lake.raw_relative_path`): one that could
+        resolve outside the directory (``//``, ``..``, ...) raises ArtifactError before any file is written.
+        """
         prefix = self.raw_uri(campaign_id, experiment, step_id).removeprefix(f"s3://{self.bucket}/")
         s3 = self._s3()
+        wanted: list[tuple[str, str]] = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                rel = raw_relative_path(prefix, obj["Key"])
+                if rel is not None:
+                    wanted.append((obj["Key"], rel))
         with tempfile.TemporaryDirectory(prefix="benchctl-raw-") as tmp:
-            root = Path(tmp)
-            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-                for obj in page.get("Contents", []):
-                    rel = obj["Key"][len(prefix):]
-                    if not rel or rel.endswith("/") or ".." in rel.split("/"):
-                        continue
-                    dest = root / rel
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    s3.download_file(self.bucket, obj["Key"], str(dest))
+            root = Path(tmp).resolve()
+            for key, rel in wanted:
+                dest = (root / rel).resolve()
+                if not dest.is_relative_to(root):  # a symlink cannot be in a fresh directory: belt and braces
+                    raise ArtifactError(f"raw artifact key {key!r} resolves outside {root}")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(self.bucket, key, str(dest))
             yield root
 
     # ---------------------------------------------------------------------------------------- read

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.errors import LoadFailed
-from benchctl.local import modeldir, processes
+from benchctl.local import loopback, modeldir, processes
 from benchctl.ports import JSON, LoadRequest
 
 _STOP_GRACE_S = 10.0  # AIPerf shuts its services down on SIGTERM; SIGKILL the group after this
@@ -91,7 +91,8 @@ class LocalLoad:
         if self.log_dir is None and log is None:
             raise ValueError("the load runner needs a log directory (LocalLoad(log_dir)) or a step's log")
         log_path = (self.log_dir / "aiperf-runner.log") if self.log_dir else Path(str(log)).parent / "aiperf-runner.log"
-        env = {**aiperf_env(), "BENCHCTL_RUNNER_TOKENIZER": modeldir.TOKENIZER_NAME}
+        # AIPerf's services talk over IPC; the shim keeps any TCP listener it may open on loopback too
+        env = {**aiperf_env(), **loopback.preload_env(), "BENCHCTL_RUNNER_TOKENIZER": modeldir.TOKENIZER_NAME}
         rec = processes.start("aiperf-runner", [sys.executable, "-m", "benchctl.load_runner"], env,
                               log_path, stdin_pipe=True)
         self._runner, self._pipe = rec, processes.stdin_of(rec)

@@ -5,12 +5,19 @@ columns when the table has no file yet), then one view per ``sql/views/<name>.sq
 ``benchctl.views``), transpiled from Athena's Trino dialect with sqlglot (``read="trino"``,
 ``write="duckdb"``) and created in dependency order (the order Athena creates them in). Implements the ``QueryPort`` (``run``).
 
+Once the views exist the connection is closed around the lake (:meth:`QueryEngine._confine`, DuckDB's own
+boundary, see https://duckdb.org/docs/stable/operations_manual/securing_duckdb/overview): the lake's table
+directories are its only ``allowed_directories``, ``enable_external_access`` goes off (no other local file,
+no URL, no ATTACH, COPY or extension), extension auto-loading goes off, and ``lock_configuration`` goes on,
+so no query can ``SET`` any of it back. A query reading anything else is refused (:data:`OUTSIDE_LAKE`).
+
 Imports duckdb and sqlglot: the local engine and the CLI only.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +33,31 @@ _DUCK_TYPES = {
 }
 
 
+OUTSIDE_LAKE = "a query reads only the lake's tables and views"
+
+
 def parse_query(sql: str, *, dialect: str = "trino", what: str = "query") -> Any:
     """The single SELECT/WITH statement in ``sql`` as a sqlglot expression; ValueError otherwise."""
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError
 
+    sqlglot_log = logging.getLogger("sqlglot")
+    level = sqlglot_log.level
+    sqlglot_log.setLevel(logging.ERROR)  # its "falling back to a Command" warning: the error below says it
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except ParseError as e:
         raise ValueError(f"{what}: not valid {dialect} SQL: {e}") from None
+    finally:
+        sqlglot_log.setLevel(level)
     if len(statements) != 1:
         raise ValueError(f"{what}: expected exactly one SQL statement, found {len(statements)}")
     stmt = statements[0]
     if not isinstance(stmt, exp.Query):
-        raise ValueError(
-            f"{what}: only a SELECT (or WITH ... SELECT) query is allowed here, got {stmt.key.upper()}"
-        )
+        # sqlglot reads a statement it does not know (INSTALL, LOAD, PRAGMA) as an alias or a command
+        kind = stmt.key.upper() if stmt.key not in ("alias", "command", "column") else sql.split(maxsplit=1)[0].upper()
+        raise ValueError(f"{what}: only a SELECT (or WITH ... SELECT) query is allowed here, got {kind}")
     return stmt
 
 
@@ -58,7 +73,7 @@ class QueryEngine:
     def __init__(self, lake_root: Path, *, views_dir: Path = VIEWS_DIR) -> None:
         import duckdb
 
-        self.lake_root = Path(lake_root)
+        self.lake_root = Path(lake_root).resolve()  # absolute: the paths the views read are the ones allowed
         self.views_dir = Path(views_dir)
         self.con = duckdb.connect(":memory:")
         self.table_views: list[str] = []
@@ -67,6 +82,19 @@ class QueryEngine:
             self.con.execute(self._table_view_sql(table))
             self.table_views.append(table)
         self._load_sql_views()
+        self._confine()
+
+    def _confine(self) -> None:
+        """Close the connection around the lake's tables, after the views exist: reads only under the
+        tables' directories (whether or not they hold files yet: a run's engine outlives its first
+        ingest), no other file system access, no extension, and the configuration locked."""
+        dirs = [str(self.lake_root / table) + "/" for table in schema.table_names()]
+        allowed = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
+        self.con.execute(f"SET allowed_directories = [{allowed}]")
+        self.con.execute("SET enable_external_access = false")
+        self.con.execute("SET autoinstall_known_extensions = false")
+        self.con.execute("SET autoload_known_extensions = false")
+        self.con.execute("SET lock_configuration = true")
 
     # ---------------------------------------------------------------------------------------------
     def _table_view_sql(self, table: str) -> str:
@@ -109,7 +137,7 @@ class QueryEngine:
         return [*self.table_views, *self.sql_views]
 
     def run(self, name_or_sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run a view by name, or one SELECT/WITH query (Trino dialect, as on Athena).
+        """Run a view by name, or one SELECT/WITH query (Trino dialect, as on Athena), over the lake only.
 
         Anything else (DDL, DML, several statements) raises ValueError: the CLI only reads.
         """
@@ -124,6 +152,11 @@ class QueryEngine:
             sql = to_duckdb(text)
         try:
             cur = self.con.execute(sql)
+        except duckdb.PermissionException as err:  # a file, URL or extension outside the lake
+            first = str(err).strip().splitlines()[0]
+            raise ValueError(
+                f"query refused: {OUTSIDE_LAKE} (under {self.lake_root}); DuckDB's external access is off: "
+                f"{first}") from None
         except duckdb.Error as err:  # an unknown table or column, a type error: the person's query
             raise ValueError(self._explain(err, text)) from None
         columns = [d[0] for d in cur.description or []]

@@ -8,7 +8,9 @@ Layout of one deployment, under ``<workdir>/deployments/<deployment_id>/``:
   removed on teardown;
 * ``logs/<name>.log`` stdout+stderr of each process (``frontend``, ``worker-0``, ``prefill-0``, ...).
 
-Processes (all bound to 127.0.0.1):
+Processes (all bound to 127.0.0.1: by the flags and variables below, and, for the listeners Dynamo 1.6.1
+binds on 0.0.0.0 whatever it is told (event-plane ZMQ PUB sockets, the prefill bootstrap server), by the
+``LD_PRELOAD`` shim of ``loopback.py``):
 
 * ``python -m dynamo.frontend --http-host 127.0.0.1 --http-port P --discovery-backend file
   --request-plane tcp --router-mode {round-robin|kv}``;
@@ -43,7 +45,7 @@ from typing import Any
 
 from benchctl.atomic import atomic_write
 from benchctl.errors import ServingFailed
-from benchctl.local import modeldir, processes
+from benchctl.local import loopback, modeldir, processes
 from benchctl.local.smoke import loopback_http, parse_completion
 from benchctl.mocker import MOCKER_PRECISION, ROLES, mocker_flags
 from benchctl.ports import JSON, DeploymentRequest, WorkerGroupSpec
@@ -208,6 +210,7 @@ class LocalServing:
 
         base_env: dict[str, str | None] = {
             **modeldir.tokenizer_env(),
+            **loopback.preload_env(),  # the listeners no flag reaches (event plane PUBs, bootstrap) on loopback
             "DYN_FILE_KV": str(discovery),
             "DYN_TCP_RPC_HOST": "127.0.0.1",
             "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",

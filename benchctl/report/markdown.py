@@ -1,8 +1,13 @@
 """The report as Markdown: the same tables and provenance, figures listed (see the HTML report).
-May import the standard library and the core."""
+
+Every text that comes from the spec, the lake or a log goes through :func:`md_text`: a renderer shows it as
+the characters it is (no raw HTML, no link, code span, emphasis or table cell of its own); the versions
+JSON sits in a code fence longer than any backtick run it holds. May import the standard library and the
+core."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from benchctl.report.answers import answers
@@ -17,20 +22,35 @@ from benchctl.report.data import (
 )
 from benchctl.report.figures import figures
 
+# CommonMark's backslash escapes (any ASCII punctuation may be escaped) for the characters that start
+# inline structure: code spans, emphasis, links and images, GFM tables and strikethrough
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
-def _md_cell(v: Any) -> str:
-    return fmt_value(v).replace("|", "\\|").replace("\n", " ")
+
+def md_text(v: Any) -> str:
+    """``v`` as inline Markdown text that renders as exactly its characters: one line (line breaks become
+    spaces), ``&``, ``<`` and ``>`` as entities (so no raw HTML), inline punctuation backslash-escaped."""
+    text = " ".join(fmt_value(v).splitlines())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def md_code_block(text: str, info: str = "") -> list[str]:
+    """``text`` verbatim in a fenced code block whose fence is longer than any backtick run inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, text, fence]
 
 
 def _md_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
-    out = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    out += ["| " + " | ".join(_md_cell(r.get(c)) for c in columns) + " |" for r in rows]
+    out = ["| " + " | ".join(md_text(c) for c in columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    out += ["| " + " | ".join(md_text(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(out)
 
 
 def render_markdown(data: ReportData) -> str:
     tag = f" ({SIM_TAG})" if data.simulated else ""
-    out = [f"# benchctl report: campaign {data.campaign_id}{tag}", ""]
+    out = [f"# benchctl report: campaign {md_text(data.campaign_id)}{tag}", ""]
     if data.simulated:
         out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
                 ""]
@@ -40,16 +60,17 @@ def render_markdown(data: ReportData) -> str:
             "\"inconclusive\" and why; \"not measured\" where no comparison could answer it; what was left out is "
             "named.", ""]
     for a in answers(data):
-        out += [f"### {a.key.upper()}. {a.title}", "", f"**Verdict{tag} ({a.status}):** {a.verdict}", ""]
+        out += [f"### {a.key.upper()}. {md_text(a.title)}", "",
+                f"**Verdict{tag} ({md_text(a.status)}):** {md_text(a.verdict)}", ""]
         if a.figures:
             out += [_md_table(["where", "figures"], [{"where": w, "figures": f} for w, f in a.figures]), ""]
         if a.excluded:
-            out += [f"_Left out or unverified: {'; '.join(a.excluded)}._", ""]
-        out += [f"_Evidence: {a.evidence}. Samples: {a.samples or 'none'}."
-                + (f" Method: {a.method}." if a.method else "") + "_", ""]
+            out += [f"_Left out or unverified: {md_text('; '.join(a.excluded))}._", ""]
+        out += [f"_Evidence: {md_text(a.evidence)}. Samples: {md_text(a.samples or 'none')}."
+                + (f" Method: {md_text(a.method)}." if a.method else "") + "_", ""]
     out += [f"## Provenance{tag}", ""]
-    out += [f"- **{k}**: {v}" for k, v in provenance_items(data)]
-    out += ["", "Versions:", "", "```json", versions_pretty(data), "```", ""]
+    out += [f"- **{md_text(k)}**: {md_text(v)}" for k, v in provenance_items(data)]
+    out += ["", "Versions:", "", *md_code_block(versions_pretty(data), "json"), ""]
     ds = [d for d in data.datasets if d.get("dataset_sha256")]
     out += ["Datasets (steps.dataset_sha256):", ""]
     out += [_md_table(["step_id", "workload_kind", "experiments", "dataset_sha256"], ds) if ds
@@ -65,16 +86,16 @@ def render_markdown(data: ReportData) -> str:
     else:
         out += ["_no network observation recorded_", ""]
     for _sid, title, rows, cols, desc in table_sections(data):
-        out += [f"## {title}{tag}", "", desc, ""]
+        out += [f"## {title}{tag}", "", md_text(desc), ""]
         out += [_md_table(cols, rows.rows) if rows.rows else "_no rows for this campaign_", ""]
     out += [f"## Predicted vs measured{tag}", ""]
     if data.predictions is not None:
         out += [_md_table(data.predictions.columns, data.predictions.rows), ""]
     else:
-        out += [f"_{data.predictions_note or 'No predictions.'}_", ""]
+        out += [f"_{md_text(data.predictions_note or 'No predictions.')}_", ""]
     out += [f"## Figures{tag}", "", "Figures are omitted in Markdown: see the HTML report "
             "(`benchctl report --format html`):", ""]
-    out += [f"- {f.title}" for f in figures(data)]
+    out += [f"- {md_text(f.title)}" for f in figures(data)]
     out.append("")
     return "\n".join(out)
 

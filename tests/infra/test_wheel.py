@@ -29,6 +29,7 @@ def test_a_built_wheel_installs_and_finds_its_views_and_asl(tmp_path: Path) -> N
     repo_views = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "sql").rglob("*.sql"))
     assert {f"benchctl/_data/{v}" for v in repo_views} <= names
     assert "benchctl/_data/state_machines/campaign.asl.json" in names
+    assert "benchctl/local/loopback_bind.c" in names  # the local engine builds its loopback shim from it
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
                    check=True, timeout=300)

@@ -121,3 +121,23 @@ def test_query_says_simulated_for_a_simulated_campaigns_rows_in_every_format(tmp
     assert json.loads(js.stdout) == [{"campaign_id": "smoke-1", "step_id": "s1", "simulated": True}]
     measured = cli("query", sql.format("gpu-1"), "--lake", str(lake.root))
     assert measured.returncode == 0 and "SIMULATED" not in measured.stdout
+
+
+def test_query_outside_the_lake_exits_2_naming_the_rule(tmp_path):
+    from benchctl.local.lake import LocalLake
+
+    lake = LocalLake(tmp_path / "lake")
+    lake.write("steps", [{"campaign_id": "c", "experiment": "agg", "mode": "aggregated", "step_id": "s1",
+                          "step_index": 0, "repeat": 0, "status": "succeeded"}], part_name="steps")
+    for sql, rule in (
+        ("SELECT * FROM read_text('/etc/hostname')", "a query reads only the lake's tables and views"),
+        ("SELECT * FROM read_csv('/etc/passwd', sep = ':')", "a query reads only the lake's tables and views"),
+        (f"COPY (SELECT 1) TO '{tmp_path}/x.csv'", "only a SELECT"),
+        ("INSTALL httpfs", "only a SELECT"),
+        ("SET enable_external_access = true", "only a SELECT"),
+    ):
+        res = cli("query", sql, "--lake", str(lake.root))
+        assert res.returncode == 2 and rule in res.stderr and res.stderr.count("\n") == 1, (sql, res.stderr)
+    assert not (tmp_path / "x.csv").exists()
+    ok = cli("query", "SELECT step_id FROM steps", "--lake", str(lake.root), "--format", "csv")
+    assert ok.returncode == 0 and "s1" in ok.stdout, ok.stderr

@@ -6,9 +6,11 @@ test checks afterwards that none of the pids it started (nor their process group
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +24,7 @@ pytest.importorskip("dynamo.frontend")
 pytest.importorskip("aiperf")
 
 from benchctl.errors import ServingFailed
-from benchctl.local import modeldir, processes
+from benchctl.local import loopback, modeldir, processes
 from benchctl.local.load import LocalLoad
 from benchctl.local.serving import LocalServing, mocker_flags
 from benchctl.local.smoke import smoke_test
@@ -299,3 +301,116 @@ def test_stop_running_aiperf_leaves_nothing(serving, tmp_path: Path) -> None:
     survivors = [pid for pid, st in tree if processes.is_alive({"pid": pid, "start_time": st})]
     assert survivors == [], f"aiperf processes survived stop: {survivors}"
     load.stop(job)  # idempotent
+
+
+# ------------------------------------------------------------------------------------- loopback only
+
+
+def _proc_addr(hexaddr: str) -> tuple[str, int]:
+    """``0100007F:1F90`` / 32-hex-digit IPv6 forms of /proc/net/{tcp,udp}[6] -> (address, port)."""
+    ip, port = hexaddr.split(":")
+    raw = bytes.fromhex(ip)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1]), int(port, 16)
+    host_order = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))  # four host-order 32-bit words
+    return socket.inet_ntop(socket.AF_INET6, host_order), int(port, 16)
+
+
+def listening_sockets(pids: set[int]) -> set[tuple[int, str, str, int]]:
+    """(pid, proto, address, port) of every TCP socket in LISTEN and every unconnected (receiving) UDP
+    socket that one of ``pids`` holds open: its ``/proc/<pid>/fd`` socket inodes matched against
+    ``/proc/<pid>/net/{tcp,tcp6,udp,udp6}`` (the process's own network namespace)."""
+    found: set[tuple[int, str, str, int]] = set()
+    for pid in pids:
+        inodes: set[int] = set()
+        try:
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd.path)
+                    if target.startswith("socket:["):
+                        inodes.add(int(target[8:-1]))
+        except OSError:
+            continue  # exited meanwhile
+        for proto in ("tcp", "tcp6", "udp", "udp6"):
+            try:
+                rows = Path(f"/proc/{pid}/net/{proto}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                f = row.split()
+                local, remote, state, inode = f[1], f[2], f[3], int(f[9])
+                if inode not in inodes:
+                    continue
+                if proto.startswith("tcp") and state != "0A":  # 0A = TCP_LISTEN
+                    continue
+                if proto.startswith("udp") and _proc_addr(remote)[1] != 0:  # connected: not receiving
+                    continue
+                found.add((pid, proto, *_proc_addr(local)))
+    return found
+
+
+def test_the_loopback_shim_rewrites_only_wildcard_binds(tmp_path: Path) -> None:
+    code = ("import socket; a = socket.socket(); a.bind(('0.0.0.0', 0)); "
+            "b = socket.socket(socket.AF_INET6); b.bind(('::', 0)); "
+            "c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.bind(('0.0.0.0', 0)); "
+            "d = socket.socket(); d.bind(('127.0.0.2', 0)); "
+            "print(a.getsockname()[0], b.getsockname()[0], c.getsockname()[0], d.getsockname()[0])")
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert plain.stdout.split() == ["0.0.0.0", "::", "0.0.0.0", "127.0.0.2"]  # what the shim has to change
+    shimmed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, **loopback.preload_env()})
+    assert shimmed.stdout.split() == ["127.0.0.1", "::1", "127.0.0.1", "127.0.0.2"]
+
+
+def test_no_shim_no_deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCHCTL_LIB_DIR", str(tmp_path / "lib"))  # not built there, and no compiler
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(loopback.shutil, "which", lambda _name: None)
+    svc = LocalServing(tmp_path / "run")
+    with pytest.raises(ServingFailed, match=r"no C compiler \(cc\) to build loopback_bind.c"):
+        svc.deploy(_disagg("never"))
+    assert not list((tmp_path / "run").rglob("*.log"))  # nothing started
+
+
+def test_a_local_serving_and_its_load_listen_only_on_loopback(serving, tmp_path: Path) -> None:
+    # Given a disaggregated deployment with the KV router (every kind of listener a local run opens:
+    # HTTP, request plane, system servers, event-plane PUBs, the prefill bootstrap server)
+    svc, deploy = serving
+    state = deploy(_disagg("disagg-lo"))
+    _wait_ready(svc, state)
+    roots = [int(r["pid"]) for r in state["processes"]]
+    artifact_dir = tmp_path / "artifacts" / "job-lo"
+    argv = [
+        "--streaming", "--isl", "64", "--isl-stddev", "0", "--osl", "16", "--concurrency", "2",
+        "--request-count", "12", "--warmup-request-count", "1", "--random-seed", "7", "--ui-type", "none",
+        "--endpoint-type", "chat", "--model", MODEL, "--tokenizer", MODEL,
+        "--url", state["url"], "--artifact-dir", str(artifact_dir),
+    ]  # fmt: skip
+    load = LocalLoad()
+    # When AIPerf runs against it, the sockets of every process this test started (and their
+    # descendants: AIPerf's services, forked per run) are listed over and over until the run ends
+    job = load.launch(LoadRequest("c1", "job", "lo", tuple(argv), str(artifact_dir)))
+    seen: set[tuple[int, str, str, int]] = set()
+    pids: set[int] = set()
+    t0 = time.monotonic()
+    try:
+        while True:
+            now = set()
+            for root in [*roots, int(job["process"]["pid"])]:
+                now |= {pid for pid, _ in _descendants(root)}
+            pids |= now
+            seen |= listening_sockets(now)
+            if load.poll(job) is not None:
+                break
+            assert time.monotonic() - t0 < 120, "aiperf took too long"
+            time.sleep(0.2)
+    finally:
+        load.stop(job)
+    assert Path(artifact_dir / "profile_export_aiperf.json").is_file(), Path(job["log"]).read_text()[-2000:]
+    # Then there were listeners (the check looked at real ones), in every deployment process, and every
+    # one of them is on loopback
+    print(f"{len(seen)} listening sockets in {len(pids)} processes: {sorted(seen)}")
+    assert {pid for pid, *_ in seen} >= set(roots)
+    assert len(seen) >= 10
+    beyond = sorted(s for s in seen if s[2] not in ("127.0.0.1", "::1"))
+    assert beyond == [], f"listening beyond loopback: {beyond}"

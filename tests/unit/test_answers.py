@@ -5,6 +5,7 @@ used another transfer backend is excluded and named; one repeat per side is neve
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,11 @@ def figures(ttft: float, **extra: Any) -> dict[str, Any]:
 
 
 def answers(c: Campaign) -> dict[str, str]:
-    """{q1: the answer's whole Markdown block} of the campaign's rendered report."""
+    """{q1: the answer's whole Markdown block, its texts as a reader sees them} of the campaign's rendered
+    report (the report escapes every text it did not write: backslash escapes and HTML entities undone)."""
     md = render_report(c.write().root, c.cid, "md")
     section = md[md.index("## Answers"):md.index("## Provenance")]
+    section = html.unescape(re.sub(r"\\([\\`*_\[\]|~])", r"\1", section))
     return {m.group(1).lower(): m.group(0) for m in re.finditer(r"### (\w+)\. .*?(?=\n### |\Z)", section, re.S)}
 
 

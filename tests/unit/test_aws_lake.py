@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from moto import mock_aws
 
 from benchctl import schema
 from benchctl.aws.s3 import S3Lake, S3RunStore
+from benchctl.errors import ArtifactError
 from benchctl.ingest import (
     PHASE_MANIFEST_JSON,
     RECORDS_JSONL,
@@ -401,6 +403,63 @@ def test_raw_keys_match_the_local_lake(s3: Any, tmp_path: Path) -> None:
     path = local.write_raw("c", "e", "s", "in.json", b"{}")
     uri = S3Lake(BUCKET, PREFIX).write_raw("c", "e", "s", "in.json", b"{}")
     assert uri.removeprefix(f"s3://{BUCKET}/{PREFIX}/") == Path(path).relative_to(local.root).as_posix()
+
+
+@pytest.mark.parametrize("hostile", ["{outside}", "../../escaped.json", "a/../../escaped.json", "a//b.json",
+                                     "./profile_export.jsonl", "a\\b.json"])
+def test_raw_keys_that_could_leave_the_ingest_copy_are_refused_before_anything_is_written(
+        s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hostile: str) -> None:
+    # Given a step's raw area holding a real summary and one key a load pod chose: "//" + an absolute
+    # path (joined to a directory, it replaces it), or ".." / "." / empty segments, or a backslash
+    scratch = tmp_path / "scratch"  # where the copy's temporary directory is made
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    outside = tmp_path / "outside" / "escaped.json"
+    lake = S3Lake(BUCKET, PREFIX)
+    prefix = lake.raw_uri("c1", "agg", "s1").removeprefix(f"s3://{BUCKET}/")
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}{SUMMARY_JSON}", Body=b"{}")
+    key = prefix + hostile.format(outside=outside)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=b'{"forged": true}')
+    assert key in _s3_keys(s3)  # S3 keeps the key as written
+    # When Ingest asks for its local copy
+    # Then it is refused, naming the key, and no file was written anywhere
+    with pytest.raises(ArtifactError, match="raw artifact key") as err, lake.raw_local("c1", "agg", "s1"):
+        pass
+    assert repr(key) in str(err.value)
+    assert not outside.exists() and not list(tmp_path.rglob("*.json"))
+    assert list(scratch.iterdir()) == []
+
+
+def test_raw_copy_keeps_the_layout_and_skips_folder_markers(s3: Any) -> None:
+    lake = S3Lake(BUCKET, PREFIX)
+    prefix = lake.raw_uri("c1", "agg", "s1").removeprefix(f"s3://{BUCKET}/")
+    for key in (prefix, f"{prefix}inputs/", f"{prefix}inputs/d.jsonl", f"{prefix}{SUMMARY_JSON}"):
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"" if key.endswith("/") else b"x")
+    with lake.raw_local("c1", "agg", "s1") as root:
+        copied = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    assert copied == ["inputs/d.jsonl", SUMMARY_JSON]
+
+
+@pytest.mark.parametrize(("key", "copied_as"), [
+    ("raw/x/", None), ("raw/x/a/", None), ("raw/x/a/b.json", "a/b.json"), ("raw/x/profile.json", "profile.json"),
+])
+def test_raw_relative_path_of_a_safe_key(key: str, copied_as: str | None) -> None:
+    from benchctl.lake import raw_relative_path
+
+    assert raw_relative_path("raw/x/", key) == copied_as
+
+
+@pytest.mark.parametrize(("key", "rule"), [
+    ("raw/x//etc/passwd", "absolute part"), ("raw/x//", "absolute part"), ("raw/x/a/../../b", "'..' segment"),
+    ("raw/x/a/./b", "'..' segment"), ("raw/x/a//b", "'..' segment"), ("raw/x/a\\b", "backslash"),
+    ("raw/x/a\nb", "control character"), ("raw/y/a", "not under"),
+])
+def test_raw_relative_path_refuses_a_key_naming_it_and_the_rule(key: str, rule: str) -> None:
+    from benchctl.lake import raw_relative_path
+
+    with pytest.raises(ArtifactError, match=re.escape(rule)) as err:
+        raw_relative_path("raw/x/", key)
+    assert repr(key) in str(err.value)
 
 
 # ------------------------------------------------------------------------------------------ run store

@@ -337,6 +337,81 @@ def test_run_refuses_anything_but_one_query(lake: LocalLake, sql: str) -> None:
         QueryEngine(lake.root).run(sql)
 
 
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "SELECT content FROM read_text('{outside}')",
+        "SELECT * FROM read_csv('{outside}')",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SELECT * FROM read_csv('/etc/passwd', sep = ':')",
+        "SELECT * FROM read_text('{lake}/steps/../../secret.txt')",  # a path that climbs out of the lake
+        "SELECT * FROM read_text('{lake}/raw/notes.txt')",  # the lake's raw evidence is not a table
+        "SELECT * FROM read_parquet('https://example.com/x.parquet')",
+    ],
+)
+def test_query_cannot_read_a_file_outside_the_lake_tables(tmp_path: Path, lake: LocalLake, reader: str) -> None:
+    # Given a lake with a table, a file beside it, and a file in its raw evidence
+    _write_steps(lake, [_step("aggregated", 1, 0, 10.0)])
+    (tmp_path / "secret.txt").write_text("s3cret")
+    (lake.root / "raw").mkdir()
+    (lake.root / "raw" / "notes.txt").write_text("s3cret")
+    engine = QueryEngine(lake.root)
+    # When a query names a file the lake's tables do not hold
+    # Then it is refused, naming the rule, and nothing of the file comes back
+    with pytest.raises(ValueError, match="query refused: a query reads only the lake's tables and views") as err:
+        engine.run(reader.format(outside=tmp_path / "secret.txt", lake=lake.root))
+    assert "s3cret" not in str(err.value)
+    # while the tables and every view still read the lake's own files
+    assert engine.run("SELECT step_id FROM steps")[1] == [("sweep-c1-r0",)]
+    for view in engine.sql_views:
+        engine.run(view)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SET enable_external_access = true",
+        "SET allowed_directories = ['/']",
+        "RESET lock_configuration",
+        "COPY (SELECT 1) TO '{tmp}/copied.csv'",
+        "ATTACH '{tmp}/other.duckdb'",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+    ],
+)
+def test_duckdb_itself_holds_the_lake_boundary_under_the_query_gate(
+        tmp_path: Path, lake: LocalLake, statement: str) -> None:
+    # Given the engine's connection after its views exist (the statement gate bypassed on purpose)
+    import duckdb
+
+    engine = QueryEngine(lake.root)
+    # When a statement tries to widen the boundary or to touch a file
+    with pytest.raises(duckdb.Error, match=r"locked|Permission Error|disabled"):
+        engine.con.execute(statement.format(tmp=tmp_path))
+    # Then DuckDB refuses it and nothing is written
+    assert not (tmp_path / "copied.csv").exists() and not (tmp_path / "other.duckdb").exists()
+    assert engine.con.execute("SELECT current_setting('enable_external_access')").fetchone() == (False,)
+
+
+@pytest.mark.parametrize(
+    ("statement", "kind"),
+    [
+        ("COPY (SELECT 1) TO '/tmp/x'", "COPY"),
+        ("ATTACH '/tmp/x.duckdb'", None),
+        ("INSTALL httpfs", "INSTALL"),
+        ("LOAD httpfs", "LOAD"),
+        ("SET enable_external_access = true", "SET"),
+        ("PRAGMA enable_profiling", "PRAGMA"),
+    ],
+)
+def test_query_refuses_statements_that_are_not_a_select_by_name(lake: LocalLake, statement: str,
+                                                                 kind: str | None) -> None:
+    with pytest.raises(ValueError, match="only a SELECT" if kind else "not valid trino SQL") as err:
+        QueryEngine(lake.root).run(statement)
+    if kind:
+        assert str(err.value).endswith(f"got {kind}")
+
+
 def test_ingested_samples_round_trip(tmp_path: Path, lake: LocalLake) -> None:
     # Given a real AIPerf summary ingested and written
     run = tmp_path / "run"

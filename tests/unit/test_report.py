@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,55 @@ def test_markdown_has_the_tables_and_lists_the_figures(lake: LocalLake) -> None:
         assert block.count("\n| ") >= 2, view  # header + at least one row
     assert "| concurrency-sweep | 4 | 44.00 | 68.00 |" in md  # agg and disagg side by side
     assert "see the HTML report" in md and "- Pareto: TTFT vs output tokens/s per GPU" in md
+
+
+HOSTILE = "<script>alert(1)</script> | `x` [click](javascript:alert(1)) *b* <img src=x onerror=alert(2)>"
+
+
+def _hostile_campaign(lake: LocalLake) -> None:
+    """The standard lake's campaign row again (same part: replaced), its spec name, error, cause, pricing
+    source and versions written by a hostile spec author or copied from a log."""
+    campaign(lake, versions={"aiperf": "0.13.0", "note": "```\n<script>alert(3)</script>\n```"})
+    row = lake.read_table("campaigns", C)[0]
+    row.update(spec_name=HOSTILE, failed_state="Deploy|Ready", error="ServingFailed `x`",
+               cause="line 1\n## not a heading\n| a | b |", model="m<b>bold</b>",
+               pricing_json=json.dumps({"source": HOSTILE, "as_of": "2026-11-01"}))
+    lake.write("campaigns", [row], part_name="campaign")
+
+
+def _rendered_markdown(md: str) -> str:
+    """The Markdown as a CommonMark renderer with GFM tables shows it (raw HTML allowed, as on GitHub
+    before its sanitiser): markdown-it-py, the reference CommonMark implementation's Python port."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(md)
+
+
+def test_markdown_report_shows_spec_and_log_text_as_text(lake: LocalLake) -> None:
+    plain = _rendered_markdown(render_report(lake.root, C, "md"))
+    _hostile_campaign(lake)
+    md = render_report(lake.root, C, "md")
+    shown = _rendered_markdown(md)
+    # no element the text brought: no script, image, bold, link or extra code span, heading or table
+    for tag in ("<script", "<img", "<b>", "<a ", "<h2>not"):
+        assert tag not in shown, tag
+    extra = {"<li>": 3, "<strong>": 3}  # the failed_state, error and cause items the plain campaign has not
+    for tag in ("<code>", "<table>", "<tr>", "<td>", "<h2>", "<li>", "<em>", "<strong>"):
+        assert shown.count(tag) == plain.count(tag) + extra.get(tag, 0), tag
+    # and the text itself, character for character, where the provenance list shows it
+    assert f"<li><strong>spec_name</strong>: {html_escape(HOSTILE, quote=False)}</li>" in shown
+    assert "<li><strong>cause</strong>: line 1 ## not a heading | a | b |</li>" in shown
+    assert "<li><strong>model</strong>: m&lt;b&gt;bold&lt;/b&gt;</li>" in shown
+    # the versions JSON stays one code block, whatever backticks it holds
+    assert shown.count("<pre><code") == plain.count("<pre><code") == 1
+    assert "&lt;script&gt;alert(3)" in shown.split("<pre><code", 1)[1].split("</code></pre>", 1)[0]
+
+
+def test_html_report_shows_spec_and_log_text_as_text(lake: LocalLake) -> None:
+    _hostile_campaign(lake)
+    page = render_report(lake.root, C)
+    assert "<script" not in page and "<img" not in page and "<b>bold" not in page
+    assert html_escape(HOSTILE, quote=False) in page
 
 
 # ------------------------------------------------------------------------------------------ bad input
