@@ -182,7 +182,7 @@ _SERVING_CHECK_S = 1.0  # how often the wake check looks at the serving side (ea
 
 def load_wake(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> Callable[[], str | None]:
     """The wake check of a step's load for the callbacks port: a reason for CheckLoad to look now (an abort
-    was requested, the serving side died, the load ended, the deadline passed), or None; a dead serving side
+    was requested, the serving side died, the load ended, the deadline passed, the budget is exceeded), or None; a dead serving side
     raises ``ServingFailed`` (the relay wakes on that too). It never decides: CheckLoad does, as on every poll."""
     last_serving = [0.0]
 
@@ -192,14 +192,16 @@ def load_wake(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> Callable
         rec = p.state.load(experiment, step_id)
         if rec is None or rec.ended or rec.skipped:
             return "load recorded as ended"
-        if p.clock() - last_serving[0] >= _SERVING_CHECK_S:
+        look = p.clock() - last_serving[0] >= _SERVING_CHECK_S
+        if look:
             last_serving[0] = p.clock()
             p.serving.check_alive(deployment(p, experiment).state)  # raises: a reason too
         if p.load.poll(rec.state) is not None:
             return "load ended"
         if p.clock() - (rec.running_at or rec.launched_at) > (rec.est_s or 0.0) + p.state.spec().timeouts.load_grace_s:
             return "deadline passed"
-        budget_guard(p, ctx, experiment, step_id, waiting=f"the load {step_id}")  # raises: a reason too
+        if look:  # the budget too: CheckLoad then refuses (BudgetExceeded) and the experiment is torn down
+            budget_guard(p, ctx, experiment, step_id, waiting=f"the load {step_id}")  # raises: a reason too
         return None
 
     return wake
