@@ -15,7 +15,9 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
   Report release them; Report runs Athena queries in the workgroup and creates the views. parliament
   lints every policy document (tests/infra).
 * Configuration: every function gets exactly the variables of ``benchctl.aws.env.LambdaEnv`` (the model
-  the runtime parses); the bucket's prefixes are ``benchctl.constants``'.
+  the runtime parses); the bucket's prefixes are ``benchctl.constants``'. The Plan and Pools functions also
+  get the deployment's ceilings (context ``benchctl:ceilings``) as ``BENCHCTL_CEILINGS``: recorded in the
+  template, read by Plan and ScalePools, which refuse a spec past them (``benchctl.ceilings``).
 * Kubernetes rights: the stack creates an EKS access entry, in the Kubernetes group that
   ``stacks/kubernetes/benchctl-rbac.yaml`` binds, for exactly the roles that call Kubernetes
   (``kubernetes`` in ``FUNCTION_NEEDS``, and the sweeper), and outputs every role's ARN. With ``benchctl:vpc_id``/``subnet_ids`` those
