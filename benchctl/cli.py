@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchctl.errors import ArtifactError, SpecError
+from benchctl.errors import ArtifactError, CeilingExceeded, SpecError
 
 EPILOG = """examples:
   benchctl validate examples/smoke.yaml
@@ -64,10 +64,25 @@ def _aws(fn: Any) -> Any:
         raise AwsUnavailable(f"AWS: {err}{hint}") from None
 
 
+def _ceilings(args: argparse.Namespace) -> Any:
+    from benchctl.ceilings import resolve
+
+    return resolve(args.context_file and _path(args.context_file))
+
+
+def _within_ceilings(args: argparse.Namespace, spec: Any) -> None:
+    """Refuse (CeilingExceeded, exit 2) a spec past the deployment's ceilings, before anything is written."""
+    from benchctl.ceilings import refuse
+
+    c = _ceilings(args)
+    refuse(spec, str(args.spec), c, c.history_poll_seconds)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from benchctl.spec import load_spec
 
     spec = load_spec(_path(args.spec))
+    _within_ceilings(args, spec)
     print(f"{args.spec}: valid ({len(spec.experiments)} experiments, {len(spec.workloads)} workloads)")
     return 0
 
@@ -75,12 +90,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from benchctl import ceilings
     from benchctl.comparisons import format_comparisons, resolved
+    from benchctl.errors import CeilingExceeded
     from benchctl.plan import format_plan, plan_campaign
     from benchctl.spec import load_spec
 
     spec = load_spec(_path(args.spec))
+    if args.poll_seconds < 1:
+        raise ValueError(f"--poll-seconds {args.poll_seconds}: must be at least 1")
     plan = plan_campaign(spec, args.engine)
+    # the deployment's ceilings; the worst-case history only where there is a quota (one AWS execution)
+    over = ceilings.check(spec, plan_campaign(spec, "aws"), _ceilings(args),
+                          args.poll_seconds if args.engine == "aws" else None)
     problems = list(plan.budget_problems)
     out = plan.to_json()
     text = format_plan(plan) + "\n" + format_comparisons(spec)
@@ -93,6 +115,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         text += "\n" + format_history(est)
         problems += limits
     print(json.dumps(out, indent=2) if args.json else text)
+    if over:
+        raise CeilingExceeded(str(args.spec), ceilings.lines(over) + problems)
     if problems:
         raise SpecError(str(args.spec), problems)
     return 0
@@ -116,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     result = run_campaign(
         _path(args.spec), _path(args.out), campaign_id=args.campaign_id, fail_at=args.fail_at,
-        poll_seconds=args.poll_seconds,
+        poll_seconds=args.poll_seconds, ceilings=_ceilings(args),
     )
     print(f"\ncampaign {result.campaign_id}: {result.status} in {result.elapsed_s:.0f} s")
     print(f"  results (parquet lake): {result.lake}")
@@ -179,7 +203,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     s = _aws(lambda: start(
         _path(args.spec), bucket=bucket,
         state_machine_arn=args.state_machine_arn or os.environ.get("BENCHCTL_STATE_MACHINE_ARN"),
-        campaign_id=args.campaign_id, poll_seconds=args.poll_seconds, upload_only=args.upload_only))
+        campaign_id=args.campaign_id, poll_seconds=args.poll_seconds, upload_only=args.upload_only,
+        ceilings=_ceilings(args)))
     if s.execution_arn is None:
         print(f"uploaded {s.spec_uri}; schedule it with context benchctl:schedule "
               f'{{"expression": "cron(...)", "spec_key": "{s.spec_uri.split("/", 3)[3]}"}}')
@@ -280,6 +305,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from benchctl.spec import load_spec
 
     spec = load_spec(_path(args.spec))
+    _within_ceilings(args, spec)  # before anything is written
     out = _path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out}: exists and is not an empty directory; give a new or empty --out")
@@ -331,6 +357,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+CONTEXT_HELP = ("the CDK app's cdk.json whose context 'benchctl:ceilings' (images, instance types and list prices, "
+                "nodes per pool, $ per campaign, timeouts, worst-case history) the spec must stay within; default "
+                "$BENCHCTL_CONTEXT_FILE, else the project's cdk.json: the ceilings the deployment records")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="benchctl", description=__doc__.split("\n")[0] if __doc__ else "",
@@ -340,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a campaign spec; exit 2 with one line per problem")
     p.add_argument("spec")
+    p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
     p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("plan", help="experiments x steps with deterministic ids, durations and cost estimate")
@@ -348,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=["local", "aws"], default="local", help="whose overheads to estimate")
     p.add_argument("--poll-seconds", type=int, default=30,
                    help="AWS: the Wait states' period (as for `start`), for the execution-history estimate (default 30)")
+    p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
     p.set_defaults(fn=cmd_plan)
 
     p = sub.add_parser("run", help="run a campaign with the local engine (the campaign ASL, real Dynamo mocker + AIPerf)")
@@ -356,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
     p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
     p.add_argument("--poll-seconds", type=int, default=1, help="Wait state period in whole seconds (default 1)")
+    p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("sweep", help="tear down what dead local campaigns left behind (pools, processes, locks)")
@@ -370,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; also the execution name")
     p.add_argument("--poll-seconds", type=int, default=30, help="Wait state period on AWS (default 30)")
     p.add_argument("--upload-only", action="store_true", help="only store the spec as specs/<file> (for a schedule)")
+    p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
     p.set_defaults(fn=cmd_start)
 
     p = sub.add_parser("status", help="AWS: status of a campaign execution (and why it failed)")
@@ -403,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("--out", required=True, help="directory to write into (must be new or empty)")
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
+    p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
     p.set_defaults(fn=cmd_render)
 
     p = sub.add_parser("predict", help="aiconfigurator's offline predictions for each concurrency-sweep step (not "
@@ -435,12 +471,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))
+    except CeilingExceeded as err:
+        _err(f"{err.source}: outside the deployment's ceilings (CDK context benchctl:ceilings of "
+             "--context-file, default the project's cdk.json):")
+        for line in err.problems:
+            print(f"  {line}", file=sys.stderr)
+        return 2
     except SpecError as err:
         _err(f"invalid spec {err.source}:")
         for line in err.problems:
             print(f"  {line}", file=sys.stderr)
         return 2
-    except (ArtifactError, FileExistsError, FileNotFoundError, ValueError, AwsUnavailable) as err:
+    except (ArtifactError, FileExistsError, FileNotFoundError, ValueError, AwsUnavailable) as err:  # CeilingsError too
         _err(str(err))
         return 2
     except OSError as err:  # a path that is a directory, unreadable, ...: named, never a traceback

@@ -440,6 +440,14 @@ def _next_step(plan: CampaignPlan, done: set[tuple[str, str]]) -> str:
     return "after the last step"
 
 
+def budget_usd(spec: CampaignSpec, plan: CampaignPlan) -> tuple[float | None, str]:
+    """The dollar budget the campaign is held to and what sets it: the spec's ``budget.max_usd``, else the
+    deployment's ceiling the Plan state recorded in the plan (``CampaignPlan.max_usd``), else none."""
+    if spec.budget.max_usd is not None:
+        return spec.budget.max_usd, "budget.max_usd"
+    return plan.max_usd, "ceiling max_usd_per_campaign (the spec sets no budget.max_usd)"
+
+
 def budget_problem(spec: CampaignSpec, plan: CampaignPlan, timeline: list[JSON],
                    done: set[tuple[str, str]], now_iso: Any) -> str | None:
     """A person-readable refusal when the spend so far plus the estimate of what is left exceeds
@@ -449,18 +457,19 @@ def budget_problem(spec: CampaignSpec, plan: CampaignPlan, timeline: list[JSON],
     """
     where = _next_step(plan, done)
     problems = []
-    if spec.budget.max_usd is not None:
+    max_usd, name = budget_usd(spec, plan)
+    if max_usd is not None:
         unpriced = sorted({spec.pool(p).instance_type for e in plan.experiments for p in e.nodes
                            if price(spec, p) is None})
         if unpriced:
-            problems.append(f"budget.max_usd: set, but pricing.instances has no price for {unpriced}; "
+            problems.append(f"{name}: set, but pricing.instances has no price for {unpriced}; "
                             f"the spend cannot be checked {where}")
         else:
             spent = accrued_usd(spec, plan, timeline, now_iso)
             left = remaining_usd(spec, plan, done)
-            if spent + left > spec.budget.max_usd:
-                problems.append(f"budget.max_usd: accrued ${spent:.2f} + remaining estimate ${left:.2f} = "
-                                f"${spent + left:.2f} exceeds ${spec.budget.max_usd:.2f} {where}")
+            if spent + left > max_usd:
+                problems.append(f"{name}: accrued ${spent:.2f} + remaining estimate ${left:.2f} = "
+                                f"${spent + left:.2f} exceeds ${max_usd:.2f} {where}")
     if spec.budget.max_hours is not None:
         ats = [_ts(r["at"]) for r in timeline if r.get("at") is not None]
         elapsed = _hours(min(ats), _ts(now_iso)) if ats else 0.0

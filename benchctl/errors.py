@@ -71,3 +71,8 @@ class ScaleInterrupted(BenchError):
 
 class BudgetExceeded(BenchError):
     """Accrued cost plus the remaining estimate would exceed the spec's budget: the campaign aborts."""
+
+
+class CeilingExceeded(SpecError):
+    """A spec asks for more than the deployment's ceilings allow (``benchctl.ceilings``: images, instance types
+    and prices, nodes, dollars, timeouts, worst-case history). One line per problem names the ceiling."""

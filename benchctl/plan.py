@@ -77,6 +77,9 @@ class CampaignPlan:
     est_gpu_hours: float
     est_usd: float | None
     budget_problems: list[str]
+    # the budget the guard holds the campaign to when the spec sets no budget.max_usd: the deployment's
+    # max_usd_per_campaign (benchctl.ceilings), set by Plan where ceilings apply; None: no such budget
+    max_usd: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from benchctl.ceilings import Ceilings
     from benchctl.context import Ctx
     from benchctl.runstate import RunState
     from benchctl.spec import CampaignSpec, Experiment, Kubernetes, ModelSpec, PoolSpec
@@ -260,6 +261,8 @@ class Providers:
     clock: Callable[[], float] = time.time
     versions: dict[str, object] = field(default_factory=dict)
     callbacks: CallbackPort | None = None  # who answers task tokens; None: the ASL polls (CheckLoad loop)
+    # the deployment's ceilings Plan and ScalePools hold a spec to (benchctl.ceilings); None: none apply
+    ceilings: Ceilings | None = None
 
 
 class Engine(Protocol):

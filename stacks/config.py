@@ -20,6 +20,8 @@ from typing import Any
 
 from constructs import Node
 
+from benchctl import ceilings as ceiling_rules
+from benchctl.ceilings import Ceilings
 from stacks import layers
 
 PREFIX = "benchctl:"
@@ -61,6 +63,9 @@ KEYS: dict[str, str] = {
                              "be API or API_AND_CONFIG_MAP)",
     "vpc_id": "null, or the VPC (vpc-...) to run the functions that call Kubernetes in (with subnet_ids)",
     "subnet_ids": "a list of private subnets (subnet-...) of vpc_id, for those functions (with vpc_id)",
+    "ceilings": "an object of the deployment's ceilings on every spec (benchctl.ceilings.KEYS: image_repositories, "
+                "require_image_digest, instance_types with list prices, max_nodes_per_pool, max_usd_per_campaign, "
+                "max_timeouts_s, max_history_events, history_poll_seconds); absent keys take the defaults",
     "load_image": "null (default: the stack builds stacks/images/load with Docker at deploy), or a prebuilt "
                   "image holding aiperf 0.13.0, with a tag or digest "
                   "(e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/benchctl-load:0.13.0): no Docker needed",
@@ -97,6 +102,7 @@ class Config:
     vpc_id: str | None = None
     subnet_ids: tuple[str, ...] = ()
     load_image: str | None = None
+    ceilings: Ceilings = field(default_factory=ceiling_rules.default)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -218,6 +224,14 @@ def _layer(ctx: _Context, key: str, name_part: str) -> str | None:
     return arn
 
 
+def _ceilings(ctx: _Context) -> Ceilings:
+    """The deployment's ceilings (``benchctl.ceilings``), recorded in the template on the Plan and Pools functions."""
+    try:
+        return ceiling_rules.parse(ctx.json("ceilings"), f"CDK context '{PREFIX}ceilings'")
+    except ceiling_rules.CeilingsError as err:
+        raise ConfigError(str(err)) from None
+
+
 def load(node: Node, context: Mapping[str, Any] | None = None) -> Config:
     """The configuration from ``context`` (every context value of the app; default: the node's)."""
     ctx = _Context(node.get_all_context() if context is None else context)
@@ -249,4 +263,5 @@ def load(node: Node, context: Mapping[str, Any] | None = None) -> Config:
         vpc_id=vpc_id,
         subnet_ids=subnets,
         load_image=ctx.text("load_image", None, _IMAGE),
+        ceilings=_ceilings(ctx),
     )

@@ -15,7 +15,9 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
   Report release them; Report runs Athena queries in the workgroup and creates the views. parliament
   lints every policy document (tests/infra).
 * Configuration: every function gets exactly the variables of ``benchctl.aws.env.LambdaEnv`` (the model
-  the runtime parses); the bucket's prefixes are ``benchctl.constants``'.
+  the runtime parses); the bucket's prefixes are ``benchctl.constants``'. The Plan and Pools functions also
+  get the deployment's ceilings (context ``benchctl:ceilings``) as ``BENCHCTL_CEILINGS``: recorded in the
+  template, read by Plan and ScalePools, which refuse a spec past them (``benchctl.ceilings``).
 * Kubernetes rights: the stack creates an EKS access entry, in the Kubernetes group that
   ``stacks/kubernetes/benchctl-rbac.yaml`` binds, for exactly the roles that call Kubernetes
   (``kubernetes`` in ``FUNCTION_NEEDS``, and the sweeper), and outputs every role's ARN. With ``benchctl:vpc_id``/``subnet_ids`` those
@@ -59,7 +61,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
-from benchctl import asl
+from benchctl import asl, ceilings
 from benchctl.aws.env import LambdaEnv
 from benchctl.constants import (
     ATHENA_PREFIX,
@@ -115,6 +117,7 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
     "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE),
     "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024),
 }
+CEILINGS_FUNCTIONS = ("Plan", "Pools")  # BENCHCTL_CEILINGS (benchctl.ceilings): Plan and ScalePools refuse past them
 K8S_FUNCTIONS = {name for name, needs in FUNCTION_NEEDS.items() if needs.kubernetes}  # + the sweeper
 EXECUTION_STATUSES = ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
 RUNTIME = lambda_.Runtime.PYTHON_3_13
@@ -234,7 +237,10 @@ class ControlPlaneStack(Stack):
                 timeout=Duration.minutes(needs.timeout_minutes),
                 memory_size=needs.memory_mb,
                 tracing=lambda_.Tracing.ACTIVE,
-                environment=env,
+                # the deployment's ceilings, on the two functions that hold specs to them (Plan, ScalePools)
+                environment={**env, **({ceilings.ENV_VAR: json.dumps(config.ceilings.to_json(), sort_keys=True,
+                                                                       separators=(",", ":"))}
+                                       if name in CEILINGS_FUNCTIONS else {})},
                 **self._placement(needs.kubernetes, role),
             )
             NagSuppressions.add_resource_suppressions(fn, [RUNTIME_REASON])

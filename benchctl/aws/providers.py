@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchctl.aws.env import LambdaEnv
+from benchctl.ceilings import Ceilings
 from benchctl.context import Ctx
 from benchctl.ports import JSON, PoolPort, Providers
 from benchctl.runstate import RunState
@@ -92,8 +93,9 @@ class AwsEngine:
 
     name = "aws"
 
-    def __init__(self, env: LambdaEnv, *, session: Any = None) -> None:
+    def __init__(self, env: LambdaEnv, *, session: Any = None, ceilings: Ceilings | None = None) -> None:
         self.env = env
+        self.ceilings = ceilings  # the deployment's (BENCHCTL_CEILINGS on the Plan and Pools functions)
         self.runs_uri = env.runs_uri.rstrip("/")
         self.lake_uri = env.lake_uri
         self._session = session
@@ -161,6 +163,7 @@ class AwsEngine:
             locks=DynamoLocks(env.lock_table, session=session) if env.lock_table else None,
             callbacks=RunnerCallbacks(store, lambda: session.client("stepfunctions")),
             versions={"benchctl_engine": "aws", **({"load_image": env.load_image} if env.load_image else {})},
+            ceilings=self.ceilings,
         )
 
 
@@ -169,12 +172,15 @@ _ENGINES: dict[tuple[tuple[str, str], ...], AwsEngine] = {}
 
 def engine_from_env(environ: Mapping[str, str]) -> AwsEngine:
     """The AWS engine of this function, its configuration parsed once (again only when it changed)."""
+    from benchctl import ceilings
     from benchctl.aws.env import VARIABLES
 
-    key = tuple((name, environ.get(name, "")) for name in sorted(VARIABLES.values()))
+    key = tuple((name, environ.get(name, "")) for name in sorted({*VARIABLES.values(), ceilings.ENV_VAR}))
     if key not in _ENGINES:
         _ENGINES.clear()
-        _ENGINES[key] = AwsEngine(LambdaEnv.from_env(environ))
+        # every function holds specs to the ceilings; the stack records them on Plan and Pools, the two that
+        # check them, and an unset variable means the defaults (fail closed)
+        _ENGINES[key] = AwsEngine(LambdaEnv.from_env(environ), ceilings=ceilings.from_env(environ))
     return _ENGINES[key]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchctl.ceilings import Ceilings
 from benchctl.plan import aws_limits, plan_campaign
 from benchctl.spec import load_spec, load_spec_text, safe_name
 
@@ -40,7 +41,8 @@ def console_url(execution_arn: str) -> str:
 
 
 def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campaign_id: str | None = None,
-          poll_seconds: int = 30, upload_only: bool = False, session: Any = None) -> Started:
+          poll_seconds: int = 30, upload_only: bool = False, session: Any = None,
+          ceilings: Ceilings | None = None) -> Started:
     import boto3
 
     from benchctl.context import new_campaign_id
@@ -53,6 +55,13 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
     _, limits = aws_limits(spec, plan, poll_seconds)  # history quota and timeout of one execution
     if plan.budget_problems or limits:
         raise SpecError(str(spec_path), plan.budget_problems + limits)
+    if ceilings is not None:  # the deployment's (the CLI's --context-file): refused here, before any upload
+        from benchctl import ceilings as ceiling_rules
+        from benchctl.errors import CeilingExceeded
+
+        over = ceiling_rules.check(spec, plan, ceilings, poll_seconds)
+        if over:
+            raise CeilingExceeded(str(spec_path), ceiling_rules.lines(over))
     if not upload_only and not state_machine_arn:
         raise ValueError("no state machine: pass --state-machine-arn or set BENCHCTL_STATE_MACHINE_ARN "
                          "(the control-plane stack's StateMachineArn output)")

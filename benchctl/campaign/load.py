@@ -97,23 +97,27 @@ def launch_warmup(p: Providers, ctx: Ctx, task: Task) -> JSON:
     return _launch(p, ctx, experiment, WARMUP, argv_for, est_s=60.0 + spec.warmup.request_count)
 
 
-def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> None:
-    """Before a step: accrued cost + the remaining estimate must stay within the budget, else abort.
+def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str | None, *, waiting: str | None = None) -> None:
+    """Before a step, and on every poll of the capacity, readiness and load waits: accrued cost + the remaining
+    estimate must stay within the budget (the spec's, else the deployment's ceiling the plan records), else
+    abort: ``BudgetExceeded``, whose Catch tears the experiment down.
 
-    Reads one small object per experiment (its pools' rows, ``RunState.pool_events``) and the campaign
-    record, never the timeline table (hundreds of objects on S3 by the end of a long campaign). What is
-    done follows from the plan's order: experiments run one at a time and steps in order, and a failed
-    step or experiment ends the campaign, so every step before this one is done."""
+    ``step_id``: the step about to run or being waited for (None: before the experiment's first step, as in
+    its capacity and readiness waits); ``waiting``: the wait it runs in (named in the refusal). Reads one small
+    object per experiment (its pools' rows, ``RunState.pool_events``) and the campaign record, never the
+    timeline table (hundreds of objects on S3 by the end of a long campaign). What is done follows from the
+    plan's order: experiments run one at a time and steps in order, and a failed step or experiment ends the
+    campaign, so every step before this one is done."""
     from benchctl.costs import budget_problem
 
     spec, plan = p.state.spec(), p.state.plan()
-    if spec.budget.max_usd is None and spec.budget.max_hours is None:
+    if spec.budget.max_usd is None and plan.max_usd is None and spec.budget.max_hours is None:
         return
     done: set[tuple[str, str]] = set()
     for e in plan.experiments:
         ids = [s.step_id for s in e.steps]
         if e.name == experiment:
-            done.update((e.name, s) for s in ids[: ids.index(step_id)])
+            done.update((e.name, s) for s in ids[: ids.index(step_id) if step_id is not None else 0])
             break
         done.update((e.name, s) for s in ids)
     rows = p.state.pool_events()
@@ -122,8 +126,10 @@ def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> None:
         rows.append({"event": "", "at": started})
     problem = budget_problem(spec, plan, rows, done, now_iso(p.clock))
     if problem:
-        record_event(p, ctx.campaign_id, experiment, timeline.BUDGET_EXCEEDED, key=step_id, step_id=step_id,
-                     reason=problem)
+        if waiting:
+            problem += f" (while waiting for {waiting})"
+        record_event(p, ctx.campaign_id, experiment, timeline.BUDGET_EXCEEDED, key=step_id or waiting or "",
+                     step_id=step_id, reason=problem)
         raise BudgetExceeded(problem)
 
 
@@ -176,7 +182,7 @@ _SERVING_CHECK_S = 1.0  # how often the wake check looks at the serving side (ea
 
 def load_wake(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> Callable[[], str | None]:
     """The wake check of a step's load for the callbacks port: a reason for CheckLoad to look now (an abort
-    was requested, the serving side died, the load ended, the deadline passed), or None; a dead serving side
+    was requested, the serving side died, the load ended, the deadline passed, the budget is exceeded), or None; a dead serving side
     raises ``ServingFailed`` (the relay wakes on that too). It never decides: CheckLoad does, as on every poll."""
     last_serving = [0.0]
 
@@ -186,13 +192,16 @@ def load_wake(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> Callable
         rec = p.state.load(experiment, step_id)
         if rec is None or rec.ended or rec.skipped:
             return "load recorded as ended"
-        if p.clock() - last_serving[0] >= _SERVING_CHECK_S:
+        look = p.clock() - last_serving[0] >= _SERVING_CHECK_S
+        if look:
             last_serving[0] = p.clock()
             p.serving.check_alive(deployment(p, experiment).state)  # raises: a reason too
         if p.load.poll(rec.state) is not None:
             return "load ended"
         if p.clock() - (rec.running_at or rec.launched_at) > (rec.est_s or 0.0) + p.state.spec().timeouts.load_grace_s:
             return "deadline passed"
+        if look:  # the budget too: CheckLoad then refuses (BudgetExceeded) and the experiment is torn down
+            budget_guard(p, ctx, experiment, step_id, waiting=f"the load {step_id}")  # raises: a reason too
         return None
 
     return wake
@@ -234,6 +243,7 @@ def _check(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     p.serving.check_alive(d.state)  # raises ServingFailed naming the dead process
     code = p.load.poll(rec.state)
     if code is None:
+        budget_guard(p, ctx, experiment, step_id if step_id != WARMUP else None, waiting=f"the load {step_id}")
         timeouts = p.state.spec().timeouts
         if rec.running_at is None:  # waiting for a node (or its images): bounded as every wait for capacity is
             waiting = p.load.pending(rec.state)

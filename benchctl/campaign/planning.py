@@ -7,7 +7,7 @@ from benchctl import timeline
 from benchctl.campaign.base import JSON, Cleanup, Task, error_of, now_iso, record_event, write_campaign
 from benchctl.comparisons import comparison_rows
 from benchctl.context import Ctx, StartInput
-from benchctl.errors import PreflightFailed, SpecError
+from benchctl.errors import CeilingExceeded, PreflightFailed, SpecError
 from benchctl.locks import lock_keys
 from benchctl.plan import aws_limits, plan_campaign
 from benchctl.ports import Providers
@@ -40,6 +40,15 @@ def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
         problems += aws_limits(spec, the_plan, ctx.poll_seconds)[1]  # console or schedule, nothing checked them)
     if problems:
         raise SpecError(p.state.where("spec"), problems)
+    if p.ceilings is not None:  # the deployment's, whoever started the execution (console, schedule, start)
+        from dataclasses import replace
+
+        from benchctl import ceilings
+
+        over = ceilings.check(spec, the_plan, p.ceilings, ctx.poll_seconds if p.engine == "aws" else None)
+        if over:
+            raise CeilingExceeded(p.state.where("spec"), ceilings.lines(over))
+        the_plan = replace(the_plan, max_usd=p.ceilings.budget_usd(spec))  # the guard's budget
     if p.preflight is not None and not p.state.preflight_done():
         # before anything is scaled: every missing prerequisite, by name (NotReadyYet while its image
         # checks still run: the state's Retry calls Plan again)

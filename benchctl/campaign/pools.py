@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchctl import timeline
 from benchctl.campaign.base import JSON, Task, record_event
 from benchctl.context import Ctx
-from benchctl.errors import DeadlineExceeded, NotReadyYet, ScaleInterrupted
+from benchctl.errors import CeilingExceeded, DeadlineExceeded, NotReadyYet, ScaleInterrupted
 from benchctl.ports import Providers
 from benchctl.runstate import PoolsRecord
 
@@ -22,6 +22,14 @@ def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
             f"ScalePools of {experiment} was interrupted mid-change; teardown restores the recorded sizes "
             "instead of scaling again on top of an unknown state")
     exp = p.state.plan().experiment(experiment)
+    if p.ceilings is not None:  # again here: the deployment's ceilings may have been lowered since Plan
+        from benchctl import ceilings
+
+        spec = p.state.spec()
+        index = [e.name for e in spec.experiments].index(experiment)
+        over = ceilings.pool_problems(spec, exp.nodes, p.ceilings, f"experiments[{index}]")
+        if over:
+            raise CeilingExceeded(p.state.where("spec"), ceilings.lines(over))
     # what needs no GPU node starts first (EKS: the image pre-pull on the pools, the model prefetch on a CPU
     # node), so it runs while the GPU nodes boot, not after
     from benchctl.campaign.serving import deployment_request, record_intent
@@ -82,6 +90,9 @@ def check_capacity(p: Providers, ctx: Ctx, task: Task) -> JSON:
             record_event(p, ctx.campaign_id, experiment, timeline.NODES_READY, key=r["pool"], pool=r["pool"],
                          nodes=r["requested"], simulated=r.get("simulated", False))
         return {"done": True}
+    from benchctl.campaign.load import budget_guard
+
+    budget_guard(p, ctx, experiment, None, waiting="capacity")
     if p.clock() - rec.requested_at > spec.timeouts.capacity_s:
         raise DeadlineExceeded(f"pools of {experiment} not ready within timeouts.capacity_s={spec.timeouts.capacity_s}")
     return {"done": False}

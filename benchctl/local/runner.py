@@ -17,8 +17,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from benchctl.atomic import atomic_write
+from benchctl.ceilings import Ceilings
 from benchctl.context import Ctx, StartInput, new_campaign_id
-from benchctl.errors import SpecError
+from benchctl.errors import CeilingExceeded, SpecError
 from benchctl.local import processes
 from benchctl.local.engine import Interrupts, Progress, RunResult, execute
 from benchctl.local.lake import LocalLake
@@ -67,7 +68,8 @@ class LocalEngine:
 
     name = "local"
 
-    def __init__(self, workspace: Path, notify: Callable[[str], None] | None = None) -> None:
+    def __init__(self, workspace: Path, notify: Callable[[str], None] | None = None,
+                 ceilings: Ceilings | None = None) -> None:
         from benchctl.local import modeldir
         from benchctl.local.load import LocalLoad
         from benchctl.local.serving import LocalServing
@@ -75,6 +77,7 @@ class LocalEngine:
 
         modeldir.ensure_model_dir()
         self.workspace = Path(workspace).resolve()
+        self.ceilings = ceilings  # the deployment's ceilings the Plan state holds specs to (None: none)
         self.runs_uri = str(self.workspace / CAMPAIGNS_DIR)
         self.lake_uri = str(self.workspace / LAKE_DIR)
         self.pool = LocalPool()
@@ -105,17 +108,25 @@ class LocalEngine:
         return Providers(
             engine=self.name, state=RunState(LocalRunStore(run_dir)), pools=self.pool, serving=serving,
             load=self.load, smoke=self.smoke, lake=self.lake, read_uri=read_file_uri, tokenizer=self.tokenizer,
-            report=self.report, locks=self.locks, versions=dict(self.versions),
+            report=self.report, locks=self.locks, versions=dict(self.versions), ceilings=self.ceilings,
         )
 
 
-def prepare(spec_path: Path, out: Path, campaign_id: str | None = None) -> tuple[StartInput, CampaignSpec]:
-    """Validate and plan before anything starts (a bad spec or one over budget: SpecError, nothing made);
-    the workspace's run directory of the campaign and the lake. The start input every engine starts with."""
+def prepare(spec_path: Path, out: Path, campaign_id: str | None = None,
+            ceilings: Ceilings | None = None) -> tuple[StartInput, CampaignSpec]:
+    """Validate and plan before anything starts (a bad spec, one over budget or past the ``ceilings``:
+    SpecError, nothing made); the workspace's run directory of the campaign and the lake. The start input
+    every engine starts with."""
     spec = load_spec(spec_path)
     plan = plan_campaign(spec, "local")
     if plan.budget_problems:
         raise SpecError(str(spec_path), plan.budget_problems)
+    if ceilings is not None:  # the local engine has no history quota: no poll period to reckon it at
+        from benchctl import ceilings as ceiling_rules
+
+        over = ceiling_rules.check(spec, plan, ceilings)
+        if over:
+            raise CeilingExceeded(str(spec_path), ceiling_rules.lines(over))
     cid = campaign_id or new_campaign_id(spec.name)
     run_dir = out / CAMPAIGNS_DIR / cid
     if run_dir.exists():
@@ -196,6 +207,7 @@ def run_campaign(
     fail_at: str | None = None,
     poll_seconds: int = 1,
     progress: Progress | None = None,
+    ceilings: Ceilings | None = None,
 ) -> RunResult:
     """Validate, plan, predict and run one local campaign; interrupts (SIGINT/SIGTERM/SIGHUP) are
     honoured from the first line on: one before the execution starts makes its Plan end ``aborted``."""
@@ -206,13 +218,13 @@ def run_campaign(
     if not 1 <= poll_seconds <= 3600:
         raise ValueError(f"--poll-seconds {poll_seconds}: must be 1..3600")
     with Interrupts() as interrupts:
-        prepared, spec = prepare(spec_path, out, campaign_id)
+        prepared, spec = prepare(spec_path, out, campaign_id, ceilings)
         cid = str(prepared.campaign_id)
         start = StartInput(spec_uri=prepared.spec_uri, campaign_id=cid, poll_seconds=poll_seconds, fail_at=fail_at)
         progress = progress or Progress()
         if not interrupts.count:
             write_predictions(spec, out, cid, progress)
-        engine = LocalEngine(out, notify=progress.note)
+        engine = LocalEngine(out, notify=progress.note, ceilings=ceilings)
         run_dir = engine.run_dir(cid)
         progress.note(f"campaign {cid}: run state in {run_dir}, results in {engine.lake_uri}")
         state = RunState(LocalRunStore(run_dir))

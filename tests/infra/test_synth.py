@@ -553,11 +553,14 @@ def test_every_function_gets_exactly_the_variables_of_the_lambda_env_model_and_e
     import dataclasses
 
     from benchctl.aws.env import VARIABLES, LambdaEnv
+    from benchctl.ceilings import ENV_VAR
 
     powertools_own = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"}
     for name, fn in _resources(templates[CP], "AWS::Lambda::Function").items():
         got = set(fn["Properties"]["Environment"]["Variables"])
-        assert got - powertools_own == set(VARIABLES.values()), (name, got ^ set(VARIABLES.values()))
+        ceilings = {ENV_VAR} if name.startswith(("PlanFunction", "PoolsFunction")) else set()  # read by from_env
+        assert ceilings <= got, (name, got)
+        assert got - powertools_own - ceilings == set(VARIABLES.values()), (name, got ^ set(VARIABLES.values()))
     # every field is read by the AWS engine or the runtime (log_level: by Powertools' Logger itself)
     read: set[str] = set()
     for path in [*(ROOT / "benchctl" / "aws").rglob("*.py"), *(ROOT / "lambdas").glob("*.py")]:
@@ -569,3 +572,23 @@ def test_every_function_gets_exactly_the_variables_of_the_lambda_env_model_and_e
                 read.add(node.attr)
     fields = {f.name for f in dataclasses.fields(LambdaEnv)}
     assert fields - {"log_level"} <= read, f"fields never read: {sorted(fields - {'log_level'} - read)}"
+
+
+def test_the_deployment_ceilings_are_recorded_on_the_plan_and_pools_functions_only(templates):
+    """cdk.json's ``benchctl:ceilings``, exactly, on the two functions that refuse specs past them; what the
+    runtime parses from that variable is the same ceilings the CLI reads from cdk.json."""
+    from benchctl import ceilings
+
+    want = ceilings.from_context_file(ROOT / "cdk.json")
+    seen = []
+    for name, fn in _resources(templates[CP], "AWS::Lambda::Function").items():
+        variables = fn["Properties"]["Environment"]["Variables"]
+        if ceilings.ENV_VAR in variables:
+            seen.append(name)
+            assert ceilings.from_env(variables) == want
+    assert sorted(n.split("Function")[0] for n in seen) == ["Plan", "Pools"]
+
+
+def test_malformed_ceilings_stop_synth_naming_the_key(tmp_path):
+    bad = synth(tmp_path / "bad", {**CONTEXT, "benchctl:ceilings": {"instance_types": {"p4d.24xlarge": 0}}})
+    assert bad.returncode != 0 and "benchctl:ceilings" in bad.stderr and "instance_types" in bad.stderr

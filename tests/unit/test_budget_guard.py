@@ -94,3 +94,99 @@ def test_guard_reads_the_run_stores_pool_rows_not_the_timeline_and_agrees_with_i
     timeline = LocalLake(tmp_path / "lake").read_table("timeline", "camp-b")
     now = "2023-11-15T03:13:20+00:00"
     assert accrued_usd(spec, plan, rows, now) == pytest.approx(accrued_usd(spec, plan, timeline, now))
+
+
+# ------------------------------------------------------------------ inside the waits, through the real ASL
+
+WAIT_S = 1200.0  # what one not-yet poll of the slow wait lasts on the world's clock
+WAITS = ("capacity", "readiness", "load")
+
+
+class SlowWorld:
+    """``tests.fakes.ports.FakeWorld`` whose one wait (``capacity``: the pool; ``readiness``: the deployment;
+    ``load``: the first step's load) says "not yet" twice, each time WAIT_S on the campaign's clock, before the
+    fakes' usual instant answer. Within every deadline (timeouts 7200 s, load grace 3600 s): without the guard,
+    the campaign succeeds."""
+
+    def __init__(self, lake_root: Path, wait: str) -> None:
+        from tests.fakes.ports import FakeWorld
+
+        self.world = FakeWorld(lake_root)
+        self.t = 1_700_000_000.0
+        self.slow = {"left": 2}
+        world, slow = self.world, self.slow
+
+        def not_yet(real):  # type: ignore[no-untyped-def]
+            def wrapped(arg, *more):  # type: ignore[no-untyped-def]
+                if slow["left"] > 0 and (wait != "load" or arg.get("job_id", "").endswith("-c1-r0")):
+                    slow["left"] -= 1
+                    self.t += WAIT_S
+                    return None if wait == "load" else False
+                return real(arg, *more)
+            return wrapped
+
+        if wait == "capacity":
+            world.pool.ready = not_yet(world.pool.ready)  # type: ignore[method-assign]
+        elif wait == "readiness":
+            world.serving.probe_ready = not_yet(world.serving.probe_ready)  # type: ignore[method-assign]
+        else:
+            world.load.poll = not_yet(world.load.poll)  # type: ignore[method-assign]
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.world, name)
+
+    def providers(self, ctx: Ctx) -> Providers:
+        p = self.world.providers(ctx)
+        p.clock = lambda: self.t
+        return p
+
+
+def _slow_run(tmp_path: Path, wait: str, max_usd_over_estimate: float):  # type: ignore[no-untyped-def]
+    from benchctl.context import StartInput
+    from benchctl.local.engine import Progress, execute
+    from benchctl.local.runner import prepare
+    from benchctl.plan import plan_campaign
+
+    data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    data["workloads"] = [{"kind": "concurrency_sweep", "name": "concurrency-sweep", "concurrency": [1], "isl": 256,
+                          "osl": 32, "request_count": 4}]
+    data["timeouts"] = {"capacity_s": 7200, "ready_s": 7200, "load_grace_s": 3600}
+    data["budget"] = {"max_usd": 1.0}
+    est = plan_campaign(parse_spec(data), "local").est_usd
+    data["budget"] = {"max_usd": round(est + max_usd_over_estimate, 2)}  # 1 p4d node for WAIT_S: $7.32
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    start, _ = prepare(path, tmp_path / "out", "slow")
+    world = SlowWorld(tmp_path / "out" / "lake", wait)
+    import io
+
+    result = execute(engine=world, start=StartInput(start.spec_uri, "slow", poll_seconds=1),
+                     progress=Progress(out=io.StringIO()))
+    return result, world
+
+
+@pytest.mark.parametrize("wait", WAITS)
+def test_a_wait_that_crosses_the_budget_ends_in_teardown(tmp_path: Path, wait: str) -> None:
+    result, world = _slow_run(tmp_path, wait, max_usd_over_estimate=5.0)
+    # refused at the first look past the budget (one WAIT_S on one p4d node: $7.32, + the EKS fee), not at the
+    # wait's end; the load's end is awaited by the relay's wake check, whose look is the first "not yet", and
+    # CheckLoad's the second
+    accrued = {"capacity": "7.35", "readiness": "7.35", "load": "14.71"}[wait]
+    assert f"accrued ${accrued} + remaining estimate" in result.cause, result.cause
+    assert (result.status, result.error) == ("FAILED", "BudgetExceeded"), result.cause
+    assert f"(while waiting for {'the load concurrency-sweep-c1-r0' if wait == 'load' else wait})" in result.cause
+    assert "before step concurrency-sweep-c1-r0 of experiment agg" in result.cause
+    # teardown ran: the pool back at its size, nothing deployed, prepared or loading left
+    assert world.leftovers() == {"deployments": [], "prepared": [], "loads": [], "pools": []}
+    assert world.pool_sizes_now() == world.initial_sizes
+    assert "disagg" not in world.serving.deploy_calls  # the campaign ended there
+    events = [r["event"] for r in world.lake.read_table("timeline", "slow")]
+    assert "budget_exceeded" in events
+
+
+@pytest.mark.parametrize("wait", WAITS)
+def test_the_same_slow_wait_within_the_budget_runs_to_success(tmp_path: Path, wait: str) -> None:
+    """The control: the guard refuses because of the budget, not because the wait was slow."""
+    result, world = _slow_run(tmp_path, wait, max_usd_over_estimate=100.0)
+    assert world.slow["left"] == 0
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
