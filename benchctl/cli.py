@@ -276,9 +276,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     import yaml
 
     from benchctl.aws.k8s.render import render_campaign, render_requests
-    from benchctl.context import new_campaign_id
+    from benchctl.context import check_campaign_id, new_campaign_id
     from benchctl.spec import load_spec
 
+    if args.campaign_id is not None:
+        check_campaign_id(args.campaign_id, "--campaign-id")
     spec = load_spec(_path(args.spec))
     out = _path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -353,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a campaign with the local engine (the campaign ASL, real Dynamo mocker + AIPerf)")
     p.add_argument("spec")
     p.add_argument("--out", default="runs", help="workspace: lake in OUT/lake, run state in OUT/campaigns (default runs)")
-    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
+    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; lowercase letters, digits and '-' "
+                   "(at most 80), a new one (an existing campaign's is refused)")
     p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
     p.add_argument("--poll-seconds", type=int, default=1, help="Wait state period in whole seconds (default 1)")
     p.set_defaults(fn=cmd_run)
@@ -367,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("--state-machine-arn", help="default $BENCHCTL_STATE_MACHINE_ARN (stack output StateMachineArn)")
     p.add_argument("--bucket", help="results bucket, default $BENCHCTL_BUCKET (stack output BucketName)")
-    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; also the execution name")
+    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; also the execution name; lowercase "
+                   "letters, digits and '-' (at most 80); an existing campaign's id fails Plan (CampaignIdInUse)")
     p.add_argument("--poll-seconds", type=int, default=30, help="Wait state period on AWS (default 30)")
     p.add_argument("--upload-only", action="store_true", help="only store the spec as specs/<file> (for a schedule)")
     p.set_defaults(fn=cmd_start)

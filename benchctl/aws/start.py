@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.plan import aws_limits, plan_campaign
-from benchctl.spec import load_spec, load_spec_text, safe_name
+from benchctl.spec import load_spec, load_spec_text
 
 SPECS_PREFIX = "specs"
 
@@ -43,7 +43,7 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
           poll_seconds: int = 30, upload_only: bool = False, session: Any = None) -> Started:
     import boto3
 
-    from benchctl.context import new_campaign_id
+    from benchctl.context import check_campaign_id, new_campaign_id
     from benchctl.errors import SpecError
 
     spec = load_spec(spec_path)
@@ -56,9 +56,7 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
     if not upload_only and not state_machine_arn:
         raise ValueError("no state machine: pass --state-machine-arn or set BENCHCTL_STATE_MACHINE_ARN "
                          "(the control-plane stack's StateMachineArn output)")
-    cid = campaign_id or new_campaign_id(spec.name)
-    if safe_name(cid) != cid:
-        raise ValueError(f"--campaign-id {cid!r}: use lowercase letters, digits and '-'")
+    cid = check_campaign_id(campaign_id or new_campaign_id(spec.name), "--campaign-id")
     session = session or boto3.session.Session()
     suffix = spec_path.suffix if spec_path.suffix in (".yaml", ".yml", ".json") else ".yaml"
     key = f"{SPECS_PREFIX}/{spec_path.name}" if upload_only else f"{SPECS_PREFIX}/{cid}{suffix}"
