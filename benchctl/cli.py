@@ -158,13 +158,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = _path(args.out)
     if not out.is_dir():
         raise FileNotFoundError(f"--out {args.out}: no such workspace (the --out of `benchctl run`, default runs)")
+    from benchctl.sweep import failed
+
     report = sweep_workspace(out, dry_run=args.dry_run)
     for entry in report:
         exps = ", ".join(entry.get("experiments") or []) or "-"
         print(f"{entry['campaign_id']}: {entry['action']} (experiments: {exps})")
     if not report:
         print(f"{out}: no campaigns")
-    return 0
+    for entry in failed(report):  # the others were swept all the same
+        _err(f"{entry['campaign_id']}: not swept: {entry['error']}: {entry['cause']}")
+    return 1 if failed(report) else 0
 
 
 def cmd_start(args: argparse.Namespace) -> int:
