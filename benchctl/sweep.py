@@ -47,7 +47,7 @@ def sweep(campaign_ids: Iterable[str], providers_for: Callable[[str], tuple[Prov
     for cid in sorted(set(campaign_ids)):
         try:
             report.append(_sweep_one(cid, providers_for, is_running, dry_run=dry_run, extra=extra))
-        except Exception as exc:  # noqa: BLE001 - recorded in the report, which the caller fails on
+        except Exception as exc:  # recorded in the report, which the caller fails on
             report.append({"campaign_id": cid, "action": "failed", "error": type(exc).__name__, "cause": str(exc)})
     return report
 

@@ -91,7 +91,7 @@ __all__ = [
     "DEPLOY", "INGEST_AFTER_FAILURE", "INGEST_LAST_STEP", "INGEST_PREVIOUS_STEP", "LAUNCH_LOAD", "LAUNCH_WARMUP", "PLAN", "RECORD_PLAN_FAILURE", "REPORT", "SCALE_POOLS",
     "SMOKE_TEST", "STOP_LOAD_AFTER_FAILURE", "TEARDOWN_AFTER_FAILURE", "TEARDOWN_EXPERIMENT",
     "Cleanup", "Ctx", "Operation", "Task", "abort_campaign", "await_load", "budget_guard", "check_capacity",
-    "check_load", "claim", "check_ready", "check_smoke", "check_warmup", "deploy", "deployment_request", "error_of",
+    "check_load", "check_ready", "check_smoke", "check_warmup", "claim", "deploy", "deployment_request", "error_of",
     "experiment_failed", "experiment_row", "guard", "ingest_after_failure", "ingest_last", "ingest_previous", "ingest_step", "launch_step", "launch_warmup", "load_wake",
     "mark_campaign", "mocker_knobs", "new_campaign_id", "now_iso", "plan", "plan_failed",
     "plan_failed_without_context", "record_event", "record_failure", "release_locks", "report", "scale_pools",

@@ -71,7 +71,7 @@ def test_a_campaign_id_in_use_ends_plan_in_a_fail_state_without_any_task():
     assert target["Type"] == "Fail" and target["Error"] == "CampaignIdInUse"
     assert not _reaches_task(ASL["States"], catches[0]["Next"])
     # no other state's Catch names it: only Plan claims, later states act on a claimed campaign
-    for path, name, st in all_states():
+    for _path, name, st in all_states():
         if name != "Plan":
             assert not any(FOREIGN_CAMPAIGN_ERRORS & set(c["ErrorEquals"]) for c in st.get("Catch", [])), name
 

@@ -68,8 +68,8 @@ def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
     assert record is not None and (record.status, record.error) == ("failed", "Swept")
 
 
-def test_one_campaign_whose_sweep_raises_is_reported_and_the_others_are_still_swept(aws, cluster, monkeypatch,
-                                                                                    capsys):  # noqa: F811
+def test_one_campaign_whose_sweep_raises_is_reported_and_the_others_are_still_swept(
+        aws, cluster, monkeypatch, capsys):  # noqa: F811
     """Three ended campaigns; the first (in the sweeper's order) has a plan record that cannot be read. The
     other two are swept all the same (the node group restored, the labelled object deleted), the first is a
     ``failed`` line naming its error, and the invocation fails at the end (SweepIncomplete: the function's

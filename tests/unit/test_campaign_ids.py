@@ -71,7 +71,7 @@ def test_render_refuses_a_campaign_id_not_in_its_normal_form(tmp_path, capsys):
     assert list(tmp_path.rglob("*")) == []
 
 
-def test_start_refuses_a_campaign_id_not_in_its_normal_form_before_uploading(aws, capsys):
+def test_start_refuses_a_campaign_id_not_in_its_normal_form_before_uploading(aws, capsys):  # noqa: F811
     assert main(["start", "examples/seed-plan.yaml", "--bucket", BUCKET, "--state-machine-arn", aws,
                  "--campaign-id", "Seed_Plan-1"]) == 2
     assert "is not a campaign id" in capsys.readouterr().err
@@ -112,7 +112,7 @@ def _locks() -> list[dict]:
 
 
 @pytest.fixture
-def locked(cluster, monkeypatch):
+def locked(cluster, monkeypatch):  # noqa: F811
     """The cluster of test_aws_start with the deployment's pool-lock table (moto DynamoDB)."""
     boto3.client("dynamodb").create_table(
         TableName="locks", KeySchema=[{"AttributeName": "pool", "KeyType": "HASH"}],
