@@ -69,6 +69,7 @@ from constructs import Construct
 
 from benchctl import asl, schema
 from benchctl.aws.env import LambdaEnv
+from benchctl.aws.selftest import DOCTOR_PREFIX
 from benchctl.constants import (
     ATHENA_PREFIX,
     LAKE_PREFIX,
@@ -230,7 +231,7 @@ class ControlPlaneStack(Stack):
             role.add_to_policy(iam.PolicyStatement(
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
             needs = FUNCTION_NEEDS[name]
-            self._grant_lake(role, results, tables_only=needs.lake_tables_only)
+            self._grant_lake(role, results, tables_only=needs.lake_tables_only, name=name)
             self._grant_needs(role, needs, config, results, cluster_arn, nodegroup_arns)
             fn = lambda_.Function(
                 self,
@@ -431,16 +432,17 @@ class ControlPlaneStack(Stack):
             eks.CfnAccessEntry(self, f"{name}AccessEntry", cluster_name=config.cluster_name,
                                principal_arn=role.role_arn, kubernetes_groups=groups, type="STANDARD")
 
-    def _grant_lake(self, role: iam.Role, results: ResultsStack, *, tables_only: bool = False) -> None:
+    def _grant_lake(self, role: iam.Role, results: ResultsStack, *, tables_only: bool = False, name: str = "") -> None:
         """Read and write the lake and the run store (no s3:DeleteObject: no function deletes an object).
         ``tables_only`` (Ingest, which parses what load pods wrote): read both, but write only the lake's
-        tables (not raw evidence) and, in the run store, the load records and the first-failure record (never
-        a pool, lock, claim, spec or campaign record)."""
+        tables (not raw evidence) and, in the run store, the load records, the first-failure record and its
+        own ``benchctl doctor`` scratch prefix (never a pool, claim, spec or campaign record)."""
         bucket = results.bucket
         everything = [bucket.arn_for_objects(f"{LAKE_PREFIX}/*"), bucket.arn_for_objects(f"{RUNS_PREFIX}/*")]
         writes = everything if not tables_only else [
             *(bucket.arn_for_objects(f"{LAKE_PREFIX}/{t}/*") for t in schema.table_names()),
-            bucket.arn_for_objects(f"{RUNS_PREFIX}/*/loads/*"), bucket.arn_for_objects(f"{RUNS_PREFIX}/*/failure.json")]
+            bucket.arn_for_objects(f"{RUNS_PREFIX}/*/loads/*"), bucket.arn_for_objects(f"{RUNS_PREFIX}/*/failure.json"),
+            bucket.arn_for_objects(f"{RUNS_PREFIX}/{DOCTOR_PREFIX}/{name}/*")]  # the self-test's probe
         role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=everything))
         role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=writes))
         role.add_to_policy(iam.PolicyStatement(
