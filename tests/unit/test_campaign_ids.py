@@ -189,3 +189,23 @@ def test_a_campaign_from_before_claims_is_its_recorded_executions(locked):
     assert sorted(_bucket()) == ["runs/old-1/campaign.json", "specs/a.yaml"] and _locks() == []
     _plan(EXEC_A, "specs/a.yaml", cid="old-1")
     assert "runs/old-1/claim.json" in _bucket()
+
+
+# ---------------------------------------------------------------------------------------- the local sweeper
+
+
+def test_local_sweep_goes_on_past_a_campaign_it_cannot_read_and_exits_1(tmp_path, capsys):
+    """`benchctl sweep`: the first campaign's plan record is broken; the one after it is still looked at
+    (before, the sweep ended at the first), the broken one is named on stderr, the exit status is 1. (The AWS
+    sweeper's test, test_aws_sweep.py, shows the campaigns after a broken one torn down.)"""
+    import json as _json
+
+    out = tmp_path / "runs"
+    (out / "campaigns" / "a-broken").mkdir(parents=True)
+    (out / "campaigns" / "a-broken" / "plan.json").write_text('{"experiments": [')
+    (out / "campaigns" / "b-ended").mkdir(parents=True)
+    (out / "campaigns" / "b-ended" / "result.json").write_text(_json.dumps({"status": "FAILED"}))
+    assert main(["sweep", "--out", str(out)]) == 1
+    cap = capsys.readouterr()
+    assert "a-broken: failed" in cap.out and "b-ended: nothing left" in cap.out
+    assert "a-broken: not swept: JSONDecodeError" in cap.err
