@@ -375,6 +375,9 @@ class RunState:
         """Create ``claim.json`` for ``execution``, create-only: None when created, else the claim already there."""
         return self.store.create_json(_CLAIM, {"execution": execution, "claimed_at": at})
 
+    def claimed(self) -> bool:
+        return self.store.exists(_CLAIM)
+
     def campaign(self) -> CampaignRecord | None:
         data = self.store.read_json(_CAMPAIGN)
         return None if data is None else CampaignRecord.from_json(data)

@@ -209,3 +209,24 @@ def test_local_sweep_goes_on_past_a_campaign_it_cannot_read_and_exits_1(tmp_path
     cap = capsys.readouterr()
     assert "a-broken: failed" in cap.out and "b-ended: nothing left" in cap.out
     assert "a-broken: not swept: JSONDecodeError" in cap.err
+
+
+def test_start_with_an_existing_campaigns_id_replaces_nothing_and_starts_nothing(aws, capsys):  # noqa: F811
+    s3, sfn = boto3.client("s3"), boto3.client("stepfunctions")
+    assert main(["start", "examples/seed-plan.yaml", "--bucket", BUCKET, "--state-machine-arn", aws,
+                 "--campaign-id", "seed-1"]) == 0
+    before = s3.get_object(Bucket=BUCKET, Key="specs/seed-1.yaml")["Body"].read()
+    capsys.readouterr()
+    # its spec is there: the conditional write is refused
+    assert main(["start", "examples/smoke.yaml", "--bucket", BUCKET, "--state-machine-arn", aws,
+                 "--campaign-id", "seed-1"]) == 2
+    assert "campaign id 'seed-1' is in use (s3://bench-results/specs/seed-1.yaml exists)" in capsys.readouterr().err
+    assert s3.get_object(Bucket=BUCKET, Key="specs/seed-1.yaml")["Body"].read() == before
+    # its run store is claimed (its Plan ran): refused before anything is written (the claim is read first)
+    s3.put_object(Bucket=BUCKET, Key="runs/seed-1/claim.json", Body=b'{"execution": "x"}')
+    s3.delete_object(Bucket=BUCKET, Key="specs/seed-1.yaml")
+    assert main(["start", "examples/seed-plan.yaml", "--bucket", BUCKET, "--state-machine-arn", aws,
+                 "--campaign-id", "seed-1"]) == 2
+    assert "runs/seed-1 is claimed by an execution" in capsys.readouterr().err
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="specs/")
+    assert len(sfn.list_executions(stateMachineArn=aws)["executions"]) == 1
