@@ -182,13 +182,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = _path(args.out)
     if not out.is_dir():
         raise FileNotFoundError(f"--out {args.out}: no such workspace (the --out of `benchctl run`, default runs)")
+    from benchctl.sweep import failed
+
     report = sweep_workspace(out, dry_run=args.dry_run)
     for entry in report:
         exps = ", ".join(entry.get("experiments") or []) or "-"
         print(f"{entry['campaign_id']}: {entry['action']} (experiments: {exps})")
     if not report:
         print(f"{out}: no campaigns")
-    return 0
+    for entry in failed(report):  # the others were swept all the same
+        _err(f"{entry['campaign_id']}: not swept: {entry['error']}: {entry['cause']}")
+    return 1 if failed(report) else 0
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -301,9 +305,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     import yaml
 
     from benchctl.aws.k8s.render import render_campaign, render_requests
-    from benchctl.context import new_campaign_id
+    from benchctl.context import check_campaign_id, new_campaign_id
     from benchctl.spec import load_spec
 
+    if args.campaign_id is not None:
+        check_campaign_id(args.campaign_id, "--campaign-id")
     spec = load_spec(_path(args.spec))
     _within_ceilings(args, spec)  # before anything is written
     out = _path(args.out)
@@ -386,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a campaign with the local engine (the campaign ASL, real Dynamo mocker + AIPerf)")
     p.add_argument("spec")
     p.add_argument("--out", default="runs", help="workspace: lake in OUT/lake, run state in OUT/campaigns (default runs)")
-    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
+    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; lowercase letters, digits and '-' "
+                   "(at most 80), a new one (an existing campaign's is refused)")
     p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
     p.add_argument("--poll-seconds", type=int, default=1, help="Wait state period in whole seconds (default 1)")
     p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
@@ -401,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("--state-machine-arn", help="default $BENCHCTL_STATE_MACHINE_ARN (stack output StateMachineArn)")
     p.add_argument("--bucket", help="results bucket, default $BENCHCTL_BUCKET (stack output BucketName)")
-    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; also the execution name")
+    p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; also the execution name; lowercase "
+                   "letters, digits and '-' (at most 80); an existing campaign's id fails Plan (CampaignIdInUse)")
     p.add_argument("--poll-seconds", type=int, default=30, help="Wait state period on AWS (default 30)")
     p.add_argument("--upload-only", action="store_true", help="only store the spec as specs/<file> (for a schedule)")
     p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)

@@ -26,9 +26,19 @@ DEFAULT_POLL_SECONDS = 30
 SPEC_URI_SCHEMES = ("file://", "s3://")
 
 
-def safe_name(text: str) -> str:
-    """Lowercase letters, digits and '-' only (campaign ids are path segments and execution names)."""
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+CAMPAIGN_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,78}[a-z0-9])?$")  # 80: a Step Functions execution name's limit
+CAMPAIGN_ID_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 80"
+
+
+def check_campaign_id(cid: object, where: str) -> str:
+    """``cid`` if it is a campaign id in its one normal form (:data:`CAMPAIGN_ID_RE`), else ValueError naming
+    ``where`` it came from. Ids are never rewritten into the normal form: ``Seed_Plan-1`` is refused, not taken
+    as ``seed-plan-1``, so one campaign has exactly one spelling (its run-store prefix, lake partition, lock
+    owner and execution name) and two spellings can never meet in one campaign's records. Every entry (the
+    execution input, the execution name, ``benchctl run/start/render --campaign-id``) checks here."""
+    if not isinstance(cid, str) or not CAMPAIGN_ID_RE.match(cid):
+        raise ValueError(f"{where}: {cid!r} is not a campaign id: use {CAMPAIGN_ID_RULE} characters")
+    return cid
 
 
 def new_campaign_id(spec_name: str, now: datetime | None = None) -> str:
@@ -60,8 +70,8 @@ class StartInput:
         if isinstance(poll, bool) or not isinstance(poll, int) or not 1 <= poll <= 3600:
             raise ValueError(f"execution input 'poll_seconds': {poll!r} must be an integer 1..3600")
         cid = data.get("campaign_id")
-        if cid is not None and (not isinstance(cid, str) or safe_name(cid) != cid):
-            raise ValueError(f"execution input 'campaign_id': {cid!r}: use lowercase letters, digits and '-'")
+        if cid is not None:
+            check_campaign_id(cid, "execution input 'campaign_id'")
         fail_at = data.get("fail_at")
         return StartInput(spec_uri=uri, campaign_id=cid or None, poll_seconds=poll,
                           fail_at=str(fail_at) if fail_at else None)
@@ -113,11 +123,13 @@ class Ctx:
 
 def start_context(inp: StartInput, execution: str | None, *, runs_uri: str, lake_uri: str) -> Ctx:
     """The context of an execution: the campaign id is the input's, else the execution's name (unique per
-    state machine); its run state goes under ``<runs_uri>/<campaign id>``, results to ``lake_uri`` (the
+    state machine; refused unless already a campaign id's normal form); its run state goes under ``<runs_uri>/<campaign id>``, results to ``lake_uri`` (the
     engine's: a workspace locally, the results bucket on AWS)."""
-    cid = inp.campaign_id or safe_name(str(execution or "").rsplit(":", 1)[-1])
-    if not cid:
+    name = str(execution or "").rsplit(":", 1)[-1]
+    if not inp.campaign_id and not name:
         raise ValueError("execution input: no 'campaign_id' and no execution name to take it from")
+    cid = inp.campaign_id or check_campaign_id(
+        name, "execution name (no 'campaign_id' in the input; give one, or name the execution as one)")
     return Ctx(campaign_id=cid, run_uri=f"{runs_uri.rstrip('/')}/{cid}", lake_uri=lake_uri,
                poll_seconds=inp.poll_seconds, fail_at=inp.fail_at)
 

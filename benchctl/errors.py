@@ -69,6 +69,11 @@ class ScaleInterrupted(BenchError):
     """A pool change was cut short (the record says so); the campaign restores instead of retrying."""
 
 
+class CampaignIdInUse(BenchError):
+    """The campaign id is claimed by another execution (``RunState.claim``): this execution touches nothing of
+    that campaign (no spec, no lock, no pool record, no failure record) and fails."""
+
+
 class BudgetExceeded(BenchError):
     """Accrued cost plus the remaining estimate would exceed the spec's budget: the campaign aborts."""
 

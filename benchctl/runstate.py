@@ -4,6 +4,7 @@
 the plan at most once per invocation. Its records, one JSON object each (the store: a directory locally,
 an S3 prefix on AWS)::
 
+    claim.json                         the execution owning the campaign id (created once: ``campaign.claim``)
     spec.json, spec_meta.json          the validated spec, and its source URI and text (Plan)
     plan.json                          the deterministic plan (Plan)
     preflight.json                     the engine's prerequisites were all there (Plan)
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 JSON = dict[str, Any]
 WARMUP = "warmup"  # the step id of an experiment's warm-up load
 
-_SPEC, _SPEC_META, _PLAN, _PREFLIGHT = "spec.json", "spec_meta.json", "plan.json", "preflight.json"
+_SPEC, _SPEC_META, _PLAN, _PREFLIGHT, _CLAIM = "spec.json", "spec_meta.json", "plan.json", "preflight.json", "claim.json"
 _CAMPAIGN, _FAILURE, _ABORT, _RUNNER, _RESULT = "campaign.json", "failure.json", "abort.json", "runner.json", "result.json"
 
 
@@ -80,11 +81,7 @@ def _from(cls: type[R], data: JSON) -> R:
 
 
 def _json(rec: Any, *, drop_none: tuple[str, ...] = ()) -> JSON:
-    out = dataclasses.asdict(rec)
-    for k in drop_none:
-        if out.get(k) is None:
-            out.pop(k, None)
-    return out
+    return {k: v for k, v in dataclasses.asdict(rec).items() if not (v is None and k in drop_none)}
 
 
 # --------------------------------------------------------------------------------------------- records
@@ -374,6 +371,13 @@ class RunState:
 
     # ------------------------------------------------------------------------------------ campaign
 
+    def claim(self, execution: str, at: str) -> JSON | None:
+        """Create ``claim.json`` for ``execution``, create-only: None when created, else the claim already there."""
+        return self.store.create_json(_CLAIM, {"execution": execution, "claimed_at": at})
+
+    def claimed(self) -> bool:
+        return self.store.exists(_CLAIM)
+
     def campaign(self) -> CampaignRecord | None:
         data = self.store.read_json(_CAMPAIGN)
         return None if data is None else CampaignRecord.from_json(data)
@@ -468,12 +472,8 @@ class RunState:
 
     def loads(self, experiment: str) -> list[tuple[str, LoadRecord]]:
         """(step id, record) of each of the experiment's loads that was launched."""
-        out = []
-        for step_id in self.load_steps(experiment):
-            rec = self.load(experiment, step_id)
-            if rec is not None:
-                out.append((step_id, rec))
-        return out
+        recs = [(step_id, self.load(experiment, step_id)) for step_id in self.load_steps(experiment)]
+        return [(step_id, rec) for step_id, rec in recs if rec is not None]
 
     def touched(self, experiment: str) -> bool:
         """Whether the experiment created anything: scaled, deployed or loaded."""

@@ -39,32 +39,46 @@ def leftovers(p: Providers) -> list[str]:
 def sweep(campaign_ids: Iterable[str], providers_for: Callable[[str], tuple[Providers, Ctx]],
           is_running: Callable[[str], bool], *, dry_run: bool = False,
           extra: Callable[[str], Any] | None = None) -> list[JSON]:
-    """Sweep each campaign that is not running; one report line (a dict) per campaign looked at."""
+    """Sweep each campaign that is not running; one report line (a dict) per campaign looked at. One
+    campaign's sweep raising (its store unreadable, a teardown call refused) is that campaign's line
+    (``action: failed``, the error and its cause) and the next campaign is swept all the same: a campaign
+    after a broken one must not keep its GPUs. The caller reports the failed lines (:func:`failed`)."""
     report: list[JSON] = []
     for cid in sorted(set(campaign_ids)):
-        if is_running(cid):
-            report.append({"campaign_id": cid, "action": "left alone: still running"})
-            continue
-        p, ctx = providers_for(cid)
-        todo = leftovers(p)
-        entry: JSON = {"campaign_id": cid, "experiments": todo}
-        if dry_run:
-            entry["action"] = "would tear down" if todo else "nothing left"
-            report.append(entry)
-            continue
-        for exp in todo:
-            entry.setdefault("teardown", {})[exp] = campaign.teardown_experiment(p, ctx, Task(exp))
-        entry["locks_released"] = campaign.release_locks(p, ctx)
-        if extra is not None:
-            entry["labelled_objects_deleted"] = extra(cid)
-        if todo or entry["locks_released"] or entry.get("labelled_objects_deleted"):
-            entry["action"] = "swept"
-            campaign.record_event(p, cid, timeline.CAMPAIGN, timeline.SWEPT, experiments=todo)
-            record = p.state.campaign()
-            if record is None or record.status in (None, "running"):
-                campaign.mark_campaign(p, ctx, "failed", error="Swept",
-                                       cause="its execution ended without tearing down; the sweeper did")
-        else:
-            entry["action"] = "nothing left"
-        report.append(entry)
+        try:
+            report.append(_sweep_one(cid, providers_for, is_running, dry_run=dry_run, extra=extra))
+        except Exception as exc:  # recorded in the report, which the caller fails on
+            report.append({"campaign_id": cid, "action": "failed", "error": type(exc).__name__, "cause": str(exc)})
     return report
+
+
+def failed(report: list[JSON]) -> list[JSON]:
+    """The report lines of campaigns whose sweep raised."""
+    return [r for r in report if r.get("action") == "failed"]
+
+
+def _sweep_one(cid: str, providers_for: Callable[[str], tuple[Providers, Ctx]], is_running: Callable[[str], bool],
+               *, dry_run: bool, extra: Callable[[str], Any] | None) -> JSON:
+    if is_running(cid):
+        return {"campaign_id": cid, "action": "left alone: still running"}
+    p, ctx = providers_for(cid)
+    todo = leftovers(p)
+    entry: JSON = {"campaign_id": cid, "experiments": todo}
+    if dry_run:
+        entry["action"] = "would tear down" if todo else "nothing left"
+        return entry
+    for exp in todo:
+        entry.setdefault("teardown", {})[exp] = campaign.teardown_experiment(p, ctx, Task(exp))
+    entry["locks_released"] = campaign.release_locks(p, ctx)
+    if extra is not None:
+        entry["labelled_objects_deleted"] = extra(cid)
+    if todo or entry["locks_released"] or entry.get("labelled_objects_deleted"):
+        entry["action"] = "swept"
+        campaign.record_event(p, cid, timeline.CAMPAIGN, timeline.SWEPT, experiments=todo)
+        record = p.state.campaign()
+        if record is None or record.status in (None, "running"):
+            campaign.mark_campaign(p, ctx, "failed", error="Swept",
+                                   cause="its execution ended without tearing down; the sweeper did")
+    else:
+        entry["action"] = "nothing left"
+    return entry

@@ -19,7 +19,7 @@ from benchctl.aws.selftest import SELF_TEST
 from benchctl.campaign import Operation, Task
 from benchctl.constants import SERVICE
 from benchctl.context import context_of
-from benchctl.errors import NotReadyYet
+from benchctl.errors import CampaignIdInUse, NotReadyYet
 from benchctl.ports import CallbackPort, Engine
 
 logger = Logger(service=SERVICE)  # level: POWERTOOLS_LOG_LEVEL (the stack sets it; Powertools reads it)
@@ -71,10 +71,13 @@ def run(event: dict[str, Any], operations: dict[str, Operation]) -> dict[str, An
         p.callbacks = _callbacks
     logger.append_keys(campaign_id=ctx.campaign_id, state=task.state)
     try:
+        if op.claims:  # an entry state: the campaign id must be this execution's before anything is read
+            campaign.claim(p, ctx, task)
         campaign.guard(p, task.state, ctx.fail_at, cleanup=op.cleanup)
         result = op.run(p, ctx, task)
     except Exception as exc:
-        campaign.record_failure(p, task.state, exc)
+        if not isinstance(exc, CampaignIdInUse):  # another execution's campaign: not even its failure record
+            campaign.record_failure(p, task.state, exc)
         if not isinstance(exc, NotReadyYet):
             logger.warning("task failed", extra={"error": type(exc).__name__, "detail": str(exc)})
             emit_metric("TaskFailed", task.state, p.engine)

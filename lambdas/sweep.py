@@ -14,6 +14,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 
         return self_test(event, os.environ)
     from benchctl.aws.sweep import aws_sweep
+    from benchctl.sweep import failed
 
     report = aws_sweep(dry_run=bool((event or {}).get("dry_run")))
     swept = [r for r in report if r.get("action") == "swept"]
@@ -21,4 +22,15 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         logger.warning("swept a campaign its execution left behind", extra={"sweep": r})
     if swept:
         emit_metric("CampaignsSwept", "Sweeper", "aws")
+    broken = failed(report)
+    for r in broken:  # every other campaign was swept all the same (benchctl.sweep.sweep)
+        logger.error("could not sweep a campaign", extra={"sweep": r})
+    if broken:  # the function's Errors metric: the stack's SweepFailedAlarm
+        emit_metric("SweepFailed", "Sweeper", "aws")
+        raise SweepIncomplete(f"{len(broken)} of {len(report)} campaigns not swept (the others were): " + "; ".join(
+            f"{r['campaign_id']}: {r['error']}: {r['cause']}" for r in broken))
     return {"campaigns": len(report), "swept": [r["campaign_id"] for r in swept]}
+
+
+class SweepIncomplete(Exception):
+    """At least one campaign's sweep raised; the rest were swept. Raised last, so the invocation fails."""

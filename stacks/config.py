@@ -40,6 +40,10 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # a container image reference with an explicit tag or digest: [registry/]repository(:tag|@sha256:...)
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._/-]*)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
                     r"|@sha256:[0-9a-f]{64})$")
+# a Docker Hub or registry image, tag and/or digest (the load image's base; stacks/images/load/check_base.sh)
+_BASE_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?"
+                         r"(@sha256:[0-9a-f]{64})?$")
+DEFAULT_LOAD_BASE = "python:3.11-slim-bookworm"  # no digest recorded (docs/FACTS.md): the build refuses it alone
 
 # every key benchctl reads, with what it takes (the text of an error names it)
 KEYS: dict[str, str] = {
@@ -69,6 +73,10 @@ KEYS: dict[str, str] = {
     "load_image": "null (default: the stack builds stacks/images/load with Docker at deploy), or a prebuilt "
                   "image holding aiperf 0.13.0, with a tag or digest "
                   "(e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/benchctl-load:0.13.0): no Docker needed",
+    "load_base_image": "the base image the stack builds stacks/images/load on, pinned by digest "
+                       "(e.g. python:3.11-slim-bookworm@sha256:<64 hex>; default python:3.11-slim-bookworm, "
+                       "which the build refuses unless load_base_image_tag_ok is true)",
+    "load_base_image_tag_ok": "true or false: build the load image on a base named by tag alone (default false)",
 }
 
 
@@ -103,6 +111,8 @@ class Config:
     subnet_ids: tuple[str, ...] = ()
     load_image: str | None = None
     ceilings: Ceilings = field(default_factory=ceiling_rules.default)
+    load_base_image: str = DEFAULT_LOAD_BASE
+    load_base_image_tag_ok: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -264,4 +274,6 @@ def load(node: Node, context: Mapping[str, Any] | None = None) -> Config:
         subnet_ids=subnets,
         load_image=ctx.text("load_image", None, _IMAGE),
         ceilings=_ceilings(ctx),
+        load_base_image=ctx.text("load_base_image", DEFAULT_LOAD_BASE, _BASE_IMAGE) or DEFAULT_LOAD_BASE,
+        load_base_image_tag_ok=ctx.boolean("load_base_image_tag_ok", False),
     )

@@ -4,16 +4,22 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
 
 * The state machine is ``state_machines/campaign.asl.json`` itself, each ``${...FunctionArn}``
   substituted by the deployed function, exactly as the local engine substitutes its in-process ones;
-  execution logging (ALL, to a log group kept for a year) and X-Ray tracing are on.
+  execution logging (ALL, without execution data: inputs and outputs carry task tokens; to a log group
+  kept for a year) and X-Ray tracing are on.
 * Least privilege: every function has its own role naming only what it uses, from one table
   (``FUNCTION_NEEDS``). All write the lake and the run store (every state records timeline rows), so all
-  may put objects under ``lake/`` and ``runs/`` and register Glue partitions of this database; beyond
+  may put objects under ``lake/`` and ``runs/`` (none may delete one) and register Glue partitions of this
+  database, except Ingest, which parses what load pods wrote: it puts only lake tables (not ``lake/raw/``)
+  and the run store's load and first-failure records; beyond
   that: Plan reads and lists ``specs/`` and checks the cluster's node groups and Pod Identity Agent
   add-on; Pools and Teardown describe/update the configured node groups of the one cluster; the
   functions that call Kubernetes describe the cluster (endpoint + CA; the token is a presigned
   ``sts:GetCallerIdentity``, which needs no IAM permission); Plan takes the pool locks, Teardown and
   Report release them; Report runs Athena queries in the workgroup and creates the views. parliament
   lints every policy document (tests/infra).
+* The sweeper (scheduled) raises after sweeping the others when one campaign's cleanup raised; an alarm
+  on its errors (``SweepFailedAlarm``) notifies the status topic. The optional campaign schedule lives in a
+  schedule group of its own, which its role's trust names (not the account's shared ``default``).
 * Configuration: every function gets exactly the variables of ``benchctl.aws.env.LambdaEnv`` (the model
   the runtime parses); the bucket's prefixes are ``benchctl.constants``'. The Plan and Pools functions also
   get the deployment's ceilings (context ``benchctl:ceilings``) as ``BENCHCTL_CEILINGS``: recorded in the
@@ -44,6 +50,8 @@ from typing import Any, cast
 import jsii
 import yaml
 from aws_cdk import CfnMapping, CfnOutput, CfnRule, Duration, Fn, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -61,8 +69,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
-from benchctl import asl, ceilings
+from benchctl import asl, ceilings, schema
 from benchctl.aws.env import LambdaEnv
+from benchctl.aws.selftest import DOCTOR_PREFIX
 from benchctl.constants import (
     ATHENA_PREFIX,
     LAKE_PREFIX,
@@ -103,6 +112,7 @@ class FunctionNeeds:
     preflight: bool = False  # reads the Pod Identity Agent add-on and the node groups, before anything is scaled
     report: bool = False  # Athena in the workgroup, the views' DDL in Glue, the results and report prefixes
     task_tokens: bool = False  # answers a callback state's task token itself (AwaitLoadEnd, when the end is in)
+    lake_tables_only: bool = False  # writes only lake tables (not raw evidence) and the run store's load records
     timeout_minutes: int = 5
     memory_mb: int = 512
 
@@ -113,7 +123,7 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
     "Pools": FunctionNeeds(kubernetes=True, nodegroups=True),
     "Serving": FunctionNeeds(kubernetes=True),
     "Load": FunctionNeeds(kubernetes=True, task_tokens=True),
-    "Ingest": FunctionNeeds(memory_mb=1024),
+    "Ingest": FunctionNeeds(lake_tables_only=True, memory_mb=1024),  # parses what load pods wrote
     "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE),
     "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024),
 }
@@ -203,8 +213,10 @@ class ControlPlaneStack(Stack):
         if config.load_image:  # a prebuilt image (benchctl:load_image): nothing to build, no Docker at deploy
             load_image_uri = config.load_image
         else:
-            load_image_uri = ecr_assets.DockerImageAsset(self, "LoadImage", directory=str(LOAD_IMAGE_DIR),
-                                                         platform=ecr_assets.Platform.LINUX_AMD64).image_uri
+            load_image_uri = ecr_assets.DockerImageAsset(  # the build refuses a tag-only base unless told
+                self, "LoadImage", directory=str(LOAD_IMAGE_DIR), platform=ecr_assets.Platform.LINUX_AMD64,
+                build_args={"BASE_IMAGE": config.load_base_image,
+                            "ALLOW_TAG_BASE": "1" if config.load_base_image_tag_ok else "0"}).image_uri
         self.lambda_env = LambdaEnv(
             runs_uri=f"s3://{bucket.bucket_name}/{RUNS_PREFIX}", lake_uri=f"s3://{bucket.bucket_name}/{LAKE_PREFIX}",
             bucket=bucket.bucket_name, database=results.database_name, workgroup=results.workgroup_name,
@@ -221,8 +233,8 @@ class ControlPlaneStack(Stack):
                             description=f"benchctl {name} function: only what that state uses")
             role.add_to_policy(iam.PolicyStatement(
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
-            self._grant_lake(role, results)
             needs = FUNCTION_NEEDS[name]
+            self._grant_lake(role, results, tables_only=needs.lake_tables_only, name=name)
             self._grant_needs(role, needs, config, results, cluster_arn, nodegroup_arns)
             fn = lambda_.Function(
                 self,
@@ -268,7 +280,9 @@ class ControlPlaneStack(Stack):
             definition_body=sfn.DefinitionBody.from_string(asl.text()),
             definition_substitutions={var: fn.function_arn for var, fn in self.functions.items()},
             tracing_enabled=True,
-            logs=sfn.LogOptions(destination=sm_logs, level=sfn.LogLevel.ALL, include_execution_data=True),
+            # every event, but without its input and output: they carry task tokens (an AwaitLoadEnd's
+            # $$.Task.Token), which answer a step (Step Functions developer guide, "Log levels")
+            logs=sfn.LogOptions(destination=sm_logs, level=sfn.LogLevel.ALL, include_execution_data=False),
         )  # the 48 h timeout is the ASL's own TimeoutSeconds: CDK applies timeout= only to chain definitions
         for fn in self.functions.values():
             fn.grant_invoke(self.state_machine)
@@ -281,6 +295,7 @@ class ControlPlaneStack(Stack):
         self._sweeper(config, results, code, layers, env, cluster_arn, nodegroup_arns)
         self._load_job_identity(config, results)
         self._notifications(config, results)
+        self._sweep_alarm(config)
         if config.schedule is not None:
             self._schedule(config, results)
         self._access_entries(config)
@@ -423,11 +438,19 @@ class ControlPlaneStack(Stack):
             eks.CfnAccessEntry(self, f"{name}AccessEntry", cluster_name=config.cluster_name,
                                principal_arn=role.role_arn, kubernetes_groups=groups, type="STANDARD")
 
-    def _grant_lake(self, role: iam.Role, results: ResultsStack) -> None:
+    def _grant_lake(self, role: iam.Role, results: ResultsStack, *, tables_only: bool = False, name: str = "") -> None:
+        """Read and write the lake and the run store (no s3:DeleteObject: no function deletes an object).
+        ``tables_only`` (Ingest, which parses what load pods wrote): read both, but write only the lake's
+        tables (not raw evidence) and, in the run store, the load records, the first-failure record and its
+        own ``benchctl doctor`` scratch prefix (never a pool, claim, spec or campaign record)."""
         bucket = results.bucket
-        role.add_to_policy(iam.PolicyStatement(
-            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-            resources=[bucket.arn_for_objects(f"{LAKE_PREFIX}/*"), bucket.arn_for_objects(f"{RUNS_PREFIX}/*")]))
+        everything = [bucket.arn_for_objects(f"{LAKE_PREFIX}/*"), bucket.arn_for_objects(f"{RUNS_PREFIX}/*")]
+        writes = everything if not tables_only else [
+            *(bucket.arn_for_objects(f"{LAKE_PREFIX}/{t}/*") for t in schema.table_names()),
+            bucket.arn_for_objects(f"{RUNS_PREFIX}/*/loads/*"), bucket.arn_for_objects(f"{RUNS_PREFIX}/*/failure.json"),
+            bucket.arn_for_objects(f"{RUNS_PREFIX}/{DOCTOR_PREFIX}/{name}/*")]  # the self-test's probe
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=everything))
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=writes))
         role.add_to_policy(iam.PolicyStatement(
             actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": [f"{LAKE_PREFIX}/*", f"{RUNS_PREFIX}/*"]}}))
@@ -509,7 +532,7 @@ class ControlPlaneStack(Stack):
         # reference cycle (rule -> topic -> key)
         rule_name = f"benchctl-{config.env_name}-campaign-status"
         rule_arn = f"arn:{self.partition}:events:{self.region}:{self.account}:rule/{rule_name}"
-        key = kms.Key(self, "TopicKey", enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN,
+        self.topic_key = key = kms.Key(self, "TopicKey", enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN,
                       description="benchctl campaign notifications")
         key.add_to_resource_policy(iam.PolicyStatement(  # EventBridge publishing to the encrypted topic
             actions=["kms:Decrypt", "kms:GenerateDataKey*"], principals=[iam.ServicePrincipal("events.amazonaws.com")],
@@ -538,11 +561,35 @@ class ControlPlaneStack(Stack):
         )
         CfnOutput(self, "StatusTopicArn", value=self.topic.topic_arn)
 
+    def _sweep_alarm(self, config: Config) -> None:
+        """An alarm on the sweeper's errors, to the status topic: it raises (SweepIncomplete) after sweeping
+        every other campaign when one campaign's cleanup raised, so that campaign's GPUs get a person. Its
+        name is fixed so that the topic and key policies can name it (aws:SourceArn) without a reference
+        cycle (alarm -> topic -> key -> alarm)."""
+        alarm_name = f"benchctl-{config.env_name}-sweep-failed"
+        alarm_arn = f"arn:{self.partition}:cloudwatch:{self.region}:{self.account}:alarm:{alarm_name}"
+        alarm = cloudwatch.Alarm(
+            self, "SweepFailedAlarm", alarm_name=alarm_name, alarm_description="benchctl sweeper: a campaign's cleanup raised (the other "
+            "campaigns were swept); its log names the campaign and the error",
+            metric=self.sweep_function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+            threshold=1, evaluation_periods=1, comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
+        conditions = {"StringEquals": {"aws:SourceAccount": self.account}, "ArnLike": {"aws:SourceArn": alarm_arn}}
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            actions=["sns:Publish"], principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            resources=[self.topic.topic_arn], conditions=conditions))
+        self.topic_key.add_to_resource_policy(iam.PolicyStatement(  # CloudWatch publishing to the encrypted topic
+            actions=["kms:Decrypt", "kms:GenerateDataKey*"], principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            resources=["*"], conditions=conditions))
+
     def _schedule(self, config: Config, results: ResultsStack) -> None:
         assert config.schedule is not None
         sched = config.schedule
         spec_uri = f"s3://{results.bucket.bucket_name}/{sched.spec_key}"
-        group_arn = f"arn:{self.partition}:scheduler:{self.region}:{self.account}:schedule-group/default"
+        # a schedule group of its own (not the account's shared "default"): the role trusts only its schedules
+        group = scheduler.CfnScheduleGroup(self, "CampaignScheduleGroup", name=f"benchctl-{config.env_name}-campaign")
+        group_arn = f"arn:{self.partition}:scheduler:{self.region}:{self.account}:schedule-group/{group.name}"
         role = iam.Role(self, "ScheduleRole", assumed_by=iam.ServicePrincipal(
             "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": self.account},
                                                    "ArnEquals": {"aws:SourceArn": group_arn}}),
@@ -553,6 +600,7 @@ class ControlPlaneStack(Stack):
             self,
             "CampaignSchedule",
             description=f"starts a benchctl campaign of {sched.spec_key}",
+            group_name=group.name,
             schedule_expression=sched.expression,
             schedule_expression_timezone=sched.timezone,
             flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),

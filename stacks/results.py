@@ -3,8 +3,11 @@
 * Bucket: SSE-S3, TLS only, public access blocked, versioned (an overwrite or delete keeps the old
   version), retained when the stack goes; server access logs to a separate log bucket. Lifecycle:
   raw AIPerf artifacts (``lake/raw/``) move to Glacier Instant Retrieval after ``raw_archive_days``
-  (kept, never expired: raw artifacts are the evidence everything else is derived from); old object
-  versions expire after 30 days; incomplete multipart uploads are aborted after 7.
+  (kept, never expired: raw artifacts are the evidence everything else is derived from); an overwritten
+  or deleted object's old version is kept for 365 days (``NONCURRENT_VERSION_DAYS``: a year to notice that
+  evidence was rewritten and restore it; Object Lock was not chosen: it can only be turned on for a new
+  bucket, would need a migration of existing deployments, and in compliance mode cannot be undone);
+  incomplete multipart uploads are aborted after 7.
 * Glue: one database, one table per ``benchctl.schema`` table (columns, types and partition keys
   generated from that module, the same one ingestion and DuckDB use), parquet at
   ``s3://<bucket>/lake/<table>/``. Partitions are registered by the writer as it writes them
@@ -33,6 +36,7 @@ from benchctl.constants import ATHENA_PREFIX, LAKE_PREFIX
 from benchctl.views import athena_view_ddl
 from stacks.config import Config
 
+NONCURRENT_VERSION_DAYS = 365  # how long an overwritten or deleted object's old version is kept (raw evidence too)
 PARQUET = {
     "input_format": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
     "output_format": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
@@ -74,7 +78,9 @@ class ResultsStack(Stack):
                     transitions=[s3.Transition(storage_class=s3.StorageClass.GLACIER_INSTANT_RETRIEVAL,
                                                transition_after=Duration.days(config.raw_archive_days))],
                 ),
-                s3.LifecycleRule(id="expire-old-versions", noncurrent_version_expiration=Duration.days(30)),
+                s3.LifecycleRule(id="expire-old-versions",  # one rule for the whole bucket: with a shorter rule
+                                 # on an overlapping prefix, S3 would expire raw evidence's versions the sooner
+                                 noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS)),
                 s3.LifecycleRule(id="abort-multipart", abort_incomplete_multipart_upload_after=Duration.days(7)),
             ],
         )

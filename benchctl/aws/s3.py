@@ -313,6 +313,26 @@ class S3RunStore:
             Bucket=self.bucket, Key=self._key(key), Body=text.encode("utf-8"), ContentType="application/json"
         )
 
+    def create_json(self, key: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create-only: a conditional PUT (``If-None-Match: *``; S3 answers 412 PreconditionFailed when the key
+        exists, 409 ConditionalRequestConflict to the loser of two concurrent creates, who retries and then
+        sees the winner's object). S3 user guide, "How to prevent object overwrites with conditional writes"."""
+        from botocore.exceptions import ClientError
+
+        text = json.dumps(obj, indent=2, sort_keys=True, default=str)
+        for _ in range(5):
+            try:
+                self._s3().put_object(Bucket=self.bucket, Key=self._key(key), Body=text.encode("utf-8"),
+                                      ContentType="application/json", IfNoneMatch="*")
+                return None
+            except ClientError as exc:
+                if _error_code(exc) not in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}:
+                    raise
+            existing = self.read_json(key)
+            if existing is not None:
+                return existing
+        raise RuntimeError(f"{self.uri}/{key}: neither created nor readable after 5 conditional writes")
+
     def exists(self, key: str) -> bool:
         from botocore.exceptions import ClientError
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from benchctl.ceilings import Ceilings
 from benchctl.plan import aws_limits, plan_campaign
-from benchctl.spec import load_spec, load_spec_text, safe_name
+from benchctl.spec import load_spec, load_spec_text
 
 SPECS_PREFIX = "specs"
 
@@ -45,7 +45,7 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
           ceilings: Ceilings | None = None) -> Started:
     import boto3
 
-    from benchctl.context import new_campaign_id
+    from benchctl.context import check_campaign_id, new_campaign_id
     from benchctl.errors import SpecError
 
     spec = load_spec(spec_path)
@@ -65,14 +65,16 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
     if not upload_only and not state_machine_arn:
         raise ValueError("no state machine: pass --state-machine-arn or set BENCHCTL_STATE_MACHINE_ARN "
                          "(the control-plane stack's StateMachineArn output)")
-    cid = campaign_id or new_campaign_id(spec.name)
-    if safe_name(cid) != cid:
-        raise ValueError(f"--campaign-id {cid!r}: use lowercase letters, digits and '-'")
+    cid = check_campaign_id(campaign_id or new_campaign_id(spec.name), "--campaign-id")
     session = session or boto3.session.Session()
     suffix = spec_path.suffix if spec_path.suffix in (".yaml", ".yml", ".json") else ".yaml"
     key = f"{SPECS_PREFIX}/{spec_path.name}" if upload_only else f"{SPECS_PREFIX}/{cid}{suffix}"
     body = load_spec_text(spec_path).encode("utf-8")
-    session.client("s3").put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/yaml")
+    s3 = session.client("s3")
+    if upload_only:  # the schedule's spec: replaced on purpose
+        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/yaml")
+    else:  # a new campaign's own spec: create-only, so an existing campaign's is never replaced
+        _create_spec(s3, bucket, key, body, cid, session)
     uri = f"s3://{bucket}/{key}"
     inp = {"spec_uri": uri, "campaign_id": cid, "poll_seconds": poll_seconds}
     if upload_only:
@@ -81,6 +83,34 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
         stateMachineArn=state_machine_arn, name=cid, input=json.dumps(inp))
     arn = resp["executionArn"]
     return Started(cid, uri, arn, console_url(arn), inp)
+
+
+def _create_spec(s3: Any, bucket: str, key: str, body: bytes, cid: str, session: Any) -> None:
+    """Write a new campaign's spec where nothing is (S3 conditional write, ``If-None-Match: *``); an id whose
+    run store holds a claim, or whose spec is there already, is another campaign's: ValueError (exit 2),
+    nothing written."""
+    from botocore.exceptions import ClientError
+
+    from benchctl.aws.s3 import S3RunStore
+    from benchctl.constants import RUNS_PREFIX
+    from benchctl.runstate import RunState
+
+    taken = f"campaign id {cid!r} is in use ({{}}): choose another --campaign-id"
+    store = S3RunStore(bucket, f"{RUNS_PREFIX}/{cid}", session=session)
+    try:
+        claimed = RunState(store).claimed()
+    except ClientError as err:  # a caller who may not read runs/: Plan's own claim still refuses the id
+        if err.response.get("Error", {}).get("Code") not in ("403", "AccessDenied", "Forbidden"):
+            raise
+        claimed = False
+    if claimed:
+        raise ValueError(taken.format(f"{store.uri} is claimed by an execution"))
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/yaml", IfNoneMatch="*")
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+            raise ValueError(taken.format(f"s3://{bucket}/{key} exists")) from None
+        raise
 
 
 def status(execution_arn: str, *, session: Any = None) -> dict[str, Any]:

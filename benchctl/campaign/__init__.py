@@ -22,6 +22,7 @@ from benchctl.campaign.base import (
     Cleanup,
     Operation,
     Task,
+    claim,
     error_of,
     guard,
     now_iso,
@@ -62,8 +63,9 @@ from benchctl.campaign.teardown import (
 from benchctl.context import Ctx, new_campaign_id
 
 # The operations as the handlers dispatch them (one per Task state of the ASL).
-PLAN = Operation(plan)
-RECORD_PLAN_FAILURE = Operation(plan_failed, cleanup=True, without_context=plan_failed_without_context)
+PLAN = Operation(plan, claims=True)
+RECORD_PLAN_FAILURE = Operation(plan_failed, cleanup=True, without_context=plan_failed_without_context,
+                                claims=True)
 SCALE_POOLS = Operation(scale_pools)
 CHECK_CAPACITY = Operation(check_capacity)
 DEPLOY = Operation(deploy)
@@ -89,7 +91,7 @@ __all__ = [
     "DEPLOY", "INGEST_AFTER_FAILURE", "INGEST_LAST_STEP", "INGEST_PREVIOUS_STEP", "LAUNCH_LOAD", "LAUNCH_WARMUP", "PLAN", "RECORD_PLAN_FAILURE", "REPORT", "SCALE_POOLS",
     "SMOKE_TEST", "STOP_LOAD_AFTER_FAILURE", "TEARDOWN_AFTER_FAILURE", "TEARDOWN_EXPERIMENT",
     "Cleanup", "Ctx", "Operation", "Task", "abort_campaign", "await_load", "budget_guard", "check_capacity",
-    "check_load", "check_ready", "check_smoke", "check_warmup", "deploy", "deployment_request", "error_of",
+    "check_load", "check_ready", "check_smoke", "check_warmup", "claim", "deploy", "deployment_request", "error_of",
     "experiment_failed", "experiment_row", "guard", "ingest_after_failure", "ingest_last", "ingest_previous", "ingest_step", "launch_step", "launch_warmup", "load_wake",
     "mark_campaign", "mocker_knobs", "new_campaign_id", "now_iso", "plan", "plan_failed",
     "plan_failed_without_context", "record_event", "record_failure", "release_locks", "report", "scale_pools",

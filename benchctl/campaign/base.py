@@ -13,7 +13,7 @@ from typing import Any
 
 from benchctl import timeline
 from benchctl.context import Ctx
-from benchctl.errors import Aborted, InjectedFailure, NotReadyYet
+from benchctl.errors import Aborted, CampaignIdInUse, InjectedFailure, NotReadyYet
 from benchctl.ports import Providers
 from benchctl.runstate import CampaignRecord, FailureRecord
 
@@ -67,11 +67,13 @@ OperationFn = Callable[[Providers, Ctx, Task], JSON]
 class Operation:
     """A campaign operation as a handler dispatches it. ``cleanup``: part of a teardown path, so it runs
     even after an abort was requested. ``without_context``: the answer of an entry state whose execution
-    input is too broken to build a campaign context from (nothing can be recorded then)."""
+    input is too broken to build a campaign context from (nothing can be recorded then). ``claims``: an entry
+    state, which first claims the campaign id for its execution (:func:`claim`)."""
 
     run: OperationFn
     cleanup: bool = False
     without_context: Callable[[Task], JSON] | None = None
+    claims: bool = False  # an entry state: claims the campaign id for its execution before anything else
 
 
 def now_iso(clock: Callable[[], float] = time.time) -> str:
@@ -86,6 +88,23 @@ def guard(p: Providers, state: str | None, fail_at: str | None, *, cleanup: bool
         abort = p.state.abort()
         if abort is not None:
             raise Aborted(f"campaign aborted before {state}: {abort.reason}")
+
+
+def claim(p: Providers, ctx: Ctx, task: Task) -> None:
+    """The entry states' first act: claim ``ctx.campaign_id`` for this execution (``claim.json``, a create-only
+    write: of two executions claiming at once, one wins). Another execution's id raises
+    :class:`CampaignIdInUse` before anything of that campaign is written (its spec, locks, pool records and
+    failure record stay as they are); a redelivery of the same execution goes on. A campaign record naming
+    another execution (a campaign from before claims existed) is refused by reading only."""
+    me = task.execution or ""
+    record = p.state.campaign()
+    owner = me if record is None else record.execution or ""
+    if owner == me:
+        held = p.state.claim(me, now_iso(p.clock))
+        owner = me if held is None else str(held.get("execution") or "")
+    if owner != me:
+        raise CampaignIdInUse(f"campaign id {ctx.campaign_id!r} belongs to execution {owner or '(unnamed)'}; this "
+                              f"execution ({me or 'unnamed'}) touched nothing of it: start with a new campaign id")
 
 
 def record_event(p: Providers, campaign_id: str, experiment: str, event: timeline.Event, *, key: str = "",

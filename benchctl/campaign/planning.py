@@ -7,7 +7,7 @@ from benchctl import timeline
 from benchctl.campaign.base import JSON, Cleanup, Task, error_of, now_iso, record_event, write_campaign
 from benchctl.comparisons import comparison_rows
 from benchctl.context import Ctx, StartInput
-from benchctl.errors import CeilingExceeded, PreflightFailed, SpecError
+from benchctl.errors import CampaignIdInUse, CeilingExceeded, PreflightFailed, SpecError
 from benchctl.locks import lock_keys
 from benchctl.plan import aws_limits, plan_campaign
 from benchctl.ports import Providers
@@ -108,14 +108,17 @@ def experiment_row(campaign_id: str, index: int, e: Experiment, spec: CampaignSp
 
 def plan_failed(p: Providers, ctx: Ctx, task: Task) -> JSON:
     """RecordPlanFailure: the campaign record says Plan failed and why; only this campaign's locks are
-    released (a LockHeld failure leaves the holder's locks alone)."""
+    released (a LockHeld failure leaves the holder's locks alone). Its entry claim (``Operation.claims``)
+    made sure the campaign id is this execution's; a CampaignIdInUse is not recorded at all."""
     from benchctl.campaign.teardown import release_locks
 
     name, cause = error_of(task.error)
+    if name == CampaignIdInUse.__name__:  # the ASL ends such an execution before this state; should it come
+        return {"error": name, "cause": cause}  # here anyway, the campaign is another execution's: touch nothing
     c = Cleanup(p, ctx, timeline.CAMPAIGN)
     if c.attempt("read campaign", p.state.campaign) is None:
         c.attempt("campaign record", p.state.save_campaign,
-                  CampaignRecord(campaign_id=ctx.campaign_id, started_at=now_iso(p.clock)))
+                  CampaignRecord(campaign_id=ctx.campaign_id, execution=task.execution, started_at=now_iso(p.clock)))
     status = "aborted" if name == "Aborted" else "failed"
     c.attempt("campaign record", write_campaign, p, ctx, status, failed_state="Plan", error=name, cause=cause)
     c.attempt("locks", release_locks, p, ctx)

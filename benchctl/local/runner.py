@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from benchctl.atomic import atomic_write
 from benchctl.ceilings import Ceilings
-from benchctl.context import Ctx, StartInput, new_campaign_id
+from benchctl.context import Ctx, StartInput, check_campaign_id, new_campaign_id
 from benchctl.errors import CeilingExceeded, SpecError
 from benchctl.local import processes
 from benchctl.local.engine import Interrupts, Progress, RunResult, execute
@@ -114,9 +114,11 @@ class LocalEngine:
 
 def prepare(spec_path: Path, out: Path, campaign_id: str | None = None,
             ceilings: Ceilings | None = None) -> tuple[StartInput, CampaignSpec]:
-    """Validate and plan before anything starts (a bad spec, one over budget or past the ``ceilings``:
-    SpecError, nothing made); the workspace's run directory of the campaign and the lake. The start input
-    every engine starts with."""
+    """Validate and plan before anything starts (a campaign id not in its normal form: ValueError; a bad spec,
+    one over budget or past the ``ceilings``: SpecError; nothing made); the workspace's run directory of the
+    campaign and the lake. The start input every engine starts with."""
+    if campaign_id is not None:  # before anything is read or made: `../../x` must never become a path
+        check_campaign_id(campaign_id, "--campaign-id")
     spec = load_spec(spec_path)
     plan = plan_campaign(spec, "local")
     if plan.budget_problems:

@@ -6,6 +6,8 @@ Keys are relative paths (``benchctl.runstate`` names them); every write is atomi
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,20 @@ class LocalRunStore:
 
     def write_json(self, key: str, obj: dict[str, Any]) -> None:
         atomic_write(self._path(key), json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+    def create_json(self, key: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create-only: the content goes to a temporary file that is then hard-linked to the key (``link``
+        fails when the name exists, atomically: no two creators both win)."""
+        path = self._path(key)
+        tmp = atomic_write(path.parent / f".{path.name}.{uuid.uuid4().hex}.new",
+                           json.dumps(obj, indent=2, sort_keys=True, default=str))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return self.read_json(key) or {}
+        finally:
+            tmp.unlink(missing_ok=True)
+        return None
 
     def exists(self, key: str) -> bool:
         return self._path(key).exists()

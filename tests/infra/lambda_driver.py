@@ -4,7 +4,8 @@ the interpreter's standard library plus exactly what a function has on AWS, in L
 asset (``/var/task``), the layers (``/opt/python``), the runtime's own packages. Nothing of the test's
 environment (moto, the dev tools, the work tree) is importable here.
 
-It calls the real handlers the way the state machine does, one campaign's path: Plan (from a spec URI),
+It calls the real handlers the way the state machine does, one campaign's path: Plan (from a spec URI; then
+again from another execution with the same campaign id, which is refused),
 Deploy, LaunchLoad (its dataset written create-only), CheckLoad, IngestPreviousStep or IngestLastStep (parquet + Glue partitions),
 Report (the views created in Athena, the HTML report written), then every function's ``benchctl doctor``
 self-test, and writes what happened, with the origin
@@ -58,6 +59,14 @@ def main(config_path):
             "action": "plan", "state": "Plan", "execution": cfg["execution"],
             "input": {"spec_uri": cfg["spec_uri"], "campaign_id": cfg["campaign_id"], "poll_seconds": 30}})
         ctx = plan["ctx"]
+        # another execution with the same campaign id: refused by the claim, as the Plan role, touching nothing
+        try:
+            call("lambdas.plan.handler", {
+                "action": "plan", "state": "Plan", "execution": cfg["execution"] + "-again",
+                "input": {"spec_uri": cfg["spec_uri"], "campaign_id": cfg["campaign_id"], "poll_seconds": 30}})
+            out["reused_id"] = "accepted"
+        except Exception as err:  # what the test reads
+            out["reused_id"] = f"{type(err).__name__}: {err}"
         exp = plan["experiments"][0]["name"]
         step = next(s for s in plan["experiments"][0]["steps"] if s == cfg["step"])
         call("lambdas.serving.handler", {"action": "deploy", "state": "Deploy", "ctx": ctx, "experiment": exp})

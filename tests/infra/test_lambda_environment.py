@@ -352,6 +352,10 @@ def test_plan_from_a_spec_uri_writes_the_run_store_the_lake_and_the_locks(run):
     assert json.loads(run["get"](f"runs/{CID}/spec_meta.json"))["source"] == f"s3://{BUCKET}/specs/seed-plan.yaml"
     assert [CID] in run["partitions"]("campaigns") and [CID, EXPERIMENT] in run["partitions"]("experiments")
     assert run["tokens"].seen > 0  # the preflight reached the cluster with an EKS token
+    # the id is this execution's (a create-only claim, as the Plan role): another execution's Plan is refused
+    claim = json.loads(run["get"](f"runs/{CID}/claim.json"))
+    assert claim["execution"] == f"arn:aws:states:{REGION}:{ACCOUNT}:execution:benchctl-campaign:{CID}"
+    assert run["result"]["reused_id"].startswith(f"CampaignIdInUse: campaign id '{CID}' belongs to execution ")
 
 
 def test_launchload_writes_its_dataset_create_only_and_starts_a_job(run):

@@ -59,6 +59,8 @@ def test_state_machine_is_the_asl_file_with_substitutions(templates):
     assert {f["Properties"]["Handler"] for f in fns.values()} == {*FUNCTIONS.values(), "lambdas.sweep.handler"}
     assert props["TracingConfiguration"] == {"Enabled": True}
     assert props["LoggingConfiguration"]["Level"] == "ALL"
+    # every event, without inputs and outputs: an AwaitLoadEnd's input holds the task token that answers it
+    assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
     # the 48 h timeout is in the definition itself (CDK applies timeout= only to chain definitions)
     assert json.loads(text)["TimeoutSeconds"] == 48 * 3600 and "TimeoutSeconds" not in props
     # logs under /aws/vendedlogs/states/ (no log resource policy per group), named apart per stack instance
@@ -169,6 +171,12 @@ def test_the_load_image_is_built_from_the_repo_with_aiperf_0_13_0_and_given_to_e
     from benchctl.aiperf_args import AIPERF_VERSION
 
     assert f"ARG AIPERF_VERSION={AIPERF_VERSION}" in dockerfile
+    # the build gets the deployment's base (a tag alone is refused by the build unless accepted explicitly) and
+    # the hash-pinned requirements beside the Dockerfile (tests/unit/test_load_image.py holds both)
+    assert image["source"]["dockerBuildArgs"] == {"BASE_IMAGE": "python:3.11-slim-bookworm", "ALLOW_TAG_BASE": "0"}
+    folder = default_out / image["source"]["directory"]
+    for name in ("requirements.txt", "check_base.sh"):
+        assert (folder / name).read_text() == (ROOT / "stacks" / "images" / "load" / name).read_text()
     # Then every function knows the pushed image as the default load image
     template = json.loads((default_out / "benchctl-dev-control-plane.template.json").read_text())
     tag = image["destinations"][next(iter(image["destinations"]))]["imageTag"]
@@ -191,6 +199,10 @@ def test_results_bucket_is_protected_with_a_raw_lifecycle(templates):
     assert lake["DeletionPolicy"] == "Retain"
     assert "LoggingConfiguration" in props
     rules = {r["Id"]: r for r in props["LifecycleConfiguration"]["Rules"]}
+    # an overwritten or deleted object's old version (raw evidence's too) is kept a year; no shorter rule overlaps
+    assert rules["expire-old-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 365}
+    assert "Prefix" not in rules["expire-old-versions"]
+    assert [r["Id"] for r in rules.values() if "NoncurrentVersionExpiration" in r] == ["expire-old-versions"]
     raw = rules["archive-raw-artifacts"]
     assert raw["Prefix"] == "lake/raw/" and "ExpirationInDays" not in raw  # archived, never deleted
     assert raw["Transitions"][0]["TransitionInDays"] == CONTEXT["benchctl:raw_archive_days"]
@@ -242,12 +254,18 @@ def test_schedule_is_off_unless_set(default_out, templates):
     role = next(r for k, r in _resources(templates[CP], "AWS::IAM::Policy").items() if k.startswith("ScheduleRole"))
     (stmt,) = role["Properties"]["PolicyDocument"]["Statement"]
     assert stmt["Action"] == "states:StartExecution" and "Ref" in stmt["Resource"]
-    # only EventBridge Scheduler of this account's default schedule group may assume it (confused deputy)
+    # the schedule is in a group of its own, and only EventBridge Scheduler of this account's schedules in that
+    # group may assume the role (confused deputy; not the account's shared "default" group)
+    assert not _resources(_load(default_out)[CP], "AWS::Scheduler::ScheduleGroup")
+    group = _one(templates[CP], "AWS::Scheduler::ScheduleGroup")["Name"]
+    assert group == "benchctl-dev-campaign" and s["GroupName"] == group
     trust = next(r for k, r in _resources(templates[CP], "AWS::IAM::Role").items() if k.startswith("ScheduleRole"))
     (tst,) = trust["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert tst["Principal"] == {"Service": "scheduler.amazonaws.com"}
     assert tst["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-    assert "schedule-group/default" in json.dumps(tst["Condition"]["ArnEquals"]["aws:SourceArn"])
+    source = Resolver({k: v for k, v in templates.items() if not k.startswith("_")}).resolve(
+        tst["Condition"]["ArnEquals"]["aws:SourceArn"], CP)
+    assert source.endswith(f":schedule-group/{group}") and "default" not in source
 
 
 def test_the_sweeper_runs_on_a_schedule_and_may_only_read_executions(templates):
@@ -257,6 +275,31 @@ def test_the_sweeper_runs_on_a_schedule_and_may_only_read_executions(templates):
     actions = {a for rid, s in _statements(cp) if rid.startswith("SweepRole") for a in _as_list(s["Action"])}
     assert "states:DescribeExecution" in actions and not any(a.startswith("states:Start") for a in actions)
     assert "dynamodb:PutItem" not in actions  # it releases locks, never takes them
+
+
+def test_a_failing_sweep_raises_an_alarm_on_the_status_topic(templates):
+    cp = templates[CP]
+    (alarm,) = [r["Properties"] for r in _resources(cp, "AWS::CloudWatch::Alarm").values()]
+    sweeper = next(k for k, r in _resources(cp, "AWS::Lambda::Function").items()
+                   if r["Properties"]["Handler"] == "lambdas.sweep.handler")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("AWS/Lambda", "Errors", "Sum")
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": sweeper}}]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["EvaluationPeriods"]) == (
+        1, "GreaterThanOrEqualToThreshold", 1)
+    topic_id = next(iter(_resources(cp, "AWS::SNS::Topic")))
+    assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+    # CloudWatch may publish (and use the topic's key) for this alarm of this account only
+    assert alarm["AlarmName"] == "benchctl-dev-sweep-failed"
+    (pub,) = [st for st in _one(cp, "AWS::SNS::TopicPolicy")["PolicyDocument"]["Statement"]
+              if st.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    source = Resolver({k: v for k, v in templates.items() if not k.startswith("_")}).resolve(
+        pub["Condition"]["ArnLike"]["aws:SourceArn"], CP)
+    assert pub["Action"] == "sns:Publish" and re.fullmatch(r"arn:aws:cloudwatch:[a-z0-9-]+:\d{12}:alarm:"
+                                                           r"benchctl-dev-sweep-failed", source), source
+    assert pub["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    (kst,) = [st for st in _one(cp, "AWS::KMS::Key")["KeyPolicy"]["Statement"]
+              if st.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    assert kst["Condition"] == pub["Condition"]
 
 
 def test_execution_status_rule_notifies_an_encrypted_topic(templates):
@@ -277,7 +320,7 @@ def test_execution_status_rule_notifies_an_encrypted_topic(templates):
     rule_arn = "rule/benchctl-dev-campaign-status"
     assert rule["Name"] == "benchctl-dev-campaign-status"
     (pub,) = [st for st in _one(cp, "AWS::SNS::TopicPolicy")["PolicyDocument"]["Statement"]
-              if st["Effect"] == "Allow"]  # (the other one denies anything but TLS)
+              if st["Effect"] == "Allow" and st["Principal"] == {"Service": "events.amazonaws.com"}]
     assert pub["Principal"] == {"Service": "events.amazonaws.com"} and pub["Action"] == "sns:Publish"
     assert rule_arn in json.dumps(pub["Condition"]["ArnEquals"]["aws:SourceArn"])
     key = _one(cp, "AWS::KMS::Key")["KeyPolicy"]["Statement"]
@@ -394,6 +437,28 @@ def test_load_jobs_may_only_touch_the_raw_prefix_through_pod_identity(templates)
     # of the functions, only Load answers task tokens (AwaitLoadEnd, when the step already ended)
     answering = {rid.split("Role")[0] for rid, s in _statements(cp) if "states:SendTaskSuccess" in _as_list(s["Action"])}
     assert answering == {"Load", "LoadJob"}
+
+
+def test_no_function_may_delete_an_object(templates, default_templates):
+    for t in (templates[CP], default_templates[CP]):
+        deleting = {(rid, a) for rid, st in _statements(t) for a in _as_list(st["Action"])
+                    if st.get("Effect", "Allow") == "Allow" and re.match(r"s3:(\*|Delete)", a)}
+        assert deleting == set()
+
+
+def test_ingest_writes_only_lake_tables_and_the_load_and_failure_records(templates):
+    resolve = Resolver({k: v for k, v in templates.items() if not k.startswith("_")}).resolve
+    acts = _actions_of(templates[CP], "Ingest")
+    puts = {resolve(r, CP).split(":::", 1)[1].split("/", 1)[1] for res, _ in acts["s3:PutObject"] for r in _as_list(res)}
+    assert puts == {*(f"lake/{t}/*" for t in schema.table_names()), "runs/*/loads/*", "runs/*/failure.json",
+                    "runs/_doctor/Ingest/*"}  # `benchctl doctor`'s probe (no campaign id starts with "_")
+    assert "lake/raw/*" not in puts and "raw" not in schema.table_names()  # raw evidence is the load pods'
+    gets = {resolve(r, CP).split("/", 1)[1] for res, _ in acts["s3:GetObject"] for r in _as_list(res)}
+    assert gets == {"lake/*", "runs/*"}
+    # every other function still writes the whole lake and run store (Plan its claim, pools their records)
+    plan_puts = {resolve(r, CP).split("/", 1)[1] for res, _ in _actions_of(templates[CP], "Plan")["s3:PutObject"]
+                 for r in _as_list(res)}
+    assert {"lake/*", "runs/*"} <= plan_puts
 
 
 def _actions_of(t: dict[str, Any], role: str) -> dict[str, list[Any]]:
@@ -522,6 +587,9 @@ def test_cfn_lint_passes(templates):
                                                            "valid; valid: an integer 10485760..1099511627776"),
         ({"benchctl:vpc_id": "vpc-0123456789abcdef0"}, "'benchctl:vpc_id' and 'benchctl:subnet_ids' go together"),
         ({"benchctl:create_access_entries": "maybe"}, "'benchctl:create_access_entries': 'maybe' is not valid"),
+        ({"benchctl:load_base_image": "python:3.11 ; curl x"}, "'benchctl:load_base_image': 'python:3.11 ; curl x' "
+                                                               "is not valid; valid: the base image"),
+        ({"benchctl:load_base_image_tag_ok": "yes"}, "'benchctl:load_base_image_tag_ok': 'yes' is not valid"),
     ],
 )
 def test_bad_context_fails_synth_naming_the_key(tmp_path, change, expected):

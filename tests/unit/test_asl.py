@@ -54,11 +54,35 @@ def is_teardown(name, st):
     return st["Type"] == "Task" and st["Parameters"]["Payload"]["action"] in TEARDOWN_ACTIONS
 
 
+# Errors after which the campaign's resources are another execution's: their Catch must reach a failed end
+# through no Task at all (a teardown would tear down, release or record THAT campaign).
+FOREIGN_CAMPAIGN_ERRORS = {"CampaignIdInUse"}
+
+
+def _reaches_task(states, start):
+    return _reaches(states, start, lambda n, s: s["Type"] in ("Task", "Map", "Parallel"))
+
+
+def test_a_campaign_id_in_use_ends_plan_in_a_fail_state_without_any_task():
+    catches = [c for c in ASL["States"]["Plan"]["Catch"] if FOREIGN_CAMPAIGN_ERRORS & set(c["ErrorEquals"])]
+    assert catches, "Plan has no Catch for CampaignIdInUse: RecordPlanFailure would run on another's campaign"
+    assert ASL["States"]["Plan"]["Catch"][0] is catches[0]  # before States.ALL, which would catch it first
+    target = ASL["States"][catches[0]["Next"]]
+    assert target["Type"] == "Fail" and target["Error"] == "CampaignIdInUse"
+    assert not _reaches_task(ASL["States"], catches[0]["Next"])
+    # no other state's Catch names it: only Plan claims, later states act on a claimed campaign
+    for _path, name, st in all_states():
+        if name != "Plan":
+            assert not any(FOREIGN_CAMPAIGN_ERRORS & set(c["ErrorEquals"]) for c in st.get("Catch", [])), name
+
+
 def test_every_catch_leads_through_teardown_to_a_fail_state():
     for _path, states in scopes(ASL["States"]):
         for name, st in states.items():
             for c in st.get("Catch", []):
                 target = c["Next"]
+                if FOREIGN_CAMPAIGN_ERRORS & set(c["ErrorEquals"]):
+                    continue  # held by test_a_campaign_id_in_use_ends_plan_in_a_fail_state_without_any_task
                 if is_teardown(name, st):
                     # teardown's own failure: a failed end (an outer scope's Catch or the sweeper retries it)
                     assert _reaches(states, target, lambda n, s: s["Type"] == "Fail"), name

@@ -66,3 +66,42 @@ def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
     assert cluster.stored("Job", "theirs", "dynamo-bench") is not None
     record = RunState(S3RunStore(BUCKET, "runs/dead-1")).campaign()
     assert record is not None and (record.status, record.error) == ("failed", "Swept")
+
+
+def test_one_campaign_whose_sweep_raises_is_reported_and_the_others_are_still_swept(
+        aws, cluster, monkeypatch, capsys):  # noqa: F811
+    """Three ended campaigns; the first (in the sweeper's order) has a plan record that cannot be read. The
+    other two are swept all the same (the node group restored, the labelled object deleted), the first is a
+    ``failed`` line naming its error, and the invocation fails at the end (SweepIncomplete: the function's
+    Errors metric, which the stack's SweepFailedAlarm watches) with a SweepFailed metric."""
+    import json
+
+    import pytest
+
+    from lambdas import sweep as sweep_handler
+
+    sfn = boto3.client("stepfunctions")
+    _campaign(sfn, aws, "dead-1", stop=True)  # scaled the node group
+    assert _scaling()["desiredSize"] == 1
+    for cid in ("a-broken", "b-dead"):
+        ex = sfn.start_execution(stateMachineArn=aws, name=cid, input="{}")["executionArn"]
+        sfn.stop_execution(executionArn=ex)
+        RunState(S3RunStore(BUCKET, f"runs/{cid}")).save_campaign(CampaignRecord(campaign_id=cid, execution=ex))
+        cluster.put({"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+                     "metadata": {"name": f"bc-agg-{cid}", "namespace": "dynamo-bench", "labels": labels(cid, "agg")}})
+    boto3.client("s3").put_object(Bucket=BUCKET, Key="runs/a-broken/plan.json", Body=b'{"experiments": [')
+    monkeypatch.setenv("BENCHCTL_NAMESPACE", "dynamo-bench")
+    capsys.readouterr()
+
+    with pytest.raises(sweep_handler.SweepIncomplete, match=r"1 of 3 campaigns not swept .*a-broken: JSONDecodeError"):
+        sweep_handler.handler({})
+    assert _scaling() == {"minSize": 0, "maxSize": 4, "desiredSize": 0}  # dead-1, after the broken one
+    assert cluster.stored("DynamoGraphDeployment", "bc-agg-b-dead", "dynamo-bench") is None
+    assert cluster.stored("DynamoGraphDeployment", "bc-agg-a-broken", "dynamo-bench") is not None
+    for cid in ("dead-1", "b-dead"):
+        record = RunState(S3RunStore(BUCKET, f"runs/{cid}")).campaign()
+        assert record is not None and (record.status, record.error) == ("failed", "Swept"), cid
+    out = capsys.readouterr().out
+    metrics = [m["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]
+               for m in (json.loads(line) for line in out.splitlines() if '"_aws"' in line)]
+    assert metrics == ["CampaignsSwept", "SweepFailed"]
