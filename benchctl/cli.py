@@ -123,6 +123,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  run state, raw spec, report: {result.run_dir}")
     if result.status != "SUCCEEDED":
         print(f"  error: {result.error}: {result.cause}")
+        report = result.run_dir / "report" / "report.html"
+        if report.is_file():  # every ending has its report: how it ended, the receipt, what completed
+            print(f"  report (how it ended, the teardown receipt, what completed): {report}")
     _print_report(result.lake, result.campaign_id, result.run_dir, result.query)
     if result.status == "ABORTED":
         return 130
@@ -148,8 +151,8 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path, query: Any = None
         print(f"every column of every view: {run_dir / 'report'}/<view>.csv; "
               f"`benchctl query <view> --lake {lake}` for more")
     else:
-        print(f"\nno report was written (the campaign did not reach its Report state); write one from what "
-              f"the lake holds: benchctl report --lake {lake} --campaign {campaign_id} --out report.html")
+        print(f"\nno report was written (its report step failed: see the timeline's cleanup_error); write one from "
+              f"what the lake holds: benchctl report --lake {lake} --campaign {campaign_id} --out report.html")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

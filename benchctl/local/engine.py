@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl import asl, campaign
+from benchctl import asl, campaign, logtext
 from benchctl.context import StartInput, start_context
 from benchctl.local.callbacks import CallbackRelay
 from benchctl.local.runstore import LocalRunStore
@@ -104,7 +104,7 @@ class Dispatcher:
             raw = json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}).encode()
             headers["X-Amz-Function-Error"] = "Unhandled"
             if type(exc).__name__ != "NotReadyYet":
-                self.progress.note(f"  ✗ {event.get('state')}: {type(exc).__name__}: {exc}")
+                self.progress.note(f"  ✗ {event.get('state')}: {type(exc).__name__}: {logtext.readable(str(exc))}")
         parsed: dict[str, Any] = {
             "StatusCode": 200,
             "Payload": StreamingBody(io.BytesIO(raw), len(raw)),
@@ -296,8 +296,15 @@ def _run_execution(sfn: Any, start: StartInput, ctx: Any, state: RunState, progr
                 progress.note("forced stop: tearing down now")
                 if on_force_stop:
                     on_force_stop()
-                campaign.abort_campaign(engine.providers(ctx), ctx,
-                                        campaign.Task(error={"Error": "Aborted", "Cause": "forced stop"}))
+                ending = "failed"
+                try:
+                    campaign.abort_campaign(engine.providers(ctx), ctx,
+                                            campaign.Task(error={"Error": "Aborted", "Cause": "forced stop"}))
+                except Exception as exc:  # the report still follows, saying the teardown failed
+                    progress.note(f"  ✗ forced teardown: {type(exc).__name__}: {logtext.readable(str(exc))}")
+                    ending = "untorn"
+                # what ReportFailure does on the state machine's own path (never raises)
+                campaign.report_ending(engine.providers(ctx), ctx, campaign.Task(state="ReportFailure", ending=ending))
                 desc = {"status": "ABORTED", "error": "Aborted", "cause": "forced stop"}
                 break
             handled = intr.count
