@@ -49,12 +49,12 @@ def report_ending(p: Providers, ctx: Ctx, task: Task) -> JSON:
     out: JSON = {"ending": task.ending or "failed"}
     try:
         rec = p.state.campaign()
-        if task.ending == "untorn" and (rec is None or rec.status in (None, "running")):
+        if task.ending == "untorn":  # whatever the abort path wrote before it failed, the teardown did not finish
             failure = p.state.failure()
-            write_campaign(p, ctx, UNTORN, failed_state=failure.state if failure else None,
-                           error=failure.error if failure else "AbortFailed",
-                           cause=(failure.message if failure else "") + " (then the campaign teardown failed: "
-                           "run the sweeper, benchctl sweep)")
+            known = rec is not None and rec.error
+            write_campaign(p, ctx, UNTORN, failed_state=None if known or failure is None else failure.state,
+                           error=None if known else (failure.error if failure else "AbortFailed"),
+                           cause=None if known else (failure.message if failure else "the campaign teardown failed"))
         rows = campaign_receipt(p, ctx, why_unread=UNREAD)
         out["receipt"] = {"rows": len(rows), "complete": complete(rows)}
         views = p.report.write(ctx.campaign_id) if p.report is not None else {}

@@ -326,3 +326,50 @@ def test_a_step_that_completed_is_kept_when_the_next_step_fails_before_ingesting
     # the step that never ran has no rows, and its record says it was not ingested
     assert not any(s == "IngestPreviousStep" and st == "concurrency-sweep-c2-r0" for s, _, st in rec.calls)
 
+
+
+def _sweep_dry_run(tmp_path: Path, world: FakeWorld) -> dict[str, Any]:
+    from benchctl.context import Ctx
+    from benchctl.sweep import sweep
+
+    ctx = Ctx(CID, str(tmp_path / "out" / "campaigns" / CID), str(tmp_path / "out" / "lake"), 1, None)
+    (entry,) = sweep([CID], lambda _cid: (world.providers(ctx), ctx), lambda _cid: False, dry_run=True)
+    return entry
+
+
+@pytest.mark.parametrize("restore_fails", [False, True])
+def test_the_receipt_and_the_sweepers_dry_run_agree(
+        restore_fails: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed campaign whose teardown restored everything: its receipt is complete and `benchctl sweep
+    --dry-run` finds nothing left. One whose pool could not be restored (every attempt refused): the campaign
+    ends failed-untorn, its report says so, the receipt reads the pool back as still there, and the sweeper
+    would tear down exactly the experiments the receipt names."""
+    if restore_fails:
+        def refuse(record: dict[str, Any]) -> dict[str, Any]:
+            raise RuntimeError(f"pool {record['pool']}: restore refused (test)")
+
+        original = FakeWorld.__post_init__
+
+        def post_init(self: FakeWorld) -> None:
+            original(self)
+            self.pool.restore = refuse  # type: ignore[method-assign]
+
+        monkeypatch.setattr(FakeWorld, "__post_init__", post_init)
+    result, world, rec, _ = run(tmp_path, monkeypatch, fail_at="CheckReady", report=True)
+    assert result.status == "FAILED", rec.out.getvalue()
+    rows = receipt(tmp_path / "out" / "lake")
+    unsettled = sorted({r["experiment"] for r in rows if r["state"] not in ("gone", "restored", "handed over")})
+    entry = _sweep_dry_run(tmp_path, world)
+    assert entry["experiments"] == unsettled, (entry, rows)
+    head = (tmp_path / "out" / "campaigns" / CID / "report" / "report.html").read_text(encoding="utf-8")
+    if restore_fails:
+        assert unsettled == ["agg"] and entry["action"] == "would tear down"
+        (pool,) = [r for r in rows if r["kind"].startswith("pool")]
+        assert pool["state"] == "still there" and pool["action"].endswith("NOT restored"), pool
+        assert pool["billing"] == "still billing (simulated)", pool
+        assert 'data-status="failed-untorn"' in head and 'data-receipt-complete="false"' in head
+        assert '<td class="billing">still billing' in head
+    else:
+        assert unsettled == [] and entry["action"] == "nothing left"
+        assert 'data-status="failed"' in head and 'data-receipt-complete="true"' in head
+
