@@ -65,7 +65,8 @@ def _ending_section(data: ReportData) -> str:
     cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in rows)]
     table = _html_table(cols, rows).replace("<td>still billing", '<td class="billing">still billing') if rows else ""
     return (f'<section id="ending" class="{"bad" if e.partial else "ok"}" data-status="{esc(e.status)}" '
-            f'data-receipt-complete="{str(e.receipt_complete).lower()}"><h2>How it ended: {esc(e.headline)}</h2>'
+            f'data-receipt-complete="{str(e.receipt_complete).lower()}"><h2>How it ended: {esc(e.headline)}'
+            f"{_sim_span(data)}</h2>"
             + (f"<pre class=\"cause\">{esc(e.cause)}</pre>" if e.cause else "")
             + ('<p class="partial">PARTIAL: the results below are what completed before the campaign ended.</p>'
                if e.partial else "")

@@ -36,7 +36,7 @@ def render_markdown(data: ReportData) -> str:
         out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
                 ""]
     e = ending(data)
-    out += [f"## How it ended: {e.headline}", ""]
+    out += [f"## How it ended: {e.headline}{tag}", ""]
     out += ["```text", e.cause, "```", ""] if e.cause else []
     out += ["**PARTIAL: the results below are what completed before the campaign ended.**", ""] if e.partial else []
     cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in e.receipt)]
