@@ -372,4 +372,13 @@ def test_the_receipt_and_the_sweepers_dry_run_agree(
     else:
         assert unsettled == [] and entry["action"] == "nothing left"
         assert 'data-status="failed"' in head and 'data-receipt-complete="true"' in head
+    # `benchctl report --campaign` writes it again from the lake alone, for a failed campaign too
+    from benchctl.cli import main
+
+    again = tmp_path / "again.md"
+    assert main(["report", "--lake", str(tmp_path / "out" / "lake"), "--campaign", CID, "--out", str(again)]) == 0
+    text = again.read_text(encoding="utf-8")
+    ending = "FAILED, AND ITS TEARDOWN FAILED" if restore_fails else "FAILED"
+    assert f"## How it ended: {ending} in state CheckReady: InjectedFailure" in text, text[:2000]
+    assert "### Teardown receipt" in text and "PARTIAL" in text
 
