@@ -357,7 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("--out", default="runs", help="workspace: lake in OUT/lake, run state in OUT/campaigns (default runs)")
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>")
-    p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
+    p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail (the run still ends "
+                                                      "with its report, OUT/campaigns/<id>/report/report.html: how "
+                                                      "it ended, the teardown receipt, what completed)")
     p.add_argument("--poll-seconds", type=int, default=1, help="Wait state period in whole seconds (default 1)")
     p.set_defaults(fn=cmd_run)
 
