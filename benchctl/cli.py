@@ -147,6 +147,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  run state, raw spec, report: {result.run_dir}")
     if result.status != "SUCCEEDED":
         print(f"  error: {result.error}: {result.cause}")
+        report = result.run_dir / "report" / "report.html"
+        if report.is_file():  # every ending has its report: how it ended, the receipt, what completed
+            print(f"  report (how it ended, the teardown receipt, what completed): {report}")
     _print_report(result.lake, result.campaign_id, result.run_dir, result.query)
     if result.status == "ABORTED":
         return 130
@@ -172,8 +175,8 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path, query: Any = None
         print(f"every column of every view: {run_dir / 'report'}/<view>.csv; "
               f"`benchctl query <view> --lake {lake}` for more")
     else:
-        print(f"\nno report was written (the campaign did not reach its Report state); write one from what "
-              f"the lake holds: benchctl report --lake {lake} --campaign {campaign_id} --out report.html")
+        print(f"\nno report was written (its report step failed: see the timeline's cleanup_error); write one from "
+              f"what the lake holds: benchctl report --lake {lake} --campaign {campaign_id} --out report.html")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -394,7 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs", help="workspace: lake in OUT/lake, run state in OUT/campaigns (default runs)")
     p.add_argument("--campaign-id", help="default: <spec name>-<UTC time>; lowercase letters, digits and '-' "
                    "(at most 80), a new one (an existing campaign's is refused)")
-    p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail")
+    p.add_argument("--fail-at", metavar="STATE", help="rehearsal: make the named ASL state fail (the run still ends "
+                                                      "with its report, OUT/campaigns/<id>/report/report.html: how "
+                                                      "it ended, the teardown receipt, what completed)")
     p.add_argument("--poll-seconds", type=int, default=1, help="Wait state period in whole seconds (default 1)")
     p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
     p.set_defaults(fn=cmd_run)

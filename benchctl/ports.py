@@ -133,6 +133,10 @@ class PoolPort(Protocol):
         """Scale ``pool`` to hold ``nodes``; call ``before_change(record)`` before changing anything."""
     def ready(self, record: JSON) -> bool: ...
     def restore(self, record: JSON) -> JSON: ...
+    def observe(self, record: JSON) -> JSON:
+        """Read the pool back after teardown (the receipt; never changes anything): ``kind``, ``name``,
+        ``state`` (restored | gone | still there), ``now``, ``nodes``, ``billing`` (ended | none added |
+        "still billing: ..."), ``why``."""
 
 
 class ServingPort(Protocol):
@@ -165,6 +169,10 @@ class ServingPort(Protocol):
     def remaining(self, state: JSON) -> list[str]:
         """What of a torn-down deployment is still going away (never waits); [] when gone."""
 
+    def observe(self, state: JSON, removed: JSON | None) -> list[JSON]:
+        """Read back everything the deployment created (the receipt; never changes anything), given what
+        ``teardown`` returned: one ``{"kind", "name", "present", "why"}`` per object or process."""
+
 
 class LoadPort(Protocol):
     def launch(self, request: LoadRequest) -> JSON:
@@ -178,6 +186,9 @@ class LoadPort(Protocol):
 
     def failure_logs(self, state: JSON) -> JSON:
         """The last log lines of a failed run (kept with its record); {} when there are none."""
+
+    def observe(self, state: JSON) -> JSON:
+        """Read the load back (the receipt; never changes anything): ``{"kind", "name", "present", "why"}``."""
 
     def pending(self, state: JSON) -> str | None:
         """Why the load does not run yet (on EKS: its runner pod waits for a node or its images), which nobody

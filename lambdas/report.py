@@ -1,4 +1,5 @@
-"""Report: compute this campaign's comparison views and write them, and its report, next to the results."""
+"""Report: compute this campaign's comparison views and write them, and its report, next to the results; on
+every other ending (ReportFailure) the same report of what completed, with how it ended and its teardown receipt."""
 
 from typing import Any
 
@@ -7,4 +8,4 @@ from lambdas._runtime import run
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    return run(event, {"report": campaign.REPORT})
+    return run(event, {"report": campaign.REPORT, "report_failure": campaign.REPORT_FAILURE})

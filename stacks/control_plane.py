@@ -545,8 +545,9 @@ class ControlPlaneStack(Stack):
         message = events.RuleTargetInput.from_text(
             f"benchctl campaign {events.EventField.from_path('$.detail.name')} ended: "
             f"{events.EventField.from_path('$.detail.status')}. Report: s3://{results.bucket.bucket_name}/"
-            f"{report_key(events.EventField.from_path('$.detail.name'))} (written when the "
-            f"Report state ran). Execution: {events.EventField.from_path('$.detail.executionArn')}")
+            f"{report_key(events.EventField.from_path('$.detail.name'))} (written at every "
+            f"ending the state machine reaches: how it ended, the teardown receipt, what completed). "
+            f"Execution: {events.EventField.from_path('$.detail.executionArn')}")
         self.status_rule = events.Rule(
             self,
             "CampaignStatusRule",

@@ -417,6 +417,25 @@ class EksServing(_Kube):
         return self._left(self._namespace(state), (JOB, DGD, DAEMONSET),
                           selector(selection(self.campaign_id, state["deployment_id"])))
 
+    def observe(self, state: JSON, removed: JSON | None) -> list[JSON]:
+        """Read back what teardown deleted (its DynamoGraphDeployment, Jobs, pre-pull DaemonSets) and
+        whatever of the experiment the cluster still lists (objects being deleted, their pods): lists only,
+        as :meth:`remaining` (RBAC grants DaemonSets no GET)."""
+        left = self.remaining(state)
+        out: list[JSON] = []
+        for key, kind in (("deployments", DGD[1]), ("jobs", JOB[1]), ("prepull", DAEMONSET[1])):
+            for name in (removed or {}).get(key) or []:
+                there = f"{kind}/{name}" in left
+                out.append({"kind": kind, "name": name, "present": there,
+                            "why": "still listed after its deletion (finalizers or pods holding it)" if there else ""})
+        named = {f"{o['kind']}/{o['name']}" for o in out}
+        for item in left:
+            if item not in named:
+                kind, _, name = item.partition("/")
+                out.append({"kind": kind, "name": name, "present": True,
+                            "why": "still listed after the experiment's teardown"})
+        return out
+
     def _namespace(self, state: JSON) -> str:
         """Where the deployment is: its state says (also the pending one ScalePools and Deploy record before
         creating anything: ``campaign.serving.record_intent``)."""

@@ -103,6 +103,16 @@ class EksLoad(_Jobs):
                 logs["pending"] = why
         return logs
 
+    def observe(self, state: JSON) -> JSON:
+        """Read the step's runner Job back: gone, or still there (and whether it still runs)."""
+        try:
+            job = self.kube.get(*JOB, state["name"], state["namespace"])
+        except NotFound:
+            return {"kind": "Job", "name": state["name"], "present": False, "why": ""}
+        deleting = bool((job.get("metadata") or {}).get("deletionTimestamp"))
+        return {"kind": "Job", "name": state["name"], "present": True,
+                "why": "being deleted" if deleting else "not deleted (the sweeper removes it)"}
+
     def stop(self, state: JSON) -> None:
         """Delete the step's runner Job (its other steps go too: only failure paths stop a load)."""
         with contextlib.suppress(NotFound):

@@ -269,6 +269,27 @@ class ManagedNodeGroupPools:
             raise
         return {"nodegroup": nodegroup, "scalingConfig": previous, "updated": True, "update_id": update.get("id")}
 
+    def observe(self, record: JSON) -> JSON:
+        """Read the node group back (the teardown receipt): its scaling now against the recorded one, and
+        its nodes (``eks.amazonaws.com/nodegroup``) against the recorded desired size (the nodes this
+        campaign added are billed until they are gone)."""
+        pool, nodegroup = record["pool"], record["nodegroup"]
+        previous = {k: int(record["previous"][k]) for k in SCALING_KEYS}
+        ng = self._describe(pool, nodegroup)
+        if ng is None:
+            return {"kind": "node group", "name": nodegroup, "state": "gone", "now": None, "nodes": 0,
+                    "billing": "ended", "why": f"node group no longer exists in cluster {self.cluster_name}"}
+        now = self._scaling(ng)
+        nodes = len(self.kube().list("v1", "Node", label_selector=f"{NODEGROUP_LABEL}={nodegroup}"))
+        added = int(record.get("requested") or 0) > previous["desiredSize"]
+        billing = ("none added" if not added else "ended" if nodes <= previous["desiredSize"]
+                   else f"still billing: {nodes} node(s) up, recorded desired size {previous['desiredSize']}")
+        ok = now == previous
+        return {"kind": "node group", "name": nodegroup, "state": "restored" if ok else "still there",
+                "now": now, "nodes": nodes, "billing": billing,
+                "why": "" if ok else f"scaling {now} is not the recorded {previous} (another update, or the "
+                                     "restore did not run)"}
+
 
 # ---------------------------------------------------------------- EKS Auto Mode
 
@@ -371,6 +392,24 @@ class AutoModePools:
         kube.delete("karpenter.sh/v1", "NodePool", name)
         return {"deleted": name}
 
+    def observe(self, record: JSON) -> JSON:
+        """Read our NodePool back (the teardown receipt): gone, or still there (being deleted or not), and the
+        nodes Karpenter still runs for it (``karpenter.sh/nodepool``): billed until there are none."""
+        name = record["nodepool"]
+        kube = self.kube()
+        nodes = len(kube.list("v1", "Node", label_selector=f"{NODEPOOL_LABEL}={name}"))
+        billing = "ended" if nodes == 0 else f"still billing: {nodes} node(s) of NodePool {name} up"
+        try:
+            existing = kube.get("karpenter.sh/v1", "NodePool", name)
+        except NotFound:
+            return {"kind": "NodePool", "name": name, "state": "gone", "now": None, "nodes": nodes, "billing": billing,
+                    "why": ""}
+        meta = existing.get("metadata") or {}
+        why = ("being deleted (Karpenter drains its nodes)" if meta.get("deletionTimestamp")
+               else "not this campaign's: left alone" if not self._ours(existing) else "not deleted")
+        return {"kind": "NodePool", "name": name, "state": "still there", "now": {"deleting": bool(
+            meta.get("deletionTimestamp"))}, "nodes": nodes, "billing": billing, "why": why}
+
 
 # ---------------------------------------------------------------- one PoolPort for a campaign
 
@@ -404,6 +443,9 @@ class EksPools:
 
     def restore(self, record: JSON) -> JSON:
         return dict(self._adapter(record["pool"], record.get("provider")).restore(record))
+
+    def observe(self, record: JSON) -> JSON:
+        return dict(self._adapter(record["pool"], record.get("provider")).observe(record))
 
 
 def pools_for(spec: CampaignSpec, campaign_id: str, *, cluster_name: str, session: Any = None,

@@ -87,6 +87,9 @@ class _LazyPools:
     def restore(self, record: JSON) -> JSON:
         return self.real().restore(record)
 
+    def observe(self, record: JSON) -> JSON:
+        return self.real().observe(record)
+
 
 class AwsEngine:
     """The AWS engine of one deployment: its configuration (``LambdaEnv``) and the providers of a campaign."""

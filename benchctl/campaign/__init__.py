@@ -29,7 +29,7 @@ from benchctl.campaign.base import (
     record_event,
     record_failure,
 )
-from benchctl.campaign.finish import mark_campaign, report, write_costs
+from benchctl.campaign.finish import mark_campaign, report, report_ending, write_costs
 from benchctl.campaign.ingest import ingest_after_failure, ingest_last, ingest_previous, ingest_step
 from benchctl.campaign.load import (
     await_load,
@@ -85,16 +85,17 @@ TEARDOWN_EXPERIMENT = Operation(partial(teardown_experiment, handover=True, wait
 TEARDOWN_AFTER_FAILURE = Operation(partial(experiment_failed, wait_gone=True), cleanup=True)
 ABORT_CAMPAIGN = Operation(partial(abort_campaign, wait_gone=True), cleanup=True)
 REPORT = Operation(report)
+REPORT_FAILURE = Operation(report_ending, cleanup=True)
 
 __all__ = [
     "ABORT_CAMPAIGN", "AWAIT_LOAD_END", "CHECK_CAPACITY", "CHECK_LOAD", "CHECK_READY", "CHECK_SMOKE", "CHECK_WARMUP",
-    "DEPLOY", "INGEST_AFTER_FAILURE", "INGEST_LAST_STEP", "INGEST_PREVIOUS_STEP", "LAUNCH_LOAD", "LAUNCH_WARMUP", "PLAN", "RECORD_PLAN_FAILURE", "REPORT", "SCALE_POOLS",
+    "DEPLOY", "INGEST_AFTER_FAILURE", "INGEST_LAST_STEP", "INGEST_PREVIOUS_STEP", "LAUNCH_LOAD", "LAUNCH_WARMUP", "PLAN", "RECORD_PLAN_FAILURE", "REPORT", "REPORT_FAILURE", "SCALE_POOLS",
     "SMOKE_TEST", "STOP_LOAD_AFTER_FAILURE", "TEARDOWN_AFTER_FAILURE", "TEARDOWN_EXPERIMENT",
     "Cleanup", "Ctx", "Operation", "Task", "abort_campaign", "await_load", "budget_guard", "check_capacity",
     "check_load", "check_ready", "check_smoke", "check_warmup", "claim", "deploy", "deployment_request", "error_of",
     "experiment_failed", "experiment_row", "guard", "ingest_after_failure", "ingest_last", "ingest_previous", "ingest_step", "launch_step", "launch_warmup", "load_wake",
     "mark_campaign", "mocker_knobs", "new_campaign_id", "now_iso", "plan", "plan_failed",
-    "plan_failed_without_context", "record_event", "record_failure", "release_locks", "report", "scale_pools",
+    "plan_failed_without_context", "record_event", "record_failure", "release_locks", "report", "report_ending", "scale_pools",
     "smoke", "step_dataset", "stop_load_after_failure", "stop_loads", "teardown_experiment", "unrestored_pools",
     "write_costs",
 ]

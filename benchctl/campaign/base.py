@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from benchctl import timeline
+from benchctl import logtext, timeline
 from benchctl.context import Ctx
 from benchctl.errors import Aborted, CampaignIdInUse, InjectedFailure, NotReadyYet
 from benchctl.ports import Providers
@@ -34,6 +34,7 @@ class Task:
     input: JSON | None = None
     action: str = ""
     token: str | None = None  # a callback state's task token ($$.Task.Token)
+    ending: str | None = None  # ReportFailure: how the campaign ended (failed | untorn)
 
     @staticmethod
     def parse(event: JSON) -> Task:
@@ -44,7 +45,7 @@ class Task:
                     error=error if isinstance(error, dict) else ({"Error": "Unknown", "Cause": str(error)}
                                                                  if error is not None else None),
                     execution=event.get("execution"), input=event.get("input"), action=str(event.get("action") or ""),
-                    token=event.get("task_token"))
+                    token=event.get("task_token"), ending=event.get("ending"))
 
     @property
     def exp(self) -> str:
@@ -163,7 +164,7 @@ def record_failure(p: Providers, state: str | None, exc: BaseException) -> None:
     """Remember the first failing state (the Catch payload names the error, not the state)."""
     if isinstance(exc, NotReadyYet):
         return
-    p.state.record_failure(FailureRecord(state=state, error=type(exc).__name__, message=str(exc),
+    p.state.record_failure(FailureRecord(state=state, error=type(exc).__name__, message=logtext.readable(str(exc)),
                                          at=now_iso(p.clock)))
 
 
@@ -179,7 +180,7 @@ def error_of(error: Any) -> tuple[str, str]:
             cause = parsed["errorMessage"]
     except (TypeError, ValueError):
         pass
-    return name, str(cause) or name
+    return name, logtext.readable(str(cause)) or name
 
 
 class Cleanup:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from benchctl import timeline
 from benchctl.campaign.base import JSON, Cleanup, Task, error_of, record_event, write_campaign
 from benchctl.campaign.load import stop_loads
+from benchctl.campaign.receipt import experiment_receipt
 from benchctl.context import Ctx
 from benchctl.locks import lock_keys
 from benchctl.ports import Providers
@@ -42,6 +43,8 @@ def teardown_experiment(p: Providers, ctx: Ctx, task: Task, *, handover: bool = 
     c.attempt("pools", _restore_pools, p, experiment, handover, done, c)
     if not c.errors:
         c.event(timeline.TEARDOWN_DONE)
+    # read back what the experiment created (never raises); a failed item is retried, and read again
+    done["receipt"] = len(experiment_receipt(p, ctx, experiment))
     c.finish()
     done["done"] = True
     return done

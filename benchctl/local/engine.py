@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl import asl, campaign
+from benchctl import asl, campaign, logtext
 from benchctl.context import StartInput, start_context
 from benchctl.local.callbacks import CallbackRelay
 from benchctl.local.runstore import LocalRunStore
@@ -104,7 +104,7 @@ class Dispatcher:
             raw = json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}).encode()
             headers["X-Amz-Function-Error"] = "Unhandled"
             if type(exc).__name__ != "NotReadyYet":
-                self.progress.note(f"  ✗ {event.get('state')}: {type(exc).__name__}: {exc}")
+                self.progress.note(f"  ✗ {event.get('state')}: {type(exc).__name__}: {logtext.readable(str(exc))}")
         parsed: dict[str, Any] = {
             "StatusCode": 200,
             "Payload": StreamingBody(io.BytesIO(raw), len(raw)),
@@ -253,6 +253,8 @@ def execute(
     status = desc.get("status", "FAILED")
     if status == "FAILED" and interrupted:
         status = "ABORTED"
+    if status != "SUCCEEDED" and not (run_dir / "report" / "report.html").is_file():
+        _report_after(engine, ctx, desc, progress)
     return RunResult(
         campaign_id=ctx.campaign_id,
         status=status,
@@ -263,6 +265,24 @@ def execute(
         history=history,
         elapsed_s=time.monotonic() - started,
     )
+
+
+def _report_after(engine: Engine, ctx: Any, desc: dict[str, Any], progress: Progress) -> None:
+    """The state machine's report step failed (or never ran): every ending still has its report here, written
+    as ReportFailure writes it, after the execution ended; that its own step failed is in the timeline."""
+    from benchctl import timeline
+
+    p = engine.providers(ctx)
+    if p.report is None:  # an engine that writes no report (a test's)
+        return
+    progress.note("the report step did not write the report: writing it now")
+    with contextlib.suppress(Exception):  # the lake may be what failed: the report says what it can
+        campaign.record_event(p, ctx.campaign_id, timeline.CAMPAIGN, timeline.CLEANUP_ERROR, key="report-step",
+                              item="report step", error=str(desc.get("error") or "Unknown"),
+                              cause="the state machine's report step did not write the report; the local engine "
+                                    "wrote it after the execution ended")
+    campaign.report_ending(p, ctx, campaign.Task(state="ReportFailure",
+                                                 ending="untorn" if desc.get("error") == "AbortFailed" else "failed"))
 
 
 def _run_execution(sfn: Any, start: StartInput, ctx: Any, state: RunState, progress: Progress, intr: Interrupts,
@@ -296,8 +316,15 @@ def _run_execution(sfn: Any, start: StartInput, ctx: Any, state: RunState, progr
                 progress.note("forced stop: tearing down now")
                 if on_force_stop:
                     on_force_stop()
-                campaign.abort_campaign(engine.providers(ctx), ctx,
-                                        campaign.Task(error={"Error": "Aborted", "Cause": "forced stop"}))
+                ending = "failed"
+                try:
+                    campaign.abort_campaign(engine.providers(ctx), ctx,
+                                            campaign.Task(error={"Error": "Aborted", "Cause": "forced stop"}))
+                except Exception as exc:  # the report still follows, saying the teardown failed
+                    progress.note(f"  ✗ forced teardown: {type(exc).__name__}: {logtext.readable(str(exc))}")
+                    ending = "untorn"
+                # what ReportFailure does on the state machine's own path (never raises)
+                campaign.report_ending(engine.providers(ctx), ctx, campaign.Task(state="ReportFailure", ending=ending))
                 desc = {"status": "ABORTED", "error": "Aborted", "cause": "forced stop"}
                 break
             handled = intr.count

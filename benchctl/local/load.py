@@ -183,6 +183,13 @@ class LocalLoad:
         """Terminate AIPerf and all its child processes now; idempotent."""
         processes.stop([state["process"]], grace_s=_STOP_GRACE_S)
 
+    def observe(self, state: JSON) -> JSON:
+        """Read AIPerf's process back by its pid and start time (``/proc``)."""
+        rec = state["process"]
+        alive = processes.is_alive(rec)
+        return {"kind": "process", "name": f"aiperf {state.get('job_id') or ''} (pid {rec['pid']})".replace("  ", " "),
+                "pid": int(rec["pid"]), "present": alive, "why": "still running after teardown" if alive else ""}
+
     def failure_logs(self, state: JSON) -> JSON:
         """Nothing to collect: AIPerf's log stays next to its artifact directory (``state["log"]``)."""
         return {}

@@ -33,3 +33,12 @@ class LocalPool:
     def restore(self, record: dict[str, Any]) -> dict[str, Any]:
         self._sizes[record["pool"]] = record["previous"]["desired"]
         return self.current(record["pool"])
+
+    def observe(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Read the pool back (the teardown receipt): its size now against the recorded one. Its nodes are
+        simulated: nothing is billed, and the simulated billing ends when the size is back."""
+        now = self.current(record["pool"])
+        ok = now["desired"] == record["previous"]["desired"]
+        return {"kind": "pool (simulated)", "name": record["pool"], "state": "restored" if ok else "still there",
+                "now": now, "nodes": now["desired"], "billing": "ended" if ok else "still billing (simulated)",
+                "why": "" if ok else f"size {now['desired']} is not the recorded {record['previous']['desired']}"}

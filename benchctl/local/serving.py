@@ -43,6 +43,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchctl import logtext
 from benchctl.atomic import atomic_write
 from benchctl.errors import ServingFailed
 from benchctl.local import loopback, modeldir, processes
@@ -135,17 +136,18 @@ def worker_transfer_config(log: Path) -> JSON:
     return out
 
 
-def _tail(path: str | Path, n: int = 20) -> str:
+def _tail(path: str | Path, n: int = logtext.MAX_LINES) -> str:
+    """The lines of a log that explain an end (``benchctl.logtext.tail``: escapes stripped, from the last error)."""
     try:
-        lines = Path(path).read_text(errors="replace").splitlines()
+        text = Path(path).read_text(errors="replace")
     except OSError:
         return "(no log)"
-    return "\n".join(lines[-n:])
+    return logtext.tail(text, n) or "(empty log)"
 
 
 def _describe_dead(rec: JSON) -> str:
-    code = processes.exit_code(rec)
-    how = f"exit code {code}" if code is not None else "exited"
+    """How a process ended first (its exit code or signal), then the log lines that explain it."""
+    how = logtext.exit_text(processes.exit_code(rec))
     return f"{rec['name']} (pid {rec['pid']}) {how}; last lines of {rec['log']}:\n{_tail(rec['log'])}"
 
 
@@ -375,6 +377,31 @@ class LocalServing:
         """Nothing: ``teardown`` stops every process before it returns (or raises naming what it could not)."""
         return []
 
+    def _records(self, state: JSON, disk: JSON | None = None) -> list[JSON]:
+        """Every process of the deployment: its state's and those ``deploy`` kept on disk (a crash between)."""
+        disk = self.load_state(state["deployment_id"]) or {} if disk is None else disk
+        recs: list[JSON] = []
+        seen = set()
+        for rec in [*(state.get("processes") or []), *(disk.get("processes") or [])]:
+            key = (int(rec["pid"]), int(rec["start_time"]))
+            if key not in seen:
+                seen.add(key)
+                recs.append(rec)
+        return recs
+
+    def observe(self, state: JSON, removed: JSON | None) -> list[JSON]:
+        """Read every process of the deployment back by its pid and start time (``/proc``), and its discovery
+        directory: the receipt's local resources."""
+        out: list[JSON] = []
+        for rec in self._records(state):
+            alive = processes.is_alive(rec)
+            out.append({"kind": "process", "name": f"{rec['name']} (pid {rec['pid']})", "pid": int(rec["pid"]),
+                        "present": alive, "why": "still running after teardown" if alive else ""})
+        discovery = Path(state.get("discovery_dir") or self.deployment_dir(state["deployment_id"]) / "discovery")
+        out.append({"kind": "directory", "name": str(discovery), "present": discovery.exists(),
+                    "why": "not removed" if discovery.exists() else ""})
+        return out
+
     def check_alive(self, state: JSON) -> None:
         dead = [r for r in state.get("processes") or [] if not processes.is_alive(r)]
         if dead:
@@ -393,13 +420,7 @@ class LocalServing:
         """
         dep_id = state["deployment_id"]
         disk = self.load_state(dep_id) or {}
-        recs: list[JSON] = []
-        seen = set()
-        for rec in [*(state.get("processes") or []), *(disk.get("processes") or [])]:
-            key = (int(rec["pid"]), int(rec["start_time"]))
-            if key not in seen:
-                seen.add(key)
-                recs.append(rec)
+        recs = self._records(state, disk)
         running = [r["name"] for r in recs if processes.is_alive(r)]
         killed = processes.stop([r for r in recs if r["name"] == "frontend"], grace_s=5.0)
         killed += processes.stop([r for r in recs if r["name"] != "frontend"], grace_s=5.0)

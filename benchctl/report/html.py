@@ -17,6 +17,7 @@ from benchctl.report.data import (
     table_sections,
     versions_pretty,
 )
+from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
 from benchctl.report.figures import figures
 
 _CSS = """
@@ -51,7 +52,26 @@ nav a { color: #0b57d0; }
 svg.figure { display: block; max-width: 100%; height: auto; margin: 8px 0; border: 1px solid #eceff3; }
 svg.figure text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; }
 footer { color: #777; font-size: 12px; }
+#ending.bad { border: 2px solid #b00020; }
+.partial, .billing { color: #b00020; font-weight: bold; }
 """
+
+
+def _ending_section(data: ReportData) -> str:
+    """How the campaign ended, first thing: the ending, the state and why, whether what follows is partial,
+    and the teardown receipt (each resource read back; a pool still billing in red)."""
+    e = ending(data)
+    rows = [{**r, "billing": r.get("billing") or ""} for r in e.receipt]
+    cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in rows)]
+    table = _html_table(cols, rows).replace("<td>still billing", '<td class="billing">still billing') if rows else ""
+    return (f'<section id="ending" class="{"bad" if e.partial else "ok"}" data-status="{esc(e.status)}" '
+            f'data-receipt-complete="{str(e.receipt_complete).lower()}"><h2>How it ended: {esc(e.headline)}'
+            f"{_sim_span(data)}</h2>"
+            + (f"<pre class=\"cause\">{esc(e.cause)}</pre>" if e.cause else "")
+            + ('<p class="partial">PARTIAL: the results below are what completed before the campaign ended.</p>'
+               if e.partial else "")
+            + f'<section id="receipt" data-rows="{len(rows)}"><h3>Teardown receipt</h3>'
+            f'<p class="desc">{esc(receipt_summary(e))}</p>{table}</section></section>')
 
 
 def _sim_span(data: ReportData) -> str:
@@ -81,6 +101,8 @@ def render_html(data: ReportData) -> str:
     parts: list[str] = []
     toc: list[tuple[str, str]] = []
 
+    toc.append(("ending", "How it ended"))
+    parts.append(_ending_section(data))
     # the plan's questions and hypotheses, answered from the views
     toc.append(("answers", "Answers"))
     found = answers(data)

@@ -20,6 +20,7 @@ from benchctl.report.data import (
     table_sections,
     versions_pretty,
 )
+from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
 from benchctl.report.figures import figures
 
 # CommonMark's backslash escapes (any ASCII punctuation may be escaped) for the characters that start
@@ -54,6 +55,12 @@ def render_markdown(data: ReportData) -> str:
     if data.simulated:
         out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
                 ""]
+    e = ending(data)
+    out += [f"## How it ended: {e.headline}{tag}", ""]
+    out += ["```text", e.cause, "```", ""] if e.cause else []
+    out += ["**PARTIAL: the results below are what completed before the campaign ended.**", ""] if e.partial else []
+    cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in e.receipt)]
+    out += ["### Teardown receipt", "", receipt_summary(e), ""] + ([_md_table(cols, e.receipt), ""] if e.receipt else [])
     out += [f"## Answers{tag}", "", "The plan's four questions and four hypotheses, each judged over the comparisons "
             "the campaign recorded: every compared figure with its confidence interval over repeats, a direction only "
             "where the interval clears the practical threshold with at least two repeats per side, otherwise "

@@ -117,3 +117,22 @@ def reaper():
         for r in leftovers(d):
             with contextlib.suppress(OSError):
                 os.killpg(int(r["pid"]), signal.SIGKILL)
+
+
+def assert_report_and_receipt(out: Path, cid: str, status: str) -> list[dict]:
+    """Every ending has its report: ``<run dir>/report/report.html`` says how the campaign ended first, and its
+    teardown receipt reads every resource back gone or restored: each process by its pid, not running (checked
+    here again against ``/proc``). The receipt rows (the lake's ``teardown_receipt`` events)."""
+    run_dir = out / "campaigns" / cid
+    html = (run_dir / "report" / "report.html").read_text(encoding="utf-8")
+    head = html[html.index('<section id="ending"'):html.index('<section id="answers"')]
+    assert f'data-status="{status}"' in head and 'data-receipt-complete="true"' in head, head
+    rows = [{"experiment": r["experiment"], **json.loads(r["detail_json"])} for r in read_table(out / "lake", "timeline")
+            if r["campaign_id"] == cid and r["event"] == "teardown_receipt"]
+    assert rows and all(r["state"] in ("gone", "restored", "handed over") for r in rows), rows
+    procs = [r for r in rows if r["kind"] == "process"]
+    recorded = {int(r["pid"]) for r in run_pids(run_dir)}
+    assert procs and {int(r["pid"]) for r in procs} == recorded, (procs, recorded)  # every process, by its pid
+    assert not [r for r in run_pids(run_dir) if _alive(int(r["pid"]), r.get("start_time"))]
+    assert any(r["kind"].startswith("pool") and r["state"] == "restored" for r in rows), rows
+    return rows

@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import leftovers, read_table, run_pids, start_run, write_spec
+from tests.e2e.conftest import (
+    assert_report_and_receipt,
+    leftovers,
+    read_table,
+    run_pids,
+    start_run,
+    write_spec,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -122,6 +129,7 @@ def _assert_aborted_cleanly(out: Path, cid: str, output: str) -> list[tuple[str,
     pools = json.loads((run_dir / "pools" / "agg.json").read_text())
     assert [r["pool"] for r in pools["restored"]] == ["gpu-a100"]
     assert not list((out / "locks").glob("*.json")), "the aborted campaign kept its pool lock"
+    assert_report_and_receipt(out, cid, "aborted")  # its report, and every resource read back gone or restored
     return events
 
 

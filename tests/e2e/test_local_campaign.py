@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, leftovers, read_table, run_pids, start_run, wait_for, write_spec
+from tests.e2e.conftest import (
+    ROOT,
+    assert_report_and_receipt,
+    leftovers,
+    read_table,
+    run_pids,
+    start_run,
+    wait_for,
+    write_spec,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -221,7 +231,19 @@ def test_killing_a_mocker_fails_through_teardown(tmp_path, reaper):
     assert "FAILED" in output and "ServingFailed" in output
     out = tmp_path / "out"
     _assert_failed_cleanly(out, "failed")
-    assert "ServingFailed" in (out / "campaigns" / "e2e" / "failure.json").read_text()
+    failure = json.loads((out / "campaigns" / "e2e" / "failure.json").read_text())
+    assert failure["error"] == "ServingFailed"
+    # readable: the worker's end first (killed by SIGKILL), its log's last lines without terminal escapes
+    message = failure["message"]
+    assert "killed by signal SIGKILL (9)" in message and "\x1b" not in message and "\\u001b" not in message, message
+    assert "\x1b" not in output.split("\ncampaign e2e:")[-1]  # what the CLI prints of it at the end
+    # the report of the failed campaign: how it ended, the state and why first; every resource read back
+    assert_report_and_receipt(out, "e2e", "failed")
+    report = out / "campaigns" / "e2e" / "report" / "report.html"
+    assert f"report (how it ended, the teardown receipt, what completed): {report}" in output
+    html = report.read_text(encoding="utf-8")
+    assert re.search(r"<h2>How it ended: FAILED in state \w+: ServingFailed[ <]", html), html[:3000]
+    assert "killed by signal SIGKILL (9)" in html
 
 
 def test_ctrl_c_aborts_through_teardown(tmp_path, reaper):
@@ -229,6 +251,7 @@ def test_ctrl_c_aborts_through_teardown(tmp_path, reaper):
     assert proc.returncode == 130, output
     assert "stopping the load first" in output
     _assert_failed_cleanly(tmp_path / "out", "aborted")
+    assert_report_and_receipt(tmp_path / "out", "e2e", "aborted")
 
 
 def test_timeline_names_only_planned_experiments(tmp_path, reaper):

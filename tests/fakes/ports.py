@@ -133,6 +133,11 @@ class FakeServing:
         self.status[dep] = "torn_down"
         return {"removed": [dep] if was in ("running", "dead") else []}
 
+    def observe(self, state: JSON, removed: JSON | None) -> list[JSON]:
+        dep = state["deployment_id"]
+        there = self.status.get(dep) in ("running", "dead") or dep in self.prepared
+        return [{"kind": "deployment", "name": dep, "present": there, "why": "not torn down" if there else ""}]
+
     def kill(self, deployment_id: str) -> None:
         """The deployment's worker dies (what the e2e test does with SIGKILL)."""
         self.status[deployment_id] = "dead"
@@ -190,6 +195,10 @@ class FakeLoad:
 
     def pending(self, state: JSON) -> str | None:
         return None
+
+    def observe(self, state: JSON) -> JSON:
+        there = self.status.get(state["job_id"]) == "running"
+        return {"kind": "load", "name": state["job_id"], "present": there, "why": "still running" if there else ""}
 
     def running(self) -> list[str]:
         return sorted(j for j, s in self.status.items() if s == "running")

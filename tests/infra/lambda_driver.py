@@ -55,9 +55,10 @@ def main(config_path):
             out["calls"].append({"handler": handler, "state": event.get("state"), "result": result})
             return result
 
+        start = {"spec_uri": cfg["spec_uri"], "campaign_id": cfg["campaign_id"], "poll_seconds": 30,
+                 **({"fail_at": cfg["fail_at"]} if cfg.get("fail_at") else {})}
         plan = call("lambdas.plan.handler", {
-            "action": "plan", "state": "Plan", "execution": cfg["execution"],
-            "input": {"spec_uri": cfg["spec_uri"], "campaign_id": cfg["campaign_id"], "poll_seconds": 30}})
+            "action": "plan", "state": "Plan", "execution": cfg["execution"], "input": start})
         ctx = plan["ctx"]
         # another execution with the same campaign id: refused by the claim, as the Plan role, touching nothing
         try:
@@ -69,6 +70,8 @@ def main(config_path):
             out["reused_id"] = f"{type(err).__name__}: {err}"
         exp = plan["experiments"][0]["name"]
         step = next(s for s in plan["experiments"][0]["steps"] if s == cfg["step"])
+        if cfg.get("fail_at"):  # a failed execution: scaled, deployed, the step launched, then a state fails
+            call("lambdas.pools.handler", {"action": "scale", "state": "ScalePools", "ctx": ctx, "experiment": exp})
         call("lambdas.serving.handler", {"action": "deploy", "state": "Deploy", "ctx": ctx, "experiment": exp})
         # the seed plan prefetches the model: CheckReady applies the deployment once the prefetch Job is done
         call("lambdas.serving.handler", {"action": "check", "state": "CheckReady", "ctx": ctx, "experiment": exp})
@@ -84,6 +87,9 @@ def main(config_path):
         s3 = boto3.client("s3")
         out["runner_request"] = json.loads(s3.get_object(Bucket=bucket, Key=key + "request.json")["Body"].read())
         s3.put_object(Bucket=bucket, Key=key + "end.json", Body=b'{"exit_code": 0, "ended_at": 0}')
+        if cfg.get("fail_at") == "CheckLoad":
+            _failed_path(call, out, cfg, start, ctx, exp, step)
+            return _finish(out, cfg)
         call("lambdas.load.handler", {"action": "check", "state": "CheckLoad", "ctx": ctx, "experiment": exp,
                                       "step": step})
         steps = plan["experiments"][0]["steps"]
@@ -112,6 +118,35 @@ def main(config_path):
         call("lambdas.sweep.handler", {"action": "self_test", "function": "Sweep"})  # the scheduled sweeper
     except BaseException as err:  # report it to the test, with where it happened
         out["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+    return _finish(out, cfg)
+
+
+def _failed_path(call, out, cfg, start, ctx, exp, step):
+    """What the state machine does when CheckLoad fails: the Catch payload to TeardownAfterFailure (until
+    done), the campaign's abort (AbortCampaign, until done), then ReportFailure with the execution's state."""
+    try:
+        call("lambdas.load.handler", {"action": "check", "state": "CheckLoad", "ctx": ctx, "experiment": exp,
+                                      "step": step})
+        raise AssertionError("CheckLoad did not fail")
+    except Exception as err:  # the Lambda error Step Functions turns into the Catch payload
+        if type(err).__name__ != "InjectedFailure":
+            raise
+        error = {"Error": type(err).__name__, "Cause": json.dumps({"errorMessage": str(err)})}
+    for _ in range(20):
+        if call("lambdas.teardown.handler", {"action": "experiment_failed", "state": "TeardownAfterFailure",
+                                             "ctx": ctx, "experiment": exp, "error": error})["done"]:
+            break
+    for _ in range(20):
+        abort = call("lambdas.teardown.handler", {"action": "campaign", "state": "AbortCampaign", "ctx": ctx,
+                                                  "error": error})
+        if abort["done"]:
+            break
+    execution_state = {**start, "plan": {"ctx": ctx}, "error": error, "abort": abort, "ending": "failed"}
+    call("lambdas.report.handler", {"action": "report_failure", "state": "ReportFailure", "input": execution_state,
+                                    "ending": "failed", "execution": cfg["execution"]})
+
+
+def _finish(out, cfg):
     out["modules"] = {n: _origin(n) for n in ("boto3", "botocore", "s3transfer", "urllib3", "yaml", "pandas",
                                               "numpy", "pyarrow", "awswrangler", "aws_lambda_powertools",
                                               "pydantic", "sqlglot", "duckdb")}

@@ -32,6 +32,7 @@ import base64
 import contextlib
 import io
 import json
+import re
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -153,6 +154,7 @@ class Case:
     cid: str
     experiment: str
     step: str
+    fail_at: str | None = None  # a failed execution: this state fails, then the state machine's failure path
 
     @property
     def path(self) -> Path:
@@ -162,6 +164,8 @@ class Case:
 SEED = Case("seed-plan", CID, EXPERIMENT, STEP)
 # the AWS rehearsal: Dynamo mocker workers on a CPU node group, the same functions and layers
 REHEARSAL = Case("aws-rehearsal", "aws-rehearsal-lambda-env", "agg", "prefix-cache-p100-r0")
+# a failed execution of it: CheckLoad fails, TeardownAfterFailure, AbortCampaign, ReportFailure
+FAILED = Case("aws-rehearsal", "aws-rehearsal-failed", "agg", "prefix-cache-p100-r0", fail_at="CheckLoad")
 NODEGROUPS = (NODEGROUP, "benchctl-rehearsal")
 
 
@@ -213,7 +217,7 @@ def _aws_world(client: Any, api: Any, tmp: Path, cases: tuple[Case, ...]) -> Non
     for case in cases:
         dataset = step_dataset(plan_campaign(load_spec(case.path), "aws").step(case.experiment, case.step))
         assert dataset is not None
-        arts = tmp / case.spec / "artifacts"
+        arts = tmp / case.cid / "artifacts"
         lines = sum(1 for line in dataset.data.splitlines() if line.strip())
         for name in write_sample_artifacts(arts, lines):
             s3.put_object(Bucket=BUCKET, Body=(arts / name).read_bytes(),
@@ -222,17 +226,22 @@ def _aws_world(client: Any, api: Any, tmp: Path, cases: tuple[Case, ...]) -> Non
 
 @pytest.fixture(scope="module")
 def runs(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
-    yield from _drive(default_out, tmp_path_factory.mktemp("lambda-env"), (SEED, REHEARSAL))
+    yield from _drive(default_out, tmp_path_factory.mktemp("lambda-env"), (SEED, REHEARSAL, FAILED))
 
 
 @pytest.fixture(scope="module")
 def run(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return runs[SEED.spec]
+    return runs[SEED.cid]
 
 
 @pytest.fixture(scope="module")
 def rehearsal(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return runs[REHEARSAL.spec]
+    return runs[REHEARSAL.cid]
+
+
+@pytest.fixture(scope="module")
+def failed(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return runs[FAILED.cid]
 
 
 def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[dict[str, dict[str, Any]]]:
@@ -273,7 +282,7 @@ def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[di
             enforcement = stack.enter_context(iam_enforced(url))
             results = {}
             for case in cases:
-                results[case.spec] = _run_driver(default_out, tmp / case.spec, case, url, credentials)
+                results[case.cid] = _run_driver(default_out, tmp / case.cid, case, url, credentials)
             s3 = client("s3")
             athena = client("athena")
             ids = athena.list_query_executions(WorkGroup=WORKGROUP)["QueryExecutionIds"]
@@ -306,7 +315,7 @@ def _run_driver(default_out: Path, tmp: Path, case: Case, url: str, credentials:
         "spec_uri": f"s3://{BUCKET}/specs/{case.spec}.yaml", "campaign_id": case.cid, "step": case.step,
         "execution": f"arn:aws:states:{REGION}:{ACCOUNT}:execution:benchctl-campaign:{case.cid}",
         "bucket": BUCKET, "dataset_name": dataset.name, "result": str(tmp / "result.json"),
-        "credentials": credentials,
+        "credentials": credentials, "fail_at": case.fail_at,
     }
     (tmp / "config.json").write_text(json.dumps(config))
     proc = subprocess.run([str(python), "-I", "-S", "-B", str(DRIVER), str(tmp / "config.json")],
@@ -504,3 +513,45 @@ def test_the_aws_rehearsal_runs_through_the_aws_engine_with_mocker_workers_and_a
     assert row["engine"] == "aws" and row["simulated"] is True
     assert rehearsal["iam"].problems == []
     assert {a for _, a, _ in rehearsal["iam"].denied} <= {"s3:ListBucket (a missing key's 404)"}
+
+
+def test_a_failed_execution_writes_its_report_to_s3_and_its_receipt_reads_every_object_back(failed, default_templates):
+    """CheckLoad fails: TeardownAfterFailure tears the experiment down and its receipt reads every object back
+    through the EKS and node-group adapters (as the Teardown role), AbortCampaign records the failure, and
+    ReportFailure (as the Report role) writes the report where the SNS message links it."""
+    import pyarrow.parquet as pq
+
+    from benchctl.aws.athena import report_key
+
+    case = failed["case"]
+    assert failed["result"]["error"] is None
+    (report,) = _calls(failed, "ReportFailure")
+    assert report.get("report_error") is None, report
+    assert report["report"] == f"s3://{BUCKET}/{report_key(case.cid)}" and report["receipt"]["complete"], report
+    html = failed["get"](report_key(case.cid)).decode()
+    assert '<section id="ending"' in html and '<section id="receipt"' in html
+    # the SNS message of a failed execution names that key: reports/<execution name>/report.html
+    (rule,) = [r for r in _resources_of(default_templates, "AWS::Events::Rule")
+               if "FAILED" in json.dumps(r["Properties"].get("EventPattern", {}))]
+    text = json.dumps(rule["Properties"]["Targets"])
+    assert re.search(r"reports/<[^>]*name>/report\.html", text) and "teardown receipt" in text, text
+    # the receipt in the lake: the node group restored, every object of the deployment gone
+    rows = []
+    for key in failed["keys"]:
+        if key.startswith(f"lake/timeline/campaign_id={case.cid}/") and "/teardown_receipt-" in key:
+            (row,) = pq.read_table(io.BytesIO(failed["get"](key))).to_pylist()
+            rows.append(json.loads(row["detail_json"]))
+    kinds = {r["kind"]: r for r in rows}
+    assert kinds["node group"]["name"] == "benchctl-rehearsal" and kinds["node group"]["state"] == "restored", rows
+    assert kinds["node group"]["now"] == kinds["node group"]["recorded"], rows
+    assert {"DynamoGraphDeployment", "DaemonSet", "Job"} <= set(kinds), rows
+    assert all(r["state"] in ("gone", "restored") for r in rows), rows
+    (campaign_row,) = pq.read_table(io.BytesIO(failed["get"](
+        f"lake/campaigns/campaign_id={case.cid}/campaign.parquet"))).to_pylist()
+    assert (campaign_row["status"], campaign_row["failed_state"], campaign_row["error"]) == (
+        "failed", "CheckLoad", "InjectedFailure")
+    assert failed["iam"].problems == []
+
+
+def _resources_of(templates: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r for t in templates.values() for r in (t.get("Resources") or {}).values() if r.get("Type") == kind]

@@ -10,6 +10,7 @@ from lambdas import FUNCTIONS
 ROOT = Path(__file__).resolve().parents[2]
 ASL = asl.load()
 TEARDOWN_ACTIONS = {"experiment", "experiment_failed", "campaign", "plan_failed", "stop", "ingest_after_failure"}
+AFTER_TEARDOWN_ACTIONS = {"report_failure"}  # the report of a failed ending: after teardown, before the Fail
 
 
 def scopes(states, path=()):
@@ -76,6 +77,10 @@ def test_a_campaign_id_in_use_ends_plan_in_a_fail_state_without_any_task():
             assert not any(FOREIGN_CAMPAIGN_ERRORS & set(c["ErrorEquals"]) for c in st.get("Catch", [])), name
 
 
+def is_after_teardown(st):
+    return st["Type"] == "Task" and st["Parameters"]["Payload"]["action"] in AFTER_TEARDOWN_ACTIONS
+
+
 def test_every_catch_leads_through_teardown_to_a_fail_state():
     for _path, states in scopes(ASL["States"]):
         for name, st in states.items():
@@ -83,7 +88,7 @@ def test_every_catch_leads_through_teardown_to_a_fail_state():
                 target = c["Next"]
                 if FOREIGN_CAMPAIGN_ERRORS & set(c["ErrorEquals"]):
                     continue  # held by test_a_campaign_id_in_use_ends_plan_in_a_fail_state_without_any_task
-                if is_teardown(name, st):
+                if is_teardown(name, st) or is_after_teardown(st):
                     # teardown's own failure: a failed end (an outer scope's Catch or the sweeper retries it)
                     assert _reaches(states, target, lambda n, s: s["Type"] == "Fail"), name
                     assert not _reaches(states, target, lambda n, s: s["Type"] == "Succeed"), name
@@ -138,8 +143,8 @@ def test_teardown_states_cannot_be_blocked_by_abort(tmp_path):
                 continue
             module, action = _handler_and_operation(st)
             event = {"action": action, "state": name, **copy.deepcopy(inputs)}
-            if is_teardown(name, st):
-                result = module.handler(event)  # runs: the abort request does not stop a teardown
+            if is_teardown(name, st) or is_after_teardown(st):
+                result = module.handler(event)  # runs: the abort request does not stop a teardown (nor its report)
                 assert isinstance(result, dict), name
                 teardown.append(name)
             else:
@@ -149,7 +154,7 @@ def test_teardown_states_cannot_be_blocked_by_abort(tmp_path):
     finally:
         use_engine(None)
     assert {"TeardownExperiment", "TeardownAfterFailure", "AbortCampaign", "StopLoadAfterFailure",
-            "RecordPlanFailure"} <= set(teardown)
+            "RecordPlanFailure", "ReportFailure"} <= set(teardown)
     assert "ScalePools" in other and "Report" in other
 
 
@@ -256,3 +261,19 @@ def test_the_builder_refuses_a_source_that_repeats_its_retrier():
     source["States"]["Plan"]["Retry"].append(dict(asl.LAMBDA_RETRY))
     with pytest.raises(ValueError, match="Plan: the source repeats the Lambda retrier"):
         asl.build(source)
+
+
+def test_every_failed_end_runs_the_report_first():
+    """Every way to the campaign's failed ends (torn down, or its teardown failed) passes ReportFailure, with the
+    ending it reports; the report's own failure goes on to the same end."""
+    top = ASL["States"]
+    for fail in ("CampaignFailed", "CampaignFailedUntorn"):
+        into = [n for n, st in top.items() if fail in asl.successors(st)]
+        assert into == ["Ended?"], (fail, into)
+    report = top["ReportFailure"]
+    assert report["Parameters"]["Payload"]["action"] == "report_failure"
+    assert {c["Next"] for c in report["Catch"]} == {report["Next"]} == {"Ended?"}
+    assert [n for n, st in top.items() if "ReportFailure" in asl.successors(st)] == ["EndedFailed", "EndedUntorn"]
+    assert top["EndedFailed"]["Result"] == "failed" and top["EndedUntorn"]["Result"] == "untorn"
+    assert asl.successors(top["AbortCampaign"]) == ["AbortDone?", "EndedUntorn"]
+    assert "EndedFailed" in asl.successors(top["AbortDone?"])

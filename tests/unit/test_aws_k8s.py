@@ -889,8 +889,30 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
     ours = [f"{kind}/{n}" for kind in ("DynamoGraphDeployment", "Job", "Pod", "NodePool", "DaemonSet")
             for n in _names(api, kind, ours=True)]
     assert ours == []
-    assert api.denied == []
+    assert api.denied == []  # the receipt's read-backs included
     assert api.stored("DynamoGraphDeployment", "theirs", NS) is not None
+    # the receipt: every object the experiment created, read back through the adapters after teardown
+    rows = _receipt(tmp_path / "lake")
+    if reached == "nothing":
+        assert rows == []
+        return
+    (ng,) = [r for r in rows if r["kind"] == "node group"]
+    assert (ng["name"], ng["state"], ng["now"]) == ("gpu-ng", "restored", ng["recorded"]), ng
+    assert ng["recorded"] == ", ".join(f"{k} {v}" for k, v in sorted(ORIGINAL.items())), ng
+    assert ng["billing"].startswith("ended by ") or ng["billing"] == "none added", ng
+    kinds = {r["kind"] for r in rows if r["state"] == "gone"}
+    assert "DaemonSet" in kinds and all(r["state"] in ("gone", "restored") for r in rows), rows
+    if reached != "scaling":
+        assert "DynamoGraphDeployment" in kinds, rows
+    if reached == "job_running":
+        assert "Job" in kinds, rows
+
+
+def _receipt(lake: Any) -> list[dict[str, Any]]:
+    from benchctl import timeline
+
+    return [timeline.detail(r) for r in LocalLake(lake).read_table("timeline", CID)
+            if timeline.is_event(r, timeline.RECEIPT)]
 
 
 def _names(api: FakeKubeApi, kind: str, ours: bool = False) -> list[str]:
@@ -927,6 +949,8 @@ def test_auto_mode_teardown_removes_our_nodepool(api, tmp_path):
     assert _names(api, "NodePool", ours=True)
     campaign.teardown_experiment(p, ctx, Task("agg"))
     assert _names(api, "NodePool", ours=True) == []
+    (row,) = [r for r in _receipt(tmp_path / "lake") if r["kind"] == "NodePool"]  # read back: gone
+    assert row["state"] == "gone" and row["billing"].startswith("ended by "), row
 
 
 def test_a_crash_right_after_the_node_group_changed_still_restores_it(api, aws, tmp_path):  # noqa: F811

@@ -288,3 +288,33 @@ def test_pools_for_dispatches_by_provider(aws: Aws, api: FakeKubeApi) -> None:
     assert port.restore(ng_rec)["scalingConfig"] == ORIGINAL
     assert port.restore(np_rec) == {"deleted": np_rec["nodepool"]}
     assert aws.scaling("gpu-ng") == ORIGINAL and api.stored("NodePool", np_rec["nodepool"]) is None
+
+
+def test_the_receipt_reads_a_node_group_back_and_bills_until_the_added_nodes_are_gone(aws: Aws, api: FakeKubeApi) -> None:
+    pools = managed(aws, api)
+    rec = pools.scale("gpu", 2, owner="c/exp")
+    for n in ("n1", "n2"):
+        api.add_node(n, {NODEGROUP_LABEL: "gpu-ng"}, allocatable_gpus=4)
+    api.add_node("theirs", {NODEGROUP_LABEL: "other-ng"}, allocatable_gpus=4)  # another node group's: not counted
+    seen = pools.observe(rec)  # not restored yet: read back as it is
+    assert (seen["state"], seen["nodes"]) == ("still there", 2) and seen["billing"].startswith("still billing: 2 node")
+    pools.restore(rec)
+    seen = pools.observe(rec)  # the size is back, but the two added nodes still run: still billing
+    assert (seen["kind"], seen["name"], seen["state"], seen["now"]) == ("node group", "gpu-ng", "restored", ORIGINAL)
+    assert seen["billing"].startswith("still billing"), seen
+    for n in ("n1", "n2"):
+        api.remove("Node", n)
+    assert pools.observe(rec)["billing"] == "ended"
+
+
+def test_the_receipt_reads_our_nodepool_back_and_its_nodes(api: FakeKubeApi) -> None:
+    pools = auto(api)
+    rec = pools.scale("gpu", 1, owner="c/exp")
+    api.add_node("k1", {"karpenter.sh/nodepool": NAME}, allocatable_gpus=8)
+    seen = pools.observe(rec)
+    assert (seen["kind"], seen["state"], seen["why"]) == ("NodePool", "still there", "not deleted")
+    pools.restore(rec)
+    seen = pools.observe(rec)  # gone, but Karpenter still drains its node
+    assert seen["state"] == "gone" and seen["billing"] == f"still billing: 1 node(s) of NodePool {NAME} up"
+    api.remove("Node", "k1")
+    assert pools.observe(rec)["billing"] == "ended"

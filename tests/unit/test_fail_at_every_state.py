@@ -16,6 +16,7 @@ the number of attempts is still the ASL's.
 from __future__ import annotations
 
 import io
+import json
 import types
 from pathlib import Path
 from typing import Any
@@ -92,14 +93,30 @@ def tiny_spec(tmp_path: Path, concurrency: tuple[int, ...] = (1,)) -> Path:
     return path
 
 
+def _local_report(out: Path, cid: str) -> dict[str, str]:
+    from benchctl.local.query import QueryEngine
+    from benchctl.local.report import report_views
+
+    with QueryEngine(out / "lake") as query:
+        return report_views(query, out / "lake", cid, out / "campaigns" / cid / "report")
+
+
+def receipt(lake: Path) -> list[dict[str, Any]]:
+    """The teardown receipt as the lake holds it: one row per resource, with its experiment."""
+    return [{"experiment": r["experiment"], **json.loads(r["detail_json"])} for r in read_table(lake, "timeline")
+            if r["event"] == "teardown_receipt"]
+
+
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, fail_at: str | None,
-        world_kw: dict[str, Any] | None = None,
+        world_kw: dict[str, Any] | None = None, report: bool = False,
         concurrency: tuple[int, ...] = (1,)) -> tuple[RunResult, FakeWorld, Recorder, list[float]]:
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
     slept: list[float] = []
     monkeypatch.setattr(retrier_decl, "time", types.SimpleNamespace(sleep=slept.append))
     start, _ = prepare(tiny_spec(tmp_path, concurrency), tmp_path / "out", CID)
+    if report:  # the local engine's own report: views and report.html into <run dir>/report
+        world_kw = {**(world_kw or {}), "report": lambda cid: _local_report(tmp_path / "out", cid)}
     world = FakeWorld(tmp_path / "out" / "lake", **(world_kw or {}))
     rec = Recorder()
     result = execute(engine=world, start=StartInput(start.spec_uri, CID, poll_seconds=1, fail_at=fail_at),
@@ -180,7 +197,7 @@ def test_fail_at_state_tears_down_and_records_the_failure(
         world_kw["kill_on_launch"] = {f"disagg-{step_id}": "disagg"}
         primary = "CheckLoad"
 
-    result, world, rec, _slept = run(tmp_path, monkeypatch, fail_at=state, world_kw=world_kw)
+    result, world, rec, _slept = run(tmp_path, monkeypatch, fail_at=state, world_kw=world_kw, report=True)
     lake = tmp_path / "out" / "lake"
     run_dir = tmp_path / "out" / "campaigns" / CID
     log = rec.out.getvalue()
@@ -217,7 +234,8 @@ def test_fail_at_state_tears_down_and_records_the_failure(
         # (Error AbortFailed, "run the sweeper"), and what it recorded before stays as it was.
         assert result.error == "AbortFailed", (result.error, result.cause)
         if state == "RecordPlanFailure":
-            assert campaigns == []  # Plan refused before writing anything; nothing was created
+            # Plan refused before writing anything, nothing was created; the report step records the ending
+            assert [(c["status"], c["failed_state"]) for c in campaigns] == [("failed-untorn", "Plan")], campaigns
             assert world.serving.deploy_calls == [] and not scaled
         else:
             assert [c["status"] for c in campaigns] != ["succeeded"]
@@ -231,7 +249,8 @@ def test_fail_at_state_tears_down_and_records_the_failure(
         if primary is None:
             assert row["error"] == "InjectedFailure" and f"state {state}" in row["cause"], row
             assert result.error == "InjectedFailure"
-        if state != "Plan":  # RecordPlanFailure writes the campaign row only; the abort path also a timeline event
+        if primary != "Plan" and state != "Plan":  # RecordPlanFailure writes the campaign row only; the abort
+            # path also a timeline event
             assert ("_campaign", "failed") in events
 
     # steps completed before the failure keep their rows and their raw artifacts
@@ -247,9 +266,32 @@ def test_fail_at_state_tears_down_and_records_the_failure(
     for job in world.load.launch_calls:
         exp, step_id = job.split("-", 1)
         assert (raw_dir(lake, exp, step_id) / "profile_export_aiperf.json").is_file(), job
-
     # every lake write was atomic: no temporary file left anywhere
     assert not [p for p in lake.rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
+
+    # every ending has its report: how it ended, in which state and why, first; and the teardown receipt
+    html = (run_dir / "report" / "report.html").read_text(encoding="utf-8")
+    if state == "ReportFailure":  # the report step is what failed: the campaign still reached its failed end,
+        # and the engine wrote the report after it, saying so in the timeline
+        assert ("_campaign", "cleanup_error") in {(r["experiment"], r["event"]) for r in read_table(lake, "timeline")}
+        assert "the report step did not write the report: writing it now" in log
+    ending = "failed-untorn" if state in ("AbortCampaign", "RecordPlanFailure") else "failed"
+    head = html[html.index('<section id="ending"'):html.index('<section id="answers"')]
+    assert f'data-status="{ending}"' in head and f"in state {primary or state}" in head, head
+    assert failure.error in head and "PARTIAL" in head, head
+    # the receipt: every resource created, read back after teardown as gone or restored (or kept warm for the
+    # next experiment, which then restores it), in the lake and in the report
+    rows = receipt(lake)
+    assert {r["experiment"] for r in rows} == scaled | deployed, rows
+    for exp in deployed:
+        assert any(r["experiment"] == exp and r["kind"] == "deployment" and r["state"] == "gone" for r in rows), rows
+    for exp in scaled:
+        pool_rows = [r for r in rows if r["experiment"] == exp and r["kind"].startswith("pool")]
+        assert pool_rows and all(r["state"] in ("restored", "handed over") for r in pool_rows), pool_rows
+    restored = [r for r in rows if r["state"] == "restored"]
+    assert all(r["now"] == r["recorded"] and r["billing"] == f"ended by {r['read_at']}" for r in restored), restored
+    assert all(r["state"] in ("gone", "restored", "handed over") for r in rows), rows
+    assert 'data-receipt-complete="true"' in head and head.count("<tr>") == len(rows) + (1 if rows else 0), head
 
 
 @pytest.mark.parametrize("state", [
@@ -283,3 +325,60 @@ def test_a_step_that_completed_is_kept_when_the_next_step_fails_before_ingesting
     assert ("IngestAfterFailure", "agg", "concurrency-sweep-c2-r0") in rec.calls
     # the step that never ran has no rows, and its record says it was not ingested
     assert not any(s == "IngestPreviousStep" and st == "concurrency-sweep-c2-r0" for s, _, st in rec.calls)
+
+
+
+def _sweep_dry_run(tmp_path: Path, world: FakeWorld) -> dict[str, Any]:
+    from benchctl.context import Ctx
+    from benchctl.sweep import sweep
+
+    ctx = Ctx(CID, str(tmp_path / "out" / "campaigns" / CID), str(tmp_path / "out" / "lake"), 1, None)
+    (entry,) = sweep([CID], lambda _cid: (world.providers(ctx), ctx), lambda _cid: False, dry_run=True)
+    return entry
+
+
+@pytest.mark.parametrize("restore_fails", [False, True])
+def test_the_receipt_and_the_sweepers_dry_run_agree(
+        restore_fails: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed campaign whose teardown restored everything: its receipt is complete and `benchctl sweep
+    --dry-run` finds nothing left. One whose pool could not be restored (every attempt refused): the campaign
+    ends failed-untorn, its report says so, the receipt reads the pool back as still there, and the sweeper
+    would tear down exactly the experiments the receipt names."""
+    if restore_fails:
+        def refuse(record: dict[str, Any]) -> dict[str, Any]:
+            raise RuntimeError(f"pool {record['pool']}: restore refused (test)")
+
+        original = FakeWorld.__post_init__
+
+        def post_init(self: FakeWorld) -> None:
+            original(self)
+            self.pool.restore = refuse  # type: ignore[method-assign]
+
+        monkeypatch.setattr(FakeWorld, "__post_init__", post_init)
+    result, world, rec, _ = run(tmp_path, monkeypatch, fail_at="CheckReady", report=True)
+    assert result.status == "FAILED", rec.out.getvalue()
+    rows = receipt(tmp_path / "out" / "lake")
+    unsettled = sorted({r["experiment"] for r in rows if r["state"] not in ("gone", "restored", "handed over")})
+    entry = _sweep_dry_run(tmp_path, world)
+    assert entry["experiments"] == unsettled, (entry, rows)
+    head = (tmp_path / "out" / "campaigns" / CID / "report" / "report.html").read_text(encoding="utf-8")
+    if restore_fails:
+        assert unsettled == ["agg"] and entry["action"] == "would tear down"
+        (pool,) = [r for r in rows if r["kind"].startswith("pool")]
+        assert pool["state"] == "still there" and pool["action"].endswith("NOT restored"), pool
+        assert pool["billing"] == "still billing (simulated)", pool
+        assert 'data-status="failed-untorn"' in head and 'data-receipt-complete="false"' in head
+        assert '<td class="billing">still billing' in head
+    else:
+        assert unsettled == [] and entry["action"] == "nothing left"
+        assert 'data-status="failed"' in head and 'data-receipt-complete="true"' in head
+    # `benchctl report --campaign` writes it again from the lake alone, for a failed campaign too
+    from benchctl.cli import main
+
+    again = tmp_path / "again.md"
+    assert main(["report", "--lake", str(tmp_path / "out" / "lake"), "--campaign", CID, "--out", str(again)]) == 0
+    text = again.read_text(encoding="utf-8")
+    ending = "FAILED, AND ITS TEARDOWN FAILED" if restore_fails else "FAILED"
+    assert f"## How it ended: {ending} in state CheckReady: InjectedFailure" in text, text[:2000]
+    assert "### Teardown receipt" in text and "PARTIAL" in text
+

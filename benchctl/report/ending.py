@@ -1,0 +1,68 @@
+"""How a campaign ended and its teardown receipt, as the report says them first: the ending (status, the state
+it failed in, why), whether what follows is partial, and every resource the campaign created or changed with
+its state read back after teardown (the ``receipt`` events of the timeline, ``benchctl.campaign.receipt``).
+May import the standard library and the core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from benchctl import timeline
+from benchctl.report.data import ReportData
+
+RECEIPT_COLUMNS = ("experiment", "kind", "name", "action", "recorded", "now", "state", "why", "billing", "read_at")
+SETTLED = ("gone", "restored", "handed over")
+ENDINGS = {
+    "succeeded": "SUCCEEDED",
+    "failed": "FAILED",
+    "aborted": "ABORTED",
+    "failed-untorn": "FAILED, AND ITS TEARDOWN FAILED",
+    "running": "NOT ENDED (still running, or its runner died: `benchctl sweep` ends it)",
+}
+
+
+@dataclass(frozen=True)
+class Ending:
+    status: str  # the campaigns row's status
+    headline: str  # "FAILED in state CheckLoad: ServingFailed"
+    cause: str  # why, as recorded (escapes stripped at the source)
+    partial: bool  # what the report shows is what completed before the end
+    receipt: list[dict[str, Any]]
+    receipt_complete: bool  # every row read back gone/restored/handed over, no pool still billing
+
+    @property
+    def still_billing(self) -> list[dict[str, Any]]:
+        return [r for r in self.receipt if str(r.get("billing") or "").startswith(("still billing", "unknown: possibly"))]
+
+
+def receipt_rows(data: ReportData) -> list[dict[str, Any]]:
+    """The receipt rows of the campaign's timeline (the latest of each experiment's), in campaign order."""
+    rows = [{"experiment": ev["experiment"], **timeline.detail(ev)} for ev in data.timeline
+            if timeline.is_event(ev, timeline.RECEIPT)]
+    order = {e: i for i, e in enumerate(data.experiments)}
+    return sorted(rows, key=lambda r: order.get(r["experiment"], len(order)))
+
+
+def ending(data: ReportData) -> Ending:
+    c = data.campaign
+    status = str(c.get("status") or "running")
+    what = ENDINGS.get(status, status.upper())
+    state, error = c.get("failed_state"), c.get("error")
+    headline = what + (f" in state {state}" if state else "") + (f": {error}" if error and status != "succeeded" else "")
+    rows = receipt_rows(data)
+    done = all(r.get("state") in SETTLED and not str(r.get("billing") or "").startswith("still billing") for r in rows)
+    return Ending(status=status, headline=headline, cause=str(c.get("cause") or "") if status != "succeeded" else "",
+                  partial=status != "succeeded", receipt=rows, receipt_complete=done)
+
+
+def receipt_summary(e: Ending) -> str:
+    if not e.receipt:
+        return "The campaign created nothing that needed tearing down (or recorded no receipt)."
+    bad = [r for r in e.receipt if r.get("state") not in SETTLED]
+    text = (f"{len(e.receipt)} resource(s) read back after teardown: "
+            + ("every one gone, restored to its recorded size or handed over." if not bad else
+               f"{len(bad)} NOT confirmed gone or restored (see why; `benchctl sweep` cleans up)."))
+    if e.still_billing:
+        text += f" STILL BILLING: {', '.join(str(r['name']) for r in e.still_billing)}."
+    return text
