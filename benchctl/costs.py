@@ -48,7 +48,7 @@ writes them), datetimes (naive = UTC, as read back from the lake) or epoch secon
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -401,80 +401,36 @@ def accrued_usd(spec: CampaignSpec, plan: CampaignPlan, timeline: list[JSON], no
     return total
 
 
-def _remaining_s(plan: CampaignPlan, exp: ExperimentPlan, done: set[tuple[str, str]]) -> float:
-    """Seconds left of one experiment: its steps not done, plus its fixed overheads (capacity, ready,
-    smoke, warm-up, teardown) when none of its steps is done yet, else the teardown only."""
+def _remaining_s(plan: CampaignPlan, exp: ExperimentPlan, done: set[tuple[str, str]],
+                 ran_s: Mapping[tuple[str, str], float] | None = None) -> float:
+    """Seconds left of one experiment: its steps not done (a running one: its estimate less ``ran_s``), plus
+    its overheads (capacity, ready, smoke, warm-up, teardown) before its first step, else the teardown only."""
     todo = [s for s in exp.steps if (exp.name, s.step_id) not in done]
     if not todo:
         return 0.0
     overhead = max(0.0, exp.est_s - sum(s.est_s for s in exp.steps))
     if len(todo) < len(exp.steps):
         overhead = min(overhead, OVERHEADS.get(plan.engine, {}).get("teardown", 0.0))
-    return overhead + sum(s.est_s for s in todo)
+    ran = ran_s or {}
+    return overhead + sum(max(0.0, s.est_s - ran.get((exp.name, s.step_id), 0.0)) for s in todo)
 
 
-def remaining_hours(plan: CampaignPlan, done: set[tuple[str, str]]) -> float:
+def remaining_hours(plan: CampaignPlan, done: set[tuple[str, str]],
+                    ran_s: Mapping[tuple[str, str], float] | None = None) -> float:
     """Estimated hours left: the plan's ``est_s`` of every (experiment, step_id) not in ``done``."""
-    return sum(_remaining_s(plan, e, done) for e in plan.experiments) / 3600.0
+    return sum(_remaining_s(plan, e, done, ran_s) for e in plan.experiments) / 3600.0
 
 
-def remaining_usd(spec: CampaignSpec, plan: CampaignPlan, done: set[tuple[str, str]]) -> float:
+def remaining_usd(spec: CampaignSpec, plan: CampaignPlan, done: set[tuple[str, str]],
+                  ran_s: Mapping[tuple[str, str], float] | None = None) -> float:
     """Estimated cost left: each experiment's remaining time x (its nodes x prices + the EKS fee).
 
     ``done``: (experiment, step_id) of every step that will not run again: finished (any status) or
-    given up with its failed experiment. With nothing done this equals the plan's ``est_usd``.
-    """
+    given up with its failed experiment. With nothing done this equals the plan's ``est_usd``. ``ran_s``: the
+    seconds a running step has run (its spend so far is accrued, not estimated twice)."""
     total = 0.0
     for e in plan.experiments:
-        hours = _remaining_s(plan, e, done) / 3600.0
+        hours = _remaining_s(plan, e, done, ran_s) / 3600.0
         rate = sum(n * (price(spec, pool) or 0.0) for pool, n in e.nodes.items())
         total += hours * (rate + spec.pricing.eks_cluster_usd_per_hour)
     return total
-
-
-def _next_step(plan: CampaignPlan, done: set[tuple[str, str]]) -> str:
-    for e in plan.experiments:
-        for s in e.steps:
-            if (e.name, s.step_id) not in done:
-                return f"before step {s.step_id} of experiment {e.name}"
-    return "after the last step"
-
-
-def budget_usd(spec: CampaignSpec, plan: CampaignPlan) -> tuple[float | None, str]:
-    """The dollar budget the campaign is held to and what sets it: the spec's ``budget.max_usd``, else the
-    deployment's ceiling the Plan state recorded in the plan (``CampaignPlan.max_usd``), else none."""
-    if spec.budget.max_usd is not None:
-        return spec.budget.max_usd, "budget.max_usd"
-    return plan.max_usd, "ceiling max_usd_per_campaign (the spec sets no budget.max_usd)"
-
-
-def budget_problem(spec: CampaignSpec, plan: CampaignPlan, timeline: list[JSON],
-                   done: set[tuple[str, str]], now_iso: Any) -> str | None:
-    """A person-readable refusal when the spend so far plus the estimate of what is left exceeds
-    ``budget.max_usd``, or the elapsed time plus the time left exceeds ``budget.max_hours``; else None.
-
-    Elapsed time runs from the campaign's first timeline event to ``now``.
-    """
-    where = _next_step(plan, done)
-    problems = []
-    max_usd, name = budget_usd(spec, plan)
-    if max_usd is not None:
-        unpriced = sorted({spec.pool(p).instance_type for e in plan.experiments for p in e.nodes
-                           if price(spec, p) is None})
-        if unpriced:
-            problems.append(f"{name}: set, but pricing.instances has no price for {unpriced}; "
-                            f"the spend cannot be checked {where}")
-        else:
-            spent = accrued_usd(spec, plan, timeline, now_iso)
-            left = remaining_usd(spec, plan, done)
-            if spent + left > max_usd:
-                problems.append(f"{name}: accrued ${spent:.2f} + remaining estimate ${left:.2f} = "
-                                f"${spent + left:.2f} exceeds ${max_usd:.2f} {where}")
-    if spec.budget.max_hours is not None:
-        ats = [_ts(r["at"]) for r in timeline if r.get("at") is not None]
-        elapsed = _hours(min(ats), _ts(now_iso)) if ats else 0.0
-        left_h = remaining_hours(plan, done)
-        if elapsed + left_h > spec.budget.max_hours:
-            problems.append(f"budget.max_hours: elapsed {elapsed:.2f} h + remaining estimate {left_h:.2f} h = "
-                            f"{elapsed + left_h:.2f} h exceeds {spec.budget.max_hours:g} h {where}")
-    return "; ".join(problems) or None

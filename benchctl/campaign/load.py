@@ -24,6 +24,7 @@ _HASH_ID_SPAN = 10_000_000
 # heartbeats well within it (the AWS runner Job every 20 s). A load that does not run yet (its runner pod
 # waits for a node: ``LoadPort.pending``) adds ``timeouts.capacity_s``, the longest wait for capacity.
 AWAIT_HEARTBEAT_S = 300
+AWAIT_TIMEOUT_MAX_S = 99_999_999  # Step Functions' largest TimeoutSeconds
 
 
 def step_dataset(step: StepPlan) -> Dataset | None:
@@ -108,11 +109,29 @@ def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str | None, *
     timeline table (hundreds of objects on S3 by the end of a long campaign). What is done follows from the
     plan's order: experiments run one at a time and steps in order, and a failed step or experiment ends the
     campaign, so every step before this one is done."""
-    from benchctl.costs import budget_problem
+    from benchctl.budget import budget_problem
 
     spec, plan = p.state.spec(), p.state.plan()
     if spec.budget.max_usd is None and plan.max_usd is None and spec.budget.max_hours is None:
         return
+    rows, done, now = _budget_inputs(p, ctx, experiment, step_id)
+    ran_s: dict[tuple[str, str], float] = {}
+    if waiting and step_id is not None and (rec := p.state.load(experiment, step_id)) and rec.running_at:
+        ran_s[(experiment, step_id)] = max(0.0, p.clock() - rec.running_at)  # accrued, not estimated twice
+    problem = budget_problem(spec, plan, rows, done, now, ran_s)
+    if problem:
+        if waiting:
+            problem += f" (while waiting for {waiting})"
+        record_event(p, ctx.campaign_id, experiment, timeline.BUDGET_EXCEEDED, key=step_id or waiting or "",
+                     step_id=step_id, reason=problem)
+        raise BudgetExceeded(problem)
+
+
+def _budget_inputs(p: Providers, ctx: Ctx, experiment: str,
+                   step_id: str | None) -> tuple[list[JSON], set[tuple[str, str]], str]:
+    """The budget's inputs before ``step_id`` (None: before the experiment's first step): the pools' rows, the
+    steps done, now."""
+    plan = p.state.plan()
     done: set[tuple[str, str]] = set()
     for e in plan.experiments:
         ids = [s.step_id for s in e.steps]
@@ -124,13 +143,22 @@ def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str | None, *
     started = (p.state.campaign() or CampaignRecord(campaign_id=ctx.campaign_id)).started_at
     if started:  # elapsed time runs from the campaign's start (its first timeline event, Plan's)
         rows.append({"event": "", "at": started})
-    problem = budget_problem(spec, plan, rows, done, now_iso(p.clock))
-    if problem:
-        if waiting:
-            problem += f" (while waiting for {waiting})"
-        record_event(p, ctx.campaign_id, experiment, timeline.BUDGET_EXCEEDED, key=step_id or waiting or "",
-                     step_id=step_id, reason=problem)
-        raise BudgetExceeded(problem)
+    return rows, done, now_iso(p.clock)
+
+
+def await_timeout_s(p: Providers, ctx: Ctx, experiment: str, step_id: str, est_s: float) -> int:
+    """AwaitLoadEnd's ``TimeoutSecondsPath``: nobody polls the budget while a task token waits (AWS), so the
+    wait itself ends where the guard would refuse: the step's estimate plus the budget's slack at the pools'
+    rate now (``budget.budget_slack_s``); Step Functions' largest timeout without a budget."""
+    from benchctl.budget import budget_slack_s
+
+    spec, plan = p.state.spec(), p.state.plan()
+    slack = None
+    if not (spec.budget.max_usd is None and plan.max_usd is None and spec.budget.max_hours is None):
+        slack = budget_slack_s(spec, plan, *_budget_inputs(p, ctx, experiment, step_id))
+    if slack is None:
+        return AWAIT_TIMEOUT_MAX_S
+    return int(min(AWAIT_TIMEOUT_MAX_S, max(1.0, est_s + slack)))
 
 
 def _urls(urls: dict[str, str]) -> list[str]:
@@ -174,7 +202,8 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
     if p.callbacks is not None and (load := p.state.load(experiment, step_id)) is not None \
             and load.running_at is None and p.load.pending(load.state):
         heartbeat += int(spec.timeouts.capacity_s)
-    return {**out, "callback": p.callbacks is not None, "heartbeat_s": heartbeat}
+    return {**out, "callback": p.callbacks is not None, "heartbeat_s": heartbeat,
+            "timeout_s": await_timeout_s(p, ctx, experiment, step_id, step.est_s)}
 
 
 _SERVING_CHECK_S = 1.0  # how often the wake check looks at the serving side (each look reads its processes)
@@ -299,4 +328,9 @@ def stop_load_after_failure(p: Providers, ctx: Ctx, task: Task) -> JSON:
     """StopLoadAfterFailure: the failed step's load stopped; the failure passed on."""
     stop_loads(p, ctx, task.exp, task.step_id)
     name, cause = error_of(task.error)
+    if name in ("States.Timeout", "States.HeartbeatTimeout"):  # AwaitLoadEnd's bound: was it the budget's?
+        try:
+            budget_guard(p, ctx, task.exp, task.step_id, waiting=f"the load {task.step_id}")
+        except BudgetExceeded as err:
+            name, cause = "BudgetExceeded", str(err)
     return {"error": name, "cause": cause}

@@ -33,6 +33,15 @@ class Load:
     def pending(self, state):
         return None
 
+    def poll(self, state):
+        return None
+
+    def stop(self, state):
+        pass
+
+    def failure_logs(self, state):
+        return None
+
 
 def _providers(tmp_path: Path, max_usd: float, clock) -> tuple[Providers, Ctx, Load]:
     data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
@@ -190,3 +199,42 @@ def test_the_same_slow_wait_within_the_budget_runs_to_success(tmp_path: Path, wa
     result, world = _slow_run(tmp_path, wait, max_usd_over_estimate=100.0)
     assert world.slow["left"] == 0
     assert result.status == "SUCCEEDED", (result.error, result.cause)
+
+
+def test_an_unpolled_load_wait_ends_where_the_polling_guard_would_refuse(tmp_path):
+    """Nobody polls the budget while AwaitLoadEnd waits for the runner's task token (AWS), so LaunchLoad gives
+    the wait a timeout (``timeout_s``): the step's estimate plus the budget's slack at the held pools' rate.
+    The polling guard agrees: a running step on its estimate is not refused (its spend so far is accrued, not
+    also estimated), and it is refused once it overran its estimate by the slack, not before."""
+    from benchctl.costs import remaining_usd
+
+    t = [1_700_000_000.0]
+    p, _ctx, _load = _providers(tmp_path / "probe", 1000.0, lambda: t[0])
+    spec, plan = p.state.spec(), p.state.plan()
+    rate = 21.96 + spec.pricing.eks_cluster_usd_per_hour  # $/h while agg holds its one node
+    slack_s = 600.0
+    tight = remaining_usd(spec, plan, set()) + rate * slack_s / 3600  # 10 minutes of slack at the start
+    p, ctx, _load = _providers(tmp_path, tight, lambda: t[0])
+    campaign.scale_pools(p, ctx, Task("agg"))  # 1 node of p4d.24xlarge at $21.96/h from now
+    plan = p.state.plan()
+    step = "concurrency-sweep-c1-r0"
+    out = campaign.launch_step(p, ctx, Task("agg", step))
+    est = plan.step("agg", step).est_s
+    assert out["timeout_s"] == pytest.approx(est + slack_s, abs=2)
+    rec = p.state.load("agg", step)
+    rec.running_at = t[0]
+    p.state.save_load("agg", step, rec)
+    waiting = f"the load {step}"
+    t[0] += est  # on its estimate: within the budget
+    campaign.load.budget_guard(p, ctx, "agg", step, waiting=waiting)
+    t[0] += out["timeout_s"] - est - 5
+    campaign.load.budget_guard(p, ctx, "agg", step, waiting=waiting)
+    t[0] += 10  # past the wait's timeout: the polling guard refuses too
+    with pytest.raises(BudgetExceeded, match="while waiting for the load"):
+        campaign.load.budget_guard(p, ctx, "agg", step, waiting=waiting)
+    # the wait's timeout (States.Timeout on AWS) is named for what it was
+    ended = campaign.stop_load_after_failure(p, ctx, Task.parse({
+        "action": "stop_load_after_failure", "state": "StopLoadAfterFailure", "ctx": ctx.to_json(),
+        "experiment": "agg", "step": step,
+        "error": {"Error": "States.Timeout", "Cause": ""}}))
+    assert ended["error"] == "BudgetExceeded" and "accrued" in ended["cause"]

@@ -127,7 +127,7 @@ def test_the_history_ceiling_is_the_worst_case_at_the_poll_and_only_where_a_poll
 
 
 def test_a_spec_without_a_budget_gets_the_ceiling_as_its_budget_which_the_guard_names() -> None:
-    from benchctl.costs import budget_problem
+    from benchctl.budget import budget_problem
 
     spec = copy.deepcopy(SEED)
     spec.pop("budget")

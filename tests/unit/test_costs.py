@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchctl import costs
+from benchctl import budget, costs
 from benchctl.campaign import experiment_row
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine
@@ -214,7 +214,7 @@ def test_budget_problem_names_the_figures_and_the_next_step() -> None:
     spent = costs.accrued_usd(spec, plan, agg_timeline(), now)
     left = costs.remaining_usd(spec, plan, done)
     assert spent + left > 60.0
-    msg = costs.budget_problem(spec, plan, agg_timeline(), done, now)
+    msg = budget.budget_problem(spec, plan, agg_timeline(), done, now)
     assert msg == (f"budget.max_usd: accrued ${spent:.2f} + remaining estimate ${left:.2f} = ${spent + left:.2f} "
                    f"exceeds $60.00 before step {SWEEP[1]} of experiment agg")
 
@@ -222,9 +222,9 @@ def test_budget_problem_names_the_figures_and_the_next_step() -> None:
 def test_budget_problem_none_within_budget_and_hours_checked() -> None:
     roomy = make_spec(budget={"max_usd": 100_000.0, "max_hours": 100.0})
     plan = plan_campaign(roomy, "aws")
-    assert costs.budget_problem(roomy, plan, agg_timeline(), set(), at("12:00")) is None
+    assert budget.budget_problem(roomy, plan, agg_timeline(), set(), at("12:00")) is None
     tight = make_spec(budget={"max_hours": 3.0})
-    msg = costs.budget_problem(tight, plan_campaign(tight, "aws"), agg_timeline(), set(), at("12:00"))
+    msg = budget.budget_problem(tight, plan_campaign(tight, "aws"), agg_timeline(), set(), at("12:00"))
     left_h = costs.remaining_hours(plan, set())
     # elapsed from the first event (09:55) to 12:00
     assert msg == (f"budget.max_hours: elapsed 2.08 h + remaining estimate {left_h:.2f} h = {125 / 60 + left_h:.2f} h "
