@@ -188,6 +188,7 @@ class FakeKubeApi:
         self.default_groups: frozenset[str] = frozenset({"benchctl"})
         self.admission: Any = None  # tests.fakes.admission.Admission when enforced
         self.refused: list[str] = []  # what admission refused
+        self.admitted = 0  # writes the admission policies let through
         # (caller's groups, verb, API group, resource, namespace, name) of every resource request under RBAC
         self.calls: list[tuple[frozenset[str], str, str, str, str, str]] = []
         self.grace = grace
@@ -553,6 +554,7 @@ class FakeKubeApi:
             code, reason, message = problems[0]
             self.refused.append(message)
             raise HttpError(code, reason, message)
+        self.admitted += 1
 
     def _create(self, r: Resource, ns: str | None, body: JSON) -> tuple[int, JSON]:
         meta = body.get("metadata") or {}

@@ -153,8 +153,11 @@ def apis(aws_worlds: dict[str, World], tmp_path_factory: pytest.TempPathFactory)
             ("Sweep", "smoke[auto-mode]")))]  # the sweeper restores an Auto Mode pool too: our NodePool goes
 
 
-def test_nothing_the_code_does_is_denied(apis: list[FakeKubeApi]) -> None:
+def test_nothing_the_code_does_is_denied_or_refused_by_admission(apis: list[FakeKubeApi]) -> None:
     assert [d for api in apis for d in api.denied] == []
+    assert [r for api in apis for r in api.refused] == []
+    assert all(api.admission is not None for api in apis)  # every write went through the policies
+    assert sum(api.admitted for api in apis) > 500
     assert sum(len(api.authorized) for api in apis) > 1000
 
 
