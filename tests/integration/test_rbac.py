@@ -144,9 +144,26 @@ def _a_failed_image_check() -> FakeKubeApi:
     return api
 
 
+def _every_functions_self_test_reads_the_namespace(monkeypatch: pytest.MonkeyPatch) -> FakeKubeApi:
+    """``benchctl doctor``'s eks check, as each function runs it with its own identity."""
+    from benchctl.aws import selftest
+    from benchctl.aws.env import LambdaEnv
+
+    with upstream_api() as api:
+        api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        for function in FUNCTION_GROUPS:
+            monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
+                                lambda name, session=None, fn=function, **_: _kube(api, fn))
+            assert NS in selftest._eks(LambdaEnv(runs_uri="s3://b/runs", lake_uri="s3://b/lake", cluster="bench",
+                                                namespace=NS), function, None)
+    return api
+
+
 @pytest.fixture(scope="module")
 def apis(aws_worlds: dict[str, World], tmp_path_factory: pytest.TempPathFactory) -> list[FakeKubeApi]:
-    return [w.api for w in aws_worlds.values()] + [
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        self_tests = _every_functions_self_test_reads_the_namespace(monkeypatch)
+    return [w.api for w in aws_worlds.values()] + [self_tests,
         _replace_then_restore_a_nodepool(), _sweeper_finds_and_deletes_by_our_label(), _a_failed_image_check(),
         *(_a_running_load_stopped_by(fn, tmp_path_factory.mktemp(fn), example) for fn, example in (
             ("Load", "smoke[managed-nodegroup]"), ("Teardown", "smoke[managed-nodegroup]"),
