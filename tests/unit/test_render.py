@@ -953,3 +953,14 @@ def test_prepull_daemonset_holds_each_pools_worker_images_on_its_nodes_only(name
         assert images == {"experiments/agg-tp4x4/prepull-p4d.yaml": {"nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"},
                           "experiments/disagg-2p2d-tp4/prepull-p4d.yaml": {
                               "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1-efa"}}
+
+
+def test_cli_render_of_an_auto_mode_pool_of_unknown_size_exits_2_naming_the_type(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "x9.yaml"
+    spec.write_text((EXAMPLES / "auto-mode.yaml").read_text().replace("p4d.24xlarge", "x9.huge"))
+    out = tmp_path / "manifests"
+    assert cli.main(["render", str(spec), "--out", str(out), "--campaign-id", CID]) == 2
+    err = capsys.readouterr().err
+    assert "instance type 'x9.huge': its vCPUs and memory are not known" in err and "p4d.24xlarge" in err
+    assert not out.exists()  # nothing half-written
