@@ -71,6 +71,7 @@ from constructs import Construct
 
 from benchctl import asl, ceilings, schema
 from benchctl.aws.env import LambdaEnv
+from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.selftest import DOCTOR_PREFIX
 from benchctl.constants import (
     ATHENA_PREFIX,
@@ -141,7 +142,7 @@ RUNTIME_REASON = {
 
 
 def rbac_groups(path: Path = RBAC_FILE) -> list[str]:
-    """The Kubernetes groups the RBAC file binds to its ClusterRole (what the access entries join)."""
+    """The Kubernetes groups the RBAC file binds (each function's access entry joins its own)."""
     groups = [s["name"] for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc
               and doc.get("kind") in ("ClusterRoleBinding", "RoleBinding")
               for s in doc.get("subjects") or [] if s.get("kind") == "Group"]
@@ -427,16 +428,22 @@ class ControlPlaneStack(Stack):
                                                resources=[bucket.bucket_arn]))
 
     def _access_entries(self, config: Config) -> None:
-        """An EKS access entry per role that calls Kubernetes, in the group the RBAC file binds (nothing
-        else gets one). Needs the cluster's authentication mode API or API_AND_CONFIG_MAP."""
+        """An EKS access entry per role that calls Kubernetes, each in its own function's group
+        (``FUNCTION_GROUPS``), which the RBAC file binds to that function's rights alone and the admission
+        policies match (nothing else gets one). Needs the cluster's authentication mode API or
+        API_AND_CONFIG_MAP."""
         self.k8s_roles = {n: r for n, r in self.roles.items() if n in K8S_FUNCTIONS}
         self.k8s_roles["Sweep"] = self.sweep_role
         if not config.create_access_entries:
             return
-        groups = rbac_groups()
+        bound = set(rbac_groups())
         for name, role in sorted(self.k8s_roles.items()):
+            group = FUNCTION_GROUPS.get(name)
+            if group is None or group not in bound:
+                raise ConfigError(f"function {name}: its Kubernetes group {group!r} is not bound in {RBAC_FILE} "
+                                  f"(bound: {', '.join(sorted(bound))})")
             eks.CfnAccessEntry(self, f"{name}AccessEntry", cluster_name=config.cluster_name,
-                               principal_arn=role.role_arn, kubernetes_groups=groups, type="STANDARD")
+                               principal_arn=role.role_arn, kubernetes_groups=[group], type="STANDARD")
 
     def _grant_lake(self, role: iam.Role, results: ResultsStack, *, tables_only: bool = False, name: str = "") -> None:
         """Read and write the lake and the run store (no s3:DeleteObject: no function deletes an object).

@@ -11,13 +11,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
 from tests import crd_schemas
 from tests.fakes import eks_world
-from tests.fakes.eks_world import TOKEN, World
+from tests.fakes.admission import Admission
+from tests.fakes.eks_world import LOAD_IMAGE, TOKEN, World
 from tests.fakes.k8s_api import FakeKubeApi
 
 ROOT = Path(__file__).resolve().parents[1]
 RBAC_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml"
+ADMISSION_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-admission.yaml"
 K8S_VERSION = "1.33"
 FAILED_STEP = "concurrency-sweep-c1-r0"  # made to fail in every campaign: its log tails are collected
 
@@ -32,15 +35,26 @@ def job_problems(job: dict[str, Any]) -> list[str]:
     return []
 
 
+def admission() -> Admission:
+    """The admission policies of stacks/kubernetes/benchctl-admission.yaml with the deployment's parameters
+    (the default allow-list and this test deployment's load image registry, as README "On AWS" asks)."""
+    allow = allow_list_from_ceilings({}, load_image_registry=LOAD_IMAGE.split("/")[0] + "/")
+    return Admission(list(yaml.safe_load_all(ADMISSION_FILE.read_text())), [admission_params(allow)])
+
+
 def upstream_api() -> FakeKubeApi:
-    """The fake API server validating strictly like the real one (vendored CRDs, Kubernetes' Job schema)
-    and authorizing every request with stacks/kubernetes/benchctl-rbac.yaml, as group ``benchctl``."""
+    """The fake API server validating strictly like the real one (vendored CRDs, Kubernetes' Job schema),
+    authorizing every request with stacks/kubernetes/benchctl-rbac.yaml as the calling function's group
+    (``eks_world.FUNCTION_TOKENS``; the test token is in no group) and admitting every write through
+    stacks/kubernetes/benchctl-admission.yaml."""
     api = FakeKubeApi(TOKEN)
     api.validate_with("DynamoGraphDeployment", crd_schemas.problems)
     api.validate_with("NodePool", crd_schemas.problems)
     api.validate_with("Job", job_problems)
     api.validate_with("DaemonSet", job_problems)  # the same: Kubernetes' own schema, strict
-    api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())))
+    api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())), groups=set())
+    eks_world.function_tokens(api)
+    api.enforce_admission(admission())
     return api
 
 

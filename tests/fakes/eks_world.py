@@ -28,6 +28,7 @@ import yaml
 from benchctl import campaign
 from benchctl.aws.eks import EksServing, EksSmoke
 from benchctl.aws.eks_load import EksLoad
+from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.k8s.common import LABEL_MANAGED, LABEL_STEP
 from benchctl.aws.pools import pools_for
@@ -50,6 +51,9 @@ NS = "dynamo-bench"
 CLUSTER = "bench"
 CID = "example-20261201-000000"
 TOKEN = "test-token"
+# each function that calls the cluster has its own identity (its role's access entry): a token per function,
+# its user in the function's group (benchctl.aws.k8s.admission.FUNCTION_GROUPS)
+FUNCTION_TOKENS = {fn: f"token-{fn.lower()}" for fn in FUNCTION_GROUPS}
 LOAD_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:benchctl-load"
 LAKE_URI = "s3://results-bucket/lake"
 _ROLE_ARN = "arn:aws:iam::123456789012:role/eks"
@@ -310,22 +314,44 @@ def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> 
     return p, ctx, lake
 
 
+class Caller:
+    """Which function's identity the shared client presents: as on AWS, each state's function calls the
+    cluster with its own role, mapped to its own group (the fake API server authorizes and admits by it)."""
+
+    def __init__(self, function: str = "Plan") -> None:
+        self.function = function
+
+    def client(self, api: FakeKubeApi) -> KubeClient:
+        return KubeClient(api.url, token=lambda: FUNCTION_TOKENS[self.function])
+
+
+def function_tokens(api: FakeKubeApi) -> None:
+    """The cluster accepts each function's token as a user in that function's group."""
+    for fn, token in FUNCTION_TOKENS.items():
+        api.add_token(token, {FUNCTION_GROUPS[fn]})
+
+
 def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, *,
                  fail_steps: tuple[str, ...] = ()) -> World:
     """Plan (preflight included), then every experiment: scale, capacity, deploy, ready, smoke, warm-up,
     every step (launch, check), teardown with hand-over; the last one restores its pools."""
-    kube = KubeClient(api.url, token=lambda: TOKEN)
+    caller = Caller()
+    kube = caller.client(api)
     p, ctx, lake = providers(spec, kube, tmp, session)
     world = World(api, spec, p, ctx, lake)
+    caller.function = "Plan"
     campaign.plan(p, ctx, Task(state="Plan"))
     plan = plan_campaign(spec, "aws")
     for i, exp in enumerate(plan.experiments):
         e = Task(exp.name)
+        caller.function = "Pools"
         campaign.scale_pools(p, ctx, e)
         assert campaign.check_capacity(p, ctx, e)["done"], e
+        caller.function = "Serving"
         campaign.deploy(p, ctx, e)
         assert campaign.check_ready(p, ctx, e)["done"], e
         campaign.smoke(p, ctx, e)
+        caller.function = "Load"
         for step_id in (["warmup"] if spec.warmup.request_count else []) + [s.step_id for s in exp.steps]:
             if step_id == "warmup":
                 campaign.launch_warmup(p, ctx, e)
@@ -338,6 +364,7 @@ def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, 
             rec = p.state.load(exp.name, step_id)
             assert rec is not None and rec.argv is not None
             world.argv[(exp.name, step_id)] = list(rec.argv)
+        caller.function = "Teardown"
         teardown(p, ctx, e, handover=i + 1 < len(plan.experiments))
     return world
 

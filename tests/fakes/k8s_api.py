@@ -24,6 +24,9 @@ It implements what our code relies on, not all of Kubernetes:
   bindings from a manifest file; the request's attributes derived like apiserver's RequestInfo, e.g. a
   namespace's own GET is authorized in that namespace; ``resourceNames`` never match create or list; a
   denied request is 403 Forbidden), recording which rule allowed each request (``authorized``);
+* tokens of users in groups (:meth:`add_token`, as EKS access entries map roles to Kubernetes groups);
+* optionally validating admission (:meth:`enforce_admission`): ValidatingAdmissionPolicies and their
+  bindings evaluated with a CEL interpreter (tests/fakes/admission.py), a denial a 422 Invalid;
 * optionally strict field validation of created and replaced objects (:meth:`validate_with`): with
   ``fieldValidation=Strict`` in the query, a validator's problems are a 422 Invalid, as on a real server.
 
@@ -85,9 +88,10 @@ class Rbac:
     """Roles, ClusterRoles and their bindings (rbac.authorization.k8s.io/v1), evaluated like the RBAC
     authorizer: allowed when any rule of a role bound to one of the subject's groups matches."""
 
-    def __init__(self, manifests: list[JSON], groups: set[str]) -> None:
+    def __init__(self, manifests: list[JSON]) -> None:
         self.roles: dict[tuple[str, str], list[JSON]] = {}  # (namespace or "", name) -> rules
-        self.bindings: list[tuple[str, tuple[str, str]]] = []  # (binding namespace or "" for cluster, role key)
+        # (binding namespace or "" for cluster, role key, the groups it binds)
+        self.bindings: list[tuple[str, tuple[str, str], frozenset[str]]] = []
         for doc in manifests:
             kind, meta = doc.get("kind"), doc.get("metadata") or {}
             if kind == "Role":
@@ -98,11 +102,10 @@ class Rbac:
             kind, meta = doc.get("kind"), doc.get("metadata") or {}
             if kind not in ("RoleBinding", "ClusterRoleBinding"):
                 continue
-            if not any(sub.get("kind") == "Group" and sub.get("name") in groups for sub in doc.get("subjects") or []):
-                continue
+            bound = frozenset(sub["name"] for sub in doc.get("subjects") or [] if sub.get("kind") == "Group")
             ref = doc["roleRef"]
             role_key = (meta["namespace"] if ref["kind"] == "Role" else "", ref["name"])
-            self.bindings.append((meta.get("namespace", "") if kind == "RoleBinding" else "", role_key))
+            self.bindings.append((meta.get("namespace", "") if kind == "RoleBinding" else "", role_key, bound))
 
     @staticmethod
     def _matches(rule: JSON, info: RequestInfo) -> bool:
@@ -113,9 +116,11 @@ class Rbac:
                 and bool({"*", info.verb} & set(rule.get("verbs") or []))
                 and (not names or (bool(info.name) and info.name in names)))
 
-    def allowing_rule(self, info: RequestInfo) -> tuple[tuple[str, str], int] | None:
-        """(role key, rule index) of the first rule that allows ``info``; None: denied."""
-        for binding_ns, role_key in self.bindings:
+    def allowing_rule(self, info: RequestInfo, groups: frozenset[str]) -> tuple[tuple[str, str], int] | None:
+        """(role key, rule index) of the first rule that allows ``info`` to a user in ``groups``; None: denied."""
+        for binding_ns, role_key, bound in self.bindings:
+            if not bound & groups:
+                continue
             if binding_ns and binding_ns != info.namespace:
                 continue  # a RoleBinding grants in its own namespace only
             for i, rule in enumerate(self.roles.get(role_key, [])):
@@ -178,6 +183,14 @@ def _spec_part(obj: JSON) -> JSON:
 class FakeKubeApi:
     def __init__(self, token: str = "test-token", *, grace: int = 6, delete_gets: int = 0) -> None:
         self.tokens = {token}
+        # the groups of each token's user (as an EKS access entry's kubernetesGroups); others: default_groups
+        self.token_groups: dict[str, frozenset[str]] = {}
+        self.default_groups: frozenset[str] = frozenset({"benchctl"})
+        self.admission: Any = None  # tests.fakes.admission.Admission when enforced
+        self.refused: list[str] = []  # what admission refused
+        self.admitted = 0  # writes the admission policies let through
+        # (caller's groups, verb, API group, resource, namespace, name) of every resource request under RBAC
+        self.calls: list[tuple[frozenset[str], str, str, str, str, str]] = []
         self.grace = grace
         self.delete_gets = delete_gets
         self.requests: list[tuple[str, str]] = []
@@ -231,10 +244,27 @@ class FakeKubeApi:
     # ------------------------------------------------------------ test hooks
 
     def enforce_rbac(self, manifests: list[JSON], groups: set[str] | None = None) -> None:
-        """Authorize every resource request as the RBAC authorizer would for a user in ``groups``
-        (default ``{"benchctl"}``), with the Roles/ClusterRoles/bindings in ``manifests``; non-resource
-        URLs (``/version``) stay allowed (Kubernetes' default ``system:public-info-viewer``)."""
-        self.rbac = Rbac(manifests, groups or {"benchctl"})
+        """Authorize every resource request as the RBAC authorizer would for the caller's groups (its
+        token's, :meth:`add_token`; else ``groups``, default ``{"benchctl"}``), with the Roles/ClusterRoles/
+        bindings in ``manifests``; non-resource URLs (``/version``) stay allowed (Kubernetes' default
+        ``system:public-info-viewer``)."""
+        self.rbac = Rbac(manifests)
+        if groups is not None:
+            self.default_groups = frozenset(groups)
+
+    def add_token(self, token: str, groups: set[str] | frozenset[str]) -> None:
+        """Accept ``token`` as a user in ``groups`` (what an access entry maps a role to)."""
+        self.tokens.add(token)
+        self.token_groups[token] = frozenset(groups)
+
+    def enforce_admission(self, admission: Any) -> None:
+        """Admit every create, update and delete through ``admission`` (tests.fakes.admission.Admission:
+        ValidatingAdmissionPolicies and their bindings, evaluated with a CEL interpreter) after RBAC and
+        strict validation, as the API server does; a denial is its 422 Invalid (or the policy's reason)."""
+        self.admission = admission
+
+    def groups_of(self, token: str) -> frozenset[str]:
+        return self.token_groups.get(token, self.default_groups)
 
     def validate_with(self, kind: str, validator: Validator) -> None:
         """Creates and replaces of ``kind`` with ``fieldValidation=Strict`` must pass ``validator`` (422)."""
@@ -440,18 +470,20 @@ class FakeKubeApi:
             self.tick()
         raise AssertionError(f"still being deleted after {limit} steps: {self.lingering()}")
 
-    def authorize(self, method: str, parts: list[str]) -> None:
-        """403 unless RBAC (when enforced) allows the request; records the allowing rule."""
+    def authorize(self, method: str, parts: list[str], groups: frozenset[str] | None = None) -> None:
+        """403 unless RBAC (when enforced) allows the request to a user in ``groups``; records the allowing rule."""
         if self.rbac is None:
             return
         info = RequestInfo(method, parts)
         if not info.resource_request:
             return
-        found = self.rbac.allowing_rule(info)
+        groups = self.default_groups if groups is None else groups
+        self.calls.append((groups, info.verb, info.api_group, info.key()[2], info.namespace, info.name))
+        found = self.rbac.allowing_rule(info, groups)
         where = f' in the namespace "{info.namespace}"' if info.namespace else ""
         if found is None:
             what = info.resource + (f"/{info.subresource}" if info.subresource else "")
-            message = (f'{what} "{info.name}" is forbidden: User "benchctl" cannot {info.verb} resource '
+            message = (f'{what} "{info.name}" is forbidden: User in groups {sorted(groups)} cannot {info.verb} resource '
                        f'"{what}" in API group "{info.api_group}"{where}')
             self.denied.append(message)
             raise HttpError(403, "Forbidden", message)
@@ -459,12 +491,14 @@ class FakeKubeApi:
         self.authorized.append((found[0], found[1], verb, resource, info.name))
 
     def handle(self, method: str, r: Resource, ns: str | None, name: str | None, query: dict[str, str],
-               body: Any, content_type: str) -> tuple[int, Any]:
+               body: Any, content_type: str, groups: frozenset[str] | None = None) -> tuple[int, Any]:
         if method in ("POST", "PUT") and r.kind in self.validators and query.get("fieldValidation") == "Strict":
             problems = self.validators[r.kind](body)
             if problems:
                 raise HttpError(422, "Invalid", f"{r.kind} {((body or {}).get('metadata') or {}).get('name')} is "
                                                 f"invalid: " + "; ".join(problems))
+        if self.admission is not None and method in ("POST", "PUT", "PATCH", "DELETE"):
+            self._admit(method, r, ns, name, body, groups if groups is not None else self.default_groups)
         with self.lock:
             if method == "GET" and name is None:
                 match = _selector(query.get("labelSelector", ""))
@@ -499,6 +533,28 @@ class FakeKubeApi:
                     raise HttpError(415, "UnsupportedMediaType", f"patch content type {content_type!r}")
                 return 200, self._update(key, obj, _merge(obj, {k: v for k, v in body.items() if k != "status"}))
             raise HttpError(405, "MethodNotAllowed", method)
+
+    def _admit(self, method: str, r: Resource, ns: str | None, name: str | None, body: Any,
+               groups: frozenset[str]) -> None:
+        """Validating admission of a write: the request's object and the stored one (UPDATE, DELETE)."""
+        operation = {"POST": "CREATE", "PUT": "UPDATE", "PATCH": "UPDATE", "DELETE": "DELETE"}[method]
+        with self.lock:
+            old = copy.deepcopy(self._objects.get(self._key(r, ns, name))) if name is not None else None
+        if operation != "CREATE" and old is None:
+            return  # 404 follows
+        if method == "PATCH":
+            new: Any = _merge(old, {k: v for k, v in (body or {}).items() if k != "status"})
+        else:
+            new = None if operation == "DELETE" else copy.deepcopy(body)
+        if new is not None and r.namespaced:
+            new.setdefault("metadata", {})["namespace"] = ns
+        problems = self.admission.admit(operation=operation, api_version=r.api_version, plural=r.plural,
+                                        namespace=ns or "", groups=sorted(groups), obj=new, old=old)
+        if problems:
+            code, reason, message = problems[0]
+            self.refused.append(message)
+            raise HttpError(code, reason, message)
+        self.admitted += 1
 
     def _create(self, r: Resource, ns: str | None, body: JSON) -> tuple[int, JSON]:
         meta = body.get("metadata") or {}
@@ -592,13 +648,15 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         self.fake.tick()
         try:
-            if self.headers.get("Authorization", "").removeprefix("Bearer ") not in self.fake.tokens:
+            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            if token not in self.fake.tokens:
                 raise HttpError(401, "Unauthorized", "Unauthorized")
+            groups = self.fake.groups_of(token)
             body = json.loads(raw) if raw else None
             parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
             if method in ("POST", "PUT"):
                 self.fake.bodies.append((method, self.path, json.loads(raw) if raw else {}))
-            self.fake.authorize(method, parts)
+            self.fake.authorize(method, parts, groups)
             if parts == ["version"] and method == "GET":
                 return self._send(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})
             if parts[:2] == ["api", "v1"]:
@@ -619,7 +677,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise HttpError(404, "NotFound", f"no subresource {rest[2]} of {r.plural}")
                 return self._send(200, self.fake.pod_logs(ns, name, query), "text/plain")
             code, out = self.fake.handle(method, r, ns, name, query, body,
-                                         self.headers.get("Content-Type", "").split(";")[0])
+                                         self.headers.get("Content-Type", "").split(";")[0], groups)
             self._send(code, out)
         except HttpError as err:
             self._send(err.code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",

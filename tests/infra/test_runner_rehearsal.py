@@ -711,7 +711,8 @@ def test_the_doctors_runner_job_runs_the_load_roles_real_path(account: Account, 
         artifacts = root / "artifacts"
         monkeypatch.setattr(jobs, "ARTIFACTS", str(artifacts))
         with FakeKubeApi() as api:
-            api.enforce_rbac([d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d])  # the Load role's group
+            api.enforce_rbac([d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d],
+                             {"benchctl-load"})  # the Load role's group
             monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
                                 lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
             started = selftest.self_test({"function": "Load", "checks": ["runner_job"], "spec": spec,

@@ -492,19 +492,23 @@ def test_iam_grants_what_the_service_authorization_reference_requires(templates)
 K8S_ROLES = {"Plan", "Pools", "Serving", "Load", "Teardown", "Sweep"}
 
 
-def test_access_entries_for_exactly_the_roles_that_call_kubernetes_in_the_rbac_files_group(templates):
+def test_access_entries_put_each_role_that_calls_kubernetes_in_its_own_rbac_group(templates):
     import yaml
 
     cp = templates[CP]
     rbac = list(yaml.safe_load_all((ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml").read_text()))
-    groups = sorted({s["name"] for d in rbac if d and d["kind"] == "ClusterRoleBinding" for s in d["subjects"]
-                     if s["kind"] == "Group"})
+    bound = {s["name"] for d in rbac if d and d["kind"].endswith("Binding") for s in d["subjects"] if s["kind"] == "Group"}
     entries = _resources(cp, "AWS::EKS::AccessEntry")
-    assert {e["Properties"]["PrincipalArn"]["Fn::GetAtt"][0].split("Role")[0] for e in entries.values()} == K8S_ROLES
-    for e in entries.values():
-        p = e["Properties"]
-        assert p["ClusterName"] == CONTEXT["benchctl:cluster_name"] and p["KubernetesGroups"] == groups
-        assert p["Type"] == "STANDARD" and "AccessPolicies" not in p  # rights: the RBAC file's ClusterRole only
+    by_role = {e["Properties"]["PrincipalArn"]["Fn::GetAtt"][0].split("Role")[0]: e["Properties"]
+               for e in entries.values()}
+    assert set(by_role) == K8S_ROLES and len(entries) == len(K8S_ROLES)
+    # one group each, bound by the RBAC file, no two roles sharing one
+    assert {role: p["KubernetesGroups"] for role, p in by_role.items()} == {
+        role: [f"benchctl-{role.lower()}"] for role in K8S_ROLES}
+    assert {g for p in by_role.values() for g in p["KubernetesGroups"]} == bound
+    for p in by_role.values():
+        assert p["ClusterName"] == CONTEXT["benchctl:cluster_name"]
+        assert p["Type"] == "STANDARD" and "AccessPolicies" not in p  # rights: the RBAC file's roles only
     # every role's ARN is an output (for access entries made by hand, or other tools)
     roles = {k.split("Role")[0] for k in _resources(cp, "AWS::IAM::Role") if k.split("Role")[0] in {*K8S_ROLES, "Ingest", "Report"}}
     assert {k.removesuffix("RoleArn") for k in cp["Outputs"] if k.endswith("RoleArn")} == roles

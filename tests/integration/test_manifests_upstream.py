@@ -130,13 +130,13 @@ def test_every_job_sent_is_a_valid_kubernetes_job(worlds: dict[str, World], name
         assert "fieldValidation=Strict" in path and job_problems(job) == [], job["metadata"]["name"]
 
 
-def test_a_one_node_p4d_auto_mode_pool_gets_eight_gpus_of_limit(worlds: dict[str, World]) -> None:
-    # auto-mode.yaml: every experiment needs one p4d.24xlarge (8 GPUs); Karpenter never launches a node
-    # larger than the remaining limit, so the limit must be the whole node's GPUs
+def test_a_one_node_p4d_auto_mode_pool_gets_one_nodes_gpus_cpu_and_memory_of_limit(worlds: dict[str, World]) -> None:
+    # auto-mode.yaml: every experiment needs one p4d.24xlarge (8 GPUs, 96 vCPUs, 1152 GiB); Karpenter never
+    # launches a node larger than the remaining limit, so the limits must be the whole node's
     world = worlds["auto-mode"]
     (method, _, pool), *later = sent(world, "NodePool")
     assert method == "POST" and pool["metadata"]["name"] == nodepool_name(CID, "p4d")
-    assert pool["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert pool["spec"]["limits"] == {"cpu": "96", "memory": "1152Gi", "nvidia.com/gpu": "8"}
     # the next experiments ask for the same pool (409: it is ours, kept warm) and never replace it
     assert [m for m, _, _ in later] == ["POST"] * (len(world.spec.experiments) - 1)
     assert all(b == pool for _, _, b in later)

@@ -49,6 +49,7 @@ class _Hub:
     def __init__(self, src: Path, repo: str, commit: str) -> None:
         self.files = {p.name: p.read_bytes() for p in src.iterdir() if p.is_file() and not p.name.startswith(".")}
         self.requests: list[str] = []
+        self.auth: list[str | None] = []  # each request's Authorization header
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,6 +58,7 @@ class _Hub:
 
             def _answer(self, body: bool) -> None:
                 hub.requests.append(self.path)
+                hub.auth.append(self.headers.get("Authorization"))
                 tree, resolve = f"/api/models/{repo}/tree/{commit}", f"/{repo}/resolve/{commit}/"
                 if self.path.startswith(tree):
                     data = json.dumps([{"type": "file", "oid": hashlib.sha1(d).hexdigest(), "size": len(d), "path": n}
@@ -104,10 +106,13 @@ def test_the_prefetch_downloads_the_snapshot_where_the_workers_and_the_frontend_
     (c,) = render_prefetch_job(spec.model, spec.kubernetes, CID)["spec"]["template"]["spec"]["containers"]
     job_env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert job_env["SNAPSHOT"] == model and job_env["HF_HOME"] == HF_HOME
+    assert job_env["HF_TOKEN_PATH"] == "/var/run/secrets/huggingface/token"  # the secret's key as a file
+    token = tmp_path / "token"  # stands in for the mounted secret
+    token.write_text("hf_test\n")
     hub = _Hub(modeldir.model_path(), spec.model.name, modeldir.REVISION)
     try:
         run_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHONPATH"))}, **job_env,
-                   "HF_HOME": str(hf_home), "SNAPSHOT": str(snapshot), "HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_test",
+                   "HF_HOME": str(hf_home), "SNAPSHOT": str(snapshot), "HF_ENDPOINT": hub.url, "HF_TOKEN_PATH": str(token),
                    "HF_HUB_DISABLE_TELEMETRY": "1", "HOME": str(tmp_path)}
         run_env.pop("PYTHONPATH")  # this venv's huggingface_hub stands in for the one the Job installs
         ok = subprocess.run([sys.executable, "-c", job_env["PREFETCH_SCRIPT"]], capture_output=True, text=True,
@@ -116,6 +121,7 @@ def test_the_prefetch_downloads_the_snapshot_where_the_workers_and_the_frontend_
         assert f"is in {snapshot}" in ok.stdout
         resolved = [r for r in hub.requests if "/resolve/" in r]
         assert resolved and all(f"/resolve/{modeldir.REVISION}/" in r for r in resolved)  # the pinned commit only
+        assert hub.auth and set(hub.auth) == {"Bearer hf_test"}  # the token read from the file, on every request
         # a snapshot anywhere else fails the Job, naming both places
         elsewhere = subprocess.run([sys.executable, "-c", job_env["PREFETCH_SCRIPT"]], capture_output=True,
                                    text=True, timeout=120, env={**run_env, "SNAPSHOT": str(tmp_path / "elsewhere")})

@@ -22,6 +22,7 @@ from moto import mock_aws
 from benchctl import asl
 from benchctl.aws.doctor import deployed_functions, doctor
 from benchctl.aws.images import DOCKER_HUB, image_exists, parse_ref
+from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.selftest import KUBERNETES_FUNCTIONS, checks_for
 from lambdas import FUNCTIONS
 
@@ -180,7 +181,8 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
         eks = boto3.client("eks")
         eks.create_cluster(name=CLUSTER, roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig={})
         api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        api.enforce_rbac(RBAC)  # the access entries' group, bound by our RBAC file
+        # the access entries' groups, bound by our RBAC file (the functions run here in one process, one token)
+        api.enforce_rbac(RBAC, set(FUNCTION_GROUPS.values()))
         monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
                             lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
         ecr = boto3.client("ecr")

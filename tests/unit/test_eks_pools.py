@@ -209,9 +209,9 @@ def test_a_one_node_p4d_pool_gets_eight_gpus_of_limit(api: FakeKubeApi) -> None:
     pools.scale("gpu", 1, owner="c/agg")
     # Then the NodePool POSTed leaves room for one whole p4d, and is valid for Karpenter's own schema
     (body,) = [b for m, path, b in api.bodies if m == "POST" and "/nodepools" in path]
-    assert body["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert body["spec"]["limits"] == {"cpu": "96", "memory": "1152Gi", "nvidia.com/gpu": "8"}
     assert crd_schemas.problems(body) == []
-    assert api.stored("NodePool", NAME)["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert api.stored("NodePool", NAME)["spec"]["limits"] == {"cpu": "96", "memory": "1152Gi", "nvidia.com/gpu": "8"}
 
 
 def test_auto_mode_creates_labelled_nodepool_and_restore_deletes_it(api: FakeKubeApi) -> None:
@@ -221,7 +221,7 @@ def test_auto_mode_creates_labelled_nodepool_and_restore_deletes_it(api: FakeKub
     stored = api.stored("NodePool", NAME)
     assert stored is not None
     assert stored["metadata"]["labels"][CAMPAIGN_LABEL] == CAMPAIGN
-    assert stored["spec"]["limits"] == {"nvidia.com/gpu": "16"}  # 2 nodes x 8 GPUs
+    assert stored["spec"]["limits"] == {"cpu": "192", "memory": "2304Gi", "nvidia.com/gpu": "16"}  # 2 nodes x 8 GPUs
     again = pools.scale("gpu", 2, owner="c/exp")  # redelivered: ours already, nothing changes
     assert again["created"] is False
     assert api.stored("NodePool", NAME) == stored
@@ -247,9 +247,9 @@ def test_a_later_experiment_needing_another_size_replaces_our_nodepool(api: Fake
     # Then the NodePool is replaced in place (PUT, the verb RBAC grants as update) with room for 2 nodes
     assert rec["created"] is False
     puts = [b for m, path, b in api.bodies if m == "PUT"]
-    assert len(puts) == 1 and puts[0]["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+    assert len(puts) == 1 and puts[0]["spec"]["limits"] == {"cpu": "192", "memory": "2304Gi", "nvidia.com/gpu": "16"}
     assert crd_schemas.problems(puts[0]) == []
-    assert api.stored("NodePool", NAME)["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+    assert api.stored("NodePool", NAME)["spec"]["limits"] == {"cpu": "192", "memory": "2304Gi", "nvidia.com/gpu": "16"}
     assert all("fieldValidation=Strict" in path for m, path, _ in api.bodies)
 
 
@@ -282,7 +282,7 @@ def test_pools_for_dispatches_by_provider(aws: Aws, api: FakeKubeApi) -> None:
     ng_rec = port.scale("gpu", 1, owner="o")
     np_rec = port.scale("auto", 1, owner="o")
     assert ng_rec["provider"] == "managed-nodegroup" and np_rec["nodepool"] == nodepool_name(CAMPAIGN, "auto")
-    assert api.stored("NodePool", np_rec["nodepool"])["spec"]["limits"] == {"nvidia.com/gpu": "4"}  # g6e: 4/node
+    assert api.stored("NodePool", np_rec["nodepool"])["spec"]["limits"] == {"cpu": "48", "memory": "384Gi", "nvidia.com/gpu": "4"}  # g6e: 4/node
     with pytest.raises(ValueError, match="laptop"):
         port.scale("laptop", 1, owner="o")
     assert port.restore(ng_rec)["scalingConfig"] == ORIGINAL

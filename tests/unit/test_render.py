@@ -368,7 +368,8 @@ def test_workers_get_model_volume_offline_hub_and_pool_scheduling() -> None:
     assert "HF_TOKEN" not in env(worker)  # it serves the snapshot on the volume: no token, no Hub
     assert env(worker)["HF_HOME"] == "/models/hf" and env(worker)["HF_HUB_OFFLINE"] == "1"
     assert pod["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
-    assert main(worker)["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models"}]
+    # read-only: only the prefetch Job writes the shared model cache
+    assert main(worker)["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models", "readOnly": True}]
     assert main(worker)["image"] == spec.kubernetes.dynamo_image
     assert pod["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-p4d"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
@@ -397,7 +398,7 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
     assert pool["metadata"]["name"] == kc.nodepool_name(CID, "gpu-a100")
     # the most nodes an experiment needs: disaggregated over EFA, prefill and decode (TP4 each) may not share
     # a node, so two 8-GPU p4d; Karpenter counts whole nodes against the limit
-    assert pool["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+    assert pool["spec"]["limits"] == {"cpu": "192", "memory": "2304Gi", "nvidia.com/gpu": "16"}
     tmpl = pool["spec"]["template"]
     assert {"key": "node.kubernetes.io/instance-type", "operator": "In",
             "values": ["p4d.24xlarge"]} in tmpl["spec"]["requirements"]
@@ -415,12 +416,17 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
     assert crd_schemas.problems(broken)
 
 
-def test_nodepool_limit_is_nodes_times_gpus_per_node() -> None:
-    spec = SPECS["smoke-auto"]  # p4d: 8 GPUs per node
-    assert r.render_nodepool(spec, CID, "gpu-a100", 1)["spec"]["limits"] == {"nvidia.com/gpu": "8"}
-    assert r.render_nodepool(spec, CID, "gpu-a100", 2)["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+def test_nodepool_limits_are_nodes_times_a_nodes_gpus_cpu_and_memory() -> None:
+    spec = SPECS["smoke-auto"]  # p4d: 8 GPUs, 96 vCPUs, 1152 GiB per node
+    assert r.render_nodepool(spec, CID, "gpu-a100", 1)["spec"]["limits"] == {
+        "cpu": "96", "memory": "1152Gi", "nvidia.com/gpu": "8"}
+    assert r.render_nodepool(spec, CID, "gpu-a100", 2)["spec"]["limits"] == {
+        "cpu": "192", "memory": "2304Gi", "nvidia.com/gpu": "16"}
     with pytest.raises(ValueError, match="nodes must be positive"):
         r.render_nodepool(spec, CID, "gpu-a100", 0)
+    unknown = spec.model_copy(update={"pools": [p.model_copy(update={"instance_type": "x9.huge"}) for p in spec.pools]})
+    with pytest.raises(ValueError, match=r"instance type 'x9.huge': its vCPUs and memory are not known"):
+        r.render_nodepool(unknown, CID, "gpu-a100", 1)
 
 
 def test_consolidation_delay_keeps_handed_over_pools_warm_for_the_whole_campaign() -> None:
@@ -858,8 +864,13 @@ def test_prefetch_job_downloads_the_model_into_the_volume_from_a_slim_pinned_ima
     assert job_env["REVISION"] == spec.model.revision  # the pinned snapshot workers and AIPerf read
     assert job_env["SNAPSHOT"] == kc.model_snapshot_dir(spec.model)  # checked by the Job after the download
     assert job_env["PREFETCH_SCRIPT"] == j.PREFETCH_SCRIPT and job_env["PYTHONPATH"] == j.PREFETCH_LIB
-    assert job_env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
-    assert c["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models"}]
+    # the token: a file from the secret's one key, read-only, in this Job only; no token in its environment
+    assert "HF_TOKEN" not in job_env and job_env["HF_TOKEN_PATH"] == "/var/run/secrets/huggingface/token"
+    assert {"name": "hf-token", "secret": {"secretName": "hf-token", "items": [{"key": "HF_TOKEN", "path": "token"}]}
+            } in pod["volumes"]
+    # the one pod that writes the model volume
+    assert c["volumeMounts"] == [{"name": "model-cache", "mountPath": "/models"},
+                                 {"name": "hf-token", "mountPath": "/var/run/secrets/huggingface", "readOnly": True}]
     assert any(p == "prefetch-job.yaml" for p, _ in r.render_campaign(spec, CID))  # the example asks for it
     off = load("seed-plan.yaml", lambda d: d["kubernetes"].update(prefetch_model=False))
     assert not any(p == "prefetch-job.yaml" for p, _ in r.render_campaign(off, CID))
@@ -942,3 +953,14 @@ def test_prepull_daemonset_holds_each_pools_worker_images_on_its_nodes_only(name
         assert images == {"experiments/agg-tp4x4/prepull-p4d.yaml": {"nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"},
                           "experiments/disagg-2p2d-tp4/prepull-p4d.yaml": {
                               "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1-efa"}}
+
+
+def test_cli_render_of_an_auto_mode_pool_of_unknown_size_exits_2_naming_the_type(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "x9.yaml"
+    spec.write_text((EXAMPLES / "auto-mode.yaml").read_text().replace("p4d.24xlarge", "x9.huge"))
+    out = tmp_path / "manifests"
+    assert cli.main(["render", str(spec), "--out", str(out), "--campaign-id", CID]) == 2
+    err = capsys.readouterr().err
+    assert "instance type 'x9.huge': its vCPUs and memory are not known" in err and "p4d.24xlarge" in err
+    assert not out.exists()  # nothing half-written

@@ -134,13 +134,26 @@ def meta(name: str, lbl: dict[str, str], namespace: str | None = None) -> JSON:
 HF_TOKEN_KEY = "HF_TOKEN"  # noqa: S105 (a key name, not a secret): the key inside the token secret
 
 
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"  # noqa: S105 (a mount path, not a secret)
+
+
 def hf_env(k: Kubernetes) -> list[JSON]:
-    """The Hugging Face token and hub cache of what downloads from the Hub: the model prefetch only."""
+    """The Hugging Face token and hub cache of what downloads from the Hub: the model prefetch only. The
+    token is a file (:func:`hf_token_volume`, read through huggingface_hub's ``HF_TOKEN_PATH``), not an
+    environment variable: nothing the process starts or dumps inherits it, and no other pod mounts it."""
     return [
-        {"name": "HF_TOKEN",
-         "valueFrom": {"secretKeyRef": {"name": k.hf_token_secret, "key": HF_TOKEN_KEY}}},
+        {"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/token"},
         {"name": "HF_HOME", "value": HF_HOME},
     ]
+
+
+def hf_token_volume(k: Kubernetes) -> JSON:
+    """The token secret's one key as the file ``token`` (mounted read-only at :data:`HF_TOKEN_DIR`)."""
+    return {"name": "hf-token", "secret": {"secretName": k.hf_token_secret,
+                                            "items": [{"key": HF_TOKEN_KEY, "path": "token"}]}}
+
+
+HF_TOKEN_MOUNT: JSON = {"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True}
 
 
 # Everything that reads the model reads it offline from the prefetched model volume, never from the Hub:

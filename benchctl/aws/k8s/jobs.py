@@ -12,11 +12,13 @@ from benchctl.aws.k8s.common import (
     ARTIFACTS,
     DEFAULT_DEADLINE_S,
     DO_NOT_DISRUPT,
+    HF_TOKEN_MOUNT,
     JOB_TTL_S,
     MODEL_MOUNT,
     OFFLINE_TOKENIZER_ENV,
     aiperf_image,
     hf_env,
+    hf_token_volume,
     job_name,
     labels,
     meta,
@@ -201,7 +203,7 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, we
     pod_spec: JSON = {
         "automountServiceAccountToken": False,
         "affinity": off_gpu_pools(pools, campaign_id),
-        "volumes": [model_volume(k)],
+        "volumes": [model_volume(k), hf_token_volume(k)],
         "containers": [{
             "name": "prefetch",
             "image": k.prefetch_image,
@@ -214,7 +216,8 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, we
                         [{"model": m.name, "revision": m.revision or "", "snapshot": model_snapshot_dir(m)}
                          for m in more], separators=(",", ":"))}] if more else [])],
             "resources": {kind: dict(v) for kind, v in PREFETCH_RESOURCES.items()},
-            "volumeMounts": [dict(MODEL_MOUNT)],
+            # the one pod that writes the model volume, and the one that reads the token
+            "volumeMounts": [dict(MODEL_MOUNT), dict(HF_TOKEN_MOUNT)],
         }],
     }
     return job_object(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)

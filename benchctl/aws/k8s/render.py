@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from benchctl import aiperf_args
+from benchctl.aws.k8s.admission import node_capacity
 from benchctl.aws.k8s.common import (
     DGD_API_VERSION,
     DO_NOT_DISRUPT,
@@ -233,7 +234,7 @@ def render_deployment(request: DeploymentRequest) -> JSON:
             continue
         env = [dict(e) for e in OFFLINE_TOKENIZER_ENV]  # the snapshot, offline: no Hub, no token
         requests: JSON = {}
-        volumes, mounts = [model_volume(k)], [dict(MODEL_MOUNT)]
+        volumes, mounts = [model_volume(k)], [{**MODEL_MOUNT, "readOnly": True}]  # only the prefetch writes it
         if exp.kv_offload is not None and uses_kvbm(exp, g.role):
             env += _kvbm_env(exp.kv_offload)
             requests["memory"] = kvbm_memory_request(exp.kv_offload)
@@ -359,14 +360,15 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes:
 
     Karpenter counts a node's whole capacity against ``limits`` and never launches an instance type larger
     than what remains (FACTS "Karpenter"), so the limit is ``nodes x gpus_per_node`` GPUs: 1 node of p4d
-    (8 GPUs) -> ``nvidia.com/gpu: "8"``. ``WhenEmpty`` consolidation after :func:`consolidate_after`; a
-    disruption budget forbids replacing drifted nodes (Auto Mode replaces nodes when their AMI or NodeClass
-    changes), and the DGD's pods carry ``karpenter.sh/do-not-disrupt`` as well.
+    (8 GPUs) -> ``nvidia.com/gpu: "8"``, and those nodes' cpu and memory (``cpu: "96"``, ``memory: 1152Gi``;
+    ``admission.NODE_CAPACITY``). ``WhenEmpty`` consolidation after :func:`consolidate_after`; a disruption
+    budget forbids replacing drifted nodes (Auto Mode replaces nodes when their AMI or NodeClass changes),
+    and the DGD's pods carry ``karpenter.sh/do-not-disrupt`` as well.
     """
     pool = spec.pool(pool_name)
     if nodes <= 0:
         raise ValueError(f"nodepool {pool_name}: nodes must be positive, got {nodes}")
-    gpus = nodes * pool.gpus_per_node
+    vcpus, memory_gib, _ = node_capacity(pool.instance_type)
     lbl = labels(campaign_id)
     return {
         "apiVersion": NODEPOOL_API_VERSION,
@@ -376,17 +378,15 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes:
             "template": {
                 "metadata": {"labels": dict(lbl)},
                 "spec": {
-                    "nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass",
-                                     "name": spec.kubernetes.node_class},
+                    "nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": spec.kubernetes.node_class},
                     "requirements": [
-                        {"key": "node.kubernetes.io/instance-type", "operator": "In",
-                         "values": [pool.instance_type]},
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [pool.instance_type]},
                         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
                     ],
                     "taints": [{"key": GPU, "effect": "NoSchedule"}],
                 },
             },
-            "limits": {GPU: str(gpus)},
+            "limits": {"cpu": str(nodes * vcpus), "memory": f"{nodes * memory_gib}Gi", GPU: str(nodes * pool.gpus_per_node)},
             "disruption": {"consolidationPolicy": "WhenEmpty",
                            "consolidateAfter": consolidate_after(spec, pool.name),
                            # no node of ours replaced for drift (an AMI or NodeClass update) mid-campaign;

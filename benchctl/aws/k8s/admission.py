@@ -1,0 +1,151 @@
+"""What the API server itself lets the benchctl functions do: each function's Kubernetes group (RBAC,
+stacks/kubernetes/benchctl-rbac.yaml; EKS access entries) and the parameters of the admission policies
+(stacks/kubernetes/benchctl-admission.yaml): the deployment's allow-list, a ConfigMap the policies read.
+
+The allow-list belongs to the deployment, not to a spec: :func:`admission_params` renders it, and
+``python -m benchctl.aws.k8s.admission`` writes stacks/kubernetes/benchctl-admission-params.yaml from
+:data:`DEFAULT_ALLOW_LIST` (a test holds the file to it). A deployment whose ceilings live elsewhere builds
+its :class:`AdmissionAllowList` from them (:func:`allow_list_from_ceilings`) and renders the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchctl.aws.k8s.common import LABEL_MANAGED, MANAGED_BY
+
+JSON = dict[str, Any]
+
+# One Kubernetes group per function that calls the cluster (its role's EKS access entry joins it; the RBAC
+# file binds each to its own rights). The admission policies match these groups.
+FUNCTION_GROUPS: dict[str, str] = {
+    "Plan": "benchctl-plan",
+    "Pools": "benchctl-pools",
+    "Serving": "benchctl-serving",
+    "Load": "benchctl-load",
+    "Teardown": "benchctl-teardown",
+    "Sweep": "benchctl-sweep",
+}
+PARAMS_NAME = "benchctl-admission"
+
+# vCPUs, memory (GiB) and GPUs of the instance types an Auto Mode pool may use: a NodePool's cpu and memory
+# limits are nodes x these (Karpenter counts a node's whole capacity against its NodePool's limits). From
+# the EC2 instance type pages (Accelerated computing: P4, P5, G6e; General purpose: M7i).
+NODE_CAPACITY: dict[str, tuple[int, int, int]] = {
+    "p4d.24xlarge": (96, 1152, 8),
+    "p4de.24xlarge": (96, 1152, 8),
+    "p5.48xlarge": (192, 2048, 8),
+    "p5e.48xlarge": (192, 2048, 8),
+    "p5en.48xlarge": (192, 2048, 8),
+    "g6e.12xlarge": (48, 384, 4),
+    "g6e.48xlarge": (192, 1536, 8),
+    "m7i.2xlarge": (8, 32, 0),
+}
+
+
+def node_capacity(instance_type: str) -> tuple[int, int, int]:
+    """(vCPUs, memory GiB, GPUs) of ``instance_type``; a clear error for a type the table does not know."""
+    try:
+        return NODE_CAPACITY[instance_type]
+    except KeyError:
+        raise ValueError(f"instance type {instance_type!r}: its vCPUs and memory are not known (an Auto Mode "
+                         f"NodePool's cpu and memory limits need them); known: {', '.join(sorted(NODE_CAPACITY))}"
+                         ) from None
+
+
+@dataclass(frozen=True)
+class AdmissionAllowList:
+    """The deployment's allow-list the admission policies enforce."""
+
+    # an image is allowed when it starts with one of these; each ends in "/" (a registry or repository
+    # path), ":" or "@" (one repository's tags or digests), so "nvcr.io/nvidia" cannot admit "nvcr.io/nvidiax"
+    image_prefixes: tuple[str, ...]
+    instance_types: tuple[str, ...]
+    service_accounts: tuple[str, ...]
+    max_nodes_per_pool: int = 8
+    node_class: str = "default"
+    namespace: str = "dynamo-bench"
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = [f"image prefix {p!r}: must end in '/', ':' or '@' (a registry, repository or one "
+                    "repository's tags)" for p in self.image_prefixes if not p or p[-1] not in "/:@" or " " in p]
+        problems += [f"instance type {t!r}: unknown" for t in self.instance_types if t not in NODE_CAPACITY]
+        problems += [f"service account {s!r}: empty or with a space" for s in self.service_accounts if not s or " " in s]
+        if self.max_nodes_per_pool < 1:
+            problems.append(f"max_nodes_per_pool {self.max_nodes_per_pool}: must be at least 1")
+        if problems:
+            raise ValueError("admission allow-list: " + "; ".join(problems))
+
+    def ceilings(self) -> tuple[int, str, int]:
+        """(cpu, memory, GPUs) a NodePool may have: the largest allowed node times the node ceiling."""
+        cpu, mem, gpus = (max(node_capacity(t)[i] for t in self.instance_types) * self.max_nodes_per_pool
+                          for i in range(3))
+        return cpu, f"{mem}Gi", gpus
+
+
+DEFAULT_ALLOW_LIST = AdmissionAllowList(
+    image_prefixes=(
+        "nvcr.io/nvidia/ai-dynamo/",  # the Dynamo runtime images (kubernetes.dynamo_image, its -efa variant)
+        "public.ecr.aws/aws-cli/aws-cli:",  # the uploader (kubernetes.uploader_image)
+        "python:", "docker.io/library/python:",  # the prefetch's slim Python (kubernetes.prefetch_image)
+    ),
+    instance_types=tuple(sorted(NODE_CAPACITY)),
+    service_accounts=("benchctl-load",),
+)
+
+
+def allow_list_from_ceilings(ceilings: Mapping[str, Any], *, load_image_registry: str | None = None,
+                             namespace: str = "dynamo-bench", node_class: str = "default",
+                             service_accounts: tuple[str, ...] = ("benchctl-load",)) -> AdmissionAllowList:
+    """The allow-list from the deployment's ceilings (CDK context ``benchctl:ceilings``): keys
+    ``image_prefixes`` (list), ``instance_types`` (a list, or a mapping of type to its price),
+    ``max_nodes_per_pool``; missing keys keep :data:`DEFAULT_ALLOW_LIST`'s. ``load_image_registry`` (the
+    stack's ECR registry, ``ACCOUNT.dkr.ecr.REGION.amazonaws.com/``) is added to the image prefixes."""
+    d = DEFAULT_ALLOW_LIST
+    prefixes = tuple(ceilings.get("image_prefixes") or d.image_prefixes)
+    if load_image_registry:
+        prefixes += (load_image_registry,)
+    types = ceilings.get("instance_types") or d.instance_types
+    return AdmissionAllowList(image_prefixes=prefixes, instance_types=tuple(sorted(types)),
+                              service_accounts=service_accounts,
+                              max_nodes_per_pool=int(ceilings.get("max_nodes_per_pool") or d.max_nodes_per_pool),
+                              node_class=node_class, namespace=namespace)
+
+
+def admission_params(allow: AdmissionAllowList = DEFAULT_ALLOW_LIST) -> JSON:
+    """The ConfigMap the admission policies read (their ``paramRef``), in the benchmark namespace. Lists are
+    space-separated (ConfigMap values are strings; the policies split them)."""
+    cpu, memory, gpus = allow.ceilings()
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": PARAMS_NAME, "namespace": allow.namespace, "labels": {LABEL_MANAGED: MANAGED_BY}},
+        "data": {
+            "imagePrefixes": " ".join(allow.image_prefixes),
+            "serviceAccounts": " ".join(allow.service_accounts),
+            "instanceTypes": " ".join(allow.instance_types),
+            "maxCpu": str(cpu), "maxMemory": memory, "maxGpus": str(gpus),
+            "nodeClass": allow.node_class,
+        },
+    }
+
+
+PARAMS_HEADER = """\
+# The deployment's allow-list the admission policies read (stacks/kubernetes/benchctl-admission.yaml).
+# Rendered by `python -m benchctl.aws.k8s.admission` from benchctl.aws.k8s.admission.DEFAULT_ALLOW_LIST;
+# add your load image's registry (the stack's ECR, ACCOUNT.dkr.ecr.REGION.amazonaws.com/) to imagePrefixes
+# before applying. Lists are space-separated. The functions' groups have no right to change this ConfigMap.
+"""
+
+
+def render_params_file(allow: AdmissionAllowList = DEFAULT_ALLOW_LIST) -> str:
+    import yaml
+
+    return PARAMS_HEADER + yaml.safe_dump(admission_params(allow), sort_keys=False, width=200)
+
+
+if __name__ == "__main__":  # pragma: no cover (the file's contents are held by a test)
+    sys.stdout.write(render_params_file())

@@ -1,0 +1,345 @@
+"""The admission policies (stacks/kubernetes/benchctl-admission.yaml) refuse what a hostile spec or a leaked
+function identity would write, and admit what benchctl renders.
+
+Each rule is evaluated by a real CEL interpreter (cel-python; tests/fakes/admission.py, which adds the two
+Kubernetes CEL library functions the policies use, ``split`` and ``quantity``) on a case it admits and on
+cases it refuses, starting from the objects benchctl itself renders. Every manifest under stacks/kubernetes
+is valid against Kubernetes' own OpenAPI schema (kubernetes-validate, strict). The fake API server refuses
+over HTTP as the real one does (422 naming the policy and the rule), and stores nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+
+from benchctl.aws.k8s.admission import (
+    DEFAULT_ALLOW_LIST,
+    FUNCTION_GROUPS,
+    AdmissionAllowList,
+    admission_params,
+    allow_list_from_ceilings,
+    render_params_file,
+)
+from benchctl.aws.k8s.client import RESOURCES, ApiError, KubeClient
+from benchctl.aws.k8s.render import render_campaign, render_nodepool
+from tests.aws_checks import ADMISSION_FILE, K8S_VERSION, admission, upstream_api
+from tests.fakes.admission import Admission, Quantity
+from tests.fakes.eks_world import CID, FUNCTION_TOKENS, LOAD_IMAGE, NS, example_specs
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICIES = list(yaml.safe_load_all(ADMISSION_FILE.read_text()))
+SPECS = example_specs()
+LABEL = "app.kubernetes.io/managed-by"
+
+JSON = dict[str, Any]
+
+
+def _rendered(example: str, path_part: str, kind: str) -> JSON:
+    return next(copy.deepcopy(o) for p, o in render_campaign(SPECS[example], CID)
+                if o["kind"] == kind and path_part in p)
+
+
+def _dgd_efa() -> JSON:  # disaggregated over EFA: privileged prefill and decode workers
+    return _rendered("smoke[managed-nodegroup]", "disagg/", "DynamoGraphDeployment")
+
+
+def _dgd_agg() -> JSON:
+    return _rendered("smoke[managed-nodegroup]", "agg/", "DynamoGraphDeployment")
+
+
+def _runner_job() -> JSON:
+    return _rendered("smoke[managed-nodegroup]", "jobs/concurrency-sweep", "Job")
+
+
+def _prepull() -> JSON:
+    return _rendered("smoke[managed-nodegroup]", "prepull", "DaemonSet")
+
+
+def _nodepool() -> JSON:
+    return render_nodepool(SPECS["smoke[auto-mode]"], CID, "gpu-a100", 2)
+
+
+def _admit(obj: JSON | None, *, operation: str = "CREATE", old: JSON | None = None,
+           groups: tuple[str, ...] = ("benchctl-serving",), adm: Admission | None = None) -> list[str]:
+    target = obj if obj is not None else old
+    assert target is not None
+    r = RESOURCES[target["kind"]]
+    return [m for _, _, m in (adm or admission()).admit(
+        operation=operation, api_version=r.api_version, plural=r.plural,
+        namespace=target["metadata"].get("namespace", ""), groups=list(groups), obj=obj, old=old)]
+
+
+def _pod(obj: JSON, component: str | None = None) -> JSON:
+    if obj["kind"] == "DynamoGraphDeployment":
+        return next(c["podTemplate"]["spec"] for c in obj["spec"]["components"] if c["type"] == component)
+    return obj["spec"]["template"]["spec"]
+
+
+# ----------------------------------------------------------------------------- what benchctl renders
+
+
+def test_every_manifest_benchctl_renders_for_every_example_is_admitted() -> None:
+    adm, n = admission(), 0
+    for name, spec in SPECS.items():
+        for path, obj in render_campaign(spec, CID):
+            if obj["kind"] not in RESOURCES:
+                continue
+            assert _admit(obj, adm=adm) == [], (name, path)
+            n += 1
+    assert n > 150
+
+
+def test_the_policies_and_every_manifest_under_stacks_kubernetes_are_valid_kubernetes_objects() -> None:
+    files = sorted((ROOT / "stacks" / "kubernetes").glob("*.yaml"))
+    assert {f.name for f in files} >= {"benchctl-rbac.yaml", "benchctl-admission.yaml", "benchctl-admission-params.yaml"}
+    kinds = []
+    for f in files:
+        for doc in yaml.safe_load_all(f.read_text()):
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises naming the field
+            kinds.append(doc["kind"])
+    assert kinds.count("ValidatingAdmissionPolicy") == 2 and kinds.count("ValidatingAdmissionPolicyBinding") == 2
+    broken = copy.deepcopy(POLICIES[0])
+    broken["spec"]["validations"][0]["messsage"] = "typo"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def test_the_policies_match_exactly_the_function_groups_and_fail_closed() -> None:
+    for doc in POLICIES:
+        if doc["kind"] == "ValidatingAdmissionPolicy":
+            assert doc["spec"]["failurePolicy"] == "Fail"
+            (cond,) = doc["spec"]["matchConditions"]
+            for group in FUNCTION_GROUPS.values():
+                assert f"'{group}'" in cond["expression"]
+        else:
+            assert doc["spec"]["validationActions"] == ["Deny"]
+            assert doc["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"
+
+
+def test_the_params_file_is_the_default_allow_list_rendered() -> None:
+    assert (ROOT / "stacks" / "kubernetes" / "benchctl-admission-params.yaml").read_text() == render_params_file()
+    data = admission_params()["data"]
+    assert data["maxGpus"] == "64" and data["maxCpu"] == "1536" and data["maxMemory"] == "16384Gi"
+
+
+# ----------------------------------------------------------------------------- workloads: refused cases
+
+
+def _image(obj: JSON, image: str, component: str | None = "decode") -> JSON:
+    _pod(obj, component)["containers"][0]["image"] = image
+    return obj
+
+
+def _init_image(obj: JSON, image: str) -> JSON:
+    _pod(obj)["initContainers"] = [{"name": "x", "image": image}]
+    return obj
+
+
+def _set(component: str | None, **fields: Any) -> Callable[[JSON], JSON]:
+    def change(obj: JSON) -> JSON:
+        _pod(obj, component).update(copy.deepcopy(fields))
+        return obj
+    return change
+
+
+def _security(component: str | None, ctx: JSON) -> Callable[[JSON], JSON]:
+    def change(obj: JSON) -> JSON:
+        _pod(obj, component)["containers"][0]["securityContext"] = copy.deepcopy(ctx)
+        return obj
+    return change
+
+
+REFUSED: list[tuple[str, Callable[[], JSON], Callable[[JSON], JSON], str]] = [
+    ("foreign image in a worker", _dgd_efa, lambda o: _image(o, "docker.io/evil/root:1"), "allowed registries"),
+    ("look-alike registry", _dgd_efa, lambda o: _image(o, "nvcr.io/nvidia/ai-dynamo-evil/x:1"), "allowed registries"),
+    ("foreign image in a runner Job", _runner_job, lambda o: _image(o, "ghcr.io/x/aiperf:1", None), "allowed registries"),
+    ("foreign init container", _runner_job, lambda o: _init_image(o, "ghcr.io/x/y:1"), "allowed registries"),
+    ("foreign pre-pull image", _prepull, lambda o: _image(o, "quay.io/x/y:1", None), "allowed registries"),
+    ("hostNetwork", _dgd_agg, _set("frontend", hostNetwork=True), "hostNetwork, hostPID and hostIPC"),
+    ("hostPID", _runner_job, _set(None, hostPID=True), "hostNetwork, hostPID and hostIPC"),
+    ("hostIPC", _prepull, _set(None, hostIPC=True), "hostNetwork, hostPID and hostIPC"),
+    ("hostPath", _dgd_efa, _set("prefill", volumes=[{"name": "root", "hostPath": {"path": "/"}}]), "hostPath"),
+    ("privileged frontend", _dgd_efa, _security("frontend", {"privileged": True}), "only in prefill and decode"),
+    ("privileged aggregated worker", _dgd_agg, _security("worker", {"privileged": True}), "only in prefill and decode"),
+    ("capabilities in a worker", _dgd_agg, _security("worker", {"capabilities": {"add": ["SYS_ADMIN"]}}),
+     "only in prefill and decode"),
+    ("privileged runner Job", _runner_job, _security(None, {"privileged": True}), "only in prefill and decode"),
+    ("privileged pre-pull", _prepull, _security(None, {"privileged": True}), "only in prefill and decode"),
+    ("service account not listed", _runner_job, _set(None, serviceAccountName="admin"), "service account"),
+    ("deprecated serviceAccount field", _runner_job, _set(None, serviceAccount="admin"), "service account"),
+    ("service account in a DGD", _dgd_agg, _set("worker", serviceAccountName="dynamo-operator"), "service account"),
+    ("no managed-by label", _runner_job, lambda o: {**o, "metadata": {**o["metadata"], "labels": {}}}, "labelled"),
+    ("another component type", _dgd_agg, lambda o: (o["spec"]["components"].append(
+        {**copy.deepcopy(o["spec"]["components"][0]), "name": "Epp", "type": "epp"}), o)[1],
+     "frontend, worker, prefill or decode"),
+]
+
+
+@pytest.mark.parametrize(("case", "make", "change", "rule"), REFUSED, ids=[c[0] for c in REFUSED])
+def test_a_workload_breaking_a_rule_is_refused_naming_it(case: str, make: Callable[[], JSON],
+                                                         change: Callable[[JSON], JSON], rule: str) -> None:
+    obj = make()
+    assert _admit(obj) == []  # the rendered object is admitted ...
+    changed = change(obj)
+    refused = _admit(changed)  # ... and the change alone refused, naming the rule
+    assert len(refused) == 1 and rule in refused[0], refused
+    assert refused[0].startswith("ValidatingAdmissionPolicy 'benchctl-workloads' with binding 'benchctl-workloads' "
+                                 "denied request: ")
+    assert _admit(changed, operation="UPDATE", old=make()) == refused  # a replace is held the same way
+
+
+def test_privileged_prefill_and_decode_workers_and_the_listed_service_account_are_admitted() -> None:
+    dgd = _dgd_efa()
+    assert _pod(dgd, "prefill")["containers"][0]["securityContext"]["privileged"] is True
+    assert _pod(dgd, "decode")["containers"][0]["securityContext"]["privileged"] is True
+    assert _admit(dgd) == []
+    assert _admit(_set(None, serviceAccountName="benchctl-load", hostNetwork=False)(_runner_job())) == []
+    assert _admit(_security("frontend", {"privileged": False})(_dgd_agg())) == []
+
+
+def test_requests_of_other_users_are_not_this_policys_business() -> None:
+    hostile = _image(_dgd_efa(), "docker.io/evil/root:1")
+    assert _admit(hostile, groups=("system:masters", "team-a")) == []  # a cluster admin: not bound
+    for group in FUNCTION_GROUPS.values():  # every function's group is
+        assert _admit(hostile, groups=(group, "system:authenticated")) != []
+
+
+def test_without_its_parameters_every_request_is_refused() -> None:
+    bare = Admission(POLICIES, [])
+    refused = _admit(_runner_job(), adm=bare)
+    assert len(refused) == 1 and "no params found" in refused[0]
+
+
+def test_an_allow_list_without_the_load_image_registry_refuses_the_runner_jobs() -> None:
+    without = Admission(POLICIES, [admission_params(DEFAULT_ALLOW_LIST)])
+    job = _runner_job()
+    assert LOAD_IMAGE in str(job)
+    assert any("allowed registries" in m for m in _admit(job, adm=without))
+
+
+def test_an_allow_list_names_what_is_wrong_with_it() -> None:
+    with pytest.raises(ValueError, match=r"image prefix 'nvcr.io/nvidia': must end in '/'.*instance type 'x9.huge'"):
+        AdmissionAllowList(image_prefixes=("nvcr.io/nvidia",), instance_types=("x9.huge",), service_accounts=("a",))
+    allow = allow_list_from_ceilings({"instance_types": {"p5.48xlarge": 98.32}, "max_nodes_per_pool": 2},
+                                     load_image_registry="1.dkr.ecr.us-east-1.amazonaws.com/")
+    data = admission_params(allow)["data"]
+    assert data["instanceTypes"] == "p5.48xlarge" and data["maxGpus"] == "16" and data["maxCpu"] == "384"
+    assert data["imagePrefixes"].endswith(" 1.dkr.ecr.us-east-1.amazonaws.com/")
+
+
+# ----------------------------------------------------------------------------- NodePools
+
+
+def _np_set(path: tuple[str, ...], value: Any) -> Callable[[JSON], JSON]:
+    def change(obj: JSON) -> JSON:
+        target = obj
+        for k in path[:-1]:
+            target = target[k]
+        target[path[-1]] = value
+        return obj
+    return change
+
+
+def _requirements(extra: list[JSON] | None = None, types: list[str] | None = None) -> Callable[[JSON], JSON]:
+    def change(obj: JSON) -> JSON:
+        reqs = obj["spec"]["template"]["spec"]["requirements"]
+        if types is not None:
+            for r in reqs:
+                if r["key"] == "node.kubernetes.io/instance-type":
+                    r["values"] = types
+        reqs += extra or []
+        return obj
+    return change
+
+
+def _drop_type_requirement(obj: JSON) -> JSON:
+    spec = obj["spec"]["template"]["spec"]
+    spec["requirements"] = [r for r in spec["requirements"] if r["key"] != "node.kubernetes.io/instance-type"]
+    return obj
+
+
+NP_REFUSED: list[tuple[str, Callable[[JSON], JSON], str]] = [
+    ("no label", _np_set(("metadata", "labels"), {}), "must carry app.kubernetes.io/managed-by"),
+    ("another team's label", _np_set(("metadata", "labels"), {LABEL: "team-a"}), "must carry"),
+    ("a type not allowed", _requirements(types=["p4d.24xlarge", "u-24tb1.metal"]), "only allowed instance types"),
+    ("a second requirement on the type", _requirements(extra=[{"key": "node.kubernetes.io/instance-type",
+                                                              "operator": "Exists"}]), "only allowed instance types"),
+    ("no type requirement", _drop_type_requirement, "only allowed instance types"),
+    ("no cpu limit", lambda o: (o["spec"]["limits"].pop("cpu"), o)[1], "cpu, memory and nvidia.com/gpu limits"),
+    ("no limits", lambda o: (o["spec"].pop("limits"), o)[1], "cpu, memory and nvidia.com/gpu limits"),
+    ("cpu past the ceiling", _np_set(("spec", "limits", "cpu"), "1537"), "within the deployment's ceilings"),
+    ("memory past the ceiling", _np_set(("spec", "limits", "memory"), "17Ti"), "within the deployment's ceilings"),
+    ("GPUs past the ceiling", _np_set(("spec", "limits", "nvidia.com/gpu"), 512), "within the deployment's ceilings"),
+    ("another NodeClass", _np_set(("spec", "template", "spec", "nodeClassRef", "name"), "admin-class"),
+     "the deployment's NodeClass"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "rule"), NP_REFUSED, ids=[c[0] for c in NP_REFUSED])
+def test_a_nodepool_breaking_a_rule_is_refused_naming_it(case: str, change: Callable[[JSON], JSON], rule: str) -> None:
+    assert _admit(_nodepool(), groups=("benchctl-pools",)) == []
+    refused = _admit(change(_nodepool()), groups=("benchctl-pools",))
+    assert len(refused) == 1 and rule in refused[0], refused
+    assert "ValidatingAdmissionPolicy 'benchctl-nodepools'" in refused[0]
+
+
+def test_limits_at_the_ceiling_are_admitted_in_any_quantity_form() -> None:
+    at = _np_set(("spec", "limits"), {"cpu": "1536000m", "memory": "16Ti", "nvidia.com/gpu": 64})(_nodepool())
+    assert _admit(at, groups=("benchctl-pools",)) == []
+    garbage = _np_set(("spec", "limits", "memory"), "lots")(_nodepool())  # not a quantity: an error, refused
+    assert "resulted in error" in _admit(garbage, groups=("benchctl-pools",))[0]
+
+
+def test_only_nodepools_we_labelled_may_be_replaced_or_deleted() -> None:
+    ours, builtin = _nodepool(), _nodepool()
+    builtin["metadata"] = {"name": "general-purpose", "labels": {}}  # Auto Mode's own, or another team's
+    assert _admit(None, operation="DELETE", old=ours, groups=("benchctl-teardown",)) == []
+    assert _admit(ours, operation="UPDATE", old=ours, groups=("benchctl-pools",)) == []
+    refused = _admit(None, operation="DELETE", old=builtin, groups=("benchctl-sweep",))
+    assert len(refused) == 1 and "only the NodePools it labelled" in refused[0]
+    # relabelling it ours on the way in does not help: the stored object decides
+    relabelled = copy.deepcopy(ours)
+    relabelled["metadata"]["name"] = "general-purpose"
+    refused = _admit(relabelled, operation="UPDATE", old=builtin, groups=("benchctl-pools",))
+    assert len(refused) == 1 and "only the NodePools it labelled" in refused[0]
+
+
+# ----------------------------------------------------------------------------- the evaluator itself
+
+
+@pytest.mark.parametrize(("text", "value"), [("1Gi", 2**30), ("16384Gi", 16 * 2**40), ("1536", 1536),
+                                             ("500m", 0.5), ("1.5k", 1500), ("1e3", 1000), ("2Ki", 2048)])
+def test_quantities_parse_as_kubernetes_serializes_them(text: str, value: float) -> None:
+    assert Quantity.parse(text).value == Decimal(str(value))
+
+
+def test_an_expression_the_interpreter_cannot_compile_fails_at_once() -> None:
+    broken = copy.deepcopy(POLICIES)
+    broken[0]["spec"]["validations"][0]["expression"] = "object.metadata.labels.exists(k, "
+    with pytest.raises(celpy.CELParseError):
+        Admission(broken, [admission_params()])
+
+
+# ----------------------------------------------------------------------------- over HTTP
+
+
+def test_the_fake_api_server_refuses_a_hostile_write_with_422_and_stores_nothing() -> None:
+    hostile = _image(_dgd_efa(), "docker.io/evil/root:1")
+    with upstream_api() as api:
+        kube = KubeClient(api.url, token=lambda: FUNCTION_TOKENS["Serving"])
+        with pytest.raises(ApiError) as err:
+            kube.create(hostile)
+        assert err.value.status == 422 and "allowed registries" in str(err.value)
+        assert api.stored("DynamoGraphDeployment", hostile["metadata"]["name"], NS) is None
+        assert len(api.refused) == 1
+        kube.create(_dgd_efa())  # what benchctl renders goes through
+        assert api.stored("DynamoGraphDeployment", hostile["metadata"]["name"], NS) is not None
