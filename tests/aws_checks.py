@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from benchctl import ceilings
 from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
 from tests import crd_schemas
 from tests.fakes import eks_world
@@ -38,7 +39,7 @@ def job_problems(job: dict[str, Any]) -> list[str]:
 def admission() -> Admission:
     """The admission policies of stacks/kubernetes/benchctl-admission.yaml with the deployment's parameters
     (the default allow-list and this test deployment's load image registry, as README "On AWS" asks)."""
-    allow = allow_list_from_ceilings({}, load_image_registry=LOAD_IMAGE.split("/")[0] + "/")
+    allow = allow_list_from_ceilings(ceilings.default(), load_image_registry=LOAD_IMAGE.split("/")[0] + "/")
     return Admission(list(yaml.safe_load_all(ADMISSION_FILE.read_text())), [admission_params(allow)])
 
 

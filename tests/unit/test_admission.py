@@ -11,6 +11,7 @@ over HTTP as the real one does (422 naming the policy and the rule), and stores 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from benchctl import ceilings
 from benchctl.aws.k8s.admission import (
     DEFAULT_ALLOW_LIST,
     FUNCTION_GROUPS,
@@ -128,7 +130,8 @@ def test_the_policies_match_exactly_the_function_groups_and_fail_closed() -> Non
 def test_the_params_file_is_the_default_allow_list_rendered() -> None:
     assert (ROOT / "stacks" / "kubernetes" / "benchctl-admission-params.yaml").read_text() == render_params_file()
     data = admission_params()["data"]
-    assert data["maxGpus"] == "64" and data["maxCpu"] == "1536" and data["maxMemory"] == "16384Gi"
+    # the largest allowed node (p4d.24xlarge: 96 vCPUs, 1152 GiB, 8 GPUs) times cdk.json's 4 nodes per pool
+    assert data["maxGpus"] == "32" and data["maxCpu"] == "384" and data["maxMemory"] == "4608Gi"
 
 
 # ----------------------------------------------------------------------------- workloads: refused cases
@@ -229,8 +232,8 @@ def test_an_allow_list_without_the_load_image_registry_refuses_the_runner_jobs()
 def test_an_allow_list_names_what_is_wrong_with_it() -> None:
     with pytest.raises(ValueError, match=r"image prefix 'nvcr.io/nvidia': must end in '/'.*instance type 'x9.huge'"):
         AdmissionAllowList(image_prefixes=("nvcr.io/nvidia",), instance_types=("x9.huge",), service_accounts=("a",))
-    allow = allow_list_from_ceilings({"instance_types": {"p5.48xlarge": 98.32}, "max_nodes_per_pool": 2},
-                                     load_image_registry="1.dkr.ecr.us-east-1.amazonaws.com/")
+    c = dataclasses.replace(ceilings.default(), instance_types={"p5.48xlarge": 98.32}, max_nodes_per_pool=2)
+    allow = allow_list_from_ceilings(c, load_image_registry="1.dkr.ecr.us-east-1.amazonaws.com/")
     data = admission_params(allow)["data"]
     assert data["instanceTypes"] == "p5.48xlarge" and data["maxGpus"] == "16" and data["maxCpu"] == "384"
     assert data["imagePrefixes"].endswith(" 1.dkr.ecr.us-east-1.amazonaws.com/")
@@ -293,8 +296,10 @@ def test_a_nodepool_breaking_a_rule_is_refused_naming_it(case: str, change: Call
 
 
 def test_limits_at_the_ceiling_are_admitted_in_any_quantity_form() -> None:
-    at = _np_set(("spec", "limits"), {"cpu": "1536000m", "memory": "16Ti", "nvidia.com/gpu": 64})(_nodepool())
+    at = _np_set(("spec", "limits"), {"cpu": "384000m", "memory": "4.5Ti", "nvidia.com/gpu": 32})(_nodepool())
     assert _admit(at, groups=("benchctl-pools",)) == []
+    over = _np_set(("spec", "limits"), {"cpu": "384001m", "memory": "4.5Ti", "nvidia.com/gpu": 32})(_nodepool())
+    assert "within the deployment's ceilings" in _admit(over, groups=("benchctl-pools",))[0]
     garbage = _np_set(("spec", "limits", "memory"), "lots")(_nodepool())  # not a quantity: an error, refused
     assert "resulted in error" in _admit(garbage, groups=("benchctl-pools",))[0]
 
@@ -343,3 +348,17 @@ def test_the_fake_api_server_refuses_a_hostile_write_with_422_and_stores_nothing
         assert len(api.refused) == 1
         kube.create(_dgd_efa())  # what benchctl renders goes through
         assert api.stored("DynamoGraphDeployment", hostile["metadata"]["name"], NS) is not None
+
+
+@pytest.mark.parametrize("image", [
+    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1", "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "a" * 64,
+    "python:3.12-slim", "docker.io/library/python:3.12-slim", "library/python:3.12", "public.ecr.aws/aws-cli/aws-cli:2.27.0",
+    "nvcr.io/nvidia/ai-dynamox/vllm-runtime:1", "nvcr.io/nvidia/vllm:1", "python/evil:1", "docker.io/python/evil:1",
+    "evil.io/nvcr.io/nvidia/ai-dynamo/x:1", "pythonx:1", "public.ecr.aws/aws-cli/aws-cli-evil:1", "ubuntu:24.04",
+])
+def test_admission_and_the_ceilings_allow_the_same_images(image: str) -> None:
+    """The admission policy's prefixes come from the deployment's ceilings (cdk.json): an image string the
+    API server admits is one the spec check allows, and one it refuses the spec check refuses too."""
+    allowed_by_ceilings = ceilings.image_problem("image", image, ceilings.resolve(None, {})) is None
+    admitted = any(image.startswith(p) for p in DEFAULT_ALLOW_LIST.image_prefixes)
+    assert admitted == allowed_by_ceilings, (image, admitted, allowed_by_ceilings)

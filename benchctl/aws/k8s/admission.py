@@ -4,8 +4,8 @@ stacks/kubernetes/benchctl-rbac.yaml; EKS access entries) and the parameters of 
 
 The allow-list belongs to the deployment, not to a spec: :func:`admission_params` renders it, and
 ``python -m benchctl.aws.k8s.admission`` writes stacks/kubernetes/benchctl-admission-params.yaml from
-:data:`DEFAULT_ALLOW_LIST` (a test holds the file to it). A deployment whose ceilings live elsewhere builds
-its :class:`AdmissionAllowList` from them (:func:`allow_list_from_ceilings`) and renders the same way.
+:data:`DEFAULT_ALLOW_LIST`: the project's cdk.json ceilings (``benchctl:ceilings``, the ones the CLI, Plan and
+ScalePools hold every spec to; a test holds the file to them). Changed ceilings: render the file again.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchctl import ceilings as ceiling_rules
 from benchctl.aws.k8s.common import LABEL_MANAGED, MANAGED_BY
+from benchctl.ceilings import Ceilings
 
 JSON = dict[str, Any]
 
@@ -87,33 +89,36 @@ class AdmissionAllowList:
         return cpu, f"{mem}Gi", gpus
 
 
-DEFAULT_ALLOW_LIST = AdmissionAllowList(
-    image_prefixes=(
-        "nvcr.io/nvidia/ai-dynamo/",  # the Dynamo runtime images (kubernetes.dynamo_image, its -efa variant)
-        "public.ecr.aws/aws-cli/aws-cli:",  # the uploader (kubernetes.uploader_image)
-        "python:", "docker.io/library/python:",  # the prefetch's slim Python (kubernetes.prefetch_image)
-    ),
-    instance_types=tuple(sorted(NODE_CAPACITY)),
-    service_accounts=("benchctl-load",),
-)
+def image_prefixes(repository: str) -> tuple[str, ...]:
+    """The admission prefixes of one allowed repository of the ceilings (normalised as Docker does, e.g.
+    ``docker.io/library/python``): the repository's tags and digests and the repositories under it, in every
+    spelling a pod's image may use (a Docker Hub image also without ``docker.io/``, an official one also
+    without ``library/``). Never a bare prefix, so ``nvcr.io/nvidia`` cannot admit ``nvcr.io/nvidiax``."""
+    names = [repository]
+    if repository.startswith("docker.io/"):
+        short = repository.removeprefix("docker.io/")
+        names.append(short)
+        if short.startswith("library/"):  # `python:3.12` is docker.io/library/python; `python/x` is not under it
+            return (*(f"{n}{c}" for n in names for c in "/:@"), *(short.removeprefix("library/") + c for c in ":@"))
+    return tuple(f"{n}{c}" for n in names for c in "/:@")
 
 
-def allow_list_from_ceilings(ceilings: Mapping[str, Any], *, load_image_registry: str | None = None,
+def allow_list_from_ceilings(ceilings: Ceilings, *, load_image_registry: str | None = None,
                              namespace: str = "dynamo-bench", node_class: str = "default",
                              service_accounts: tuple[str, ...] = ("benchctl-load",)) -> AdmissionAllowList:
-    """The allow-list from the deployment's ceilings (CDK context ``benchctl:ceilings``): keys
-    ``image_prefixes`` (list), ``instance_types`` (a list, or a mapping of type to its price),
-    ``max_nodes_per_pool``; missing keys keep :data:`DEFAULT_ALLOW_LIST`'s. ``load_image_registry`` (the
-    stack's ECR registry, ``ACCOUNT.dkr.ecr.REGION.amazonaws.com/``) is added to the image prefixes."""
-    d = DEFAULT_ALLOW_LIST
-    prefixes = tuple(ceilings.get("image_prefixes") or d.image_prefixes)
+    """The allow-list from the deployment's ceilings (CDK context ``benchctl:ceilings``, the same the CLI, Plan
+    and ScalePools hold specs to): the allowed image repositories, instance types and nodes per pool.
+    ``load_image_registry`` (the stack's ECR registry, ``ACCOUNT.dkr.ecr.REGION.amazonaws.com/``) is added to
+    the image prefixes."""
+    prefixes = tuple(p for repo in ceilings.image_repositories for p in image_prefixes(repo))
     if load_image_registry:
         prefixes += (load_image_registry,)
-    types = ceilings.get("instance_types") or d.instance_types
-    return AdmissionAllowList(image_prefixes=prefixes, instance_types=tuple(sorted(types)),
-                              service_accounts=service_accounts,
-                              max_nodes_per_pool=int(ceilings.get("max_nodes_per_pool") or d.max_nodes_per_pool),
+    return AdmissionAllowList(image_prefixes=prefixes, instance_types=tuple(sorted(ceilings.instance_types)),
+                              service_accounts=service_accounts, max_nodes_per_pool=ceilings.max_nodes_per_pool,
                               node_class=node_class, namespace=namespace)
+
+
+DEFAULT_ALLOW_LIST = allow_list_from_ceilings(ceiling_rules.resolve(None, {}))  # the project's cdk.json
 
 
 def admission_params(allow: AdmissionAllowList = DEFAULT_ALLOW_LIST) -> JSON:
@@ -135,7 +140,7 @@ def admission_params(allow: AdmissionAllowList = DEFAULT_ALLOW_LIST) -> JSON:
 
 PARAMS_HEADER = """\
 # The deployment's allow-list the admission policies read (stacks/kubernetes/benchctl-admission.yaml).
-# Rendered by `python -m benchctl.aws.k8s.admission` from benchctl.aws.k8s.admission.DEFAULT_ALLOW_LIST;
+# Rendered by `python -m benchctl.aws.k8s.admission` from cdk.json's benchctl:ceilings (DEFAULT_ALLOW_LIST);
 # add your load image's registry (the stack's ECR, ACCOUNT.dkr.ecr.REGION.amazonaws.com/) to imagePrefixes
 # before applying. Lists are space-separated. The functions' groups have no right to change this ConfigMap.
 """
