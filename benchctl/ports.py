@@ -106,6 +106,16 @@ class LoadRequest:
 # -------------------------------------------------------------------------------------------- ports
 
 
+class IdentityPort(Protocol):
+    """The campaign's own identity for its load runners (AWS: a service account and its Pod Identity
+    association, ``benchctl.aws.runner_identity``): made before its first runner pod, removed at its end."""
+
+    def ensure(self) -> float:
+        """Make it unless there; its age in seconds (a new one may need a few seconds to be effective)."""
+    def release(self) -> list[str]:
+        """Remove it (idempotent); what was removed."""
+
+
 class RunStore(Protocol):
     """Small JSON objects by relative key (a directory locally, an S3 prefix on AWS); only
     ``benchctl.runstate`` names keys."""
@@ -113,6 +123,7 @@ class RunStore(Protocol):
     uri: str
 
     def read_json(self, key: str) -> JSON | None: ...
+    def read_bytes(self, key: str) -> bytes | None: ...
     def write_json(self, key: str, obj: JSON) -> None: ...
     def exists(self, key: str) -> bool: ...
     def delete(self, key: str) -> None: ...
@@ -260,6 +271,7 @@ class Providers:
     clock: Callable[[], float] = time.time
     versions: dict[str, object] = field(default_factory=dict)
     callbacks: CallbackPort | None = None  # who answers task tokens; None: the ASL polls (CheckLoad loop)
+    identity: IdentityPort | None = None  # the load runners' own identity (AWS); removed on every end path
 
 
 class Engine(Protocol):

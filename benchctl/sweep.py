@@ -55,9 +55,10 @@ def sweep(campaign_ids: Iterable[str], providers_for: Callable[[str], tuple[Prov
         for exp in todo:
             entry.setdefault("teardown", {})[exp] = campaign.teardown_experiment(p, ctx, Task(exp))
         entry["locks_released"] = campaign.release_locks(p, ctx)
+        entry["identity_released"] = campaign.release_identity(p, ctx)
         if extra is not None:
             entry["labelled_objects_deleted"] = extra(cid)
-        if todo or entry["locks_released"] or entry.get("labelled_objects_deleted"):
+        if todo or entry["locks_released"] or entry["identity_released"] or entry.get("labelled_objects_deleted"):
             entry["action"] = "swept"
             campaign.record_event(p, cid, timeline.CAMPAIGN, timeline.SWEPT, experiments=todo)
             record = p.state.campaign()

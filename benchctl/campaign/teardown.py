@@ -137,6 +137,12 @@ def release_locks(p: Providers, ctx: Ctx) -> list[str]:
     return released
 
 
+def release_identity(p: Providers, ctx: Ctx) -> list[str]:
+    """Remove this campaign's load runner identity (its service account's association with the load Job role,
+    and the service account where this function may): every end path calls it beside :func:`release_locks`."""
+    return p.identity.release() if p.identity is not None else []
+
+
 def abort_campaign(p: Providers, ctx: Ctx, task: Task, *, wait_gone: bool = False) -> JSON:
     """Tear down every experiment of this campaign (found in the run state) and record the failure.
 
@@ -170,5 +176,6 @@ def abort_campaign(p: Providers, ctx: Ctx, task: Task, *, wait_gone: bool = Fals
               failed_state=failure.state if failure is not None else None, error=name, cause=cause)
     c.event(timeline.CAMPAIGN_END[status], error=name, cause=cause, state=failure.state if failure else None)
     c.attempt("locks", release_locks, p, ctx)
+    c.attempt("runner identity", release_identity, p, ctx)
     c.finish()
     return {"done": True, "error": name, "cause": cause}
