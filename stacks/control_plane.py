@@ -102,6 +102,7 @@ class FunctionNeeds:
     preflight: bool = False  # reads the Pod Identity Agent add-on and the node groups, before anything is scaled
     report: bool = False  # Athena in the workgroup, the views' DDL in Glue, the results and report prefixes
     task_tokens: bool = False  # answers a callback state's task token itself (AwaitLoadEnd, when the end is in)
+    handover: bool = False  # reads and writes the load runners' hand-over (runner/<campaign>/: requests, tokens, ends)
     # the campaign's runner identity (benchctl.aws.runner_identity): "create" makes its Pod Identity association
     # (iam:PassRole of the load Job role only) and removes it, "remove" only removes it
     runner_identity: str = ""
@@ -115,7 +116,7 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
                           runner_identity="create"),
     "Pools": FunctionNeeds(kubernetes=True, nodegroups=True),
     "Serving": FunctionNeeds(kubernetes=True),
-    "Load": FunctionNeeds(kubernetes=True, task_tokens=True, runner_identity="create"),  # the doctor's runner Job
+    "Load": FunctionNeeds(kubernetes=True, task_tokens=True, handover=True, runner_identity="create"),  # the doctor's runner Job
     "Ingest": FunctionNeeds(memory_mb=1024),
     "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE, runner_identity="remove"),
     "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024, runner_identity="remove"),
@@ -246,7 +247,7 @@ class ControlPlaneStack(Stack):
             )
             NagSuppressions.add_resource_suppressions(fn, [RUNTIME_REASON])
             NagSuppressions.add_resource_suppressions(role, [
-                _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database",
+                _wildcard_reason("lake/* and runs/* objects", "runner/* objects (Load)", "Glue tables of this database",
                                  "node-group update ids", "the add-on's id"),
                 {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords"
                  + (" and states:SendTaskSuccess" if needs.task_tokens else "") + " support no "
@@ -319,6 +320,12 @@ class ControlPlaneStack(Stack):
             self._grant_report(role, results)
         if needs.task_tokens:  # SendTask* support no resource-level permissions (the token names the task)
             role.add_to_policy(iam.PolicyStatement(actions=["states:SendTaskSuccess"], resources=["*"]))
+        if needs.handover:  # a missing key reads as missing only to a caller that may list it (S3RunStore._absent)
+            role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"],
+                                                   resources=[bucket.arn_for_objects(f"{RUNNER_PREFIX}/*")]))
+            role.add_to_policy(iam.PolicyStatement(
+                actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{RUNNER_PREFIX}/*"]}}))
         if needs.runner_identity:
             self._grant_runner_identity(role, config, cluster_arn, create=needs.runner_identity == "create")
 
@@ -479,7 +486,7 @@ class ControlPlaneStack(Stack):
             environment=env, **self._placement(True, role))
         NagSuppressions.add_resource_suppressions(self.sweep_function, [RUNTIME_REASON])
         NagSuppressions.add_resource_suppressions(role, [
-            _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database", "executions of this "
+            _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database", "Pod Identity associations of the cluster", "executions of this "
                              "state machine", "node-group update ids"),
             {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords support no "
              "resource-level permissions", "appliesTo": ["Resource::*"]},
