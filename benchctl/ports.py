@@ -112,8 +112,9 @@ class IdentityPort(Protocol):
 
     def ensure(self) -> float:
         """Make it unless there; its age in seconds (a new one may need a few seconds to be effective)."""
-    def release(self) -> list[str]:
-        """Remove it (idempotent); what was removed."""
+    def release(self, service_account: bool = True) -> list[str]:
+        """Remove it (idempotent); what was removed. ``service_account`` False: its association only (the
+        caller calls no Kubernetes; the inert service account is the sweeper's)."""
 
 
 class RunStore(Protocol):

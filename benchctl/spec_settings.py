@@ -176,8 +176,6 @@ class Kubernetes(Strict):
                     "checked on GPU nodes that report it (GPU feature discovery labels)")
     hf_token_secret: str = Field(default="hf-token", min_length=1, description="Secret with key HF_TOKEN")
     model_pvc: str = Field(default="model-cache", min_length=1, description="PVC holding the HF model cache")
-    load_service_account: str = Field(default="benchctl-load", min_length=1,
-                                      description="ServiceAccount of load Jobs (S3 write to the raw prefix)")
     load_cpu: str = Field(default="8", description="CPU request/limit of an AIPerf Job (not the bottleneck)")
     load_memory: str = Field(default="16Gi")
     mocker_cpu: str = Field(default="2", description="CPU request/limit of a mocker worker (engine: mocker)")

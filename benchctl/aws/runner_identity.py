@@ -115,9 +115,10 @@ class RunnerIdentity:
                 return self.ensure()
         return max(0.0, self.clock() - created.timestamp())
 
-    def release(self) -> list[str]:
-        """Delete the association(s) of the campaign's service account with the load Job role, then the service
-        account (when a Kubernetes client is there and it is ours); what was removed. Idempotent."""
+    def release(self, service_account: bool = True) -> list[str]:
+        """Delete the association(s) of the campaign's service account with the load Job role, then (unless
+        ``service_account`` is False: a function that calls no Kubernetes) the service account when it is ours;
+        what was removed. Idempotent."""
         removed = []
         eks = self._eks()
         for a in self._associations():
@@ -126,7 +127,7 @@ class RunnerIdentity:
             with contextlib.suppress(eks.exceptions.ResourceNotFoundException):
                 eks.delete_pod_identity_association(clusterName=self.cluster, associationId=a["associationId"])
                 removed.append(f"pod identity association {a['associationId']}")
-        if self._kube is None:
+        if self._kube is None or not service_account:
             return removed
         try:  # without its association the service account grants nothing: one this function may not reach
             kube = self._kube()  # (the Report function calls no Kubernetes) is the sweeper's, by its label

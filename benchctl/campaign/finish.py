@@ -33,7 +33,9 @@ def report(p: Providers, ctx: Ctx, task: Task) -> JSON:
     record_event(p, ctx.campaign_id, timeline.CAMPAIGN, timeline.SUCCEEDED)
     views = p.report.write(ctx.campaign_id) if p.report is not None else {}
     release_locks(p, ctx)
-    release_identity(p, ctx)
+    # Report's function calls no Kubernetes: the association goes (the runner's credentials with it); the
+    # service account, inert without it, is the sweeper's (by its campaign label)
+    release_identity(p, ctx, service_account=False)
     return {"views": sorted(views)}
 
 

@@ -137,10 +137,11 @@ def release_locks(p: Providers, ctx: Ctx) -> list[str]:
     return released
 
 
-def release_identity(p: Providers, ctx: Ctx) -> list[str]:
+def release_identity(p: Providers, ctx: Ctx, *, service_account: bool = True) -> list[str]:
     """Remove this campaign's load runner identity (its service account's association with the load Job role,
-    and the service account where this function may): every end path calls it beside :func:`release_locks`."""
-    return p.identity.release() if p.identity is not None else []
+    and, unless ``service_account`` is False, the service account): every end path calls it beside
+    :func:`release_locks`."""
+    return p.identity.release(service_account) if p.identity is not None else []
 
 
 def abort_campaign(p: Providers, ctx: Ctx, task: Task, *, wait_gone: bool = False) -> JSON:

@@ -125,8 +125,6 @@ def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
          "data": {"HF_TOKEN": "aGZfdG9rZW4="}},
         {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": k.model_pvc, "namespace": k.namespace},
          "spec": {"accessModes": ["ReadWriteMany"]}},
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": k.load_service_account, "namespace": k.namespace}},
         EFA_DEVICE_PLUGIN,
     ):
         api.put(obj)

@@ -313,11 +313,23 @@ def trust_admits(trust: JSON, service: str, tags: dict[str, str], source_account
     return True
 
 
+def assume(sts: Any, role_arn: str, session_name: str, tags: dict[str, str] | None = None) -> dict[str, str]:
+    """One session of a role (``sts`` of a caller that may assume it), its ``tags`` kept for
+    :func:`principal_tags`: its keys as a process environment gets them."""
+    c = sts.assume_role(RoleArn=role_arn, RoleSessionName=session_name.replace(".", "-")[:64])["Credentials"]
+    if tags:
+        _SESSION_TAGS[c["AccessKeyId"]] = dict(tags)
+    return {"AWS_ACCESS_KEY_ID": c["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": c["SecretAccessKey"],
+            "AWS_SESSION_TOKEN": c["SessionToken"]}
+
+
 def assume_roles(iam: Any, sts: Any, roles: dict[str, tuple[JSON, list[JSON]]],
-                 tags: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
+                 tags: dict[str, dict[str, str]] | None = None,
+                 arns: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
     """Create each role in moto (``name -> (trust policy, identity policies)``), before IAM is enforced, and
     assume it: its session's keys as a process environment gets them, per name; ``tags[name]``: the session's
-    tags (what EKS Pod Identity passes: :func:`pod_identity_tags`), kept for :func:`principal_tags`."""
+    tags (what EKS Pod Identity passes: :func:`pod_identity_tags`), kept for :func:`principal_tags`; ``arns``
+    (given): filled with each name's role ARN, for later sessions (:func:`assume`)."""
     out = {}
     made: dict[tuple[str, str], str] = {}
     for name, (trust, docs) in roles.items():
@@ -328,11 +340,9 @@ def assume_roles(iam: Any, sts: Any, roles: dict[str, tuple[JSON, list[JSON]]],
             for i, doc in enumerate(docs):
                 iam.put_role_policy(RoleName=role, PolicyName=f"policy{i}", PolicyDocument=json.dumps(doc))
         arn = made[key]
-        c = sts.assume_role(RoleArn=arn, RoleSessionName=name.replace(".", "-")[:64])["Credentials"]
-        if tags and name in tags:
-            _SESSION_TAGS[c["AccessKeyId"]] = dict(tags[name])
-        out[name] = {"AWS_ACCESS_KEY_ID": c["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": c["SecretAccessKey"],
-                     "AWS_SESSION_TOKEN": c["SessionToken"]}
+        if arns is not None:
+            arns[name] = arn
+        out[name] = assume(sts, arn, name, (tags or {}).get(name))
     return out
 
 
