@@ -133,8 +133,9 @@ def serve_on_moto(monkeypatch: Any, *clusters: str) -> PodIdentity:
     fake.clusters.update(clusters)
 
     class Response(EKSResponse):
-        def _arn(self) -> str:
-            cluster, aid = self._get_param("name"), self._get_param("associationId")
+        def _arn(self) -> str:  # from the path itself: the parameters are parsed after the authorization
+            parts = self.path.split("?")[0].strip("/").split("/")
+            cluster, aid = parts[1], (parts[3] if len(parts) > 3 else "")
             base = f"arn:aws:eks:{self.region}:{self.current_account}"
             return f"{base}:podidentityassociation/{cluster}/{aid}" if aid else f"{base}:cluster/{cluster}"
 
