@@ -77,20 +77,44 @@ def _sweeper_finds_and_deletes_by_our_label() -> FakeKubeApi:
                  "spec": {}})
         api.put({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "p", "namespace": NS,
                                                                             **lbl["metadata"]}, "spec": {}})
+        api.put({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CID, "namespace": NS,
+                                                                           **lbl["metadata"]}})
         kube = _kube(api)
         # what aws_sweep does: the candidates' ids from the lists, then each campaign's objects deleted
         assert campaign_ids(kube, NS) == {CID}
         found = labelled(kube, NS, CID, deleting=False)
-        assert {kind for _, kind, _, _ in found} == {"DynamoGraphDeployment", "Job", "NodePool", "DaemonSet"}
+        assert {kind for _, kind, _, _ in found} == {"DynamoGraphDeployment", "Job", "NodePool", "DaemonSet",
+                                                     "ServiceAccount"}
         for api_version, kind, name, ns in found:
             kube.delete(api_version, kind, name, ns)
+    return api
+
+
+def _a_campaigns_runner_identity_made_again_and_removed() -> FakeKubeApi:
+    """Plan's preflight makes the campaign's runner service account (and, again on a retried Plan, finds it);
+    the end of the campaign removes it (benchctl.aws.runner_identity; EKS as tests/fakes/pod_identity.py)."""
+    import boto3
+    from moto import mock_aws
+
+    from benchctl.aws.runner_identity import RunnerIdentity
+    from tests.fakes import pod_identity
+
+    with mock_aws(), upstream_api() as api:
+        session = boto3.Session(aws_access_key_id="a", aws_secret_access_key="b", region_name="us-east-1")
+        pod_identity.install(session, "bench")
+        ident = RunnerIdentity(lambda: _kube(api), lambda: session.client("eks"), cluster="bench", namespace=NS,
+                               role_arn="arn:aws:iam::123456789012:role/load-job", campaign_id=CID)
+        ident.ensure()
+        ident.ensure()
+        assert ident.release()[-1] == f"ServiceAccount/{CID}"
     return api
 
 
 @pytest.fixture(scope="module")
 def apis(aws_worlds: dict[str, World]) -> list[FakeKubeApi]:
     return [w.api for w in aws_worlds.values()] + [_replace_then_restore_a_nodepool(),
-                                                   _sweeper_finds_and_deletes_by_our_label()]
+                                                   _sweeper_finds_and_deletes_by_our_label(),
+                                                   _a_campaigns_runner_identity_made_again_and_removed()]
 
 
 def test_nothing_the_code_does_is_denied(apis: list[FakeKubeApi]) -> None:
