@@ -12,8 +12,12 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
   add-on; Pools and Teardown describe/update the configured node groups of the one cluster; the
   functions that call Kubernetes describe the cluster (endpoint + CA; the token is a presigned
   ``sts:GetCallerIdentity``, which needs no IAM permission); Plan takes the pool locks, Teardown and
-  Report release them; Report runs Athena queries in the workgroup and creates the views. parliament
-  lints every policy document (tests/infra).
+  Report release them; Report runs Athena queries in the workgroup and creates the views; Plan (and Load,
+  for the doctor's Job) associates a campaign's runner service account with the load Job role (EKS Pod
+  Identity, passing that role only), Teardown, Report and the sweeper remove the association; only Load reads
+  and writes the runner hand-over (``runner/``). The load Job role reaches one campaign's objects only: every
+  one is named by its Pod Identity session's service account (``_load_job_role``). parliament lints every
+  policy document (tests/infra).
 * Configuration: every function gets exactly the variables of ``benchctl.aws.env.LambdaEnv`` (the model
   the runtime parses); the bucket's prefixes are ``benchctl.constants``'.
 * Kubernetes rights: the stack creates an EKS access entry, in the Kubernetes group that
