@@ -76,7 +76,7 @@ class RunnerIdentity:
                 return out
             kw["nextToken"] = page["nextToken"]
 
-    def ensure(self) -> float:
+    def ensure(self, *, again: bool = True) -> float:
         """The service account and its association, created unless there (a retried Plan); returns the
         association's age in seconds. :class:`RunnerIdentityError` when either belongs to someone else."""
         if not self.role_arn:
@@ -111,8 +111,11 @@ class RunnerIdentity:
                 created = eks.create_pod_identity_association(
                     clusterName=self.cluster, namespace=self.namespace, serviceAccount=self.service_account,
                     roleArn=self.role_arn)["association"]["createdAt"]
-            except eks.exceptions.ResourceInUseException:  # created meanwhile (a concurrent retry): judged again
-                return self.ensure()
+            except eks.exceptions.ResourceInUseException:  # created meanwhile (a concurrent retry): judged again,
+                if not again:  # once (a listing that still misses it: Plan's Retry comes back)
+                    raise RunnerIdentityError(f"service account {self.where}: an association exists that the "
+                                              "listing does not show yet; Plan retries") from None
+                return self.ensure(again=False)
         return max(0.0, self.clock() - created.timestamp())
 
     def release(self, service_account: bool = True) -> list[str]:

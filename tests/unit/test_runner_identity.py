@@ -98,3 +98,20 @@ def test_the_preflight_makes_the_identity_and_waits_until_it_settled_before_any_
         preflight(_with_image(_spec()), KubeClient(api.url, token=lambda: "test-token"), campaign_id=CID, identity=settled)
     jobs = [b for m, _, b in api.bodies if m == "POST" and b.get("kind") == "Job"]
     assert {j["spec"]["template"]["spec"]["serviceAccountName"] for j in jobs} == {CID}
+
+
+def test_an_association_made_meanwhile_is_judged_again_once(world, monkeypatch) -> None:
+    """CreatePodIdentityAssociation answers ResourceInUseException (another Plan attempt made it): the
+    association is looked up again and used when it is the load Job role's; a listing that still misses it
+    fails by name instead of trying forever."""
+    session, fake, api = world
+    ident = identity(session, api)
+    ident.ensure()
+    real = RunnerIdentity._associations
+    monkeypatch.setattr(RunnerIdentity, "_associations", lambda self: [])  # the listing lags behind
+    with pytest.raises(RunnerIdentityError, match="an association exists that the listing does not show yet"):
+        ident.ensure()
+    assert fake.calls.count("CreatePodIdentityAssociation") == 3  # the first, then two refused: no loop
+    seen = iter([[], real(ident)])  # the second look finds it
+    monkeypatch.setattr(RunnerIdentity, "_associations", lambda self: next(seen))
+    assert ident.ensure() == 20.0 and len(fake.associations) == 1
