@@ -323,6 +323,21 @@ def assume(sts: Any, role_arn: str, session_name: str, tags: dict[str, str] | No
             "AWS_SESSION_TOKEN": c["SessionToken"]}
 
 
+def assume_as_service(role_arn: str, session_name: str, tags: dict[str, str], region: str = "us-east-1",
+                      account_id: str = "123456789012") -> dict[str, str]:
+    """A session of a role as an AWS service makes it for someone (EKS Pod Identity for a pod): in moto's
+    STS backend of this process, no caller's request to authorize (IAM may be enforced meanwhile); its
+    ``tags`` kept for :func:`principal_tags`. The role's trust is not evaluated here (:func:`trust_admits`)."""
+    from moto.sts.models import sts_backends
+
+    role = sts_backends[account_id]["aws"].assume_role(region_name=region, role_session_name=session_name,
+                                                       role_arn=role_arn, policy=None, duration=3600,
+                                                       external_id=None)
+    _SESSION_TAGS[role.access_key_id] = dict(tags)
+    return {"AWS_ACCESS_KEY_ID": role.access_key_id, "AWS_SECRET_ACCESS_KEY": role.secret_access_key,
+            "AWS_SESSION_TOKEN": role.session_token}
+
+
 def assume_roles(iam: Any, sts: Any, roles: dict[str, tuple[JSON, list[JSON]]],
                  tags: dict[str, dict[str, str]] | None = None,
                  arns: dict[str, str] | None = None) -> dict[str, dict[str, str]]:

@@ -305,16 +305,12 @@ class Account:
     def runner(self, campaign_id: str, identity: str = "load-job") -> dict[str, str]:
         """The credentials EKS Pod Identity gives a pod of this campaign: a session of the load Job role (as
         ``identity`` has it) with Pod Identity's session tags, its service account the campaign's own
-        (benchctl.aws.runner_identity), assumed as the Pod Identity service would: outside IAM's check (one free
-        request; moto checks no trust conditions: tests/infra/test_runner_isolation.py holds the trust)."""
-        from tests.fakes.moto_iam import assume, pod_identity_tags
+        (benchctl.aws.runner_identity), assumed as the Pod Identity service assumes it (in moto's STS of this
+        process, no caller's request; the trust is held by tests/infra/test_runner_isolation.py)."""
+        from tests.fakes.moto_iam import assume_as_service, pod_identity_tags
 
         tags = pod_identity_tags(CLUSTER_ARN, NS, runner_service_account(campaign_id))
-        self.enforcement.set_free_requests(1)
-        try:
-            return assume(self.client("admin", "sts"), self.role_arns[identity], identity, tags)
-        finally:
-            self.enforcement.set_free_requests(0)
+        return assume_as_service(self.role_arns[identity], identity, tags, REGION, ACCOUNT)
 
 
 def _function_env(templates: dict[str, JSON], handler: str) -> JSON:
