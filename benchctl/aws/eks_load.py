@@ -1,7 +1,8 @@
 """``EksLoad`` (LoadPort on EKS): one load runner Job per workload of an experiment (the warm-up its own),
-created at the workload's first step (``render_runner_job``). Each step is a request in the run store that
-the Job's control container picks up; the step's end is the end record it writes after uploading the
-step's artifacts to its raw S3 prefix (``poll``; a Job that ended without it is a failed step);
+created at the workload's first step (``render_runner_job``). Each step is a request in the campaign's
+runner hand-over (``runner/<campaign>/``) that the Job's control container picks up; the step's end is the
+end record it writes, signed with the step's key, after uploading the step's artifacts to its raw S3 prefix
+(``poll``, ``end_record``; a Job that ended without it is a failed step, a forged one EndRecordForged);
 ``failure_logs`` collects the pods' log tails; ``stop`` deletes the Job (Foreground: its pods go with it).
 ``pending`` says why a step's runner does not run yet (its pod waits for a node or its images): until it
 runs nobody heartbeats the step's task token, so LaunchLoad gives AwaitLoadEnd a heartbeat bound that also
@@ -56,8 +57,8 @@ def verified_end(raw: bytes, key_hex: str, step: str, where: str) -> JSON:
 
 class EksLoad(_Jobs):
     """``LoadPort`` on EKS: a load runner Job per workload (``render_runner_job``); a step is a request in
-    the run store (``control``, keys ``runstate.runner_key``, which the load Job role may read and write),
-    its end the end record the Job writes there after uploading the step's artifacts."""
+    the campaign's hand-over (``control``, keys ``runstate.runner_key``; its runner reads them and writes
+    only end records), its end the end record the Job writes there after uploading the step's artifacts."""
 
     def __init__(self, kube: KubeSource, spec: SpecSource, campaign_id: str, *, control: RunStore,
                  region: str, **kw: Any) -> None:

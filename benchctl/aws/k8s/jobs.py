@@ -230,11 +230,12 @@ def aws_cli_env(region: str) -> list[JSON]:
 # --------------------------------------------------------------------------------------- the load runner
 
 # The control container of a load runner Job (AWS CLI v2 image, run as the load image's user; values from its
-# environment, so the script is one constant): for each step in order, wait for the step's request in the run
-# store (LaunchLoad writes it after the budget guard), fetch the step's kept inputs, hand both to the runner
-# (an atomic rename); while AIPerf runs, answer the step's task token (AwaitLoadEnd stores it) with
-# heartbeats, and give up if the runner ended or stopped beating; when the step's exit code appears, upload
-# its artifacts, write the step's end record (CheckLoad reads it), answer the task token (Step Functions
+# environment, so the script is one constant): for each step in order, wait for the step's request in the
+# campaign's hand-over, runner/<campaign>/ (LaunchLoad writes it after the budget guard, with the step's end
+# key), fetch the step's kept inputs, hand both to the runner (an atomic rename); while AIPerf runs, answer the
+# step's task token (AwaitLoadEnd stores it) with heartbeats, and give up if the runner ended or stopped
+# beating; when the step's exit code appears, upload its artifacts, write the step's end record signed with
+# its key (`signed`: HMAC-SHA256 from sha256sum; CheckLoad verifies it), answer the task token (Step Functions
 # resumes at once), free the space.
 # Every other way out (`finish`): the runner told (`control.ended`, it stops too, so the pod ends), the step
 # in flight given an end record naming why, and its task token answered with SendTaskFailure (the error
@@ -371,7 +372,7 @@ def runner_deadline_s(est_total_s: float, steps: int, grace_s: float, pending_s:
 
 def runner_request(step_id: str, argv: list[str], est_s: float, grace_s: float, input_uri: str | None = None, *,
                    end_key: str = "") -> JSON:
-    """What a step asks of its runner Job (the run store's ``request.json``): AIPerf's argv in the Job's paths
+    """What a step asks of its runner Job (the hand-over's ``request.json``): AIPerf's argv in the Job's paths
     (artifacts to ``<step dir>/out``; the step's kept input, named by ``input_uri``, from ``<step dir>/inputs``)
     the step's deadline (its estimate + the load grace) and ``end_key`` (hex), the key its end record is signed
     with (HMAC-SHA256, the control script's ``signed``; ``EksLoad.end_record`` refuses any other)."""

@@ -103,8 +103,9 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, ru
     """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS), run as a
     runner Job runs (its service account, :func:`pod_security`, off the GPU pools). The uploader check then
     makes the runner's calls (:data:`UPLOADER_PATH_CHECK`) where a runner of this campaign makes them: a
-    probe step's raw area in the lake (``lake_uri``) and its keys in the campaign's run store (``run_uri``;
-    default: the placeholder bucket's), in ``region``."""
+    probe step's raw area in the lake (``lake_uri``) and its keys in the campaign's hand-over (``runner/<campaign>/``
+    of ``run_uri``'s bucket; default: the placeholder bucket's), in ``region``, as the campaign's own service
+    account."""
     image = {"aiperf": aiperf_image(spec.kubernetes), "uploader": spec.kubernetes.uploader_image}[check]
     script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
     # the AIPerf check asks what a load runner's pod asks (its AIPerf container, kubernetes.load_cpu/load_memory,
