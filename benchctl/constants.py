@@ -16,6 +16,16 @@ REPORTS_PREFIX = "reports"  # reports/<campaign id>/report.html, written by the 
 # What a load runner Job lists (an IAM ``s3:prefix`` pattern): a step's kept inputs, the raw area's
 # ``raw/campaign_id=<c>/experiment=<e>/step_id=<s>/inputs/`` (benchctl.lake), fetched with ``aws s3 cp --recursive``
 RUNNER_INPUTS_LISTING = f"{LAKE_PREFIX}/raw/campaign_id=*/experiment=*/step_id=*/inputs/"
+# The load runner Jobs' hand-over with the Load function, a top-level prefix of its own (not under runs/, whose
+# ``runs/*/runner/*`` would also match an experiment named ``runner``): runner/<campaign id>/<experiment>/<step>/
+# request.json, token.json (the Load function's), end.json (the runner's). The load Job role reaches only its own
+# campaign's (the Pod Identity session's service account, named after the campaign: benchctl.aws.runner_identity).
+RUNNER_PREFIX = "runner"
+
+
+def runner_prefix(campaign_id: str) -> str:
+    """A campaign's runner hand-over prefix in the results bucket (``runner/<campaign id>``)."""
+    return f"{RUNNER_PREFIX}/{campaign_id}"
 
 # the pool-lock table (DynamoDB): its partition key and its time-to-live attribute
 LOCK_KEY_ATTRIBUTE = "pool"

@@ -37,6 +37,11 @@ class LoadFailed(BenchError):
     """The load generator failed (no usable results)."""
 
 
+class EndRecordForged(LoadFailed):
+    """A load runner's end record that its step's key did not sign (unsigned, altered, or written by someone
+    who never read the step's request): refused, never read as the step's end."""
+
+
 class SmokeTestFailed(BenchError):
     """The short requests after deploy did not succeed."""
 

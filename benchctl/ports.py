@@ -107,6 +107,17 @@ class LoadRequest:
 # -------------------------------------------------------------------------------------------- ports
 
 
+class IdentityPort(Protocol):
+    """The campaign's own identity for its load runners (AWS: a service account and its Pod Identity
+    association, ``benchctl.aws.runner_identity``): made before its first runner pod, removed at its end."""
+
+    def ensure(self) -> float:
+        """Make it unless there; its age in seconds (a new one may need a few seconds to be effective)."""
+    def release(self, service_account: bool = True) -> list[str]:
+        """Remove it (idempotent); what was removed. ``service_account`` False: its association only (the
+        caller calls no Kubernetes; the inert service account is the sweeper's)."""
+
+
 class RunStore(Protocol):
     """Small JSON objects by relative key (a directory locally, an S3 prefix on AWS); only
     ``benchctl.runstate`` names keys."""
@@ -114,6 +125,7 @@ class RunStore(Protocol):
     uri: str
 
     def read_json(self, key: str) -> JSON | None: ...
+    def read_bytes(self, key: str) -> bytes | None: ...
     def write_json(self, key: str, obj: JSON) -> None: ...
     def create_json(self, key: str, obj: JSON) -> JSON | None:
         """Write ``obj`` at ``key`` only if nothing is there, atomically (no two callers both create it):
@@ -277,6 +289,7 @@ class Providers:
     callbacks: CallbackPort | None = None  # who answers task tokens; None: the ASL polls (CheckLoad loop)
     # the deployment's ceilings Plan and ScalePools hold a spec to (benchctl.ceilings); None: none apply
     ceilings: Ceilings | None = None
+    identity: IdentityPort | None = None  # the load runners' own identity (AWS); removed on every end path
 
 
 class Engine(Protocol):

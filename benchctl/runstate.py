@@ -61,9 +61,9 @@ def _pool_events_key(experiment: str) -> str:
 
 
 def runner_key(experiment: str, step_id: str = "", name: str = "") -> str:
-    """The AWS load runner's hand-over (``request.json`` by LaunchLoad, ``token.json`` by AwaitLoadEnd,
-    ``end.json`` by the runner Job; all the load Job role may touch); no step: the experiment's prefix."""
-    return f"runner/{experiment}/" + (f"{step_id}/{name}" if step_id else "")
+    """A key of the AWS runner hand-over store (not the run store: ``constants.runner_prefix``): ``request.json``
+    (LaunchLoad), ``token.json`` (AwaitLoadEnd), ``end.json`` (the runner, its only write). No step: the prefix."""
+    return f"{experiment}/" + (f"{step_id}/{name}" if step_id else "")
 
 
 R = TypeVar("R")

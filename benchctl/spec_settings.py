@@ -185,8 +185,6 @@ class Kubernetes(Strict):
                     "checked on GPU nodes that report it (GPU feature discovery labels)")
     hf_token_secret: K8sObjectName = Field(default="hf-token", description="Secret with key HF_TOKEN")
     model_pvc: K8sObjectName = Field(default="model-cache", description="PVC holding the HF model cache")
-    load_service_account: K8sObjectName = Field(default="benchctl-load",
-                                      description="ServiceAccount of load Jobs (S3 write to the raw prefix)")
     load_cpu: CpuQuantity = Field(default="8", description="CPU request/limit of an AIPerf Job (not the bottleneck)")
     load_memory: MemoryQuantity = Field(default="16Gi")
     mocker_cpu: CpuQuantity = Field(default="2", description="CPU request/limit of a mocker worker (engine: mocker)")

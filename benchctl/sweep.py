@@ -70,9 +70,12 @@ def _sweep_one(cid: str, providers_for: Callable[[str], tuple[Providers, Ctx]], 
     for exp in todo:
         entry.setdefault("teardown", {})[exp] = campaign.teardown_experiment(p, ctx, Task(exp))
     entry["locks_released"] = campaign.release_locks(p, ctx)
+    entry["identity_released"] = campaign.release_identity(p, ctx)
     if extra is not None:
         entry["labelled_objects_deleted"] = extra(cid)
-    if todo or entry["locks_released"] or entry.get("labelled_objects_deleted"):
+    # a finished campaign's inert runner service account (Report removes its association) is only tidied
+    credentials = [r for r in entry["identity_released"] if not r.startswith("ServiceAccount/")]
+    if todo or entry["locks_released"] or credentials or entry.get("labelled_objects_deleted"):
         entry["action"] = "swept"
         campaign.record_event(p, cid, timeline.CAMPAIGN, timeline.SWEPT, experiments=todo)
         record = p.state.campaign()

@@ -51,7 +51,6 @@ KEYS: dict[str, str] = {
     "cluster_name": "the EKS cluster's name (required)",
     "nodegroups": "a list of EKS managed node group names the functions may scale (default none)",
     "namespace": "a Kubernetes namespace name (default dynamo-bench)",
-    "load_service_account": "a Kubernetes service account name (default benchctl-load)",
     "sweep_schedule": "cron(...) or rate(N minutes|hours|days) (default rate(1 hour))",
     "powertools_layer_arn": "a Powertools v3 python3.13 x86_64 layer version ARN of the deploy Region "
                             "(default: resolved per Region, stacks/layers.py)",
@@ -105,7 +104,6 @@ class Config:
     raw_archive_days: int = 90
     namespace: str = "dynamo-bench"
     sweep_schedule: str = "rate(1 hour)"
-    load_service_account: str = "benchctl-load"
     create_access_entries: bool = True
     vpc_id: str | None = None
     subnet_ids: tuple[str, ...] = ()
@@ -268,7 +266,6 @@ def load(node: Node, context: Mapping[str, Any] | None = None) -> Config:
         raw_archive_days=ctx.integer("raw_archive_days", 90, 1, 36500),
         namespace=ctx.text("namespace", "dynamo-bench", _K8S_NAME) or "dynamo-bench",
         sweep_schedule=sweep or "rate(1 hour)",
-        load_service_account=ctx.text("load_service_account", "benchctl-load", _K8S_NAME) or "benchctl-load",
         create_access_entries=ctx.boolean("create_access_entries", True),
         vpc_id=vpc_id,
         subnet_ids=subnets,

@@ -15,8 +15,12 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
   add-on; Pools and Teardown describe/update the configured node groups of the one cluster; the
   functions that call Kubernetes describe the cluster (endpoint + CA; the token is a presigned
   ``sts:GetCallerIdentity``, which needs no IAM permission); Plan takes the pool locks, Teardown and
-  Report release them; Report runs Athena queries in the workgroup and creates the views. parliament
-  lints every policy document (tests/infra).
+  Report release them; Report runs Athena queries in the workgroup and creates the views; Plan (and Load,
+  for the doctor's Job) associates a campaign's runner service account with the load Job role (EKS Pod
+  Identity, passing that role only), Teardown, Report and the sweeper remove the association; only Load reads
+  and writes the runner hand-over (``runner/``). The load Job role reaches one campaign's objects only: every
+  one is named by its Pod Identity session's service account (``_load_job_role``). parliament lints every
+  policy document (tests/infra).
 * The sweeper (scheduled) raises after sweeping the others when one campaign's cleanup raised; an alarm
   on its errors (``SweepFailedAlarm``) notifies the status topic. The optional campaign schedule lives in a
   schedule group of its own, which its role's trust names (not the account's shared ``default``).
@@ -81,6 +85,7 @@ from benchctl.constants import (
     POD_IDENTITY_ADDON,
     REPORTS_PREFIX,
     RUNNER_INPUTS_LISTING,
+    RUNNER_PREFIX,
     RUNS_PREFIX,
     SPECS_PREFIX,
     report_key,
@@ -114,19 +119,24 @@ class FunctionNeeds:
     report: bool = False  # Athena in the workgroup, the views' DDL in Glue, the results and report prefixes
     task_tokens: bool = False  # answers a callback state's task token itself (AwaitLoadEnd, when the end is in)
     lake_tables_only: bool = False  # writes only lake tables (not raw evidence) and the run store's load records
+    handover: bool = False  # reads and writes the load runners' hand-over (runner/<campaign>/: requests, tokens, ends)
+    # the campaign's runner identity (benchctl.aws.runner_identity): "create" makes its Pod Identity association
+    # (iam:PassRole of the load Job role only) and removes it, "remove" only removes it
+    runner_identity: str = ""
     timeout_minutes: int = 5
     memory_mb: int = 512
 
 
 _RELEASE = ("dynamodb:GetItem", "dynamodb:DeleteItem")
 FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.FUNCTIONS
-    "Plan": FunctionNeeds(kubernetes=True, locks=(*_RELEASE, "dynamodb:PutItem"), specs=True, preflight=True),
+    "Plan": FunctionNeeds(kubernetes=True, locks=(*_RELEASE, "dynamodb:PutItem"), specs=True, preflight=True,
+                          runner_identity="create"),
     "Pools": FunctionNeeds(kubernetes=True, nodegroups=True),
     "Serving": FunctionNeeds(kubernetes=True),
-    "Load": FunctionNeeds(kubernetes=True, task_tokens=True),
+    "Load": FunctionNeeds(kubernetes=True, task_tokens=True, handover=True, runner_identity="create"),  # the doctor's runner Job
     "Ingest": FunctionNeeds(lake_tables_only=True, memory_mb=1024),  # parses what load pods wrote
-    "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE),
-    "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024),
+    "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE, runner_identity="remove"),
+    "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024, runner_identity="remove"),
 }
 CEILINGS_FUNCTIONS = ("Plan", "Pools")  # BENCHCTL_CEILINGS (benchctl.ceilings): Plan and ScalePools refuse past them
 K8S_FUNCTIONS = {name for name, needs in FUNCTION_NEEDS.items() if needs.kubernetes}  # + the sweeper
@@ -218,11 +228,13 @@ class ControlPlaneStack(Stack):
                 self, "LoadImage", directory=str(LOAD_IMAGE_DIR), platform=ecr_assets.Platform.LINUX_AMD64,
                 build_args={"BASE_IMAGE": config.load_base_image,
                             "ALLOW_TAG_BASE": "1" if config.load_base_image_tag_ok else "0"}).image_uri
+        self.load_job_role = self._load_job_role(config, results, cluster_arn)
         self.lambda_env = LambdaEnv(
             runs_uri=f"s3://{bucket.bucket_name}/{RUNS_PREFIX}", lake_uri=f"s3://{bucket.bucket_name}/{LAKE_PREFIX}",
             bucket=bucket.bucket_name, database=results.database_name, workgroup=results.workgroup_name,
             cluster=config.cluster_name, nodegroups=tuple(config.nodegroups), namespace=config.namespace,
-            lock_table=self.lock_table.table_name, load_image=load_image_uri, log_level="INFO")
+            lock_table=self.lock_table.table_name, load_image=load_image_uri,
+            load_role_arn=self.load_job_role.role_arn, log_level="INFO")
         env = self.lambda_env.to_env()
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
@@ -258,7 +270,7 @@ class ControlPlaneStack(Stack):
             )
             NagSuppressions.add_resource_suppressions(fn, [RUNTIME_REASON])
             NagSuppressions.add_resource_suppressions(role, [
-                _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database",
+                _wildcard_reason("lake/* and runs/* objects", "runner/* objects (Load)", "Glue tables of this database",
                                  "node-group update ids", "the add-on's id"),
                 {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords"
                  + (" and states:SendTaskSuccess" if needs.task_tokens else "") + " support no "
@@ -294,7 +306,6 @@ class ControlPlaneStack(Stack):
         ], apply_to_children=True)
 
         self._sweeper(config, results, code, layers, env, cluster_arn, nodegroup_arns)
-        self._load_job_identity(config, results)
         self._notifications(config, results)
         self._sweep_alarm(config)
         if config.schedule is not None:
@@ -335,6 +346,28 @@ class ControlPlaneStack(Stack):
             self._grant_report(role, results)
         if needs.task_tokens:  # SendTask* support no resource-level permissions (the token names the task)
             role.add_to_policy(iam.PolicyStatement(actions=["states:SendTaskSuccess"], resources=["*"]))
+        if needs.handover:  # a missing key reads as missing only to a caller that may list it (S3RunStore._absent)
+            role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"],
+                                                   resources=[bucket.arn_for_objects(f"{RUNNER_PREFIX}/*")]))
+            role.add_to_policy(iam.PolicyStatement(
+                actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{RUNNER_PREFIX}/*"]}}))
+        if needs.runner_identity:
+            self._grant_runner_identity(role, config, cluster_arn, create=needs.runner_identity == "create")
+
+    def _grant_runner_identity(self, role: iam.Role, config: Config, cluster_arn: str, *, create: bool) -> None:
+        """A campaign's runner identity (benchctl.aws.runner_identity): list, describe and delete the Pod Identity
+        associations of the cluster; with ``create``, create one and pass the load Job role (and no other role)
+        to EKS Pod Identity."""
+        association = (f"arn:{self.partition}:eks:{self.region}:{self.account}:podidentityassociation/"
+                       f"{config.cluster_name}/*")
+        role.add_to_policy(iam.PolicyStatement(actions=["eks:ListPodIdentityAssociations"], resources=[cluster_arn]))
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["eks:DescribePodIdentityAssociation", "eks:DeletePodIdentityAssociation"], resources=[association]))
+        if create:
+            role.add_to_policy(iam.PolicyStatement(actions=["eks:CreatePodIdentityAssociation"],
+                                                   resources=[cluster_arn]))
+            role.add_to_policy(iam.PolicyStatement(actions=["iam:PassRole"], resources=[self.load_job_role.role_arn]))
 
     # ---------------------------------------------------------------------------------------------
     def _powertools_arn(self, config: Config) -> str:
@@ -484,6 +517,7 @@ class ControlPlaneStack(Stack):
         role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn]))
         if nodegroup_arns:
             self._grant_nodegroups(role, cluster_arn, nodegroup_arns)
+        self._grant_runner_identity(role, config, cluster_arn, create=False)
         self.sweep_role = role
         self.sweep_function = lambda_.Function(
             self, "SweepFunction", runtime=RUNTIME, handler="lambdas.sweep.handler",
@@ -492,7 +526,7 @@ class ControlPlaneStack(Stack):
             environment=env, **self._placement(True, role))
         NagSuppressions.add_resource_suppressions(self.sweep_function, [RUNTIME_REASON])
         NagSuppressions.add_resource_suppressions(role, [
-            _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database", "executions of this "
+            _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database", "Pod Identity associations of the cluster", "executions of this "
                              "state machine", "node-group update ids"),
             {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords support no "
              "resource-level permissions", "appliesTo": ["Resource::*"]},
@@ -503,36 +537,51 @@ class ControlPlaneStack(Stack):
                     schedule=events.Schedule.expression(config.sweep_schedule),
                     targets=[targets.LambdaFunction(self.sweep_function)])
 
-    def _load_job_identity(self, config: Config, results: ResultsStack) -> None:
-        """What the load runner Jobs in the cluster may do (EKS Pod Identity for their service account): fetch a
-        step's generated inputs (``aws s3 cp --recursive`` of its ``inputs/`` prefix: ListObjectsV2 then
-        GetObject) and write its artifacts under the raw prefix; read a step's request and task token and write
-        its end record under the run store's ``runner/`` keys; answer the step's task token (heartbeats,
-        success, failure; SendTask* support no resource-level permissions: the token names the task)."""
+    def _load_job_role(self, config: Config, results: ResultsStack, cluster_arn: str) -> iam.Role:
+        """What a campaign's load runner Jobs may do (EKS Pod Identity; each campaign's own service account,
+        named after the campaign and associated with this role by benchctl.aws.runner_identity at its Plan,
+        removed at its end): every object is named by the session's ``kubernetes-service-account`` tag, which EKS
+        Pod Identity sets (EKS user guide, pod-id-abac), so one campaign's runner reaches only its own: fetch a
+        step's kept inputs (``aws s3 cp --recursive`` of its ``inputs/`` prefix: ListObjectsV2, listing only
+        under the campaign's raw area, then GetObject) and upload its artifacts to the campaign's raw area; read
+        a step's request and task token and write (only) its end record under ``runner/<campaign>/``; answer the
+        step's task token (SendTask* support no resource-level permissions: the token names the task, and only
+        the campaign's runner can read it). Its trust admits EKS Pod Identity for this account, cluster and
+        namespace only (``aws:SourceAccount``, ``aws:RequestTag/eks-cluster-arn``, ``.../kubernetes-namespace``),
+        with the session tags it needs (a session without them names no object)."""
         bucket = results.bucket
-        role = iam.Role(self, "LoadJobRole", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
-                        description="benchctl AIPerf Jobs: upload a step's artifacts to the raw prefix")
+        sa = "${aws:PrincipalTag/kubernetes-service-account}"
+        pods = iam.ServicePrincipal("pods.eks.amazonaws.com")
+        trusted = {"StringEquals": {"aws:SourceAccount": self.account, "aws:RequestTag/eks-cluster-arn": cluster_arn,
+                                    "aws:RequestTag/kubernetes-namespace": config.namespace}}
+        role = iam.Role(self, "LoadJobRole", assumed_by=pods.with_conditions(trusted),
+                        description="benchctl AIPerf Jobs: one campaign's step inputs, artifacts and hand-over, "
+                                    "by the Pod Identity session's service account")
         role.assume_role_policy.add_statements(iam.PolicyStatement(  # type: ignore[union-attr]
-            actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]))
+            actions=["sts:TagSession"], principals=[pods], conditions=trusted))
+        raw = f"{LAKE_PREFIX}/raw/campaign_id={sa}"
         role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"],
-                                               resources=[bucket.arn_for_objects(f"{LAKE_PREFIX}/raw/*")]))
+                                               resources=[bucket.arn_for_objects(f"{raw}/*")]))
         # listing is authorized on the bucket, narrowed by the prefix the request lists: only a step's inputs
-        # (without it S3 refuses the recursive copy's ListObjectsV2, and a missing key is 403, not 404)
-        role.add_to_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
-                                               conditions={"StringLike": {"s3:prefix": [RUNNER_INPUTS_LISTING]}}))
-        role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:GetObject"],
-                                               resources=[bucket.arn_for_objects(f"{RUNS_PREFIX}/*/runner/*")]))
+        # of the campaign (without it the recursive copy's ListObjectsV2 is refused, and a missing key is 403)
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [RUNNER_INPUTS_LISTING.replace("campaign_id=*",
+                                                                                   f"campaign_id={sa}")]}}))
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"],
+                                               resources=[bucket.arn_for_objects(f"{RUNNER_PREFIX}/{sa}/*")]))
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject"],
+                                               resources=[bucket.arn_for_objects(f"{RUNNER_PREFIX}/{sa}/*/end.json")]))
         role.add_to_policy(iam.PolicyStatement(
             actions=["states:SendTaskHeartbeat", "states:SendTaskSuccess", "states:SendTaskFailure"],
             resources=["*"]))
         NagSuppressions.add_resource_suppressions(role, [
-            _wildcard_reason("lake/raw/* objects of each step", "runs/*/runner/* objects of each step"),
+            _wildcard_reason("lake/raw/campaign_id=<the session's service account>/* objects of each step",
+                             "runner/<the session's service account>/* objects of each step"),
             {"id": "AwsSolutions-IAM5", "reason": "states:SendTaskHeartbeat/SendTaskSuccess/SendTaskFailure "
              "support no resource-level permissions (the task token names the task)", "appliesTo": ["Resource::*"]},
         ], apply_to_children=True)
-        eks.CfnPodIdentityAssociation(self, "LoadJobIdentity", cluster_name=config.cluster_name,
-                                      namespace=config.namespace, service_account=config.load_service_account,
-                                      role_arn=role.role_arn)
+        return role
 
     def _notifications(self, config: Config, results: ResultsStack) -> None:
         # the rule's name is fixed so that the key and topic policies can name it (aws:SourceArn) without a

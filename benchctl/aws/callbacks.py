@@ -1,9 +1,9 @@
 """The AWS engine's answer to ``.waitForTaskToken`` states: the load runner Job reports each step's end.
 
 ``AwaitLoadEnd`` hands its task token to :class:`RunnerCallbacks`, which keeps it where the step's
-runner Job looks for it (``runstate.runner_key(experiment, step, "token.json")`` in the run store) and then runs the
-step's wake check once: when it already names a reason (the end record is there because the step ended
-before the token was kept, the serving side died, an abort was requested, the deadline passed), the
+runner Job looks for it (``runstate.runner_key(experiment, step, "token.json")`` in the campaign's hand-over,
+``runner/<campaign>/``, which only that campaign's runner may read) and then runs the step's wake check
+once: when it already names a reason (the end record is there because the step ended before the token was kept, the serving side died, an abort was requested, the deadline passed), the
 token is answered here, at once. Otherwise the Job answers it: it sends ``SendTaskHeartbeat`` while
 AIPerf runs and ``SendTaskSuccess`` right after the step's end record (``RUNNER_CONTROL_SCRIPT``). Both
 sides write first and read second (S3 is strongly consistent), so at least one of them sees the other;

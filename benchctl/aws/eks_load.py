@@ -1,7 +1,8 @@
 """``EksLoad`` (LoadPort on EKS): one load runner Job per workload of an experiment (the warm-up its own),
-created at the workload's first step (``render_runner_job``). Each step is a request in the run store that
-the Job's control container picks up; the step's end is the end record it writes after uploading the
-step's artifacts to its raw S3 prefix (``poll``; a Job that ended without it is a failed step);
+created at the workload's first step (``render_runner_job``). Each step is a request in the campaign's
+runner hand-over (``runner/<campaign>/``) that the Job's control container picks up; the step's end is the
+end record it writes, signed with the step's key, after uploading the step's artifacts to its raw S3 prefix
+(``poll``, ``end_record``; a Job that ended without it is a failed step, a forged one EndRecordForged);
 ``failure_logs`` collects the pods' log tails; ``stop`` deletes the Job (Foreground: its pods go with it).
 ``pending`` says why a step's runner does not run yet (its pod waits for a node or its images): until it
 runs nobody heartbeats the step's task token, so LaunchLoad gives AwaitLoadEnd a heartbeat bound that also
@@ -11,20 +12,53 @@ covers that wait (``timeouts.capacity_s``).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
+import json
+import re
+import secrets
 from typing import Any
 
 from benchctl.aws.eks import JOB, KubeSource, SpecSource, _Jobs, job_logs, job_status
 from benchctl.aws.k8s.client import ApiError, Conflict, NotFound
 from benchctl.aws.k8s.common import selection, selector
 from benchctl.aws.k8s.jobs import raw_prefix, render_runner_job, runner_deadline_s, runner_request
+from benchctl.errors import EndRecordForged
 from benchctl.ports import JSON, LoadRequest, RunStore
 from benchctl.runstate import runner_key
+
+# An end record as the runner Job writes it (RUNNER_CONTROL_SCRIPT ``signed``): the record's JSON text with
+# ``, "hmac": "<HMAC-SHA256 of that text, closed by its '}', with the step's end_key>"}`` in place of its '}'
+_SIGNED = re.compile(rb'(?P<body>\{.*), "hmac": "(?P<sig>[0-9a-f]{64})"\}\s*', re.DOTALL)
+END_KEY_BYTES = 32  # each step's own key (LaunchLoad's, in its request), HMAC-SHA256's block is 64
+
+
+def sign_end(body: bytes, key_hex: str) -> bytes:
+    """``body`` (a JSON object's text) signed as the runner signs it (what tests forge and verify with)."""
+    sig = hmac.new(bytes.fromhex(key_hex), body, hashlib.sha256).hexdigest()
+    return body[:-1] + f', "hmac": "{sig}"}}'.encode()
+
+
+def verified_end(raw: bytes, key_hex: str, step: str, where: str) -> JSON:
+    """The end record ``raw`` of ``step`` once its signature holds with the step's key, else
+    :class:`EndRecordForged` naming ``where`` (an unsigned record, another key's, an altered byte, another step's)."""
+    m = _SIGNED.fullmatch(raw)
+    if m is None:
+        raise EndRecordForged(f"{where}: the end record of step {step} is not signed (no trailing \"hmac\"): refused")
+    want = hmac.new(bytes.fromhex(key_hex), m["body"] + b"}", hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(want, m["sig"].decode()):
+        raise EndRecordForged(f"{where}: the end record of step {step} is not signed with the key of the step's "
+                              "request (forged or altered): refused")
+    data = json.loads(m["body"] + b"}")
+    if not isinstance(data, dict) or data.get("step") != step or not isinstance(data.get("exit_code"), int):
+        raise EndRecordForged(f"{where}: a signed end record that is not step {step}'s ({str(data)[:200]}): refused")
+    return data
 
 
 class EksLoad(_Jobs):
     """``LoadPort`` on EKS: a load runner Job per workload (``render_runner_job``); a step is a request in
-    the run store (``control``, keys ``runstate.runner_key``, which the load Job role may read and write),
-    its end the end record the Job writes there after uploading the step's artifacts."""
+    the campaign's hand-over (``control``, keys ``runstate.runner_key``; its runner reads them and writes
+    only end records), its end the end record the Job writes there after uploading the step's artifacts."""
 
     def __init__(self, kube: KubeSource, spec: SpecSource, campaign_id: str, *, control: RunStore,
                  region: str, **kw: Any) -> None:
@@ -44,7 +78,11 @@ class EksLoad(_Jobs):
             raise ValueError(f"load {request.job_id}: step {step!r} is not one of its runner's steps {steps}")
         group = request.group or step
         grace = self.spec.timeouts.load_grace_s
-        req = runner_request(step, list(request.argv), request.est_s, grace, request.input_uri)
+        # the key the step's end record is signed with, one per step; a redelivered launch keeps the one its
+        # runner may have read already
+        kept = self.control.read_json(runner_key(request.experiment, step, "request.json")) or {}
+        end_key = kept.get("end_key") or secrets.token_hex(END_KEY_BYTES)
+        req = runner_request(step, list(request.argv), request.est_s, grace, request.input_uri, end_key=end_key)
         self.control.write_json(runner_key(request.experiment, step, "request.json"), req)
         job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, prefix,
                                 f"{self.control.uri.rstrip('/')}/{runner_key(request.experiment)}", self.region,
@@ -61,16 +99,29 @@ class EksLoad(_Jobs):
                 "artifact_dir": request.artifact_uri, "argv": req["argv"],
                 "pod_selector": selector(selection(request.campaign_id, request.experiment, group))}
 
+    def end_record(self, experiment: str, step: str) -> JSON | None:
+        """The step's end record once its runner wrote it (None before), verified against the key of the step's
+        request (:func:`verified_end`; a record it does not verify raises :class:`EndRecordForged`)."""
+        raw = self.control.read_bytes(runner_key(experiment, step, "end.json"))
+        if raw is None:
+            return None
+        where = f"{self.control.uri.rstrip('/')}/{runner_key(experiment, step, 'end.json')}"
+        key = (self.control.read_json(runner_key(experiment, step, "request.json")) or {}).get("end_key")
+        if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{2,128}", key):
+            raise EndRecordForged(f"{where}: step {step} has no request with an end_key to verify its end record by")
+        return verified_end(raw, key, step, where)
+
     def poll(self, state: JSON) -> int | None:
-        """The step's exit code from its end record; a runner Job that ended without one failed the step."""
-        end_key = runner_key(state["control"]["experiment"], state["control"]["step"], "end.json")
-        end = self.control.read_json(end_key)
+        """The step's exit code from its (verified) end record; a runner Job that ended without one failed the
+        step."""
+        experiment, step = state["control"]["experiment"], state["control"]["step"]
+        end = self.end_record(experiment, step)
         if end is not None:
             return int(end["exit_code"])
         code = job_status(self.kube, state)
         if code is None:
             return None
-        end = self.control.read_json(end_key)  # written just before the Job ended
+        end = self.end_record(experiment, step)  # written just before the Job ended
         return int(end["exit_code"]) if end is not None else (code or 1)
 
     def pending(self, state: JSON) -> str | None:

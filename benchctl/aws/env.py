@@ -27,6 +27,7 @@ VARIABLES: dict[str, str] = {
     "namespace": "BENCHCTL_NAMESPACE",  # where the sweeper looks for labelled objects
     "lock_table": "BENCHCTL_LOCK_TABLE",  # the pool-lock table (DynamoDB)
     "load_image": "BENCHCTL_LOAD_IMAGE",  # the deployment's load image (AIPerf 0.13.0)
+    "load_role_arn": "BENCHCTL_LOAD_ROLE_ARN",  # the load Job role each campaign's runner service account gets
     "log_level": "POWERTOOLS_LOG_LEVEL",  # read by Powertools' Logger itself (lambdas/_runtime.py)
 }
 
@@ -46,6 +47,7 @@ class LambdaEnv:
     namespace: str = DEFAULT_NAMESPACE
     lock_table: str = ""
     load_image: str = ""
+    load_role_arn: str = ""
     log_level: str = "INFO"
 
     @staticmethod

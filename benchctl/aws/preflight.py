@@ -13,6 +13,7 @@ from benchctl.aws.eks import JOB, job_logs, job_status
 from benchctl.aws.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from benchctl.aws.k8s.common import HF_TOKEN_KEY, LOAD_IMAGE_PLACEHOLDER, aiperf_image, selection, selector
 from benchctl.aws.k8s.preflight_jobs import render_preflight_job
+from benchctl.aws.runner_identity import SETTLE_S, RunnerIdentityError
 from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.errors import NotReadyYet
 from benchctl.ports import JSON
@@ -24,7 +25,8 @@ _STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContain
 
 
 def _check_objects(spec: CampaignSpec, kube: KubeClient) -> list[str]:
-    """The namespace, CRDs, NodeClass, secret (and its key), volume claim and service account."""
+    """The namespace, CRDs, NodeClass, secret (and its key) and volume claim (the runners' service account is
+    the campaign's own, made by the preflight: ``benchctl.aws.runner_identity``)."""
     k = spec.kubernetes
     auto_mode = any(p.provider == "auto-mode" for p in spec.pools)
     checks: list[tuple[tuple[str, str, str, str | None], str]] = [
@@ -33,9 +35,6 @@ def _check_objects(spec: CampaignSpec, kube: KubeClient) -> list[str]:
          "CRD dynamographdeployments.nvidia.com (install the dynamo-platform chart)"),
         (("v1", "Secret", k.hf_token_secret, k.namespace), f"secret {k.namespace}/{k.hf_token_secret} (HF token)"),
         (("v1", "PersistentVolumeClaim", k.model_pvc, k.namespace), f"volume claim {k.namespace}/{k.model_pvc} (model cache)"),
-        (("v1", "ServiceAccount", k.load_service_account, k.namespace),
-         f"service account {k.namespace}/{k.load_service_account} (the load Jobs' identity; without it their "
-         "pods are never created and each Job fails only at its deadline)"),
     ]
     if auto_mode:
         checks += [
@@ -205,14 +204,16 @@ def check_images(spec: CampaignSpec, kube: KubeClient, campaign_id: str, **where
 
 
 def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_name: str = "",
-              campaign_id: str | None = None, **where: str) -> list[str]:
+              campaign_id: str | None = None, identity: Any = None, **where: str) -> list[str]:
     """Every missing prerequisite, by name (empty: all there), before anything is scaled.
 
     Read-only checks first: the cluster, namespace, CRDs (and the Auto Mode NodeClass), the token secret
     and its key, the volume claim, the load service account, the node groups, the GPU driver of the pools'
-    nodes that report it, the EFA device plugin of pools that ask for EFA. Only when all pass (the Jobs need the namespace and the service account), with a
-    ``campaign_id``: the image checks (:func:`check_images`, where the campaign's runners will work: ``where``),
-    which raise NotReadyYet while they run.
+    nodes that report it, the EFA device plugin of pools that ask for EFA. Only when all pass (the Jobs need the namespace), with a
+    ``campaign_id``: the campaign's runner ``identity`` (its service account and Pod Identity association,
+    ``benchctl.aws.runner_identity``: made here, NotReadyYet until it is :data:`SETTLE_S` old), then the image
+    checks (:func:`check_images`, as the campaign's runners will work: ``where``), which raise NotReadyYet while
+    they run.
     """
     try:
         kube.version()
@@ -233,6 +234,14 @@ def preflight(spec: CampaignSpec, kube: KubeClient, *, eks: Any = None, cluster_
     problems += _check_efa(spec, kube)
     if problems or campaign_id is None:
         return problems
+    if identity is not None:  # before any pod of the campaign starts: the image checks run as its runners
+        try:
+            age = identity.ensure()
+        except RunnerIdentityError as err:
+            return [str(err)]
+        if age < SETTLE_S:
+            raise NotReadyYet(f"the runner's Pod Identity association ({identity.where}) is {age:.0f} s old; "
+                              f"associations take several seconds to be effective: its pods start at {SETTLE_S:.0f} s")
     return check_images(spec, kube, campaign_id, **where)
 
 
@@ -281,9 +290,9 @@ def with_load_image(spec: CampaignSpec, load_image: str) -> CampaignSpec:
 class EksPreflight:
     """``PreflightPort`` on AWS: what the deployment allows, then the cluster (:func:`preflight`)."""
 
-    def __init__(self, kube: Any, session: Any, *, cluster: str, nodegroups: tuple[str, ...], load_image: str,
-                 campaign_id: str, run_uri: str, lake_uri: str) -> None:
-        self.kube, self.session, self.cluster = kube, session, cluster
+    def __init__(self, kube: Any, session: Any, identity: Any, *, cluster: str, nodegroups: tuple[str, ...],
+                 load_image: str, campaign_id: str, run_uri: str, lake_uri: str) -> None:
+        self.kube, self.session, self.cluster, self.identity = kube, session, cluster, identity
         self.nodegroups, self.load_image, self.campaign_id = nodegroups, load_image, campaign_id
         self.where = {"run_uri": run_uri, "lake_uri": lake_uri, "region": session.region_name or ""}
 
@@ -291,4 +300,5 @@ class EksPreflight:
         eks = self.session.client("eks")
         return (deployment_preflight(spec, self.nodegroups, self.cluster, eks)
                 + preflight(with_load_image(_allowed_pools_only(spec, self.nodegroups), self.load_image), self.kube(),
-                            eks=eks, cluster_name=self.cluster, campaign_id=self.campaign_id, **self.where))
+                            eks=eks, cluster_name=self.cluster, campaign_id=self.campaign_id, identity=self.identity,
+                            **self.where))

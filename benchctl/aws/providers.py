@@ -15,6 +15,7 @@ from typing import Any
 
 from benchctl.aws.env import LambdaEnv
 from benchctl.ceilings import Ceilings
+from benchctl.constants import runner_prefix
 from benchctl.context import Ctx
 from benchctl.ports import JSON, PoolPort, Providers
 from benchctl.runstate import RunState
@@ -122,12 +123,14 @@ class AwsEngine:
         from benchctl.aws.locks import DynamoLocks
         from benchctl.aws.pools import pools_for
         from benchctl.aws.preflight import EksPreflight, with_load_image
+        from benchctl.aws.runner_identity import RunnerIdentity
         from benchctl.aws.s3 import S3Lake, S3RunStore
 
         env, session = self.env, self.session()
         run_bucket, run_prefix = split_s3_uri(ctx.run_uri)
         lake_bucket, lake_prefix = split_s3_uri(ctx.lake_uri)
         store = S3RunStore(run_bucket, run_prefix, session=session)
+        control = S3RunStore(run_bucket, runner_prefix(ctx.campaign_id), session=session)  # the runner's hand-over
         state = RunState(store)
         cache: dict[str, Any] = {}
 
@@ -146,6 +149,9 @@ class AwsEngine:
                 cache["kube"] = kube_for_cluster(env.cluster, session)
             return cache["kube"]
 
+        identity = RunnerIdentity(kube, lambda: session.client("eks"), cluster=env.cluster,
+                                  namespace=lambda: spec().kubernetes.namespace if state.has_spec() else env.namespace,
+                                  role_arn=env.load_role_arn, campaign_id=ctx.campaign_id)
         report = (AthenaReport(session, database=env.database, workgroup=env.workgroup, bucket=env.bucket or None,
                                lake_uri=ctx.lake_uri) if env.database and env.workgroup else None)
         return Providers(
@@ -154,17 +160,18 @@ class AwsEngine:
             pools=_LazyPools(lambda: pools_for(spec(), ctx.campaign_id, cluster_name=env.cluster, session=session,
                                                kube=kube)),
             serving=EksServing(kube, ctx.campaign_id),
-            load=EksLoad(kube, spec, ctx.campaign_id, control=store, region=session.region_name or ""),
+            load=EksLoad(kube, spec, ctx.campaign_id, control=control, region=session.region_name or ""),
             smoke=EksSmoke(kube, spec, ctx.campaign_id),
             lake=S3Lake(lake_bucket, lake_prefix, database=env.database or None, session=session),
             read_uri=lambda uri: read_s3_uri(uri, s3=session.client("s3")),
             tokenizer="",  # the model's own, offline from the model volume at model.revision
             report=report,
-            preflight=EksPreflight(kube, session, cluster=env.cluster, nodegroups=env.nodegroups,
+            preflight=EksPreflight(kube, session, identity, cluster=env.cluster, nodegroups=env.nodegroups,
                                    load_image=env.load_image, campaign_id=ctx.campaign_id, run_uri=store.uri,
                                    lake_uri=ctx.lake_uri),
             locks=DynamoLocks(env.lock_table, session=session) if env.lock_table else None,
-            callbacks=RunnerCallbacks(store, lambda: session.client("stepfunctions")),
+            callbacks=RunnerCallbacks(control, lambda: session.client("stepfunctions")),
+            identity=identity,
             versions={"benchctl_engine": "aws", **({"load_image": env.load_image} if env.load_image else {})},
             ceilings=self.ceilings,
         )

@@ -295,15 +295,22 @@ class S3RunStore:
             raise ValueError(f"run store key {key!r} has an empty or '.' segment")
         return self._base() + key
 
-    def read_json(self, key: str) -> dict[str, Any] | None:
+    def read_bytes(self, key: str) -> bytes | None:
+        """The object as it was written (None: not there, see :meth:`_absent`)."""
         from botocore.exceptions import ClientError
 
         try:
-            body = self._s3().get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+            body: bytes = self._s3().get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
         except ClientError as exc:
             if self._absent(exc, self._key(key)):
                 return None
             raise
+        return body
+
+    def read_json(self, key: str) -> dict[str, Any] | None:
+        body = self.read_bytes(key)
+        if body is None:
+            return None
         data = json.loads(body.decode("utf-8"))
         return data if isinstance(data, dict) else {"value": data}
 

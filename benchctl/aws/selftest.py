@@ -153,23 +153,36 @@ def _doctor_load(env: LambdaEnv, session: Any, spec_data: Any, campaign_id: str)
     from benchctl.aws.preflight import with_load_image
     from benchctl.aws.providers import split_s3_uri
     from benchctl.aws.s3 import S3RunStore
+    from benchctl.constants import runner_prefix
     from benchctl.spec import parse_spec
 
     if not isinstance(spec_data, dict):
         raise ValueError("the runner Job check needs the spec whose Kubernetes settings it runs with (event 'spec')")
     spec = with_load_image(parse_spec(spec_data), env.load_image)
-    bucket, prefix = split_s3_uri(env.runs_uri)
-    store = S3RunStore(bucket, f"{prefix}/{campaign_id}".strip("/"), session=session)
+    bucket, _ = split_s3_uri(env.runs_uri)
+    store = S3RunStore(bucket, runner_prefix(campaign_id), session=session)  # the runner's hand-over
     return EksLoad(lambda: kube_for_cluster(env.cluster, session), spec, campaign_id, control=store,
                    region=session.region_name or "")
 
 
+def _doctor_identity(env: LambdaEnv, session: Any, load: Any, campaign_id: str) -> Any:
+    """The doctor's campaign's runner identity, as a campaign's Plan makes it (benchctl.aws.runner_identity)."""
+    from benchctl.aws.runner_identity import RunnerIdentity
+
+    return RunnerIdentity(lambda: load.kube, lambda: session.client("eks"), cluster=env.cluster,
+                          namespace=load.spec.kubernetes.namespace, role_arn=env.load_role_arn, campaign_id=campaign_id)
+
+
 def _runner_job(env: LambdaEnv, function: str, session: Any, event: Mapping[str, Any]) -> JSON:
     from benchctl.aws.k8s.common import raw_s3_uri
+    from benchctl.aws.runner_identity import SETTLE_S
     from benchctl.ports import LoadRequest
 
     cid = str(event.get("campaign_id") or f"{DOCTOR}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     load = _doctor_load(env, session, event.get("spec"), cid)
+    age = _doctor_identity(env, session, load, cid).ensure()  # its own service account, as a campaign's runner
+    if age < SETTLE_S:
+        time.sleep(SETTLE_S - age)  # an association takes several seconds to be effective
     state = load.launch(LoadRequest(cid, DOCTOR, DOCTOR, ("--version",), raw_s3_uri(cid, DOCTOR, DOCTOR, env.lake_uri),
                                     est_s=60.0, group=DOCTOR, group_steps=(DOCTOR,), group_est_s=60.0))
     return {"detail": f"Job {state['namespace']}/{state['name']} started (campaign id {cid})",
@@ -198,7 +211,9 @@ def _runner_job_stop(env: LambdaEnv, function: str, session: Any, event: Mapping
     job = event.get("job") or {}
     if not isinstance(job, dict) or "state" not in job:
         raise ValueError("event 'job': the answer of the runner_job check")
-    _doctor_load(env, session, event.get("spec"), str(job["campaign_id"])).stop(job["state"])
+    load = _doctor_load(env, session, event.get("spec"), str(job["campaign_id"]))
+    load.stop(job["state"])
+    _doctor_identity(env, session, load, str(job["campaign_id"])).release()
     return {"detail": f"Job {job['state']['name']} deleted"}
 
 
@@ -215,6 +230,7 @@ def _runner_job_result(env: LambdaEnv, function: str, session: Any, event: Mappi
     end = load.control.read_json(runner_key(DOCTOR, DOCTOR, "end.json")) or {}
     logs = {} if code == 0 and end else load.failure_logs(state, 20)
     load.stop(state)  # the Job and its pod go; its objects in the run store and the raw area are a few bytes
+    _doctor_identity(env, session, load, str(job["campaign_id"])).release()
     if code == 0 and end:
         ran = _uploaded_runner_record(env, session, str(job["campaign_id"]))
         if ran is None:

@@ -1,7 +1,7 @@
 """The sweeper on AWS (a scheduled Lambda): campaigns are found by what they left, not by a list.
 
 Candidates: every campaign id on an object carrying our ``benchctl.io/campaign`` label in the cluster
-(DynamoGraphDeployments, Jobs and pre-pull DaemonSets in the namespace, NodePools; read from the lists,
+(DynamoGraphDeployments, Jobs, pre-pull DaemonSets and runner service accounts in the namespace, NodePools; read from the lists,
 never by a GET per object, which RBAC does not grant for DaemonSets) and every holder of a pool lock. Objects are
 selected by our own labels only, never by ``app.kubernetes.io/managed-by`` (which others may set or
 overwrite).
@@ -24,7 +24,7 @@ from benchctl.runstate import RunState
 from benchctl.sweep import sweep
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
-         ("apps/v1", "DaemonSet", True),
+         ("apps/v1", "DaemonSet", True), ("v1", "ServiceAccount", True),  # a campaign's runner identity
          ("karpenter.sh/v1", "NodePool", False))
 
 

@@ -56,6 +56,7 @@ from benchctl.campaign.serving import (
 from benchctl.campaign.teardown import (
     abort_campaign,
     experiment_failed,
+    release_identity,
     release_locks,
     teardown_experiment,
     unrestored_pools,
@@ -95,7 +96,7 @@ __all__ = [
     "check_load", "check_ready", "check_smoke", "check_warmup", "claim", "deploy", "deployment_request", "error_of",
     "experiment_failed", "experiment_row", "guard", "ingest_after_failure", "ingest_last", "ingest_previous", "ingest_step", "launch_step", "launch_warmup", "load_wake",
     "mark_campaign", "mocker_knobs", "new_campaign_id", "now_iso", "plan", "plan_failed",
-    "plan_failed_without_context", "record_event", "record_failure", "release_locks", "report", "report_ending", "scale_pools",
+    "plan_failed_without_context", "record_event", "record_failure", "release_identity", "release_locks", "report", "report_ending", "scale_pools",
     "smoke", "step_dataset", "stop_load_after_failure", "stop_loads", "teardown_experiment", "unrestored_pools",
     "write_costs",
 ]

@@ -25,7 +25,7 @@ def report(p: Providers, ctx: Ctx, task: Task) -> JSON:
     """The campaign's end: cost rows, its final status, then the views and the report (which show that
     status), then its locks. An abort requested while the last experiment was torn down is honoured
     here, before the campaign is called succeeded."""
-    from benchctl.campaign.teardown import release_locks
+    from benchctl.campaign.teardown import release_identity, release_locks
 
     write_costs(p, ctx)
     guard(p, task.state or "Report", None)
@@ -33,6 +33,9 @@ def report(p: Providers, ctx: Ctx, task: Task) -> JSON:
     record_event(p, ctx.campaign_id, timeline.CAMPAIGN, timeline.SUCCEEDED)
     views = p.report.write(ctx.campaign_id) if p.report is not None else {}
     release_locks(p, ctx)
+    # Report's function calls no Kubernetes: the association goes (the runner's credentials with it); the
+    # service account, inert without it, is the sweeper's (by its campaign label)
+    release_identity(p, ctx, service_account=False)
     return {"views": sorted(views)}
 
 

@@ -110,7 +110,7 @@ def plan_failed(p: Providers, ctx: Ctx, task: Task) -> JSON:
     """RecordPlanFailure: the campaign record says Plan failed and why; only this campaign's locks are
     released (a LockHeld failure leaves the holder's locks alone). Its entry claim (``Operation.claims``)
     made sure the campaign id is this execution's; a CampaignIdInUse is not recorded at all."""
-    from benchctl.campaign.teardown import release_locks
+    from benchctl.campaign.teardown import release_identity, release_locks
 
     name, cause = error_of(task.error)
     if name == CampaignIdInUse.__name__:  # the ASL ends such an execution before this state; should it come
@@ -122,6 +122,7 @@ def plan_failed(p: Providers, ctx: Ctx, task: Task) -> JSON:
     status = "aborted" if name == "Aborted" else "failed"
     c.attempt("campaign record", write_campaign, p, ctx, status, failed_state="Plan", error=name, cause=cause)
     c.attempt("locks", release_locks, p, ctx)
+    c.attempt("runner identity", release_identity, p, ctx)
     c.finish()
     return {"error": name, "cause": cause}
 

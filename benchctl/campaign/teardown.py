@@ -140,6 +140,13 @@ def release_locks(p: Providers, ctx: Ctx) -> list[str]:
     return released
 
 
+def release_identity(p: Providers, ctx: Ctx, *, service_account: bool = True) -> list[str]:
+    """Remove this campaign's load runner identity (its service account's association with the load Job role,
+    and, unless ``service_account`` is False, the service account): every end path calls it beside
+    :func:`release_locks`."""
+    return p.identity.release(service_account) if p.identity is not None else []
+
+
 def abort_campaign(p: Providers, ctx: Ctx, task: Task, *, wait_gone: bool = False) -> JSON:
     """Tear down every experiment of this campaign (found in the run state) and record the failure.
 
@@ -173,5 +180,6 @@ def abort_campaign(p: Providers, ctx: Ctx, task: Task, *, wait_gone: bool = Fals
               failed_state=failure.state if failure is not None else None, error=name, cause=cause)
     c.event(timeline.CAMPAIGN_END[status], error=name, cause=cause, state=failure.state if failure else None)
     c.attempt("locks", release_locks, p, ctx)
+    c.attempt("runner identity", release_identity, p, ctx)
     c.finish()
     return {"done": True, "error": name, "cause": cause}

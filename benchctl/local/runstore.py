@@ -35,6 +35,11 @@ class LocalRunStore:
         data = json.loads(p.read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {"value": data}
 
+    def read_bytes(self, key: str) -> bytes | None:
+        """The object as it was written (None: not there)."""
+        p = self._path(key)
+        return p.read_bytes() if p.exists() else None
+
     def write_json(self, key: str, obj: dict[str, Any]) -> None:
         atomic_write(self._path(key), json.dumps(obj, indent=2, sort_keys=True, default=str))
 

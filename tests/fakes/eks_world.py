@@ -27,7 +27,7 @@ import yaml
 
 from benchctl import campaign
 from benchctl.aws.eks import EksServing, EksSmoke
-from benchctl.aws.eks_load import EksLoad
+from benchctl.aws.eks_load import EksLoad, sign_end
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.k8s.common import LABEL_MANAGED, LABEL_STEP
@@ -129,8 +129,6 @@ def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
          "data": {"HF_TOKEN": "aGZfdG9rZW4="}},
         {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": k.model_pvc, "namespace": k.namespace},
          "spec": {"accessModes": ["ReadWriteMany"]}},
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": k.load_service_account, "namespace": k.namespace}},
         EFA_DEVICE_PLUGIN,
     ):
         api.put(obj)
@@ -292,8 +290,12 @@ def end_runner_step(p: Providers, experiment: str, step_id: str, exit_code: int)
     """What a load runner Job's control container does when a step ended: its end record in the run store."""
     assert isinstance(p.load, EksLoad)
     rec = p.state.load(experiment, step_id)
-    assert rec is not None and p.load.control.read_json(runner_key(experiment, step_id, "request.json")) is not None
-    p.load.control.write_json(runner_key(experiment, step_id, "end.json"), {"exit_code": exit_code, "ended_at": 0})
+    request = p.load.control.read_json(runner_key(experiment, step_id, "request.json"))
+    assert rec is not None and request is not None
+    body = json.dumps({"exit_code": exit_code, "ended_at": 0, "step": step_id}).encode()  # signed as the Job signs
+    end = Path(p.load.control.uri) / runner_key(experiment, step_id, "end.json")
+    end.parent.mkdir(parents=True, exist_ok=True)
+    end.write_bytes(sign_end(body, request["end_key"]))
 
 
 def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> tuple[Providers, Ctx, S3NamedLake]:

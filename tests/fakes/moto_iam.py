@@ -68,17 +68,62 @@ class Enforcement:
             r.read()
 
 
-def _wildcard(pattern: str, value: str, *, ignore_case: bool = False) -> bool:
-    """IAM's ``*`` (any run of characters) and ``?`` (one character)."""
-    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.fullmatch(rx, value, flags=re.IGNORECASE | re.DOTALL if ignore_case else re.DOTALL) is not None
+# A policy variable: ${key}, ${key, 'default'}; ${*}, ${?} and ${$} are the literal characters
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")
+_UNRESOLVED = object()
+
+
+def _pattern(text: str, variables: dict[str, str] | None) -> str | None:
+    """``text`` as a regular expression: IAM's ``*`` (any run of characters) and ``?`` (one character), and, when
+    ``variables`` is given (a 2012-10-17 policy), each policy variable replaced by the request's value of its key,
+    matched literally (a ``*`` in a tag value is no wildcard: stricter than trusting it). None when a variable's
+    key is not in the request and has no default: the element that holds it matches nothing (IAM User Guide,
+    "IAM policy elements: Variables and tags": a missing key's variable makes the Resource element not match
+    and the condition false)."""
+    out, pos = [], 0
+    for m in (_VARIABLE.finditer(text) if variables is not None else ()):
+        out.append(_glob(text[pos:m.start()]))
+        inner = m[1].strip()
+        if inner in ("*", "?", "$"):
+            out.append(re.escape(inner))
+        else:
+            key, _, default = inner.partition(",")
+            value = variables.get(key.strip()) if variables is not None else None
+            if value is None and default.strip():
+                value = default.strip().strip("'")
+            if value is None:
+                return None
+            out.append(re.escape(value))
+        pos = m.end()
+    out.append(_glob(text[pos:]))
+    return "".join(out)
+
+
+def _glob(text: str) -> str:
+    return "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in text)
+
+
+def _wildcard(pattern: str, value: str, *, ignore_case: bool = False, variables: dict[str, str] | None = None) -> bool:
+    """IAM's ``*`` and ``?`` (and policy variables: :func:`_pattern`)."""
+    rx = _pattern(pattern, variables)
+    return rx is not None and re.fullmatch(rx, value, flags=re.IGNORECASE | re.DOTALL if ignore_case
+                                           else re.DOTALL) is not None
+
+
+def _equals(pattern: str, value: str, *, ignore_case: bool, variables: dict[str, str] | None) -> bool:
+    """A StringEquals-like comparison: no wildcards, but policy variables substituted."""
+    if variables is not None and _VARIABLE.search(pattern):
+        rx = _pattern(pattern.replace("*", "${*}").replace("?", "${?}"), variables)
+        return rx is not None and re.fullmatch(rx, value, flags=re.IGNORECASE if ignore_case else 0) is not None
+    return pattern.lower() == value.lower() if ignore_case else pattern == value
 
 
 def _listed(v: Any) -> list[Any]:
     return v if isinstance(v, list) else [v]
 
 
-def _condition_holds(block: JSON, context: dict[str, str], problems: list[str]) -> bool:
+def _condition_holds(block: JSON, context: dict[str, str], problems: list[str],
+                     variables: dict[str, str] | None = None) -> bool:
     for op, keys in block.items():
         base, if_exists = (op[: -len("IfExists")], True) if op.endswith("IfExists") else (op, False)
         if base not in _POSITIVE and base not in _NEGATIVE:
@@ -92,8 +137,8 @@ def _condition_holds(block: JSON, context: dict[str, str], problems: list[str]) 
                 if base in _NEGATIVE or if_exists:
                     continue
                 return False
-            hit = any(_wildcard(str(v), actual, ignore_case=nocase) if like
-                      else (str(v).lower() == actual.lower() if nocase else str(v) == actual) for v in _listed(values))
+            hit = any(_wildcard(str(v), actual, ignore_case=nocase, variables=variables) if like
+                      else _equals(str(v), actual, ignore_case=nocase, variables=variables) for v in _listed(values))
             if hit == (base in _NEGATIVE):
                 return False
     return True
@@ -106,6 +151,8 @@ def evaluate(documents: list[JSON], action: str, resource: str, context: dict[st
     problems = problems if problems is not None else []
     allowed = False
     for doc in documents:
+        # policy variables are variables only in a 2012-10-17 policy (literal text in 2008-10-17's)
+        variables = context if doc.get("Version") == "2012-10-17" else None
         for st in _listed(doc.get("Statement", [])):
             if "Action" in st:
                 acts = any(_wildcard(a, action, ignore_case=True) for a in _listed(st["Action"]))
@@ -115,12 +162,13 @@ def evaluate(documents: list[JSON], action: str, resource: str, context: dict[st
                 continue
             if resource != "*":
                 if "Resource" in st:
-                    hits = any(_wildcard(r, resource) for r in _listed(st["Resource"]))
+                    hits = any(_wildcard(r, resource, variables=variables) for r in _listed(st["Resource"]))
                 else:
-                    hits = not any(_wildcard(r, resource) for r in _listed(st.get("NotResource", [])))
+                    hits = not any(_wildcard(r, resource, variables=variables)
+                                   for r in _listed(st.get("NotResource", [])))
                 if not hits:
                     continue
-            if not _condition_holds(st.get("Condition") or {}, context, problems):
+            if not _condition_holds(st.get("Condition") or {}, context, problems, variables):
                 continue
             if st.get("Effect") == "Deny":
                 return "Deny"
@@ -164,14 +212,16 @@ def iam_enforced(url: str) -> Iterator[Enforcement]:
         enforcement.checked.append((who, self._action, resource))
         if resource == "*":
             enforcement.unnamed.add(self._action)
-        decision = evaluate(documents, self._action, resource, _request_context(self._action, self._path),
-                            enforcement.problems)
+        context = {**_request_context(self._action, self._path),
+                   **principal_tags(getattr(self._access_key, "_access_key_id", ""))}
+        decision = evaluate(documents, self._action, resource, context, enforcement.problems)
         if decision != "Allow":
             enforcement.denied.append((who, self._action, resource))
             self._raise_access_denied()
         if self._action == "s3:GetObject" and _missing_object(self.account_id, resource):
             bucket = resource.removeprefix("arn:aws:s3:::").split("/")[0]
-            if evaluate(documents, "s3:ListBucket", f"arn:aws:s3:::{bucket}", {}, enforcement.problems) != "Allow":
+            tags = principal_tags(getattr(self._access_key, "_access_key_id", ""))
+            if evaluate(documents, "s3:ListBucket", f"arn:aws:s3:::{bucket}", tags, enforcement.problems) != "Allow":
                 enforcement.denied.append((who, "s3:ListBucket (a missing key's 404)", f"arn:aws:s3:::{bucket}"))
                 self._raise_access_denied()
 
@@ -220,29 +270,94 @@ def fresh_account(url: str) -> None:
 
 def function_roles(templates: dict[str, JSON], template: str) -> dict[str, str]:
     """Who acts with which synthesized role: each function's handler -> its role's logical id, and "runner"
-    -> the role the load Jobs get through EKS Pod Identity."""
+    -> the role the load Jobs get through EKS Pod Identity (the one role that trusts pods.eks.amazonaws.com;
+    each campaign's association with it is made at run time: benchctl.aws.runner_identity)."""
     out = {}
-    for res in templates[template]["Resources"].values():
+    for rid, res in templates[template]["Resources"].items():
         props = res.get("Properties", {})
         if res["Type"] == "AWS::Lambda::Function":
             out[props["Handler"]] = props["Role"]["Fn::GetAtt"][0]
-        if res["Type"] == "AWS::EKS::PodIdentityAssociation":
-            out["runner"] = props["RoleArn"]["Fn::GetAtt"][0]
+        if res["Type"] == "AWS::IAM::Role" and "pods.eks.amazonaws.com" in json.dumps(props["AssumeRolePolicyDocument"]):
+            assert "runner" not in out, f"{template}: more than one role trusts EKS Pod Identity"
+            out["runner"] = rid
     return out
 
 
-def assume_roles(iam: Any, sts: Any, roles: dict[str, tuple[JSON, list[JSON]]]) -> dict[str, dict[str, str]]:
+# the session tags of each assumed role's session (moto keeps none): access key id -> aws:PrincipalTag/<key>
+_SESSION_TAGS: dict[str, dict[str, str]] = {}
+
+
+def principal_tags(access_key_id: str) -> dict[str, str]:
+    """The ``aws:PrincipalTag/<key>`` condition keys of the session with this access key (none: no tags)."""
+    return {f"aws:PrincipalTag/{k}": v for k, v in _SESSION_TAGS.get(access_key_id, {}).items()}
+
+
+def pod_identity_tags(cluster_arn: str, namespace: str, service_account: str, pod: str = "pod-0") -> dict[str, str]:
+    """The session tags EKS Pod Identity passes when it assumes a role for a pod (EKS user guide, pod-id-abac:
+    "List of session tags added by EKS Pod Identity")."""
+    return {"eks-cluster-arn": cluster_arn, "eks-cluster-name": cluster_arn.rsplit("/", 1)[-1],
+            "kubernetes-namespace": namespace, "kubernetes-service-account": service_account,
+            "kubernetes-pod-name": pod, "kubernetes-pod-uid": f"uid-{pod}"}
+
+
+def trust_admits(trust: JSON, service: str, tags: dict[str, str], source_account: str) -> bool:
+    """Whether a role's trust policy lets ``service`` assume it with these session tags (sts:AssumeRole and
+    sts:TagSession, each with ``aws:RequestTag/<key>`` and ``aws:SourceAccount`` in the request), as IAM
+    decides a role trust policy: a statement naming that service principal, its conditions held."""
+    context = {**{f"aws:RequestTag/{k}": v for k, v in tags.items()}, "aws:SourceAccount": source_account}
+    for action in ("sts:AssumeRole", "sts:TagSession"):
+        docs = [{**trust, "Statement": [st for st in _listed(trust.get("Statement", []))
+                                        if service in _listed((st.get("Principal") or {}).get("Service", []))]}]
+        if evaluate(docs, action, "*", context) != "Allow":
+            return False
+    return True
+
+
+def assume(sts: Any, role_arn: str, session_name: str, tags: dict[str, str] | None = None) -> dict[str, str]:
+    """One session of a role (``sts`` of a caller that may assume it), its ``tags`` kept for
+    :func:`principal_tags`: its keys as a process environment gets them."""
+    c = sts.assume_role(RoleArn=role_arn, RoleSessionName=session_name.replace(".", "-")[:64])["Credentials"]
+    if tags:
+        _SESSION_TAGS[c["AccessKeyId"]] = dict(tags)
+    return {"AWS_ACCESS_KEY_ID": c["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": c["SecretAccessKey"],
+            "AWS_SESSION_TOKEN": c["SessionToken"]}
+
+
+def assume_as_service(role_arn: str, session_name: str, tags: dict[str, str], region: str = "us-east-1",
+                      account_id: str = "123456789012") -> dict[str, str]:
+    """A session of a role as an AWS service makes it for someone (EKS Pod Identity for a pod): in moto's
+    STS backend of this process, no caller's request to authorize (IAM may be enforced meanwhile); its
+    ``tags`` kept for :func:`principal_tags`. The role's trust is not evaluated here (:func:`trust_admits`)."""
+    from moto.sts.models import sts_backends
+
+    role = sts_backends[account_id]["aws"].assume_role(region_name=region, role_session_name=session_name,
+                                                       role_arn=role_arn, policy=None, duration=3600,
+                                                       external_id=None)
+    _SESSION_TAGS[role.access_key_id] = dict(tags)
+    return {"AWS_ACCESS_KEY_ID": role.access_key_id, "AWS_SECRET_ACCESS_KEY": role.secret_access_key,
+            "AWS_SESSION_TOKEN": role.session_token}
+
+
+def assume_roles(iam: Any, sts: Any, roles: dict[str, tuple[JSON, list[JSON]]],
+                 tags: dict[str, dict[str, str]] | None = None,
+                 arns: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
     """Create each role in moto (``name -> (trust policy, identity policies)``), before IAM is enforced, and
-    assume it: its session's keys as a process environment gets them, per name."""
+    assume it: its session's keys as a process environment gets them, per name; ``tags[name]``: the session's
+    tags (what EKS Pod Identity passes: :func:`pod_identity_tags`), kept for :func:`principal_tags`; ``arns``
+    (given): filled with each name's role ARN, for later sessions (:func:`assume`)."""
     out = {}
+    made: dict[tuple[str, str], str] = {}
     for name, (trust, docs) in roles.items():
-        role = f"rehearsal-{name}".replace(".", "-")[:64]
-        arn = iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
-        for i, doc in enumerate(docs):
-            iam.put_role_policy(RoleName=role, PolicyName=f"policy{i}", PolicyDocument=json.dumps(doc))
-        c = sts.assume_role(RoleArn=arn, RoleSessionName=name.replace(".", "-")[:64])["Credentials"]
-        out[name] = {"AWS_ACCESS_KEY_ID": c["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": c["SecretAccessKey"],
-                     "AWS_SESSION_TOKEN": c["SessionToken"]}
+        key = (json.dumps(trust, sort_keys=True), json.dumps(docs, sort_keys=True))
+        if key not in made:  # one role per distinct (trust, policies): sessions of one role differ by their tags
+            role = f"rehearsal-{len(made)}-{name}".replace(".", "-")[:64]
+            made[key] = iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+            for i, doc in enumerate(docs):
+                iam.put_role_policy(RoleName=role, PolicyName=f"policy{i}", PolicyDocument=json.dumps(doc))
+        arn = made[key]
+        if arns is not None:
+            arns[name] = arn
+        out[name] = assume(sts, arn, name, (tags or {}).get(name))
     return out
 
 

@@ -105,6 +105,7 @@ def _world_names(templates: dict[str, Any]) -> dict[str, str]:
     return {f"arn:aws:s3:::{env['BENCHCTL_BUCKET']}": f"arn:aws:s3:::{BUCKET}",
             f":table/{env['BENCHCTL_LOCK_TABLE']}": f":table/{LOCKS}",
             f":cluster/{env['BENCHCTL_CLUSTER']}": f":cluster/{CLUSTER}",
+            f":podidentityassociation/{env['BENCHCTL_CLUSTER']}/": f":podidentityassociation/{CLUSTER}/",
             f":nodegroup/{env['BENCHCTL_CLUSTER']}/": f":nodegroup/{CLUSTER}/"}
 
 
@@ -128,6 +129,16 @@ def _roles(templates: dict[str, Any]) -> dict[str, tuple[Any, list[Any]]]:
             for who, rid in function_roles(templates, CP).items()}
 
 
+def _load_role_arn(out: Path) -> str:
+    """The load Job role's ARN as the stack gives it to the functions (what Plan and Load may pass)."""
+    from tests.fakes.moto_iam import function_roles
+    from tests.infra.cfn_resolve import Resolver
+
+    templates = load_templates(out)
+    arn: str = Resolver(templates).resolve({"Fn::GetAtt": [function_roles(templates, CP)["runner"], "Arn"]}, CP)
+    return arn
+
+
 def _function_env(out: Path, url: str) -> dict[str, str]:
     """The variables the stack gives a function (their names from the template), with this test's values."""
     (names,) = {tuple(sorted(f["Properties"]["Environment"]["Variables"]))
@@ -137,7 +148,7 @@ def _function_env(out: Path, url: str) -> dict[str, str]:
               "BENCHCTL_RUNS_URI": f"s3://{BUCKET}/runs", "BENCHCTL_DATABASE": DATABASE,
               "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER, "BENCHCTL_NODEGROUPS": ",".join(NODEGROUPS),
               "BENCHCTL_LOCK_TABLE": LOCKS, "BENCHCTL_LOAD_IMAGE": "123456789012.dkr.ecr.us-east-1.amazonaws.com/load:1",
-              "POWERTOOLS_LOG_LEVEL": "INFO"}
+              "BENCHCTL_LOAD_ROLE_ARN": _load_role_arn(out), "POWERTOOLS_LOG_LEVEL": "INFO"}
     assert set(names) == set(values), f"the stack's function variables changed: {sorted(names)}"
     return {**values,  # what the Lambda service itself sets, and where "AWS" is
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -208,7 +219,6 @@ def _aws_world(client: Any, api: Any, tmp: Path, cases: tuple[Case, ...]) -> Non
                 {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": NS},
                  "data": {"HF_TOKEN": "aGY="}},
                 {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache", "namespace": NS}},
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "benchctl-load", "namespace": NS}},
                 EFA_DEVICE_PLUGIN):  # the seed plan's p4d pool asks for EFA
         api.put(obj)
     api.on_create("Job", lambda a, obj: a.set_status("Job", NS, obj["metadata"]["name"], {"succeeded": 1}))
@@ -251,8 +261,16 @@ def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[di
     import boto3
     from moto.server import ThreadedMotoServer
 
+    from tests.fakes import pod_identity
     from tests.fakes.k8s_api import FakeKubeApi
-    from tests.fakes.moto_iam import administrator, assume_roles, fresh_account, iam_enforced
+    from tests.fakes.moto_iam import (
+        administrator,
+        assume,
+        assume_roles,
+        fresh_account,
+        iam_enforced,
+        pod_identity_tags,
+    )
 
     python = ENV_DIR / "python"
     assert python.exists(), (f"{python} is missing: this machine has no Python {layers.PYTHON_VERSION} (the "
@@ -260,6 +278,9 @@ def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[di
     assert (ENV_DIR / "opt" / "python").is_dir(), f"{ENV_DIR} is not built: run scripts/setup.sh"
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
+    patches = pytest.MonkeyPatch()
+    # moto's EKS has no Pod Identity calls: answered in its server, authorized as moto authorizes any call
+    pods = pod_identity.serve_on_moto(patches, CLUSTER)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     fresh_account(url)
@@ -275,14 +296,19 @@ def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[di
             _aws_world(client, api, tmp, cases)
             # every actor with its own synthesized role, and the test itself as an administrator from here on
             iam = client("iam")
-            credentials = assume_roles(iam, client("sts"), _roles(load_templates(default_out)))
+            arns: dict[str, str] = {}
+            credentials = assume_roles(iam, client("sts"), _roles(load_templates(default_out)), arns=arns)
+            # each campaign's runner: the load Job role as EKS Pod Identity gives it to that campaign's pods
+            runners = {case.cid: assume(client("sts"), arns["runner"], "runner", pod_identity_tags(
+                f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/{CLUSTER}", NS, case.cid)) for case in cases}
             admin = administrator(iam)
             session = boto3.session.Session(aws_access_key_id=admin["AWS_ACCESS_KEY_ID"],
                                             aws_secret_access_key=admin["AWS_SECRET_ACCESS_KEY"], region_name=REGION)
             enforcement = stack.enter_context(iam_enforced(url))
             results = {}
             for case in cases:
-                results[case.cid] = _run_driver(default_out, tmp / case.cid, case, url, credentials)
+                results[case.cid] = _run_driver(default_out, tmp / case.cid, case, url,
+                                                {**credentials, "runner": runners[case.cid]})
             s3 = client("s3")
             athena = client("athena")
             ids = athena.list_query_executions(WorkGroup=WORKGROUP)["QueryExecutionIds"]
@@ -295,12 +321,13 @@ def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[di
                     DatabaseName=DATABASE, TableName=table)["Partitions"]],
                 "queries": [athena.get_query_execution(QueryExecutionId=i)["QueryExecution"]["Query"] for i in ids],
                 "locks": client("dynamodb").scan(TableName=LOCKS)["Items"],
-                "iam": enforcement,
+                "iam": enforcement, "pod_identity": pods,
             }
             yield {spec: {**shared, **r} for spec, r in results.items()}
     finally:
         fresh_account(url)
         server.stop()
+        patches.undo()
 
 
 def _run_driver(default_out: Path, tmp: Path, case: Case, url: str, credentials: dict[str, Any]) -> dict[str, Any]:
@@ -555,3 +582,20 @@ def test_a_failed_execution_writes_its_report_to_s3_and_its_receipt_reads_every_
 
 def _resources_of(templates: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [r for t in templates.values() for r in (t.get("Resources") or {}).values() if r.get("Type") == kind]
+
+
+def test_each_campaigns_runner_identity_is_made_by_plan_and_its_association_removed_by_report(runs, default_out):
+    """Plan's preflight made each campaign's service account and its Pod Identity association with the load Job
+    role (passing that role, under IAM enforcement); the Report removed the association; the service account,
+    inert without it, is left for the sweeper (Report calls no Kubernetes)."""
+    run = runs[SEED.spec]
+    pods, kube = run["pod_identity"], run["kube"]
+    assert pods.calls.count("CreatePodIdentityAssociation") == len(runs)
+    assert pods.associations == {}  # each campaign's Report removed its own
+    for r in runs.values():
+        cid = r["case"].cid
+        sa = kube.stored("ServiceAccount", cid, NS)
+        assert sa is not None and sa["metadata"]["labels"]["benchctl.io/campaign"] == cid
+    passed = [(a, res) for who, a, res in run["iam"].checked if a == "iam:PassRole"]
+    assert passed and {res for _, res in passed} == {_load_role_arn(default_out)}
+

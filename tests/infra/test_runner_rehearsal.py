@@ -58,11 +58,13 @@ import yaml
 
 from benchctl import aiperf_args, asl
 from benchctl.aws.k8s import jobs, preflight_jobs
-from benchctl.aws.k8s.common import LOAD_IMAGE_PLACEHOLDER
+from benchctl.aws.k8s.common import LOAD_IMAGE_PLACEHOLDER, runner_service_account
+from benchctl.constants import runner_prefix
 from benchctl.local import modeldir
 from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.spec import CampaignSpec, parse_spec
+from tests.fakes import pod_identity
 from tests.fakes.moto_iam import (
     Enforcement,
     administrator,
@@ -78,6 +80,7 @@ from tests.infra.conftest import CP, ROOT
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(900)]
 JSON = dict[str, Any]
 NS = "dynamo-bench"
+CLUSTER_ARN = f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/dynamo-bench"  # cdk.json's benchctl:cluster_name
 
 
 # --------------------------------------------------------------------------------------------- images
@@ -293,9 +296,21 @@ class Account:
     sessions: dict[str, Any]  # "admin", "load-function", and one per pod identity variant
     credentials: dict[str, dict[str, str]]
     awaited: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (campaign, experiment, step) -> token
+    role_arns: dict[str, str] = field(default_factory=dict)  # identity -> its role's ARN
+    pod_identity: Any = None  # the Load function's EKS Pod Identity calls (tests/fakes/pod_identity.py)
 
     def client(self, who: str, service: str) -> Any:
         return self.sessions[who].client(service, endpoint_url=self.url, region_name=REGION)
+
+    def runner(self, campaign_id: str, identity: str = "load-job") -> dict[str, str]:
+        """The credentials EKS Pod Identity gives a pod of this campaign: a session of the load Job role (as
+        ``identity`` has it) with Pod Identity's session tags, its service account the campaign's own
+        (benchctl.aws.runner_identity), assumed as the Pod Identity service assumes it (in moto's STS of this
+        process, no caller's request; the trust is held by tests/infra/test_runner_isolation.py)."""
+        from tests.fakes.moto_iam import assume_as_service, pod_identity_tags
+
+        tags = pod_identity_tags(CLUSTER_ARN, NS, runner_service_account(campaign_id))
+        return assume_as_service(self.role_arns[identity], identity, tags, REGION, ACCOUNT)
 
 
 def _function_env(templates: dict[str, JSON], handler: str) -> JSON:
@@ -354,10 +369,12 @@ def account(templates: dict[str, JSON]) -> Iterator[Account]:
             return resolve.resolve(t[CP]["Resources"][rid]["Properties"]["AssumeRolePolicyDocument"], CP), docs
 
         job_docs = role_documents(t, CP, who["runner"])
+        arns: dict[str, str] = {}
         credentials = assume_roles(iam, sts, {
             "load-job": role(who["runner"], job_docs),
             "load-job-without-list-bucket": role(who["runner"], _without_list_bucket(job_docs)),
-            "load-function": role(who["lambdas.load.handler"], role_documents(t, CP, who["lambdas.load.handler"]))})
+            "load-function": role(who["lambdas.load.handler"], role_documents(t, CP, who["lambdas.load.handler"]))},
+            arns=arns)
         credentials["admin"] = administrator(iam)
         sessions = {name: boto3.session.Session(aws_access_key_id=c["AWS_ACCESS_KEY_ID"],
                                                 aws_secret_access_key=c["AWS_SECRET_ACCESS_KEY"],
@@ -366,7 +383,9 @@ def account(templates: dict[str, JSON]) -> Iterator[Account]:
         with pytest.MonkeyPatch.context() as mp, iam_enforced(url) as enforcement:
             mp.setenv("AWS_ENDPOINT_URL", url)
             acct = Account(url, env["BENCHCTL_BUCKET"], env["BENCHCTL_RUNS_URI"], env["BENCHCTL_LAKE_URI"], enforcement,
-                           sessions, credentials)
+                           sessions, credentials, role_arns=arns,
+                           # moto has no Pod Identity calls: the Load function's (the doctor's) answered here
+                           pod_identity=pod_identity.install(sessions["load-function"], "dynamo-bench"))
 
             def invoke(params: JSON, **_: Any) -> tuple[Any, JSON]:
                 """AwaitLoadEnd's Lambda task: the Load function keeps the token where the runner looks."""
@@ -378,7 +397,7 @@ def account(templates: dict[str, JSON]) -> Iterator[Account]:
                 event = json.loads(params.get("body") or b"{}")
                 cid, exp, step = event["ctx"]["campaign_id"], event["experiment"], event["step"]["step_id"]
                 fn = sessions["load-function"]
-                store = S3RunStore(acct.bucket, f"{acct.runs_uri.split('/', 3)[3]}/{cid}", session=fn)
+                store = S3RunStore(acct.bucket, runner_prefix(cid), session=fn)  # the runner hand-over
                 callbacks = RunnerCallbacks(store, lambda: fn.client("stepfunctions", endpoint_url=url))
                 acct.awaited[(cid, exp, step)] = event["task_token"]
                 raw = json.dumps({"watching": callbacks.watch(event["task_token"], event["state"], (exp, step),
@@ -473,8 +492,8 @@ def rehearse(account: Account, monkeypatch: pytest.MonkeyPatch, campaign_id: str
         artifacts = root / "artifacts"  # the emptyDir, mounted at the same path here: the Job's paths are its own
         monkeypatch.setattr(jobs, "ARTIFACTS", str(artifacts))
         fn = account.sessions["load-function"]
-        bucket, runs_prefix = account.bucket, account.runs_uri.split("/", 3)[3]
-        store = S3RunStore(bucket, f"{runs_prefix}/{campaign_id}", session=fn)
+        bucket = account.bucket
+        store = S3RunStore(bucket, runner_prefix(campaign_id), session=fn)  # the runner hand-over (LaunchLoad's)
         lake = S3Lake(bucket, account.lake_uri.split("/", 3)[3], session=fn)
         url = f"http://127.0.0.1:{chat.server_address[1]}"
         admin_sfn = account.client("admin", "stepfunctions")
@@ -536,7 +555,7 @@ def rehearse(account: Account, monkeypatch: pytest.MonkeyPatch, campaign_id: str
             pod = start_pod(
                 pod_spec, {spec.kubernetes.uploader_image: AWS_CLI_IMAGE_USER, LOAD_IMAGE_PLACEHOLDER: load_user},
                 root, {"artifacts": artifacts, "model-cache": modeldir.hf_home().parent}, shim,
-                {**account.credentials[identity], "AWS_ENDPOINT_URL": account.url,
+                {**account.runner(campaign_id, identity), "AWS_ENDPOINT_URL": account.url,
                  "AWS_EC2_METADATA_DISABLED": "true"})
             # the next step is launched once the state machine resumed from this one (as ForEachStep goes)
             while len(launched) < len(steps) and ended(launched[-1][1], 240)["status"] == "SUCCEEDED":
@@ -552,7 +571,7 @@ def rehearse(account: Account, monkeypatch: pytest.MonkeyPatch, campaign_id: str
                     desc, admin_sfn.get_execution_history(executionArn=arn)["events"],
                     {o["Key"].removeprefix(prefix): s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
                      for o in listed},
-                    store.read_json(f"runner/{exp.name}/{step.step_id}/end.json"), load.poll(state)))
+                    store.read_json(f"{exp.name}/{step.step_id}/end.json"), load.poll(state)))
             return Rehearsal(codes, pod, results, account.enforcement.denied[denied:],
                              account.enforcement.checked[started:])
     finally:
@@ -670,7 +689,7 @@ def test_the_preflight_makes_the_runners_calls_as_its_role_and_names_a_refused_o
         (shim / "aws").chmod(0o755)
         run = start_pod(pod, {spec.kubernetes.uploader_image: AWS_CLI_IMAGE_USER}, root, {},
                         {spec.kubernetes.uploader_image: shim},
-                        {**account.credentials[identity], "AWS_ENDPOINT_URL": account.url,
+                        {**account.runner(cid, identity), "AWS_ENDPOINT_URL": account.url,
                          "AWS_EC2_METADATA_DISABLED": "true"})
         code = run.wait(240)["uploader"]
         text = run.log("uploader")
@@ -732,7 +751,7 @@ def test_the_doctors_runner_job_runs_the_load_roles_real_path(account: Account, 
                 name.chmod(0o755)
             pod = start_pod(pod_spec, {uploader: AWS_CLI_IMAGE_USER, LOAD_IMAGE_PLACEHOLDER: load_user}, root,
                             {"artifacts": artifacts, "model-cache": modeldir.hf_home().parent}, shim,
-                            {**account.credentials[identity], "AWS_ENDPOINT_URL": account.url,
+                            {**account.runner(f"doctor-{identity}", identity), "AWS_ENDPOINT_URL": account.url,
                              "AWS_EC2_METADATA_DISABLED": "true"})
             codes = pod.wait(300)
             result = selftest.self_test({"function": "Load", "checks": ["runner_job_result"], "spec": spec,
@@ -744,6 +763,9 @@ def test_the_doctors_runner_job_runs_the_load_roles_real_path(account: Account, 
         shutil.rmtree(root, ignore_errors=True)
     assert pod.users["control"] == pod.users["aiperf"] == (10001, 10001, (10001,))
     assert api.denied == []
+    # it ran as the doctor's own campaign's runner identity, made before the Job and removed once judged
+    assert pod_spec["serviceAccountName"] == f"doctor-{identity}"
+    assert not [a for a in account.pod_identity.associations.values() if a["serviceAccount"] == f"doctor-{identity}"]
     if identity == "load-job":
         assert codes == {"aiperf": 0, "control": 0}, pod.text()
         assert result["ok"] and "end record written" in result["detail"], result

@@ -411,32 +411,46 @@ def test_pool_locks_table_and_who_may_take_or_release_a_lock(templates):
         assert "BENCHCTL_LOCK_TABLE" in fn["Properties"]["Environment"]["Variables"]
 
 
-def test_load_jobs_may_only_touch_the_raw_prefix_through_pod_identity(templates):
+def test_load_jobs_reach_only_their_own_campaigns_keys_through_pod_identity(templates):
+    """The load Job role: no association of its own in the template (each campaign makes one for its own service
+    account: benchctl.aws.runner_identity); trusted only by EKS Pod Identity of this account, cluster and
+    namespace; every object it names is the session's service account's (the campaign id): the raw area's
+    objects and inputs listing, the hand-over's reads, and only end records for writing."""
     cp = templates[CP]
-    assoc = _one(cp, "AWS::EKS::PodIdentityAssociation")
-    assert (assoc["ClusterName"], assoc["Namespace"], assoc["ServiceAccount"]) == (
-        CONTEXT["benchctl:cluster_name"], CONTEXT["benchctl:namespace"], CONTEXT["benchctl:load_service_account"])
-    role_id = assoc["RoleArn"]["Fn::GetAtt"][0]
-    trust = cp["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-    assert {p for st in trust for p in _as_list(st["Principal"]["Service"])} == {"pods.eks.amazonaws.com"}
-    stmts = [st for rid, st in _statements(cp) if rid.startswith("LoadJobRole")]
+    resolve = Resolver({k: v for k, v in templates.items() if not k.startswith("_")})
+    assert not [r for r in cp["Resources"].values() if r["Type"] == "AWS::EKS::PodIdentityAssociation"]
+    (role_id,) = [rid for rid, r in cp["Resources"].items() if r["Type"] == "AWS::IAM::Role"
+                  and "pods.eks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    trust = resolve.resolve(cp["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"], CP)["Statement"]
+    cluster_arn = f"arn:aws:eks:us-east-1:123456789012:cluster/{CONTEXT['benchctl:cluster_name']}"
+    assert sorted(a for st in trust for a in _as_list(st["Action"])) == ["sts:AssumeRole", "sts:TagSession"]
+    for st in trust:
+        assert _as_list(st["Principal"]["Service"]) == ["pods.eks.amazonaws.com"]
+        assert st["Condition"] == {"StringEquals": {
+            "aws:SourceAccount": "123456789012", "aws:RequestTag/eks-cluster-arn": cluster_arn,
+            "aws:RequestTag/kubernetes-namespace": CONTEXT["benchctl:namespace"]}}
+    sa = "${aws:PrincipalTag/kubernetes-service-account}"
+    stmts = [resolve.resolve(st, CP) for rid, st in _statements(cp) if rid.startswith("LoadJobRole")]
     answers = {"states:SendTaskHeartbeat", "states:SendTaskSuccess", "states:SendTaskFailure"}
-    assert {a for st in stmts for a in _as_list(st["Action"])} == {"s3:PutObject", "s3:GetObject", "s3:ListBucket",
-                                                                   *answers}
-    for st in stmts:  # a step's inputs and artifacts, its runner hand-over objects, its task token's answers
-        if _as_list(st["Action"]) == ["s3:ListBucket"]:  # listing a step's inputs (aws s3 cp --recursive), no more
-            bucket = Resolver({k: v for k, v in templates.items() if not k.startswith("_")}).resolve(st["Resource"], CP)
-            assert re.fullmatch(r"arn:aws:s3:::[a-z0-9.-]+", bucket), bucket  # the bucket, which listing is on
-            assert st["Condition"] == {"StringLike": {"s3:prefix": [RUNNER_INPUTS_LISTING]}}
-        elif all(a.startswith("s3:") for a in _as_list(st["Action"])):
-            res = json.dumps(st["Resource"])
-            assert ("/lake/raw/*" in res) != ("/runs/*/runner/*" in res), res
-        else:
-            assert set(_as_list(st["Action"])) <= answers
-            assert st["Resource"] == "*"
+    grants = {(tuple(sorted(_as_list(st["Action"]))), json.dumps(st["Resource"]), json.dumps(st.get("Condition")))
+              for st in stmts}
+    bucket = next(st["Resource"] for st in stmts if _as_list(st["Action"]) == ["s3:ListBucket"])
+    assert re.fullmatch(r"arn:aws:s3:::[a-z0-9.-]+", bucket), bucket
+    assert grants == {
+        (("s3:GetObject", "s3:PutObject"), json.dumps(f"{bucket}/lake/raw/campaign_id={sa}/*"), "null"),
+        (("s3:ListBucket",), json.dumps(bucket), json.dumps({"StringLike": {"s3:prefix": [
+            RUNNER_INPUTS_LISTING.replace("campaign_id=*", f"campaign_id={sa}")]}})),
+        (("s3:GetObject",), json.dumps(f"{bucket}/runner/{sa}/*"), "null"),
+        (("s3:PutObject",), json.dumps(f"{bucket}/runner/{sa}/*/end.json"), "null"),
+        (tuple(sorted(answers)), json.dumps("*"), "null")}
     # of the functions, only Load answers task tokens (AwaitLoadEnd, when the step already ended)
     answering = {rid.split("Role")[0] for rid, s in _statements(cp) if "states:SendTaskSuccess" in _as_list(s["Action"])}
     assert answering == {"Load", "LoadJob"}
+    # only Plan and Load (the doctor) make a campaign's association, passing this role and no other
+    passing = {rid.split("Role")[0]: resolve.resolve(s["Resource"], CP) for rid, s in _statements(cp)
+               if "iam:PassRole" in _as_list(s["Action"])}
+    assert set(passing) == {"Plan", "Load"}
+    assert all(r == resolve.resolve({"Fn::GetAtt": [role_id, "Arn"]}, CP) for r in passing.values())
 
 
 def test_no_function_may_delete_an_object(templates, default_templates):

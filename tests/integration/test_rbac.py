@@ -85,11 +85,14 @@ def _sweeper_finds_and_deletes_by_our_label() -> FakeKubeApi:
             **lbl["metadata"]["labels"], "app.kubernetes.io/managed-by": "benchctl"}}, "spec": {}})
         api.put({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "p", "namespace": NS,
                                                                             **lbl["metadata"]}, "spec": {}})
+        api.put({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CID, "namespace": NS,
+                                                                           **lbl["metadata"]}})
         kube = _kube(api, "Sweep")
         # what aws_sweep does: the candidates' ids from the lists, then each campaign's objects deleted
         assert campaign_ids(kube, NS) == {CID}
         found = labelled(kube, NS, CID, deleting=False)
-        assert {kind for _, kind, _, _ in found} == {"DynamoGraphDeployment", "Job", "NodePool", "DaemonSet"}
+        assert {kind for _, kind, _, _ in found} == {"DynamoGraphDeployment", "Job", "NodePool", "DaemonSet",
+                                                     "ServiceAccount"}
         for api_version, kind, name, ns in found:
             kube.delete(api_version, kind, name, ns)
     return api
@@ -159,12 +162,37 @@ def _every_functions_self_test_reads_the_namespace(monkeypatch: pytest.MonkeyPat
     return api
 
 
+def _a_campaigns_runner_identity_made_again_and_removed(maker: str = "Plan", remover: str = "Teardown") -> FakeKubeApi:
+    """Plan's preflight makes the campaign's runner service account (and, again on a retried Plan, finds it);
+    the end of the campaign removes it (benchctl.aws.runner_identity; EKS as tests/fakes/pod_identity.py).
+    ``maker="Load", remover="Load"``: the doctor's runner Job check, which makes and removes its own."""
+    import boto3
+    from moto import mock_aws
+
+    from benchctl.aws.runner_identity import RunnerIdentity
+    from tests.fakes import pod_identity
+
+    with mock_aws(), upstream_api() as api:
+        session = boto3.Session(aws_access_key_id="a", aws_secret_access_key="b", region_name="us-east-1")
+        pod_identity.install(session, "bench")
+        caller = [maker]
+        ident = RunnerIdentity(lambda: _kube(api, caller[0]), lambda: session.client("eks"), cluster="bench",
+                               namespace=NS, role_arn="arn:aws:iam::123456789012:role/load-job", campaign_id=CID)
+        ident.ensure()
+        ident.ensure()
+        caller[0] = remover  # the end of the campaign (AbortCampaign, a failed Plan's cleanup), or the doctor
+        assert ident.release()[-1] == f"ServiceAccount/{CID}"
+    return api
+
+
 @pytest.fixture(scope="module")
 def apis(aws_worlds: dict[str, World], tmp_path_factory: pytest.TempPathFactory) -> list[FakeKubeApi]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         self_tests = _every_functions_self_test_reads_the_namespace(monkeypatch)
     return [w.api for w in aws_worlds.values()] + [self_tests,
         _replace_then_restore_a_nodepool(), _sweeper_finds_and_deletes_by_our_label(), _a_failed_image_check(),
+        _a_campaigns_runner_identity_made_again_and_removed(),
+        _a_campaigns_runner_identity_made_again_and_removed("Load", "Load"),
         *(_a_running_load_stopped_by(fn, tmp_path_factory.mktemp(fn), example) for fn, example in (
             ("Load", "smoke[managed-nodegroup]"), ("Teardown", "smoke[managed-nodegroup]"),
             ("Sweep", "smoke[auto-mode]")))]  # the sweeper restores an Auto Mode pool too: our NodePool goes

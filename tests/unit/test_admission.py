@@ -180,7 +180,10 @@ REFUSED: list[tuple[str, Callable[[], JSON], Callable[[JSON], JSON], str]] = [
     ("service account not listed", _runner_job, _set(None, serviceAccountName="admin"), "service account"),
     ("deprecated serviceAccount field", _runner_job, _set(None, serviceAccount="admin"), "service account"),
     ("service account in a DGD", _dgd_agg, _set("worker", serviceAccountName="dynamo-operator"), "service account"),
-    ("no managed-by label", _runner_job, lambda o: {**o, "metadata": {**o["metadata"], "labels": {}}}, "labelled"),
+    ("no managed-by label", _runner_job, lambda o: {**o, "metadata": {**o["metadata"], "labels": {
+        k: v for k, v in o["metadata"]["labels"].items() if k != "app.kubernetes.io/managed-by"}}}, "labelled"),
+    ("another campaign's service account", _runner_job, _set(None, serviceAccountName="other-campaign-1"),
+     "service account"),
     ("another component type", _dgd_agg, lambda o: (o["spec"]["components"].append(
         {**copy.deepcopy(o["spec"]["components"][0]), "name": "Epp", "type": "epp"}), o)[1],
      "frontend, worker, prefill or decode"),

@@ -6,6 +6,7 @@ the controller's), a deployment's with ``app.kubernetes.io/managed-by`` overwrit
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,14 @@ from benchctl.aws.pools import pools_for
 from benchctl.aws.preflight import preflight
 from benchctl.campaign import Task, deployment_request
 from benchctl.context import Ctx
-from benchctl.errors import DeadlineExceeded, NotReadyYet, ServingFailed, SmokeTestFailed, SpecError
+from benchctl.errors import (
+    DeadlineExceeded,
+    EndRecordForged,
+    NotReadyYet,
+    ServingFailed,
+    SmokeTestFailed,
+    SpecError,
+)
 from benchctl.local.lake import LocalLake
 from benchctl.local.runstore import LocalRunStore
 from benchctl.plan import plan_campaign
@@ -290,6 +298,47 @@ def _step_argv(spec: Any, raw: str) -> list[str]:
     return step_args(step, model=spec.model.name, tokenizer=spec.model.name, url="http://x:8000", artifact_dir=raw)
 
 
+def _write_end(control: Any, where: str, record: dict[str, Any], key: str | None = None) -> None:
+    """An end record as the runner Job writes it: signed with the step's key (its request's, unless ``key``)."""
+    from benchctl.aws.eks_load import sign_end
+
+    body = json.dumps(record).encode()
+    path = control.root / where / "end.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(sign_end(body, key or control.read_json(f"{where}/request.json")["end_key"]))
+
+
+@pytest.mark.parametrize("forgery", ["unsigned", "another key", "altered", "another step's", "no request"])
+def test_an_end_record_its_steps_key_did_not_sign_is_refused_by_name(api, tmp_path, forgery):
+    """CheckLoad reads a step's end only when the key its request carries signed it: an unsigned record,
+    one signed with another key, an altered byte, a record of another step or one with no request to check
+    it by fails the step as EndRecordForged naming the key, never as the exit code it claims."""
+    from benchctl.aws.eks_load import sign_end
+
+    spec = _spec()
+    control = LocalRunStore(tmp_path / "runner")
+    load = EksLoad(kube_of(api), spec, CID, control=control, region="us-west-2")
+    steps = ("concurrency-sweep-c1-r0", "concurrency-sweep-c4-r0")
+    raw = f"s3://b/lake/raw/campaign_id={CID}/experiment=agg/step_id={steps[0]}/"
+    state = load.launch(LoadRequest(CID, "agg", steps[0], tuple(_step_argv(spec, raw)), raw, est_s=100.0,
+                                    group="concurrency-sweep", group_steps=steps, group_est_s=250.0))
+    key = control.read_json(f"agg/{steps[0]}/request.json")["end_key"]
+    body = json.dumps({"exit_code": 0, "ended_at": 1, "step": steps[0]}).encode()
+    end = control.root / "agg" / steps[0] / "end.json"
+    end.write_bytes(sign_end(body, key))
+    assert load.poll(state) == 0  # the genuine record
+    forged = {"unsigned": body,
+              "another key": sign_end(body, "ab" * 32),
+              "altered": sign_end(body, key).replace(b'"exit_code": 0', b'"exit_code": 1'),
+              "another step's": sign_end(body.replace(steps[0].encode(), steps[1].encode()), key),
+              "no request": sign_end(body, key)}[forgery]
+    end.write_bytes(forged)
+    if forgery == "no request":
+        control.delete(f"agg/{steps[0]}/request.json")
+    with pytest.raises(EndRecordForged, match=rf"{re.escape(str(end))}: .*{steps[0]}.*"):
+        load.poll(state)
+
+
 def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_end(api, tmp_path):
     spec = _spec()
     control = LocalRunStore(tmp_path / "run")
@@ -311,7 +360,7 @@ def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_en
     assert "def serve_steps(" in runner["command"][2]  # benchctl/load_runner.py itself, in the load image
     env = {e["name"]: e["value"] for e in ctl["env"]}
     assert env["BENCHCTL_STEPS"] == " ".join(steps) and env["AWS_REGION"] == "us-west-2"
-    assert env["BENCHCTL_CONTROL"] == f"{control.uri}/runner/agg/"
+    assert env["BENCHCTL_CONTROL"] == f"{control.uri}/agg/"  # the control store is the campaign's runner/<cid>
     assert env["BENCHCTL_RAW_PREFIX"] + steps[0] + "/" == raw[steps[0]]
     # its steps, each with the load grace, and its pod's wait for a node, all counted from the Job's start
     assert job["spec"]["activeDeadlineSeconds"] == int(250 + 2 * spec.timeouts.load_grace_s
@@ -328,14 +377,16 @@ def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_en
     api.put(waiting)
     assert load.pending(first) is None and "pending" not in load.failure_logs(first)
     # the step's request, in the Job's own paths: AIPerf writes to the step's out directory
-    req = control.read_json(f"runner/agg/{steps[0]}/request.json")
+    req = control.read_json(f"agg/{steps[0]}/request.json")
     assert req is not None and req["deadline_s"] == 100.0 + spec.timeouts.load_grace_s
+    assert re.fullmatch(r"[0-9a-f]{64}", req["end_key"])  # the step's own key for its end record
     assert req["argv"][req["argv"].index("--artifact-dir") + 1] == f"/artifacts/{steps[0]}/out"
     assert load.poll(first) is None  # running: no end record, the Job lives
     # the next step of the workload goes to the same Job: no second Job
     second = load.launch(request(steps[1]))
     assert second["name"] == name and _names(api, "Job", ours=True) == [name]
-    control.write_json(f"runner/agg/{steps[0]}/end.json", {"exit_code": 0})
+    assert control.read_json(f"agg/{steps[1]}/request.json")["end_key"] != req["end_key"]  # one key per step
+    _write_end(control, f"agg/{steps[0]}", {"exit_code": 0, "ended_at": 1, "step": steps[0]})
     assert load.poll(first) == 0 and load.poll(second) is None
     # the Job died before the second step's end record: that step failed, with the pod's log tail
     api.add_job_pod(job, "p1", logs="[benchctl] step concurrency-sweep-c4-r0: AIPerf exited 1")
@@ -513,7 +564,6 @@ PREREQS = {
                "data": {"HF_TOKEN": "aGZfeHl6"}},
     "pvc": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache", "namespace": NS},
             "spec": {"accessModes": ["ReadWriteMany"]}},
-    "serviceaccount": {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "benchctl-load", "namespace": NS}},
     "nodepool-crd": {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                      "metadata": {"name": "nodepools.karpenter.sh"}},
     "nodeclass": {"apiVersion": "eks.amazonaws.com/v1", "kind": "NodeClass", "metadata": {"name": "default"}},
@@ -538,8 +588,6 @@ def _with_image(spec: Any, image: str = "reg.example/benchctl-load:abc") -> Any:
     ("crd", "missing CRD dynamographdeployments.nvidia.com (install the dynamo-platform chart)"),
     ("secret", "missing secret dynamo-bench/hf-token (HF token)"),
     ("pvc", "missing volume claim dynamo-bench/model-cache (model cache)"),
-    ("serviceaccount", "missing service account dynamo-bench/benchctl-load (the load Jobs' identity; without it "
-                       "their pods are never created and each Job fails only at its deadline)"),
 ])
 def test_preflight_names_each_missing_prerequisite(api, aws, skip, problem):  # noqa: F811
     _prereqs(api, skip=skip)
@@ -696,7 +744,7 @@ def test_preflight_proves_each_image_with_a_short_cpu_job_before_anything_is_sca
     for job in jobs.values():
         pod = job["spec"]["template"]["spec"]
         assert "tolerations" not in pod and "nodeSelector" not in pod  # a CPU node, never a GPU one
-        assert pod["serviceAccountName"] == "benchctl-load" and pod["automountServiceAccountToken"] is False
+        assert pod["serviceAccountName"] == CID and pod["automountServiceAccountToken"] is False  # the campaign's own
         assert job["spec"]["activeDeadlineSeconds"] <= 600
     assert jobs["aiperf"]["spec"]["template"]["spec"]["containers"][0]["image"] == "reg.example/benchctl-load:abc"
     assert "aiperf --version" in jobs["aiperf"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
@@ -781,7 +829,7 @@ def test_the_uploader_check_makes_the_runners_calls_and_names_a_denied_one(tmp_p
     (c,) = job["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["BENCHCTL_RAW_PREFIX"] == f"s3://b/lake/raw/campaign_id={CID}/experiment=_preflight/step_id=_preflight/"
-    assert env["BENCHCTL_CONTROL"] == f"s3://b/runs/{CID}/runner/_preflight/_preflight/"
+    assert env["BENCHCTL_CONTROL"] == f"s3://b/runner/{CID}/_preflight/_preflight/"
     assert env["AWS_REGION"] == "eu-west-1" and env["HOME"] == "/tmp"
     assert job["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001  # as the runner runs
     bin_dir = tmp_path / "bin"
@@ -1127,7 +1175,7 @@ def test_aws_callbacks_keep_the_token_for_the_runner_and_answer_at_once_only_whe
     cb = RunnerCallbacks(store, lambda: sfn)
     # the step still runs: the token is kept where the runner Job reads it, nothing is answered here
     assert cb.watch("tok-1", "AwaitLoadEnd", ("agg", "s1"), lambda: None) is True
-    assert store.read_json("runner/agg/s1/token.json") == {"token": "tok-1", "state": "AwaitLoadEnd"}
+    assert store.read_json("agg/s1/token.json") == {"token": "tok-1", "state": "AwaitLoadEnd"}
     assert sfn.answered == []
     assert cb.watch("tok-1", "AwaitLoadEnd", ("agg", "s1"), lambda: None) is False  # a redelivered event
     # the step ended before its token was kept (the runner found no token): answered here, at once

@@ -43,6 +43,7 @@ def cluster(aws, monkeypatch):
     from benchctl.aws.k8s.client import KubeClient
     from tests.fakes.eks_world import EFA_DEVICE_PLUGIN
     from tests.fakes.k8s_api import FakeKubeApi
+    from tests.fakes.pod_identity import install_everywhere
 
     eks = boto3.client("eks")
     role = "arn:aws:iam::123456789012:role/eks"
@@ -57,8 +58,6 @@ def cluster(aws, monkeypatch):
                      "data": {"HF_TOKEN": "aGY="}},
                     {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                      "metadata": {"name": "model-cache", "namespace": "dynamo-bench"}},
-                    {"apiVersion": "v1", "kind": "ServiceAccount",
-                     "metadata": {"name": "benchctl-load", "namespace": "dynamo-bench"}},
                     EFA_DEVICE_PLUGIN):  # the smoke spec's p4d pool asks for EFA
             api.put(obj)
         # every call is authorized as the benchctl group by the RBAC file the README has people apply
@@ -70,6 +69,8 @@ def cluster(aws, monkeypatch):
                             lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
         monkeypatch.setenv("BENCHCTL_LOAD_IMAGE", "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:load")
         monkeypatch.setenv("BENCHCTL_CLUSTER", "bench")
+        monkeypatch.setenv("BENCHCTL_LOAD_ROLE_ARN", "arn:aws:iam::123456789012:role/load-job")
+        api.pod_identity = install_everywhere(monkeypatch, "bench")  # moto's EKS has no Pod Identity calls
         monkeypatch.setenv("BENCHCTL_NODEGROUPS", "gpu-ng")
         monkeypatch.setenv("BENCHCTL_RUNS_URI", f"s3://{BUCKET}/runs")
         monkeypatch.setenv("BENCHCTL_LAKE_URI", f"s3://{BUCKET}/lake")

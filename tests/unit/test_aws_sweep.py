@@ -60,6 +60,9 @@ def test_sweeper_tears_down_ended_campaigns_only(aws, cluster):  # noqa: F811
     assert report["dead-1"]["teardown"]["agg"]["deployment"] == {
         "jobs": [], "deployments": ["bc-agg-dead"], "prepull": [job_name("dead-1", "agg", "prepull-gpu-a100")]}
     assert report["dead-1"]["labelled_objects_deleted"] == []
+    # its runner identity, made by its Plan, went with it: the association and the service account
+    assert report["dead-1"]["identity_released"][-1] == "ServiceAccount/dead-1"
+    assert cluster.pod_identity.associations == {} and cluster.stored("ServiceAccount", "dead-1", "dynamo-bench") is None
     assert report["live-1"]["action"] == "left alone: still running"
     assert _scaling() == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
     assert cluster.stored("DynamoGraphDeployment", "bc-agg-live", "dynamo-bench") is not None

@@ -187,3 +187,47 @@ def test_the_sweeper_leaves_a_succeeded_campaign_alone(tmp_path, monkeypatch):
     real = sweep.sweep(["failat"], providers_for, lambda cid: False)
     assert real[0]["action"] == "nothing left" and real[0]["experiments"] == []
     assert _tree(out) == before  # not one byte written into the finished campaign
+
+
+class Identity:
+    """The campaign's runner identity port: what was asked of it."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.released = fail, []
+
+    def ensure(self) -> float:
+        return 60.0
+
+    def release(self, service_account: bool = True) -> list[str]:
+        if self.fail:
+            raise RuntimeError("EKS is down")
+        self.released.append(service_account)
+        return ["pod identity association a-1"] + (["ServiceAccount/c1"] if service_account else [])
+
+
+@pytest.mark.parametrize(("path", "service_account"), [("abort", True), ("plan failed", True), ("report", False)])
+def test_every_end_path_removes_the_runner_identity(tmp_path, path, service_account):
+    """Abort, a failed Plan and the Report each remove the campaign's runner identity (its Pod Identity
+    association, and its service account where the function calls Kubernetes: not Report's)."""
+    p, ctx = _world(tmp_path)
+    p.identity = Identity()
+    if path == "abort":
+        _started(p, ctx)
+        campaign.abort_campaign(p, ctx, Task(error={"Error": "LoadFailed", "Cause": "step died"}))
+    elif path == "plan failed":
+        campaign.plan_failed(p, ctx, Task(error={"Error": "PreflightFailed", "Cause": "x"}))
+    else:
+        campaign.report(p, ctx, Task(state="Report"))
+    assert p.identity.released == [service_account]  # type: ignore[attr-defined]
+
+
+def test_a_failing_identity_removal_is_recorded_and_the_rest_of_the_abort_goes_on(tmp_path):
+    p, ctx = _world(tmp_path)
+    p.identity = Identity(fail=True)
+    _started(p, ctx)
+    with pytest.raises(RuntimeError, match="EKS is down"):
+        campaign.abort_campaign(p, ctx, Task(error={"Error": "LoadFailed", "Cause": "step died"}))
+    assert not list((tmp_path / "locks").glob("*.json"))  # the locks were released all the same
+    assert p.load.stopped == ["agg-c1"] and p.serving.torn == ["agg"]  # type: ignore[attr-defined]
+    record = p.state.campaign()
+    assert record is not None and (record.status, record.error) == ("failed", "LoadFailed")

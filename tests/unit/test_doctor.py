@@ -21,10 +21,12 @@ from moto import mock_aws
 
 from benchctl import asl
 from benchctl.aws.doctor import deployed_functions, doctor
+from benchctl.aws.eks_load import sign_end
 from benchctl.aws.images import DOCKER_HUB, image_exists, parse_ref
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.selftest import KUBERNETES_FUNCTIONS, checks_for
 from lambdas import FUNCTIONS
+from tests.fakes import pod_identity
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION, ACCOUNT = "us-east-1", "123456789012"
@@ -34,7 +36,8 @@ LOAD_IMAGE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/cdk-assets:load"
 ENV = {"BENCHCTL_BUCKET": BUCKET, "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake", "BENCHCTL_RUNS_URI": f"s3://{BUCKET}/runs",
        "BENCHCTL_DATABASE": DATABASE, "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER,
        "BENCHCTL_NODEGROUPS": "gpu-ng", "BENCHCTL_NAMESPACE": NS, "BENCHCTL_LOCK_TABLE": "locks",
-       "BENCHCTL_LOAD_IMAGE": LOAD_IMAGE, "POWERTOOLS_LOG_LEVEL": "WARNING"}
+       "BENCHCTL_LOAD_IMAGE": LOAD_IMAGE, "BENCHCTL_LOAD_ROLE_ARN": f"arn:aws:iam::{ACCOUNT}:role/load-job",
+       "POWERTOOLS_LOG_LEVEL": "WARNING"}
 
 
 def test_the_functions_that_call_kubernetes_are_the_stacks():
@@ -173,6 +176,7 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
                  "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(k, v)
+    pods = pod_identity.install_everywhere(monkeypatch, CLUSTER)  # moto's EKS has no Pod Identity calls
     with mock_aws(), FakeKubeApi() as api:
         boto3.client("s3").create_bucket(Bucket=BUCKET)
         boto3.client("glue").create_database(DatabaseInput={"Name": DATABASE})
@@ -212,7 +216,8 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
         session = boto3.session.Session(region_name=REGION)
         invoker = Invoker(monkeypatch, arns)
         session.events.register("before-call.lambda.Invoke", invoker)
-        yield {"arn": sm["stateMachineArn"], "session": session, "invoker": invoker, "api": api, "arns": arns}
+        yield {"arn": sm["stateMachineArn"], "session": session, "invoker": invoker, "api": api, "arns": arns,
+               "pods": pods}
 
 
 def _run(account: dict[str, Any], registry: str | None = None, spec: Path | None = None) -> dict[str, Any]:
@@ -337,8 +342,10 @@ def _runner_world(account: dict[str, Any], end: dict[str, Any] | None, status: d
 
     def created(api: Any, job: dict[str, Any]) -> None:
         cid = job["metadata"]["labels"]["benchctl.io/campaign"]
-        if end is not None:
-            s3.put_object(Bucket=BUCKET, Key=f"runs/{cid}/runner/doctor/doctor/end.json", Body=json.dumps(end).encode())
+        if end is not None:  # signed with the key of the step's request, as the control container signs it
+            key = json.loads(s3.get_object(Bucket=BUCKET, Key=f"runner/{cid}/doctor/doctor/request.json")["Body"].read())
+            s3.put_object(Bucket=BUCKET, Key=f"runner/{cid}/doctor/doctor/end.json",
+                          Body=sign_end(json.dumps({**end, "step": "doctor"}).encode(), key["end_key"]))
         if end is not None and uploaded:  # the runner's own record, uploaded with the step's artifacts
             s3.put_object(Bucket=BUCKET, Key=f"lake/raw/campaign_id={cid}/experiment=doctor/step_id=doctor/runner-record.json",
                           Body=json.dumps({"step": "doctor", "exit_code": 0, "uid": 10001}).encode())
@@ -365,8 +372,12 @@ def test_the_load_roles_path_runs_as_a_tiny_runner_job_that_ends_with_its_end_re
     (body,) = posted
     cid = body["metadata"]["labels"]["benchctl.io/campaign"]
     assert cid.startswith("doctor-")
-    req = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key=f"runs/{cid}/runner/doctor/doctor/request.json"
+    req = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key=f"runner/{cid}/doctor/doctor/request.json"
                                                    )["Body"].read())
+    # it ran as its own campaign's runner identity, made before the Job and removed once judged
+    assert body["spec"]["template"]["spec"]["serviceAccountName"] == cid
+    assert account["pods"].calls.count("CreatePodIdentityAssociation") == 1 and account["pods"].associations == {}
+    assert account["api"].stored("ServiceAccount", cid, NS) is None
     assert req["argv"][0] == "--version"
     assert body["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
     stored = account["api"].stored("Job", body["metadata"]["name"], NS)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -27,12 +28,13 @@ import pytest
 import yaml
 
 from benchctl import aiperf_args, cli, quality
+from benchctl.aws.eks_load import verified_end
 from benchctl.aws.k8s import common as kc
 from benchctl.aws.k8s import jobs as j
 from benchctl.aws.k8s import render as r
 from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.campaign import step_dataset
-from benchctl.errors import SpecError
+from benchctl.errors import EndRecordForged, SpecError
 from benchctl.plan import plan_campaign
 from benchctl.spec import CampaignSpec, parse_spec
 from tests import crd_schemas
@@ -566,7 +568,7 @@ def test_one_runner_job_per_workload_with_its_steps_in_order_and_the_load_image(
             "BENCHCTL_RUNNER_TOKENIZER": spec.model.name, "BENCHCTL_RUNNER_TOKENIZER_REVISION": spec.model.revision,
             "HOME": "/tmp"}  # a home its user may write, whatever the image's passwd says
         env = {e["name"]: e["value"] for e in ctl["env"]}
-        assert env["BENCHCTL_CONTROL"] == f"s3://b/runs/{CID}/runner/{exp.name}/" and env["AWS_REGION"] == "eu-west-1"
+        assert env["BENCHCTL_CONTROL"] == f"s3://b/runner/{CID}/{exp.name}/" and env["AWS_REGION"] == "eu-west-1"
         assert env["BENCHCTL_RAW_PREFIX"] == f"s3://<results-bucket>/lake/raw/campaign_id={CID}/experiment={exp.name}/step_id="
         assert ctl["image"] == spec.kubernetes.uploader_image and ctl["command"] == ["sh", "-c", j.RUNNER_CONTROL_SCRIPT]
         # one user for both containers (they share each step's directory), the load image's own
@@ -574,7 +576,7 @@ def test_one_runner_job_per_workload_with_its_steps_in_order_and_the_load_image(
                                           "fsGroup": 10001, "fsGroupChangePolicy": "OnRootMismatch"}
         assert env["HOME"] == "/tmp"  # the AWS CLI image's home is root's
         assert ctl["resources"]["limits"] == ctl["resources"]["requests"] == {"cpu": "250m", "memory": "512Mi"}
-        assert pod["serviceAccountName"] == "benchctl-load"
+        assert pod["serviceAccountName"] == CID  # the campaign's own (benchctl.aws.runner_identity)
         assert pod["automountServiceAccountToken"] is False  # no API token: AIPerf's pod discovery finds nothing
         assert pod["volumes"] == [{"name": "artifacts", "emptyDir": {}},
                                   {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
@@ -717,11 +719,13 @@ else:
 """)
     steps = ["s1", "s2"]
     work = tmp_path / "artifacts"
-    control, raw = "s3://b/runs/c/runner/agg/", "s3://b/lake/raw/campaign_id=c/experiment=agg/step_id="
+    control, raw = "s3://b/runner/c/agg/", "s3://b/lake/raw/campaign_id=c/experiment=agg/step_id="
+    keys = {step: secrets.token_hex(32) for step in steps}  # each step's own, as LaunchLoad makes them
     for k, step in enumerate(steps):  # LaunchLoad's request and the kept input; AwaitLoadEnd's token
-        (bucket / f"b/runs/c/runner/agg/{step}").mkdir(parents=True)
-        (bucket / f"b/runs/c/runner/agg/{step}/request.json").write_text(json.dumps({"argv": ["profile"]}))
-        (bucket / f"b/runs/c/runner/agg/{step}/token.json").write_text(  # as the run store writes it
+        (bucket / f"b/runner/c/agg/{step}").mkdir(parents=True)
+        (bucket / f"b/runner/c/agg/{step}/request.json").write_text(  # as the run store writes it
+            json.dumps({"argv": ["profile"], "end_key": keys[step]}, indent=2, sort_keys=True))
+        (bucket / f"b/runner/c/agg/{step}/token.json").write_text(  # as the run store writes it
             json.dumps({"token": f"tok-{step}", "state": "AwaitLoadEnd"}, indent=2, sort_keys=True))
         (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs").mkdir(parents=True)
         (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs/d.jsonl").write_text(f"{k}\n")
@@ -737,7 +741,7 @@ else:
             while not (d / "request.json").is_file():
                 assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read() if proc.stdout else ""
                 time.sleep(0.05)
-            assert json.loads((d / "request.json").read_text()) == {"argv": ["profile"]}
+            assert json.loads((d / "request.json").read_text()) == {"argv": ["profile"], "end_key": keys[step]}
             assert (d / "inputs" / "d.jsonl").read_text() == f"{k}\n"
             if failure == "runner":  # it dies, with its last words (load_runner.RUNNER_ENDED)
                 (work / "runner.ended").write_text("PermissionError: [Errno 13] Permission denied: 'out'")
@@ -758,13 +762,15 @@ else:
         if proc.poll() is None:
             proc.kill()
     out = proc.stdout.read() if proc.stdout else ""
-    ends = {s: bucket / f"b/runs/c/runner/agg/{s}/end.json" for s in steps}
+    ends = {s: bucket / f"b/runner/c/agg/{s}/end.json" for s in steps}
     calls = [json.loads(line) for line in (tmp_path / "aws.log").read_text().splitlines()]
     answers = [(c[1], c[c.index("--task-token") + 1]) for c in calls if c[0] == "stepfunctions"]
     if failure is None:
         assert code == 0, out
-        for step, exit_code in (("s1", 3), ("s2", 0)):
-            assert json.loads(ends[step].read_text())["exit_code"] == exit_code
+        for step, exit_code in (("s1", 3), ("s2", 0)):  # each signed with its own step's key, as CheckLoad checks
+            assert verified_end(ends[step].read_bytes(), keys[step], step, "end")["exit_code"] == exit_code
+            with pytest.raises(EndRecordForged):
+                verified_end(ends[step].read_bytes(), keys["s2" if step == "s1" else "s1"], step, "end")
             assert (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/profile_export_aiperf.json"
                     ).read_text() == step
             assert not (work / step).exists()  # the step's space is freed once it is uploaded
@@ -775,7 +781,7 @@ else:
                     "sigterm": (143, "LoadRunnerStopped")}[failure]
     assert code == code_, out
     assert took < 5, took  # at once: neither the runner's 60 s beat nor the kubelet's 30 s grace
-    end = json.loads(ends["s1"].read_text())  # the step in flight ends, naming why
+    end = verified_end(ends["s1"].read_bytes(), keys["s1"], "s1", "end")  # the step in flight ends, naming why
     assert (end["exit_code"], end["error"]) == (code_, error) and not ends["s2"].exists()
     (failed,) = [c for c in calls if c[:2] == ["stepfunctions", "send-task-failure"]]
     assert failed[failed.index("--task-token") + 1] == "tok-s1" and failed[failed.index("--error") + 1] == error
@@ -960,7 +966,13 @@ def test_cli_render_of_an_auto_mode_pool_of_unknown_size_exits_2_naming_the_type
     spec = tmp_path / "x9.yaml"
     spec.write_text((EXAMPLES / "auto-mode.yaml").read_text().replace("p4d.24xlarge", "x9.huge"))
     out = tmp_path / "manifests"
-    assert cli.main(["render", str(spec), "--out", str(out), "--campaign-id", CID]) == 2
+    # a deployment whose ceilings allow the type (the default ones refuse it before render looks)
+    from benchctl import ceilings
+    c = ceilings.resolve(None, {}).to_json()
+    c["instance_types"]["x9.huge"] = 1.0
+    context = tmp_path / "cdk.json"
+    context.write_text(json.dumps({"context": {ceilings.CONTEXT_KEY: c}}))
+    assert cli.main(["render", str(spec), "--out", str(out), "--campaign-id", CID, "--context-file", str(context)]) == 2
     err = capsys.readouterr().err
     assert "instance type 'x9.huge': its vCPUs and memory are not known" in err and "p4d.24xlarge" in err
     assert not out.exists()  # nothing half-written

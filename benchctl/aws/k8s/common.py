@@ -114,6 +114,28 @@ def frontend_service_url(namespace: str, campaign_id: str, experiment: str) -> s
             f".svc.cluster.local:{FRONTEND_PORT}")
 
 
+def runner_service_account(campaign_id: str) -> str:
+    """The Kubernetes service account of a campaign's load runner (and preflight) pods: the campaign id itself.
+    EKS Pod Identity tags the role session with it (``kubernetes-service-account``) and the load Job role's
+    policy names its objects by it (``runner/${aws:PrincipalTag/kubernetes-service-account}/*``, the raw area's
+    ``campaign_id=${...}``): one campaign's runner reaches only that campaign's keys. A service account name is
+    a DNS-1123 subdomain; campaign ids (``[a-z0-9-]``) are kept to one label of it."""
+    if not (len(campaign_id) <= 253 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", campaign_id)):
+        raise ValueError(f"campaign id {campaign_id!r} cannot name its runner's service account: lowercase letters, "
+                         "digits and '-', starting and ending with a letter or digit, at most 253 characters")
+    return campaign_id
+
+
+def control_uri(runs_uri: str, campaign_id: str) -> str:
+    """Where a campaign's runner hand-over lives: ``s3://<the run stores' bucket>/runner/<campaign id>``
+    (``constants.runner_prefix``; a top-level prefix of the results bucket, outside ``runs/``)."""
+    from benchctl.constants import runner_prefix
+
+    if not runs_uri.startswith("s3://"):
+        raise ValueError(f"the run stores' root must be an s3:// URI, not {runs_uri!r}")
+    return f"s3://{runs_uri.removeprefix('s3://').split('/', 1)[0]}/{runner_prefix(campaign_id)}"
+
+
 def raw_s3_uri(campaign_id: str, experiment: str, step_id: str, lake_uri: str = LAKE_PLACEHOLDER) -> str:
     """A step's raw area, as the S3 lake lays it out (``<lake>/raw/campaign_id=…/experiment=…/step_id=…/``)."""
     return (f"{lake_uri.rstrip('/')}/raw/campaign_id={campaign_id}/experiment={experiment}"

@@ -26,6 +26,7 @@ from benchctl.aws.k8s.common import (
     model_volume,
     nodepool_name,
     prefetch_job_name,
+    runner_service_account,
 )
 from benchctl.quality import spec_requests
 from benchctl.spec import CampaignSpec, Kubernetes, ModelSpec, PoolSpec
@@ -232,11 +233,12 @@ def aws_cli_env(region: str) -> list[JSON]:
 # --------------------------------------------------------------------------------------- the load runner
 
 # The control container of a load runner Job (AWS CLI v2 image, run as the load image's user; values from its
-# environment, so the script is one constant): for each step in order, wait for the step's request in the run
-# store (LaunchLoad writes it after the budget guard), fetch the step's kept inputs, hand both to the runner
-# (an atomic rename); while AIPerf runs, answer the step's task token (AwaitLoadEnd stores it) with
-# heartbeats, and give up if the runner ended or stopped beating; when the step's exit code appears, upload
-# its artifacts, write the step's end record (CheckLoad reads it), answer the task token (Step Functions
+# environment, so the script is one constant): for each step in order, wait for the step's request in the
+# campaign's hand-over, runner/<campaign>/ (LaunchLoad writes it after the budget guard, with the step's end
+# key), fetch the step's kept inputs, hand both to the runner (an atomic rename); while AIPerf runs, answer the
+# step's task token (AwaitLoadEnd stores it) with heartbeats, and give up if the runner ended or stopped
+# beating; when the step's exit code appears, upload its artifacts, write the step's end record signed with
+# its key (`signed`: HMAC-SHA256 from sha256sum; CheckLoad verifies it), answer the task token (Step Functions
 # resumes at once), free the space.
 # Every other way out (`finish`): the runner told (`control.ended`, it stops too, so the pod ends), the step
 # in flight given an end record naming why, and its task token answered with SendTaskFailure (the error
@@ -247,7 +249,28 @@ def aws_cli_env(region: str) -> list[JSON]:
 # POSIX sh, coreutils and sed only (the AWS CLI image is a minimal Amazon Linux 2: no Python of its own).
 RUNNER_CONTROL_SCRIPT = """\
 set -u
-step="" launched=0 error="" cause=""
+step="" launched=0 error="" cause="" key=""
+# HMAC-SHA256 (RFC 2104) with sha256sum: the step's end record is signed with the key its request carries
+hexbytes() {
+  printf '%s\\n' "$1" | fold -w2 | while read -r h; do printf "\\\\$(printf '%03o' "$((0x$h))")"; done
+}
+keypad() {
+  k=$1 i=0
+  while [ "$i" -lt 64 ]; do
+    b=${k%"${k#??}"}
+    k=${k#??}
+    printf '%02x' "$((0x${b:-00} ^ $2))"
+    i=$((i + 1))
+  done
+}
+hmac() {
+  inner=$({ hexbytes "$(keypad "$1" 54)"; cat; } | sha256sum | cut -c1-64)
+  { hexbytes "$(keypad "$1" 92)"; hexbytes "$inner"; } | sha256sum | cut -c1-64
+}
+signed() {
+  sig=$(printf '%s' "$1" | hmac "$key")
+  printf '%s, "hmac": "%s"}' "${1%\\}}" "$sig"
+}
 token() {
   t=$(aws s3 cp --quiet "${BENCHCTL_CONTROL}$1/token.json" - 2>/dev/null) || return 0
   t=${t#*'"token":'}
@@ -268,8 +291,8 @@ finish() {
   [ -n "$step" ] || return
   if [ "$launched" -eq 1 ]; then
     why=$(printf '%s' "$cause" | tr '\\000-\\037' ' ' | sed 's/\\\\/\\\\\\\\/g; s/"/\\\\"/g' | cut -c1-4000)
-    printf '{"exit_code": %s, "ended_at": %s, "error": "%s", "cause": "%s"}' "$rc" "$(date +%s)" "$error" "$why" \\
-      | aws s3 cp --quiet - "${BENCHCTL_CONTROL}$step/end.json" >/dev/null 2>&1
+    signed "$(printf '{"exit_code": %s, "ended_at": %s, "step": "%s", "error": "%s", "cause": "%s"}' "$rc" \\
+      "$(date +%s)" "$step" "$error" "$why")" | aws s3 cp --quiet - "${BENCHCTL_CONTROL}$step/end.json" >/dev/null 2>&1
   fi
   t=$(token "$step")
   [ -n "$t" ] && aws stepfunctions send-task-failure --task-token "$t" --error "$error" \\
@@ -295,6 +318,8 @@ for step in $BENCHCTL_STEPS; do
     sleep 1
   done
   launched=1
+  key=$(sed -n 's/^ *"end_key": *"\\([0-9a-f]*\\)".*/\\1/p' "$d/request.part" | head -n 1)
+  [ -n "$key" ] || fail 96 LoadInputsUnavailable "its request ${BENCHCTL_CONTROL}$step/request.json carries no end_key"
   out=$(aws s3 cp --only-show-errors --recursive "${BENCHCTL_RAW_PREFIX}$step/inputs/" "$d/inputs/" 2>&1) \\
     || fail 96 LoadInputsUnavailable "its inputs could not be fetched from ${BENCHCTL_RAW_PREFIX}$step/inputs/: $out"
   mv "$d/request.part" "$d/request.json"
@@ -311,8 +336,8 @@ for step in $BENCHCTL_STEPS; do
   done
   out=$(aws s3 cp --only-show-errors --recursive "$d/out" "${BENCHCTL_RAW_PREFIX}$step/" 2>&1) \\
     || fail 97 LoadUploadFailed "its artifacts could not be uploaded to ${BENCHCTL_RAW_PREFIX}$step/: $out"
-  out=$(printf '{"exit_code": %s, "ended_at": %s}' "$(cat "$d/exit_code")" "$(date +%s)" \\
-    | aws s3 cp --only-show-errors - "${BENCHCTL_CONTROL}$step/end.json" 2>&1) \\
+  out=$(signed "$(printf '{"exit_code": %s, "ended_at": %s, "step": "%s"}' "$(cat "$d/exit_code")" "$(date +%s)" \\
+    "$step")" | aws s3 cp --only-show-errors - "${BENCHCTL_CONTROL}$step/end.json" 2>&1) \\
     || fail 97 LoadUploadFailed "its end record could not be written to ${BENCHCTL_CONTROL}$step/end.json: $out"
   launched=0
   t=$(token "$step")
@@ -348,16 +373,18 @@ def runner_deadline_s(est_total_s: float, steps: int, grace_s: float, pending_s:
     return int(est_total_s + grace_s * steps + pending_s + RUNNER_SLACK_S)
 
 
-def runner_request(step_id: str, argv: list[str], est_s: float, grace_s: float, input_uri: str | None = None) -> JSON:
-    """What a step asks of its runner Job (the run store's ``request.json``): AIPerf's argv in the Job's paths
+def runner_request(step_id: str, argv: list[str], est_s: float, grace_s: float, input_uri: str | None = None, *,
+                   end_key: str = "") -> JSON:
+    """What a step asks of its runner Job (the hand-over's ``request.json``): AIPerf's argv in the Job's paths
     (artifacts to ``<step dir>/out``; the step's kept input, named by ``input_uri``, from ``<step dir>/inputs``)
-    and the step's deadline (its estimate + the load grace)."""
+    the step's deadline (its estimate + the load grace) and ``end_key`` (hex), the key its end record is signed
+    with (HMAC-SHA256, the control script's ``signed``; ``EksLoad.end_record`` refuses any other)."""
     local = runner_step_dir(step_id)
     argv = _with_artifact_dir(list(argv), f"{local}/out")
     if input_uri is not None:
         path = f"{local}/inputs/{posixpath.basename(input_uri.rstrip('/'))}"
         argv = [a.replace(input_uri, path) for a in argv]
-    return {"argv": argv, "deadline_s": est_s + grace_s}
+    return {"argv": argv, "deadline_s": est_s + grace_s, **({"end_key": end_key} if end_key else {})}
 
 
 def raw_prefix(artifact_uri: str, step_id: str) -> str:
@@ -390,7 +417,7 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
     if spec.model.revision:
         env_tokenizer.append({"name": "BENCHCTL_RUNNER_TOKENIZER_REVISION", "value": spec.model.revision})
     pod_spec: JSON = {
-        "serviceAccountName": k.load_service_account,
+        "serviceAccountName": runner_service_account(campaign_id),
         "automountServiceAccountToken": False,
         "securityContext": pod_security(),
         "volumes": [{"name": "artifacts", "emptyDir": {}}, model_volume(spec.kubernetes)],

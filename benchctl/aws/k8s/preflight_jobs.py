@@ -16,10 +16,12 @@ from benchctl.aws.k8s.common import (
     REGION_PLACEHOLDER,
     RUNS_PLACEHOLDER,
     aiperf_image,
+    control_uri,
     labels,
     model_volume,
     preflight_job_name,
     raw_s3_uri,
+    runner_service_account,
 )
 from benchctl.aws.k8s.jobs import CONTROL_RESOURCES, aws_cli_env, cpu_pod, job_object, pod_security
 from benchctl.runstate import runner_key
@@ -52,10 +54,10 @@ probe() {
 }
 out=$(aws s3 cp --only-show-errors --recursive "${BENCHCTL_RAW_PREFIX}inputs/" "$HOME/benchctl-preflight/" 2>&1) \\
   || probe "fetching a step's inputs (s3 cp --recursive ${BENCHCTL_RAW_PREFIX}inputs/: ListObjectsV2, GetObject)" "$out"
-out=$(printf '{"preflight": true}' | aws s3 cp --only-show-errors - "${BENCHCTL_CONTROL}probe.json" 2>&1) \\
-  || probe "writing a step's end record (s3 cp to ${BENCHCTL_CONTROL}probe.json: PutObject)" "$out"
-out=$(aws s3 cp --only-show-errors "${BENCHCTL_CONTROL}probe.json" - 2>&1) \\
-  || probe "reading a step's request (s3 cp from ${BENCHCTL_CONTROL}probe.json: GetObject)" "$out"
+out=$(printf '{"preflight": true}' | aws s3 cp --only-show-errors - "${BENCHCTL_CONTROL}end.json" 2>&1) \\
+  || probe "writing a step's end record (s3 cp to ${BENCHCTL_CONTROL}end.json: PutObject)" "$out"
+out=$(aws s3 cp --only-show-errors "${BENCHCTL_CONTROL}end.json" - 2>&1) \\
+  || probe "reading a step's request (s3 cp from ${BENCHCTL_CONTROL}end.json: GetObject)" "$out"
 out=$(printf '{"preflight": true}' | aws s3 cp --only-show-errors - "${BENCHCTL_RAW_PREFIX}probe.json" 2>&1) \\
   || probe "uploading a step's artifacts (s3 cp to ${BENCHCTL_RAW_PREFIX}probe.json: PutObject)" "$out"
 for answer in send-task-heartbeat send-task-success send-task-failure; do
@@ -101,8 +103,9 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, ru
     """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS), run as a
     runner Job runs (its service account, :func:`pod_security`, off the GPU pools). The uploader check then
     makes the runner's calls (:data:`UPLOADER_PATH_CHECK`) where a runner of this campaign makes them: a
-    probe step's raw area in the lake (``lake_uri``) and its keys in the campaign's run store (``run_uri``;
-    default: the placeholder bucket's), in ``region``."""
+    probe step's raw area in the lake (``lake_uri``) and its keys in the campaign's hand-over (``runner/<campaign>/``
+    of ``run_uri``'s bucket; default: the placeholder bucket's), in ``region``, as the campaign's own service
+    account."""
     image = {"aiperf": aiperf_image(spec.kubernetes), "uploader": spec.kubernetes.uploader_image}[check]
     script = PREFLIGHT_CHECKS[check].replace("{version}", aiperf_args.AIPERF_VERSION)
     # the AIPerf check asks what a load runner's pod asks (its AIPerf container, kubernetes.load_cpu/load_memory,
@@ -111,7 +114,7 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, ru
     container: JSON = {"name": check, "image": image, "command": ["sh", "-c", script],
                        "resources": {"limits": dict(resources), "requests": dict(resources)}}
     pod_spec: JSON = {
-        "serviceAccountName": spec.kubernetes.load_service_account,
+        "serviceAccountName": runner_service_account(campaign_id),
         "automountServiceAccountToken": False,
         "securityContext": pod_security(),
         "containers": [container],
@@ -124,11 +127,11 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, ru
         container["volumeMounts"] = [{**MODEL_MOUNT, "readOnly": True}]
         pod_spec["volumes"] = [model_volume(spec.kubernetes)]
     if check == "uploader":
-        run_uri = (run_uri or f"{RUNS_PLACEHOLDER}/{campaign_id}").rstrip("/")
+        control = control_uri(run_uri or RUNS_PLACEHOLDER, campaign_id)
         container["command"][2] = f"{script}\n{UPLOADER_PATH_CHECK}"
         container["env"] = [
             {"name": "BENCHCTL_RAW_PREFIX", "value": raw_s3_uri(campaign_id, PREFLIGHT_PROBE, PREFLIGHT_PROBE, lake_uri)},
-            {"name": "BENCHCTL_CONTROL", "value": f"{run_uri}/{runner_key(PREFLIGHT_PROBE, PREFLIGHT_PROBE)}"},
+            {"name": "BENCHCTL_CONTROL", "value": f"{control}/{runner_key(PREFLIGHT_PROBE, PREFLIGHT_PROBE)}"},
             *aws_cli_env(region)]
     lbl = labels(campaign_id, step_id=f"preflight-{check}")
     return job_object(spec.kubernetes.namespace, preflight_job_name(campaign_id, check), lbl,

@@ -34,6 +34,7 @@ from benchctl.aws.k8s.common import (
     OFFLINE_TOKENIZER_ENV,
     REGION_PLACEHOLDER,
     RUNS_PLACEHOLDER,
+    control_uri,
     dgd_name,
     frontend_service_url,
     job_name,
@@ -417,9 +418,8 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
 
     Load: one runner Job per workload of an experiment (``jobs/<workload>.yaml``; the warm-up's is
     ``jobs/warmup.yaml``); what each step asks of it is :func:`render_requests`. ``lake_uri`` is the S3
-    lake root (``BENCHCTL_LAKE_URI``), ``runs_uri`` the run stores' root; the defaults are visible
-    placeholders.
-    """
+    lake root (``BENCHCTL_LAKE_URI``), ``runs_uri`` the run stores' root (its bucket's ``runner/``: the hand-over);
+    the defaults are visible placeholders."""
     from benchctl.campaign import deployment_request
 
     plan = plan_campaign(spec, "aws")
@@ -431,7 +431,7 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
             spec.model, spec.kubernetes, campaign_id, weights=spec.experiments[0].engine == "vllm", pools=spec.pools,
             more=spec.checkpoints())))
     grace = spec.timeouts.load_grace_s
-    control = f"{runs_uri.rstrip('/')}/{campaign_id}/"
+    control = f"{control_uri(runs_uri, campaign_id)}/"
 
     def runner(e: str, group: str, steps: list[tuple[str, float]]) -> JSON:
         raw = raw_s3_uri(campaign_id, e, steps[0][0], lake_uri)
