@@ -205,9 +205,14 @@ def _runner_job(session: Any, load_arn: str, spec: JSON, *, timeout_s: float, po
     """The load role's real path: the Load function starts a tiny runner Job, the doctor follows it; a Job
     not judged (the wait over, an interrupt) is deleted before the doctor leaves."""
     lam = lambda_client(session)
-    started, failed = _invoke(lam, load_arn, {"action": SELF_TEST, "function": "Load", "checks": ["runner_job"],
-                                              "spec": spec})
-    job = ((started or {}).get("checks") or {}).get("runner_job") or {}
+    event: JSON = {"action": SELF_TEST, "function": "Load", "checks": ["runner_job"], "spec": spec}
+    for _ in range(4):  # the Load function makes the Job's identity, then starts the Job once it has settled
+        started, failed = _invoke(lam, load_arn, event)
+        job = ((started or {}).get("checks") or {}).get("runner_job") or {}
+        if failed is not None or not job.get("settle_s"):
+            break
+        sleep(float(job["settle_s"]))  # no function waits: the doctor, on the user's machine, does
+        event = {**event, "campaign_id": job["campaign_id"]}
     if failed is not None or not job.get("ok"):
         yield Check("load runner Job", False, failed or str(job.get("detail")))
         return

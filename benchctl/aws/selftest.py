@@ -181,8 +181,9 @@ def _runner_job(env: LambdaEnv, function: str, session: Any, event: Mapping[str,
     cid = str(event.get("campaign_id") or f"{DOCTOR}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     load = _doctor_load(env, session, event.get("spec"), cid)
     age = _doctor_identity(env, session, load, cid).ensure()  # its own service account, as a campaign's runner
-    if age < SETTLE_S:
-        time.sleep(SETTLE_S - age)  # an association takes several seconds to be effective
+    if age < SETTLE_S:  # an association takes several seconds to be effective: the doctor asks again then
+        return {"detail": f"runner identity of campaign id {cid} settling ({age:.0f} s old)",
+                "settle_s": SETTLE_S - age, "campaign_id": cid}
     state = load.launch(LoadRequest(cid, DOCTOR, DOCTOR, ("--version",), raw_s3_uri(cid, DOCTOR, DOCTOR, env.lake_uri),
                                     est_s=60.0, group=DOCTOR, group_steps=(DOCTOR,), group_est_s=60.0))
     return {"detail": f"Job {state['namespace']}/{state['name']} started (campaign id {cid})",

@@ -445,3 +445,29 @@ def test_a_state_machine_that_is_not_this_projects_fails_naming_the_missing_func
     sm = checks[0]
     assert sm.name == "state machine" and not sm.ok and "Report" in sm.detail and "Plan" not in sm.detail.split(
         "missing:")[1]
+
+
+def test_the_doctor_waits_on_its_own_machine_until_the_jobs_identity_has_settled(account):
+    """A Pod Identity association takes seconds to be effective; no function sleeps (waiting belongs to the
+    state machine, or here to the doctor on the user's machine): the Load function answers "settling" with the
+    seconds left and the doctor asks again for the same campaign id after waiting them."""
+    import datetime as dt
+
+    from benchctl.aws.runner_identity import SETTLE_S
+
+    _runner_world(account, {"exit_code": 0, "ended_at": 1}, {"succeeded": 1})
+    pods = account["pods"]
+    pods.now = dt.datetime.now(dt.UTC)  # an association made now is young
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:  # time passes for the associations
+        slept.append(s)
+        for a in pods.associations.values():
+            a["createdAt"] -= dt.timedelta(seconds=s)
+
+    checks = doctor(account["arn"], spec_path=ROOT / "examples" / "aws-rehearsal.yaml", session=account["session"],
+                    lookup=lambda image: (True, "stubbed"), runner_job=True, poll_s=5, sleep=sleep)
+    job = next(c for c in checks if c.name == "load runner Job")
+    assert job.ok, job.detail
+    assert slept and SETTLE_S - 5 <= slept[0] <= SETTLE_S  # the settling wait first, then the Job's polls
+    assert pods.calls.count("CreatePodIdentityAssociation") == 1  # the same campaign id asked again
