@@ -45,6 +45,23 @@ if [ "$(cat "$node_dir/node_modules/.benchctl-stamp" 2>/dev/null || true)" != "$
     { echo "[setup] npm ci in $node_dir failed; last lines of $log:" >&2; tail -20 "$log" >&2; exit 1; }
   echo "$node_want" > "$node_dir/node_modules/.benchctl-stamp"
 fi
+# A C compiler for the local engine's loopback shim (benchctl/local/loopback.py: Dynamo's event-plane ZMQ
+# sockets and the mocker's bootstrap server bind 0.0.0.0 with no flag to change it); installed from Debian
+# when missing and we are root, then the shim is built once so that a missing compiler fails here, not in a run
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing Debian's gcc (the local engine's loopback shim)"
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev; } \
+      >>"$venv/setup.log" 2>&1 || { echo "[setup] apt-get install gcc failed; last lines of $venv/setup.log:" >&2;
+                                    tail -5 "$venv/setup.log" >&2; exit 1; }
+  else
+    echo "[setup] no C compiler (cc): install one (apt-get install gcc), then run scripts/setup.sh again" >&2
+    exit 1
+  fi
+fi
+"$venv/bin/python" -m benchctl.local.loopback >/dev/null ||
+  { echo "[setup] building the loopback shim failed (see above)" >&2; exit 1; }
 if [ ! -f "$venv/.benchctl-model-ok" ]; then
   echo "[setup] generating the offline tokenizer/model directory"
   "$venv/bin/python" -m benchctl.local.modeldir --install
