@@ -119,7 +119,9 @@ class FunctionNeeds:
     report: bool = False  # Athena in the workgroup, the views' DDL in Glue, the results and report prefixes
     task_tokens: bool = False  # answers a callback state's task token itself (AwaitLoadEnd, when the end is in)
     lake_tables_only: bool = False  # writes only lake tables (not raw evidence) and the run store's load records
-    handover: bool = False  # reads and writes the load runners' hand-over (runner/<campaign>/: requests, tokens, ends)
+    # the load runners' hand-over (runner/<campaign>/: requests, tokens, ends): "write" reads and writes it
+    # (Load), "read" reads it (Teardown and the sweeper stop a running load and read its end record)
+    handover: str = ""
     # the campaign's runner identity (benchctl.aws.runner_identity): "create" makes its Pod Identity association
     # (iam:PassRole of the load Job role only) and removes it, "remove" only removes it
     runner_identity: str = ""
@@ -133,9 +135,10 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
                           runner_identity="create"),
     "Pools": FunctionNeeds(kubernetes=True, nodegroups=True),
     "Serving": FunctionNeeds(kubernetes=True),
-    "Load": FunctionNeeds(kubernetes=True, task_tokens=True, handover=True, runner_identity="create"),  # the doctor's runner Job
+    "Load": FunctionNeeds(kubernetes=True, task_tokens=True, handover="write", runner_identity="create"),  # the doctor's runner Job
     "Ingest": FunctionNeeds(lake_tables_only=True, memory_mb=1024),  # parses what load pods wrote
-    "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE, runner_identity="remove"),
+    "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE, runner_identity="remove",
+                              handover="read"),
     "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024, runner_identity="remove"),
 }
 CEILINGS_FUNCTIONS = ("Plan", "Pools")  # BENCHCTL_CEILINGS (benchctl.ceilings): Plan and ScalePools refuse past them
@@ -346,12 +349,8 @@ class ControlPlaneStack(Stack):
             self._grant_report(role, results)
         if needs.task_tokens:  # SendTask* support no resource-level permissions (the token names the task)
             role.add_to_policy(iam.PolicyStatement(actions=["states:SendTaskSuccess"], resources=["*"]))
-        if needs.handover:  # a missing key reads as missing only to a caller that may list it (S3RunStore._absent)
-            role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"],
-                                                   resources=[bucket.arn_for_objects(f"{RUNNER_PREFIX}/*")]))
-            role.add_to_policy(iam.PolicyStatement(
-                actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{RUNNER_PREFIX}/*"]}}))
+        if needs.handover:
+            _grant_handover(role, bucket, write=needs.handover == "write")
         if needs.runner_identity:
             self._grant_runner_identity(role, config, cluster_arn, create=needs.runner_identity == "create")
 
@@ -509,6 +508,7 @@ class ControlPlaneStack(Stack):
         role.add_to_policy(iam.PolicyStatement(
             actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
         self._grant_lake(role, results)
+        _grant_handover(role, results.bucket, write=False)  # a running load's end record, read when stopping it
         role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:Scan", "dynamodb:GetItem", "dynamodb:DeleteItem"],
                                                resources=[self.lock_table.table_arn]))
         role.add_to_policy(iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[
@@ -669,3 +669,12 @@ class ControlPlaneStack(Stack):
                 retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=0),
             ),
         )
+
+
+def _grant_handover(role: iam.Role, bucket: Any, *, write: bool) -> None:
+    """The load runners' hand-over (``runner/``): read (and with ``write``, write); a missing key reads as
+    missing only to a caller that may list it (S3RunStore._absent)."""
+    role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"] if write else ["s3:GetObject"],
+                                           resources=[bucket.arn_for_objects(f"{RUNNER_PREFIX}/*")]))
+    role.add_to_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+                                           conditions={"StringLike": {"s3:prefix": [f"{RUNNER_PREFIX}/*"]}}))

@@ -519,7 +519,7 @@ def rehearse(account: Account, monkeypatch: pytest.MonkeyPatch, campaign_id: str
                     group_est_s=sum(s.est_s for s in steps)))
                 arn = admin_sfn.start_execution(stateMachineArn=machine, name=step.step_id, input=json.dumps({
                     "ctx": {"campaign_id": campaign_id}, "experiment": exp.name, "step": {"step_id": step.step_id},
-                    "launch": {"callback": True, "heartbeat_s": 300}}))["executionArn"]
+                    "launch": {"callback": True, "heartbeat_s": 300, "timeout_s": 3600}}))["executionArn"]
                 deadline = time.monotonic() + 60
                 while (campaign_id, exp.name, step.step_id) not in account.awaited:  # AwaitLoadEnd kept its token
                     assert time.monotonic() < deadline, "the execution never reached AwaitLoadEnd"
