@@ -203,12 +203,21 @@ def test_a_workload_breaking_a_rule_is_refused_naming_it(case: str, make: Callab
     assert _admit(changed, operation="UPDATE", old=make()) == refused  # a replace is held the same way
 
 
-def test_privileged_prefill_and_decode_workers_and_the_listed_service_account_are_admitted() -> None:
+def test_privileged_prefill_and_decode_workers_and_the_campaigns_or_a_listed_service_account_are_admitted() -> None:
     dgd = _dgd_efa()
     assert _pod(dgd, "prefill")["containers"][0]["securityContext"]["privileged"] is True
     assert _pod(dgd, "decode")["containers"][0]["securityContext"]["privileged"] is True
     assert _admit(dgd) == []
-    assert _admit(_set(None, serviceAccountName="benchctl-load", hostNetwork=False)(_runner_job())) == []
+    # the runner's own campaign's service account (named after the campaign id, its label)
+    job = _runner_job()
+    assert _admit(_set(None, serviceAccountName=job["metadata"]["labels"]["benchctl.io/campaign"],
+                       hostNetwork=False)(job)) == []
+    # a deployment's listed one (none by default: every runner has its campaign's own)
+    listed = Admission(list(yaml.safe_load_all(ADMISSION_FILE.read_text())), [admission_params(
+        allow_list_from_ceilings(ceilings.default(), service_accounts=("team-runner",),
+                                 load_image_registry=LOAD_IMAGE.split("/")[0] + "/"))])
+    assert _admit(_set(None, serviceAccountName="team-runner")(_runner_job()), adm=listed) == []
+    assert _admit(_set(None, serviceAccountName="team-runner")(_runner_job())) != []
     assert _admit(_security("frontend", {"privileged": False})(_dgd_agg())) == []
 
 

@@ -105,7 +105,7 @@ def image_prefixes(repository: str) -> tuple[str, ...]:
 
 def allow_list_from_ceilings(ceilings: Ceilings, *, load_image_registry: str | None = None,
                              namespace: str = "dynamo-bench", node_class: str = "default",
-                             service_accounts: tuple[str, ...] = ("benchctl-load",)) -> AdmissionAllowList:
+                             service_accounts: tuple[str, ...] = ()) -> AdmissionAllowList:
     """The allow-list from the deployment's ceilings (CDK context ``benchctl:ceilings``, the same the CLI, Plan
     and ScalePools hold specs to): the allowed image repositories, instance types and nodes per pool.
     ``load_image_registry`` (the stack's ECR registry, ``ACCOUNT.dkr.ecr.REGION.amazonaws.com/``) is added to
