@@ -63,6 +63,10 @@ def test_statelint_knows_the_rule_that_broke_the_deployment(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- parliament
 
+_PASS_LOAD_ROLE = ("a campaign's EKS Pod Identity association with the load Job role (CreatePodIdentityAssociation "
+                   "needs iam:PassRole of the role it associates); granted on the load Job role's ARN alone, so no "
+                   "other role can be handed to a pod (benchctl.aws.runner_identity).")
+
 # (template, logical id prefix, issue, what it concerns) -> why it is not a problem
 FALSE_POSITIVES: dict[tuple[str, str, str, str], str] = {
     (CP, "CampaignRoleDefaultPolicy", "PERMISSIONS_MANAGEMENT_ACTIONS", "logs:putresourcepolicy"):
@@ -79,13 +83,9 @@ FALSE_POSITIVES: dict[tuple[str, str, str, str], str] = {
         "parliament splits the ARN at the variable's ':' and misreads it: the same statements with a campaign id "
         "in its place pass (checked by test_parliament_misreads_only_the_policy_variable).",
     (CP, "PlanRoleDefaultPolicy", "PERMISSIONS_MANAGEMENT_ACTIONS", "iam:passrole"):
-        "Plan's preflight makes: a campaign's EKS Pod Identity association with the load Job role (CreatePodIdentityAssociation needs "
-        "iam:PassRole of the role it associates); granted on the load Job role's ARN alone, so no other role can "
-        "be handed to a pod (benchctl.aws.runner_identity).",
+        f"Plan's preflight makes: {_PASS_LOAD_ROLE}",
     (CP, "LoadRoleDefaultPolicy", "PERMISSIONS_MANAGEMENT_ACTIONS", "iam:passrole"):
-        "the doctor's runner Job check makes: a campaign's EKS Pod Identity association with the load Job role (CreatePodIdentityAssociation needs "
-        "iam:PassRole of the role it associates); granted on the load Job role's ARN alone, so no other role can "
-        "be handed to a pod (benchctl.aws.runner_identity).",
+        f"the doctor's runner Job check makes: {_PASS_LOAD_ROLE}",
     (CP, "TopicKey", "PERMISSIONS_MANAGEMENT_ACTIONS", "kms"):
         "the key policy's first statement is KMS's default key policy (the account root may administer the "
         "key, so that IAM can govern it); without it the key could become unmanageable (KMS docs, 'Default key "

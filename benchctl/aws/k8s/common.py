@@ -119,11 +119,10 @@ def runner_service_account(campaign_id: str) -> str:
     EKS Pod Identity tags the role session with it (``kubernetes-service-account``) and the load Job role's
     policy names its objects by it (``runner/${aws:PrincipalTag/kubernetes-service-account}/*``, the raw area's
     ``campaign_id=${...}``): one campaign's runner reaches only that campaign's keys. A service account name is
-    a DNS-1123 subdomain; campaign ids (``[a-z0-9-]``) are kept to one label of it."""
-    if not (len(campaign_id) <= 253 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", campaign_id)):
-        raise ValueError(f"campaign id {campaign_id!r} cannot name its runner's service account: lowercase letters, "
-                         "digits and '-', starting and ending with a letter or digit, at most 253 characters")
-    return campaign_id
+    a DNS-1123 subdomain; a campaign id in its normal form (``context.check_campaign_id``) is one label of it."""
+    from benchctl.context import check_campaign_id
+
+    return check_campaign_id(campaign_id, "the campaign id cannot name its runner's service account")
 
 
 def control_uri(runs_uri: str, campaign_id: str) -> str:
