@@ -43,6 +43,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -196,6 +197,14 @@ class PlatformSettings:
     gpu_nodegroups: tuple[str, ...] = ()
     skip_charts: frozenset[str] = field(default_factory=frozenset)  # ``existing``: what the cluster already has
     scrape_interval: str = DEFAULT_SCRAPE_INTERVAL
+    model_reclaim_policy: str = "Retain"  # the StorageClass's: Retain (keep the weights) or Delete
+
+    def __post_init__(self) -> None:
+        if self.model_reclaim_policy not in ("Retain", "Delete"):
+            raise PlatformValuesError(f"model_reclaim_policy: {self.model_reclaim_policy!r} is not Retain or Delete")
+        if not re.fullmatch(r"[1-9][0-9]*[smh]", self.scrape_interval):
+            raise PlatformValuesError(f"scrape_interval: {self.scrape_interval!r} is not a Prometheus duration "
+                                      "such as 15s, 1m")
 
     def kubernetes(self) -> Kubernetes:
         """The campaign's Kubernetes settings these names stand for (what the prefetch rendering takes)."""
@@ -312,9 +321,8 @@ def _values_dcgm(s: PlatformSettings) -> JSON:
         "serviceMonitor": {"enabled": True, "interval": s.scrape_interval},
         "affinity": _gpu_node_affinity(s),
         "tolerations": [dict(GPU_TOLERATION)],
-        # GPU -> pod mapping (the `pod` label METRICS.md attributes stage GPU use with) through the kubelet's
-        # pod-resources socket, the chart's default kubeletPath
-        "kubernetes": {"enablePodLabels": False},
+        # the GPU -> pod mapping (the `pod` label docs/METRICS.md attributes a stage's GPU use by) is the
+        # chart's default: the kubelet's pod-resources socket (kubeletPath)
     }
 
 
@@ -444,15 +452,17 @@ def namespace_manifest(s: PlatformSettings) -> JSON:
 
 
 def storage_class_manifest(s: PlatformSettings) -> JSON:
-    """EFS with dynamic provisioning through access points (efs.csi.aws.com's ``efs-ap`` mode): one access point
-    per volume, its directory owned by the prefetch image's user... (``uid``/``gid`` 0 here: the prefetch Job
-    runs as the image's user, root in the slim Python image). ``Retain``: deleting the claim keeps the data."""
+    """EFS through the EFS CSI driver's dynamic provisioning (``provisioningMode: efs-ap``: one access point per
+    volume under ``basePath``; kubernetes-sigs/aws-efs-csi-driver docs/parameters.md). Access points always
+    enforce one POSIX identity, so the prefetch Job (which writes as its image's user) and the workers (which
+    read as theirs) meet the same owner. ``reclaimPolicy`` is ``s.model_reclaim_policy``: ``Retain`` keeps the
+    downloaded weights when the claim goes (the file system's own retention is the stack's stated choice)."""
     return {
         "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": _meta(STORAGE_CLASS),
         "provisioner": "efs.csi.aws.com",
         "parameters": {"provisioningMode": "efs-ap", "fileSystemId": s.efs_file_system_id,
                        "directoryPerms": "755", "basePath": "/benchctl"},
-        "reclaimPolicy": "Retain",
+        "reclaimPolicy": s.model_reclaim_policy,
         "volumeBindingMode": "Immediate",
     }
 
@@ -473,14 +483,19 @@ def model_download_job(s: PlatformSettings) -> JSON:
     pinned huggingface_hub, fails unless the snapshot of that commit is where the workers serve it from), with
     :data:`PLATFORM_ID` in place of a campaign id, off the GPU node groups."""
     from benchctl.aws.k8s.jobs import render_prefetch_job
-    from benchctl.spec import PoolSpec
 
     if not s.model.revision:
         raise PlatformValuesError("model.revision: the platform downloads a pinned commit; give the 40-hex commit")
-    # the campaign's rule keeps a CPU pod off the named GPU node groups (and off any node labelled with GPUs)
-    pools = [PoolSpec(name=f"gpu-{i}", instance_type="gpu", gpus_per_node=1, gpu_kind="gpu",
-                      provider="managed-nodegroup", nodegroup=ng) for i, ng in enumerate(s.gpu_nodegroups)]
-    return render_prefetch_job(s.model, s.kubernetes(), PLATFORM_ID, pools=pools)
+    return render_prefetch_job(s.model, s.kubernetes(), PLATFORM_ID, pools=_gpu_pools(s))
+
+
+def _gpu_pools(s: PlatformSettings) -> list[Any]:
+    """The GPU node groups as the campaign's pools, for its rule that keeps a CPU pod off them (and off any node
+    labelled with GPUs): :func:`benchctl.aws.k8s.jobs.off_gpu_pools`."""
+    from benchctl.spec import PoolSpec
+
+    return [PoolSpec(name=f"gpu-{i}", instance_type="gpu", gpus_per_node=1, gpu_kind="gpu",
+                     provider="managed-nodegroup", nodegroup=ng) for i, ng in enumerate(s.gpu_nodegroups)]
 
 
 def dashboard_files() -> list[Path]:
