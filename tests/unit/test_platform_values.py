@@ -319,3 +319,16 @@ def test_the_provenance_records_every_installed_chart_and_what_was_skipped() -> 
     with pytest.raises(pv.PlatformValuesError, match=r"skip_charts: \['grafana'\]"):
         pv.charts_to_install(pv.PlatformSettings(cluster_name="c", region="r", model=MODEL, efs_file_system_id="f",
                                                  skip_charts=frozenset({"grafana"})))
+
+
+def test_the_helm_releases_are_the_pinned_charts_in_the_plans_order() -> None:
+    releases = pv.helm_releases(MANAGED)
+    assert [r["chart"] for r in releases] == [pv.CHARTS[k].chart for k in pv.charts_to_install(MANAGED)]
+    order = [r["chart"] for r in releases]
+    # device plugins (GPU check), then monitoring, then Dynamo (its PodMonitors need the monitoring CRDs)
+    assert order.index("kube-prometheus-stack") < order.index("dynamo-platform") == len(order) - 1
+    for r in releases:
+        pin = pv.CHARTS[r["chart"]]
+        assert (r["repository"], r["version"], r["release"], r["namespace"]) == (
+            pin.repository, pin.version, pin.release, pin.namespace)
+        assert r["values"] == pv.chart_values(pin.key, MANAGED)
