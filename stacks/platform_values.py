@@ -295,6 +295,7 @@ def _values_efa(s: PlatformSettings) -> JSON:
 def _values_kps(s: PlatformSettings) -> JSON:
     return {
         "alertmanager": {"enabled": False},  # nothing routes alerts in this stack
+        # Prometheus keeps its series on an emptyDir (storageSpec left empty): no EBS volume outlives the stack
         "prometheus": {
             "service": {"type": "ClusterIP"},
             "prometheusSpec": {
