@@ -153,7 +153,7 @@ class Reading:
     (GetAWSDefaultServiceQuota: the account has no applied value for it); ``error``: why there is none."""
 
     value: float | None
-    source: str = "applied"
+    source: str = "applied value"
     error: str | None = None
 
 
@@ -180,7 +180,7 @@ def judge(need: Need, reading: Reading, usage: Usage | None, region: str) -> tup
     if reading.value is None:
         return False, f"{head}: cannot be read ({reading.error}); {what}"
     value = int(reading.value)
-    shown = f"{head} is {value} vCPUs ({reading.source} value)"
+    shown = f"{head} is {value} vCPUs ({reading.source})"
     if need.vcpus > value:
         return False, f"{shown}; {what}; {increase_hint(q, need.vcpus + (usage.vcpus if usage else 0), region)}"
     if usage is not None and need.vcpus + usage.vcpus > value:

@@ -99,8 +99,9 @@ def pool_facts(spec: CampaignSpec, eks: Any, cluster: str) -> Pools:
 
 
 def _instances(ec2: Any) -> Iterator[dict[str, Any]]:
-    filters = [{"Name": "instance-state-name", "Values": ["pending", "running"]},
-               {"Name": "instance-type", "Values": ["p*", "g*", "vt*"]}]
+    # the GPU families are picked here, not by an instance-type filter with wildcards (EC2 takes them; a
+    # stricter reading of the filter is not relied on)
+    filters = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
     for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
         for reservation in page["Reservations"]:
             yield from reservation["Instances"]
