@@ -64,7 +64,7 @@ def test_the_need_is_the_most_one_experiment_holds_at_once_per_quota():
     assert "L-417A185B" not in {n.quota.code for n in needs(hetero, VCPUS, blocks)}
     assert any("Capacity Block" in s for s in skipped(hetero, blocks))
     assert any("m7i.2xlarge is not a P, G or VT instance" in s for s in skipped(_example("aws-rehearsal.yaml"), {}))
-    with pytest.raises(KeyError, match="p4d.24xlarge"):
+    with pytest.raises(KeyError, match=r"p4d\.24xlarge"):
         needs(seed, {}, {})
 
 
