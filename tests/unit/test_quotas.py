@@ -211,3 +211,24 @@ def test_an_active_reservation_the_launch_template_targets_is_named_as_used(aws)
         (cap,) = [ln for ln in check(_example("seed-plan.yaml"), aws, "bench") if ln.name == "capacity of pool p4d"]
     assert "cr-0abc" in cap.detail and "1 of 2 instances free" in cap.detail and "its nodes launch into it" in cap.detail
     assert "cr-0old" not in cap.detail and "cr-0g6e" not in cap.detail  # expired; another type
+
+
+def test_the_aiperf_preflight_job_carries_the_egress_probe_and_stays_a_valid_job():
+    import json
+
+    from benchctl.aws.k8s.preflight_jobs import EGRESS_CHECK, render_preflight_job
+    from tests.aws_checks import job_problems
+    from tests.unit.test_aws_k8s import CID, _with_image
+
+    seed = _with_image(_example("seed-plan.yaml"), "123456789012.dkr.ecr.us-east-1.amazonaws.com/load:1")
+    job = render_preflight_job(seed, CID, "aiperf")
+    assert job_problems(job) == []  # Kubernetes' own Job schema, strict
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert EGRESS_CHECK in c["command"][2]
+    egress = json.loads({e["name"]: e["value"] for e in c["env"]}["BENCHCTL_EGRESS"])
+    assert set(egress) == {"https://nvcr.io/v2/", "https://public.ecr.aws/v2/", "https://registry-1.docker.io/v2/",
+                           "https://123456789012.dkr.ecr.us-east-1.amazonaws.com/v2/",
+                           "https://huggingface.co/api/models"}
+    assert "vllm-runtime:1.6.1-efa" in egress["https://nvcr.io/v2/"]  # the EFA workers' image too
+    uploader = render_preflight_job(seed, CID, "uploader")["spec"]["template"]["spec"]["containers"][0]
+    assert EGRESS_CHECK not in uploader["command"][2]  # one probe per campaign
