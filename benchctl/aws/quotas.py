@@ -167,8 +167,8 @@ def check(spec: CampaignSpec, session: Any, cluster: str) -> list[Line]:
     facts = pool_facts(spec, eks, cluster)
     lines = [Line("quota", False, p, blocking=False) for p in facts.problems]
     gpu_types = {p.instance_type for p in spec.pools if p.provider != "local" and family(p.instance_type)}
-    if not gpu_types:
-        return lines
+    if not gpu_types:  # no GPU pool on EKS (the rehearsal's CPU pool): each pool said not judged
+        return [*lines, *(Line("quota", True, why) for why in skipped(spec, facts.capacity))]
     try:
         vcpus = instance_vcpus(ec2, gpu_types)
     except Exception as err:

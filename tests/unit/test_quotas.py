@@ -232,3 +232,11 @@ def test_the_aiperf_preflight_job_carries_the_egress_probe_and_stays_a_valid_job
     assert "vllm-runtime:1.6.1-efa" in egress["https://nvcr.io/v2/"]  # the EFA workers' image too
     uploader = render_preflight_job(seed, CID, "uploader")["spec"]["template"]["spec"]["containers"][0]
     assert EGRESS_CHECK not in uploader["command"][2]  # one probe per campaign
+
+
+def test_a_spec_without_gpu_pools_says_its_pools_quotas_are_not_judged(aws):
+    from benchctl.aws.quotas import check
+
+    lines = check(_example("aws-rehearsal.yaml"), aws, "bench")  # its node group is not in this account: named
+    assert [ln.detail for ln in lines if ln.ok] == [
+        "pool cpu-rehearsal: m7i.2xlarge is not a P, G or VT instance (its quota family is not checked here)"]
