@@ -2,8 +2,8 @@
 moto server started here serves them, behind moto's own authentication and IAM check, ``moto_iam.py``):
 
 * Service Quotas for EC2: moto serves GetServiceQuota for ``vpc`` only and has no GetAWSDefaultServiceQuota.
-  Here the four EC2 GPU quotas exist with their AWS default of 0 vCPUs (EC2 user guide, "Spot Instance
-  quotas": the G and P quotas' default is 0); GetServiceQuota answers the ``applied`` value a test sets and,
+  Here the four EC2 GPU quotas exist with an AWS default of 0 vCPUs (EC2 user guide, "Spot Instance quotas",
+  gives 0 for the GPU Spot quotas; 0 for the On-Demand ones is this fake's assumption); GetServiceQuota answers the ``applied`` value a test sets and,
   where it set none, ``NoSuchResourceException`` (as Service Quotas does for a quota with no applied value for
   the account: the GetServiceQuota reference, "If the applied quota value is not available for a quota, the
   quota is not retrieved"); an unknown quota code is ``NoSuchResourceException`` for both calls, as AWS.

@@ -240,3 +240,25 @@ def test_a_spec_without_gpu_pools_says_its_pools_quotas_are_not_judged(aws):
     lines = check(_example("aws-rehearsal.yaml"), aws, "bench")  # its node group is not in this account: named
     assert [ln.detail for ln in lines if ln.ok] == [
         "pool cpu-rehearsal: m7i.2xlarge is not a P, G or VT instance (its quota family is not checked here)"]
+
+
+def test_the_plan_functions_preflight_refuses_a_campaign_past_its_quota_before_anything_is_scaled(aws, monkeypatch):
+    """EksPreflight (Plan's PreflightPort) adds the quota problems to the deployment's and the cluster's."""
+    from benchctl.aws import preflight as pf
+
+    _cluster(aws)
+    monkeypatch.setattr(pf, "preflight", lambda *a, **k: [])  # the cluster's own checks: test_aws_k8s.py
+    monkeypatch.setattr(pf, "deployment_preflight", lambda *a, **k: [])
+    port = pf.EksPreflight(lambda: None, aws, None, cluster="bench", nodegroups=("gpu-p4d",), load_image="",
+                           campaign_id="seed-plan-20261201-101500", run_uri="s3://b/runs", lake_uri="s3://b/lake")
+    seed = _example("seed-plan.yaml")
+    with ec2_capacity({"L-417A185B": 96.0}):
+        (problem,) = port.check(seed)
+    assert problem.startswith("EC2 quota L-417A185B (Running On-Demand P instances) in us-east-1 is 96 vCPUs")
+    with ec2_capacity({"L-417A185B": 192.0}):
+        assert port.check(seed) == []
+    # a node group this deployment may not scale is named by deployment_preflight, not judged here
+    other = pf.EksPreflight(lambda: None, aws, None, cluster="bench", nodegroups=("gpu-g6e",), load_image="",
+                            campaign_id="seed-plan-20261201-101500", run_uri="s3://b/runs", lake_uri="s3://b/lake")
+    with ec2_capacity({"L-417A185B": 96.0}):
+        assert other.check(seed) == []
