@@ -104,7 +104,7 @@ class LocalEngine:
         from benchctl.local.serving import LocalServing
 
         run_dir = Path(ctx.run_uri)
-        serving = self._serving.setdefault(ctx.run_uri, LocalServing(run_dir))
+        serving = self._serving.setdefault(ctx.run_uri, LocalServing(run_dir, twin_store=self.workspace))
         return Providers(
             engine=self.name, state=RunState(LocalRunStore(run_dir)), pools=self.pool, serving=serving,
             load=self.load, smoke=self.smoke, lake=self.lake, read_uri=read_file_uri, tokenizer=self.tokenizer,
