@@ -309,7 +309,7 @@ class LocalServing:
         t = spec.target
         exp = t.experiment
         twins = twin.resolve(self.twin_store, {p.name: p for p in t.pools}, (t.weights or t.model).name, exp)
-        knobs = twin.mocker_knobs(spec.mocker, twins, set(exp.mocker.model_fields_set))
+        knobs = twin.mocker_knobs(spec.mocker, twins)
         return knobs, {r: {"name": v.name, "label": v.label, "profile": v.npz, "num_gpu_blocks": v.num_gpu_blocks,
                            "note": v.note} for r, v in twins.items()}
 
