@@ -178,6 +178,7 @@ class RoleTwin:
     label: str = "SIMULATED on the mocker's built-in timing (no twin)"
     provenance: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
+    profile: TimingProfile | None = field(default=None, repr=False, compare=False)
 
 
 def twin_keys(pools: dict[str, Any], model: str, exp: Any, aic_version: str) -> dict[str, TwinKey] | str:
@@ -280,25 +281,28 @@ def aic_curves(key: TwinKey) -> Curves:
     return _CURVES[memo]
 
 
-def ensure(workspace: Path, key: TwinKey, curves: Callable[[TwinKey], Curves] = aic_curves) -> RoleTwin:
-    """The profile of ``key`` in the workspace's store: read when there, else made and written."""
+def ensure(workspace: Path, key: TwinKey, curves: Callable[[TwinKey], Curves] = aic_curves,
+           write: bool = True) -> RoleTwin:
+    """The profile of ``key`` in the workspace's store: read when there, else made (and written, ``write``)."""
     directory = profile_dir(workspace, key.name())
     try:
         profile = read_profile(directory)
     except (ProfileError, OSError):
         profile = build_profile(key, curves(key))
+        if not write:
+            return _role_twin(key.role, key.name(), directory, profile, npz=False)
         write_profile(directory, profile)
     return _role_twin(key.role, key.name(), directory, profile)
 
 
-def _role_twin(role: str, name: str, directory: Path, profile: TimingProfile) -> RoleTwin:
+def _role_twin(role: str, name: str, directory: Path, profile: TimingProfile, npz: bool = True) -> RoleTwin:
     prov = profile.provenance
     blocks = prov.get("num_gpu_blocks")
-    return RoleTwin(role, name, str(directory / "perf_data.npz"), int(blocks) if blocks else None, label(prov),
-                    dict(prov))
+    return RoleTwin(role, name, str(directory / "perf_data.npz") if npz else None, int(blocks) if blocks else None,
+                    label(prov), dict(prov), profile=profile)
 
 
-def resolve(workspace: Path, pools: dict[str, Any], model: str, exp: Any) -> dict[str, RoleTwin]:
+def resolve(workspace: Path, pools: dict[str, Any], model: str, exp: Any, write: bool = True) -> dict[str, RoleTwin]:
     """Per role of ``exp``, what its mocker workers are timed by under ``exp.mocker.twin``. A named profile that
     is missing or unusable raises :class:`ProfileError`; ``auto`` without an aiconfigurator twin notes why."""
     roles = list(dict.fromkeys(g.role for g in exp.workers))
@@ -315,8 +319,74 @@ def resolve(workspace: Path, pools: dict[str, Any], model: str, exp: Any) -> dic
     out = {}
     for r in roles:
         try:
-            out[r] = ensure(workspace, keys[r])
+            out[r] = ensure(workspace, keys[r], write=write)
         except Exception as err:  # aiconfigurator missing or refusing: the mocker's own timing, said so
             out[r] = RoleTwin(r, note=f"no twin: aiconfigurator gave no profile: {type(err).__name__}: "
                                       f"{' '.join(str(err).split())[:200]}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- durations
+def request_seconds(profiles: dict[str, TimingProfile], replicas: dict[str, int], concurrency: int, isl: float,
+                    osl: float) -> float:
+    """One request's time in a closed loop of ``concurrency`` on the twin (seconds), as the mocker schedules it:
+    a step is its prefills' time plus one decode iteration of the running batch; a request's first token comes
+    at the end of the step its prefill completes in.
+
+    Aggregated (``worker``): the batch per worker is ceil(concurrency / workers); over a request's ``osl``
+    iterations every other request of its batch restarts about once, so each iteration also carries
+    (batch - 1) / osl prefills. Disaggregated: prefill then ``osl`` decode iterations at the decode workers'
+    batch; when the prefill workers cannot keep up (their requests/s below the loop's), the cycle stretches
+    to what they complete. Pure."""
+    osl = max(1.0, osl)
+    ctx = isl + osl / 2
+    if "worker" in profiles:
+        p = profiles["worker"]
+        batch = math.ceil(concurrency / max(1, replicas.get("worker", 1)))
+        prefill = p.ttft_ms(isl)
+        itl = p.itl_ms(batch * ctx, ctx) + (batch - 1) * prefill / osl
+        return (prefill + osl * itl) / 1000.0
+    pre, dec = profiles["prefill"], profiles["decode"]
+    batch = math.ceil(concurrency / max(1, replicas.get("decode", 1)))
+    prefill = pre.ttft_ms(isl)
+    cycle = (prefill + osl * dec.itl_ms(batch * ctx, ctx)) / 1000.0
+    prefill_rate = max(1, replicas.get("prefill", 1)) / (prefill / 1000.0)  # requests/s the prefill workers do
+    return max(cycle, concurrency / prefill_rate)
+
+
+@dataclass(frozen=True)
+class StepTimer:
+    """An experiment's twin as the plan uses it: seconds per request at (concurrency, isl, osl)."""
+
+    profiles: dict[str, TimingProfile]
+    replicas: dict[str, int]
+    label: str
+
+    def __call__(self, concurrency: int, isl: float, osl: float) -> float:
+        return request_seconds(self.profiles, self.replicas, concurrency, isl, osl)
+
+
+def step_timer(twins: dict[str, RoleTwin], exp: Any) -> StepTimer | None:
+    """The plan's timer of ``exp`` from its resolved twins (None when a role has none)."""
+    profiles = {r: t.profile for r, t in twins.items() if t.profile is not None}
+    if len(profiles) != len(twins) or not profiles:
+        return None
+    replicas: dict[str, int] = {}
+    for g in exp.workers:
+        replicas[g.role] = replicas.get(g.role, 0) + g.replicas
+    return StepTimer(profiles, replicas, next(iter(twins.values())).label)
+
+
+def plan_timers(spec: Any, workspace: Path) -> dict[str, StepTimer]:
+    """Each experiment's :class:`StepTimer` for ``benchctl plan``: its twin from the workspace's store, or made
+    in memory (nothing written); experiments without a twin (``off``, no data for the GPU) are left out."""
+    out: dict[str, StepTimer] = {}
+    pools = {p.name: p for p in spec.pools}
+    for exp in spec.experiments:
+        try:
+            timer = step_timer(resolve(workspace, pools, spec.served_weights(exp).name, exp, write=False), exp)
+        except (ProfileError, OSError):
+            continue
+        if timer is not None:
+            out[exp.name] = timer
     return out
