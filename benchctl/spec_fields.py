@@ -233,9 +233,9 @@ def Text(max_length: int, *, multiline: bool = False) -> AfterValidator:
 
 # ------------------------------------------------------------------------------------------------------ the twin
 def _twin_choice(value: str) -> str | None:
-    from benchctl.twin import choice_problem
+    from benchctl.twin_profile import NAME_PATTERN  # the store's names (benchctl.twin: auto, off or a name)
 
-    return None if choice_problem(value) is None else "it is none of them"
+    return None if value in ("auto", "off") or NAME_PATTERN.match(value) else "it is none of them"
 
 
 TwinChoice = Annotated[str, _checked(_twin_choice, (

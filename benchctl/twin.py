@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.twin_profile import (
-    NAME_PATTERN,
     ProfileError,
     TimingProfile,
     profile_dir,
@@ -68,13 +67,6 @@ NPZ_CTX = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 NPZ_KV = tuple(2**k for k in range(6, 23))  # 64 .. 4 Mi tokens
 MAX_NUM_SEQS = 256  # vLLM's default on A100 / L40S (benchctl.predict.VLLM_MAX_NUM_SEQS)
 GPU_MEMORY_UTILIZATION = 0.9
-
-
-def choice_problem(value: str) -> str | None:
-    """Why ``value`` is no valid ``mocker.twin`` (None when it is)."""
-    if value in (AUTO, OFF) or NAME_PATTERN.match(value):
-        return None
-    return f"not {AUTO!r}, {OFF!r} or a profile name ({NAME_PATTERN.pattern})"
 
 
 @dataclass(frozen=True)
