@@ -7,7 +7,7 @@ Same spec ⇒ same plan (ids, order, estimates).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -220,7 +220,7 @@ def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = N
     return steps
 
 
-def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: dict[str, RequestTimer] | None = None) -> CampaignPlan:
+def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str, RequestTimer] | None = None) -> CampaignPlan:
     """The plan; ``timers`` (experiment name -> its twin's seconds per request, :class:`benchctl.twin.StepTimer`)
     time the request-count steps of those experiments in place of the guess."""
     if engine not in OVERHEADS:
