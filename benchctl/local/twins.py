@@ -54,8 +54,13 @@ def write_twins(spec: CampaignSpec, workspace: Path, campaign_id: str, progress:
     for exp in spec.experiments:
         twins = experiment_twins(spec, exp, workspace)
         rows += twin_rows(campaign_id, exp, twins)
+        # what the spec sets explicitly wins over the twin's knobs (benchctl.twin.mocker_knobs): said here
+        mine = [f"mocker.{k} {getattr(exp.mocker, k):g}" for k in ("num_gpu_blocks", "speedup_ratio")
+                if getattr(exp.mocker, k) not in (None, 1.0)]
         for role, t in twins.items():
             what = f"profile {t.name}" + (f", {t.num_gpu_blocks} KV blocks" if t.num_gpu_blocks else "")
+            if t.name and mine:
+                what += f"; the spec's {', '.join(mine)} wins"
             progress.note(f"{exp.name} {role}: {t.label}" + (f" ({what})" if t.name else f" ({t.note})"))
     LocalLake(workspace / LAKE_DIR).write("twins", rows, part_name="twins")
     progress.note(f"twins ready in {time.monotonic() - started:.1f} s (store: {workspace / 'twin'})")

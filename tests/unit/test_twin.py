@@ -158,3 +158,28 @@ def test_a_run_naming_a_profile_the_store_lacks_exits_2_before_anything_is_made(
     err = capsys.readouterr().err
     assert "experiments[1].mocker.twin: 'fitted-a100'" in err and "valid: auto, off or a profile name" in err
     assert not (tmp_path / "runs" / "campaigns").exists()
+
+
+def test_the_run_says_the_twin_of_each_role_and_which_spec_knob_wins(tmp_path):
+    from benchctl.local.lake import LocalLake
+    from benchctl.local.twins import write_twins
+
+    data = copy.deepcopy(SMOKE)
+    data["experiments"][0]["mocker"] = {"twin": "fitted-a100", "speedup_ratio": 2.0}
+    data["experiments"][1]["mocker"] = {"twin": "off"}
+    spec = parse_spec(data, "smoke.yaml")
+    write_profile(profile_dir(tmp_path, "fitted-a100"), twin.build_profile(key(), curves()))
+    notes: list[str] = []
+
+    class Progress:
+        def note(self, text: str) -> None:
+            notes.append(text)
+
+    rows = write_twins(spec, tmp_path, "c1", Progress())
+    assert [n for n in notes if n.startswith("agg worker: ")] == [
+        f"agg worker: {rows[0]['label']} (profile fitted-a100, {50_000 // 64} KV blocks; the spec's "
+        "mocker.speedup_ratio 2 wins)"]
+    assert "disagg prefill: SIMULATED on the mocker's built-in timing (no twin) (mocker.twin: off)" in notes
+    lake = LocalLake(tmp_path / "lake").read_table("twins", "c1")
+    assert sorted((r["experiment"], r["role"], r["profile"]) for r in lake) == [
+        ("agg", "worker", "fitted-a100"), ("disagg", "decode", None), ("disagg", "prefill", None)]
