@@ -303,6 +303,25 @@ TABLES: dict[str, Table] = {
             """,
         ),
         _table(
+            "twins",
+            "experiment x worker role: what timed the local mocker workers (benchctl.twin), SIMULATED figures",
+            _EXPERIMENT_PARTS,
+            # label: what the figures are ("SIMULATED on the a100_sxm TP4 twin (aiconfigurator 0.12.0, vllm
+            # 0.14.0)"); profile: the store's name (null: the mocker's built-in timing, note says why);
+            # provenance_json: the profile's provenance.json (aiconfigurator version, system, backend, grid, ...)
+            """
+            campaign_id string
+            experiment string
+            role string
+            choice string
+            profile string
+            label string
+            num_gpu_blocks bigint
+            provenance_json string
+            note string
+            """,
+        ),
+        _table(
             "predictions",
             "experiment x concurrency-sweep step: figures PREDICTED by aiconfigurator before spending, not measured",
             _EXPERIMENT_PARTS,

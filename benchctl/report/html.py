@@ -15,6 +15,7 @@ from benchctl.report.data import (
     network_rows,
     provenance_items,
     table_sections,
+    twin_text,
     versions_pretty,
 )
 from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
@@ -172,7 +173,8 @@ def render_html(data: ReportData) -> str:
         "</section>")
 
     banner = (f'<div class="banner" id="simulated-banner">{SIM_TAG}: {esc(SIM_TEXT)}. Every figure below comes '
-              "from the local engine; prices are illustrative.</div>" if data.simulated else "")
+              "from the local engine; prices are illustrative."
+              + (f" Timed by: {esc(twin_text(data))}." if data.twins else "") + "</div>" if data.simulated else "")
     nav = "".join(f'<li><a href="#{sid}">{esc(title)}</a></li>' for sid, title in toc)
     generated = datetime.now().astimezone().isoformat(timespec="seconds")
     exp_list = ", ".join(f"{e} ({data.modes.get(e) or '?'})" for e in data.experiments)

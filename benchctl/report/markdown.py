@@ -18,6 +18,7 @@ from benchctl.report.data import (
     network_rows,
     provenance_items,
     table_sections,
+    twin_text,
     versions_pretty,
 )
 from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
@@ -54,7 +55,7 @@ def render_markdown(data: ReportData) -> str:
     out = [f"# benchctl report: campaign {md_text(data.campaign_id)}{tag}", ""]
     if data.simulated:
         out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
-                ""]
+                *([f"> Timed by: {md_text(twin_text(data))}."] if data.twins else []), ""]
     e = ending(data)
     out += [f"## How it ended: {e.headline}{tag}", ""]
     out += ["```text", e.cause, "```", ""] if e.cause else []
