@@ -11,7 +11,7 @@ with ``--speedup X``, the mocker's built-in timing sped up X times (say which in
 Printed per experiment, c=1 then c=max, and the ratio max/1 (machine noise affects both alike):
 requests issued on time, issue lag p50/p95 against its budget, AIPerf's credit-to-start p95, achieved vs offered
 concurrency (AIPerf's effective concurrency / the step's concurrency), AIPerf's CPU (cores and share of the
-cores it may use), and the server's TTFT p50, ITL p50 and output tokens/s beside aiconfigurator's prediction
+cores it may use, and the share of its runnable time its processes waited for a CPU: the host's contention), and the server's TTFT p50, ITL p50 and output tokens/s beside aiconfigurator's prediction
 for the same step (how close to A100 speed the servers ran). The machine's load average before and after says
 how shared the cores were. Last line: ``client keeps up: yes/no (why)`` from ``client_load.verdict`` of every
 step at the highest concurrency.
@@ -108,6 +108,7 @@ def main() -> int:
             ("AIPerf credit-to-start p95", "client_credit_to_start_p95_ms", lambda v: _num(v, " ms")),
             ("achieved concurrency", "client_effective_concurrency", _num),
             ("AIPerf CPU (cores)", "client_cpu_cores", _num),
+            ("AIPerf waiting for a CPU", "client_cpu_wait_fraction", _pct),
             ("TTFT p50", "ttft_p50_ms", lambda v: _num(v, " ms", 1)),
             ("ITL p50", "itl_p50_ms", lambda v: _num(v, " ms", 2)),
             ("output tokens/s", "output_tokens_per_s", lambda v: _num(v, "", 0)),

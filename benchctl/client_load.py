@@ -19,7 +19,10 @@ Three figures, and the thresholds that turn them into a verdict, defined here an
 * **AIPerf's CPU**: CPU seconds of AIPerf's whole process tree (its services, workers and record
   processors) over the profiling phase's wall time, against the cores it can use (its CPU affinity,
   capped by a cgroup quota), sampled by the load runner (``benchctl.load_runner``) every
-  ``CPU_SAMPLE_S`` and interpolated at the phase's start and end.
+  ``CPU_SAMPLE_S`` and interpolated at the phase's start and end. Beside it, how long its processes waited on
+  a run queue for a CPU, as a fraction of the time they were runnable (``/proc/<pid>/schedstat``): the
+  host's contention (the servers on the same cores, or anything else), which explains a lag without a busy
+  AIPerf; it is reported, not judged.
 
 A step is **client-bound** when fewer than ``MIN_ON_TIME`` of its requests were issued on time (its p95
 issue lag is over budget) or AIPerf used more than ``MAX_CPU_SHARE`` of its cores: its latencies then
@@ -44,7 +47,8 @@ CPU_SAMPLE_S = 0.5  # the load runner's sampling period of AIPerf's process tree
 
 COLUMNS = ("client_issue_lag_p50_ms", "client_issue_lag_p95_ms", "client_lag_budget_ms", "client_on_time_fraction",
            "client_credit_to_start_p95_ms", "client_effective_concurrency", "client_cpu_cores",
-           "client_cpu_cores_available")
+           "client_cpu_cores_available", "client_cpu_wait_fraction")
+Sample = tuple[float, float, float | None]  # (epoch s, cumulative CPU s, cumulative run-queue wait s or None)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -98,38 +102,57 @@ def lag_figures(spans: list[tuple[int | None, int, int]], concurrency: int | Non
             "client_on_time_fraction": sum(1 for x in lags if x <= budget) / len(lags)}
 
 
-def cpu_at(samples: Sequence[Sequence[float]], t: float) -> float | None:
-    """Cumulative CPU seconds at epoch second ``t``, interpolated between the samples around it
-    (``[[epoch_s, cpu_s], ...]`` in time order); None outside them."""
-    for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+def value_at(samples: Sequence[Sample], t: float, column: int = 1) -> float | None:
+    """A cumulative column of the samples (1: CPU s, 2: run-queue wait s) at epoch second ``t``, interpolated
+    between the samples around it (in time order; those without the column skipped); None outside them."""
+    known = [(s[0], s[column]) for s in samples if s[column] is not None]
+    for (t0, c0), (t1, c1) in itertools.pairwise(known):
         if t0 <= t <= t1:
             return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
     return None
 
 
-def cpu_cores_used(samples: Sequence[Sequence[float]], start_s: float, end_s: float) -> float | None:
+def cpu_cores_used(samples: Sequence[Sample], start_s: float, end_s: float) -> float | None:
     """Mean cores AIPerf's tree used over ``[start_s, end_s]``; None when the samples do not span it."""
     if end_s <= start_s:
         return None
-    c0, c1 = cpu_at(samples, start_s), cpu_at(samples, end_s)
+    c0, c1 = value_at(samples, start_s), value_at(samples, end_s)
     if c0 is None or c1 is None:
         return None
     return max(0.0, c1 - c0) / (end_s - start_s)
 
 
-def check_cpu_record(cpu: Any, where: str) -> tuple[list[tuple[float, float]], float | None]:
-    """The load runner's ``cpu`` record (``{"samples": [[epoch_s, cpu_s], ...], "cores": n}``) as
-    (samples in time order, cores); a malformed record raises ValueError naming ``where``."""
+def cpu_wait_fraction(samples: Sequence[Sample], start_s: float, end_s: float) -> float | None:
+    """Of the time AIPerf's processes were runnable over ``[start_s, end_s]``, the share they waited for a CPU
+    (from the samples that have the wait; None when they do not span the window or nothing ran)."""
+    live = [s for s in samples if s[2] is not None]
+    c0, c1 = value_at(live, start_s), value_at(live, end_s)
+    w0, w1 = value_at(live, start_s, 2), value_at(live, end_s, 2)
+    if c0 is None or c1 is None or w0 is None or w1 is None or end_s <= start_s:
+        return None
+    ran, waited = max(0.0, c1 - c0), max(0.0, w1 - w0)
+    return waited / (ran + waited) if ran + waited > 0 else None
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_cpu_record(cpu: Any, where: str) -> tuple[list[Sample], float | None]:
+    """The load runner's ``cpu`` record (``{"samples": [[epoch_s, cpu_s, wait_s or null], ...], "cores": n}``;
+    ``wait_s`` may be left out) as (samples in time order, cores); a malformed record raises ValueError
+    naming ``where``."""
     if not isinstance(cpu, dict):
-        raise ValueError(f"{where}: cpu: expected {{'samples': [[epoch_s, cpu_s], ...], 'cores': n}}")
+        raise ValueError(f"{where}: cpu: expected {{'samples': [[epoch_s, cpu_s, wait_s], ...], 'cores': n}}")
     raw, cores = cpu.get("samples"), cpu.get("cores")
     if not isinstance(raw, list) or not all(
-            isinstance(s, list) and len(s) == 2 and all(isinstance(v, int | float) and not isinstance(v, bool)
-                                                        and math.isfinite(v) for v in s) for s in raw):
-        raise ValueError(f"{where}: cpu.samples: expected a list of [epoch_s, cpu_s] number pairs")
+            isinstance(s, list) and len(s) in (2, 3) and _finite(s[0]) and _finite(s[1])
+            and (len(s) == 2 or s[2] is None or _finite(s[2])) for s in raw):
+        raise ValueError(f"{where}: cpu.samples: expected a list of [epoch_s, cpu_s, wait_s or null] numbers")
     if cores is not None and (not isinstance(cores, int | float) or isinstance(cores, bool) or not cores > 0):
         raise ValueError(f"{where}: cpu.cores: expected a positive number, got {cores!r}")
-    samples = sorted((float(t), float(c)) for t, c in raw)
+    samples: list[Sample] = sorted((float(s[0]), float(s[1]), None if len(s) == 2 or s[2] is None else float(s[2]))
+                                   for s in raw)
     return samples, None if cores is None else float(cores)
 
 
@@ -157,6 +180,9 @@ def verdict(step: dict[str, Any]) -> tuple[bool | None, str]:
                    f"{' > ' if hot else ' <= '}{MAX_CPU_SHARE * 100:.0f} %)")
     elif used is None:
         why.append("AIPerf's CPU not measured")
+    wait = step.get("client_cpu_wait_fraction")
+    if wait is not None:
+        why.append(f"its processes waited for a CPU {float(wait) * 100:.0f} % of their runnable time")
     if not measured:
         return None, "not measured" + (f" ({why[-1]})" if why else "")
     return bound, "; ".join(why)

@@ -32,11 +32,12 @@ Protocol, one JSON object per line each way:
   the run ended; ``record`` (a file in the step's artifact directory) gets ``{"job_id", "exit_code", "cpu"}``
   just before ``exit``.
 * ``cpu``: what AIPerf itself used, for ``benchctl.client_load`` (is the client keeping up?):
-  ``{"samples": [[epoch_s, cpu_s], ...], "cores": n}``, the cumulative CPU seconds of the run's whole
-  process tree (its process group and descendants, reaped children included) sampled from ``/proc`` every
-  ``CPU_SAMPLE_S`` while it runs (one scan of ``/proc``, under a millisecond; the period grows past 1,000
-  samples), the last sample being the child's own ``wait4`` usage; ``cores``: the CPUs it may run on (its
-  affinity, capped by a cgroup CPU quota). On EKS the same record goes into ``runner-record.json``.
+  ``{"samples": [[epoch_s, cpu_s, wait_s], ...], "cores": n}``, the cumulative CPU seconds of the run's whole
+  process tree (its process group and descendants, reaped children included) and the time its live processes
+  waited on a run queue for a CPU (``/proc/<pid>/schedstat``; null where unknown), sampled from ``/proc``
+  every ``CPU_SAMPLE_S`` while it runs (one scan of ``/proc``, about a millisecond; the period grows past
+  1,000 samples), the last sample being the child's own ``wait4`` usage (its wait null); ``cores``: the CPUs
+  it may run on (its affinity, capped by a cgroup CPU quota). On EKS the same record goes into ``runner-record.json``.
 * stdout: ``{"ready": ...}`` once, then nothing per step (the files are the interface).
 
 Processes: every child is reaped here; on SIGTERM/SIGINT/SIGHUP or when stdin closes (the engine is
@@ -93,9 +94,10 @@ def _proc_table() -> dict[int, tuple[int, int, float]]:
     return table
 
 
-def tree_cpu_s(root: int, table: dict[int, tuple[int, int, float]]) -> float:
-    """CPU seconds used so far by ``root``'s process group and every descendant of ``root``: the live ones'
-    own time plus what they reaped (a process that ended and was waited for counts in its parent)."""
+def tree_usage(root: int, table: dict[int, tuple[int, int, float]]) -> tuple[float, float | None]:
+    """(CPU seconds used so far by ``root``'s process group and every descendant of ``root``: the live ones'
+    own time plus what they reaped (a process that ended and was waited for counts in its parent); seconds
+    the live ones waited on a run queue, None without schedstat)."""
     members = {pid for pid, (_, pgrp, _) in table.items() if root in (pgrp, pid)}
     kids: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in table.items():
@@ -106,7 +108,17 @@ def tree_cpu_s(root: int, table: dict[int, tuple[int, int, float]]) -> float:
             if kid not in members:
                 members.add(kid)
                 todo.append(kid)
-    return sum(table[p][2] for p in members if p in table)
+    cpu = sum(table[p][2] for p in members if p in table)
+    wait: float | None = 0.0
+    for pid in members:
+        try:
+            with open(f"/proc/{pid}/schedstat", "rb") as stat:  # on-CPU ns, run-queue wait ns, slices
+                wait = (wait or 0.0) + int(stat.read().split()[1]) / 1e9
+        except FileNotFoundError:  # gone meanwhile
+            continue
+        except (OSError, ValueError, IndexError):  # no schedstats in this kernel
+            return cpu, None
+    return cpu, wait
 
 
 def cores_available() -> int:
@@ -252,7 +264,8 @@ class Runner:
         at = time.time()
         for pid, child in self.children.items():
             samples = child.setdefault("cpu_samples", [])
-            samples.append([round(at, 4), round(tree_cpu_s(pid, table), 3)])
+            cpu, wait = tree_usage(pid, table)
+            samples.append([round(at, 4), round(cpu, 3), None if wait is None else round(wait, 4)])
         oldest = max(len(c.get("cpu_samples", ())) for c in self.children.values())
         self._next_sample = now + CPU_SAMPLE_S * max(1.0, oldest / _MAX_SAMPLES)
 
@@ -265,7 +278,7 @@ class Runner:
             _child(req)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.setpgid(pid, pid)  # also here: no race with a stop right after the started file
-        self.children[pid] = {**req, "started_at": started_at, "cpu_samples": [[round(started_at, 4), 0.0]]}
+        self.children[pid] = {**req, "started_at": started_at, "cpu_samples": [[round(started_at, 4), 0.0, 0.0]]}
         _atomic_json(req["started"], {"pid": pid, "start_time": _start_time(pid), "at": started_at})
 
     def reap(self) -> None:
@@ -281,7 +294,7 @@ class Runner:
             if req is None:
                 continue
             ended_at, cpu_s = time.time(), round(usage.ru_utime + usage.ru_stime, 3)
-            samples = [s for s in req.get("cpu_samples", []) if s[0] < ended_at] + [[round(ended_at, 4), cpu_s]]
+            samples = [s for s in req.get("cpu_samples", []) if s[0] < ended_at] + [[round(ended_at, 4), cpu_s, None]]
             cpu = {"samples": samples, "cores": cores_available()}
             code = os.waitstatus_to_exitcode(status)
             if req.get("record"):

@@ -189,6 +189,7 @@ TABLES: dict[str, Table] = {
             client_effective_concurrency double
             client_cpu_cores double
             client_cpu_cores_available double
+            client_cpu_wait_fraction double
             """,
         ),
         _table(

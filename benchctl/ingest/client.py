@@ -45,7 +45,7 @@ def _spans(profiling: list[tuple[int, dict[str, Any]]]) -> tuple[list[tuple[int 
     return spans, later_turn
 
 
-def read_cpu(artifact_dir: Path) -> tuple[list[tuple[float, float]], float | None] | None:
+def read_cpu(artifact_dir: Path) -> tuple[list[client_load.Sample], float | None] | None:
     """The load runner's CPU samples of AIPerf's process tree, or None when it recorded none."""
     path = artifact_dir / RUNNER_RECORD
     if not path.is_file():
@@ -73,11 +73,12 @@ def client_columns(artifact_dir: Path, summary_path: Path, summary: dict[str, An
                                                   multi_turn=multi_turn)
     out["client_credit_to_start_p95_ms"] = _summary_stat(summary_path, summary, "credit_to_start_latency", "p95", TO_MS)
     out["client_effective_concurrency"] = _summary_stat(summary_path, summary, "effective_concurrency", "avg", REQUESTS)
-    out["client_cpu_cores"] = out["client_cpu_cores_available"] = None
+    out["client_cpu_cores"] = out["client_cpu_cores_available"] = out["client_cpu_wait_fraction"] = None
     cpu = read_cpu(artifact_dir)
     start, end = _epoch_s(step.get("started_at")), _epoch_s(step.get("ended_at"))
     if cpu is not None and start is not None and end is not None:
         samples, cores = cpu
         out["client_cpu_cores"] = client_load.cpu_cores_used(samples, start, end)
         out["client_cpu_cores_available"] = cores
+        out["client_cpu_wait_fraction"] = client_load.cpu_wait_fraction(samples, start, end)
     return out

@@ -17,7 +17,7 @@ BOUND, KEEPS_UP, NOT_MEASURED = "CLIENT-BOUND", "keeps up", "not measured"
 COLUMNS = ("experiment", "step_id", "concurrency", "client", "why", "client_on_time_fraction",
            "client_issue_lag_p50_ms", "client_issue_lag_p95_ms", "client_lag_budget_ms",
            "client_credit_to_start_p95_ms", "client_effective_concurrency", "client_cpu_cores",
-           "client_cpu_cores_available")
+           "client_cpu_cores_available", "client_cpu_wait_fraction")
 DESCRIPTION = (
     "Per step: did AIPerf issue its requests on time? Issue lag = how long a concurrency slot stayed free "
     "before AIPerf sent the next request on it (from its records); on time = within the budget "
@@ -25,7 +25,8 @@ DESCRIPTION = (
     f"A step is {BOUND} when fewer than {client_load.MIN_ON_TIME * 100:g} % of its requests were on time or "
     f"AIPerf's processes used more than {client_load.MAX_CPU_SHARE * 100:g} % of the cores they could use during "
     "the profiling phase (CPU measured by the load runner; 'not measured' where it recorded none). "
-    "credit_to_start_p95 and effective_concurrency are AIPerf's own figures.")
+    "credit_to_start_p95 and effective_concurrency are AIPerf's own figures; cpu_wait_fraction: of the time AIPerf's "
+    "processes were runnable, the share they waited for a CPU (the host's contention, not judged).")
 
 
 def client_query(cid: str) -> str:

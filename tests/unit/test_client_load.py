@@ -22,7 +22,7 @@ import pytest
 from benchctl import client_load
 from benchctl.errors import ArtifactError
 from benchctl.ingest import StepContext, ingest_artifacts
-from benchctl.load_runner import _proc_table, tree_cpu_s
+from benchctl.load_runner import _proc_table, tree_usage
 from benchctl.local.report import render_report
 from tests.unit.synthetic_lake import Campaign
 
@@ -81,11 +81,16 @@ def test_on_time_share_and_budget_follow_the_request_latency() -> None:
 
 
 def test_cpu_over_the_window_is_interpolated_from_the_samples() -> None:
-    samples = [(100.0, 0.0), (101.0, 5.0), (102.0, 5.5), (104.0, 7.5)]  # start-up burns 5 s, then 0.5-1 core
+    samples = [(100.0, 0.0, 0.0), (101.0, 5.0, 1.0), (102.0, 5.5, 1.5), (104.0, 7.5, None)]  # start-up: 5 s
     assert client_load.cpu_cores_used(samples, 101.0, 104.0) == pytest.approx(2.5 / 3)
     assert client_load.cpu_cores_used(samples, 101.5, 103.0) == pytest.approx((6.5 - 5.25) / 1.5)
     assert client_load.cpu_cores_used(samples, 99.0, 103.0) is None  # not spanned: not measured
-    with pytest.raises(ValueError, match=r"where: cpu.samples: expected a list of \[epoch_s, cpu_s\]"):
+    # the wait from the samples that have it: 0.5 s waited per 0.5 s run between 101 and 102
+    assert client_load.cpu_wait_fraction(samples, 101.0, 102.0) == pytest.approx(0.5)
+    assert client_load.cpu_wait_fraction(samples, 101.0, 103.0) is None  # the last sample has no wait
+    # a record without the wait (two numbers per sample) is still read
+    assert client_load.check_cpu_record({"samples": [[1, 2]], "cores": 2}, "w") == ([(1.0, 2.0, None)], 2.0)
+    with pytest.raises(ValueError, match=r"where: cpu.samples: expected a list of \[epoch_s, cpu_s, wait_s or null\]"):
         client_load.check_cpu_record({"samples": [[1.0, "x"]], "cores": 2}, "where")
     with pytest.raises(ValueError, match=r"cpu\.cores: expected a positive number"):
         client_load.check_cpu_record({"samples": [], "cores": 0}, "where")
@@ -139,13 +144,15 @@ def test_ingest_fills_the_client_columns_from_records_summary_and_runner_record(
     n, c = 64, 4
     spans = closed_loop(n, c, [200.0] * n, [3.0] * n)
     t0, t1 = min(s for _, s, _ in spans) / 1e9, max(e for _, _, e in spans) / 1e9
-    cpu = {"samples": [[t0 - 8.0, 0.0], [t0, 6.0], [t1, 6.0 + 0.6 * (t1 - t0)], [t1 + 1.0, 9.0]], "cores": 2}
+    cpu = {"samples": [[t0 - 8.0, 0.0, 0.0], [t0, 6.0, 2.0], [t1, 6.0 + 0.6 * (t1 - t0), 2.0 + 0.2 * (t1 - t0)],
+                       [t1 + 1.0, 9.0, None]], "cores": 2}
     step = ingest_artifacts(_artifacts(tmp_path, spans, c, cpu), _ctx(c)).steps[0]
     summary = json.loads((DATA / "profile_export_aiperf.json").read_text())
     assert step["client_issue_lag_p95_ms"] == pytest.approx(3.0, abs=1e-3)
     assert step["client_on_time_fraction"] == 1.0
     assert step["client_cpu_cores"] == pytest.approx(0.6, rel=1e-3)  # start-up and shutdown left out
     assert step["client_cpu_cores_available"] == 2.0
+    assert step["client_cpu_wait_fraction"] == pytest.approx(0.2 / 0.8, rel=1e-3)  # waited 0.2 per 0.6 run
     assert step["client_credit_to_start_p95_ms"] == summary["credit_to_start_latency"]["p95"]
     assert step["client_effective_concurrency"] == summary["effective_concurrency"]["avg"]
 
@@ -174,12 +181,13 @@ def test_the_runner_reads_a_process_trees_cpu_from_proc(tmp_path: Path) -> None:
         deadline = time.monotonic() + 20
         used = 0.0
         while time.monotonic() < deadline:
-            used = tree_cpu_s(proc.pid, _proc_table())
+            used, waited = tree_usage(proc.pid, _proc_table())
             if used >= 0.3:
                 break
             time.sleep(0.1)
         assert used >= 0.3  # the reaped child's CPU counts in its parent's tree
-        assert tree_cpu_s(os.getpid(), _proc_table()) < used + 1000  # another tree: a number, not an error
+        assert waited is not None and waited >= 0.0  # the live parent's run-queue wait (schedstat)
+        assert tree_usage(os.getpid(), _proc_table())[0] > 0  # this test's own tree
     finally:
         proc.kill()
         proc.wait()
@@ -248,6 +256,7 @@ def test_the_runner_records_its_runs_cpu_samples_in_the_exit_record_and_the_arti
     samples = done["cpu"]["samples"]
     assert done["exit_code"] == record["exit_code"] == 3 and record["cpu"] == done["cpu"]
     assert len(samples) >= 3  # the fork, at least one /proc sample while it ran, its end (wait4)
-    assert [t for t, _ in samples] == sorted(t for t, _ in samples)
-    assert [c for _, c in samples] == sorted(c for _, c in samples)  # cumulative
+    assert [s[0] for s in samples] == sorted(s[0] for s in samples)
+    assert [s[1] for s in samples] == sorted(s[1] for s in samples)  # cumulative
     assert samples[-1][1] == done["cpu_s"] >= 0.4 and done["cpu"]["cores"] >= 1
+    assert samples[-1][2] is None and all(s[2] is not None and s[2] >= 0 for s in samples[:-1])
