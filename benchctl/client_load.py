@@ -105,7 +105,11 @@ def lag_figures(spans: list[tuple[int | None, int, int]], concurrency: int | Non
 def value_at(samples: Sequence[Sample], t: float, column: int = 1) -> float | None:
     """A cumulative column of the samples (1: CPU s, 2: run-queue wait s) at epoch second ``t``, interpolated
     between the samples around it (in time order; those without the column skipped); None outside them."""
-    known = [(s[0], s[column]) for s in samples if s[column] is not None]
+    known: list[tuple[float, float]] = []
+    for s in samples:
+        v = s[column]
+        if v is not None:
+            known.append((s[0], v))
     for (t0, c0), (t1, c1) in itertools.pairwise(known):
         if t0 <= t <= t1:
             return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
