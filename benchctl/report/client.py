@@ -52,9 +52,10 @@ def caveat(rows: list[dict[str, Any]]) -> str | None:
     if not bound:
         return None
     shown = ", ".join(bound[:6]) + (f" and {len(bound) - 6} more" if len(bound) > 6 else "")
-    return (f"Caveat: the load generator could not keep up in {len(bound)} of {len(rows)} steps ({shown}): their "
-            "latencies and throughputs measure AIPerf's own queueing as well as the server's (see "
-            f"\"{TITLE}\").")
+    return (f"Caveat: the load generator could not keep up in {len(bound)} of {len(rows)} steps ({shown}): it sent "
+            "requests late or ran out of CPU, so the server saw less load than the step's concurrency (its throughput "
+            "is understated, its latencies belong to a lower load) and AIPerf's own delays may be in its timings "
+            f"(see \"{TITLE}\").")
 
 
 def html_section(rows: list[dict[str, Any]], table: Callable[[list[str], list[dict[str, Any]]], str],
