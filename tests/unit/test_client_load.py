@@ -260,3 +260,19 @@ def test_the_runner_records_its_runs_cpu_samples_in_the_exit_record_and_the_arti
     assert [s[1] for s in samples] == sorted(s[1] for s in samples)  # cumulative
     assert samples[-1][1] == done["cpu_s"] >= 0.4 and done["cpu"]["cores"] >= 1
     assert samples[-1][2] is None and all(s[2] is not None and s[2] >= 0 for s in samples[:-1])
+
+
+def test_the_bench_cuts_the_smoke_spec_to_its_sweep_at_1_and_its_highest_concurrency() -> None:
+    import yaml
+
+    from bench.client_keeps_up import bench_spec
+    from benchctl.plan import plan_campaign
+    from benchctl.spec import parse_spec
+
+    smoke = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml").read_text())
+    cut, top = bench_spec(smoke, None)
+    assert top == 16 and [w["kind"] for w in cut["workloads"]] == ["concurrency_sweep"]
+    plan = plan_campaign(parse_spec(yaml.safe_load(yaml.safe_dump(cut))))  # still valid: validated and planned
+    assert sorted({s.concurrency for e in plan.experiments for s in e.steps}) == [1, 16]
+    fast, _ = bench_spec(smoke, 8.0)
+    assert fast["mocker"]["speedup_ratio"] == 8.0
