@@ -20,6 +20,7 @@ from benchctl.formatting import round_for_reading
 from benchctl.lake import check_path_value
 from benchctl.ports import QueryPort
 from benchctl.report.chartkit import SIM_TEXT, duration
+from benchctl.report.client import client_query, client_rows
 from benchctl.views import REPORT_VIEWS
 
 # (view, section title, one-line description); the columns shown are REPORT_VIEWS[view] (those present).
@@ -81,6 +82,7 @@ class ReportData:
     comparison_steps: list[dict[str, Any]] = field(default_factory=list)  # v_comparison_steps: what verdicts read
     experiment_rows: list[dict[str, Any]] = field(default_factory=list)  # experiments: settings, expected transfer
     twins: list[dict[str, Any]] = field(default_factory=list)  # what timed the mocker workers (lake table twins)
+    client: list[dict[str, Any]] = field(default_factory=list)  # per step: did the load generator keep up
 
     @property
     def campaign_id(self) -> str:
@@ -193,6 +195,7 @@ def report_queries(cid: str) -> dict[str, str]:
     queries["_comparison_steps"] = f"SELECT * FROM v_comparison_steps WHERE campaign_id = '{cid}'"  # noqa: S608
     queries["_steps"] = (f"SELECT experiment, mode, step_id, step_index, workload_kind, dataset_sha256 "  # noqa: S608
                          f"FROM steps WHERE campaign_id = '{cid}' ORDER BY step_index, step_id, experiment")
+    queries["_client"] = client_query(cid)
     return queries
 
 
@@ -272,7 +275,7 @@ def assemble_report_data(source: str, campaign: dict[str, Any], results: dict[st
         predictions=predictions, predictions_note=note, images=image_digests(versions), network=network,
         comparisons=results["_comparisons"].rows if "_comparisons" in results else [],
         comparison_steps=results["_comparison_steps"].rows if "_comparison_steps" in results else [],
-        experiment_rows=exps,
+        experiment_rows=exps, client=client_rows(results["_client"].rows) if "_client" in results else [],
     )
 
 
