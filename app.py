@@ -32,8 +32,16 @@ def main() -> int:
     app = cdk.App(context=context)
     try:
         config = load(app.node)
+        platform = None
+        if config.platform != "none":  # imported only then: the platform's kubectl layer package
+            from stacks.platform import PlatformStack, control_plane_config
+
+            platform = PlatformStack(app, f"benchctl-{config.env_name}-platform", config=config)
+            config = control_plane_config(config, platform.outputs)
         results = ResultsStack(app, f"benchctl-{config.env_name}-results", config=config)
-        ControlPlaneStack(app, f"benchctl-{config.env_name}-control-plane", config=config, results=results)
+        control = ControlPlaneStack(app, f"benchctl-{config.env_name}-control-plane", config=config, results=results)
+        if platform is not None:  # deployed after the cluster, its node groups and namespace exist
+            control.add_dependency(platform)
     except ConfigError as err:
         print(f"benchctl: cannot synthesize: {err}", file=sys.stderr)
         return 2
