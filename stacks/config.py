@@ -53,8 +53,11 @@ CPU_INSTANCE_TYPES: dict[str, tuple[int, int]] = {
     "m7i.4xlarge": (16, 64), "m7i.8xlarge": (32, 128), "m6i.4xlarge": (16, 64), "m6i.8xlarge": (32, 128),
     "c7i.4xlarge": (16, 32), "r7i.4xlarge": (16, 128)}
 # what the platform installs, by piece (platform_skip names the ones an existing cluster has)
-PLATFORM_PIECES = ("pod-identity-agent", "efs-csi-driver", "nvidia-device-plugin", "efa-device-plugin",
-                   "dynamo-platform", "monitoring", "model-storage", "rbac")
+# (the EKS add-ons and charts of stacks/platform_values.py by their own names, and two of ours)
+PLATFORM_PIECES = ("eks-pod-identity-agent", "aws-efs-csi-driver", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
+                   "kube-prometheus-stack", "dcgm-exporter", "dynamo-platform", "model-storage", "rbac")
+DEFAULT_PLATFORM_SPEC = "examples/seed-plan.yaml"
+_SPEC_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*\.(yaml|yml|json)$")
 DEFAULT_GPU_INSTANCE_TYPES = {"gpu-p4d": "p4d.24xlarge", "gpu-g6e": "g6e.12xlarge"}
 _INSTANCE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 _SG = re.compile(r"^sg-[0-9a-f]{8,17}$")
@@ -105,6 +108,9 @@ KEYS: dict[str, str] = {
                         "or destroy (cdk destroy deletes it with its data)",
     "platform_skip": "a list of what an existing cluster already has, not to install: " + ", ".join(PLATFORM_PIECES)
                      + " (platform=existing only; default none)",
+    "platform_spec": "the campaign spec the platform is installed for, a path in this repository (default "
+                     "examples/seed-plan.yaml): its model is downloaded at its revision, its namespace, token secret "
+                     "and model claim are created, its node-group pools must be the platform's",
     "cluster_security_group_id": "null, or the existing cluster's security group (sg-...), admitted to the model "
                                  "file system's NFS port (platform=existing with model-storage)",
 }
@@ -149,6 +155,7 @@ class Config:
     model_fs_removal: str = "retain"
     platform_skip: tuple[str, ...] = ()
     cluster_security_group_id: str | None = None
+    platform_spec: str = DEFAULT_PLATFORM_SPEC
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -304,7 +311,10 @@ def _platform(ctx: _Context, cluster: str, vpc_id: str | None, subnets: tuple[st
     out = {"platform": platform, "platform_capacity": capacity, "gpu_instance_types": gpu,
            "cpu_instance_type": ctx.choice("cpu_instance_type", CPU_INSTANCE_TYPES, "m7i.4xlarge"),
            "model_fs_removal": ctx.choice("model_fs_removal", ("retain", "destroy"), "retain"),
-           "platform_skip": skip, "cluster_security_group_id": sg}
+           "platform_skip": skip, "cluster_security_group_id": sg,
+           "platform_spec": ctx.text("platform_spec", DEFAULT_PLATFORM_SPEC, _SPEC_PATH) or DEFAULT_PLATFORM_SPEC}
+    if ".." in out["platform_spec"].split("/"):
+        raise _bad("platform_spec", out["platform_spec"])
     if platform == "none":
         return out
     if skip and platform != "existing":

@@ -56,6 +56,7 @@ from cdk_nag import NagSuppressions
 from constructs import Construct, IConstruct
 
 from benchctl.constants import POD_IDENTITY_ADDON
+from benchctl.spec import CampaignSpec, load_spec
 from stacks import platform_values as charts
 from stacks.config import Config, ConfigError
 
@@ -119,7 +120,8 @@ def rbac_manifests(namespace: str) -> list[dict[str, Any]]:
     return [swap(copy.deepcopy(d)) for d in docs]
 
 
-def token_sync_manifests(namespace: str, secret_arn: str, region: str) -> list[dict[str, Any]]:
+def token_sync_manifests(namespace: str, secret_arn: str, region: str, k8s_secret: str = HF_TOKEN_SECRET
+                         ) -> list[dict[str, Any]]:
     """The HF token's way from Secrets Manager into the Kubernetes secret ``hf-token``: an empty secret of
     that name (the preflight names its missing key until the token arrives), a service account whose pods
     get the token reader role through EKS Pod Identity, a Role that may read and patch that one secret,
@@ -137,9 +139,9 @@ def token_sync_manifests(namespace: str, secret_arn: str, region: str) -> list[d
         f"printf '{{\"data\":{{\"{HF_TOKEN_KEY}\":\"%s\"}}}}' \"$b64\" > /tmp/patch.json\n"
         "curl -sSf -o /dev/null --cacert $sa/ca.crt -H \"Authorization: Bearer $(cat $sa/token)\" "
         "-H 'Content-Type: application/merge-patch+json' -X PATCH --data @/tmp/patch.json "
-        f"https://kubernetes.default.svc/api/v1/namespaces/{namespace}/secrets/{HF_TOKEN_SECRET}\n"
+        f"https://kubernetes.default.svc/api/v1/namespaces/{namespace}/secrets/{k8s_secret}\n"
         "rm -f /tmp/patch.json\n"
-        f"echo 'copied the HF token into {namespace}/{HF_TOKEN_SECRET}'\n")
+        f"echo 'copied the HF token into {namespace}/{k8s_secret}'\n")
     pod = {
         "serviceAccountName": TOKEN_SYNC, "restartPolicy": "OnFailure",
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
@@ -154,12 +156,12 @@ def token_sync_manifests(namespace: str, secret_arn: str, region: str) -> list[d
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}]}
     return [
         {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-         "metadata": {"name": HF_TOKEN_SECRET, "namespace": namespace, "labels": labels}},
+         "metadata": {"name": k8s_secret, "namespace": namespace, "labels": labels}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": TOKEN_SYNC, "namespace": namespace,
                                                                     "labels": labels}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {"name": TOKEN_SYNC, "namespace": namespace, "labels": labels},
-         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [HF_TOKEN_SECRET],
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [k8s_secret],
                     "verbs": ["get", "patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": TOKEN_SYNC, "namespace": namespace, "labels": labels},
@@ -175,6 +177,39 @@ def token_sync_manifests(namespace: str, secret_arn: str, region: str) -> list[d
     ]
 
 
+def platform_spec(config: Config) -> CampaignSpec:
+    """The campaign spec the platform is installed for (``benchctl:platform_spec``): its model at its pinned
+    revision is downloaded, its namespace, token secret and model claim are created, and its node-group pools
+    must be ones the platform makes (or, ``existing``, that ``benchctl:nodegroups`` names). A mismatch stops
+    synth naming both sides: the spec then runs on the platform without an edited name."""
+    where = f"CDK context 'benchctl:platform_spec' ({config.platform_spec})"
+    try:
+        spec = load_spec(ROOT / config.platform_spec)
+    except Exception as err:  # the spec loader's own message names the field
+        raise ConfigError(f"{where}: not a campaign spec: {err}") from None
+    k = spec.kubernetes
+    if k.namespace != config.namespace:
+        raise ConfigError(f"{where}: its kubernetes.namespace {k.namespace!r} is not benchctl:namespace "
+                          f"{config.namespace!r}; give them one name")
+    for pool in spec.pools:
+        if pool.provider == "auto-mode" and not (config.platform == "new" and config.platform_capacity == "auto-mode"):
+            if config.platform == "new":
+                raise ConfigError(f"{where}: pool {pool.name} is an auto-mode pool; the platform makes node groups "
+                                  "(benchctl:platform_capacity=nodegroups): use auto-mode or a managed-nodegroup pool")
+        if pool.provider == "managed-nodegroup":
+            if config.platform == "new" and config.platform_capacity == "auto-mode":
+                raise ConfigError(f"{where}: pool {pool.name} names node group {pool.nodegroup!r}, but an Auto Mode "
+                                  "platform makes none; use benchctl:platform_capacity=nodegroups or an auto-mode pool")
+            if pool.nodegroup not in config.nodegroups:
+                raise ConfigError(f"{where}: pool {pool.name} names node group {pool.nodegroup!r}, not one of "
+                                  f"benchctl:nodegroups {list(config.nodegroups)}")
+            made = config.gpu_instance_types.get(pool.nodegroup or "")
+            if config.platform == "new" and made != pool.instance_type:
+                raise ConfigError(f"{where}: pool {pool.name} expects {pool.instance_type} in node group "
+                                  f"{pool.nodegroup!r}; benchctl:gpu_instance_types makes it of {made}")
+    return spec
+
+
 class PlatformStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: Config, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -184,6 +219,7 @@ class PlatformStack(Stack):
         self.skip = set(config.platform_skip)
         self.auto_mode = config.platform == "new" and config.platform_capacity == "auto-mode"
         self.namespace = config.namespace
+        self.spec = platform_spec(config)
         self.kubectl_layer = KubectlV35Layer(self, "KubectlLayer")
         self.capacity: list[Construct] = []  # what the charts' pods need first (a node to run on, the access)
         if config.platform == "new":
@@ -198,17 +234,26 @@ class PlatformStack(Stack):
         if config.platform == "new" and not self.auto_mode:
             gpu_nodegroups = self._nodegroups()
         self._addons()
-        self.base = self._manifest("BaseNamespace", [charts.namespace_manifest(self.namespace)], after=self.capacity)
-        self.token_secret = self._hf_token()
+        self.token_secret = self._secret()
+        self.fs = None if "model-storage" in self.skip else self._file_system(cluster_sg)
+        self.settings = charts.settings_from_spec(
+            self.spec, cluster_name=config.cluster_name, region=self.region,
+            efs_file_system_id=self.fs.file_system_id if self.fs else "-", hf_secret_arn=self.token_secret.secret_arn,
+            auto_mode=self.auto_mode, gpu_nodegroups=gpu_nodegroups or tuple(config.nodegroups),
+            skip_charts=frozenset(self.skip & set(charts.CHARTS)),
+            model_reclaim_policy="Retain" if config.model_fs_removal == "retain" else "Delete")
+        # the plan's order: base resources -> GPU device plugins -> monitoring -> Dynamo -> model weights
+        self.base = self._manifest("BaseNamespace", [charts.namespace_manifest(self.settings)], after=self.capacity)
+        self._token_sync()
         if "rbac" not in self.skip:
             self._manifest("Rbac", rbac_manifests(self.namespace), after=[self.base])
         self._charts()
-        if "model-storage" not in self.skip:
-            self._model_storage(cluster_sg)
+        if self.fs is not None:
+            self._model_storage()
         self.outputs = PlatformOutputs(
             cluster_name=config.cluster_name, namespace=self.namespace,
             nodegroups=gpu_nodegroups if config.platform == "new" else tuple(config.nodegroups),
-            hf_token_secret=HF_TOKEN_SECRET, model_pvc=charts.MODEL_PVC,
+            hf_token_secret=self.spec.kubernetes.hf_token_secret, model_pvc=self.spec.kubernetes.model_pvc,
             capacity=config.platform_capacity if config.platform == "new" else "existing")
         for name, value in (("ClusterName", self.outputs.cluster_name), ("Namespace", self.outputs.namespace),
                             ("Nodegroups", ",".join(self.outputs.nodegroups) or "-"),
@@ -329,9 +374,10 @@ class PlatformStack(Stack):
     # ------------------------------------------------------------------------------------------ add-ons
 
     def _addons(self) -> None:
-        if not self.auto_mode and "pod-identity-agent" not in self.skip:
+        if not self.auto_mode and POD_IDENTITY_ADDON not in self.skip:
             eks.Addon(self, "PodIdentityAgent", cluster=self.cluster, addon_name=POD_IDENTITY_ADDON)
-        if "efs-csi-driver" in self.skip:
+        self.efs_addon: Construct | None = None
+        if "aws-efs-csi-driver" in self.skip:
             return
         role = self._pod_identity_role("EfsCsiRole", "the EFS CSI driver's controller: access points of the model "
                                                      "file system")
@@ -345,6 +391,7 @@ class PlatformStack(Stack):
                                  eks.CfnAddon.PodIdentityAssociationProperty(role_arn=role.role_arn,
                                                                              service_account=EFS_CSI_SA)])
         self._after_cluster(addon)
+        self.efs_addon = addon
 
     def _pod_identity_role(self, cid: str, what: str) -> iam.Role:
         pods = iam.ServicePrincipal("pods.eks.amazonaws.com")
@@ -366,48 +413,47 @@ class PlatformStack(Stack):
             m.node.add_dependency(dep)
         return m
 
-    def _hf_token(self) -> secretsmanager.Secret:
+    def _secret(self) -> secretsmanager.Secret:
         secret = secretsmanager.Secret(
             self, "HfToken", description="benchctl: the Hugging Face token (hf_...) the model download uses; "
             "fill it with aws secretsmanager put-secret-value", removal_policy=RemovalPolicy.DESTROY,
             generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True, password_length=32))
         _nag(secret, ("AwsSolutions-SMG4", "a Hugging Face access token, issued and rotated by its owner at "
                       "huggingface.co; Secrets Manager cannot rotate it"))
+        return secret
+
+    def _token_sync(self) -> None:
         role = self._pod_identity_role("HfTokenReaderRole", f"the {TOKEN_SYNC} CronJob: reads the HF token secret")
-        secret.grant_read(role)
+        self.token_secret.grant_read(role)
         assoc = eks.CfnPodIdentityAssociation(self, "HfTokenSyncIdentity", cluster_name=self.cluster.cluster_name,
                                               namespace=self.namespace, service_account=TOKEN_SYNC,
                                               role_arn=role.role_arn)
         self._after_cluster(assoc)
-        self._manifest("HfTokenSync", token_sync_manifests(self.namespace, secret.secret_arn, self.region),
-                       after=[self.base])
-        return secret
-
-    def _chart(self, cid: str, name: str, after: list[Construct]) -> eks.HelmChart:
-        pin = charts.CHARTS[name]
-        chart = eks.HelmChart(self, cid, cluster=self.cluster, repository=pin.repository, chart=pin.chart,
-                              version=pin.version, release=pin.release, namespace=pin.namespace,
-                              create_namespace=True, values=charts.chart_values(name, namespace=self.namespace),
-                              wait=False, timeout=Duration.minutes(15))
-        for dep in after:
-            chart.node.add_dependency(dep)
-        return chart
+        self._manifest("HfTokenSync", token_sync_manifests(self.namespace, self.token_secret.secret_arn, self.region,
+                                                           self.spec.kubernetes.hf_token_secret), after=[self.base])
 
     def _charts(self) -> None:
-        after = [self.base, *self.capacity]
-        if not self.auto_mode and self.config.platform == "new" or self.config.platform == "existing":
-            if "nvidia-device-plugin" not in self.skip:
-                self._chart("NvidiaDevicePlugin", "nvidia-device-plugin", after)
-            if "efa-device-plugin" not in self.skip:
-                self._chart("EfaDevicePlugin", "aws-efa-k8s-device-plugin", after)
-        if "monitoring" not in self.skip:
-            monitoring = self._chart("Monitoring", "kube-prometheus-stack", after)
-            self._manifest("Dashboards", charts.dashboard_manifests(), after=[monitoring])
-        if "dynamo-platform" not in self.skip:
-            self._chart("DynamoPlatform", "dynamo-platform", after)
+        """Every chart :func:`stacks.platform_values.charts_to_install` names, in its order (each after the one
+        before: the Dynamo chart makes its PodMonitors only when the monitoring CRDs exist), with its values."""
+        previous: list[Construct] = [self.base, *self.capacity]
+        self.charts: dict[str, eks.HelmChart] = {}
+        for key in charts.charts_to_install(self.settings):
+            pin = charts.CHARTS[key]
+            cid = "".join(p.capitalize() for p in key.split("-")) + "Chart"
+            chart = eks.HelmChart(self, cid, cluster=self.cluster, repository=pin.repository, chart=pin.chart,
+                                  version=pin.version, release=pin.release, namespace=pin.namespace,
+                                  create_namespace=True, values=charts.chart_values(key, self.settings),
+                                  wait=True, timeout=Duration.minutes(15))
+            for dep in previous:
+                chart.node.add_dependency(dep)
+            previous = [chart]
+            self.charts[key] = chart
+        if "kube-prometheus-stack" in self.charts:  # Grafana's dashboards and the KVBM PodMonitor need its CRDs
+            self._manifest("Dashboards", [*charts.dashboard_configmaps(self.settings),
+                                          charts.kvbm_pod_monitor(self.settings)],
+                           after=[self.charts["kube-prometheus-stack"]])
 
-    def _model_storage(self, cluster_sg: str) -> None:
-        c = self.config
+    def _file_system(self, cluster_sg: str) -> efs.FileSystem:
         sg = ec2.SecurityGroup(self, "ModelFsSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
                                description="benchctl model file system: NFS from the cluster nodes only")
         sg.add_ingress_rule(ec2.Peer.security_group_id(cluster_sg), ec2.Port.tcp(2049),
@@ -416,12 +462,21 @@ class PlatformStack(Stack):
             self, "ModelFs", vpc=self.vpc, vpc_subnets=ec2.SubnetSelection(subnets=self.subnets), encrypted=True,
             security_group=sg, performance_mode=efs.PerformanceMode.GENERAL_PURPOSE,
             throughput_mode=efs.ThroughputMode.ELASTIC,
-            removal_policy=RemovalPolicy.RETAIN if c.model_fs_removal == "retain" else RemovalPolicy.DESTROY)
-        self.file_system = fs
-        docs = charts.model_storage_manifests(file_system_id=fs.file_system_id, namespace=self.namespace)
-        m = self._manifest("ModelStorage", docs, after=[self.base])
-        m.node.add_dependency(fs)
+            removal_policy=RemovalPolicy.RETAIN if self.config.model_fs_removal == "retain" else RemovalPolicy.DESTROY)
         CfnOutput(self, "ModelFileSystemId", value=fs.file_system_id)
+        return fs
+
+    def _model_storage(self) -> None:
+        """The StorageClass, the RWX claim and the one-time download Job (the campaign's own prefetch Job, which
+        waits for the token's key in the Kubernetes secret), once the file system's mount targets and the CSI
+        driver are there."""
+        s = self.settings
+        m = self._manifest("ModelStorage", [charts.storage_class_manifest(s), charts.model_claim_manifest(s),
+                                            charts.model_download_job(s)], after=[self.base, *self.capacity])
+        assert self.fs is not None
+        m.node.add_dependency(self.fs)
+        if self.efs_addon is not None:
+            m.node.add_dependency(self.efs_addon)
 
     # ------------------------------------------------------------------------------------------ cdk-nag
 
