@@ -55,6 +55,7 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from cdk_nag import NagSuppressions
 from constructs import Construct, IConstruct
 
+from benchctl.aws.k8s.common import HF_TOKEN_KEY
 from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.spec import CampaignSpec, load_spec
 from stacks import platform_values as charts
@@ -66,10 +67,9 @@ KUBERNETES_DIR = ROOT / "stacks" / "kubernetes"
 # layer (aws-cdk.lambda-layer-kubectl-v35, requirements-dev.txt) is within one minor version of it
 KUBERNETES_VERSION = eks.KubernetesVersion.V1_35
 DEFAULT_NAMESPACE = "dynamo-bench"  # what stacks/kubernetes/*.yaml name
-HF_TOKEN_SECRET = "hf-token"  # the Kubernetes secret (spec kubernetes.hf_token_secret's default)
-HF_TOKEN_KEY = "HF_TOKEN"
-TOKEN_SYNC = "benchctl-hf-token-sync"  # its CronJob, service account, Role and RoleBinding
-TOKEN_SYNC_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.0"  # the campaign's uploader image (spec default)
+HF_TOKEN_SECRET = "hf-token"  # noqa: S105  # the Kubernetes secret's name (spec kubernetes.hf_token_secret's default)
+TOKEN_SYNC = "benchctl-hf-token-sync"  # noqa: S105  # its CronJob, service account, Role and RoleBinding
+TOKEN_SYNC_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.0"  # noqa: S105  # the campaign's uploader image
 EFS_CSI_ADDON, EFS_CSI_SA = "aws-efs-csi-driver", "efs-csi-controller-sa"
 # EFA interfaces per instance type, one per network card (EC2 user guide, "Supported instance types" for
 # EFA; p4d.24xlarge: 4 network cards, g6e.12xlarge: 1): a launch template gets one efa interface per card
@@ -192,9 +192,8 @@ def platform_spec(config: Config) -> CampaignSpec:
         raise ConfigError(f"{where}: its kubernetes.namespace {k.namespace!r} is not benchctl:namespace "
                           f"{config.namespace!r}; give them one name")
     for pool in spec.pools:
-        if pool.provider == "auto-mode" and not (config.platform == "new" and config.platform_capacity == "auto-mode"):
-            if config.platform == "new":
-                raise ConfigError(f"{where}: pool {pool.name} is an auto-mode pool; the platform makes node groups "
+        if pool.provider == "auto-mode" and config.platform == "new" and config.platform_capacity != "auto-mode":
+            raise ConfigError(f"{where}: pool {pool.name} is an auto-mode pool; the platform makes node groups "
                                   "(benchctl:platform_capacity=nodegroups): use auto-mode or a managed-nodegroup pool")
         if pool.provider == "managed-nodegroup":
             if config.platform == "new" and config.platform_capacity == "auto-mode":
