@@ -305,6 +305,11 @@ class PlatformStack(Stack):
                              eks.ClusterLoggingTypes.SCHEDULER],
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
             **capacity)
+        # the control-plane log group EKS writes to, made by the stack (a month's retention) so that cdk destroy
+        # removes it; EKS would otherwise create it, without retention, and leave it behind
+        cluster_logs = logs.LogGroup(self, "ClusterLogs", log_group_name=f"/aws/eks/{c.cluster_name}/cluster",
+                                     retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
+        cluster.node.add_dependency(cluster_logs)
         _nag(cluster, ("AwsSolutions-EKS1", "public and private endpoint on purpose: the benchctl functions run "
                        "outside the VPC (unless benchctl:vpc_id places them) and every request is IAM-authenticated "
                        "and authorised by access entries (authentication mode API, no aws-auth ConfigMap)"),
