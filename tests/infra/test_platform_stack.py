@@ -7,6 +7,7 @@ platform creates and the control plane it configures, with no name edited."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -170,7 +171,7 @@ def test_the_charts_are_the_pinned_ones_in_the_plans_order_with_their_checked_va
     assert got["dynamo-platform"]["Version"] == "1.6.1"  # the release the runtime images are
     # each chart after the one before (the Dynamo chart's PodMonitors need the monitoring CRDs)
     ids = {p["Properties"]["Chart"]: lid for lid, p in _of(t, "Custom::AWSCDK-EKS-HelmChart").items()}
-    for before, after in zip(keys, keys[1:], strict=False):
+    for before, after in itertools.pairwise(keys):
         assert ids[pv.CHARTS[before].chart] in t["Resources"][ids[pv.CHARTS[after].chart]]["DependsOn"]
 
 
@@ -295,7 +296,7 @@ def test_an_existing_cluster_gets_only_what_it_lacks(existing):
     assert {p["AddonName"] for p in _props(t, "AWS::EKS::Addon")} == {"aws-efs-csi-driver"}  # agent skipped
     assert set(charts_of(t)) == {pv.CHARTS[k].chart for k in pv.CHARTS} - {"nvidia-device-plugin"}
     assert not any(d["kind"] == "ValidatingAdmissionPolicy" for ds in applied(existing).values() for d in ds)
-    (fs,) = _props(t, "AWS::EFS::FileSystem")
+    (_fs,) = _props(t, "AWS::EFS::FileSystem")
     assert {p["SubnetId"] for p in _props(t, "AWS::EFS::MountTarget")} == set(GIVEN_VPC["benchctl:subnet_ids"])
     (sg,) = [p for p in _props(t, "AWS::EC2::SecurityGroup") if "model file system" in p["GroupDescription"]]
     assert sg["SecurityGroupIngress"][0]["SourceSecurityGroupId"] == GIVEN_VPC["benchctl:cluster_security_group_id"]
@@ -358,19 +359,19 @@ class _Kube:
 
 
 class _Eks:
-    class exceptions:  # noqa: N801  (boto3's shape)
+    class exceptions:
         class ResourceNotFoundException(Exception):
             pass
 
     def __init__(self, cluster: str, nodegroups: set[str], addons: set[str]) -> None:
         self.cluster, self.nodegroups, self.addons = cluster, nodegroups, addons
 
-    def describe_nodegroup(self, clusterName: str, nodegroupName: str) -> dict[str, Any]:  # noqa: N803
+    def describe_nodegroup(self, clusterName: str, nodegroupName: str) -> dict[str, Any]:
         if clusterName != self.cluster or nodegroupName not in self.nodegroups:
             raise self.exceptions.ResourceNotFoundException(nodegroupName)
         return {"nodegroup": {"nodegroupName": nodegroupName}}
 
-    def describe_addon(self, clusterName: str, addonName: str) -> dict[str, Any]:  # noqa: N803
+    def describe_addon(self, clusterName: str, addonName: str) -> dict[str, Any]:
         if clusterName != self.cluster or addonName not in self.addons:
             err = Exception(addonName)
             err.response = {"Error": {"Code": "ResourceNotFoundException"}}  # type: ignore[attr-defined]
