@@ -308,13 +308,13 @@ def _platform(ctx: _Context, cluster: str, vpc_id: str | None, subnets: tuple[st
         raise ConfigError(f"CDK context '{PREFIX}platform_skip': {unknown} not a piece of the platform; valid: "
                           f"{KEYS['platform_skip']}")
     sg = ctx.text("cluster_security_group_id", None, _SG)
+    spec_path = ctx.text("platform_spec", DEFAULT_PLATFORM_SPEC, _SPEC_PATH) or DEFAULT_PLATFORM_SPEC
+    if ".." in spec_path.split("/"):
+        raise _bad("platform_spec", spec_path)
     out = {"platform": platform, "platform_capacity": capacity, "gpu_instance_types": gpu,
            "cpu_instance_type": ctx.choice("cpu_instance_type", CPU_INSTANCE_TYPES, "m7i.4xlarge"),
            "model_fs_removal": ctx.choice("model_fs_removal", ("retain", "destroy"), "retain"),
-           "platform_skip": skip, "cluster_security_group_id": sg,
-           "platform_spec": ctx.text("platform_spec", DEFAULT_PLATFORM_SPEC, _SPEC_PATH) or DEFAULT_PLATFORM_SPEC}
-    if ".." in out["platform_spec"].split("/"):
-        raise _bad("platform_spec", out["platform_spec"])
+           "platform_skip": skip, "cluster_security_group_id": sg, "platform_spec": spec_path}
     if platform == "none":
         return out
     if skip and platform != "existing":

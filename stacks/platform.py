@@ -223,7 +223,7 @@ class PlatformStack(Stack):
         self.capacity: list[Construct] = []  # what the charts' pods need first (a node to run on, the access)
         if config.platform == "new":
             self.vpc, self.subnets = self._network()
-            self.cluster: eks.ICluster = self._new_cluster()
+            self.cluster: Any = self._new_cluster()  # eks.Cluster | eks.ICluster (imported)
             cluster_sg = self.cluster.cluster_security_group_id
         else:
             self.vpc, self.subnets = self._given_network()

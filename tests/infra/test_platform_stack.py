@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -33,7 +33,7 @@ PF, CP = "benchctl-dev-platform", "benchctl-dev-control-plane"
 GIVEN_VPC = {"benchctl:vpc_id": "vpc-0123456789abcdef0",
              "benchctl:subnet_ids": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"],
              "benchctl:cluster_security_group_id": "sg-0123456789abcdef0"}
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "nodegroups": {"benchctl:platform": "new"},
     "auto-mode": {"benchctl:platform": "new", "benchctl:platform_capacity": "auto-mode",
                   "benchctl:platform_spec": "examples/auto-mode.yaml"},
@@ -419,9 +419,9 @@ def test_the_seed_plan_runs_against_the_new_platforms_outputs_with_no_name_edite
     image = pv.reference_defaults(efa.key)["image"]["repository"]
     docs.append({"kind": "DaemonSet", "metadata": {"name": efa.release, "namespace": efa.namespace},
                  "spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": f"{image}:v0.5.20"}]}}}})
-    assert preflight(SEED, _Kube(docs), eks=eks, cluster_name=env.cluster) == []
+    assert preflight(SEED, cast(Any, _Kube(docs)), eks=eks, cluster_name=env.cluster) == []
     # held: the same preflight names what a platform without the claim would lack
-    bare = _Kube([d for d in docs if d["kind"] != "PersistentVolumeClaim"])
+    bare = cast(Any, _Kube([d for d in docs if d["kind"] != "PersistentVolumeClaim"]))
     assert any("model-cache" in p for p in preflight(SEED, bare, eks=eks, cluster_name=env.cluster))
 
 
