@@ -55,6 +55,7 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from cdk_nag import NagSuppressions
 from constructs import Construct, IConstruct
 
+from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
 from benchctl.aws.k8s.common import HF_TOKEN_KEY
 from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.spec import CampaignSpec, load_spec
@@ -98,13 +99,18 @@ def _nag(scope: IConstruct, *rules: tuple[str, str], applies_to: list[Any] | Non
         apply_to_children=True)
 
 
-def rbac_manifests(namespace: str) -> list[dict[str, Any]]:
+def rbac_manifests(namespace: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     """``stacks/kubernetes/*.yaml`` as applied: every document, with the namespace they name
     (:data:`DEFAULT_NAMESPACE`) replaced by ``namespace`` where it stands as one (an object's namespace, a
-    namespace resource name, an admission parameter naming it)."""
+    namespace resource name, an admission parameter naming it), and the admission parameters replaced by
+    ``params`` (the deployment's allow-list, :func:`benchctl.aws.k8s.admission.admission_params`, with the
+    load image's registry that the file asks a person to add by hand)."""
     docs: list[dict[str, Any]] = []
     for path in sorted(KUBERNETES_DIR.glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    name = params["metadata"]["name"]
+    (at,) = [i for i, d in enumerate(docs) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
+    docs[at] = params
     if namespace == DEFAULT_NAMESPACE:
         return docs
 
@@ -245,7 +251,7 @@ class PlatformStack(Stack):
         self.base = self._manifest("BaseNamespace", [charts.namespace_manifest(self.settings)], after=self.capacity)
         self._token_sync()
         if "rbac" not in self.skip:
-            self._manifest("Rbac", rbac_manifests(self.namespace), after=[self.base])
+            self._manifest("Rbac", rbac_manifests(self.namespace, self._admission_params()), after=[self.base])
         self._charts()
         if self.fs is not None:
             self._model_storage()
@@ -416,6 +422,17 @@ class PlatformStack(Stack):
         for dep in after or []:
             m.node.add_dependency(dep)
         return m
+
+    def _admission_params(self) -> dict[str, Any]:
+        """The admission policies' allow-list: the deployment's ceilings (as Plan and ScalePools hold specs to
+        them) plus the load image's registry: the given ``benchctl:load_image``'s, else the account's CDK asset
+        registry, where the control-plane stack publishes the image it builds."""
+        c = self.config
+        registry = (c.load_image.split("/")[0] + "/" if c.load_image
+                    else f"{self.account}.dkr.ecr.{self.region}.{self.url_suffix}/")
+        allow = allow_list_from_ceilings(c.ceilings, load_image_registry=registry, namespace=self.namespace,
+                                         node_class=self.spec.kubernetes.node_class)
+        return admission_params(allow)
 
     def _secret(self) -> secretsmanager.Secret:
         secret = secretsmanager.Secret(

@@ -237,11 +237,22 @@ def test_the_hf_token_comes_from_a_secret_the_user_fills_through_a_pod_identity_
     assert "set -x" not in script and "echo \"$tok" not in script  # the token is never printed
 
 
-def test_our_rbac_and_admission_are_applied_as_the_files_say(nodegroups):
+def test_our_rbac_and_admission_are_applied_as_the_files_say_with_the_load_images_registry_allowed(nodegroups):
+    """The files as they are, but the admission parameters: the deployment's allow-list with the registry the
+    control plane publishes the load image to (the step the file's header asks a person to do by hand)."""
+    from benchctl import ceilings
+    from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
+
     files = [d for p in sorted(KUBERNETES_DIR.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
     (rbac,) = [docs for docs in applied(nodegroups).values() if any(d["kind"] == "ValidatingAdmissionPolicy"
                                                                     for d in docs)]
-    assert rbac == files
+    registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com/"  # the test account and Region (cfn_resolve)
+    params = admission_params(allow_list_from_ceilings(ceilings.from_context_file(ROOT / "cdk.json"),
+                                                       load_image_registry=registry))
+    assert registry in params["data"]["imagePrefixes"].split()
+    assert rbac == [params if d["kind"] == "ConfigMap" and d["metadata"]["name"] == params["metadata"]["name"]
+                    else d for d in files]
+    assert sum(d["kind"] == "ConfigMap" for d in rbac) == 1
 
 
 def test_every_manifest_the_platform_applies_passes_the_campaigns_strict_validation(nodegroups, auto_mode, existing):
