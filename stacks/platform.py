@@ -248,7 +248,9 @@ class PlatformStack(Stack):
             skip_charts=frozenset(self.skip & set(charts.CHARTS)),
             model_reclaim_policy="Retain" if config.model_fs_removal == "retain" else "Delete")
         # the plan's order: base resources -> GPU device plugins -> monitoring -> Dynamo -> model weights
-        self.base = self._manifest("BaseNamespace", [charts.namespace_manifest(self.settings)], after=self.capacity)
+        # on an existing cluster the namespace may hold more than ours: cdk destroy leaves it (and what is in it)
+        self.base = self._manifest("BaseNamespace", [charts.namespace_manifest(self.settings)], after=self.capacity,
+                                   keep=config.platform == "existing")
         self._token_sync()
         if "rbac" not in self.skip:
             self._manifest("Rbac", rbac_manifests(self.namespace, self._admission_params()), after=[self.base])
@@ -417,8 +419,10 @@ class PlatformStack(Stack):
 
     # ------------------------------------------------------------------------------------------ kubernetes
 
-    def _manifest(self, cid: str, docs: list[dict[str, Any]], *, after: list[Construct] | None = None) -> Construct:
-        m = eks.KubernetesManifest(self, cid, cluster=self.cluster, manifest=docs, overwrite=True)
+    def _manifest(self, cid: str, docs: list[dict[str, Any]], *, after: list[Construct] | None = None,
+                  keep: bool = False) -> Construct:
+        m = eks.KubernetesManifest(self, cid, cluster=self.cluster, manifest=docs, overwrite=True,
+                                   removal_policy=RemovalPolicy.RETAIN if keep else RemovalPolicy.DESTROY)
         for dep in after or []:
             m.node.add_dependency(dep)
         return m

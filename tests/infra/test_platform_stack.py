@@ -307,6 +307,9 @@ def test_an_existing_cluster_gets_only_what_it_lacks(existing):
     assert {p["AddonName"] for p in _props(t, "AWS::EKS::Addon")} == {"aws-efs-csi-driver"}  # agent skipped
     assert set(charts_of(t)) == {pv.CHARTS[k].chart for k in pv.CHARTS} - {"nvidia-device-plugin"}
     assert not any(d["kind"] == "ValidatingAdmissionPolicy" for ds in applied(existing).values() for d in ds)
+    # its namespace may hold more than ours: cdk destroy leaves it
+    (ns,) = [lid for lid, docs in applied(existing).items() if [d["kind"] for d in docs] == ["Namespace"]]
+    assert t["Resources"][ns]["DeletionPolicy"] == "Retain"
     (_fs,) = _props(t, "AWS::EFS::FileSystem")
     assert {p["SubnetId"] for p in _props(t, "AWS::EFS::MountTarget")} == set(GIVEN_VPC["benchctl:subnet_ids"])
     (sg,) = [p for p in _props(t, "AWS::EC2::SecurityGroup") if "model file system" in p["GroupDescription"]]
