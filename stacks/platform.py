@@ -200,7 +200,7 @@ def platform_spec(config: Config) -> CampaignSpec:
     for pool in spec.pools:
         if pool.provider == "auto-mode" and config.platform == "new" and config.platform_capacity != "auto-mode":
             raise ConfigError(f"{where}: pool {pool.name} is an auto-mode pool; the platform makes node groups "
-                                  "(benchctl:platform_capacity=nodegroups): use auto-mode or a managed-nodegroup pool")
+                              "(benchctl:platform_capacity=nodegroups): use auto-mode or a managed-nodegroup pool")
         if pool.provider == "managed-nodegroup":
             if config.platform == "new" and config.platform_capacity == "auto-mode":
                 raise ConfigError(f"{where}: pool {pool.name} names node group {pool.nodegroup!r}, but an Auto Mode "
