@@ -434,6 +434,41 @@ def test_the_seed_plan_runs_against_the_new_platforms_outputs_with_no_name_edite
     docs.append({"kind": "DaemonSet", "metadata": {"name": efa.release, "namespace": efa.namespace},
                  "spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": f"{image}:v0.5.20"}]}}}})
     assert preflight(SEED, cast(Any, _Kube(docs)), eks=eks, cluster_name=env.cluster) == []
+    # rendered as the AWS engine renders it (with the control plane's load image): every namespace, claim,
+    # secret and node group it names is the platform's, and every image is one the platform's admission
+    # parameters admit
+    from benchctl.aws.k8s.render import render_campaign
+    from benchctl.aws.preflight import with_load_image
+
+    rendered = [obj for _, obj in render_campaign(with_load_image(SEED, env.load_image), "seed-plan-20261201-101500")]
+    assert rendered
+    made = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    (params,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "benchctl-admission"]
+    prefixes = params["data"]["imagePrefixes"].split()
+    seen: dict[str, set[str]] = {"claimName": set(), "secretName": set(), "nodegroup": set(), "image": set()}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("claimName", "secretName", "image") and isinstance(v, str):
+                    seen[k].add(v)
+                if node.get("key") == "eks.amazonaws.com/nodegroup" and k == "values":
+                    seen["nodegroup"].update(v)  # a node affinity's term
+                if k == "eks.amazonaws.com/nodegroup" and isinstance(v, str):
+                    seen["nodegroup"].add(v)  # a nodeSelector
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for obj in rendered:
+        assert obj["metadata"].get("namespace", env.namespace) == env.namespace, obj["metadata"]
+        walk(obj)
+    assert seen["claimName"] == {outputs["ModelClaim"]} and ("PersistentVolumeClaim", outputs["ModelClaim"]) in made
+    assert seen["secretName"] == {outputs["HfTokenKubernetesSecret"]} and ("Secret", outputs["HfTokenKubernetesSecret"]) in made
+    assert seen["nodegroup"] and seen["nodegroup"] <= set(env.nodegroups)
+    assert env.load_image in seen["image"]
+    assert [i for i in seen["image"] if not any(i.startswith(p) for p in prefixes)] == []
     # held: the same preflight names what a platform without the claim would lack
     bare = cast(Any, _Kube([d for d in docs if d["kind"] != "PersistentVolumeClaim"]))
     assert any("model-cache" in p for p in preflight(SEED, bare, eks=eks, cluster_name=env.cluster))
