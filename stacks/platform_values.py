@@ -13,6 +13,7 @@ API (``stacks/platform.py`` consumes it):
   and the Secrets Manager secret it is filled from, the EFS file system id (may be a CDK token string), region,
   Auto Mode, GPU node group names, and which charts to skip (``existing`` clusters).
   :func:`settings_from_spec` builds one from a campaign spec, so the names are the campaign's.
+* :func:`helm_releases` (settings): each chart to install, in order, as CDK's ``HelmChart`` keyword arguments.
 * :func:`charts_to_install` (keys, in order, for these settings), :func:`chart_values` (key, settings) -> the
   values dict, checked by :func:`values_problems` against the chart's own values reference at the pinned
   version (``stacks/platform_charts/<chart>/<version>/``; see its README for provenance): a chart's
@@ -294,6 +295,7 @@ def _values_efa(s: PlatformSettings) -> JSON:
 def _values_kps(s: PlatformSettings) -> JSON:
     return {
         "alertmanager": {"enabled": False},  # nothing routes alerts in this stack
+        # Prometheus keeps its series on an emptyDir (storageSpec left empty): no EBS volume outlives the stack
         "prometheus": {
             "service": {"type": "ClusterIP"},
             "prometheusSpec": {
@@ -362,6 +364,19 @@ def chart_values(key: str, settings: PlatformSettings) -> JSON:
     if problems:
         raise PlatformValuesError(f"chart {key} {CHARTS[key].version}: " + "; ".join(problems))
     return values
+
+
+def helm_releases(settings: PlatformSettings) -> list[JSON]:
+    """Each chart to install, in order, as the keyword arguments of CDK's ``aws_eks.HelmChart`` / ``Cluster.add_helm_chart``
+    take them (``chart``, ``repository``, ``version``, ``release``, ``namespace``, ``create_namespace``, ``values``),
+    values checked (:func:`chart_values`)."""
+    out = []
+    for key in charts_to_install(settings):
+        pin = CHARTS[key]
+        out.append({"chart": pin.chart, "repository": pin.repository, "version": pin.version, "release": pin.release,
+                    "namespace": pin.namespace, "create_namespace": pin.namespace != "kube-system",
+                    "values": chart_values(key, settings)})
+    return out
 
 
 # ------------------------------------------------------------------------------------------- values reference
@@ -509,7 +524,7 @@ def dashboard_configmaps(s: PlatformSettings) -> list[JSON]:
     ns = CHARTS["kube-prometheus-stack"].namespace
     out = []
     for path in dashboard_files():
-        cm = {"apiVersion": "v1", "kind": "ConfigMap",
+        cm: JSON = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": _meta(f"benchctl-dashboard-{path.stem}", ns, {DASHBOARD_LABEL: DASHBOARD_LABEL_VALUE}),
               "data": {path.name: path.read_text()}}
         cm["metadata"]["annotations"] = {DASHBOARD_FOLDER_ANNOTATION: DASHBOARD_FOLDER}
@@ -543,7 +558,11 @@ def kvbm_pod_monitor(s: PlatformSettings) -> JSON:
 
 
 def platform_manifests(s: PlatformSettings) -> list[JSON]:
-    """Every Kubernetes object the platform stack applies (charts aside), in apply order."""
+    """Every Kubernetes object the platform stack applies (charts aside), in apply order. The download Job needs
+    the token Secret (``hf_token_secret``, key ``HF_TOKEN``, filled from ``hf_secret_arn``) and the EFS CSI driver
+    first; the dashboards and the PodMonitor need kube-prometheus-stack (its CRDs). The results dashboard
+    (``benchctl-results.json``) queries Athena: it shows data once Grafana has the ``grafana-athena-datasource``
+    plugin and a datasource for the lake, which this module does not configure."""
     out = [namespace_manifest(s), storage_class_manifest(s), model_claim_manifest(s), model_download_job(s)]
     if "kube-prometheus-stack" in charts_to_install(s):
         out += dashboard_configmaps(s)
@@ -572,5 +591,6 @@ def platform_provenance(s: PlatformSettings) -> JSON:
         "dynamo_pod_monitor_interval": DYNAMO_POD_MONITOR_INTERVAL,
         "model": {"name": s.model.name, "revision": s.model.revision, "claim": s.model_pvc,
                   "storage_class": STORAGE_CLASS},
+        "hf_token": {"kubernetes_secret": s.hf_token_secret, "secrets_manager_arn": s.hf_secret_arn},
         "worker_metrics_port": WORKER_SYSTEM_PORT, "kvbm_metrics_port": KVBM_METRICS_PORT,
     }

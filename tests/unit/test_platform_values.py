@@ -142,6 +142,10 @@ def test_no_service_is_exposed_outside_the_cluster() -> None:
     assert _get(kps, "prometheus.service.type") == _get(kps, "grafana.service.type") == "ClusterIP"
     assert _get(kps, "alertmanager.enabled") is False
     assert _get(pv.chart_values("dcgm-exporter", MANAGED), "service.type") == "ClusterIP"
+    # nor a volume that could outlive the stack: Prometheus on an emptyDir, Grafana without persistence
+    effective = pv._merge(pv.reference_defaults("kube-prometheus-stack"), kps)
+    assert _get(effective, "prometheus.prometheusSpec.storageSpec") == {}
+    assert _get(effective, "grafana.persistence.enabled") is False
     # the check can fail: kube-prometheus-stack's external Thanos Service is a LoadBalancer once enabled
     thanos = _set(kps, "prometheus.thanosServiceExternal.enabled", True)
     assert exposed(pv._merge(pv.reference_defaults("kube-prometheus-stack"), thanos)) == [
@@ -209,6 +213,9 @@ def test_the_dashboard_configmaps_hold_exactly_our_dashboards_as_the_grafana_sid
         held[name] = json.loads(text)
     assert sidecar["enabled"] is True and sidecar["searchNamespace"] == "ALL"
     assert held == {name: json.loads(p.read_text()) for name, p in files.items()}
+    # applied with kubectl apply (client-side), each object is copied into its last-applied-configuration
+    # annotation, and an object's annotations may total 256 KiB (apimachinery TotalAnnotationSizeLimitB)
+    assert max(len(json.dumps(cm, separators=(",", ":"))) for cm in cms) < 256 * 1024
 
 
 def test_the_download_job_is_the_campaigns_prefetch_of_the_pinned_commit() -> None:
@@ -319,3 +326,16 @@ def test_the_provenance_records_every_installed_chart_and_what_was_skipped() -> 
     with pytest.raises(pv.PlatformValuesError, match=r"skip_charts: \['grafana'\]"):
         pv.charts_to_install(pv.PlatformSettings(cluster_name="c", region="r", model=MODEL, efs_file_system_id="f",
                                                  skip_charts=frozenset({"grafana"})))
+
+
+def test_the_helm_releases_are_the_pinned_charts_in_the_plans_order() -> None:
+    releases = pv.helm_releases(MANAGED)
+    assert [r["chart"] for r in releases] == [pv.CHARTS[k].chart for k in pv.charts_to_install(MANAGED)]
+    order = [r["chart"] for r in releases]
+    # device plugins (GPU check), then monitoring, then Dynamo (its PodMonitors need the monitoring CRDs)
+    assert order.index("kube-prometheus-stack") < order.index("dynamo-platform") == len(order) - 1
+    for r in releases:
+        pin = pv.CHARTS[r["chart"]]
+        assert (r["repository"], r["version"], r["release"], r["namespace"]) == (
+            pin.repository, pin.version, pin.release, pin.namespace)
+        assert r["values"] == pv.chart_values(pin.key, MANAGED)
