@@ -458,21 +458,18 @@ class PlatformStack(Stack):
                                                            self.spec.kubernetes.hf_token_secret), after=[self.base])
 
     def _charts(self) -> None:
-        """Every chart :func:`stacks.platform_values.charts_to_install` names, in its order (each after the one
-        before: the Dynamo chart makes its PodMonitors only when the monitoring CRDs exist), with its values."""
+        """Every release :func:`stacks.platform_values.helm_releases` lists, in its order (each after the one
+        before: the Dynamo chart makes its PodMonitors only when the monitoring CRDs exist), with its checked
+        values; each waited for (``helm --wait``), so the next starts on a running one."""
         previous: list[Construct] = [self.base, *self.capacity]
         self.charts: dict[str, eks.HelmChart] = {}
-        for key in charts.charts_to_install(self.settings):
-            pin = charts.CHARTS[key]
-            cid = "".join(p.capitalize() for p in key.split("-")) + "Chart"
-            chart = eks.HelmChart(self, cid, cluster=self.cluster, repository=pin.repository, chart=pin.chart,
-                                  version=pin.version, release=pin.release, namespace=pin.namespace,
-                                  create_namespace=True, values=charts.chart_values(key, self.settings),
-                                  wait=True, timeout=Duration.minutes(15))
+        for release in charts.helm_releases(self.settings):
+            cid = "".join(p.capitalize() for p in release["chart"].split("-")) + "Chart"
+            chart = eks.HelmChart(self, cid, cluster=self.cluster, wait=True, timeout=Duration.minutes(15), **release)
             for dep in previous:
                 chart.node.add_dependency(dep)
             previous = [chart]
-            self.charts[key] = chart
+            self.charts[release["chart"]] = chart
         if "kube-prometheus-stack" in self.charts:  # Grafana's dashboards and the KVBM PodMonitor need its CRDs
             self._manifest("Dashboards", [*charts.dashboard_configmaps(self.settings),
                                           charts.kvbm_pod_monitor(self.settings)],
