@@ -6,6 +6,10 @@ Configuration is CDK context (``cdk.json``, or ``-c benchctl:<key>=<value>`` on 
 what is valid. cdk-nag's
 AwsSolutions checks run on every stack; their findings are synth errors unless suppressed with a
 written reason next to the resource.
+
+With ``benchctl:platform`` ``new`` or ``existing`` a third stack, the platform (``stacks/platform.py``), is made
+first: the control plane's cluster, node groups and namespace are then its outputs (not read again from the
+context) and the control plane is deployed after it.
 """
 
 import json
