@@ -403,6 +403,8 @@ class PlatformStack(Stack):
                                  eks.CfnAddon.PodIdentityAssociationProperty(role_arn=role.role_arn,
                                                                              service_account=EFS_CSI_SA)])
         self._after_cluster(addon)
+        for dep in self.capacity:  # its controller is a Deployment: without a node the add-on stays DEGRADED
+            addon.node.add_dependency(dep)
         self.efs_addon = addon
 
     def _pod_identity_role(self, cid: str, what: str) -> iam.Role:

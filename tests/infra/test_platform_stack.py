@@ -146,6 +146,9 @@ def test_add_ons_pod_identity_agent_and_efs_csi_driver_with_its_pod_identity_rol
     t = nodegroups[PF]
     addons = {p["AddonName"]: p for p in _props(t, "AWS::EKS::Addon")}
     assert set(addons) == {"eks-pod-identity-agent", "aws-efs-csi-driver"}
+    cpu = next(k for k, r in _of(t, "AWS::EKS::Nodegroup").items() if r["Properties"]["NodegroupName"] == "benchctl-cpu")
+    (efs,) = [r for r in _of(t, "AWS::EKS::Addon").values() if r["Properties"]["AddonName"] == "aws-efs-csi-driver"]
+    assert cpu in efs["DependsOn"]  # its controller needs a node, or the add-on stays DEGRADED
     (assoc,) = addons["aws-efs-csi-driver"]["PodIdentityAssociations"]
     assert assoc["ServiceAccount"] == "efs-csi-controller-sa"
     role = t["Resources"][assoc["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
