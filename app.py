@@ -6,6 +6,10 @@ Configuration is CDK context (``cdk.json``, or ``-c benchctl:<key>=<value>`` on 
 what is valid. cdk-nag's
 AwsSolutions checks run on every stack; their findings are synth errors unless suppressed with a
 written reason next to the resource.
+
+With ``benchctl:platform`` ``new`` or ``existing`` a third stack, the platform (``stacks/platform.py``), is made
+first: the control plane's cluster, node groups and namespace are then its outputs (not read again from the
+context) and the control plane is deployed after it.
 """
 
 import json
@@ -32,8 +36,16 @@ def main() -> int:
     app = cdk.App(context=context)
     try:
         config = load(app.node)
+        platform = None
+        if config.platform != "none":  # imported only then: the platform's kubectl layer package
+            from stacks.platform import PlatformStack, control_plane_config
+
+            platform = PlatformStack(app, f"benchctl-{config.env_name}-platform", config=config)
+            config = control_plane_config(config, platform.outputs)
         results = ResultsStack(app, f"benchctl-{config.env_name}-results", config=config)
-        ControlPlaneStack(app, f"benchctl-{config.env_name}-control-plane", config=config, results=results)
+        control = ControlPlaneStack(app, f"benchctl-{config.env_name}-control-plane", config=config, results=results)
+        if platform is not None:  # deployed after the cluster, its node groups and namespace exist
+            control.add_dependency(platform)
     except ConfigError as err:
         print(f"benchctl: cannot synthesize: {err}", file=sys.stderr)
         return 2

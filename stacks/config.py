@@ -45,6 +45,23 @@ _BASE_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*
                          r"(@sha256:[0-9a-f]{64})?$")
 DEFAULT_LOAD_BASE = "python:3.11-slim-bookworm"  # no digest recorded (docs/FACTS.md): the build refuses it alone
 
+PLATFORMS = ("none", "new", "existing")
+CAPACITIES = ("nodegroups", "auto-mode")
+# vCPUs and GiB of the CPU node group's instance types (EC2 instance type pages): a load Job asks 8 vCPU and
+# 16 GiB (spec kubernetes.load_cpu/load_memory defaults), so 8-vCPU types cannot hold one beside the system pods
+CPU_INSTANCE_TYPES: dict[str, tuple[int, int]] = {
+    "m7i.4xlarge": (16, 64), "m7i.8xlarge": (32, 128), "m6i.4xlarge": (16, 64), "m6i.8xlarge": (32, 128),
+    "c7i.4xlarge": (16, 32), "r7i.4xlarge": (16, 128)}
+# what the platform installs, by piece (platform_skip names the ones an existing cluster has)
+# (the EKS add-ons and charts of stacks/platform_values.py by their own names, and two of ours)
+PLATFORM_PIECES = ("eks-pod-identity-agent", "aws-efs-csi-driver", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
+                   "kube-prometheus-stack", "dcgm-exporter", "dynamo-platform", "model-storage", "rbac")
+DEFAULT_PLATFORM_SPEC = "examples/seed-plan.yaml"
+_SPEC_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*\.(yaml|yml|json)$")
+DEFAULT_GPU_INSTANCE_TYPES = {"gpu-p4d": "p4d.24xlarge", "gpu-g6e": "g6e.12xlarge"}
+_INSTANCE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+_SG = re.compile(r"^sg-[0-9a-f]{8,17}$")
+
 # every key benchctl reads, with what it takes (the text of an error names it)
 KEYS: dict[str, str] = {
     "env_name": "lowercase letters, digits and '-', 1..31 characters (default dev)",
@@ -76,6 +93,26 @@ KEYS: dict[str, str] = {
                        "(e.g. python:3.11-slim-bookworm@sha256:<64 hex>; default python:3.11-slim-bookworm, "
                        "which the build refuses unless load_base_image_tag_ok is true)",
     "load_base_image_tag_ok": "true or false: build the load image on a base named by tag alone (default false)",
+    # the optional platform stack (stacks/platform.py; README "From an empty account")
+    "platform": "none (default: no platform stack; the cluster exists and is set up by hand), new (a new VPC or the "
+                "given vpc_id/subnet_ids, an EKS cluster named cluster_name and everything the campaign needs), or "
+                "existing (the cluster cluster_name exists: install only what platform_skip does not name)",
+    "platform_capacity": "nodegroups (default: managed node groups named by nodegroups, sized 0, plus a CPU node group) "
+                         "or auto-mode (EKS Auto Mode: nodes come from NodePools; platform=new only)",
+    "gpu_instance_types": "an object naming each of nodegroups' instance type, every one listed in "
+                          "ceilings.instance_types (default {\"gpu-p4d\": \"p4d.24xlarge\", \"gpu-g6e\": \"g6e.12xlarge\"})",
+    "cpu_instance_type": "the CPU node group's instance type, big enough for a load Job (kubernetes.load_cpu 8, "
+                         "load_memory 16Gi) beside the platform's pods: one of " + ", ".join(CPU_INSTANCE_TYPES)
+                         + " (default m7i.4xlarge)",
+    "model_fs_removal": "retain (default: cdk destroy keeps the model file system and its weights; it keeps billing) "
+                        "or destroy (cdk destroy deletes it with its data)",
+    "platform_skip": "a list of what an existing cluster already has, not to install: " + ", ".join(PLATFORM_PIECES)
+                     + " (platform=existing only; default none)",
+    "platform_spec": "the campaign spec the platform is installed for, a path in this repository (default "
+                     "examples/seed-plan.yaml): its model is downloaded at its revision, its namespace, token secret "
+                     "and model claim are created, its node-group pools must be the platform's",
+    "cluster_security_group_id": "null, or the existing cluster's security group (sg-...), admitted to the model "
+                                 "file system's NFS port (platform=existing with model-storage)",
 }
 
 
@@ -111,6 +148,14 @@ class Config:
     ceilings: Ceilings = field(default_factory=ceiling_rules.default)
     load_base_image: str = DEFAULT_LOAD_BASE
     load_base_image_tag_ok: bool = False
+    platform: str = "none"
+    platform_capacity: str = "nodegroups"
+    gpu_instance_types: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_GPU_INSTANCE_TYPES))
+    cpu_instance_type: str = "m7i.4xlarge"
+    model_fs_removal: str = "retain"
+    platform_skip: tuple[str, ...] = ()
+    cluster_security_group_id: str | None = None
+    platform_spec: str = DEFAULT_PLATFORM_SPEC
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -172,6 +217,14 @@ class _Context:
             except json.JSONDecodeError as e:
                 raise ConfigError(f"CDK context '{PREFIX}{key}': not valid JSON ({e.msg}); valid: {KEYS[key]}") from None
         return value
+
+    def choice(self, key: str, valid: tuple[str, ...] | dict[str, Any], default: str) -> str:
+        value = self.get(key)
+        if value is None:
+            return default
+        if value not in valid:
+            raise _bad(key, value)
+        return str(value)
 
     def names(self, key: str, pattern: re.Pattern[str]) -> tuple[str, ...]:
         value = self.json(key)
@@ -240,6 +293,55 @@ def _ceilings(ctx: _Context) -> Ceilings:
         raise ConfigError(str(err)) from None
 
 
+def _platform(ctx: _Context, cluster: str, vpc_id: str | None, subnets: tuple[str, ...]) -> dict[str, Any]:
+    """The platform stack's keys, checked together: they only mean something with platform new or existing."""
+    platform = ctx.choice("platform", PLATFORMS, "none")
+    capacity = ctx.choice("platform_capacity", CAPACITIES, "nodegroups")
+    raw = ctx.json("gpu_instance_types")
+    gpu = dict(DEFAULT_GPU_INSTANCE_TYPES) if raw is None else raw
+    if not isinstance(gpu, dict) or not all(isinstance(k, str) and _CLUSTER.match(k) and isinstance(v, str)
+                                            and _INSTANCE.match(v) for k, v in gpu.items()):
+        raise _bad("gpu_instance_types", raw)
+    skip = ctx.names("platform_skip", re.compile(r"^[a-z-]+$"))
+    unknown = sorted(set(skip) - set(PLATFORM_PIECES))
+    if unknown:
+        raise ConfigError(f"CDK context '{PREFIX}platform_skip': {unknown} not a piece of the platform; valid: "
+                          f"{KEYS['platform_skip']}")
+    sg = ctx.text("cluster_security_group_id", None, _SG)
+    spec_path = ctx.text("platform_spec", DEFAULT_PLATFORM_SPEC, _SPEC_PATH) or DEFAULT_PLATFORM_SPEC
+    if ".." in spec_path.split("/"):
+        raise _bad("platform_spec", spec_path)
+    out = {"platform": platform, "platform_capacity": capacity, "gpu_instance_types": gpu,
+           "cpu_instance_type": ctx.choice("cpu_instance_type", CPU_INSTANCE_TYPES, "m7i.4xlarge"),
+           "model_fs_removal": ctx.choice("model_fs_removal", ("retain", "destroy"), "retain"),
+           "platform_skip": skip, "cluster_security_group_id": sg, "platform_spec": spec_path}
+    if platform == "none":
+        return out
+    if skip and platform != "existing":
+        raise ConfigError(f"CDK context '{PREFIX}platform_skip' is for platform=existing only (platform={platform} "
+                          "installs everything on the cluster it creates)")
+    if capacity == "auto-mode" and platform != "new":
+        raise ConfigError(f"CDK context '{PREFIX}platform_capacity': auto-mode is for platform=new only (an "
+                          "existing cluster's capacity is its own)")
+    nodegroups = ctx.names("nodegroups", _CLUSTER)
+    if platform == "new" and capacity == "nodegroups":
+        missing = [n for n in nodegroups if n not in gpu]
+        if missing or not nodegroups:
+            raise ConfigError(f"CDK context '{PREFIX}gpu_instance_types': no instance type for node group(s) "
+                              f"{missing or '(none: benchctl:nodegroups is empty)'} of '{PREFIX}nodegroups'; "
+                              f"valid: {KEYS['gpu_instance_types']}")
+        priced = ceiling_rules.parse(ctx.json("ceilings"), f"CDK context '{PREFIX}ceilings'").instance_types
+        unpriced = sorted({gpu[n] for n in nodegroups} - set(priced))
+        if unpriced:
+            raise ConfigError(f"CDK context '{PREFIX}gpu_instance_types': {unpriced} not in '{PREFIX}ceilings' "
+                              f"instance_types ({sorted(priced)}): Plan would refuse every pool of them")
+    if platform == "existing" and "model-storage" not in skip and not (vpc_id and subnets and sg):
+        raise ConfigError(f"CDK context platform=existing installs the model storage (an EFS file system) in the "
+                          f"cluster's VPC: give '{PREFIX}vpc_id', '{PREFIX}subnet_ids' (the nodes' private subnets) "
+                          f"and '{PREFIX}cluster_security_group_id', or name model-storage in '{PREFIX}platform_skip'")
+    return out
+
+
 def load(node: Node, context: Mapping[str, Any] | None = None) -> Config:
     """The configuration from ``context`` (every context value of the app; default: the node's)."""
     ctx = _Context(node.get_all_context() if context is None else context)
@@ -254,7 +356,9 @@ def load(node: Node, context: Mapping[str, Any] | None = None) -> Config:
     if bool(vpc_id) != bool(subnets):
         raise ConfigError(f"CDK context '{PREFIX}vpc_id' and '{PREFIX}subnet_ids' go together: give both (the "
                           "VPC and its private subnets that reach the cluster's endpoint) or neither")
+    platform = _platform(ctx, cluster, vpc_id, subnets)
     return Config(
+        **platform,
         env_name=ctx.text("env_name", "dev", _NAME) or "dev",
         cluster_name=cluster,
         powertools_layer_arn=_layer(ctx, "powertools_layer_arn", "python313-x86_64"),

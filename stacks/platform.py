@@ -1,0 +1,525 @@
+"""The optional platform stack (``-c benchctl:platform=new|existing``): everything a campaign needs on the
+cluster, in the plan's installation order, as code: base resources (namespace, StorageClass, the HF token)
+-> GPU device plugins -> monitoring -> Dynamo -> model weights on EFS. README "From an empty account".
+
+* ``new``: a VPC (two AZs, private subnets behind one NAT gateway; or the given ``vpc_id``/``subnet_ids``),
+  an EKS cluster named ``benchctl:cluster_name`` at :data:`KUBERNETES_VERSION` with API authentication
+  (access entries only), its control-plane logs on. Capacity (``benchctl:platform_capacity``):
+  ``nodegroups``: one managed node group per ``benchctl:nodegroups`` name (its instance type from
+  ``benchctl:gpu_instance_types``; the EKS accelerated AL2023 NVIDIA AMI; a launch template with every EFA
+  interface the type has, in a cluster placement group, one subnet; 0 nodes until a campaign scales it, at
+  most ``ceilings.max_nodes_per_pool``) plus a CPU node group (``benchctl:cpu_instance_type``, one node)
+  for the platform's pods and the load Jobs; or ``auto-mode``: EKS Auto Mode with its built-in ``system``
+  and ``general-purpose`` NodePools and ``default`` NodeClass (the campaign creates its own GPU NodePools
+  of that NodeClass per pool, ``benchctl.aws.k8s``), which brings the NVIDIA and EFA device plugins and
+  the Pod Identity Agent itself.
+* ``existing``: the cluster ``benchctl:cluster_name`` is imported; the stack's kubectl handler gets an
+  access entry (cluster admin) on it, and everything below is installed except the pieces named in
+  ``benchctl:platform_skip`` (``stacks.config.PLATFORM_PIECES``).
+* Add-ons: ``eks-pod-identity-agent`` (not on Auto Mode, where it is built in), ``aws-efs-csi-driver``
+  with an EKS Pod Identity role (AWS's managed ``AmazonEFSCSIDriverPolicy``); charts (pins and values
+  from :mod:`stacks.platform_values`, validated there against each chart's own ``values.schema.json``):
+  NVIDIA and EFA device plugins (node groups only), kube-prometheus-stack (DCGM exporter, Dynamo/KVBM
+  scrape, Grafana with ``dashboards/``; ClusterIP Services only), ``dynamo-platform`` (CRDs, operator).
+* Model storage: an encrypted EFS file system (``benchctl:model_fs_removal``, default retain), a mount
+  target per subnet admitting NFS from the cluster security group only, and the manifests of
+  :mod:`stacks.platform_values` (StorageClass, the RWX claim, the download Job).
+* The HF token: a Secrets Manager secret the user fills (never a parameter); a CronJob in the namespace
+  (:func:`token_sync_manifests`, its own service account with an EKS Pod Identity role that may read that
+  one secret) copies it into the Kubernetes secret ``hf-token`` (key ``HF_TOKEN``) that the campaign's
+  prefetch and the download Job read.
+* Our RBAC and admission policies (``stacks/kubernetes/``), for the namespace the campaign uses.
+
+Everything the control plane needs to know is :attr:`PlatformStack.outputs` (also CfnOutputs):
+``app.py`` builds the control-plane configuration from it, so no name is typed twice.
+Synth is offline and needs no Docker: the kubectl handler's layer is the pinned PyPI package.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_efs as efs
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
+from cdk_nag import NagSuppressions
+from constructs import Construct, IConstruct
+
+from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
+from benchctl.aws.k8s.common import HF_TOKEN_KEY
+from benchctl.constants import POD_IDENTITY_ADDON
+from benchctl.spec import CampaignSpec, load_spec
+from stacks import platform_values as charts
+from stacks.config import Config, ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+KUBERNETES_DIR = ROOT / "stacks" / "kubernetes"
+# EKS standard support for 1.35 runs into 2027 (EKS Kubernetes version calendar); kubectl of the handler's
+# layer (aws-cdk.lambda-layer-kubectl-v35, requirements-dev.txt) is within one minor version of it
+KUBERNETES_VERSION = eks.KubernetesVersion.V1_35
+DEFAULT_NAMESPACE = "dynamo-bench"  # what stacks/kubernetes/*.yaml name
+HF_TOKEN_SECRET = "hf-token"  # noqa: S105  # the Kubernetes secret's name (spec kubernetes.hf_token_secret's default)
+TOKEN_SYNC = "benchctl-hf-token-sync"  # noqa: S105  # its CronJob, service account, Role and RoleBinding
+TOKEN_SYNC_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.0"  # noqa: S105  # the campaign's uploader image
+EFS_CSI_ADDON, EFS_CSI_SA = "aws-efs-csi-driver", "efs-csi-controller-sa"
+# EFA interfaces per instance type, one per network card (EC2 user guide, "Supported instance types" for
+# EFA; p4d.24xlarge: 4 network cards, g6e.12xlarge: 1): a launch template gets one efa interface per card
+EFA_INTERFACES = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "g6e.12xlarge": 1,
+                  "g6e.24xlarge": 2, "g6e.48xlarge": 4, "g6e.8xlarge": 1, "g6e.16xlarge": 1}
+GPU_ROOT_GIB = 200  # the Dynamo vLLM runtime image alone is ~20 GB compressed; room for two versions and logs
+CPU_ROOT_GIB = 100
+CPU_NODEGROUP = "benchctl-cpu"
+
+
+@dataclass(frozen=True)
+class PlatformOutputs:
+    """What the platform made, by the names the control plane and the specs use."""
+
+    cluster_name: str
+    namespace: str
+    nodegroups: tuple[str, ...]  # the GPU node groups the functions may scale (none on Auto Mode)
+    hf_token_secret: str  # the Kubernetes secret with key HF_TOKEN
+    model_pvc: str  # the ReadWriteMany claim of the model cache
+    capacity: str  # nodegroups | auto-mode | existing
+
+
+def _nag(scope: IConstruct, *rules: tuple[str, str], applies_to: list[Any] | None = None) -> None:
+    NagSuppressions.add_resource_suppressions(scope, [
+        {"id": rule, "reason": reason, **({"appliesTo": applies_to} if applies_to else {})} for rule, reason in rules],
+        apply_to_children=True)
+
+
+def rbac_manifests(namespace: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """``stacks/kubernetes/*.yaml`` as applied: every document, with the namespace they name
+    (:data:`DEFAULT_NAMESPACE`) replaced by ``namespace`` where it stands as one (an object's namespace, a
+    namespace resource name, an admission parameter naming it), and the admission parameters replaced by
+    ``params`` (the deployment's allow-list, :func:`benchctl.aws.k8s.admission.admission_params`, with the
+    load image's registry that the file asks a person to add by hand)."""
+    docs: list[dict[str, Any]] = []
+    for path in sorted(KUBERNETES_DIR.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    name = params["metadata"]["name"]
+    (at,) = [i for i, d in enumerate(docs) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
+    docs[at] = params
+    if namespace == DEFAULT_NAMESPACE:
+        return docs
+
+    def swap(node: Any, key: str | None = None) -> Any:
+        if isinstance(node, dict):
+            return {k: swap(v, k) for k, v in node.items()}
+        if isinstance(node, list):
+            return [swap(v, key) for v in node]
+        if node == DEFAULT_NAMESPACE and key in ("namespace", "resourceNames", "namespaces", "values"):
+            return namespace
+        return node
+
+    return [swap(copy.deepcopy(d)) for d in docs]
+
+
+def token_sync_manifests(namespace: str, secret_arn: str, region: str, k8s_secret: str = HF_TOKEN_SECRET
+                         ) -> list[dict[str, Any]]:
+    """The HF token's way from Secrets Manager into the Kubernetes secret ``hf-token``: an empty secret of
+    that name (the preflight names its missing key until the token arrives), a service account whose pods
+    get the token reader role through EKS Pod Identity, a Role that may read and patch that one secret,
+    and a CronJob (every 10 minutes; run it at once with ``kubectl create job --from``) that reads the
+    secret with the AWS CLI and patches ``HF_TOKEN`` in with the service account's own API token. A value
+    that is not a Hugging Face token (``hf_...``: the placeholder the stack generates) is left alone."""
+    labels = {"app.kubernetes.io/managed-by": "benchctl", "app.kubernetes.io/name": TOKEN_SYNC}
+    script = (
+        "set -eu\n"
+        f"tok=$(aws secretsmanager get-secret-value --region {region} --secret-id \"$SECRET_ARN\" "
+        "--query SecretString --output text)\n"
+        "case \"$tok\" in hf_*) ;; *) echo 'the HF token secret is not filled yet (no hf_... value)'; exit 0;; esac\n"
+        "sa=/var/run/secrets/kubernetes.io/serviceaccount\n"
+        "b64=$(printf %s \"$tok\" | base64 | tr -d '\\n')\n"
+        f"printf '{{\"data\":{{\"{HF_TOKEN_KEY}\":\"%s\"}}}}' \"$b64\" > /tmp/patch.json\n"
+        "curl -sSf -o /dev/null --cacert $sa/ca.crt -H \"Authorization: Bearer $(cat $sa/token)\" "
+        "-H 'Content-Type: application/merge-patch+json' -X PATCH --data @/tmp/patch.json "
+        f"https://kubernetes.default.svc/api/v1/namespaces/{namespace}/secrets/{k8s_secret}\n"
+        "rm -f /tmp/patch.json\n"
+        f"echo 'copied the HF token into {namespace}/{k8s_secret}'\n")
+    pod = {
+        "serviceAccountName": TOKEN_SYNC, "restartPolicy": "OnFailure",
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{
+            "name": "sync", "image": TOKEN_SYNC_IMAGE, "command": ["/bin/sh", "-c", script],
+            "env": [{"name": "SECRET_ARN", "value": secret_arn}, {"name": "HOME", "value": "/tmp"}],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}},
+            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]}},
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}]}
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": k8s_secret, "namespace": namespace, "labels": labels}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": TOKEN_SYNC, "namespace": namespace,
+                                                                    "labels": labels}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": TOKEN_SYNC, "namespace": namespace, "labels": labels},
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [k8s_secret],
+                    "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": TOKEN_SYNC, "namespace": namespace, "labels": labels},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TOKEN_SYNC},
+         "subjects": [{"kind": "ServiceAccount", "name": TOKEN_SYNC, "namespace": namespace}]},
+        {"apiVersion": "batch/v1", "kind": "CronJob",
+         "metadata": {"name": TOKEN_SYNC, "namespace": namespace, "labels": labels},
+         "spec": {"schedule": "*/10 * * * *", "concurrencyPolicy": "Forbid", "successfulJobsHistoryLimit": 1,
+                  "failedJobsHistoryLimit": 2,
+                  "jobTemplate": {"spec": {"backoffLimit": 2, "activeDeadlineSeconds": 300,
+                                           "ttlSecondsAfterFinished": 3600,
+                                           "template": {"metadata": {"labels": labels}, "spec": pod}}}}},
+    ]
+
+
+def platform_spec(config: Config) -> CampaignSpec:
+    """The campaign spec the platform is installed for (``benchctl:platform_spec``): its model at its pinned
+    revision is downloaded, its namespace, token secret and model claim are created, and its node-group pools
+    must be ones the platform makes (or, ``existing``, that ``benchctl:nodegroups`` names). A mismatch stops
+    synth naming both sides: the spec then runs on the platform without an edited name."""
+    where = f"CDK context 'benchctl:platform_spec' ({config.platform_spec})"
+    try:
+        spec = load_spec(ROOT / config.platform_spec)
+    except Exception as err:  # the spec loader's own message names the field
+        raise ConfigError(f"{where}: not a campaign spec: {err}") from None
+    k = spec.kubernetes
+    if k.namespace != config.namespace:
+        raise ConfigError(f"{where}: its kubernetes.namespace {k.namespace!r} is not benchctl:namespace "
+                          f"{config.namespace!r}; give them one name")
+    for pool in spec.pools:
+        if pool.provider == "auto-mode" and config.platform == "new" and config.platform_capacity != "auto-mode":
+            raise ConfigError(f"{where}: pool {pool.name} is an auto-mode pool; the platform makes node groups "
+                              "(benchctl:platform_capacity=nodegroups): use auto-mode or a managed-nodegroup pool")
+        if pool.provider == "managed-nodegroup":
+            if config.platform == "new" and config.platform_capacity == "auto-mode":
+                raise ConfigError(f"{where}: pool {pool.name} names node group {pool.nodegroup!r}, but an Auto Mode "
+                                  "platform makes none; use benchctl:platform_capacity=nodegroups or an auto-mode pool")
+            if pool.nodegroup not in config.nodegroups:
+                raise ConfigError(f"{where}: pool {pool.name} names node group {pool.nodegroup!r}, not one of "
+                                  f"benchctl:nodegroups {list(config.nodegroups)}")
+            made = config.gpu_instance_types.get(pool.nodegroup or "")
+            if config.platform == "new" and made != pool.instance_type:
+                raise ConfigError(f"{where}: pool {pool.name} expects {pool.instance_type} in node group "
+                                  f"{pool.nodegroup!r}; benchctl:gpu_instance_types makes it of {made}")
+    return spec
+
+
+class PlatformStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: Config, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        if config.platform not in ("new", "existing"):
+            raise ConfigError(f"PlatformStack: benchctl:platform={config.platform} makes no platform stack")
+        self.config = config
+        self.skip = set(config.platform_skip)
+        self.auto_mode = config.platform == "new" and config.platform_capacity == "auto-mode"
+        self.namespace = config.namespace
+        self.spec = platform_spec(config)
+        self.kubectl_layer = KubectlV35Layer(self, "KubectlLayer")
+        self.capacity: list[Construct] = []  # what the charts' pods need first (a node to run on, the access)
+        if config.platform == "new":
+            self.vpc, self.subnets = self._network()
+            self.cluster: Any = self._new_cluster()  # eks.Cluster | eks.ICluster (imported)
+            cluster_sg = self.cluster.cluster_security_group_id
+        else:
+            self.vpc, self.subnets = self._given_network()
+            self.cluster = self._existing_cluster()
+            cluster_sg = config.cluster_security_group_id or ""
+        gpu_nodegroups: tuple[str, ...] = ()
+        if config.platform == "new" and not self.auto_mode:
+            gpu_nodegroups = self._nodegroups()
+        self._addons()
+        self.token_secret = self._secret()
+        self.fs = None if "model-storage" in self.skip else self._file_system(cluster_sg)
+        self.settings = charts.settings_from_spec(
+            self.spec, cluster_name=config.cluster_name, region=self.region,
+            efs_file_system_id=self.fs.file_system_id if self.fs else "-", hf_secret_arn=self.token_secret.secret_arn,
+            auto_mode=self.auto_mode, gpu_nodegroups=gpu_nodegroups or tuple(config.nodegroups),
+            skip_charts=frozenset(self.skip & set(charts.CHARTS)),
+            model_reclaim_policy="Retain" if config.model_fs_removal == "retain" else "Delete")
+        # the plan's order: base resources -> GPU device plugins -> monitoring -> Dynamo -> model weights
+        # on an existing cluster the namespace may hold more than ours: cdk destroy leaves it (and what is in it)
+        self.base = self._manifest("BaseNamespace", [charts.namespace_manifest(self.settings)], after=self.capacity,
+                                   keep=config.platform == "existing")
+        self._token_sync()
+        if "rbac" not in self.skip:
+            self._manifest("Rbac", rbac_manifests(self.namespace, self._admission_params()), after=[self.base])
+        self._charts()
+        if self.fs is not None:
+            self._model_storage()
+        self.outputs = PlatformOutputs(
+            cluster_name=config.cluster_name, namespace=self.namespace,
+            nodegroups=gpu_nodegroups if config.platform == "new" else tuple(config.nodegroups),
+            hf_token_secret=self.spec.kubernetes.hf_token_secret, model_pvc=self.spec.kubernetes.model_pvc,
+            capacity=config.platform_capacity if config.platform == "new" else "existing")
+        for name, value in (("ClusterName", self.outputs.cluster_name), ("Namespace", self.outputs.namespace),
+                            ("Nodegroups", ",".join(self.outputs.nodegroups) or "-"),
+                            ("HfTokenKubernetesSecret", self.outputs.hf_token_secret),
+                            ("ModelClaim", self.outputs.model_pvc), ("Capacity", self.outputs.capacity)):
+            CfnOutput(self, name, value=value)
+        CfnOutput(self, "HfTokenSecretArn", value=self.token_secret.secret_arn,
+                  description="fill it: aws secretsmanager put-secret-value --secret-id <this> --secret-string hf_...")
+        self._cdk_owned(self.cluster if isinstance(self.cluster, eks.Cluster) else self.node.find_child("KubectlProvider"))
+
+    # ------------------------------------------------------------------------------------------ network
+
+    def _network(self) -> tuple[ec2.IVpc, list[ec2.ISubnet]]:
+        if self.config.vpc_id:
+            return self._given_network()
+        vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=1, subnet_configuration=[
+            ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+            ec2.SubnetConfiguration(name="nodes", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=19)])
+        flow_logs = logs.LogGroup(self, "VpcFlowLogs", retention=logs.RetentionDays.ONE_MONTH,
+                                  removal_policy=RemovalPolicy.DESTROY)
+        vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
+                         traffic_type=ec2.FlowLogTrafficType.REJECT)
+        return vpc, list(vpc.private_subnets)
+
+    def _given_network(self) -> tuple[ec2.IVpc, list[ec2.ISubnet]]:
+        c = self.config
+        if not c.vpc_id:
+            return None, []  # type: ignore[return-value]  # existing cluster, model storage skipped
+        vpc = ec2.Vpc.from_vpc_attributes(self, "GivenVpc", vpc_id=c.vpc_id,
+                                          availability_zones=[f"az{i}" for i in range(len(c.subnet_ids))],
+                                          private_subnet_ids=list(c.subnet_ids))
+        return vpc, [ec2.Subnet.from_subnet_id(self, f"GivenSubnet{i}", s) for i, s in enumerate(c.subnet_ids)]
+
+    # ------------------------------------------------------------------------------------------ cluster
+
+    def _new_cluster(self) -> eks.Cluster:
+        c = self.config
+        capacity: dict[str, Any] = (
+            {"default_capacity_type": eks.DefaultCapacityType.AUTOMODE,
+             "compute": eks.ComputeConfig(node_pools=["system", "general-purpose"])}
+            if self.auto_mode else {"default_capacity_type": eks.DefaultCapacityType.NODEGROUP, "default_capacity": 0})
+        cluster = eks.Cluster(
+            self, "Cluster", cluster_name=c.cluster_name, version=KUBERNETES_VERSION, vpc=self.vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnets=self.subnets)],
+            # the functions (outside the VPC unless benchctl:vpc_id) and the kubectl handler reach the API
+            # through the public endpoint, authenticated by IAM and authorised by access entries
+            endpoint_access=eks.EndpointAccess.PUBLIC_AND_PRIVATE,
+            cluster_logging=[eks.ClusterLoggingTypes.API, eks.ClusterLoggingTypes.AUDIT,
+                             eks.ClusterLoggingTypes.AUTHENTICATOR, eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+                             eks.ClusterLoggingTypes.SCHEDULER],
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
+            **capacity)
+        # the control-plane log group EKS writes to, made by the stack (a month's retention) so that cdk destroy
+        # removes it; EKS would otherwise create it, without retention, and leave it behind
+        cluster_logs = logs.LogGroup(self, "ClusterLogs", log_group_name=f"/aws/eks/{c.cluster_name}/cluster",
+                                     retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
+        cluster.node.add_dependency(cluster_logs)
+        _nag(cluster, ("AwsSolutions-EKS1", "public and private endpoint on purpose: the benchctl functions run "
+                       "outside the VPC (unless benchctl:vpc_id places them) and every request is IAM-authenticated "
+                       "and authorised by access entries (authentication mode API, no aws-auth ConfigMap)"),
+             ("AwsSolutions-IAM4", "AWS's managed EKS cluster and Auto Mode policies (AmazonEKSClusterPolicy and "
+              "co.), which EKS documents as the cluster role's and node role's policies"))
+        return cluster
+
+    def _existing_cluster(self) -> eks.ICluster:
+        c = self.config
+        kwargs: dict[str, Any] = {}
+        if self.subnets:  # a private endpoint: the handler in the nodes' subnets
+            kwargs["private_subnets"] = self.subnets
+        attrs: dict[str, Any] = {"cluster_name": c.cluster_name, "vpc": self.vpc}
+        if c.cluster_security_group_id:
+            attrs["cluster_security_group_id"] = c.cluster_security_group_id
+        cluster = eks.Cluster.from_cluster_attributes(self, "Cluster", **attrs)
+        provider = eks.KubectlProvider(self, "KubectlProvider", cluster=cluster, kubectl_layer=self.kubectl_layer,
+                                       **kwargs)
+        # the handler's role may administer the cluster (it installs CRDs, cluster roles, charts): an access entry
+        access = eks.AccessEntry(self, "KubectlAccess", cluster=cluster, principal=provider.role.role_arn,  # type: ignore[union-attr]
+                                 access_policies=[eks.AccessPolicy.from_access_policy_name(
+                                     "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)])
+        imported = eks.Cluster.from_cluster_attributes(self, "ClusterWithKubectl", kubectl_provider=provider, **attrs)
+        self.capacity.append(access)
+        return imported
+
+    def _nodegroups(self) -> tuple[str, ...]:
+        c = self.config
+        cluster = self.cluster
+        assert isinstance(cluster, eks.Cluster)
+        cpu = cluster.add_nodegroup_capacity(
+            "CpuNodes", nodegroup_name=CPU_NODEGROUP, instance_types=[ec2.InstanceType(c.cpu_instance_type)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD, min_size=1, desired_size=1, max_size=2,
+            disk_size=CPU_ROOT_GIB, subnets=ec2.SubnetSelection(subnets=self.subnets),
+            labels={"benchctl.io/pool": "cpu"})
+        self.capacity.append(cpu)
+        # one subnet (AZ) for the GPU groups: a cluster placement group is in one AZ, EFA traffic stays in it
+        gpu_subnet = ec2.SubnetSelection(subnets=self.subnets[:1])
+        for name in c.nodegroups:
+            itype = c.gpu_instance_types[name]
+            cid = "".join(p.capitalize() for p in name.split("-"))
+            pg = ec2.CfnPlacementGroup(self, f"{cid}Placement", strategy="cluster")
+            efa = EFA_INTERFACES.get(itype, 0)
+            data: dict[str, Any] = {
+                "placement": ec2.CfnLaunchTemplate.PlacementProperty(group_name=pg.ref),
+                "metadata_options": ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                    http_tokens="required", http_put_response_hop_limit=2),
+                "block_device_mappings": [ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                    device_name="/dev/xvda", ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                        volume_size=GPU_ROOT_GIB, volume_type="gp3", encrypted=True, delete_on_termination=True))],
+            }
+            if efa:  # EKS: interfaces in the template must name the cluster security group themselves
+                data["network_interfaces"] = [ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+                    device_index=0 if i == 0 else 1, network_card_index=i, interface_type="efa",
+                    groups=[cluster.cluster_security_group_id], delete_on_termination=True) for i in range(efa)]
+            lt = ec2.CfnLaunchTemplate(self, f"{cid}LaunchTemplate", launch_template_data=ec2.CfnLaunchTemplate.
+                                       LaunchTemplateDataProperty(**data))
+            cluster.add_nodegroup_capacity(
+                f"{cid}Nodes", nodegroup_name=name, instance_types=[ec2.InstanceType(itype)],
+                ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA, min_size=0, desired_size=0,
+                max_size=c.ceilings.max_nodes_per_pool, subnets=gpu_subnet,
+                launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
+                labels={"benchctl.io/pool": name, "benchctl.io/efa": str(efa > 0).lower()})
+        return tuple(c.nodegroups)
+
+    # ------------------------------------------------------------------------------------------ add-ons
+
+    def _addons(self) -> None:
+        if not self.auto_mode and POD_IDENTITY_ADDON not in self.skip:
+            eks.Addon(self, "PodIdentityAgent", cluster=self.cluster, addon_name=POD_IDENTITY_ADDON)
+        self.efs_addon: Construct | None = None
+        if "aws-efs-csi-driver" in self.skip:
+            return
+        role = self._pod_identity_role("EfsCsiRole", "the EFS CSI driver's controller: access points of the model "
+                                                     "file system")
+        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(
+            "service-role/AmazonEFSCSIDriverPolicy"))
+        _nag(role, ("AwsSolutions-IAM4", "AmazonEFSCSIDriverPolicy, AWS's managed policy for the EFS CSI driver "
+                    "(EKS user guide, 'Store an elastic file system with Amazon EFS'); its access-point actions are "
+                    "conditioned on the driver's own tags"))
+        addon = eks.CfnAddon(self, "EfsCsiDriver", cluster_name=self.cluster.cluster_name, addon_name=EFS_CSI_ADDON,
+                             resolve_conflicts="OVERWRITE", pod_identity_associations=[
+                                 eks.CfnAddon.PodIdentityAssociationProperty(role_arn=role.role_arn,
+                                                                             service_account=EFS_CSI_SA)])
+        self._after_cluster(addon)
+        for dep in self.capacity:  # its controller is a Deployment: without a node the add-on stays DEGRADED
+            addon.node.add_dependency(dep)
+        self.efs_addon = addon
+
+    def _pod_identity_role(self, cid: str, what: str) -> iam.Role:
+        pods = iam.ServicePrincipal("pods.eks.amazonaws.com")
+        cond = {"StringEquals": {"aws:SourceAccount": self.account}}
+        role = iam.Role(self, cid, assumed_by=pods.with_conditions(cond), description=f"benchctl platform: {what}")
+        role.assume_role_policy.add_statements(iam.PolicyStatement(  # type: ignore[union-attr]
+            actions=["sts:TagSession"], principals=[pods], conditions=cond))
+        return role
+
+    def _after_cluster(self, construct: Construct) -> None:
+        if isinstance(self.cluster, eks.Cluster):
+            construct.node.add_dependency(self.cluster)
+
+    # ------------------------------------------------------------------------------------------ kubernetes
+
+    def _manifest(self, cid: str, docs: list[dict[str, Any]], *, after: list[Construct] | None = None,
+                  keep: bool = False) -> Construct:
+        m = eks.KubernetesManifest(self, cid, cluster=self.cluster, manifest=docs, overwrite=True,
+                                   removal_policy=RemovalPolicy.RETAIN if keep else RemovalPolicy.DESTROY)
+        for dep in after or []:
+            m.node.add_dependency(dep)
+        return m
+
+    def _admission_params(self) -> dict[str, Any]:
+        """The admission policies' allow-list: the deployment's ceilings (as Plan and ScalePools hold specs to
+        them) plus the load image's registry: the given ``benchctl:load_image``'s, else the account's CDK asset
+        registry, where the control-plane stack publishes the image it builds."""
+        c = self.config
+        registry = (c.load_image.split("/")[0] + "/" if c.load_image
+                    else f"{self.account}.dkr.ecr.{self.region}.{self.url_suffix}/")
+        allow = allow_list_from_ceilings(c.ceilings, load_image_registry=registry, namespace=self.namespace,
+                                         node_class=self.spec.kubernetes.node_class)
+        return admission_params(allow)
+
+    def _secret(self) -> secretsmanager.Secret:
+        secret = secretsmanager.Secret(
+            self, "HfToken", description="benchctl: the Hugging Face token (hf_...) the model download uses; "
+            "fill it with aws secretsmanager put-secret-value", removal_policy=RemovalPolicy.DESTROY,
+            generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True, password_length=32))
+        _nag(secret, ("AwsSolutions-SMG4", "a Hugging Face access token, issued and rotated by its owner at "
+                      "huggingface.co; Secrets Manager cannot rotate it"))
+        return secret
+
+    def _token_sync(self) -> None:
+        role = self._pod_identity_role("HfTokenReaderRole", f"the {TOKEN_SYNC} CronJob: reads the HF token secret")
+        self.token_secret.grant_read(role)
+        assoc = eks.CfnPodIdentityAssociation(self, "HfTokenSyncIdentity", cluster_name=self.cluster.cluster_name,
+                                              namespace=self.namespace, service_account=TOKEN_SYNC,
+                                              role_arn=role.role_arn)
+        self._after_cluster(assoc)
+        self._manifest("HfTokenSync", token_sync_manifests(self.namespace, self.token_secret.secret_arn, self.region,
+                                                           self.spec.kubernetes.hf_token_secret), after=[self.base])
+
+    def _charts(self) -> None:
+        """Every release :func:`stacks.platform_values.helm_releases` lists, in its order (each after the one
+        before: the Dynamo chart makes its PodMonitors only when the monitoring CRDs exist), with its checked
+        values; each waited for (``helm --wait``), so the next starts on a running one."""
+        previous: list[Construct] = [self.base, *self.capacity]
+        self.charts: dict[str, eks.HelmChart] = {}
+        for release in charts.helm_releases(self.settings):
+            cid = "".join(p.capitalize() for p in release["chart"].split("-")) + "Chart"
+            chart = eks.HelmChart(self, cid, cluster=self.cluster, wait=True, timeout=Duration.minutes(15), **release)
+            for dep in previous:
+                chart.node.add_dependency(dep)
+            previous = [chart]
+            self.charts[release["chart"]] = chart
+        if "kube-prometheus-stack" in self.charts:  # Grafana's dashboards and the KVBM PodMonitor need its CRDs
+            self._manifest("Dashboards", [*charts.dashboard_configmaps(self.settings),
+                                          charts.kvbm_pod_monitor(self.settings)],
+                           after=[self.charts["kube-prometheus-stack"]])
+
+    def _file_system(self, cluster_sg: str) -> efs.FileSystem:
+        sg = ec2.SecurityGroup(self, "ModelFsSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
+                               description="benchctl model file system: NFS from the cluster nodes only")
+        sg.add_ingress_rule(ec2.Peer.security_group_id(cluster_sg), ec2.Port.tcp(2049),
+                            "NFS from the EKS cluster security group")
+        fs = efs.FileSystem(
+            self, "ModelFs", vpc=self.vpc, vpc_subnets=ec2.SubnetSelection(subnets=self.subnets), encrypted=True,
+            security_group=sg, performance_mode=efs.PerformanceMode.GENERAL_PURPOSE,
+            throughput_mode=efs.ThroughputMode.ELASTIC,
+            removal_policy=RemovalPolicy.RETAIN if self.config.model_fs_removal == "retain" else RemovalPolicy.DESTROY)
+        CfnOutput(self, "ModelFileSystemId", value=fs.file_system_id)
+        return fs
+
+    def _model_storage(self) -> None:
+        """The StorageClass, the RWX claim and the one-time download Job (the campaign's own prefetch Job, which
+        waits for the token's key in the Kubernetes secret), once the file system's mount targets and the CSI
+        driver are there."""
+        s = self.settings
+        m = self._manifest("ModelStorage", [charts.storage_class_manifest(s), charts.model_claim_manifest(s),
+                                            charts.model_download_job(s)], after=[self.base, *self.capacity])
+        assert self.fs is not None
+        m.node.add_dependency(self.fs)
+        if self.efs_addon is not None:
+            m.node.add_dependency(self.efs_addon)
+
+    # ------------------------------------------------------------------------------------------ cdk-nag
+
+    def _cdk_owned(self, scope: IConstruct) -> None:
+        """What CDK itself creates under ``scope`` (the kubectl handler and its provider framework, the node
+        groups' roles) and this project cannot change, each with why it is acceptable."""
+        _nag(scope,
+             ("AwsSolutions-IAM4", "AWS managed policies on roles CDK creates for EKS: the node roles' "
+              "AmazonEKSWorkerNodePolicy, AmazonEKS_CNI_Policy and AmazonEC2ContainerRegistryReadOnly (the EKS user "
+              "guide's node IAM role) and the kubectl handler's AWSLambdaBasicExecutionRole/VPC access"),
+             ("AwsSolutions-IAM5", "CDK's kubectl handler and custom-resource provider framework: they invoke their "
+              "own function's versions (ARN:*), as aws-cdk-lib writes them"),
+             ("AwsSolutions-L1", "the runtime of CDK's own kubectl handler and provider framework functions, chosen "
+              "by aws-cdk-lib (aws-eks-v2), not by this project"))
+
+
+def control_plane_config(config: Config, outputs: PlatformOutputs) -> Config:
+    """The control plane's configuration with every name the platform decides taken from its outputs: the
+    cluster, the node groups the functions may scale (none on Auto Mode) and the namespace. Nothing else
+    changes (a spec's ``kubernetes.hf_token_secret``/``model_pvc`` defaults are the platform's names)."""
+    return dataclasses.replace(config, cluster_name=outputs.cluster_name, nodegroups=outputs.nodegroups,
+                               namespace=outputs.namespace)
