@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from benchctl.errors import ServingFailed
@@ -67,6 +68,17 @@ def preload_env(existing: str | None = None) -> dict[str, str]:
     current = os.environ.get("LD_PRELOAD") if existing is None else existing
     shim = str(ensure_shim())
     return {"LD_PRELOAD": f"{shim}:{current}" if current else shim}
+
+
+NODELAY_PORTS_VAR = "BENCHCTL_NODELAY_PORTS"
+
+
+def nodelay_env(ports: Iterable[int]) -> dict[str, str | None]:
+    """The shim's list of TCP ports whose connections get ``TCP_NODELAY`` (a deployment's prefill bootstrap
+    ports: the mocker's handoff rendezvous), or the variable unset (None) when there are none, so a caller's
+    stray value never reaches a process."""
+    listed = ",".join(str(int(p)) for p in ports)
+    return {NODELAY_PORTS_VAR: listed or None}
 
 
 if __name__ == "__main__":
