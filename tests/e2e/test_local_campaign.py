@@ -372,9 +372,12 @@ def _sweep_against_prediction(out: Path) -> list[tuple[str, int, str, float, flo
 _AIPERF_TTFT = ("client-bound: AIPerf on 2 cores adds about 25-30 ms to every TTFT p50 (aggregated too: 53.6 ms "
                 "against a light direct client's 21.8), so the disaggregated TTFT p50 ({aiperf}) is past 25 %; a "
                 "light direct client measured {direct} against benchctl predict's {predicted}")
-_HANDOFF_C1 = _AIPERF_TTFT.format(aiperf="55.1 ms, +51 %", direct="32.3 ms (-12 %)", predicted="36.5 ms")
-_HANDOFF_C4 = _AIPERF_TTFT.format(aiperf="48.4 ms, +33 %", direct="40.0 ms (+10 %)", predicted="36.5 ms")
-_HANDOFF_C16 = ("near the line (53.6 ms, +30 %, where 51.7 is within): AIPerf's 25-30 ms, and one prefill worker near "
+_HANDOFF_C1 = _AIPERF_TTFT.format(aiperf="55.1 / 49.1 ms in two runs, +51 / +34 %", direct="32.3 ms (-12 %)",
+                                  predicted="36.5 ms")
+_HANDOFF_C4 = _AIPERF_TTFT.format(aiperf="48.4 / 47.4 ms in two runs, +33 / +30 %", direct="40.0 ms (+10 %)",
+                                  predicted="36.5 ms")
+_HANDOFF_C16 = ("on the line (53.6 / 51.1 ms in two runs, +30 / +24 %, where 51.7 is within): AIPerf's 25-30 ms, and "
+                "one prefill worker near "
                 "saturation (about 50 requests/s asked of the ~50 it completes at the 279 tokens a request carries "
                 "with its chat template), whose queue benchctl predict's fluid closed loop puts at 4.8 ms; a light "
                 "direct client measured 65.6 ms (+59 %)")
