@@ -1,5 +1,5 @@
 """Every local process on loopback: an ``LD_PRELOAD`` shim that turns a wildcard ``bind()`` into a
-loopback one (``loopback_bind.c``).
+loopback one (``loopback_bind.c``), and sets ``TCP_NODELAY`` on the mocker's handoff connections.
 
 Our own flags and variables already put Dynamo's HTTP server, request plane, response streams and system
 (metrics) server on 127.0.0.1 (``serving.py``), and AIPerf talks to its services over IPC. What no flag
@@ -8,6 +8,13 @@ KV events, active sequences) bind ``tcp://0.0.0.0:0`` and advertise ``DYN_EVENT_
 (ai-dynamo/dynamo ``lib/runtime/src/transports/event_plane/mod.rs``), and the mocker's prefill bootstrap
 server binds ``0.0.0.0:<port>`` (``lib/llm/src/mocker``, ``BootstrapServer::start``). Both are Rust in
 ``dynamo/_core.abi3.so``, which calls libc's ``bind`` through the dynamic linker, so the shim catches them.
+
+The same shim sets ``TCP_NODELAY`` on TCP connections to, or accepted on, the ports listed in
+``BENCHCTL_NODELAY_PORTS`` (:func:`nodelay_env`; the local engine lists a deployment's prefill bootstrap
+ports). The 1.6.1 mocker's prefill -> decode rendezvous is a framed exchange over a fresh TCP connection per
+request with ``TCP_NODELAY`` on neither end; the decode writes two frames back to back and Nagle's algorithm
+holds the second until the prefill's delayed ACK (at least 40 ms on Linux): ~45 ms on every disaggregated first
+token that no GPU deployment has (docs/FACTS.md, "The mocker's handoff and Nagle's algorithm").
 
 The shim is built once from its C source with the system C compiler (``cc``) into
 ``<sys.prefix>/share/benchctl/lib/`` (named after the source's hash: an edited source is rebuilt), and a
@@ -23,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from benchctl.errors import ServingFailed
@@ -67,6 +75,17 @@ def preload_env(existing: str | None = None) -> dict[str, str]:
     current = os.environ.get("LD_PRELOAD") if existing is None else existing
     shim = str(ensure_shim())
     return {"LD_PRELOAD": f"{shim}:{current}" if current else shim}
+
+
+NODELAY_PORTS_VAR = "BENCHCTL_NODELAY_PORTS"
+
+
+def nodelay_env(ports: Iterable[int]) -> dict[str, str | None]:
+    """The shim's list of TCP ports whose connections get ``TCP_NODELAY`` (a deployment's prefill bootstrap
+    ports: the mocker's handoff rendezvous), or the variable unset (None) when there are none, so a caller's
+    stray value never reaches a process."""
+    listed = ",".join(str(int(p)) for p in ports)
+    return {NODELAY_PORTS_VAR: listed or None}
 
 
 if __name__ == "__main__":

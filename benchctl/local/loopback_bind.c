@@ -1,19 +1,33 @@
-/* Loopback-only bind() for the local engine's processes (LD_PRELOAD; benchctl/local/loopback.py).
+/* Loopback-only bind() for the local engine's processes, and TCP_NODELAY on the mocker's handoff rendezvous
+ * (LD_PRELOAD; benchctl/local/loopback.py).
  *
- * Dynamo 1.6.1 binds some listeners on the wildcard address whatever its configuration says: the event
- * plane's direct-mode ZMQ PUB sockets ("tcp://0.0.0.0:0", lib/runtime/src/transports/event_plane/mod.rs)
- * and the mocker's prefill bootstrap server ("0.0.0.0:{port}", lib/llm/src/mocker). No flag or variable
- * moves them, so a bind() to INADDR_ANY becomes INADDR_LOOPBACK and one to in6addr_any becomes ::1;
- * every other bind() is passed through unchanged (ports, families and explicit addresses as given).
+ * bind(): Dynamo 1.6.1 binds some listeners on the wildcard address whatever its configuration says: the
+ * event plane's direct-mode ZMQ PUB sockets ("tcp://0.0.0.0:0", lib/runtime/src/transports/event_plane/mod.rs)
+ * and the mocker's prefill bootstrap server ("0.0.0.0:{port}", lib/mocker/src/services/bootstrap.rs). No flag
+ * or variable moves them, so a bind() to INADDR_ANY becomes INADDR_LOOPBACK and one to in6addr_any becomes
+ * ::1; every other bind() is passed through unchanged (ports, families and explicit addresses as given).
+ *
+ * connect() / accept() / accept4(): with BENCHCTL_NODELAY_PORTS set (a comma-separated list of TCP ports: the
+ * deployment's prefill bootstrap ports), a TCP socket connected to one of those ports, or accepted on one of
+ * them, gets TCP_NODELAY. The 1.6.1 mocker's prefill -> decode handoff is a framed exchange over that TCP
+ * connection with no TCP_NODELAY on either end (its request plane sets it, this connection does not): the
+ * decode writes two frames back to back, and Nagle's algorithm holds the second until the prefill's
+ * delayed ACK (Linux: at least 40 ms) arrives, about 45 ms added to every disaggregated request's first
+ * token. A connection to any other port is passed through untouched.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 typedef int (*bind_fn)(int, const struct sockaddr *, socklen_t);
+typedef int (*connect_fn)(int, const struct sockaddr *, socklen_t);
+typedef int (*accept_fn)(int, struct sockaddr *, socklen_t *);
+typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
 
 int bind(int fd, const struct sockaddr *addr, socklen_t len) {
     static bind_fn real_bind;
@@ -40,4 +54,94 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len) {
         }
     }
     return real_bind(fd, addr, len);
+}
+
+/* ---------------------------------------------------------------------------------- TCP_NODELAY by port */
+
+/* Whether `port` (host order) is in BENCHCTL_NODELAY_PORTS (read at each call: a short list, rare calls). */
+static int nodelay_port(unsigned port) {
+    const char *p = getenv("BENCHCTL_NODELAY_PORTS");
+    if (!p || port == 0)
+        return 0;
+    while (*p) {
+        char *end;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p)
+            return 0; /* not a number: nothing matches */
+        if (v == port)
+            return 1;
+        p = end;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+    return 0;
+}
+
+static unsigned addr_port(const struct sockaddr *addr, socklen_t len) {
+    if (addr && addr->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in))
+        return ntohs(((const struct sockaddr_in *)addr)->sin_port);
+    if (addr && addr->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6))
+        return ntohs(((const struct sockaddr_in6 *)addr)->sin6_port);
+    return 0;
+}
+
+/* TCP_NODELAY on `fd` when it is a TCP stream socket (errno kept: the caller's call decides what it reports). */
+static void set_nodelay(int fd) {
+    int saved = errno, type = 0, one = 1;
+    socklen_t tlen = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 && type == SOCK_STREAM)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    errno = saved;
+}
+
+int connect(int fd, const struct sockaddr *addr, socklen_t len) {
+    static connect_fn real_connect;
+    if (!real_connect) {
+        real_connect = (connect_fn)dlsym(RTLD_NEXT, "connect");
+        if (!real_connect) {
+            errno = ENOSYS;
+            return -1;
+        }
+    }
+    if (nodelay_port(addr_port(addr, len)))
+        set_nodelay(fd); /* before the (non-blocking) connect: the option holds for the connection */
+    return real_connect(fd, addr, len);
+}
+
+static void nodelay_if_accepted_on_port(int fd) {
+    struct sockaddr_storage local;
+    socklen_t len = sizeof local;
+    int saved = errno;
+    if (fd >= 0 && getsockname(fd, (struct sockaddr *)&local, &len) == 0 &&
+        nodelay_port(addr_port((struct sockaddr *)&local, len)))
+        set_nodelay(fd);
+    errno = saved;
+}
+
+int accept(int fd, struct sockaddr *addr, socklen_t *len) {
+    static accept_fn real_accept;
+    if (!real_accept) {
+        real_accept = (accept_fn)dlsym(RTLD_NEXT, "accept");
+        if (!real_accept) {
+            errno = ENOSYS;
+            return -1;
+        }
+    }
+    int conn = real_accept(fd, addr, len);
+    nodelay_if_accepted_on_port(conn);
+    return conn;
+}
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
+    static accept4_fn real_accept4;
+    if (!real_accept4) {
+        real_accept4 = (accept4_fn)dlsym(RTLD_NEXT, "accept4");
+        if (!real_accept4) {
+            errno = ENOSYS;
+            return -1;
+        }
+    }
+    int conn = real_accept4(fd, addr, len, flags);
+    nodelay_if_accepted_on_port(conn);
+    return conn;
 }

@@ -221,6 +221,9 @@ class LocalServing:
             "DYN_EVENT_PLANE_HOST": "127.0.0.1",
             "DYN_SYSTEM_HOST": "127.0.0.1",
             "DYN_SYSTEM_PORT": None,  # only workers get a system (metrics) port
+            # TCP_NODELAY on the prefill -> decode handoff connections (the shim, loopback_bind.c): without it
+            # Nagle + the delayed ACK add ~45 ms to every disaggregated first token (nodelay_env)
+            **loopback.nodelay_env(bootstrap_ports),
             "PYTHONUNBUFFERED": "1",
         }
         common = ["--discovery-backend", "file", "--request-plane", "tcp"]

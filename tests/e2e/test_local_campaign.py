@@ -367,19 +367,33 @@ def _sweep_against_prediction(out: Path) -> list[tuple[str, int, str, float, flo
     return got
 
 
-_HANDOFF = ("structural: locally the prefill -> decode handoff (frontend, prefill worker, bootstrap rendezvous, "
-            "decode worker, all on CPU) adds about 55 ms to the first token whatever the twin says (a direct client "
-            "saw 54 ms at speedup 1000), against aiconfigurator's 36.5 ms for the whole disaggregated TTFT")
+# the local handoff's own stall (Nagle + delayed ACK on the mocker's bootstrap connection, ~45 ms) is gone: the
+# shim sets TCP_NODELAY on it (tests/integration/test_local_serving.py). What is left, measured (sweep-only smoke):
+_AIPERF_TTFT = ("client-bound: AIPerf on 2 cores adds about 25-30 ms to every TTFT p50 (aggregated too: 53.6 ms "
+                "against a light direct client's 21.8), so the disaggregated TTFT p50 ({aiperf}) is past 25 %; a "
+                "light direct client measured {direct} against benchctl predict's {predicted}")
+_HANDOFF_C1 = _AIPERF_TTFT.format(aiperf="55.1 / 49.1 ms in two runs, +51 / +34 %", direct="32.3 ms (-12 %)",
+                                  predicted="36.5 ms")
+_HANDOFF_C4 = _AIPERF_TTFT.format(aiperf="48.4 / 47.4 ms in two runs, +33 / +30 %", direct="40.0 ms (+10 %)",
+                                  predicted="36.5 ms")
+_HANDOFF_C16 = ("on the line (53.6 / 51.1 ms in two runs, +30 / +24 %, where 51.7 is within): AIPerf's 25-30 ms, and "
+                "one prefill worker near "
+                "saturation (about 50 requests/s asked of the ~50 it completes at the 279 tokens a request carries "
+                "with its chat template), whose queue benchctl predict's fluid closed loop puts at 4.8 ms; a light "
+                "direct client measured 65.6 ms (+59 %)")
 _CLIENT = ("client-bound: under 16 streams AIPerf on 2 cores receives the first tokens of a response in one burst, "
-           "counted into TTFT, so its ITL p50 (7.6 ms) is below the twin's; a light direct client measured 8.56 ms "
-           "(-16 %)")
-CELLS = [pytest.param(m, c, k, id=f"{m[:6]}-c{c}-{k}", marks=[pytest.mark.xfail(strict=True, reason=why)] if why else [])
-         for m, c, k, why in [
-             ("aggregated", 1, "ttft", None), ("aggregated", 4, "ttft", None), ("aggregated", 16, "ttft", None),
-             ("aggregated", 1, "itl", None), ("aggregated", 4, "itl", None), ("aggregated", 16, "itl", _CLIENT),
-             ("disaggregated", 1, "ttft", _HANDOFF), ("disaggregated", 4, "ttft", _HANDOFF),
-             ("disaggregated", 16, "ttft", _HANDOFF), ("disaggregated", 1, "itl", None),
-             ("disaggregated", 4, "itl", None), ("disaggregated", 16, "itl", None)]]
+           "counted into TTFT, so its ITL p50 (7.6 ms, -25.3 %; 7.85 ms, -23 %, in another run: near the line) is below "
+           "the twin's; a light direct client measured 8.56 ms (-16 %)")
+CELLS = [pytest.param(m, c, k, id=f"{m[:6]}-c{c}-{k}",
+                      marks=[pytest.mark.xfail(strict=strict, reason=why)] if why else [])
+         for m, c, k, why, strict in [
+             ("aggregated", 1, "ttft", None, True), ("aggregated", 4, "ttft", None, True),
+             ("aggregated", 16, "ttft", None, True), ("aggregated", 1, "itl", None, True),
+             ("aggregated", 4, "itl", None, True), ("aggregated", 16, "itl", _CLIENT, False),
+             ("disaggregated", 1, "ttft", _HANDOFF_C1, True), ("disaggregated", 4, "ttft", _HANDOFF_C4, True),
+             # not strict: two cells measured on both sides of the line, either outcome is the measured state
+             ("disaggregated", 16, "ttft", _HANDOFF_C16, False), ("disaggregated", 1, "itl", None, True),
+             ("disaggregated", 4, "itl", None, True), ("disaggregated", 16, "itl", None, True)]]
 
 
 @pytest.mark.parametrize("mode,concurrency,metric", CELLS)
