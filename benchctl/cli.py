@@ -26,6 +26,7 @@ EPILOG = """examples:
   benchctl render examples/seed-plan.yaml --out manifests   # Kubernetes manifests the AWS engine applies
   benchctl predict examples/seed-plan.yaml --lake runs/lake   # aiconfigurator's predictions, offline
   benchctl report --lake runs/lake --out report.html   # one self-contained HTML report (figures, tables)
+  benchctl calibrate --lake runs/lake --campaign C     # fit the mocker's timing profile from a measured campaign
 """
 
 
@@ -428,6 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="file to write (atomically), e.g. report.html")
     p.add_argument("--format", choices=["html", "md"], help="default: md for a .md --out, else html")
     p.set_defaults(fn=cmd_report)
+
+    from benchctl.cli_calibrate import add_parser as add_calibrate
+
+    add_calibrate(sub)
     return ap
 
 

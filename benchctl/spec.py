@@ -103,6 +103,7 @@ class LocalMocker(Strict):
     num_host_blocks: int | None = Field(default=None, gt=0, description="CPU KV tier size (offload)")
     host_offload_d2h_bandwidth_gbps: float | None = Field(default=None, gt=0)
     host_offload_h2d_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    planner_profile_data: str | None = Field(default=None, min_length=1, description="mocker NPZ timing profile")
 
 
 class KvOffload(Strict):
