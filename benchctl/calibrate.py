@@ -18,13 +18,17 @@ What is fitted, per experiment (:func:`calibrate`):
   measured TTFT is the engine's prefill plus the path around it (frontend, tokenisation, network hop,
   first token streamed), not separated; disaggregated, also the prefill -> decode KV transfer and the decode
   worker's first iteration. All of it goes to the prefill curve, so a twin replaying the profile reproduces
-  the measured TTFT plus its own local path (which it adds once more: see the provenance's ``attribution``).
+  the measured TTFT plus its own local path (which it adds once more: see the provenance's ``attribution``); the
+  provenance's ``path_overhead_ms`` is how much of TTFT lay outside the router's own TTFT (AIPerf's mean minus
+  ``dynamo_component_router_time_to_first_token_seconds``' mean) when the lake has that meter.
 * **decode**: ITL against active KV tokens and context length, one point per step (any concurrency): the
   median of AIPerf's per-request ITL, at context = mean ISL + mean OSL / 2 (a request's mean context over its
-  decode) and active KV = concurrency x context (the closed loop keeps ``concurrency`` requests decoding).
+  decode) and active KV per worker = concurrency / decoding replicas x context (the closed loop keeps
+  ``concurrency`` requests decoding, the router spreads them evenly over the experiment's decoding workers).
   Least squares ``itl = d + e*kv (+ f*ctx)``: the context term only when the steps vary it (two distinct
-  contexts and four points at least). Interruptions by other requests' prefills in the same engine
-  (aggregated) and the streaming path are in the measured ITL and so in the curve.
+  contexts and four points at least). Aggregated, a request's ITL also holds the prefills of the other
+  requests its worker ran meanwhile: :func:`_decode_points` takes the prefill fit's estimate of that share out
+  (a step iteration runs its prefill and decode one after the other); the streaming path stays in the curve.
 
 Both fits are evaluated on a grid over the measured domain only (:data:`GRID`); the provenance names the
 campaign, the lake, the steps used, the points, the coefficients, the residuals and the domain, and says that
@@ -36,6 +40,7 @@ May import the standard library and the core; numpy lazily.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -193,13 +198,15 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
                                f"{', '.join(known) or 'none (run or ingest a campaign first)'}")
     steps = _rows(query, f"SELECT experiment, mode, step_id, concurrency, status FROM steps "  # noqa: S608
                          f"WHERE campaign_id = '{cid}' ORDER BY experiment, step_index, step_id")
-    reqs = _rows(query, f"SELECT experiment, step_id, isl, osl, ttft_ms, itl_ms FROM requests "  # noqa: S608
+    reqs = _rows(query, f"SELECT experiment, step_id, isl, osl, cached_tokens, ttft_ms, itl_ms FROM requests "  # noqa: S608
                         f"WHERE campaign_id = '{cid}' AND error_code IS NULL AND error_type IS NULL")
     if not reqs:
         raise CalibrationError(f"--campaign {cid}: {lake} holds no successful request records of it (the requests "
                                "table); calibrate fits per-request TTFT and ITL: ingest the steps' AIPerf "
                                "profile_export.jsonl (benchctl ingest) or give the lake of the run")
     modes = {s["experiment"]: s["mode"] or "aggregated" for s in steps}
+    replicas = _decode_replicas(_rows(query, f"SELECT experiment, workers_json FROM experiments "  # noqa: S608
+                                             f"WHERE campaign_id = '{cid}'"))
     chosen = experiments or sorted(modes)
     unknown = [e for e in chosen if e not in modes]
     if unknown:
@@ -217,7 +224,8 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
         try:
             prefill_pts, prefill_steps = _prefill_points(ok, by_step, exp)
             prefill = fit_prefill(prefill_pts)
-            decode_pts, decode_steps = _decode_points(ok, by_step, exp)
+            decode_pts, decode_steps, shares = _decode_points(ok, by_step, exp, replicas.get(exp, 1),
+                                                              prefill if modes[exp] == "aggregated" else None)
             decode = fit_decode(decode_pts)
         except CalibrationError as err:
             raise CalibrationError(f"campaign {cid}, experiment {exp}: {err}") from None
@@ -227,17 +235,22 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
             "lake": lake, "fitted_at": datetime.now(UTC).isoformat(timespec="seconds"), "name": prof_name,
             "roles": _roles(modes[exp]),
             "prefill": {**prefill.summary(), "steps": prefill_steps,
-                        "x": "input tokens of one request (concurrency 1)", "y": "median TTFT, ms"},
+                        "x": "new input tokens of one request (ISL - cached tokens; concurrency 1)",
+                        "y": "median TTFT, ms", "path_overhead_ms": _path_overhead(query, cid, exp, prefill_steps,
+                                                                                 by_step)},
             "decode": {**decode.summary(), "steps": decode_steps,
-                       "x": "kv: concurrency x (mean ISL + mean OSL/2); ctx: mean ISL + mean OSL/2",
-                       "y": "median of AIPerf's per-request ITL, ms"},
+                       "x": "kv: concurrency / decoding replicas x (mean ISL + mean OSL/2); ctx: mean ISL + "
+                            "mean OSL/2", "decoding_replicas": replicas.get(exp, 1),
+                       "y": "median of AIPerf's per-request ITL, ms, less the prefill share",
+                       "prefill_share_ms": shares},
             "attribution": {
                 "ttft": "measured end to end at concurrency 1: prefill plus frontend, tokenisation, network hop and "
                         "first-token streaming" + ("; disaggregated: plus the prefill -> decode KV transfer and the "
                                                    "decode worker's first iteration" if modes[exp] == "disaggregated"
                                                    else "") + " -- all attributed to the prefill curve",
-                "itl": "measured per request: decode iterations plus streaming, and (aggregated) the other "
-                       "requests' prefills interleaved in the same engine -- all attributed to the decode curve"},
+                "itl": "measured per request: decode iterations plus streaming, attributed to the decode curve; "
+                       "aggregated, the other requests' prefills it waited for (estimated from the prefill fit: "
+                       "prefill_share_ms) taken out"},
             "domain_note": EXTRAPOLATION,
         }
         out.append(Calibration(exp, modes[exp], prof_name, profile_from_fits(prefill, decode, provenance),
@@ -252,28 +265,76 @@ def _prefill_points(steps: list[dict[str, Any]], by_step: dict[tuple[str, str], 
     for s in steps:
         if s["concurrency"] != 1:
             continue
-        rs = [r for r in by_step.get((exp, s["step_id"]), []) if r["isl"] and r["ttft_ms"] is not None]
+        rs = [r for r in by_step.get((exp, s["step_id"]), []) if r["isl"] and r["ttft_ms"] is not None
+              and r["isl"] - (r["cached_tokens"] or 0) > 0]  # a full prefix hit computes no prefill
         if rs:
             used.append(s["step_id"])
         for r in rs:
-            ttfts[int(r["isl"])].append(float(r["ttft_ms"]))
+            ttfts[int(r["isl"] - (r["cached_tokens"] or 0))].append(float(r["ttft_ms"]))
     if not ttfts:
-        raise CalibrationError("prefill: no successful concurrency-1 step with request records (ISL and TTFT); "
+        raise CalibrationError("prefill: no successful concurrency-1 step with request records (ISL, TTFT, tokens "
+                               "not served from the prefix cache); "
                                "the fit needs concurrency 1 at two or more input lengths")
     return [(float(isl), statistics.median(v)) for isl, v in sorted(ttfts.items())], used
 
 
+def _path_overhead(query: QueryPort, cid: str, exp: str, step_ids: list[str],
+                   by_step: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, float]:
+    """Per concurrency-1 step: AIPerf's mean TTFT minus the router's (the client -> frontend -> router path)."""
+    if not step_ids:
+        return {}
+    ids = ", ".join(f"'{check_path_value('step_id', s)}'" for s in step_ids)
+    rows = _rows(query, "SELECT step_id, stat, sum(value) AS value FROM server_metrics "  # noqa: S608
+                        f"WHERE campaign_id = '{cid}' AND experiment = '{check_path_value('experiment', exp)}' "
+                        f"AND step_id IN ({ids}) AND metric = 'dynamo_component_router_time_to_first_token_seconds' "
+                        "AND stat IN ('sum', 'count') GROUP BY step_id, stat")
+    got: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        got[r["step_id"]][r["stat"]] = float(r["value"])
+    out = {}
+    for sid, v in got.items():
+        ttfts = [float(r["ttft_ms"]) for r in by_step.get((exp, sid), []) if r["ttft_ms"] is not None]
+        if v.get("count") and ttfts:
+            out[sid] = round(statistics.fmean(ttfts) - v["sum"] / v["count"] * 1000.0, 2)
+    return out
+
+
+def _decode_replicas(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Per experiment, the worker processes that decode (role worker or decode): a profile times one of them,
+    and the router spreads the closed loop's requests over them."""
+    out = {}
+    for r in rows:
+        try:
+            groups = json.loads(r["workers_json"] or "[]")
+        except ValueError:
+            groups = []
+        n = sum(int(g.get("replicas") or 1) for g in groups if g.get("role") in ("worker", "decode"))
+        out[r["experiment"]] = max(n, 1)
+    return out
+
+
 def _decode_points(steps: list[dict[str, Any]], by_step: dict[tuple[str, str], list[dict[str, Any]]],
-                   exp: str) -> tuple[list[tuple[float, float, float]], list[str]]:
-    pts, used = [], []
+                   exp: str, replicas: int, prefill: Fit | None
+                   ) -> tuple[list[tuple[float, float, float]], list[str], dict[str, float]]:
+    """One point per step; aggregated (``prefill`` given), the other requests' prefills a request waits for
+    during its decode are taken out of its ITL: in a closed loop each of the ``n - 1`` others on its worker
+    starts once per lifetime, ``(n - 1) x prefill(new tokens) / (OSL - 1)`` per token."""
+    pts, used, shares = [], [], {}
     for s in steps:
         rs = [r for r in by_step.get((exp, s["step_id"]), []) if r["isl"] and r["osl"] and r["itl_ms"] is not None]
         if not rs:
             continue
         ctx = statistics.fmean(r["isl"] for r in rs) + statistics.fmean(r["osl"] for r in rs) / 2.0
-        pts.append((float(s["concurrency"]) * ctx, ctx, statistics.median(float(r["itl_ms"]) for r in rs)))
+        n = float(s["concurrency"]) / replicas
+        itl = statistics.median(float(r["itl_ms"]) for r in rs)
+        osl = statistics.fmean(r["osl"] for r in rs)
+        new_tokens = statistics.fmean(r["isl"] - (r["cached_tokens"] or 0) for r in rs)
+        if prefill is not None and n > 1 and osl > 1 and new_tokens > 0:
+            shares[s["step_id"]] = round((n - 1) * prefill(isl=new_tokens) / (osl - 1), 3)
+            itl -= shares[s["step_id"]]
+        pts.append((n * ctx, ctx, itl))
         used.append(s["step_id"])
-    return pts, used
+    return pts, used, shares
 
 
 def curve_errors(known: TimingProfile, fitted: TimingProfile, prefill: Fit, decode: Fit,

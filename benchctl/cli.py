@@ -313,7 +313,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     out = _path(args.out)
     fmt = args.format or ("md" if out.suffix.lower() in {".md", ".markdown"} else "html")
-    path = write_report(_lake(args.lake), args.campaign, out, fmt)
+    path = write_report(_lake(args.lake), args.campaign, out, fmt, compare_measured=args.compare_measured)
     print(f"{fmt} report of {f'campaign {args.campaign}' if args.campaign else 'the latest campaign'}: {path}")
     return 0
 
@@ -428,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign", help="campaign id (default: the latest in the lake's campaigns table)")
     p.add_argument("--out", required=True, help="file to write (atomically), e.g. report.html")
     p.add_argument("--format", choices=["html", "md"], help="default: md for a .md --out, else html")
+    p.add_argument("--compare-measured", metavar="CAMPAIGN", help="a simulated campaign's report: put this measured "
+                   "campaign (same lake) beside the twin and the prediction per sweep step, with MAPE per pair")
     p.set_defaults(fn=cmd_report)
 
     from benchctl.cli_calibrate import add_parser as add_calibrate

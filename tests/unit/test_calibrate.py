@@ -136,3 +136,16 @@ def test_bad_input_exits_2_naming_what_and_writes_nothing(tmp_path, capsys, kw, 
 def test_a_missing_lake_exits_2(tmp_path, capsys):
     assert main(["calibrate", "--lake", str(tmp_path / "none"), "--campaign", "c"]) == 2
     assert "no lake there" in capsys.readouterr().err
+
+
+def test_active_kv_is_per_decoding_worker(tmp_path):
+    c = _campaign(tmp_path / "lake", isls=(128, 512))
+    c.rows["experiments"][0]["workers_json"] = json.dumps([{"role": "worker", "replicas": 2}])
+    c.rows["experiments"][1]["workers_json"] = json.dumps([{"role": "prefill", "replicas": 3},
+                                                           {"role": "decode", "replicas": 4}])
+    c.write()
+    with QueryEngine(tmp_path / "lake") as q:
+        agg, disagg = calibrate(q, "meas", "lake")
+    assert agg.decode.domain["kv"] == (160.0 / 2, 8 * 160.0 / 2)
+    assert disagg.decode.domain["kv"] == (160.0 / 4, 8 * 160.0 / 4)
+    assert disagg.profile.provenance["decode"]["decoding_replicas"] == 4
