@@ -318,6 +318,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from benchctl.cli_calibrate import run_calibrate
+    from benchctl.local.query import QueryEngine
+
+    with QueryEngine(lake := _lake(args.lake)) as engine:
+        return run_calibrate(engine, lake, args)
+
+
 CONTEXT_HELP = ("the CDK app's cdk.json whose context 'benchctl:ceilings' (images, instance types and list prices, "
                 "nodes per pool, $ per campaign, timeouts, worst-case history) the spec must stay within; default "
                 "$BENCHCTL_CONTEXT_FILE, else the project's cdk.json: the ceilings the deployment records")
@@ -434,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from benchctl.cli_calibrate import add_parser as add_calibrate
 
-    add_calibrate(sub)
+    add_calibrate(sub).set_defaults(fn=cmd_calibrate)
     return ap
 
 

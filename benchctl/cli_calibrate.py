@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-from benchctl.cli_common import _lake, _path
+from benchctl.cli_common import _path
+from benchctl.ports import QueryPort
 
 HELP = ("fit a timing profile for the mocker (TTFT against input length at concurrency 1; ITL against active KV "
         "tokens and context length) from a campaign's measured steps, and store it in the twin store "
@@ -15,7 +17,7 @@ HELP = ("fit a timing profile for the mocker (TTFT against input length at concu
 SPEC_FIELD = "twin"  # experiments[].mocker.<this>: <profile name> selects a stored profile (benchctl.twin)
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> Any:
     p = sub.add_parser("calibrate", help=HELP, description=HELP)
     p.add_argument("--lake", default="runs/lake", help="the lake (default runs/lake: `benchctl run --out runs`)")
     p.add_argument("--campaign", required=True, help="the measured campaign's id (its steps and request records)")
@@ -24,18 +26,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--name", help="the profile's name (one experiment only); default <campaign>-<experiment>")
     p.add_argument("--workspace", default="runs", help="the twin store's workspace: profiles go to "
                                                       "WORKSPACE/twin/<name>/ (default runs, as `benchctl run`)")
-    p.set_defaults(fn=cmd_calibrate)
+    return p
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
+def run_calibrate(query: QueryPort, lake: Path, args: argparse.Namespace) -> int:
+    """Fit through ``query`` (the lake's engine, opened by the command line), then write every profile."""
     from benchctl.calibrate import calibrate
-    from benchctl.local.query import QueryEngine
     from benchctl.twin_profile import PROVENANCE_NAME, profile_dir, write_profile
 
-    lake = _lake(args.lake)
     workspace = _path(args.workspace)
-    with QueryEngine(lake) as engine:
-        results = calibrate(engine, args.campaign, str(lake), experiments=args.experiment, name=args.name)
+    results = calibrate(query, args.campaign, str(lake), experiments=args.experiment, name=args.name)
     targets = []
     for cal in results:  # every check before the first write: all or nothing
         directory = profile_dir(workspace, cal.name)

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchctl import schema
 from benchctl.lake import check_path_value
 from benchctl.ports import QueryPort
 
@@ -129,9 +130,13 @@ def load_calibration(query: QueryPort, campaign: dict[str, Any], measured_campai
     pred_sql = ("SELECT experiment, concurrency, isl, osl, predicted_ttft_ms AS ttft_p50_ms, "
                 "predicted_itl_ms AS itl_p50_ms, predicted_output_tokens_per_s AS output_tokens_per_s "
                 "FROM predictions WHERE campaign_id = '{}'")
-    prediction = _rows(query, pred_sql.format(cid))
-    if not prediction and measured_campaign:
-        prediction = _rows(query, pred_sql.format(measured_campaign))
+    prediction: list[dict[str, Any]] = []
+    for c in (cid, measured_campaign) if "predictions" in schema.TABLES else ():
+        if c and not prediction:
+            try:
+                prediction = _rows(query, pred_sql.format(c))
+            except Exception:  # a lake without the table: the comparison goes on without it
+                prediction = []
     measured = _rows(query, _steps_sql(measured_campaign)) if measured_campaign else None
     return three_way(_rows(query, _steps_sql(cid)), prediction, measured, twins, measured_campaign)
 

@@ -31,9 +31,11 @@ def _campaign(root: Path, *, isls=(128, 512, 1024, 2048), concurrencies=(1, 4, 8
         for isl in isls:
             for conc in (concurrencies if isl == isls[0] else (1,)):
                 ctx = isl + osl / 2
+                # aggregated, a request's ITL also holds the prefills of the conc - 1 others (one each per lifetime)
+                share = (conc - 1) * known_ttft(isl) / (osl - 1) if mode == "aggregated" else 0.0
                 c.step(exp, mode, "concurrency_sweep", f"s-i{isl}-c{conc}", 0, n_requests=12, concurrency=conc,
                        isl=isl, osl=osl, ttft_p50_ms=known_ttft(isl) * (1 + 0.3 * (conc - 1)),
-                       itl_p50_ms=known_itl(conc * ctx, ctx), output_tokens_per_s=1000.0)
+                       itl_p50_ms=known_itl(conc * ctx, ctx) + share, output_tokens_per_s=1000.0)
     if not records:
         c.rows.pop("requests")
     return c
@@ -59,6 +61,8 @@ def test_the_fit_recovers_the_curves_the_records_were_drawn_from(tmp_path):
         for kv, ctx in ((160, 160), (1280, 160), (2080, 2080)):
             assert cal.profile.itl_ms(kv, ctx) == pytest.approx(known_itl(kv, ctx), rel=0.02)
         assert cal.profile.provenance["prefill"]["residual_max_pct"] < 2
+    shares = [cal.profile.provenance["decode"]["prefill_share_ms"] for cal in cals]
+    assert shares[0]["s-i128-c8"] == pytest.approx(7 * known_ttft(128) / 63, rel=0.02) and shares[1] == {}
 
 
 def test_one_context_fits_itl_against_kv_alone_and_says_its_domain(tmp_path):
