@@ -231,7 +231,8 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
             raise CalibrationError(f"campaign {cid}, experiment {exp}: {err}") from None
         prof_name = name or default_name(cid, exp)
         provenance = {
-            "source": "benchctl calibrate", "campaign_id": cid, "experiment": exp, "mode": modes[exp],
+            "source": "calibrate", "label": f"SIMULATED on the twin calibrated from campaign {cid} ({exp})",
+            "campaign_id": cid, "experiment": exp, "mode": modes[exp],
             "lake": lake, "fitted_at": datetime.now(UTC).isoformat(timespec="seconds"), "name": prof_name,
             "roles": _roles(modes[exp]),
             "prefill": {**prefill.summary(), "steps": prefill_steps,

@@ -329,9 +329,7 @@ class CampaignSpec(Strict):
         for i, w in enumerate(self.workloads):
             isl, osl = w.max_lengths()
             if osl > self.model.max_context:
-                problems.append(
-                    f"workloads[{i}]: osl {osl} exceeds model.max_context {self.model.max_context}"
-                )
+                problems.append(f"workloads[{i}]: osl {osl} exceeds model.max_context {self.model.max_context}")
             elif isl + osl > self.model.max_context:
                 what = "longest turn (all turns' history)" if isinstance(w, MultiTurn) else "isl"
                 problems.append(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from benchctl.atomic import atomic_write
 from benchctl.ports import QueryPort
+from benchctl.report.calibration import load_calibration
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
 from benchctl.report.data import ReportData, load_report_data, report_queries
 from benchctl.report.figures import pareto_frontier
@@ -45,8 +46,9 @@ def render_report(query: QueryPort, campaign_id: str | None, fmt: str = "html", 
     """The report of ``campaign_id`` (default: the latest in the lake's campaigns table) as text."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r}; valid: {', '.join(FORMATS)}")
-    return render(load_report_data(query, campaign_id, source, missing_ok=missing_ok,
-                                   compare_measured=compare_measured), fmt)
+    data = load_report_data(query, campaign_id, source, missing_ok=missing_ok)
+    data.calibration = load_calibration(query, data.campaign, compare_measured)
+    return render(data, fmt)
 
 
 def write_report(query: QueryPort, campaign_id: str | None, out: Path, fmt: str = "html", *, source: str,

@@ -88,16 +88,36 @@ def three_way(twin: list[dict[str, Any]], prediction: list[dict[str, Any]], meas
 
 
 def twin_label(mocker_json: str | None) -> str:
-    """The twin an experiment's mocker ran with, from the experiments row's ``mocker_json``."""
+    """The twin an experiment's mocker ran with, from the experiments row's ``mocker_json`` (what the spec
+    chose; the ``twins`` table, where the local engine records what it made of that, comes first)."""
     try:
         knobs = json.loads(mocker_json or "{}")
     except ValueError:
         knobs = {}
-    if knobs.get("twin"):
-        return f"twin {knobs['twin']}"
     if knobs.get("planner_profile_data"):
         return f"profile {knobs['planner_profile_data']}"
-    return "mocker's default timing (no twin)"
+    if knobs.get("twin") and knobs["twin"] not in ("auto", "off"):
+        return f"twin {knobs['twin']}"
+    if knobs.get("twin") == "auto":
+        return "twin auto (aiconfigurator's profile of the pool's GPU, when it has one)"
+    return "the mocker's built-in timing (no twin)"
+
+
+def _twin_labels(query: QueryPort, cid: str) -> dict[str, str]:
+    """experiment -> what timed its workers: the ``twins`` table's labels per role (the local engine's record,
+    when the lake has it), else what the spec chose."""
+    labels: dict[str, list[str]] = {}
+    if "twins" in schema.TABLES:
+        try:
+            for r in _rows(query, "SELECT experiment, role, label FROM twins "  # noqa: S608 (a checked id)
+                                  f"WHERE campaign_id = '{cid}' ORDER BY experiment, role"):
+                labels.setdefault(str(r["experiment"]), []).append(f"{r['role']}: {r['label']}")
+        except Exception:  # an older lake without the table: what the spec chose
+            labels = {}
+    if labels:
+        return {e: "; ".join(v) for e, v in labels.items()}
+    return {str(r["experiment"]): twin_label(r["mocker_json"]) for r in _rows(
+        query, f"SELECT experiment, mocker_json FROM experiments WHERE campaign_id = '{cid}'")}  # noqa: S608
 
 
 def _steps_sql(cid: str) -> str:
@@ -110,13 +130,13 @@ def _rows(query: QueryPort, sql: str) -> list[dict[str, Any]]:
     return [dict(zip(cols, r, strict=True)) for r in raw]
 
 
-def load_calibration(query: QueryPort, campaign: dict[str, Any], measured_campaign: str | None,
-                     known_campaigns: list[str]) -> Calibration | None:
+def load_calibration(query: QueryPort, campaign: dict[str, Any], measured_campaign: str | None) -> Calibration | None:
     """The three-way comparison of a simulated campaign (its own steps are the twin's), or None for a measured
     one (its predicted-vs-measured section says it all). ``measured_campaign`` must be in the lake."""
     cid = check_path_value("campaign_id", str(campaign["campaign_id"]))
     if measured_campaign is not None:
         check_path_value("campaign_id", measured_campaign)
+        known_campaigns = [str(r["campaign_id"]) for r in _rows(query, "SELECT DISTINCT campaign_id FROM steps")]
         if measured_campaign not in known_campaigns:
             raise ValueError(f"--compare-measured {measured_campaign}: no such campaign in the lake; valid: "
                              f"{', '.join(sorted(c for c in known_campaigns if c != cid)) or 'none'}")
@@ -125,8 +145,7 @@ def load_calibration(query: QueryPort, campaign: dict[str, Any], measured_campai
                              "give the measured campaign to compare the twin with")
     if not campaign.get("simulated"):
         return None
-    twins = {r["experiment"]: twin_label(r["mocker_json"]) for r in _rows(
-        query, f"SELECT experiment, mocker_json FROM experiments WHERE campaign_id = '{cid}'")}  # noqa: S608
+    twins = _twin_labels(query, cid)
     pred_sql = ("SELECT experiment, concurrency, isl, osl, predicted_ttft_ms AS ttft_p50_ms, "
                 "predicted_itl_ms AS itl_p50_ms, predicted_output_tokens_per_s AS output_tokens_per_s "
                 "FROM predictions WHERE campaign_id = '{}'")

@@ -76,11 +76,11 @@ class ReportData:
     predictions: Rows | None
     predictions_note: str | None
     images: list[dict[str, str]] = field(default_factory=list)
+    calibration: Any = None  # report.calibration.Calibration: twin vs prediction vs measurement (simulated only)
     network: list[dict[str, Any]] = field(default_factory=list)  # per experiment: what network_observed recorded
     comparisons: list[dict[str, Any]] = field(default_factory=list)  # the comparisons rows (written at Plan)
     comparison_steps: list[dict[str, Any]] = field(default_factory=list)  # v_comparison_steps: what verdicts read
     experiment_rows: list[dict[str, Any]] = field(default_factory=list)  # experiments: settings, expected transfer
-    calibration: Any = None  # report.calibration.Calibration: twin vs prediction vs measurement (simulated only)
 
     @property
     def campaign_id(self) -> str:
@@ -197,19 +197,14 @@ def report_queries(cid: str) -> dict[str, str]:
 
 
 def load_report_data(query: QueryPort, campaign_id: str | None, source: str, *,
-                     missing_ok: bool = False, compare_measured: str | None = None) -> ReportData:
+                     missing_ok: bool = False) -> ReportData:
     """Everything the report shows of ``campaign_id`` (default: the latest started), read through ``query``
     (whichever engine's): the same queries and the same assembly on both engines."""
     campaign = pick_campaign(query, source, campaign_id, missing_ok=missing_ok)
     cid = check_path_value("campaign_id", str(campaign["campaign_id"]))
     results = {key: _rows(query, sql) for key, sql in report_queries(cid).items()}
     predictions, note = _load_predictions(query, cid)
-    data = assemble_report_data(source, campaign, results, predictions, note)
-    from benchctl.report.calibration import load_calibration
-
-    known = [str(r[0]) for r in query.run("SELECT DISTINCT campaign_id FROM steps")[1]] if compare_measured else []
-    data.calibration = load_calibration(query, campaign, compare_measured, known)
-    return data
+    return assemble_report_data(source, campaign, results, predictions, note)
 
 
 def assemble_report_data(source: str, campaign: dict[str, Any], results: dict[str, Rows],

@@ -32,12 +32,21 @@ def _known(path: Path) -> Path:
                                              {"source": "test: known synthetic profile"}))
 
 
-def _spec(tmp_path: Path, npz: Path) -> Path:
+def _spec(tmp_path: Path, out: Path) -> Path:
+    """The known profile selected by name from the run's twin store (``mocker.twin``, benchctl.twin) where the
+    spec has that field, else by path (``mocker.planner_profile_data``)."""
+    from benchctl.spec import LocalMocker
+
+    if "twin" in LocalMocker.model_fields:
+        _known(out / "twin" / "known-test")
+        mocker = {"twin": "known-test"}
+    else:
+        mocker = {"planner_profile_data": str(_known(tmp_path / "known"))}
     d = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
     d["name"] = "calibrate-twin"
     d["experiments"] = [{"name": "agg", "mode": "aggregated", "router": "kv",
                          "workers": [{"role": "worker", "pool": "gpu-a100", "replicas": 1, "tensor_parallel": 4}],
-                         "mocker": {"planner_profile_data": str(npz)}}]
+                         "mocker": mocker}]
     sweep = {"kind": "concurrency_sweep", "osl": 32, "request_count": 5}
     d["workloads"] = [{**sweep, "name": f"prefill-{isl}", "isl": isl, "concurrency": [1]} for isl in (128, 1024, 2048)]
     d["workloads"].append({**sweep, "name": "decode", "isl": 512, "osl": 64, "concurrency": [2, 4],
@@ -54,7 +63,7 @@ def test_calibrate_recovers_the_known_profile_the_mocker_ran(tmp_path):
     known = read_profile(_known(tmp_path / "known"))
     out, ws = tmp_path / "out", tmp_path / "ws"
     bin_ = Path(sys.executable).parent / "benchctl"
-    run = subprocess.run([str(bin_), "run", str(_spec(tmp_path, tmp_path / "known" / "perf_data.npz")),
+    run = subprocess.run([str(bin_), "run", str(_spec(tmp_path, out)),
                           "--out", str(out), "--campaign-id", "cal-twin"],
                          capture_output=True, text=True, cwd=ROOT, timeout=500)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

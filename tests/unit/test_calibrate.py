@@ -102,7 +102,8 @@ def test_cli_writes_one_profile_per_experiment_with_provenance_and_the_spec_line
     for exp in ("agg", "disagg"):
         prof = read_profile(ws / "twin" / f"meas-{exp}")
         prov = prof.provenance
-        assert prov["campaign_id"] == "meas" and prov["experiment"] == exp
+        assert prov["campaign_id"] == "meas" and prov["experiment"] == exp and prov["source"] == "calibrate"
+        assert prov["label"] == f"SIMULATED on the twin calibrated from campaign meas ({exp})"
         assert prov["lake"] == str((tmp_path / "lake").resolve())
         assert len(prov["prefill"]["steps"]) == 4 and len(prov["decode"]["steps"]) == 6
         assert "extrapolates" in prov["domain_note"]

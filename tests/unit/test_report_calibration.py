@@ -105,3 +105,20 @@ def test_an_unknown_measured_campaign_exits_2_and_writes_nothing(tmp_path, capsy
                  "--compare-measured", "nope"]) == 2
     assert "--compare-measured nope: no such campaign in the lake; valid: meas" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_twin_is_named_from_the_twins_table_when_the_lake_has_one(tmp_path, monkeypatch):
+    from benchctl import schema
+    from benchctl.local.lake import LocalLake
+
+    if "twins" not in schema.TABLES:  # the local engine's record of what timed each role (benchctl.twin)
+        monkeypatch.setitem(schema.TABLES, "twins", schema._table(
+            "twins", "test", ("campaign_id", "experiment"),
+            "campaign_id string\nexperiment string\nrole string\nprofile string\nlabel string\nnote string"))
+    _lake(tmp_path / "lake")
+    LocalLake(tmp_path / "lake").write("twins", [{"campaign_id": "twin", "experiment": "agg", "role": "worker",
+                                                  "profile": "aic-x", "label": "SIMULATED on the a100_sxm TP4 twin"}],
+                                       part_name="twins")
+    out = tmp_path / "r.md"
+    assert main(["report", "--lake", str(tmp_path / "lake"), "--campaign", "twin", "--out", str(out)]) == 0
+    assert "agg: worker: SIMULATED on the a100\\_sxm TP4 twin" in out.read_text()
