@@ -27,8 +27,8 @@ What is fitted, per experiment (:func:`calibrate`):
   ``concurrency`` requests decoding, the router spreads them evenly over the experiment's decoding workers).
   Least squares ``itl = d + e*kv (+ f*ctx)``: the context term only when the steps vary it (two distinct
   contexts and four points at least). Aggregated, a request's ITL also holds the prefills of the other
-  requests its worker ran meanwhile: :func:`_decode_points` takes the prefill fit's estimate of that share out
-  (a step iteration runs its prefill and decode one after the other); the streaming path stays in the curve.
+  requests its worker ran meanwhile (an iteration runs its prefill and decode one after the other):
+  :func:`prefill_stalls` measures that from the records' own times and takes it out; the streaming path stays.
 
 Both fits are evaluated on a grid over the measured domain only (:data:`GRID`); the provenance names the
 campaign, the lake, the steps used, the points, the coefficients, the residuals and the domain, and says that
@@ -198,7 +198,8 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
                                f"{', '.join(known) or 'none (run or ingest a campaign first)'}")
     steps = _rows(query, f"SELECT experiment, mode, step_id, concurrency, status FROM steps "  # noqa: S608
                          f"WHERE campaign_id = '{cid}' ORDER BY experiment, step_index, step_id")
-    reqs = _rows(query, f"SELECT experiment, step_id, isl, osl, cached_tokens, ttft_ms, itl_ms FROM requests "  # noqa: S608
+    reqs = _rows(query, "SELECT experiment, step_id, isl, osl, cached_tokens, ttft_ms, itl_ms, start_ns, end_ns "  # noqa: S608
+                        f"FROM requests "
                         f"WHERE campaign_id = '{cid}' AND error_code IS NULL AND error_type IS NULL")
     if not reqs:
         raise CalibrationError(f"--campaign {cid}: {lake} holds no successful request records of it (the requests "
@@ -225,7 +226,7 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
             prefill_pts, prefill_steps = _prefill_points(ok, by_step, exp)
             prefill = fit_prefill(prefill_pts)
             decode_pts, decode_steps, shares = _decode_points(ok, by_step, exp, replicas.get(exp, 1),
-                                                              prefill if modes[exp] == "aggregated" else None)
+                                                              modes[exp] == "aggregated")
             decode = fit_decode(decode_pts)
         except CalibrationError as err:
             raise CalibrationError(f"campaign {cid}, experiment {exp}: {err}") from None
@@ -242,7 +243,8 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
             "decode": {**decode.summary(), "steps": decode_steps,
                        "x": "kv: concurrency / decoding replicas x (mean ISL + mean OSL/2); ctx: mean ISL + "
                             "mean OSL/2", "decoding_replicas": replicas.get(exp, 1),
-                       "y": "median of AIPerf's per-request ITL, ms, less the prefill share",
+                       "y": "median of AIPerf's per-request ITL, ms, less the other requests' prefills it "
+                            "waited for (prefill_share_ms: the median share taken out per step)",
                        "prefill_share_ms": shares},
             "attribution": {
                 "ttft": "measured end to end at concurrency 1: prefill plus frontend, tokenisation, network hop and "
@@ -250,8 +252,8 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
                                                    "decode worker's first iteration" if modes[exp] == "disaggregated"
                                                    else "") + " -- all attributed to the prefill curve",
                 "itl": "measured per request: decode iterations plus streaming, attributed to the decode curve; "
-                       "aggregated, the other requests' prefills it waited for (estimated from the prefill fit: "
-                       "prefill_share_ms) taken out"},
+                       "aggregated, the other requests' prefills overlapping its decode (from the records' "
+                       "times: prefill_share_ms) taken out"},
             "domain_note": EXTRAPOLATION,
         }
         out.append(Calibration(exp, modes[exp], prof_name, profile_from_fits(prefill, decode, provenance),
@@ -314,12 +316,41 @@ def _decode_replicas(rows: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def prefill_stalls(records: list[dict[str, Any]], replicas: int = 1) -> list[float | None]:
+    """Per request, the milliseconds of its decode (first token .. end) during which another request of the
+    step was in its prefill (start .. its first token): an aggregated worker runs a step's prefill and decode
+    one after the other, so each such overlap held back this request's next token. Divided by ``replicas``
+    (the share of the others on the same worker, when the records do not say which worker). None: a record
+    without its times."""
+    spans = []
+    for r in records:
+        if r.get("start_ns") is None or r.get("end_ns") is None or r.get("ttft_ms") is None:
+            spans.append(None)
+        else:
+            first = r["start_ns"] + r["ttft_ms"] * 1e6
+            spans.append((float(r["start_ns"]), first, float(r["end_ns"])))
+    out: list[float | None] = []
+    for i, me in enumerate(spans):
+        if me is None:
+            out.append(None)
+            continue
+        cuts = sorted((max(o[0], me[1]), min(o[1], me[2])) for j, o in enumerate(spans)
+                      if j != i and o is not None and min(o[1], me[2]) > max(o[0], me[1]))
+        total, reach = 0.0, me[1]
+        for a, b in cuts:  # the union of the overlaps
+            if b > reach:
+                total += b - max(a, reach)
+                reach = b
+        out.append(total / 1e6 / max(replicas, 1))
+    return out
+
+
 def _decode_points(steps: list[dict[str, Any]], by_step: dict[tuple[str, str], list[dict[str, Any]]],
-                   exp: str, replicas: int, prefill: Fit | None
+                   exp: str, replicas: int, aggregated: bool
                    ) -> tuple[list[tuple[float, float, float]], list[str], dict[str, float]]:
-    """One point per step; aggregated (``prefill`` given), the other requests' prefills a request waits for
-    during its decode are taken out of its ITL: in a closed loop each of the ``n - 1`` others on its worker
-    starts once per lifetime, ``(n - 1) x prefill(new tokens) / (OSL - 1)`` per token."""
+    """One point per step; aggregated, each request's ITL less the other requests' prefills that held its
+    decode back (:func:`prefill_stalls`, from the records' own times: a closed loop of equal lengths runs in
+    lockstep, its prefills land in TTFT, not in ITL; a staggered one interleaves them)."""
     pts, used, shares = [], [], {}
     for s in steps:
         rs = [r for r in by_step.get((exp, s["step_id"]), []) if r["isl"] and r["osl"] and r["itl_ms"] is not None]
@@ -327,13 +358,15 @@ def _decode_points(steps: list[dict[str, Any]], by_step: dict[tuple[str, str], l
             continue
         ctx = statistics.fmean(r["isl"] for r in rs) + statistics.fmean(r["osl"] for r in rs) / 2.0
         n = float(s["concurrency"]) / replicas
-        itl = statistics.median(float(r["itl_ms"]) for r in rs)
-        osl = statistics.fmean(r["osl"] for r in rs)
-        new_tokens = statistics.fmean(r["isl"] - (r["cached_tokens"] or 0) for r in rs)
-        if prefill is not None and n > 1 and osl > 1 and new_tokens > 0:
-            shares[s["step_id"]] = round((n - 1) * prefill(isl=new_tokens) / (osl - 1), 3)
-            itl -= shares[s["step_id"]]
-        pts.append((n * ctx, ctx, itl))
+        itls = [float(r["itl_ms"]) for r in rs]
+        if aggregated and n > 1:
+            stalls = prefill_stalls(by_step[(exp, s["step_id"])], replicas)
+            stall_of = {id(r): st for r, st in zip(by_step[(exp, s["step_id"])], stalls, strict=True)}
+            cut = [(stall_of[id(r)] or 0.0) / (r["osl"] - 1) if r["osl"] > 1 else 0.0 for r in rs]
+            if any(cut):
+                shares[s["step_id"]] = round(statistics.median(cut), 3)
+                itls = [i - c for i, c in zip(itls, cut, strict=True)]
+        pts.append((n * ctx, ctx, statistics.median(itls)))
         used.append(s["step_id"])
     return pts, used, shares
 

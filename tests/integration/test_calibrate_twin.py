@@ -3,9 +3,10 @@ by a KNOWN profile, then `benchctl calibrate` on its lake: the recovered curves 
 ones over the measured domain.
 
 The known prefill is large next to the local path around it (frontend, tokenisation, HTTP, on a shared 2-core
-box: 6-19 ms measured beyond the router's own TTFT), which the fit attributes to the prefill curve and cannot
-take out; the decode steps at concurrency 2 and 4 carry the other requests' prefills, which the fit does take
-out (benchctl.calibrate._decode_points)."""
+box: 5-13 ms measured beyond the router's own TTFT), which the fit attributes to the prefill curve and cannot
+take out. The decode steps at concurrency 2 and 4 may carry other requests' prefills (a closed loop of equal
+lengths mostly runs in lockstep, its prefills landing in TTFT); the fit takes out what the records' times show
+(benchctl.calibrate.prefill_stalls)."""
 
 from __future__ import annotations
 

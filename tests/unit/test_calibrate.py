@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.calibrate import CalibrationError, calibrate, curve_errors, fit_decode, fit_prefill
+from benchctl.calibrate import (
+    CalibrationError,
+    calibrate,
+    curve_errors,
+    fit_decode,
+    fit_prefill,
+    prefill_stalls,
+)
 from benchctl.cli import main
 from benchctl.local.query import QueryEngine
 from benchctl.twin_profile import read_profile
@@ -31,11 +38,9 @@ def _campaign(root: Path, *, isls=(128, 512, 1024, 2048), concurrencies=(1, 4, 8
         for isl in isls:
             for conc in (concurrencies if isl == isls[0] else (1,)):
                 ctx = isl + osl / 2
-                # aggregated, a request's ITL also holds the prefills of the conc - 1 others (one each per lifetime)
-                share = (conc - 1) * known_ttft(isl) / (osl - 1) if mode == "aggregated" else 0.0
                 c.step(exp, mode, "concurrency_sweep", f"s-i{isl}-c{conc}", 0, n_requests=12, concurrency=conc,
                        isl=isl, osl=osl, ttft_p50_ms=known_ttft(isl) * (1 + 0.3 * (conc - 1)),
-                       itl_p50_ms=known_itl(conc * ctx, ctx) + share, output_tokens_per_s=1000.0)
+                       itl_p50_ms=known_itl(conc * ctx, ctx), output_tokens_per_s=1000.0)
     if not records:
         c.rows.pop("requests")
     return c
@@ -61,8 +66,8 @@ def test_the_fit_recovers_the_curves_the_records_were_drawn_from(tmp_path):
         for kv, ctx in ((160, 160), (1280, 160), (2080, 2080)):
             assert cal.profile.itl_ms(kv, ctx) == pytest.approx(known_itl(kv, ctx), rel=0.02)
         assert cal.profile.provenance["prefill"]["residual_max_pct"] < 2
-    shares = [cal.profile.provenance["decode"]["prefill_share_ms"] for cal in cals]
-    assert shares[0]["s-i128-c8"] == pytest.approx(7 * known_ttft(128) / 63, rel=0.02) and shares[1] == {}
+    # records without their times: nothing to take out
+    assert [cal.profile.provenance["decode"]["prefill_share_ms"] for cal in cals] == [{}, {}]
 
 
 def test_one_context_fits_itl_against_kv_alone_and_says_its_domain(tmp_path):
@@ -154,3 +159,38 @@ def test_active_kv_is_per_decoding_worker(tmp_path):
     assert agg.decode.domain["kv"] == (160.0 / 2, 8 * 160.0 / 2)
     assert disagg.decode.domain["kv"] == (160.0 / 4, 8 * 160.0 / 4)
     assert disagg.profile.provenance["decode"]["decoding_replicas"] == 4
+
+
+def _rec(start_ms: float, ttft_ms: float, end_ms: float) -> dict:
+    return {"start_ns": int(start_ms * 1e6), "ttft_ms": ttft_ms, "end_ns": int(end_ms * 1e6)}
+
+
+def test_prefill_stalls_count_only_the_others_prefills_inside_a_decode():
+    # lockstep (a closed loop of equal lengths): every prefill lies in every TTFT, none in a decode
+    assert prefill_stalls([_rec(0, 50, 500), _rec(0, 50, 500), _rec(0.5, 49.5, 500.5)]) == [0, 0, 0]
+    # staggered: b's prefill (100..150) inside a's decode (50..500); c's (120..200) overlaps it: the union counts
+    a, b, c = _rec(0, 50, 500), _rec(100, 50, 600), _rec(120, 80, 700)
+    stalls = prefill_stalls([a, b, c])
+    assert stalls[0] == pytest.approx(100.0)  # 100..200
+    assert stalls[1] == pytest.approx(50.0)  # c's 150..200 inside b's decode 150..600
+    assert stalls[2] == pytest.approx(0.0)
+    assert prefill_stalls([a, b, c], replicas=2)[0] == pytest.approx(50.0)  # half of the others share its worker
+    assert prefill_stalls([a, {"ttft_ms": 5.0}])[1] is None
+
+
+def test_the_stalls_come_out_of_the_aggregated_itl_only(tmp_path):
+    c = _campaign(tmp_path / "lake", isls=(128, 512), concurrencies=(1, 2))
+    for r in c.rows["requests"]:  # the c=2 steps in staggered pairs: the second's prefill inside the first's decode
+        if r["step_id"] == "s-i128-c2":
+            i = r["request_index"]
+            start = (i // 2) * 1000 + (i % 2) * 100
+            r.update(start_ns=int(start * 1e6), end_ns=int((start + 700) * 1e6), ttft_ms=63.0)
+    c.write()
+    with QueryEngine(tmp_path / "lake") as q:
+        agg, disagg = calibrate(q, "meas", "lake")
+    # the first of a pair: its decode (63..700 ms) held the second's prefill (100..163): 63 ms over 63 intervals,
+    # 1 ms a token; the second: nothing. The median request: half of it.
+    assert agg.profile.provenance["decode"]["prefill_share_ms"] == {"s-i128-c2": 0.5}
+    step_itl = next(s["itl_p50_ms"] for s in c.rows["steps"] if s["step_id"] == "s-i128-c2" and s["experiment"] == "agg")
+    assert [p[2] for p in agg.decode.points if p[0] == 2 * 160] == [pytest.approx(step_itl - 0.5)]
+    assert disagg.profile.provenance["decode"]["prefill_share_ms"] == {}
