@@ -56,8 +56,10 @@ MIN_DECODE_STEPS = 2  # steps (distinct active-KV points) the decode fit needs
 CONTEXT_TERM_FROM = 4  # decode points from which a varied context gets its own term
 GRID = (16, 16, 8)  # prefill points, decode KV points, decode context points
 MOCKER_SOURCE = "ai-dynamo/dynamo lib/mocker/src/common/perf_model.rs (PerfModel::Interpolated)"
-EXTRAPOLATION = ("the grid spans the measured domain only; past it the mocker extrapolates linearly from the edge "
-                 f"segments ({MOCKER_SOURCE}: Linear/Bilinear extrapolate(true)): not measured there")
+EXTRAPOLATION = ("the grid spans the measured ranges only; past them the mocker extrapolates linearly from the edge "
+                 f"segments ({MOCKER_SOURCE}: Linear/Bilinear extrapolate(true)): not measured there. Decode was "
+                 "measured at the listed (kv, ctx) points only: the grid's corners away from them (e.g. kv < ctx, a "
+                 "batch below one request) are the fit's extrapolation")
 
 
 class CalibrationError(ValueError):
@@ -374,11 +376,13 @@ def _decode_points(steps: list[dict[str, Any]], by_step: dict[tuple[str, str], l
 def curve_errors(known: TimingProfile, fitted: TimingProfile, prefill: Fit, decode: Fit,
                  n: int = 12) -> dict[str, float]:
     """The largest relative error (%) of ``fitted`` against ``known`` over the fits' measured domain: the
-    prefill curve along its ISLs, the decode curve along the measured (KV, context) line and its grid."""
+    prefill curve along its ISL range; the decode curve on the segments between every two measured (KV, context)
+    points (the grid's corners away from them, e.g. a batch below one request, are the fit's extrapolation)."""
     lo, hi = prefill.domain["isl"]
     isls = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
     ttft = max(abs(fitted.ttft_ms(x) - known.ttft_ms(x)) / known.ttft_ms(x) for x in isls)
-    (k0, k1), (c0, c1) = decode.domain["kv"], decode.domain["ctx"]
-    grid = [(k0 + (k1 - k0) * i / (n - 1), c0 + (c1 - c0) * j / (n - 1)) for i in range(n) for j in range(n)]
-    itl = max(abs(fitted.itl_ms(k, c) - known.itl_ms(k, c)) / known.itl_ms(k, c) for k, c in grid)
+    pts = [(p[0], p[1]) for p in decode.points]
+    line = [(a[0] + (b[0] - a[0]) * t / (n - 1), a[1] + (b[1] - a[1]) * t / (n - 1))
+            for i, a in enumerate(pts) for b in pts[i:] for t in range(n)]
+    itl = max(abs(fitted.itl_ms(k, c) - known.itl_ms(k, c)) / known.itl_ms(k, c) for k, c in line)
     return {"prefill_max_error_pct": ttft * 100.0, "decode_max_error_pct": itl * 100.0}

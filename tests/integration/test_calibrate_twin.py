@@ -52,6 +52,8 @@ def _spec(tmp_path: Path, out: Path) -> Path:
     d["workloads"] = [{**sweep, "name": f"prefill-{isl}", "isl": isl, "concurrency": [1]} for isl in (128, 1024, 2048)]
     d["workloads"].append({**sweep, "name": "decode", "isl": 512, "osl": 64, "concurrency": [2, 4],
                            "request_count": 12})
+    d["workloads"].append({**sweep, "name": "decode-long", "isl": 1536, "osl": 64, "concurrency": [3],
+                           "request_count": 9})
     d["warmup"] = {"request_count": 2}
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(d))
@@ -80,6 +82,6 @@ def test_calibrate_recovers_the_known_profile_the_mocker_ran(tmp_path):
     errors = curve_errors(known, fitted, prefill, decode)
     print(json.dumps({"errors": errors, "prefill": prov["prefill"], "decode": prov["decode"]}, indent=1))
     assert prov["campaign_id"] == "cal-twin" and len(prov["prefill"]["steps"]) == 3
-    assert len(prov["decode"]["steps"]) == 5
+    assert len(prov["decode"]["steps"]) == 6
     assert errors["prefill_max_error_pct"] <= 10.0, errors
     assert errors["decode_max_error_pct"] <= 10.0, errors
