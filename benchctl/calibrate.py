@@ -10,7 +10,8 @@ iteration takes ``decode_itl`` interpolated bilinearly at (the batch's summed co
 least 1 ms; both interpolations extrapolate linearly past the grid's edges. A decode worker spends no prefill
 time and a prefill worker no decode iterations, so one profile serves both roles of a disaggregated experiment.
 
-What is fitted, per experiment (:func:`calibrate`):
+What is fitted, per experiment (:func:`calibrate`), from its succeeded concurrency-sweep steps (one ISL and OSL
+each; the other workloads' mixed lengths, histories and prefix shares are left out):
 
 * **prefill**: TTFT against input length, from the requests of the concurrency-1 steps (a closed loop of one:
   no request waits behind another). Per distinct input length the median TTFT; then least squares
@@ -51,6 +52,7 @@ from benchctl.lake import check_path_value
 from benchctl.ports import QueryPort
 from benchctl.twin_profile import NAME_PATTERN, TimingProfile
 
+SWEEP = "concurrency_sweep"  # the workload whose steps are fitted (fixed ISL and OSL, closed loop)
 QUADRATIC_FROM = 4  # distinct input lengths at concurrency 1 from which the prefill fit has an isl^2 term
 MIN_DECODE_STEPS = 2  # steps (distinct active-KV points) the decode fit needs
 CONTEXT_TERM_FROM = 4  # decode points from which a varied context gets its own term
@@ -198,7 +200,7 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
     if cid not in known:
         raise CalibrationError(f"--campaign {cid}: no steps of it in {lake}; campaigns with steps: "
                                f"{', '.join(known) or 'none (run or ingest a campaign first)'}")
-    steps = _rows(query, f"SELECT experiment, mode, step_id, concurrency, status FROM steps "  # noqa: S608
+    steps = _rows(query, f"SELECT experiment, mode, step_id, concurrency, status, workload_kind FROM steps "  # noqa: S608
                          f"WHERE campaign_id = '{cid}' ORDER BY experiment, step_index, step_id")
     reqs = _rows(query, "SELECT experiment, step_id, isl, osl, cached_tokens, ttft_ms, itl_ms, start_ns, end_ns "  # noqa: S608
                         f"FROM requests "
@@ -223,7 +225,8 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
         by_step[(r["experiment"], r["step_id"])].append(r)
     out = []
     for exp in chosen:
-        ok = [s for s in steps if s["experiment"] == exp and s["status"] == "succeeded" and s["concurrency"]]
+        ok = [s for s in steps if s["experiment"] == exp and s["status"] == "succeeded" and s["concurrency"]
+              and s["workload_kind"] == SWEEP]  # one fixed ISL/OSL per step: the means below mean what they say
         try:
             prefill_pts, prefill_steps = _prefill_points(ok, by_step, exp)
             prefill = fit_prefill(prefill_pts)

@@ -194,3 +194,14 @@ def test_the_stalls_come_out_of_the_aggregated_itl_only(tmp_path):
     step_itl = next(s["itl_p50_ms"] for s in c.rows["steps"] if s["step_id"] == "s-i128-c2" and s["experiment"] == "agg")
     assert [p[2] for p in agg.decode.points if p[0] == 2 * 160] == [pytest.approx(step_itl - 0.5)]
     assert disagg.profile.provenance["decode"]["prefill_share_ms"] == {}
+
+
+def test_only_concurrency_sweep_steps_are_fitted(tmp_path):
+    c = _campaign(tmp_path / "lake", isls=(128, 512))
+    c.step("agg", "aggregated", "multi_turn", "mt-0", 0, concurrency=1, isl=4000, osl=16, ttft_p50_ms=1.0,
+           itl_p50_ms=1.0, output_tokens_per_s=1.0)
+    c.write()
+    with QueryEngine(tmp_path / "lake") as q:
+        agg = calibrate(q, "meas", "lake", experiments=["agg"])[0]
+    assert "mt-0" not in agg.profile.provenance["prefill"]["steps"] + agg.profile.provenance["decode"]["steps"]
+    assert agg.prefill.domain["isl"] == (128.0, 512.0)
