@@ -103,21 +103,34 @@ def twin_label(mocker_json: str | None) -> str:
     return "the mocker's built-in timing (no twin)"
 
 
-def _twin_labels(query: QueryPort, cid: str) -> dict[str, str]:
-    """experiment -> what timed its workers: the ``twins`` table's labels per role (the local engine's record,
-    when the lake has it), else what the spec chose."""
+def _twin_labels(query: QueryPort, cid: str) -> tuple[dict[str, str], set[str]]:
+    """(experiment -> what timed its workers, the campaigns calibrated twins were fitted from): the ``twins``
+    table's labels per role and profile provenance (the local engine's record, when the lake has it), else what
+    the spec chose."""
     labels: dict[str, list[str]] = {}
+    sources: set[str] = set()
     if "twins" in schema.TABLES:
         try:
-            for r in _rows(query, "SELECT experiment, role, label FROM twins "  # noqa: S608 (a checked id)
+            for r in _rows(query, "SELECT experiment, role, label, provenance_json FROM twins "  # noqa: S608
                                   f"WHERE campaign_id = '{cid}' ORDER BY experiment, role"):
                 labels.setdefault(str(r["experiment"]), []).append(f"{r['role']}: {r['label']}")
+                prov = _json_object(r.get("provenance_json"))
+                if prov.get("source") == "calibrate" and isinstance(prov.get("campaign_id"), str):
+                    sources.add(prov["campaign_id"])
         except Exception:  # an older lake without the table: what the spec chose
-            labels = {}
+            labels, sources = {}, set()
     if labels:
-        return {e: "; ".join(v) for e, v in labels.items()}
+        return {e: "; ".join(v) for e, v in labels.items()}, sources
     return {str(r["experiment"]): twin_label(r["mocker_json"]) for r in _rows(
-        query, f"SELECT experiment, mocker_json FROM experiments WHERE campaign_id = '{cid}'")}  # noqa: S608
+        query, f"SELECT experiment, mocker_json FROM experiments WHERE campaign_id = '{cid}'")}, set()  # noqa: S608
+
+
+def _json_object(text: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _steps_sql(cid: str) -> str:
@@ -145,7 +158,15 @@ def load_calibration(query: QueryPort, campaign: dict[str, Any], measured_campai
                              "give the measured campaign to compare the twin with")
     if not campaign.get("simulated"):
         return None
-    twins = _twin_labels(query, cid)
+    twins, calibrated_from = _twin_labels(query, cid)
+    notes = []
+    if measured_campaign is None and calibrated_from:  # the twin was fitted from a campaign this lake holds
+        known_campaigns = [str(r["campaign_id"]) for r in _rows(query, "SELECT DISTINCT campaign_id FROM steps")]
+        found = sorted(c for c in calibrated_from if c in known_campaigns and c != cid)
+        if found:
+            measured_campaign = check_path_value("campaign_id", found[0])
+            notes.append(f"measured campaign {measured_campaign}: the one the twin was calibrated from "
+                         "(benchctl calibrate; --compare-measured picks another)")
     pred_sql = ("SELECT experiment, concurrency, isl, osl, predicted_ttft_ms AS ttft_p50_ms, "
                 "predicted_itl_ms AS itl_p50_ms, predicted_output_tokens_per_s AS output_tokens_per_s "
                 "FROM predictions WHERE campaign_id = '{}'")
@@ -157,7 +178,9 @@ def load_calibration(query: QueryPort, campaign: dict[str, Any], measured_campai
             except Exception:  # a lake without the table: the comparison goes on without it
                 prediction = []
     measured = _rows(query, _steps_sql(measured_campaign)) if measured_campaign else None
-    return three_way(_rows(query, _steps_sql(cid)), prediction, measured, twins, measured_campaign)
+    cal = three_way(_rows(query, _steps_sql(cid)), prediction, measured, twins, measured_campaign)
+    cal.notes += notes
+    return cal
 
 
 def mape_columns(cal: Calibration) -> list[str]:

@@ -107,18 +107,33 @@ def test_an_unknown_measured_campaign_exits_2_and_writes_nothing(tmp_path, capsy
     assert not out.exists()
 
 
-def test_the_twin_is_named_from_the_twins_table_when_the_lake_has_one(tmp_path, monkeypatch):
+def _twins_table(tmp_path, monkeypatch, provenance: dict | None = None):
     from benchctl import schema
     from benchctl.local.lake import LocalLake
 
     if "twins" not in schema.TABLES:  # the local engine's record of what timed each role (benchctl.twin)
         monkeypatch.setitem(schema.TABLES, "twins", schema._table(
-            "twins", "test", ("campaign_id", "experiment"),
-            "campaign_id string\nexperiment string\nrole string\nprofile string\nlabel string\nnote string"))
+            "twins", "test", ("campaign_id", "experiment"), "campaign_id string\nexperiment string\nrole string\n"
+            "profile string\nlabel string\nprovenance_json string\nnote string"))
     _lake(tmp_path / "lake")
-    LocalLake(tmp_path / "lake").write("twins", [{"campaign_id": "twin", "experiment": "agg", "role": "worker",
-                                                  "profile": "aic-x", "label": "SIMULATED on the a100_sxm TP4 twin"}],
-                                       part_name="twins")
+    LocalLake(tmp_path / "lake").write("twins", [{
+        "campaign_id": "twin", "experiment": "agg", "role": "worker", "profile": "aic-x",
+        "label": "SIMULATED on the a100_sxm TP4 twin", "provenance_json": json.dumps(provenance or {})}],
+        part_name="twins")
+
+
+def test_the_twin_is_named_from_the_twins_table_when_the_lake_has_one(tmp_path, monkeypatch):
+    _twins_table(tmp_path, monkeypatch, {"source": "aiconfigurator"})
     out = tmp_path / "r.md"
     assert main(["report", "--lake", str(tmp_path / "lake"), "--campaign", "twin", "--out", str(out)]) == 0
-    assert "agg: worker: SIMULATED on the a100\\_sxm TP4 twin" in out.read_text()
+    text = out.read_text()
+    assert "agg: worker: SIMULATED on the a100\\_sxm TP4 twin" in text and NO_MEASURED in text
+
+
+def test_a_twin_calibrated_from_a_campaign_of_the_lake_is_compared_with_it(tmp_path, monkeypatch):
+    _twins_table(tmp_path, monkeypatch, {"source": "calibrate", "campaign_id": "meas"})
+    out = tmp_path / "r.md"
+    assert main(["report", "--lake", str(tmp_path / "lake"), "--campaign", "twin", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "measured campaign meas: the one the twin was calibrated from" in text
+    assert "twin vs measured" in text and NO_MEASURED not in text
