@@ -13,15 +13,17 @@ time and a prefill worker no decode iterations, so one profile serves both roles
 What is fitted, per experiment (:func:`calibrate`), from its succeeded concurrency-sweep steps (one ISL and OSL
 each; the other workloads' mixed lengths, histories and prefix shares are left out):
 
-* **prefill**: TTFT against input length, from the requests of the concurrency-1 steps (a closed loop of one:
-  no request waits behind another). Per distinct input length the median TTFT; then least squares
-  ``ttft = a + b*isl`` (``+ c*isl^2`` from :data:`QUADRATIC_FROM` distinct lengths on). Attribution: the
-  measured TTFT is the engine's prefill plus the path around it (frontend, tokenisation, network hop,
-  first token streamed), not separated; disaggregated, also the prefill -> decode KV transfer and the decode
-  worker's first iteration. All of it goes to the prefill curve, so a twin replaying the profile reproduces
-  the measured TTFT plus its own local path (which it adds once more: see the provenance's ``attribution``); the
-  provenance's ``path_overhead_ms`` is how much of TTFT lay outside the router's own TTFT (AIPerf's mean minus
-  ``dynamo_component_router_time_to_first_token_seconds``' mean) when the lake has that meter.
+* **prefill**: TTFT against new input tokens (ISL less the tokens served from the prefix cache, as the mocker
+  counts them; a full hit computes no prefill and is left out), from the concurrency-1 steps (a closed loop of
+  one: no request waits behind another). Per distinct count the median TTFT; then least squares
+  ``ttft = a + b*isl`` (``+ c*isl^2`` from :data:`QUADRATIC_FROM` distinct counts on). Which TTFT (``--ttft``):
+  the router's (:data:`ROUTER_TTFT`, its mean per step against the step's mean new tokens: dispatch to first
+  token, the engine's prefill and one hop) where every concurrency-1 step has it with one observation per
+  request (a disaggregated router counts two per request: then not), else AIPerf's. AIPerf's TTFT is the
+  engine's prefill plus the path around it (frontend, tokenisation, network hop, first token streamed), not
+  separated; disaggregated, also the prefill -> decode handoff, KV transfer and the decode worker's first
+  iteration. All of it goes to the prefill curve, so a twin replaying the profile adds its own local path once
+  more (the provenance's ``attribution``); ``path_overhead_ms`` is AIPerf's mean minus the router's per step.
 * **decode**: ITL against active KV tokens and context length, one point per step (any concurrency): the
   median of AIPerf's per-request ITL, at context = mean ISL + mean OSL / 2 (a request's mean context over its
   decode) and active KV per worker = concurrency / decoding replicas x context (the closed loop keeps
@@ -57,6 +59,11 @@ QUADRATIC_FROM = 4  # distinct input lengths at concurrency 1 from which the pre
 MIN_DECODE_STEPS = 2  # steps (distinct active-KV points) the decode fit needs
 CONTEXT_TERM_FROM = 4  # decode points from which a varied context gets its own term
 GRID = (16, 16, 8)  # prefill points, decode KV points, decode context points
+ROUTER_TTFT = "dynamo_component_router_time_to_first_token_seconds"
+TTFT_SOURCES = ("auto", "router", "aiperf")  # auto: the router's where every concurrency-1 step has it, else AIPerf's
+ROUTER_ATTRIBUTION = ("the router's TTFT at concurrency 1 (from the router's dispatch to the first token: the engine's "
+                      "prefill and the router -> worker hop), the client, HTTP and frontend path left out: a twin "
+                      "replaying the curve adds its own path once")
 MOCKER_SOURCE = "ai-dynamo/dynamo lib/mocker/src/common/perf_model.rs (PerfModel::Interpolated)"
 EXTRAPOLATION = ("the grid spans the measured ranges only; past them the mocker extrapolates linearly from the edge "
                  f"segments ({MOCKER_SOURCE}: Linear/Bilinear extrapolate(true)): not measured there. Decode was "
@@ -193,8 +200,11 @@ def _roles(mode: str) -> dict[str, str]:
 
 
 def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: list[str] | None = None,
-              name: str | None = None) -> list[Calibration]:
-    """One fitted profile per experiment of ``campaign_id`` (or the ``experiments`` named), nothing written."""
+              name: str | None = None, ttft: str = "auto") -> list[Calibration]:
+    """One fitted profile per experiment of ``campaign_id`` (or the ``experiments`` named), nothing written.
+    ``ttft``: which TTFT the prefill curve is fitted on (:data:`TTFT_SOURCES`)."""
+    if ttft not in TTFT_SOURCES:
+        raise CalibrationError(f"--ttft {ttft}: valid: {', '.join(TTFT_SOURCES)}")
     cid = check_path_value("campaign_id", campaign_id)
     known = sorted({r["campaign_id"] for r in _rows(query, "SELECT DISTINCT campaign_id FROM steps")})
     if cid not in known:
@@ -228,7 +238,15 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
         ok = [s for s in steps if s["experiment"] == exp and s["status"] == "succeeded" and s["concurrency"]
               and s["workload_kind"] == SWEEP]  # one fixed ISL/OSL per step: the means below mean what they say
         try:
-            prefill_pts, prefill_steps = _prefill_points(ok, by_step, exp)
+            c1 = [s["step_id"] for s in ok if s["concurrency"] == 1 and by_step.get((exp, s["step_id"]))]
+            router = _router_ttft(query, cid, exp, c1)
+            lacking = [sid for sid in c1 if router.get(sid, (0.0, 0.0))[1] != len(by_step[(exp, sid)])]
+            if ttft == "router" and (lacking or not c1):
+                raise CalibrationError(f"--ttft router: concurrency-1 step(s) {', '.join(lacking) or 'none'} lack "
+                                       f"{ROUTER_TTFT} with one observation per request (a disaggregated router "
+                                       "counts two); valid: --ttft aiperf (end to end), or auto")
+            source = "router" if c1 and not lacking and ttft != "aiperf" else "aiperf"
+            prefill_pts, prefill_steps = _prefill_points(ok, by_step, exp, router if source == "router" else None)
             prefill = fit_prefill(prefill_pts)
             decode_pts, decode_steps, shares = _decode_points(ok, by_step, exp, replicas.get(exp, 1),
                                                               modes[exp] == "aggregated")
@@ -241,10 +259,12 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
             "campaign_id": cid, "experiment": exp, "mode": modes[exp],
             "lake": lake, "fitted_at": datetime.now(UTC).isoformat(timespec="seconds"), "name": prof_name,
             "roles": _roles(modes[exp]),
-            "prefill": {**prefill.summary(), "steps": prefill_steps,
-                        "x": "new input tokens of one request (ISL - cached tokens; concurrency 1)",
-                        "y": "median TTFT, ms", "path_overhead_ms": _path_overhead(query, cid, exp, prefill_steps,
-                                                                                 by_step)},
+            "prefill": {**prefill.summary(), "steps": prefill_steps, "ttft_source": source,
+                        "x": "new input tokens of one request (ISL - cached tokens; concurrency 1)"
+                             + (", the step's mean" if source == "router" else ""),
+                        "y": (f"the router's mean TTFT of the step, ms ({ROUTER_TTFT})" if source == "router"
+                              else "median of AIPerf's TTFT, ms (end to end)"),
+                        "path_overhead_ms": _path_overhead(router, prefill_steps, by_step, exp)},
             "decode": {**decode.summary(), "steps": decode_steps,
                        "x": "kv: concurrency / decoding replicas x (mean ISL + mean OSL/2); ctx: mean ISL + "
                             "mean OSL/2", "decoding_replicas": replicas.get(exp, 1),
@@ -252,10 +272,11 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
                             "waited for (prefill_share_ms: the median share taken out per step)",
                        "prefill_share_ms": shares},
             "attribution": {
-                "ttft": "measured end to end at concurrency 1: prefill plus frontend, tokenisation, network hop and "
-                        "first-token streaming" + ("; disaggregated: plus the prefill -> decode KV transfer and the "
-                                                   "decode worker's first iteration" if modes[exp] == "disaggregated"
-                                                   else "") + " -- all attributed to the prefill curve",
+                "ttft": (ROUTER_ATTRIBUTION if source == "router" else
+                         "measured end to end at concurrency 1: prefill plus frontend, tokenisation, network hop and "
+                         "first-token streaming" + ("; disaggregated: plus the prefill -> decode KV transfer and the "
+                                                    "decode worker's first iteration" if modes[exp] == "disaggregated"
+                                                    else "") + " -- all attributed to the prefill curve"),
                 "itl": "measured per request: decode iterations plus streaming, attributed to the decode curve; "
                        "aggregated, the other requests' prefills overlapping its decode (from the records' "
                        "times: prefill_share_ms) taken out"},
@@ -267,11 +288,21 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
 
 
 def _prefill_points(steps: list[dict[str, Any]], by_step: dict[tuple[str, str], list[dict[str, Any]]],
-                    exp: str) -> tuple[list[tuple[float, float]], list[str]]:
+                    exp: str, router: dict[str, tuple[float, float]] | None
+                    ) -> tuple[list[tuple[float, float]], list[str]]:
+    """Per distinct new-token count, the median TTFT: AIPerf's per request, or (``router``) the router's mean
+    per step against the step's mean new tokens (a full prefix hit counts 0: the router's mean holds it too)."""
     ttfts: dict[int, list[float]] = defaultdict(list)
     used = []
     for s in steps:
         if s["concurrency"] != 1:
+            continue
+        if router is not None:
+            rs = [r for r in by_step.get((exp, s["step_id"]), []) if r["isl"]]
+            if rs and s["step_id"] in router:
+                used.append(s["step_id"])
+                x = statistics.fmean(r["isl"] - (r["cached_tokens"] or 0) for r in rs)
+                ttfts[round(x)].append(router[s["step_id"]][0])
             continue
         rs = [r for r in by_step.get((exp, s["step_id"]), []) if r["isl"] and r["ttft_ms"] is not None
               and r["isl"] - (r["cached_tokens"] or 0) > 0]  # a full prefix hit computes no prefill
@@ -286,24 +317,30 @@ def _prefill_points(steps: list[dict[str, Any]], by_step: dict[tuple[str, str], 
     return [(float(isl), statistics.median(v)) for isl, v in sorted(ttfts.items())], used
 
 
-def _path_overhead(query: QueryPort, cid: str, exp: str, step_ids: list[str],
-                   by_step: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, float]:
-    """Per concurrency-1 step: AIPerf's mean TTFT minus the router's (the client -> frontend -> router path)."""
+def _router_ttft(query: QueryPort, cid: str, exp: str, step_ids: list[str]) -> dict[str, tuple[float, float]]:
+    """Per step: (the router's mean TTFT in ms, its observation count), from the step's server metrics."""
     if not step_ids:
         return {}
     ids = ", ".join(f"'{check_path_value('step_id', s)}'" for s in step_ids)
     rows = _rows(query, "SELECT step_id, stat, sum(value) AS value FROM server_metrics "  # noqa: S608
                         f"WHERE campaign_id = '{cid}' AND experiment = '{check_path_value('experiment', exp)}' "
-                        f"AND step_id IN ({ids}) AND metric = 'dynamo_component_router_time_to_first_token_seconds' "
+                        f"AND step_id IN ({ids}) AND metric = '{ROUTER_TTFT}' "
                         "AND stat IN ('sum', 'count') GROUP BY step_id, stat")
     got: dict[str, dict[str, float]] = defaultdict(dict)
     for r in rows:
         got[r["step_id"]][r["stat"]] = float(r["value"])
+    return {sid: (v["sum"] / v["count"] * 1000.0, v["count"]) for sid, v in got.items()
+            if v.get("count") and "sum" in v}
+
+
+def _path_overhead(router: dict[str, tuple[float, float]], step_ids: list[str],
+                   by_step: dict[tuple[str, str], list[dict[str, Any]]], exp: str) -> dict[str, float]:
+    """Per concurrency-1 step: AIPerf's mean TTFT minus the router's (the client -> frontend -> router path)."""
     out = {}
-    for sid, v in got.items():
+    for sid in step_ids:
         ttfts = [float(r["ttft_ms"]) for r in by_step.get((exp, sid), []) if r["ttft_ms"] is not None]
-        if v.get("count") and ttfts:
-            out[sid] = round(statistics.fmean(ttfts) - v["sum"] / v["count"] * 1000.0, 2)
+        if sid in router and ttfts:
+            out[sid] = round(statistics.fmean(ttfts) - router[sid][0], 2)
     return out
 
 

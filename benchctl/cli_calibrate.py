@@ -23,6 +23,10 @@ def add_parser(sub: Any) -> Any:
     p.add_argument("--campaign", required=True, help="the measured campaign's id (its steps and request records)")
     p.add_argument("--experiment", action="append", metavar="NAME",
                    help="calibrate only this experiment (repeatable; default every experiment of the campaign)")
+    p.add_argument("--ttft", choices=["auto", "router", "aiperf"], default="auto",
+                   help="the TTFT the prefill curve is fitted on: the router's (dispatch to first token: the engine's "
+                        "prefill, no client/HTTP/frontend path), AIPerf's (end to end), or auto (the router's where "
+                        "every concurrency-1 step has it once per request, else AIPerf's; default)")
     p.add_argument("--name", help="the profile's name (one experiment only); default <campaign>-<experiment>")
     p.add_argument("--workspace", default="runs", help="the twin store's workspace: profiles go to "
                                                       "WORKSPACE/twin/<name>/ (default runs, as `benchctl run`)")
@@ -35,7 +39,8 @@ def run_calibrate(query: QueryPort, lake: Path, args: argparse.Namespace) -> int
     from benchctl.twin_profile import PROVENANCE_NAME, profile_dir, write_profile
 
     workspace = _path(args.workspace)
-    results = calibrate(query, args.campaign, str(lake), experiments=args.experiment, name=args.name)
+    results = calibrate(query, args.campaign, str(lake), experiments=args.experiment, name=args.name,
+                        ttft=args.ttft)
     targets = []
     for cal in results:  # every check before the first write: all or nothing
         directory = profile_dir(workspace, cal.name)
@@ -54,7 +59,8 @@ def run_calibrate(query: QueryPort, lake: Path, args: argparse.Namespace) -> int
         npz = write_profile(directory, cal.profile)
         pre, dec = cal.profile.provenance["prefill"], cal.profile.provenance["decode"]
         print(f"{cal.experiment} ({cal.mode}): profile {cal.name} written to {npz}")
-        print(f"  prefill: {pre['model']} over ISL {_span(pre['domain']['isl'])}, {len(pre['points'])} points "
+        print(f"  prefill: {pre['model']} on the {pre['ttft_source']}'s TTFT over new tokens "
+              f"{_span(pre['domain']['isl'])}, {len(pre['points'])} points "
               f"from {len(pre['steps'])} step(s), residuals max {pre['residual_max_pct']:.1f} %")
         print(f"  decode:  {dec['model']} over active KV {_span(dec['domain']['kv'])}, context "
               f"{_span(dec['domain']['ctx'])}, {len(dec['points'])} step(s), residuals max "

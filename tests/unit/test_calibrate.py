@@ -205,3 +205,43 @@ def test_only_concurrency_sweep_steps_are_fitted(tmp_path):
         agg = calibrate(q, "meas", "lake", experiments=["agg"])[0]
     assert "mt-0" not in agg.profile.provenance["prefill"]["steps"] + agg.profile.provenance["decode"]["steps"]
     assert agg.prefill.domain["isl"] == (128.0, 512.0)
+
+
+def _with_router(root: Path, per_request: int) -> Campaign:
+    """AIPerf's TTFT 15 ms above the prefill (the client/HTTP/frontend path); the router's meter at the prefill,
+    ``per_request`` observations per request (a disaggregated router counts two)."""
+    c = _campaign(root, isls=(128, 512, 1024, 2048), concurrencies=(1,), noise=0.0)
+    for r in c.rows["requests"]:
+        r["ttft_ms"] = known_ttft(r["isl"]) + 15.0
+    for s in c.rows["steps"]:
+        n = sum(1 for r in c.rows["requests"] if r["step_id"] == s["step_id"] and r["experiment"] == s["experiment"])
+        for stat, value in (("sum", known_ttft(s["isl"]) / 1000.0 * n * per_request), ("count", n * per_request)):
+            c.metric(s["experiment"], s["step_id"], 0, "dynamo_component_router_time_to_first_token_seconds", stat,
+                     value, source="frontend")
+    return c
+
+
+def test_the_routers_ttft_leaves_the_path_out_where_it_counts_each_request_once(tmp_path):
+    _with_router(tmp_path / "lake", 1).write()
+    with QueryEngine(tmp_path / "lake") as q:
+        agg = calibrate(q, "meas", "lake", experiments=["agg"])[0]
+        e2e = calibrate(q, "meas", "lake", experiments=["agg"], ttft="aiperf")[0]
+    assert agg.profile.provenance["prefill"]["ttft_source"] == "router"
+    assert agg.profile.ttft_ms(1024) == pytest.approx(known_ttft(1024), rel=1e-6)
+    assert agg.profile.provenance["prefill"]["path_overhead_ms"] == {f"s-i{i}-c1": 15.0 for i in (128, 512, 1024, 2048)}
+    assert e2e.profile.provenance["prefill"]["ttft_source"] == "aiperf"
+    assert e2e.profile.ttft_ms(1024) == pytest.approx(known_ttft(1024) + 15.0, rel=1e-6)
+
+
+def test_a_router_counting_twice_per_request_is_not_used(tmp_path, capsys):
+    _with_router(tmp_path / "lake", 2).write()
+    with QueryEngine(tmp_path / "lake") as q:
+        agg = calibrate(q, "meas", "lake", experiments=["agg"])[0]
+    assert agg.profile.provenance["prefill"]["ttft_source"] == "aiperf"
+    assert agg.profile.ttft_ms(1024) == pytest.approx(known_ttft(1024) + 15.0, rel=1e-6)
+    ws = tmp_path / "ws"
+    assert main(["calibrate", "--lake", str(tmp_path / "lake"), "--campaign", "meas", "--workspace", str(ws),
+                 "--ttft", "router"]) == 2
+    assert "lack dynamo_component_router_time_to_first_token_seconds with one observation per request" in \
+        capsys.readouterr().err
+    assert not ws.exists()
