@@ -51,7 +51,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     spec = load_spec(_path(args.spec))
     if args.poll_seconds < 1:
         raise ValueError(f"--poll-seconds {args.poll_seconds}: must be at least 1")
-    plan = plan_campaign(spec, args.engine)
+    from benchctl.twin import plan_timers
+
+    # request-count steps timed on each experiment's twin (benchctl.twin), unless --no-twin
+    plan = plan_campaign(spec, args.engine, {} if args.no_twin else plan_timers(spec, Path(args.out)))
     # the deployment's ceilings; the worst-case history only where there is a quota (one AWS execution)
     over = ceilings.check(spec, plan_campaign(spec, "aws"), _ceilings(args),
                           args.poll_seconds if args.engine == "aws" else None)
@@ -347,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("--json", action="store_true", help="machine-readable plan")
     p.add_argument("--engine", choices=["local", "aws"], default="local", help="whose overheads to estimate")
+    p.add_argument("--out", default="runs", help="workspace whose twin/ store holds the experiments' timing "
+                   "profiles (default runs; a missing one is made in memory, nothing is written)")
+    p.add_argument("--no-twin", action="store_true", help="time request-count steps by the fixed guess "
+                   "(200 ms + OSL x 20 ms per request), not by each experiment's twin")
     p.add_argument("--poll-seconds", type=int, default=30,
                    help="AWS: the Wait states' period (as for `start`), for the execution-history estimate (default 30)")
     p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
@@ -385,10 +392,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_status)
 
     p = sub.add_parser("doctor", help="AWS: prove a deployment for cents before any GPU: each function's self-test on "
-                                      "its deployed layers, the load role's path as a tiny Job, the images exist")
+                                      "its deployed layers, the load role's path as a tiny Job, the images exist, the "
+                                      "spec's EC2 vCPU quotas (P, G/VT) and the capacity options of its P pools")
     p.add_argument("--state-machine-arn", help="default $BENCHCTL_STATE_MACHINE_ARN (stack output StateMachineArn)")
-    p.add_argument("--spec", required=True, help="the spec you will run: its images are looked up, and the runner "
-                                                 "Job check runs with its Kubernetes settings")
+    p.add_argument("--spec", required=True, help="the spec you will run: its images are looked up, its GPU pools' "
+                                                 "quotas read (your credentials: servicequotas:GetServiceQuota, "
+                                                 "ec2:Describe*), and the runner Job check runs with its Kubernetes "
+                                                 "settings")
     p.add_argument("--no-job", action="store_true", help="skip the load runner Job (it needs a CPU node)")
     p.add_argument("--job-timeout", type=float, default=900.0,
                    help="seconds to wait for the runner Job (a CPU node may have to start; default 900)")

@@ -25,10 +25,19 @@ models, loading the 18.7 MB tokenizer and tokenizing the 5 MB corpus, for a load
 
 Protocol, one JSON object per line each way:
 
-* request (stdin): ``{"job_id", "argv", "log", "cwd", "started", "exit"}``; ``started`` and ``exit`` are
-  files the runner writes atomically: ``{"pid", "start_time", "at"}`` right after the fork (the child is
-  the leader of its own process group, so the engine can stop the run and all its services by that
-  record alone) and ``{"exit_code", "started_at", "ended_at", "cpu_s"}`` when the run ended.
+* request (stdin): ``{"job_id", "argv", "log", "cwd", "started", "exit"}`` and optionally ``"record"``;
+  ``started`` and ``exit`` are files the runner writes atomically: ``{"pid", "start_time", "at"}`` right
+  after the fork (the child is the leader of its own process group, so the engine can stop the run and all
+  its services by that record alone) and ``{"exit_code", "started_at", "ended_at", "cpu_s", "cpu"}`` when
+  the run ended; ``record`` (a file in the step's artifact directory) gets ``{"job_id", "exit_code", "cpu"}``
+  just before ``exit``.
+* ``cpu``: what AIPerf itself used, for ``benchctl.client_load`` (is the client keeping up?):
+  ``{"samples": [[epoch_s, cpu_s, wait_s], ...], "cores": n}``, the cumulative CPU seconds of the run's whole
+  process tree (its process group and descendants, reaped children included) and the time its live processes
+  waited on a run queue for a CPU (``/proc/<pid>/schedstat``; null where unknown), sampled from ``/proc``
+  every ``CPU_SAMPLE_S`` while it runs (one scan of ``/proc``, about a millisecond; the period grows past
+  1,000 samples), the last sample being the child's own ``wait4`` usage (its wait null); ``cores``: the CPUs
+  it may run on (its affinity, capped by a cgroup CPU quota). On EKS the same record goes into ``runner-record.json``.
 * stdout: ``{"ready": ...}`` once, then nothing per step (the files are the interface).
 
 Processes: every child is reaped here; on SIGTERM/SIGINT/SIGHUP or when stdin closes (the engine is
@@ -42,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import os
 import selectors
 import signal
@@ -52,6 +62,8 @@ from pathlib import Path
 from typing import Any
 
 _GRACE_S = 10.0  # AIPerf shuts its services down on SIGTERM; SIGKILL the group after this
+CPU_SAMPLE_S = 0.5  # the same as benchctl.client_load.CPU_SAMPLE_S (this file imports nothing of benchctl)
+_MAX_SAMPLES = 1000  # past this many samples of a run, the period grows with its age
 
 
 def _atomic_json(path: str, data: dict[str, Any]) -> None:
@@ -63,6 +75,64 @@ def _atomic_json(path: str, data: dict[str, Any]) -> None:
 def _start_time(pid: int) -> int:
     raw = Path(f"/proc/{pid}/stat").read_bytes().decode("utf-8", "replace")
     return int(raw[raw.rfind(")") + 2 :].split()[19])
+
+
+def _proc_table() -> dict[int, tuple[int, int, float]]:
+    """pid -> (ppid, pgrp, CPU seconds of the process and its reaped children) of every process in /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    table: dict[int, tuple[int, int, float]] = {}
+    with os.scandir("/proc") as entries:
+        names = [e.name for e in entries if e.name.isdigit()]
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:  # plain open: the cheapest read, every 0.5 s
+                raw = stat.read().decode("utf-8", "replace")
+        except OSError:  # gone meanwhile
+            continue
+        f = raw[raw.rfind(")") + 2 :].split()  # state ppid pgrp ... utime(11) stime cutime cstime(14)
+        table[int(name)] = (int(f[1]), int(f[2]), sum(int(x) for x in f[11:15]) / tick)
+    return table
+
+
+def tree_usage(root: int, table: dict[int, tuple[int, int, float]]) -> tuple[float, float | None]:
+    """(CPU seconds used so far by ``root``'s process group and every descendant of ``root``: the live ones'
+    own time plus what they reaped (a process that ended and was waited for counts in its parent); seconds
+    the live ones waited on a run queue, None without schedstat)."""
+    members = {pid for pid, (_, pgrp, _) in table.items() if root in (pgrp, pid)}
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    todo = list(members)  # and their descendants, also those that left the group
+    while todo:
+        for kid in kids.get(todo.pop(), ()):
+            if kid not in members:
+                members.add(kid)
+                todo.append(kid)
+    cpu = sum(table[p][2] for p in members if p in table)
+    wait: float | None = 0.0
+    for pid in members:
+        try:
+            with open(f"/proc/{pid}/schedstat", "rb") as stat:  # on-CPU ns, run-queue wait ns, slices
+                wait = (wait or 0.0) + int(stat.read().split()[1]) / 1e9
+        except FileNotFoundError:  # gone meanwhile
+            continue
+        except (OSError, ValueError, IndexError):  # no schedstats in this kernel
+            return cpu, None
+    return cpu, wait
+
+
+def cores_available() -> int:
+    """The CPUs this process may run on: its affinity, capped by a cgroup CPU quota (v2 or v1) rounded up."""
+    cores = len(os.sched_getaffinity(0))
+    quota = None
+    with contextlib.suppress(OSError, ValueError):
+        q, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        quota = None if q == "max" else int(q) / int(period)
+    if quota is None:
+        with contextlib.suppress(OSError, ValueError):
+            q1 = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+            quota = q1 / int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text()) if q1 > 0 else None
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
 
 
 def warm(tokenizer: str | None, revision: str | None = None) -> dict[str, Any]:
@@ -180,6 +250,24 @@ class Runner:
     def __init__(self) -> None:
         self.children: dict[int, dict[str, Any]] = {}
         self.stopping = False
+        self._next_sample = 0.0
+
+    def sample(self, force: bool = False) -> None:
+        """Each running child's process-tree CPU, when its period is due (see ``cpu`` in the docstring)."""
+        now = time.monotonic()
+        if not self.children or (now < self._next_sample and not force):
+            return
+        try:
+            table = _proc_table()
+        except OSError:  # no /proc: nothing measured
+            return
+        at = time.time()
+        for pid, child in self.children.items():
+            samples = child.setdefault("cpu_samples", [])
+            cpu, wait = tree_usage(pid, table)
+            samples.append([round(at, 4), round(cpu, 3), None if wait is None else round(wait, 4)])
+        oldest = max(len(c.get("cpu_samples", ())) for c in self.children.values())
+        self._next_sample = now + CPU_SAMPLE_S * max(1.0, oldest / _MAX_SAMPLES)
 
     def fork(self, req: dict[str, Any]) -> None:
         sys.stdout.flush()
@@ -190,7 +278,7 @@ class Runner:
             _child(req)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.setpgid(pid, pid)  # also here: no race with a stop right after the started file
-        self.children[pid] = {**req, "started_at": started_at}
+        self.children[pid] = {**req, "started_at": started_at, "cpu_samples": [[round(started_at, 4), 0.0, 0.0]]}
         _atomic_json(req["started"], {"pid": pid, "start_time": _start_time(pid), "at": started_at})
 
     def reap(self) -> None:
@@ -205,8 +293,15 @@ class Runner:
             req = self.children.pop(pid, None)
             if req is None:
                 continue
-            _atomic_json(req["exit"], {"exit_code": os.waitstatus_to_exitcode(status), "started_at": req["started_at"],
-                                       "ended_at": time.time(), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)})
+            ended_at, cpu_s = time.time(), round(usage.ru_utime + usage.ru_stime, 3)
+            samples = [s for s in req.get("cpu_samples", []) if s[0] < ended_at] + [[round(ended_at, 4), cpu_s, None]]
+            cpu = {"samples": samples, "cores": cores_available()}
+            code = os.waitstatus_to_exitcode(status)
+            if req.get("record"):
+                with contextlib.suppress(OSError):
+                    _atomic_json(req["record"], {"job_id": req.get("job_id"), "exit_code": code, "cpu": cpu})
+            _atomic_json(req["exit"], {"exit_code": code, "started_at": req["started_at"], "ended_at": ended_at,
+                                       "cpu_s": cpu_s, "cpu": cpu})
 
     def stop_children(self) -> None:
         for pid in list(self.children):
@@ -240,6 +335,7 @@ class Runner:
                     line, buf = buf.split(b"\n", 1)
                     if line.strip():
                         self.fork(json.loads(line))
+            self.sample()
             self.reap()
         self.stop_children()
         return 0
@@ -296,6 +392,7 @@ def serve_steps(runner: Runner, base: Path, steps: list[str], *, poll_s: float =
         deadline = time.monotonic() + float(req.get("deadline_s") or 7 * 86400)
         timed_out = False
         while runner.children and not runner.stopping:
+            runner.sample()
             runner.reap()
             beat()
             if control_gone(step):
@@ -308,10 +405,13 @@ def serve_steps(runner: Runner, base: Path, steps: list[str], *, poll_s: float =
             time.sleep(poll_s)
         if runner.stopping:
             break
-        code = 124 if timed_out else int(json.loads(ended.read_text(encoding="utf-8"))["exit_code"])
-        # the runner's own record beside AIPerf's artifacts (uploaded with them): who ran the step and how it ended
+        end = json.loads(ended.read_text(encoding="utf-8")) if ended.is_file() else {}
+        code = 124 if timed_out else int(end["exit_code"])
+        # the runner's own record beside AIPerf's artifacts (uploaded with them): who ran the step, how it ended
+        # and what AIPerf's processes used (``cpu``, as locally)
         _atomic_text(d / "out" / "runner-record.json", json.dumps({"step": step, "exit_code": code, "timed_out": timed_out,
-                                                             "uid": os.getuid(), "gid": os.getgid()}))
+                                                             "uid": os.getuid(), "gid": os.getgid(),
+                                                             **({"cpu": end["cpu"]} if "cpu" in end else {})}))
         if code != 0:  # the Job's log shows why (what the state machine's failure_logs collects)
             with contextlib.suppress(OSError):
                 tail = (d / "aiperf.log").read_text(encoding="utf-8", errors="replace").splitlines()[-40:]

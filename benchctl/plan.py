@@ -7,7 +7,7 @@ Same spec ⇒ same plan (ids, order, estimates).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,9 +21,12 @@ OVERHEADS = {
     "aws": {"capacity": 600.0, "ready": 900.0, "smoke": 30.0, "teardown": 180.0, "step_setup": 20.0},
     "local": {"capacity": 0.0, "ready": 12.0, "smoke": 2.0, "teardown": 2.0, "step_setup": 8.0},
 }
-# Request-count steps need a time guess: TTFT + OSL x ITL per request (ms), a conservative GPU figure.
+# Request-count steps need a time guess: TTFT + OSL x ITL per request (ms), a conservative GPU figure; the
+# experiment's twin replaces it where one is given (seconds per request at concurrency, ISL, OSL: benchctl.twin)
 EST_TTFT_MS = 200.0
 EST_ITL_MS = 20.0
+GUESS = f"guess: {EST_TTFT_MS:g} ms + OSL x {EST_ITL_MS:g} ms per request"
+RequestTimer = Callable[[int, float, float], float]
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class ExperimentPlan:
     # pools the NEXT experiment also uses: kept warm at its end instead of restored and booted again
     handover: dict[str, int] = field(default_factory=dict)
     serving_engine: str = "vllm"  # what its workers run on EKS: vllm, or the mocker on CPU nodes (SIMULATED)
+    step_timing: str = GUESS  # how request-count steps were timed: the guess, or the twin (its label)
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,12 @@ def _request_s(osl: float) -> float:
     return (EST_TTFT_MS + osl * EST_ITL_MS) / 1000.0
 
 
-def _count_estimate(request_count: int, concurrency: int, osl: float) -> float:
+def _count_estimate(request_count: int, concurrency: int, isl: float, osl: float,
+                    timer: RequestTimer | None = None) -> float:
+    """A request-count step's load time: the guess per request in ceil(requests / concurrency) rounds, or, on
+    the twin, requests / (concurrency / its per-request time in that closed loop)."""
+    if timer is not None:
+        return request_count * timer(concurrency, isl, osl) / concurrency
     return math.ceil(request_count / concurrency) * _request_s(osl)
 
 
@@ -126,20 +135,22 @@ def _ratio_label(ratio: float) -> str:
     return f"p{pct:g}".replace(".", "_")
 
 
-def _workload_steps(w: Any, seed: int) -> list[tuple[str, dict[str, Any], float]]:
+def _workload_steps(w: Any, seed: int, timer: RequestTimer | None = None) -> list[tuple[str, dict[str, Any], float]]:
     """(variant, fields, load seconds) of one repeat of one workload, in run order."""
     out: list[tuple[str, dict[str, Any], float]] = []
     params: dict[str, Any]
     if isinstance(w, ConcurrencySweep):
         for c in w.concurrency:
-            est = w.duration_s if w.duration_s is not None else _count_estimate(w.request_count or 0, c, w.osl)
+            est = (w.duration_s if w.duration_s is not None
+                   else _count_estimate(w.request_count or 0, c, w.isl, w.osl, timer))
             out.append((f"c{c}", {"concurrency": c, "isl": w.isl, "osl": w.osl, "duration_s": w.duration_s,
                                   "request_count": w.request_count, "params": {}}, float(est)))
     elif isinstance(w, MultiTurn):
         if w.duration_s is not None:
             est = w.duration_s
         else:
-            per_turn = _request_s(w.osl) + w.turn_delay_ms / 1000.0
+            turn_s = _request_s(w.osl) if timer is None else timer(w.conversations, w.isl, w.osl)
+            per_turn = turn_s + w.turn_delay_ms / 1000.0
             est = math.ceil((w.request_count or 0) / w.conversations) * per_turn
         params = {"turns": w.turns, "conversations": w.conversations, "turn_delay_ms": w.turn_delay_ms,
                   "dataset_conversations": w.dataset_conversations or _dataset_conversations(w)}
@@ -154,7 +165,7 @@ def _workload_steps(w: Any, seed: int) -> list[tuple[str, dict[str, Any], float]
                       "dataset": f"{w.name}-{dist}-s{seed}.jsonl"}
             out.append((dist, {"concurrency": w.concurrency, "isl": None, "osl": None, "duration_s": None,
                                "request_count": w.requests, "params": params},
-                        _count_estimate(w.requests, w.concurrency, mid_osl)))
+                        _count_estimate(w.requests, w.concurrency, sum(w.isl_range) / 2, mid_osl, timer)))
     elif isinstance(w, PrefixCache):
         for ratio in w.ratios:
             label = _ratio_label(ratio)
@@ -162,7 +173,7 @@ def _workload_steps(w: Any, seed: int) -> list[tuple[str, dict[str, Any], float]
                       "prefix_tokens": w.prefix_tokens, "dataset": f"{w.name}-{label}-s{seed}.jsonl"}
             out.append((label, {"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl, "duration_s": None,
                                 "request_count": w.requests, "params": params},
-                        _count_estimate(w.requests, w.concurrency, w.osl)))
+                        _count_estimate(w.requests, w.concurrency, w.isl, w.osl, timer)))
     else:  # pragma: no cover - the spec's union is closed
         raise ValueError(f"workload kind {getattr(w, 'kind', w)!r} has no plan")
     return out
@@ -181,13 +192,13 @@ def _dataset_conversations(w: MultiTurn) -> int:
     return max(w.conversations, math.ceil((w.duration_s or 0) / max(per_conversation_s, 0.05) * w.conversations))
 
 
-def expand_steps(spec: CampaignSpec, engine: str) -> list[StepPlan]:
+def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = None) -> list[StepPlan]:
     steps: list[StepPlan] = []
     setup = OVERHEADS[engine]["step_setup"]
     for w in spec.workloads:
         for repeat in range(spec.repeats):
             seed = spec.repeat_seed(repeat)
-            for variant, f, est in _workload_steps(w, seed):
+            for variant, f, est in _workload_steps(w, seed, timer):
                 steps.append(
                     StepPlan(
                         step_id=f"{w.name}-{variant}-r{repeat}",
@@ -209,7 +220,9 @@ def expand_steps(spec: CampaignSpec, engine: str) -> list[StepPlan]:
     return steps
 
 
-def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
+def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str, RequestTimer] | None = None) -> CampaignPlan:
+    """The plan; ``timers`` (experiment name -> its twin's seconds per request, :class:`benchctl.twin.StepTimer`)
+    time the request-count steps of those experiments in place of the guess."""
     if engine not in OVERHEADS:
         raise ValueError(f"engine {engine!r} is not one of {sorted(OVERHEADS)}")
     over = OVERHEADS[engine]
@@ -223,11 +236,13 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
     priced = True
     all_nodes = [nodes_needed(spec, exp) for exp in spec.experiments]
     for i, exp in enumerate(spec.experiments):
+        timer = (timers or {}).get(exp.name)
+        exp_steps = steps if timer is None else expand_steps(spec, engine, timer)
         nodes = all_nodes[i]
         following = all_nodes[i + 1] if i + 1 < len(all_nodes) else {}
         handover = {pool: n for pool, n in nodes.items() if pool in following}
         warm = i > 0 and bool(nodes) and all(pool in all_nodes[i - 1] for pool in nodes)  # no capacity wait
-        est = (0.0 if warm else over["capacity"]) + over["ready"] + over["smoke"] + warmup_s + sum(s.est_s for s in steps)
+        est = (0.0 if warm else over["capacity"]) + over["ready"] + over["smoke"] + warmup_s + sum(s.est_s for s in exp_steps)
         est += over["teardown"]
         node_hours = {pool: n * est / 3600.0 for pool, n in nodes.items()}
         for pool, nh in node_hours.items():
@@ -247,7 +262,7 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
                 router=exp.router,
                 gpus=exp.gpus(),
                 nodes=nodes,
-                steps=steps,
+                steps=exp_steps,
                 est_s=round(est, 1),
                 est_node_hours={k: round(v, 4) for k, v in node_hours.items()},
                 kv_offload=exp.kv_offload is not None,
@@ -255,6 +270,7 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local") -> CampaignPlan:
                 base=exp.base,
                 feature=exp.feature,
                 serving_engine=exp.engine,
+                step_timing=GUESS if timer is None else str(getattr(timer, "label", "the twin")),
             )
         )
     usd += spec.pricing.eks_cluster_usd_per_hour * total_s / 3600.0
@@ -297,7 +313,8 @@ def format_plan(plan: CampaignPlan) -> str:
             f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, "
             + (f"{e.gpus} GPUs on {nodes}; " if e.serving_engine == "vllm" else
                f"Dynamo mocker workers standing for {e.gpus} GPUs, on CPU nodes {nodes} (SIMULATED); ") +
-            f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min{ladder}"
+            f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min{ladder}; request-count steps timed by "
+            f"{e.step_timing}"
         )
         for s in e.steps:
             stop = f"{s.duration_s:g} s" if s.duration_s is not None else f"{s.request_count} requests"

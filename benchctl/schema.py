@@ -117,6 +117,9 @@ TABLES: dict[str, Table] = {
             "steps",
             "one row per AIPerf invocation; statistics copied exactly from AIPerf's summary JSON",
             _EXPERIMENT_PARTS,
+            # client_*: is AIPerf keeping up (benchctl.client_load): the issue lag and the share of requests
+            # issued on time are computed from its records, its CPU from the load runner's record; the
+            # credit-to-start p95 and effective concurrency are copied from its summary
             # request_count = AIPerf's request_count (successful requests); error_count = AIPerf's
             # error_request_count (or the error records when no summary exists); completed_count =
             # AIPerf's completed_request_count (success + error).
@@ -178,6 +181,15 @@ TABLES: dict[str, Table] = {
             top_p double
             sampling_seed bigint
             thinking boolean
+            client_issue_lag_p50_ms double
+            client_issue_lag_p95_ms double
+            client_lag_budget_ms double
+            client_on_time_fraction double
+            client_credit_to_start_p95_ms double
+            client_effective_concurrency double
+            client_cpu_cores double
+            client_cpu_cores_available double
+            client_cpu_wait_fraction double
             """,
         ),
         _table(
@@ -300,6 +312,25 @@ TABLES: dict[str, Table] = {
             sampling_seed bigint
             thinking boolean
             max_tokens bigint
+            """,
+        ),
+        _table(
+            "twins",
+            "experiment x worker role: what timed the local mocker workers (benchctl.twin), SIMULATED figures",
+            _EXPERIMENT_PARTS,
+            # label: what the figures are ("SIMULATED on the a100_sxm TP4 twin (aiconfigurator 0.12.0, vllm
+            # 0.14.0)"); profile: the store's name (null: the mocker's built-in timing, note says why);
+            # provenance_json: the profile's provenance.json (aiconfigurator version, system, backend, grid, ...)
+            """
+            campaign_id string
+            experiment string
+            role string
+            choice string
+            profile string
+            label string
+            num_gpu_blocks bigint
+            provenance_json string
+            note string
             """,
         ),
         _table(

@@ -20,7 +20,7 @@ from benchctl.errors import SpecError
 from benchctl.names import dgd_name_problem
 from benchctl.placement import placement_problems
 from benchctl.spec_base import Name, Strict
-from benchctl.spec_fields import HfRepoId, HfRevision, NodegroupName, Text
+from benchctl.spec_fields import HfRepoId, HfRevision, NodegroupName, Text, TwinChoice
 from benchctl.spec_settings import (  # Kubernetes and image_tag_version: here too, where callers look
     EFA_INTERFACES,
     PATH_BANDWIDTH_GBPS,
@@ -96,6 +96,7 @@ class WorkerGroup(Strict):
 class LocalMocker(Strict):
     """How the local engine's Dynamo mocker imitates the hardware (simulated numbers)."""
 
+    twin: TwinChoice = Field(default="auto", description="the timing profile (benchctl.twin): auto, off or a name")
     speedup_ratio: float = Field(default=1.0, ge=0)
     block_size: int = Field(default=64, gt=0)
     num_gpu_blocks: int | None = Field(default=None, gt=0)

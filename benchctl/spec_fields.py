@@ -229,3 +229,16 @@ def Text(max_length: int, *, multiline: bool = False) -> AfterValidator:
         return _control(value, "\n\t" if multiline else "")
     return _checked(check, f"text rule: at most {max_length} characters, no control or bidirectional-override "
                            "characters" + (" (newline and tab are fine)" if multiline else ""))
+
+
+# ------------------------------------------------------------------------------------------------------ the twin
+def _twin_choice(value: str) -> str | None:
+    from benchctl.twin_profile import NAME_PATTERN  # the store's names (benchctl.twin: auto, off or a name)
+
+    return None if value in ("auto", "off") or NAME_PATTERN.match(value) else "it is none of them"
+
+
+TwinChoice = Annotated[str, _checked(_twin_choice, (
+    "twin rule: auto (aiconfigurator's profile of the pool's GPU), off (the mocker's built-in timing) or the name "
+    "of a profile in <workspace>/twin/ (lower-case letters, digits, '.', '_', '-'; at most 128, starting with a "
+    "letter or digit)"))]

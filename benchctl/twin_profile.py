@@ -163,8 +163,10 @@ def read_profile(path: Path | str) -> TimingProfile:
         raise ProfileError(f"{npz}: decode_itl must be 2-D, has shape {arrays['decode_itl'].shape}")
     prov_file = npz.parent / PROVENANCE_NAME
     provenance = json.loads(prov_file.read_text(encoding="utf-8")) if prov_file.is_file() else {}
+    one = {k: tuple(float(v) for v in arrays[k]) for k in KEYS_1D}
     return TimingProfile(
-        *(tuple(float(v) for v in arrays[k]) for k in KEYS_1D),
-        tuple(tuple(float(v) for v in row) for row in arrays["decode_itl"]),
-        provenance,
+        prefill_isl=one["prefill_isl"], prefill_ttft_ms=one["prefill_ttft_ms"],
+        decode_active_kv_tokens=one["decode_active_kv_tokens"], decode_context_length=one["decode_context_length"],
+        decode_itl=tuple(tuple(float(v) for v in row) for row in arrays["decode_itl"]),
+        provenance=provenance,
     ).check(str(npz))

@@ -115,7 +115,7 @@ class FunctionNeeds:
     nodegroups: bool = False  # describes and updates the configured node groups (scales pools, restores them)
     locks: tuple[str, ...] = ()  # DynamoDB actions on the pool-lock table
     specs: bool = False  # reads (and lists) specs/: an execution's spec_uri
-    preflight: bool = False  # reads the Pod Identity Agent add-on and the node groups, before anything is scaled
+    preflight: bool = False  # reads the Pod Identity Agent add-on, the node groups, the EC2 quotas (QUOTA_ACTIONS)
     report: bool = False  # Athena in the workgroup, the views' DDL in Glue, the results and report prefixes
     task_tokens: bool = False  # answers a callback state's task token itself (AwaitLoadEnd, when the end is in)
     lake_tables_only: bool = False  # writes only lake tables (not raw evidence) and the run store's load records
@@ -141,6 +141,10 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
                               handover="read"),
     "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024, runner_identity="remove"),
 }
+# what the preflight reads of the account's EC2 vCPU quotas and capacity (benchctl.aws.quotas), all read-only
+QUOTA_ACTIONS = ("servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota",
+                 "ec2:DescribeInstanceTypes", "ec2:DescribeInstances", "ec2:DescribeCapacityReservations",
+                 "ec2:DescribeLaunchTemplateVersions")
 CEILINGS_FUNCTIONS = ("Plan", "Pools")  # BENCHCTL_CEILINGS (benchctl.ceilings): Plan and ScalePools refuse past them
 K8S_FUNCTIONS = {name for name, needs in FUNCTION_NEEDS.items() if needs.kubernetes}  # + the sweeper
 EXECUTION_STATUSES = ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
@@ -339,6 +343,13 @@ class ControlPlaneStack(Stack):
                 actions=["eks:DescribeAddon"], resources=[
                     f"arn:{self.partition}:eks:{self.region}:{self.account}:addon/{config.cluster_name}/"
                     f"{POD_IDENTITY_ADDON}/*"]))
+        if needs.preflight:  # the GPU pools' EC2 vCPU quotas, current usage and capacity (benchctl.aws.quotas)
+            role.add_to_policy(iam.PolicyStatement(actions=list(QUOTA_ACTIONS), resources=["*"]))
+            NagSuppressions.add_resource_suppressions(role, [{
+                "id": "AwsSolutions-IAM5", "appliesTo": ["Resource::*"],
+                "reason": f"read-only {', '.join(QUOTA_ACTIONS)}: the EC2 Describe actions support no resource-level "
+                          "permissions; the quota reads are granted on * as they name no resource of this stack"}],
+                apply_to_children=True)
         if needs.kubernetes:
             role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn]))
         if needs.nodegroups and nodegroup_arns:

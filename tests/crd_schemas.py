@@ -26,8 +26,11 @@ from typing import Any
 import jsonschema
 
 DATA = Path(__file__).resolve().parent / "data" / "crds"
-FILES = {"DynamoGraphDeployment": "dgd-v1beta1.json", "NodePool": "nodepool-v1.json"}
-API_VERSIONS = {"DynamoGraphDeployment": "nvidia.com/v1beta1", "NodePool": "karpenter.sh/v1"}
+FILES = {"DynamoGraphDeployment": "dgd-v1beta1.json", "NodePool": "nodepool-v1.json",
+         "PodMonitor": "podmonitor-v1.json", "ServiceMonitor": "servicemonitor-v1.json"}
+API_VERSIONS = {"DynamoGraphDeployment": "nvidia.com/v1beta1", "NodePool": "karpenter.sh/v1",
+                "PodMonitor": "monitoring.coreos.com/v1", "ServiceMonitor": "monitoring.coreos.com/v1"}
+NAMESPACED = {"DynamoGraphDeployment": True, "NodePool": False, "PodMonitor": True, "ServiceMonitor": True}
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -85,7 +88,7 @@ def object_meta_problems(obj: dict[str, Any], *, namespaced: bool) -> list[str]:
 
 
 def problems(obj: dict[str, Any]) -> list[str]:
-    """Every reason the API server would refuse ``obj`` (a DynamoGraphDeployment or NodePool), strictly."""
+    """Every reason the API server would refuse ``obj`` (a kind of :data:`FILES`), strictly."""
     kind = obj.get("kind")
     if kind not in FILES:
         return [f"kind {kind!r}: no vendored schema (known: {sorted(FILES)})"]
@@ -93,4 +96,4 @@ def problems(obj: dict[str, Any]) -> list[str]:
         f"apiVersion {obj.get('apiVersion')!r}: the vendored {kind} schema is {API_VERSIONS[kind]}"]
     out += [f"{'.'.join(map(str, e.absolute_path)) or '(object)'}: {e.message}"
             for e in sorted(validator(kind).iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]
-    return out + object_meta_problems(obj, namespaced=kind == "DynamoGraphDeployment")
+    return out + object_meta_problems(obj, namespaced=NAMESPACED[kind])

@@ -7,7 +7,9 @@ under a scratch prefix, the cluster's API as its own identity (the functions tha
 view's Athena DDL (Report); the load role's real path runs as a tiny runner Job (``benchctl.aws.eks_load``:
 the load image and the AWS CLI image as the pod runs them, a recursive copy of an empty prefix, a file written
 as the load image's user into the shared directory, the upload and the end record); and every image the
-spec names exists in its registry (``benchctl.aws.images``). One line per check; exit 0 when all pass.
+spec names exists in its registry (``benchctl.aws.images``); and the spec's EC2 vCPU quotas, with the capacity
+options of its P pools (``benchctl.aws.quotas``; the cluster's egress to the registries is the preflight's
+AIPerf Job's, from inside the cluster). One line per check; exit 0 when all pass.
 
 An adapter (boto3): May import the core and ``benchctl.aws``.
 """
@@ -124,6 +126,21 @@ def _image_checks(session: Any, images: dict[str, str],
         yield Check(f"{role} {image}", ok, how)
 
 
+def quota_checks(session: Any, spec_path: Path, cluster: str) -> Iterator[Check]:
+    """The spec's EC2 vCPU quotas and the capacity options of its P pools (``benchctl.aws.quotas``), as the
+    preflight judges them, with the doctor's own credentials; a quota it cannot read fails here."""
+    from benchctl.aws.quotas import check
+    from benchctl.spec import load_spec
+
+    try:
+        lines = check(load_spec(spec_path), session, cluster)
+    except Exception as err:  # a client that cannot be made, throttling: this check's line, not a crash
+        yield Check("quotas", False, f"{type(err).__name__}: {err}")
+        return
+    for ln in lines:
+        yield Check(ln.name, ln.ok, ln.detail)
+
+
 def doctor(state_machine_arn: str, **kw: Any) -> list[Check]:
     """Every check of the deployment behind ``state_machine_arn`` (see :func:`checks`)."""
     return list(checks(state_machine_arn, **kw))
@@ -169,6 +186,8 @@ def checks(state_machine_arn: str, *, spec_path: Path | None = None, session: An
     yield from _function_checks(session, functions)
     look = lookup or (lambda image: image_exists(image, session=session))
     yield from _image_checks(session, spec_images(spec_path, load_env.get("BENCHCTL_LOAD_IMAGE", "")), look)
+    if spec_path is not None:
+        yield from quota_checks(session, spec_path, load_env.get("BENCHCTL_CLUSTER", ""))
     if runner_job and "Load" in functions:
         if spec_path is None:
             yield Check("load runner Job", False, "give --spec: the Job runs with a spec's Kubernetes settings "

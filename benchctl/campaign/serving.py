@@ -18,7 +18,7 @@ def mocker_knobs(spec: CampaignSpec, exp: Experiment) -> JSON:
     hidden_size / heads and ignores head_dim: half of Qwen3-30B-A3B's), and, disaggregated, a prefill ->
     decode bandwidth: the spec's, else the one of the pools' transfer path (``CampaignSpec.transfer``;
     without one the mocker models no transfer at all)."""
-    knobs = {k: v for k, v in exp.mocker.model_dump().items() if v is not None}
+    knobs = {k: v for k, v in exp.mocker.model_dump().items() if v is not None and k != "twin"}  # twin: local engine
     knobs["kv_bytes_per_token"] = spec.model.kv_bytes_per_token
     if exp.mode == "disaggregated":
         knobs["kv_transfer_bandwidth"] = spec.transfer(exp)["kv_transfer_bandwidth_gbps"]

@@ -8,6 +8,8 @@ Rules (see docs/FACTS.md, "AIPerf 0.13.0", for the file formats):
   copied metric is an :class:`ArtifactError`. When AIPerf wrote no summary (every request failed:
   AIPerf exits 1) the step is still recorded, ``status = "failed"``, with ``error_count`` and
   ``error_summary_json`` built from the error records.
+- ``steps.client_*``: whether AIPerf kept up (``benchctl.client_load``): the issue lag computed from the
+  records, AIPerf's CPU from the load runner's ``runner-record.json`` when it is there (else not measured).
 - ``requests``: one row per record of ``profile_export.jsonl`` whose
   ``metadata.benchmark_phase == "profiling"``; warm-up records are excluded, failed requests kept.
 - ``server_metrics``: ``server_metrics_export.json`` (AIPerf's "hybrid" export, schema 1.1: metrics
@@ -44,6 +46,7 @@ from benchctl.ingest.base import (
     read_json_object,
     read_manifest,
 )
+from benchctl.ingest.client import client_columns
 from benchctl.ingest.records import phase_of, read_records, request_row
 from benchctl.ingest.server_metrics import default_source, server_metrics_rows
 from benchctl.ingest.summary import failed_step, step_from_summary
@@ -79,6 +82,7 @@ def ingest_artifacts(
 
     summary_path = artifact_dir / SUMMARY_JSON
     manifest = read_manifest(artifact_dir / PHASE_MANIFEST_JSON)
+    summary: dict[str, Any] | None = None
     if summary_path.is_file():
         summary = read_json_object(summary_path)
         if not records_path.is_file():
@@ -104,6 +108,7 @@ def ingest_artifacts(
             lake_row("server_metrics", row, str(sm_path))
             for row in server_metrics_rows(sm_path, ctx, sources=sources)
         ]
+    step.update(client_columns(artifact_dir, summary_path, summary, profiling, step))
     step["ingest_warnings_json"] = json_text(warnings) if warnings else None
     result.steps = [lake_row("steps", step, str(artifact_dir))]
     return result

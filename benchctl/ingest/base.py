@@ -18,6 +18,7 @@ SUMMARY_JSON = "profile_export_aiperf.json"
 RECORDS_JSONL = "profile_export.jsonl"
 SERVER_METRICS_JSON = "server_metrics_export.json"
 PHASE_MANIFEST_JSON = "phase_manifest.json"
+RUNNER_RECORD = "runner-record.json"  # not AIPerf's: the load runner's record of the run (benchctl.load_runner)
 
 # unit -> factor to the target unit. A factor of None means "the target unit: copy unchanged".
 TO_MS: dict[str, float | None] = {"ms": None, "s": 1000.0, "sec": 1000.0, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}

@@ -9,9 +9,11 @@ When the arguments start with an option rather than a sub-command, ``profile`` i
 so ``--tokenizer Qwen/Qwen3-30B-A3B`` resolves without a network.
 
 The log (AIPerf's stdout+stderr) goes NEXT TO the artifact directory, to
-``<artifact_dir>/../<job_id>.aiperf.log``, so that the artifact directory holds only what AIPerf
-writes (AIPerf keeps its own detailed log in ``<artifact_dir>/logs/aiperf.log``); the runner's start and
-end records of the run go next to it (``<job_id>.aiperf.started.json``, ``<job_id>.aiperf.exit.json``).
+``<artifact_dir>/../<job_id>.aiperf.log``, so that the artifact directory holds what AIPerf writes (AIPerf
+keeps its own detailed log in ``<artifact_dir>/logs/aiperf.log``) and, as on EKS, the runner's
+``runner-record.json`` (the run's exit code and AIPerf's own CPU use, which ingestion reads:
+``benchctl.client_load``); the runner's start and end records of the run go next to it
+(``<job_id>.aiperf.started.json``, ``<job_id>.aiperf.exit.json``).
 
 Processes: the runner is started like every process of the local engine (``processes.start``, its own
 session). Each forked AIPerf run leads its own process group, whose record (pid and start time) is the
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.errors import LoadFailed
+from benchctl.ingest.base import RUNNER_RECORD
 from benchctl.local import loopback, modeldir, processes
 from benchctl.ports import JSON, LoadRequest
 
@@ -127,11 +130,12 @@ class LocalLoad:
         adir.mkdir(parents=True, exist_ok=True)
         log = adir.parent / f"{job_id}.aiperf.log"
         started, exit_file = adir.parent / f"{job_id}.aiperf.started.json", adir.parent / f"{job_id}.aiperf.exit.json"
-        for f in (started, exit_file):
+        record = adir / RUNNER_RECORD
+        for f in (started, exit_file, record):
             f.unlink(missing_ok=True)
         modeldir.ensure_model_dir()
         req = {"job_id": job_id, "argv": args, "log": str(log), "cwd": str(adir.parent), "started": str(started),
-               "exit": str(exit_file)}
+               "exit": str(exit_file), "record": str(record)}
         with self._lock:
             runner = self._ensure_runner(log)
             self._pipe.write((json.dumps(req) + "\n").encode())

@@ -104,7 +104,7 @@ class LocalEngine:
         from benchctl.local.serving import LocalServing
 
         run_dir = Path(ctx.run_uri)
-        serving = self._serving.setdefault(ctx.run_uri, LocalServing(run_dir))
+        serving = self._serving.setdefault(ctx.run_uri, LocalServing(run_dir, twin_store=self.workspace))
         return Providers(
             engine=self.name, state=RunState(LocalRunStore(run_dir)), pools=self.pool, serving=serving,
             load=self.load, smoke=self.smoke, lake=self.lake, read_uri=read_file_uri, tokenizer=self.tokenizer,
@@ -129,6 +129,11 @@ def prepare(spec_path: Path, out: Path, campaign_id: str | None = None,
         over = ceiling_rules.check(spec, plan, ceilings)
         if over:
             raise CeilingExceeded(str(spec_path), ceiling_rules.lines(over))
+    from benchctl.local.twins import named_profile_problems
+
+    problems = named_profile_problems(spec, out)  # a twin the spec names must be in the workspace's store
+    if problems:
+        raise SpecError(str(spec_path), problems)
     cid = campaign_id or new_campaign_id(spec.name)
     run_dir = out / CAMPAIGNS_DIR / cid
     if run_dir.exists():
@@ -226,6 +231,10 @@ def run_campaign(
         progress = progress or Progress()
         if not interrupts.count:
             write_predictions(spec, out, cid, progress)
+        if not interrupts.count:
+            from benchctl.local.twins import write_twins
+
+            write_twins(spec, out.resolve(), cid, progress)  # the mocker workers' timing, named before they start
         engine = LocalEngine(out, notify=progress.note, ceilings=ceilings)
         run_dir = engine.run_dir(cid)
         progress.note(f"campaign {cid}: run state in {run_dir}, results in {engine.lake_uri}")

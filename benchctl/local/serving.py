@@ -154,8 +154,9 @@ def _describe_dead(rec: JSON) -> str:
 class LocalServing:
     """Dynamo frontend + mocker processes on 127.0.0.1, one directory per deployment under ``workdir``."""
 
-    def __init__(self, workdir: Path | str) -> None:
+    def __init__(self, workdir: Path | str, twin_store: Path | None = None) -> None:
         self.workdir = Path(workdir).resolve()
+        self.twin_store = twin_store  # the workspace whose twin/ holds the timing profiles (None: no twin)
 
     # -- helpers -----------------------------------------------------------------------------
     def deployment_dir(self, deployment_id: str) -> Path:
@@ -198,6 +199,7 @@ class LocalServing:
         discovery.mkdir(parents=True)
         logs.mkdir(parents=True, exist_ok=True)
         model_dir = modeldir.ensure_model_dir()
+        knobs, twins = self._twin_knobs(spec)
 
         workers: list[tuple[str, WorkerGroupSpec]] = []
         for g in spec.groups:
@@ -239,6 +241,7 @@ class LocalServing:
             "expected_instances": {},
             "started_at": time.time(),
             "torn_down": False,
+            "twins": twins,
         }
         try:
             fe_argv = [
@@ -260,7 +263,7 @@ class LocalServing:
                 argv = [
                     sys.executable, "-m", "dynamo.mocker",
                     "--model-path", str(model_dir), "--model-name", spec.model_name,
-                    *common, *mocker_flags(spec.mocker, role),
+                    *common, *mocker_flags(knobs, role),
                 ]  # fmt: skip
                 component: JSON = {
                     "name": name,
@@ -295,6 +298,20 @@ class LocalServing:
             raise
         self._save_state(state)
         return state
+
+    def _twin_knobs(self, spec: DeploymentRequest) -> tuple[JSON, JSON]:
+        """The mocker knobs with each role's twin (``benchctl.twin``: its profile, KV blocks, speedup 1; what the
+        spec set explicitly wins), and per role what times it (name, label, profile, or a note)."""
+        if self.twin_store is None or spec.target is None:
+            return dict(spec.mocker), {}
+        from benchctl import twin
+
+        t = spec.target
+        exp = t.experiment
+        twins = twin.resolve(self.twin_store, {p.name: p for p in t.pools}, (t.weights or t.model).name, exp)
+        knobs = twin.mocker_knobs(spec.mocker, twins)
+        return knobs, {r: {"name": v.name, "label": v.label, "profile": v.npz, "num_gpu_blocks": v.num_gpu_blocks,
+                           "note": v.note} for r, v in twins.items()}
 
     def probe_ready(self, state: JSON) -> bool:
         """One quick check: all processes alive (else ServingFailed), every worker registered with the

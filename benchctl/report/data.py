@@ -20,6 +20,7 @@ from benchctl.formatting import round_for_reading
 from benchctl.lake import check_path_value
 from benchctl.ports import QueryPort
 from benchctl.report.chartkit import SIM_TEXT, duration
+from benchctl.report.client import client_query, client_rows
 from benchctl.views import REPORT_VIEWS
 
 # (view, section title, one-line description); the columns shown are REPORT_VIEWS[view] (those present).
@@ -81,6 +82,8 @@ class ReportData:
     comparisons: list[dict[str, Any]] = field(default_factory=list)  # the comparisons rows (written at Plan)
     comparison_steps: list[dict[str, Any]] = field(default_factory=list)  # v_comparison_steps: what verdicts read
     experiment_rows: list[dict[str, Any]] = field(default_factory=list)  # experiments: settings, expected transfer
+    twins: list[dict[str, Any]] = field(default_factory=list)  # what timed the mocker workers (lake table twins)
+    client: list[dict[str, Any]] = field(default_factory=list)  # per step: did the load generator keep up
 
     @property
     def campaign_id(self) -> str:
@@ -193,6 +196,7 @@ def report_queries(cid: str) -> dict[str, str]:
     queries["_comparison_steps"] = f"SELECT * FROM v_comparison_steps WHERE campaign_id = '{cid}'"  # noqa: S608
     queries["_steps"] = (f"SELECT experiment, mode, step_id, step_index, workload_kind, dataset_sha256 "  # noqa: S608
                          f"FROM steps WHERE campaign_id = '{cid}' ORDER BY step_index, step_id, experiment")
+    queries["_client"] = client_query(cid)
     return queries
 
 
@@ -204,7 +208,25 @@ def load_report_data(query: QueryPort, campaign_id: str | None, source: str, *,
     cid = check_path_value("campaign_id", str(campaign["campaign_id"]))
     results = {key: _rows(query, sql) for key, sql in report_queries(cid).items()}
     predictions, note = _load_predictions(query, cid)
-    return assemble_report_data(source, campaign, results, predictions, note)
+    data = assemble_report_data(source, campaign, results, predictions, note)
+    data.twins = _load_twins(query, cid) if data.simulated else []
+    return data
+
+
+def _load_twins(query: QueryPort, cid: str) -> list[dict[str, Any]]:
+    """What timed each experiment's mocker workers (the local engine's ``twins`` table; none elsewhere)."""
+    try:
+        return _rows(query, f"SELECT experiment, role, profile, label, note FROM twins "  # noqa: S608 (known id)
+                            f"WHERE campaign_id = '{cid}' ORDER BY experiment, role").rows
+    except Exception:  # a lake without the table (older, or S3): the report says nothing of twins
+        return []
+
+
+def twin_text(data: ReportData) -> str:
+    """One line per experiment and role: the label of what timed its workers ("SIMULATED on the a100_sxm TP4
+    twin (...)", or the built-in timing and why)."""
+    return "; ".join(f"{t['experiment']} {t['role']}: {t['label']}" + (f" ({t['note']})" if t.get("note") else "")
+                     for t in data.twins)
 
 
 def assemble_report_data(source: str, campaign: dict[str, Any], results: dict[str, Rows],
@@ -254,7 +276,7 @@ def assemble_report_data(source: str, campaign: dict[str, Any], results: dict[st
         predictions=predictions, predictions_note=note, images=image_digests(versions), network=network,
         comparisons=results["_comparisons"].rows if "_comparisons" in results else [],
         comparison_steps=results["_comparison_steps"].rows if "_comparison_steps" in results else [],
-        experiment_rows=exps,
+        experiment_rows=exps, client=client_rows(results["_client"].rows) if "_client" in results else [],
     )
 
 
@@ -318,6 +340,7 @@ def provenance_items(data: ReportData) -> list[tuple[str, str]]:
         ("spec_name", fmt_value(c.get("spec_name"))), ("spec_hash", fmt_value(c.get("spec_hash"))),
         ("model", fmt_value(c.get("model"))), ("engine", fmt_value(c.get("engine"))),
         ("simulated", f"true — {SIM_TEXT}" if data.simulated else "false"),
+        *([("timed by", twin_text(data))] if data.twins else []),
         ("started_at (UTC)", fmt_value(started)), ("ended_at (UTC)", fmt_value(ended) + (f" ({took})" if took else "")),
         ("pricing source", fmt_value(pricing.get("source")) or "not given"),
         ("pricing as of", fmt_value(pricing.get("as_of")) or "not given"),

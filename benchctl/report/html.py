@@ -7,6 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from benchctl.report import client
 from benchctl.report.answers import answers
 from benchctl.report.calibration import description, mape_columns
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT, esc
@@ -16,6 +17,7 @@ from benchctl.report.data import (
     network_rows,
     provenance_items,
     table_sections,
+    twin_text,
     versions_pretty,
 )
 from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
@@ -54,7 +56,7 @@ svg.figure { display: block; max-width: 100%; height: auto; margin: 8px 0; borde
 svg.figure text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; }
 footer { color: #777; font-size: 12px; }
 #ending.bad { border: 2px solid #b00020; }
-.partial, .billing { color: #b00020; font-weight: bold; }
+.partial, .billing, .client-bound, .caveat { color: #b00020; font-weight: bold; }
 """
 
 
@@ -137,6 +139,8 @@ def render_html(data: ReportData) -> str:
         parts.append(f'<section id="{sid}" class="table" data-rows="{len(rows.rows)}">'
                      f'<h2>{esc(title)}{sim}</h2><p class="desc">{esc(desc)} Every column: '
                      f"<code>benchctl query {esc(sid[4:])}</code>.</p>{body}</section>")
+    toc.append((client.SECTION_ID, client.TITLE))
+    parts.append(client.html_section(data.client, _html_table, esc, sim))
     # predicted vs measured
     toc.append(("predictions", "Predicted vs measured"))
     if data.predictions is not None:
@@ -183,7 +187,9 @@ def render_html(data: ReportData) -> str:
         "</section>")
 
     banner = (f'<div class="banner" id="simulated-banner">{SIM_TAG}: {esc(SIM_TEXT)}. Every figure below comes '
-              "from the local engine; prices are illustrative.</div>" if data.simulated else "")
+              "from the local engine; prices are illustrative."
+              + (f" Timed by: {esc(twin_text(data))}." if data.twins else "") + "</div>" if data.simulated else "")
+    caveat = client.caveat(data.client)
     nav = "".join(f'<li><a href="#{sid}">{esc(title)}</a></li>' for sid, title in toc)
     generated = datetime.now().astimezone().isoformat(timespec="seconds")
     exp_list = ", ".join(f"{e} ({data.modes.get(e) or '?'})" for e in data.experiments)
@@ -191,7 +197,8 @@ def render_html(data: ReportData) -> str:
             f'<p class="note">{esc(c.get("spec_name") or "")} · model {esc(c.get("model") or "?")} · engine '
             f"{esc(c.get('engine') or '?')} · status <b>{esc(c.get('status') or '?')}</b> · experiments: "
             f"{esc(exp_list or 'none')}</p>"
-            f"<nav><ul>{nav}</ul></nav>")
+            + (f'<p class="caveat" id="caveats">{esc(caveat)}</p>' if caveat else "")
+            + f"<nav><ul>{nav}</ul></nav>")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from benchctl.report import client
 from benchctl.report.answers import answers
 from benchctl.report.calibration import description, mape_columns
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
@@ -19,6 +20,7 @@ from benchctl.report.data import (
     network_rows,
     provenance_items,
     table_sections,
+    twin_text,
     versions_pretty,
 )
 from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
@@ -55,7 +57,9 @@ def render_markdown(data: ReportData) -> str:
     out = [f"# benchctl report: campaign {md_text(data.campaign_id)}{tag}", ""]
     if data.simulated:
         out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
-                ""]
+                *([f"> Timed by: {md_text(twin_text(data))}."] if data.twins else []), ""]
+    caveat = client.caveat(data.client)
+    out += [f"> **{md_text(caveat)}**", ""] if caveat else []
     e = ending(data)
     out += [f"## How it ended: {e.headline}{tag}", ""]
     out += ["```text", e.cause, "```", ""] if e.cause else []
@@ -96,6 +100,7 @@ def render_markdown(data: ReportData) -> str:
     for _sid, title, rows, cols, desc in table_sections(data):
         out += [f"## {title}{tag}", "", md_text(desc), ""]
         out += [_md_table(cols, rows.rows) if rows.rows else "_no rows for this campaign_", ""]
+    out += client.md_lines(data.client, _md_table, md_text, tag)
     out += [f"## Predicted vs measured{tag}", ""]
     if data.predictions is not None:
         out += [_md_table(data.predictions.columns, data.predictions.rows), ""]

@@ -328,3 +328,64 @@ def test_the_ci_check_accepts_the_real_smoke_output(smoke_run):
     check_smoke = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check_smoke)
     assert check_smoke.problems(res.stdout + res.stderr) == []
+
+
+# ----------------------------------------------------------------------------------------------- the twin
+TWIN_LABEL = "SIMULATED on the a100_sxm TP4 twin (aiconfigurator 0.12.0, vllm "
+
+
+def test_the_smoke_runs_on_the_a100_twin_and_every_output_names_it(smoke_run):
+    res, out = smoke_run
+    rows = [r for r in read_table(out / "lake", "twins") if r["campaign_id"] == "smoke-e2e"]
+    assert sorted((r["experiment"], r["role"]) for r in rows) == [("agg", "worker"), ("disagg", "decode"),
+                                                                  ("disagg", "prefill")]
+    for r in rows:
+        assert r["label"].startswith(TWIN_LABEL) and r["profile"].startswith("aic-a100_sxm-tp4-"), r
+        assert f"{r['experiment']} {r['role']}: {r['label']}" in res.stderr  # the progress output
+        state = json.loads((out / "campaigns" / "smoke-e2e" / "deployments" / r["experiment"] / "state.json")
+                           .read_text())
+        argv = next(p["cmd"] for p in state["processes"] if p["name"] == f"{r['role']}-0")
+        npz = argv[argv.index("--planner-profile-data") + 1]
+        assert Path(npz) == (out / "twin" / r["profile"] / "perf_data.npz").resolve() and Path(npz).is_file()
+        assert argv[argv.index("--num-gpu-blocks-override") + 1] == str(r["num_gpu_blocks"])
+        assert argv[argv.index("--speedup-ratio") + 1] == "1.0"
+    html = (out / "campaigns" / "smoke-e2e" / "report" / "report.html").read_text(encoding="utf-8")
+    assert f"agg worker: {TWIN_LABEL}" in html
+
+
+def _sweep_against_prediction(out: Path) -> list[tuple[str, int, str, float, float]]:
+    """(mode, concurrency, metric, twin p50, predicted) per concurrency-sweep step and metric."""
+    steps = {(r["experiment"], r["step_id"]): r for r in read_table(out / "lake", "steps")
+             if r["campaign_id"] == "smoke-e2e" and r["workload_kind"] == "concurrency_sweep"}
+    got = []
+    for p in read_table(out / "lake", "predictions"):
+        s = steps.get((p["experiment"], p["step_id"]))
+        if p["campaign_id"] != "smoke-e2e" or s is None:
+            continue
+        for metric in ("ttft", "itl"):
+            got.append((p["mode"], p["concurrency"], metric, s[f"{metric}_p50_ms"], p[f"predicted_{metric}_ms"]))
+    return got
+
+
+_HANDOFF = ("structural: locally the prefill -> decode handoff (frontend, prefill worker, bootstrap rendezvous, "
+            "decode worker, all on CPU) adds about 55 ms to the first token whatever the twin says (a direct client "
+            "saw 54 ms at speedup 1000), against aiconfigurator's 36.5 ms for the whole disaggregated TTFT")
+_CLIENT = ("client-bound: under 16 streams AIPerf on 2 cores receives the first tokens of a response in one burst, "
+           "counted into TTFT, so its ITL p50 (7.6 ms) is below the twin's; a light direct client measured 8.56 ms "
+           "(-16 %)")
+CELLS = [pytest.param(m, c, k, id=f"{m[:6]}-c{c}-{k}", marks=[pytest.mark.xfail(strict=True, reason=why)] if why else [])
+         for m, c, k, why in [
+             ("aggregated", 1, "ttft", None), ("aggregated", 4, "ttft", None), ("aggregated", 16, "ttft", None),
+             ("aggregated", 1, "itl", None), ("aggregated", 4, "itl", None), ("aggregated", 16, "itl", _CLIENT),
+             ("disaggregated", 1, "ttft", _HANDOFF), ("disaggregated", 4, "ttft", _HANDOFF),
+             ("disaggregated", 16, "ttft", _HANDOFF), ("disaggregated", 1, "itl", None),
+             ("disaggregated", 4, "itl", None), ("disaggregated", 16, "itl", None)]]
+
+
+@pytest.mark.parametrize("mode,concurrency,metric", CELLS)
+def test_the_twin_s_sweep_step_is_within_25_percent_of_the_prediction(smoke_run, mode, concurrency, metric):
+    _, out = smoke_run
+    (twin, predicted), = [(t, p) for m, c, k, t, p in _sweep_against_prediction(out)
+                          if (m, c, k) == (mode, concurrency, metric)]
+    assert abs(twin - predicted) <= 0.25 * predicted, (
+        f"{mode} c={concurrency} {metric} p50 {twin:.2f} ms vs benchctl predict {predicted:.2f} ms")

@@ -26,7 +26,9 @@ policies (``moto/iam/access_control.py``). What moto's check does, and what :fun
 
 * **Signatures.** moto recomputes a request's signature over its parsed parameters when its body is empty,
   so a REST GET (EKS's DescribeCluster, ListClusters) never matches (``SignatureDoesNotMatch``); here it is
-  recomputed over the body as it was sent, empty or not.
+  recomputed over the body as it was sent, empty or not. A query-protocol POST (EC2's Describe* calls) reaches
+  the check with its body already consumed by moto's parser: its form is re-encoded from the parsed
+  parameters, in the order sent, as botocore encodes it (else every EC2 call fails ``AuthFailure``).
 
 Everything else is moto's (the signature check itself, sessions, explicit Deny over Allow, STS
 GetCallerIdentity always allowed). Every refusal is recorded in ``Enforcement.denied`` (principal, action,
@@ -231,6 +233,14 @@ def iam_enforced(url: str) -> Iterator[Enforcement]:
         request = original_request(self)
         if isinstance(self._body, bytes | bytearray):  # what was signed: the body as sent, even an empty one
             request.data = self._body
+        form = str(self._headers.get("Content-Type", "")).startswith("application/x-www-form-urlencoded")
+        if not self._body and form and isinstance(self._data, dict) and self._data:
+            # a query-protocol POST (EC2) whose body moto's parser consumed: its parameters, in the order sent,
+            # encoded as botocore encoded them
+            from botocore.utils import percent_encode_sequence
+
+            request.data = percent_encode_sequence(
+                [(k, v) for k, values in self._data.items() for v in (values if isinstance(values, list) else [values])])
         return request
 
     ac.IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]

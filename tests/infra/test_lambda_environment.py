@@ -265,6 +265,7 @@ def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[di
     from moto.server import ThreadedMotoServer
 
     from tests.fakes import pod_identity
+    from tests.fakes.ec2_capacity import ec2_capacity
     from tests.fakes.k8s_api import FakeKubeApi
     from tests.fakes.moto_iam import (
         administrator,
@@ -307,6 +308,8 @@ def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[di
             admin = administrator(iam)
             session = boto3.session.Session(aws_access_key_id=admin["AWS_ACCESS_KEY_ID"],
                                             aws_secret_access_key=admin["AWS_SECRET_ACCESS_KEY"], region_name=REGION)
+            # EC2's GPU quotas (Plan's preflight reads them; moto has none): room for every case's pools
+            stack.enter_context(ec2_capacity({"L-417A185B": 384.0, "L-DB2E81BA": 384.0}))
             enforcement = stack.enter_context(iam_enforced(url))
             results = {}
             for case in cases:
@@ -490,7 +493,11 @@ UNNAMED = {"dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "eks:D
            "glue:CreatePartition", "glue:BatchCreatePartition", "glue:GetPartition", "glue:GetPartitions",
            "glue:BatchGetPartition", "glue:UpdateTable", "glue:CreateTable", "athena:StartQueryExecution",
            "athena:GetQueryExecution", "athena:GetQueryResults", "athena:GetWorkGroup",
-           "states:SendTaskSuccess"}
+           "states:SendTaskSuccess",
+           # Plan's preflight reads of the EC2 quotas and capacity (stacks/control_plane.py QUOTA_ACTIONS; none of
+           # them names a resource of this stack: granted on *)
+           "servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota", "ec2:DescribeInstanceTypes",
+           "ec2:DescribeInstances", "ec2:DescribeCapacityReservations", "ec2:DescribeLaunchTemplateVersions"}
 
 
 def test_each_function_runs_with_exactly_its_roles_policy_under_iam_enforcement(run):

@@ -352,7 +352,26 @@ def _as_list(v: Any) -> list[Any]:
 # answers to a task token (the token names the task).
 RESOURCELESS = re.compile(r"^(xray:Put\w+|xray:GetSampling\w+|logs:\w*LogDeliver\w*|"
                           r"logs:PutResourcePolicy|logs:DescribeResourcePolicies|logs:DescribeLogGroups|"
-                          r"states:SendTask(Success|Heartbeat|Failure))$")
+                          r"states:SendTask(Success|Heartbeat|Failure)|"
+                          # the preflight's quota and capacity reads (stacks/control_plane.py QUOTA_ACTIONS)
+                          r"servicequotas:Get(AWSDefault)?ServiceQuota|"
+                          r"ec2:Describe(InstanceTypes|Instances|CapacityReservations|LaunchTemplateVersions))$")
+
+
+def test_the_quota_reads_really_support_no_resource_level_permissions():
+    """The preflight's reads (QUOTA_ACTIONS), held to the service authorization reference as parliament 1.6.4
+    ships it: none names a resource type, so Resource "*" is the only grant IAM accepts for them."""
+    import parliament
+
+    from stacks.control_plane import QUOTA_ACTIONS
+
+    defs = json.loads((Path(parliament.__file__).parent / "iam_definition.json").read_text())
+    for action in QUOTA_ACTIONS:
+        prefix, name = action.split(":")
+        service = next(s for s in defs if s["prefix"] == prefix)
+        (priv,) = [p for p in service["privileges"] if p["privilege"] == name]
+        assert [r["resource_type"] for r in priv["resource_types"]] == [""], action
+        assert RESOURCELESS.match(action), action
 
 
 def test_the_task_token_answers_really_support_no_resource_level_permissions():

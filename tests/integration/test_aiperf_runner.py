@@ -52,6 +52,13 @@ def test_forked_runs_end_with_aiperfs_own_exit_code_and_nothing_is_left(tmp_path
             assert exit_record["exit_code"] == alone.returncode
             assert exit_record["ended_at"] >= exit_record["started_at"]
             assert load.ended_at(state) == exit_record["ended_at"]
+            # AIPerf's own CPU, sampled from the fork to its end, also beside its artifacts for ingestion
+            record = json.loads((Path(state["artifact_dir"]) / "runner-record.json").read_text())
+            assert record["cpu"] == exit_record["cpu"] and record["exit_code"] == alone.returncode
+            samples = exit_record["cpu"]["samples"]
+            assert samples[0][0] == pytest.approx(exit_record["started_at"], abs=1e-3)
+            assert samples[-1] == [pytest.approx(exit_record["ended_at"], abs=1e-3), exit_record["cpu_s"], None]
+            assert exit_record["cpu_s"] > 0 and exit_record["cpu"]["cores"] >= 1
             log = Path(state["log"]).read_text()
             assert log.startswith(f"[benchctl] starting aiperf-agg-{job} (forked by the load runner)")
             assert "no-such-option" in log  # AIPerf's own error message went to the step's log
@@ -144,6 +151,8 @@ def test_the_load_jobs_runner_runs_each_step_when_its_request_appears_and_stops_
         s1 = request("s1", ["profile", "--no-such-option"], 60.0)
         assert int((s1 / "exit_code").read_text()) == alone.returncode
         assert "no-such-option" in (s1 / "aiperf.log").read_text()  # AIPerf's own error, in the step's log
+        cpu = json.loads((s1 / "out" / "runner-record.json").read_text())["cpu"]  # uploaded: AIPerf's CPU
+        assert cpu["samples"][-1][1] > 0 and cpu["cores"] >= 1
         s2_out = work / "s2" / "out"
         s2 = request("s2", [*_unserved(tmp_path, "s2").argv[:-1], str(s2_out)], 1.5)
         assert int((s2 / "exit_code").read_text()) == 124  # past its deadline: stopped

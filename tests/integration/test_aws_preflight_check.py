@@ -34,7 +34,8 @@ def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_th
 
     hf_home = tmp_path / "hf"  # the volume: the generated snapshot (config, tokenizer), no weights yet
     shutil.copytree(modeldir.hf_home(), hf_home, symlinks=True)
-    run_env = {**os.environ, **env, "HF_HOME": str(hf_home), "HOME": str(tmp_path),
+    assert "https://nvcr.io/v2/" in env["BENCHCTL_EGRESS"]  # probed from the cluster; here: nothing to reach
+    run_env = {**os.environ, **env, "BENCHCTL_EGRESS": "{}", "HF_HOME": str(hf_home), "HOME": str(tmp_path),
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     # a volume holding the tokenizer but not the weights (e.g. a mocker rehearsal's prefetch) fails vLLM's
     # campaign before GPUs are scaled
@@ -53,3 +54,46 @@ def test_without_a_prefetch_the_aiperf_check_reads_the_tokenizer_offline_from_th
     with_prefetch = parse_spec({**data, "kubernetes": {**data["kubernetes"], "prefetch_model": True}})
     assert "volumeMounts" not in render_preflight_job(with_prefetch, CID, "aiperf")["spec"]["template"]["spec"][
         "containers"][0]  # the volume is filled later, at Deploy
+
+
+def test_the_egress_probe_passes_on_any_http_answer_and_names_each_endpoint_it_cannot_reach(tmp_path):
+    """The AIPerf Job's egress probe, run for real by this venv's python: a registry's 401 is an answer (reached);
+    a port nobody listens on is named, with what needs it, and the probe exits 9."""
+    import http.server
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    from benchctl.aws.k8s.preflight_jobs import EGRESS_CHECK
+
+    class Registry(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # what a registry answers an anonymous /v2/
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Bearer realm="https://auth.example/token"')
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket() as s:  # a port bound and closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    up, down = f"http://127.0.0.1:{server.server_address[1]}/v2/", f"http://127.0.0.1:{closed}/v2/"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "NO_PROXY": "*"}
+    try:
+        ok = subprocess.run(["sh", "-c", EGRESS_CHECK], capture_output=True, text=True, timeout=60,
+                            env={**env, "BENCHCTL_EGRESS": json.dumps({up: "pulls nvcr.io/x:1"})})
+        assert ok.returncode == 0, ok.stderr
+        assert f"1 endpoints reached: {up}" in ok.stdout
+        bad = subprocess.run(["sh", "-c", EGRESS_CHECK], capture_output=True, text=True, timeout=60,
+                             env={**env, "BENCHCTL_EGRESS": json.dumps({up: "pulls a", down: "pulls python:3"})})
+        assert bad.returncode == 9, bad.stdout + bad.stderr
+        assert f"no egress from the cluster to {down} (" in bad.stderr and "needed: pulls python:3" in bad.stderr
+        assert up not in bad.stderr
+    finally:
+        server.shutdown()

@@ -55,7 +55,9 @@ def test_the_vendored_schemas_are_the_recorded_upstream_copies() -> None:
     for kind, file in crd_schemas.FILES.items():
         row = next(line for line in readme.splitlines() if line.startswith(f"| `{file}`"))
         assert f"`{crd_schemas.sha256(kind)}`" in row, f"{file} differs from the copy README.md records"
-        assert ("ai-dynamo/dynamo" if kind == "DynamoGraphDeployment" else "karpenter-provider-aws") in row
+        upstream = {"DynamoGraphDeployment": "ai-dynamo/dynamo", "NodePool": "karpenter-provider-aws",
+                    "PodMonitor": "prometheus-community/helm-charts", "ServiceMonitor": "the same chart and tag"}
+        assert upstream[kind] in row
 
 
 # ------------------------------------------------------------------------------------ CRD objects

@@ -789,8 +789,10 @@ def _run_check(script: str, tmp_path: Any, tools: dict[str, str]) -> Any:
 
 
 @pytest.mark.parametrize(("version", "ok"), [("0.13.0", True), ("0.12.0", False)])
-def test_the_aiperf_image_check_fails_on_another_aiperf_version(tmp_path, version, ok):
+def test_the_aiperf_image_check_fails_on_another_aiperf_version(tmp_path, version, ok, monkeypatch):
     from benchctl.aws.k8s.preflight_jobs import render_preflight_job
+
+    monkeypatch.setenv("BENCHCTL_EGRESS", "{}")  # nothing to reach here (the probe: test_aws_preflight_check.py)
 
     data = _with_image(_spec()).model_dump(mode="json")
     data["kubernetes"]["prefetch_model"] = True  # the version alone (the tokenizer check: the test below)

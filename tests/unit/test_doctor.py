@@ -471,3 +471,25 @@ def test_the_doctor_waits_on_its_own_machine_until_the_jobs_identity_has_settled
     assert job.ok, job.detail
     assert slept and SETTLE_S - 5 <= slept[0] <= SETTLE_S  # the settling wait first, then the Job's polls
     assert pods.calls.count("CreatePodIdentityAssociation") == 1  # the same campaign id asked again
+
+
+def test_the_specs_gpu_quotas_are_a_line_each_and_one_past_its_value_fails_naming_the_increase(account):
+    """The doctor reads the spec's EC2 vCPU quotas as the preflight judges them (tests/fakes/ec2_capacity.py:
+    moto's EC2 quotas), with the capacity options of its P pools, one line each."""
+    from tests.fakes.ec2_capacity import ec2_capacity
+
+    eks, iam = boto3.client("eks"), boto3.client("iam")
+    role = iam.create_role(RoleName="nodes", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    eks.create_nodegroup(clusterName=CLUSTER, nodegroupName="gpu-p4d", nodeRole=role, subnets=["subnet-1"],
+                         instanceTypes=["p4d.24xlarge"])
+    seed = ROOT / "examples" / "seed-plan.yaml"
+    with ec2_capacity({"L-417A185B": 384.0}):
+        checks = _run(account, spec=seed)
+    quota = checks["quota L-417A185B"]
+    assert quota.ok and "is 384 vCPUs (applied value)" in quota.detail and "needs 192 vCPUs" in quota.detail
+    assert checks["capacity of pool p4d"].ok and "describe-capacity-block-offerings" in checks["capacity of pool p4d"].detail
+    with ec2_capacity({"L-417A185B": 96.0}):
+        line = _run(account, spec=seed)["quota L-417A185B"].line()
+    assert line.startswith("FAIL quota L-417A185B: ") and "is 96 vCPUs" in line and "--desired-value 192" in line
+    with ec2_capacity({}):  # no applied value: the default, said so
+        assert "(AWS default" in _run(account, spec=seed)["quota L-417A185B"].detail

@@ -160,6 +160,8 @@ FIELD_CASES = [
          "experiments[1].checkpoint.revision", REV_RULE),
     Case("secret-uppercase", _set("kubernetes.hf_token_secret", "HF-Token"), "kubernetes.hf_token_secret", NAME_RULE),
     Case("nodegroup-space", _set("pools.0.nodegroup", "gpu a100"), "pools[0].nodegroup", "EKS node group name rule"),
+    Case("twin-path", _set("experiments.0.mocker", {"twin": "../../etc"}), "experiments[0].mocker.twin", "twin rule"),
+    Case("twin-upper", _set("experiments.0.mocker", {"twin": "Auto"}), "experiments[0].mocker.twin", "twin rule"),
     Case("description-carriage-return", _set("description", "ok\rFAKE"), "description", TEXT_RULE),
     Case("secret-path", _set("kubernetes.hf_token_secret", "../other"), "kubernetes.hf_token_secret", NAME_RULE),
     Case("pvc-space", _set("kubernetes.model_pvc", "Model Cache"), "kubernetes.model_pvc", NAME_RULE),

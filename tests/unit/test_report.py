@@ -436,3 +436,18 @@ def test_answers_and_network_provenance_sections(lake: LocalLake) -> None:
     assert "## Answers (SIMULATED)" in md and "### Q4. Does the NIXL transfer overhead cancel" in md
     assert "**Verdict (SIMULATED) (inconclusive):** disagg vs agg" in md
     assert "Network (observed: CNI, zones, MTU, placement, KV-transfer backend) (SIMULATED):" in md
+
+
+def test_the_report_names_the_twin_that_timed_each_role(lake: LocalLake) -> None:
+    assert "Timed by" not in render_report(lake.root, C, "md")  # a lake without twins says nothing of them
+    label = "SIMULATED on the a100_sxm TP4 twin (aiconfigurator 0.12.0, vllm 0.14.0)"
+    lake.write("twins", [
+        {"campaign_id": C, "experiment": "agg", "role": "worker", "choice": "auto", "profile": "aic-x", "label": label},
+        {"campaign_id": C, "experiment": "disagg", "role": "decode", "choice": "off", "profile": None,
+         "label": "SIMULATED on the mocker's built-in timing (no twin)", "note": "mocker.twin: off"}],
+        part_name="twins")
+    shown = _rendered_markdown(render_report(lake.root, C, "md"))  # as a reader sees the Markdown
+    assert f"Timed by: agg worker: {label}; disagg decode: SIMULATED on the mocker" in shown
+    assert "(no twin) (mocker.twin: off)." in shown
+    html = render_report(lake.root, C)
+    assert f"<dt>timed by</dt><dd>agg worker: {html_escape(label)}" in html

@@ -1,10 +1,12 @@
 """The preflight's Jobs: one short CPU Job per image the campaign's load runners use, run as a runner runs
 (its service account, its user, off the GPU pools), proving the image holds the right tool and the load Job
-role may make every call a runner makes, before anything is scaled. Pure: standard library and benchctl only.
+role may make every call a runner makes, and that the cluster reaches the registries and the Hub the campaign
+needs (:data:`EGRESS_CHECK`, in the AIPerf Job), before anything is scaled. Pure: standard library and benchctl only.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from benchctl import aiperf_args
@@ -24,6 +26,7 @@ from benchctl.aws.k8s.common import (
     runner_service_account,
 )
 from benchctl.aws.k8s.jobs import CONTROL_RESOURCES, aws_cli_env, cpu_pod, job_object, pod_security
+from benchctl.quotas import egress_targets
 from benchctl.runstate import runner_key
 from benchctl.spec import CampaignSpec, Kubernetes
 
@@ -98,6 +101,43 @@ print("weights", model, rev, len(files), "files on the volume")
 ' || exit 8"""
 
 
+# ... and, from the cluster (a pod on a CPU node: the VPC's routes, NAT, proxies and egress rules the GPU nodes
+# get too), every registry the campaign's images come from and, with a prefetch, the Hub: one HTTPS request each
+# (10 s timeout); any HTTP answer, a registry's 401 included, is reached; no answer (DNS, TCP, TLS, timeout) is
+# not. BENCHCTL_EGRESS: a JSON object URL -> what needs it (benchctl.quotas.egress_targets). 9: one unreachable.
+EGRESS_CHECK = """python3 -c '
+import json, os, sys, urllib.error, urllib.request
+targets = json.loads(os.environ["BENCHCTL_EGRESS"] or "{}")
+bad = []
+for url, why in targets.items():
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10).close()
+    except urllib.error.HTTPError:
+        pass
+    except Exception as err:
+        reason = getattr(err, "reason", err)
+        bad.append(url + " (" + type(err).__name__ + ": " + str(reason) + "; needed: " + why + ")")
+if bad:
+    sys.exit("no egress from the cluster to " + "; ".join(bad) + ": the nodes pull images and the prefetch "
+             "downloads from there (a NAT gateway or VPC endpoints, proxy, security group or network policy)")
+print("egress from the cluster:", len(targets), "endpoints reached:", " ".join(targets))
+' || exit 9"""
+
+
+def campaign_images(spec: CampaignSpec) -> list[str]:
+    """Every image the campaign's pods run: the spec's (the prefetch's only with a prefetch), the load image,
+    and the EFA workers' image of pools that use EFA."""
+    from benchctl.aws.k8s.efa import efa_image
+    from benchctl.ceilings import spec_images
+
+    k = spec.kubernetes
+    images = [img for path, img in spec_images(spec)
+              if path != "kubernetes.prefetch_image" or k.prefetch_model]
+    images.append(aiperf_image(k))
+    images += [efa_image(p, k) for p in spec.pools if p.network.efa]
+    return list(dict.fromkeys(images))
+
+
 def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, run_uri: str | None = None,
                          lake_uri: str = LAKE_PLACEHOLDER, region: str = REGION_PLACEHOLDER) -> JSON:
     """A short CPU Job proving one image before anything is scaled (``check`` in PREFLIGHT_CHECKS), run as a
@@ -119,11 +159,15 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, ru
         "securityContext": pod_security(),
         "containers": [container],
     }
+    if check == "aiperf":
+        egress = egress_targets(spec, campaign_images(spec))
+        container["command"][2] = f"{script}; {EGRESS_CHECK}"
+        container["env"] = [{"name": "BENCHCTL_EGRESS", "value": json.dumps(egress, sort_keys=True)}]
     if check == "aiperf" and not spec.kubernetes.prefetch_model:
-        container["command"][2] = f"{script}; {TOKENIZER_CHECK}" + (
+        container["command"][2] += f"; {TOKENIZER_CHECK}" + (
             f"; {WEIGHTS_CHECK}" if any(e.engine == "vllm" for e in spec.experiments) else "")
-        container["env"] = [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},
-                            {"name": "REVISION", "value": spec.model.revision or "main"}]
+        container["env"] += [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), {"name": "MODEL", "value": spec.model.name},
+                             {"name": "REVISION", "value": spec.model.revision or "main"}]
         container["volumeMounts"] = [{**MODEL_MOUNT, "readOnly": True}]
         pod_spec["volumes"] = [model_volume(spec.kubernetes)]
     if check == "uploader":

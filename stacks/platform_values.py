@@ -1,0 +1,596 @@
+"""What the optional platform stack installs, as data: pinned Helm charts, their values, the Kubernetes manifests
+it applies, and the provenance a campaign records. Pure (standard library, PyYAML, jsonschema and benchctl): no
+aws_cdk import, so tests and the CLI read it without synthesising anything.
+
+API (``stacks/platform.py`` consumes it):
+
+* :class:`ChartPin` and :data:`CHARTS` (key -> pin): Helm repository, chart, version, release, namespace and
+  where the version and the values reference came from. :data:`INSTALL_ORDER` is the order the plan lists
+  (GPU device plugins, monitoring, then Dynamo: the Dynamo chart creates its PodMonitors only when the
+  prometheus-operator CRDs already exist). :data:`EKS_ADDONS` names what is an EKS add-on, not a chart: the
+  EFS CSI driver and the Pod Identity Agent.
+* :class:`PlatformSettings`: the cluster, namespace, model (name + pinned commit), the Kubernetes token secret
+  and the Secrets Manager secret it is filled from, the EFS file system id (may be a CDK token string), region,
+  Auto Mode, GPU node group names, and which charts to skip (``existing`` clusters).
+  :func:`settings_from_spec` builds one from a campaign spec, so the names are the campaign's.
+* :func:`helm_releases` (settings): each chart to install, in order, as CDK's ``HelmChart`` keyword arguments.
+* :func:`charts_to_install` (keys, in order, for these settings), :func:`chart_values` (key, settings) -> the
+  values dict, checked by :func:`values_problems` against the chart's own values reference at the pinned
+  version (``stacks/platform_charts/<chart>/<version>/``; see its README for provenance): a chart's
+  ``values.schema.json`` where it ships one, else its default ``values.yaml`` turned into a closed schema
+  (every key path we set must exist there, with the default's type). None of the five charts ships a
+  ``values.schema.json`` at the pinned version. A problem raises :class:`PlatformValuesError` naming the path.
+* :func:`platform_manifests` (settings) -> the Kubernetes objects the stack applies: the benchmark namespace,
+  the EFS StorageClass, the ReadWriteMany model claim, the one-time model download Job (the campaign's own
+  prefetch rendering, :func:`benchctl.aws.k8s.jobs.render_prefetch_job`), the Grafana dashboard ConfigMaps
+  (our ``dashboards/`` JSON) and the KVBM PodMonitor.
+* :func:`platform_provenance` (settings) -> every chart's name, version, values hash, and the scrape intervals:
+  what a campaign records as the platform it ran on. :func:`dcgm_exporter_url` and :func:`prometheus_url` give
+  the in-cluster Service URLs (a spec's ``kubernetes.dcgm_exporter_urls``; the Dynamo operator's
+  ``prometheusEndpoint``).
+
+Scraping: Prometheus (kube-prometheus-stack) selects every PodMonitor and ServiceMonitor in the cluster
+(``*SelectorNilUsesHelmValues: false``). The Dynamo frontend and workers are scraped by the PodMonitors the
+``dynamo-platform`` chart itself renders (``dynamo-frontend``: port ``http``; ``dynamo-worker``: port ``system``;
+5 s; ``deploy/helm/charts/platform/components/operator/templates/prometheus.yaml``), on the labels its operator
+puts on every DGD pod: adding our own for the same ports would scrape each target twice and double every
+``sum()`` of the dashboards. KVBM's exporter (port 6880, no named container port) is ours: a PodMonitor
+selecting the campaign's worker and prefill pods by our ``benchctl.io/role`` label. DCGM: the dcgm-exporter
+chart's own ServiceMonitor.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from benchctl.aws.k8s.common import (
+    KVBM_METRICS_PORT,
+    LABEL_CAMPAIGN,
+    LABEL_MANAGED,
+    LABEL_ROLE,
+    MANAGED_BY,
+    WORKER_SYSTEM_PORT,
+)
+from benchctl.spec import Kubernetes, ModelSpec
+from benchctl.spec_settings import image_tag_version
+
+JSON = dict[str, Any]
+
+ROOT = Path(__file__).resolve().parents[1]
+CHARTS_DIR = Path(__file__).resolve().parent / "platform_charts"
+DASHBOARDS_DIR = ROOT / "dashboards"
+
+_K8S_DEFAULTS = Kubernetes()
+# The Dynamo release of the runtime images the campaigns run (the spec's default image tag): the platform chart
+# and operator are pinned to the same release.
+DYNAMO_RELEASE = image_tag_version(_K8S_DEFAULTS.dynamo_image) or "1.6.1"
+
+
+class PlatformValuesError(ValueError):
+    """Chart values or settings the chart (or the platform) would not accept; the message names the path."""
+
+
+# ------------------------------------------------------------------------------------------------ pins
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    """One Helm chart the platform installs, pinned."""
+
+    key: str
+    repository: str  # the Helm repository (or OCI/tgz URL base) the chart is installed from
+    chart: str
+    version: str
+    release: str
+    namespace: str
+    app_version: str
+    source: str  # upstream git repository, path and tag/commit of the chart at this version
+    reference: str  # the vendored values reference, relative to stacks/platform_charts/
+    why: str  # why this chart (and this version)
+    subcharts: tuple[tuple[str, str], ...] = ()  # (values key, vendored values.yaml of that subchart)
+    skip_on_auto_mode: bool = False  # EKS Auto Mode builds it in
+
+
+CHARTS: dict[str, ChartPin] = {
+    "nvidia-device-plugin": ChartPin(
+        key="nvidia-device-plugin", repository="https://nvidia.github.io/k8s-device-plugin",
+        chart="nvidia-device-plugin", version="0.20.0", release="nvidia-device-plugin", namespace="kube-system",
+        app_version="0.20.0",
+        source="github.com/NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin at tag v0.20.0",
+        reference="nvidia-device-plugin/0.20.0/values.yaml",
+        why="advertises nvidia.com/gpu on managed GPU node groups (the EKS accelerated AL2023 AMI brings the "
+            "driver and container toolkit, not the plugin); Auto Mode builds it in",
+        skip_on_auto_mode=True),
+    "aws-efa-k8s-device-plugin": ChartPin(
+        key="aws-efa-k8s-device-plugin", repository="https://aws.github.io/eks-charts",
+        chart="aws-efa-k8s-device-plugin", version="v0.5.30", release="aws-efa-k8s-device-plugin",
+        namespace="kube-system", app_version="v0.5.20",
+        source="github.com/aws/eks-charts stable/aws-efa-k8s-device-plugin at commit "
+               "bfe91c4b9257c80f754ad4b3d6a9a3c239b2b8ec (2026-07-21; Chart.yaml version v0.5.30)",
+        reference="aws-efa-k8s-device-plugin/v0.5.30/values.yaml",
+        why="advertises vpc.amazonaws.com/efa (p4d.24xlarge: 4 interfaces) for disaggregated KV transfer over "
+            "EFA; Auto Mode builds it in", skip_on_auto_mode=True),
+    "kube-prometheus-stack": ChartPin(
+        key="kube-prometheus-stack", repository="https://prometheus-community.github.io/helm-charts",
+        chart="kube-prometheus-stack", version="88.5.3", release="kube-prometheus-stack", namespace="monitoring",
+        app_version="v0.93.1",
+        source="github.com/prometheus-community/helm-charts charts/kube-prometheus-stack at tag "
+               "kube-prometheus-stack-88.5.3 (commit ea930baeebeba39f56d6b44e351f23b2a072a600, 2026-08-21)",
+        reference="kube-prometheus-stack/88.5.3/values.yaml",
+        why="Prometheus (prometheus-operator v0.93.1: the PodMonitor/ServiceMonitor CRDs) and Grafana, whose "
+            "dashboard sidecar loads ConfigMaps labelled grafana_dashboard",
+        subcharts=(("grafana", "grafana/12.11.1/values.yaml"),)),
+    "dcgm-exporter": ChartPin(
+        key="dcgm-exporter", repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
+        chart="dcgm-exporter", version="4.8.2", release="dcgm-exporter", namespace="monitoring",
+        app_version="4.5.3-4.8.2",
+        source="github.com/NVIDIA/dcgm-exporter deployment/ at tag 4.5.3-4.8.2 (commit "
+               "691c92762eb551313c825f6efe4ceeee20982801, 2026-05-06)",
+        reference="dcgm-exporter/4.8.2/values.yaml",
+        why="NVIDIA's standalone exporter, not the GPU operator's: the nodes already have the driver and toolkit "
+            "(accelerated AMI, Auto Mode), so the GPU operator would only add the exporter with a cluster-wide "
+            "operator and its CRD; the standalone chart runs the same exporter on managed node groups and on Auto "
+            "Mode (which builds in the device plugin but no exporter) and ships its own ServiceMonitor"),
+    "dynamo-platform": ChartPin(
+        key="dynamo-platform", repository="https://helm.ngc.nvidia.com/nvidia/ai-dynamo",
+        chart="dynamo-platform", version=DYNAMO_RELEASE, release="dynamo-platform", namespace="dynamo-system",
+        app_version=DYNAMO_RELEASE,
+        source="github.com/ai-dynamo/dynamo deploy/helm/charts/platform (published as "
+               "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform-1.6.1.tgz); values reference: "
+               "its README's Values table at 1.6.0 (commit 0398ccf253c2c9cb2b78acf6399fa8b92a8f55dc), the "
+               "nearest copy that could be had",
+        reference="dynamo-platform/1.6.1/values.documented.yaml",
+        why="the Dynamo operator of the release the runtime images are (1.6.1); it applies its CRDs itself "
+            "(upgradeCRD: the crd-apply init container; no separate dynamo-crds chart since 1.x); discovery "
+            "through the Kubernetes API, request plane TCP, event plane ZMQ: no etcd, no NATS"),
+}
+
+# The plan's order: device plugins (GPU device check), monitoring, then Dynamo.
+INSTALL_ORDER = ("nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kube-prometheus-stack", "dcgm-exporter",
+                 "dynamo-platform")
+
+# Not charts: EKS managed add-ons (aws eks create-addon). Auto Mode builds in the Pod Identity Agent; the EFS CSI
+# driver is an add-on in both modes (its controller's role through Pod Identity).
+EKS_ADDONS = {
+    "aws-efs-csi-driver": "the model volume's CSI driver (StorageClass provisioner efs.csi.aws.com); an EKS add-on, "
+                          "not a chart",
+    "eks-pod-identity-agent": "EKS Pod Identity for the load Jobs (and the EFS CSI controller); built into Auto Mode",
+}
+
+# ------------------------------------------------------------------------------------------------ settings
+
+# Names the Kubernetes objects of the platform get; the campaign's (namespace, claim, secret) come from the spec
+STORAGE_CLASS = "benchctl-efs"
+PLATFORM_ID = "platform"  # stands in for a campaign id in the download Job's name and labels (not a campaign)
+DEFAULT_SCRAPE_INTERVAL = "15s"
+DYNAMO_POD_MONITOR_INTERVAL = "5s"  # the dynamo-platform chart's own PodMonitors (templates/prometheus.yaml)
+MODEL_CLAIM_SIZE = "1Ti"  # EFS is elastic: the request is required by the API, not a limit
+DASHBOARD_LABEL = "grafana_dashboard"  # kube-prometheus-stack's grafana.sidecar.dashboards.label
+DASHBOARD_LABEL_VALUE = "1"  # ... and its labelValue
+DASHBOARD_FOLDER = "benchctl"
+DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
+
+
+@dataclass(frozen=True)
+class PlatformSettings:
+    """What the platform is installed for. ``efs_file_system_id`` may be a CDK token string."""
+
+    cluster_name: str
+    region: str
+    model: ModelSpec
+    efs_file_system_id: str
+    namespace: str = _K8S_DEFAULTS.namespace
+    hf_token_secret: str = _K8S_DEFAULTS.hf_token_secret  # the Kubernetes Secret (key HF_TOKEN)
+    hf_secret_arn: str | None = None  # the Secrets Manager secret the user fills, synced into hf_token_secret
+    model_pvc: str = _K8S_DEFAULTS.model_pvc
+    prefetch_image: str = _K8S_DEFAULTS.prefetch_image
+    auto_mode: bool = False
+    gpu_nodegroups: tuple[str, ...] = ()
+    skip_charts: frozenset[str] = field(default_factory=frozenset)  # ``existing``: what the cluster already has
+    scrape_interval: str = DEFAULT_SCRAPE_INTERVAL
+    model_reclaim_policy: str = "Retain"  # the StorageClass's: Retain (keep the weights) or Delete
+
+    def __post_init__(self) -> None:
+        if self.model_reclaim_policy not in ("Retain", "Delete"):
+            raise PlatformValuesError(f"model_reclaim_policy: {self.model_reclaim_policy!r} is not Retain or Delete")
+        if not re.fullmatch(r"[1-9][0-9]*[smh]", self.scrape_interval):
+            raise PlatformValuesError(f"scrape_interval: {self.scrape_interval!r} is not a Prometheus duration "
+                                      "such as 15s, 1m")
+
+    def kubernetes(self) -> Kubernetes:
+        """The campaign's Kubernetes settings these names stand for (what the prefetch rendering takes)."""
+        return Kubernetes(namespace=self.namespace, hf_token_secret=self.hf_token_secret, model_pvc=self.model_pvc,
+                          prefetch_image=self.prefetch_image)
+
+
+def settings_from_spec(spec: Any, *, cluster_name: str, region: str, efs_file_system_id: str, **kw: Any
+                       ) -> PlatformSettings:
+    """Platform settings with the names a campaign spec (``benchctl.spec.CampaignSpec``) uses."""
+    k = spec.kubernetes
+    nodegroups = tuple(sorted({p.nodegroup for p in spec.pools if p.provider == "managed-nodegroup" and p.nodegroup}))
+    auto = any(p.provider == "auto-mode" for p in spec.pools)
+    return PlatformSettings(cluster_name=cluster_name, region=region, model=spec.model,
+                            efs_file_system_id=efs_file_system_id, namespace=k.namespace,
+                            hf_token_secret=k.hf_token_secret, model_pvc=k.model_pvc, prefetch_image=k.prefetch_image,
+                            auto_mode=kw.pop("auto_mode", auto), gpu_nodegroups=kw.pop("gpu_nodegroups", nodegroups),
+                            **kw)
+
+
+def charts_to_install(settings: PlatformSettings) -> list[str]:
+    """The chart keys to install, in :data:`INSTALL_ORDER`: without what Auto Mode builds in or what
+    ``skip_charts`` names (an unknown key there is an error)."""
+    unknown = sorted(set(settings.skip_charts) - set(CHARTS))
+    if unknown:
+        raise PlatformValuesError(f"skip_charts: {unknown} are no charts of the platform (known: {sorted(CHARTS)})")
+    return [k for k in INSTALL_ORDER if k not in settings.skip_charts
+            and not (settings.auto_mode and CHARTS[k].skip_on_auto_mode)]
+
+
+# ------------------------------------------------------------------------------------------- URLs and names
+
+
+def _kps_fullname() -> str:
+    """kube-prometheus-stack's ``kube-prometheus-stack.fullname`` helper (templates/_helpers.tpl) for our release
+    and no override: the release name when it contains the chart name, cut to 26 characters."""
+    pin = CHARTS["kube-prometheus-stack"]
+    name = pin.release if pin.chart in pin.release else f"{pin.release}-{pin.chart}"
+    return name[:26].rstrip("-")
+
+
+def prometheus_url() -> str:
+    """The Prometheus Service (``<fullname>-prometheus``, port 9090) in-cluster."""
+    pin = CHARTS["kube-prometheus-stack"]
+    return f"http://{_kps_fullname()}-prometheus.{pin.namespace}.svc.cluster.local:9090"
+
+
+def dcgm_exporter_url() -> str:
+    """The DCGM exporter's Service (the chart's fullname: the release, which contains the chart name; port 9400)
+    as a spec's ``kubernetes.dcgm_exporter_urls`` entry takes it."""
+    pin = CHARTS["dcgm-exporter"]
+    return f"http://{pin.release}.{pin.namespace}.svc:9400/metrics"
+
+
+# ------------------------------------------------------------------------------------------- chart values
+
+
+def _gpu_node_affinity(settings: PlatformSettings) -> JSON:
+    """Nodes with NVIDIA GPUs, whoever labels them: our managed GPU node groups, GPU feature discovery's
+    ``nvidia.com/gpu.present``, Auto Mode's ``eks.amazonaws.com/instance-gpu-manufacturer`` (terms are ORed)."""
+    terms: list[JSON] = []
+    if settings.gpu_nodegroups:
+        terms.append({"matchExpressions": [{"key": "eks.amazonaws.com/nodegroup", "operator": "In",
+                                            "values": list(settings.gpu_nodegroups)}]})
+    terms.append({"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]})
+    terms.append({"matchExpressions": [{"key": "eks.amazonaws.com/instance-gpu-manufacturer", "operator": "In",
+                                        "values": ["nvidia"]}]})
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+GPU_TOLERATION: JSON = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+EFA_TOLERATION: JSON = {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _values_nvidia_device_plugin(s: PlatformSettings) -> JSON:
+    # the chart's default affinity needs node feature discovery labels (nfd is off by default): our GPU nodes
+    return {"affinity": _gpu_node_affinity(s),
+            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, dict(GPU_TOLERATION)],
+            "gfd": {"enabled": False}}
+
+
+def _values_efa(s: PlatformSettings) -> JSON:
+    # the chart's own node affinity keeps it to EFA-capable instance types (p4d.24xlarge and g6e are listed)
+    return {"tolerations": [dict(GPU_TOLERATION), dict(EFA_TOLERATION)]}
+
+
+def _values_kps(s: PlatformSettings) -> JSON:
+    return {
+        "alertmanager": {"enabled": False},  # nothing routes alerts in this stack
+        # Prometheus keeps its series on an emptyDir (storageSpec left empty): no EBS volume outlives the stack
+        "prometheus": {
+            "service": {"type": "ClusterIP"},
+            "prometheusSpec": {
+                "scrapeInterval": s.scrape_interval,
+                "evaluationInterval": s.scrape_interval,
+                # every PodMonitor/ServiceMonitor (the Dynamo chart's, ours, dcgm-exporter's), not only this release's
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "retention": "15d",
+            },
+        },
+        "grafana": {
+            "service": {"type": "ClusterIP"},
+            "sidecar": {"dashboards": {
+                "enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
+                "searchNamespace": "ALL", "folderAnnotation": DASHBOARD_FOLDER_ANNOTATION,
+                "provider": {"foldersFromFilesStructure": True}}},
+        },
+    }
+
+
+def _values_dcgm(s: PlatformSettings) -> JSON:
+    return {
+        "service": {"type": "ClusterIP"},
+        "serviceMonitor": {"enabled": True, "interval": s.scrape_interval},
+        "affinity": _gpu_node_affinity(s),
+        "tolerations": [dict(GPU_TOLERATION)],
+        # the GPU -> pod mapping (the `pod` label docs/METRICS.md attributes a stage's GPU use by) is the
+        # chart's default: the kubelet's pod-resources socket (kubeletPath)
+    }
+
+
+def _values_dynamo(s: PlatformSettings) -> JSON:
+    return {
+        "global": {
+            "etcd": {"install": False},  # discovery through the Kubernetes API (the chart's default backend)
+            "nats": {"install": False},  # request plane TCP, event plane ZMQ: no NATS
+            "grove": {"install": False},  # single-node TP workers: no multinode orchestration
+            "kai-scheduler": {"install": False},
+        },
+        "dynamo-operator": {
+            "enabled": True,
+            "upgradeCRD": True,  # the operator applies the release's CRDs (crd-apply init container)
+            "controllerManager": {"manager": {"image": {"tag": DYNAMO_RELEASE}}},
+            "dynamo": {"metrics": {"prometheusEndpoint": prometheus_url()}},
+        },
+    }
+
+
+_VALUES = {
+    "nvidia-device-plugin": _values_nvidia_device_plugin,
+    "aws-efa-k8s-device-plugin": _values_efa,
+    "kube-prometheus-stack": _values_kps,
+    "dcgm-exporter": _values_dcgm,
+    "dynamo-platform": _values_dynamo,
+}
+
+
+def chart_values(key: str, settings: PlatformSettings) -> JSON:
+    """The values the platform installs chart ``key`` with, checked against the chart's own reference
+    (:func:`values_problems`); raises :class:`PlatformValuesError` naming every bad path."""
+    if key not in CHARTS:
+        raise PlatformValuesError(f"chart {key!r}: not a chart of the platform (known: {sorted(CHARTS)})")
+    values = _VALUES[key](settings)
+    problems = values_problems(key, values)
+    if problems:
+        raise PlatformValuesError(f"chart {key} {CHARTS[key].version}: " + "; ".join(problems))
+    return values
+
+
+def helm_releases(settings: PlatformSettings) -> list[JSON]:
+    """Each chart to install, in order, as the keyword arguments of CDK's ``aws_eks.HelmChart`` / ``Cluster.add_helm_chart``
+    take them (``chart``, ``repository``, ``version``, ``release``, ``namespace``, ``create_namespace``, ``values``),
+    values checked (:func:`chart_values`)."""
+    out = []
+    for key in charts_to_install(settings):
+        pin = CHARTS[key]
+        out.append({"chart": pin.chart, "repository": pin.repository, "version": pin.version, "release": pin.release,
+                    "namespace": pin.namespace, "create_namespace": pin.namespace != "kube-system",
+                    "values": chart_values(key, settings)})
+    return out
+
+
+# ------------------------------------------------------------------------------------------- values reference
+
+
+def _schema_of_default(value: Any) -> JSON:
+    """A closed JSON Schema of what a chart's default values admit: a mapping with keys admits only those keys
+    (each by its default's type), an empty mapping any keys (nodeSelector, annotations), a list any items, a
+    null default anything (the chart documents it without a type)."""
+    if isinstance(value, dict):
+        if not value:
+            return {"type": "object"}
+        return {"type": "object", "additionalProperties": False,
+                "properties": {k: _schema_of_default(v) for k, v in value.items()}}
+    if isinstance(value, bool):
+        return {"type": "boolean"}
+    if isinstance(value, int):
+        return {"type": "integer"}
+    if isinstance(value, float):
+        return {"type": "number"}
+    if isinstance(value, str):
+        return {"type": "string"}
+    if isinstance(value, list):
+        return {"type": "array"}
+    return {}
+
+
+def _reference_path(rel: str) -> Path:
+    return CHARTS_DIR / rel
+
+
+@cache
+def reference_defaults(key: str) -> JSON:
+    """The chart's default values at the pinned version (subcharts' defaults under their keys, overridden by
+    the parent's, as Helm merges them)."""
+    pin = CHARTS[key]
+    out: JSON = yaml.safe_load(_reference_path(pin.reference).read_text()) or {}
+    for sub_key, rel in pin.subcharts:
+        sub = yaml.safe_load(_reference_path(rel).read_text()) or {}
+        out[sub_key] = _merge(sub, out.get(sub_key) or {})
+    return out
+
+
+def _merge(base: JSON, over: JSON) -> JSON:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) and v else copy.deepcopy(v)
+    return out
+
+
+@cache
+def _validator(key: str) -> jsonschema.Draft7Validator:
+    pin = CHARTS[key]
+    schema_file = _reference_path(pin.reference).with_name("values.schema.json")
+    if schema_file.exists():  # the chart's own schema, when it ships one
+        schema = json.loads(schema_file.read_text())
+    else:
+        schema = _schema_of_default(reference_defaults(key))
+    return jsonschema.Draft7Validator(schema)
+
+
+def values_problems(key: str, values: JSON) -> list[str]:
+    """Every path of ``values`` chart ``key`` (at its pinned version) does not have, or has with another type."""
+    out = []
+    for e in sorted(_validator(key).iter_errors(values), key=lambda e: list(map(str, e.absolute_path))):
+        path = ".".join(map(str, e.absolute_path)) or "(values)"
+        out.append(f"{path}: {e.message}")
+    return out
+
+
+def values_hash(values: JSON) -> str:
+    return hashlib.sha256(json.dumps(values, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------- manifests
+
+
+def _meta(name: str, namespace: str | None = None, labels: dict[str, str] | None = None) -> JSON:
+    meta: JSON = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = {LABEL_MANAGED: MANAGED_BY, "benchctl.io/component": "platform", **(labels or {})}
+    return meta
+
+
+def namespace_manifest(s: PlatformSettings) -> JSON:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(s.namespace)}
+
+
+def storage_class_manifest(s: PlatformSettings) -> JSON:
+    """EFS through the EFS CSI driver's dynamic provisioning (``provisioningMode: efs-ap``: one access point per
+    volume under ``basePath``; kubernetes-sigs/aws-efs-csi-driver docs/parameters.md). Access points always
+    enforce one POSIX identity, so the prefetch Job (which writes as its image's user) and the workers (which
+    read as theirs) meet the same owner. ``reclaimPolicy`` is ``s.model_reclaim_policy``: ``Retain`` keeps the
+    downloaded weights when the claim goes (the file system's own retention is the stack's stated choice)."""
+    return {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": _meta(STORAGE_CLASS),
+        "provisioner": "efs.csi.aws.com",
+        "parameters": {"provisioningMode": "efs-ap", "fileSystemId": s.efs_file_system_id,
+                       "directoryPerms": "755", "basePath": "/benchctl"},
+        "reclaimPolicy": s.model_reclaim_policy,
+        "volumeBindingMode": "Immediate",
+    }
+
+
+def model_claim_manifest(s: PlatformSettings) -> JSON:
+    """The ReadWriteMany claim the campaigns mount (``kubernetes.model_pvc``): workers of one experiment run on
+    several nodes at once."""
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(s.model_pvc, s.namespace),
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": STORAGE_CLASS,
+                 "resources": {"requests": {"storage": MODEL_CLAIM_SIZE}}},
+    }
+
+
+def model_download_job(s: PlatformSettings) -> JSON:
+    """The one-time download of the pinned revision onto the claim: exactly the campaign's prefetch Job
+    (:func:`benchctl.aws.k8s.jobs.render_prefetch_job`: token from the campaign's secret as a read-only file,
+    pinned huggingface_hub, fails unless the snapshot of that commit is where the workers serve it from), with
+    :data:`PLATFORM_ID` in place of a campaign id, off the GPU node groups."""
+    from benchctl.aws.k8s.jobs import render_prefetch_job
+
+    if not s.model.revision:
+        raise PlatformValuesError("model.revision: the platform downloads a pinned commit; give the 40-hex commit")
+    return render_prefetch_job(s.model, s.kubernetes(), PLATFORM_ID, pools=_gpu_pools(s))
+
+
+def _gpu_pools(s: PlatformSettings) -> list[Any]:
+    """The GPU node groups as the campaign's pools, for its rule that keeps a CPU pod off them (and off any node
+    labelled with GPUs): :func:`benchctl.aws.k8s.jobs.off_gpu_pools`."""
+    from benchctl.spec import PoolSpec
+
+    return [PoolSpec(name=f"gpu-{i}", instance_type="gpu", gpus_per_node=1, gpu_kind="gpu",
+                     provider="managed-nodegroup", nodegroup=ng) for i, ng in enumerate(s.gpu_nodegroups)]
+
+
+def dashboard_files() -> list[Path]:
+    return sorted(DASHBOARDS_DIR.glob("*.json"))
+
+
+def dashboard_configmaps(s: PlatformSettings) -> list[JSON]:
+    """One ConfigMap per dashboard of ``dashboards/``, as the Grafana sidecar of kube-prometheus-stack loads them:
+    labelled ``grafana_dashboard: "1"``, in the monitoring namespace, folder by annotation. The data is the file's
+    text unchanged."""
+    ns = CHARTS["kube-prometheus-stack"].namespace
+    out = []
+    for path in dashboard_files():
+        cm: JSON = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": _meta(f"benchctl-dashboard-{path.stem}", ns, {DASHBOARD_LABEL: DASHBOARD_LABEL_VALUE}),
+              "data": {path.name: path.read_text()}}
+        cm["metadata"]["annotations"] = {DASHBOARD_FOLDER_ANNOTATION: DASHBOARD_FOLDER}
+        out.append(cm)
+    return out
+
+
+def kvbm_pod_monitor(s: PlatformSettings) -> JSON:
+    """KVBM's exporter (``DYN_KVBM_METRICS=true``, port 6880) on the campaign's worker and prefill pods (our
+    ``benchctl.io/role`` label; every campaign pod also carries ``benchctl.io/campaign``). The port is not a named
+    container port: keep the worker's ``system`` port target (one per pod, 9090, which the operator names) and
+    rewrite its address to 6880, as Dynamo's own dynamo-router PodMonitor does for 9090."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+        "metadata": _meta("benchctl-kvbm", s.namespace),
+        "spec": {
+            "namespaceSelector": {"matchNames": [s.namespace]},
+            "selector": {"matchExpressions": [
+                {"key": LABEL_ROLE, "operator": "In", "values": ["worker", "prefill"]},
+                {"key": LABEL_CAMPAIGN, "operator": "Exists"}]},
+            "podMetricsEndpoints": [{
+                "port": "system",
+                "path": "/metrics",
+                "interval": s.scrape_interval,
+                "relabelings": [{
+                    "action": "replace", "sourceLabels": ["__address__"], "regex": r"([^:]+)(?::\d+)?",
+                    "replacement": f"${{1}}:{KVBM_METRICS_PORT}", "targetLabel": "__address__"}],
+            }],
+        },
+    }
+
+
+def platform_manifests(s: PlatformSettings) -> list[JSON]:
+    """Every Kubernetes object the platform stack applies (charts aside), in apply order. The download Job needs
+    the token Secret (``hf_token_secret``, key ``HF_TOKEN``, filled from ``hf_secret_arn``) and the EFS CSI driver
+    first; the dashboards and the PodMonitor need kube-prometheus-stack (its CRDs). The results dashboard
+    (``benchctl-results.json``) queries Athena: it shows data once Grafana has the ``grafana-athena-datasource``
+    plugin and a datasource for the lake, which this module does not configure."""
+    out = [namespace_manifest(s), storage_class_manifest(s), model_claim_manifest(s), model_download_job(s)]
+    if "kube-prometheus-stack" in charts_to_install(s):
+        out += dashboard_configmaps(s)
+        out.append(kvbm_pod_monitor(s))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- provenance
+
+
+def platform_provenance(s: PlatformSettings) -> JSON:
+    """What a campaign records as the platform it ran on: each installed chart (repository, name, version,
+    release, namespace, values and their sha256), the EKS add-ons, the scrape intervals, the model download."""
+    charts = {}
+    for key in charts_to_install(s):
+        pin, values = CHARTS[key], chart_values(key, s)
+        charts[key] = {"repository": pin.repository, "chart": pin.chart, "version": pin.version,
+                       "app_version": pin.app_version, "release": pin.release, "namespace": pin.namespace,
+                       "values_sha256": values_hash(values), "values": values, "source": pin.source}
+    return {
+        "cluster_name": s.cluster_name, "region": s.region, "auto_mode": s.auto_mode,
+        "charts": charts,
+        "skipped_charts": sorted(set(CHARTS) - set(charts)),
+        "eks_addons": sorted(EKS_ADDONS),
+        "scrape_interval": s.scrape_interval,
+        "dynamo_pod_monitor_interval": DYNAMO_POD_MONITOR_INTERVAL,
+        "model": {"name": s.model.name, "revision": s.model.revision, "claim": s.model_pvc,
+                  "storage_class": STORAGE_CLASS},
+        "hf_token": {"kubernetes_secret": s.hf_token_secret, "secrets_manager_arn": s.hf_secret_arn},
+        "worker_metrics_port": WORKER_SYSTEM_PORT, "kvbm_metrics_port": KVBM_METRICS_PORT,
+    }
