@@ -68,7 +68,7 @@ def run_calibrate(query: QueryPort, lake: Path, args: argparse.Namespace) -> int
         for role, what in cal.profile.provenance["roles"].items():
             print(f"  role {role}: {what}")
         print(f"  select it in a spec: experiments[{cal.experiment}].mocker: {{{SPEC_FIELD}: {cal.name}}}"
-              f"  (or mocker: {{planner_profile_data: {npz}}})")
+              f" (benchctl run --out {workspace})")
     return 0
 
 

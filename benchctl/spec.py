@@ -104,7 +104,6 @@ class LocalMocker(Strict):
     num_host_blocks: int | None = Field(default=None, gt=0, description="CPU KV tier size (offload)")
     host_offload_d2h_bandwidth_gbps: float | None = Field(default=None, gt=0)
     host_offload_h2d_bandwidth_gbps: float | None = Field(default=None, gt=0)
-    planner_profile_data: str | None = Field(default=None, min_length=1, description="mocker NPZ timing profile")
 
 
 class KvOffload(Strict):
@@ -330,7 +329,9 @@ class CampaignSpec(Strict):
         for i, w in enumerate(self.workloads):
             isl, osl = w.max_lengths()
             if osl > self.model.max_context:
-                problems.append(f"workloads[{i}]: osl {osl} exceeds model.max_context {self.model.max_context}")
+                problems.append(
+                    f"workloads[{i}]: osl {osl} exceeds model.max_context {self.model.max_context}"
+                )
             elif isl + osl > self.model.max_context:
                 what = "longest turn (all turns' history)" if isinstance(w, MultiTurn) else "isl"
                 problems.append(

@@ -94,8 +94,6 @@ def twin_label(mocker_json: str | None) -> str:
         knobs = json.loads(mocker_json or "{}")
     except ValueError:
         knobs = {}
-    if knobs.get("planner_profile_data"):
-        return f"profile {knobs['planner_profile_data']}"
     if knobs.get("twin") and knobs["twin"] not in ("auto", "off"):
         return f"twin {knobs['twin']}"
     if knobs.get("twin") == "auto":

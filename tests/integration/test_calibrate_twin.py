@@ -34,20 +34,13 @@ def _known(path: Path) -> Path:
 
 
 def _spec(tmp_path: Path, out: Path) -> Path:
-    """The known profile selected by name from the run's twin store (``mocker.twin``, benchctl.twin) where the
-    spec has that field, else by path (``mocker.planner_profile_data``)."""
-    from benchctl.spec import LocalMocker
-
-    if "twin" in LocalMocker.model_fields:
-        _known(out / "twin" / "known-test")
-        mocker = {"twin": "known-test"}
-    else:
-        mocker = {"planner_profile_data": str(_known(tmp_path / "known"))}
+    """The known profile in the run's twin store, selected by name (``mocker.twin``, benchctl.twin)."""
+    _known(out / "twin" / "known-test")
     d = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
     d["name"] = "calibrate-twin"
     d["experiments"] = [{"name": "agg", "mode": "aggregated", "router": "kv",
                          "workers": [{"role": "worker", "pool": "gpu-a100", "replicas": 1, "tensor_parallel": 4}],
-                         "mocker": mocker}]
+                         "mocker": {"twin": "known-test"}}]
     sweep = {"kind": "concurrency_sweep", "osl": 32, "request_count": 5}
     d["workloads"] = [{**sweep, "name": f"prefill-{isl}", "isl": isl, "concurrency": [1]} for isl in (128, 1024, 2048)]
     d["workloads"].append({**sweep, "name": "decode", "isl": 512, "osl": 64, "concurrency": [2, 4],

@@ -54,7 +54,7 @@ def test_repeats_are_averaged_and_unmatched_steps_count_for_no_pair():
 
 def test_twin_label_names_the_profile_or_its_absence():
     assert twin_label(json.dumps({"twin": "a100-tp4"})) == "twin a100-tp4"
-    assert twin_label(json.dumps({"planner_profile_data": "/p/perf_data.npz"})) == "profile /p/perf_data.npz"
+    assert twin_label(json.dumps({"twin": "off"})) == "the mocker's built-in timing (no twin)"
     assert "no twin" in twin_label(None)
 
 
