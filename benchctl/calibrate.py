@@ -364,12 +364,12 @@ def prefill_stalls(records: list[dict[str, Any]], replicas: int = 1) -> list[flo
     one after the other, so each such overlap held back this request's next token. Divided by ``replicas``
     (the share of the others on the same worker, when the records do not say which worker). None: a record
     without its times."""
-    spans = []
+    spans: list[tuple[float, float, float] | None] = []
     for r in records:
         if r.get("start_ns") is None or r.get("end_ns") is None or r.get("ttft_ms") is None:
             spans.append(None)
         else:
-            first = r["start_ns"] + r["ttft_ms"] * 1e6
+            first = float(r["start_ns"]) + float(r["ttft_ms"]) * 1e6
             spans.append((float(r["start_ns"]), first, float(r["end_ns"])))
     out: list[float | None] = []
     for i, me in enumerate(spans):
