@@ -26,7 +26,7 @@ each; the other workloads' mixed lengths, histories and prefix shares are left o
   more (the provenance's ``attribution``); ``path_overhead_ms`` is AIPerf's mean minus the router's per step.
 * **decode**: ITL against active KV tokens and context length, one point per step (any concurrency): the
   median of AIPerf's per-request ITL, at context = mean ISL + mean OSL / 2 (a request's mean context over its
-  decode) and active KV per worker = concurrency / decoding replicas x context (the closed loop keeps
+  decode) and active KV per busy worker = max(concurrency / decoding replicas, 1) x context (the loop keeps
   ``concurrency`` requests decoding, the router spreads them evenly over the experiment's decoding workers).
   Least squares ``itl = d + e*kv (+ f*ctx)``: the context term only when the steps vary it (two distinct
   contexts and four points at least). Aggregated, a request's ITL also holds the prefills of the other
@@ -266,7 +266,7 @@ def calibrate(query: QueryPort, campaign_id: str, lake: str, *, experiments: lis
                               else "median of AIPerf's TTFT, ms (end to end)"),
                         "path_overhead_ms": _path_overhead(router, prefill_steps, by_step, exp)},
             "decode": {**decode.summary(), "steps": decode_steps,
-                       "x": "kv: concurrency / decoding replicas x (mean ISL + mean OSL/2); ctx: mean ISL + "
+                       "x": "kv: max(concurrency / decoding replicas, 1) x (mean ISL + mean OSL/2); ctx: mean ISL + "
                             "mean OSL/2", "decoding_replicas": replicas.get(exp, 1),
                        "y": "median of AIPerf's per-request ITL, ms, less the other requests' prefills it "
                             "waited for (prefill_share_ms: the median share taken out per step)",
@@ -399,7 +399,7 @@ def _decode_points(steps: list[dict[str, Any]], by_step: dict[tuple[str, str], l
         if not rs:
             continue
         ctx = statistics.fmean(r["isl"] for r in rs) + statistics.fmean(r["osl"] for r in rs) / 2.0
-        n = float(s["concurrency"]) / replicas
+        n = max(float(s["concurrency"]) / replicas, 1.0)  # requests per busy worker: never below one
         itls = [float(r["itl_ms"]) for r in rs]
         if aggregated and n > 1:
             stalls = prefill_stalls(by_step[(exp, s["step_id"])], replicas)
