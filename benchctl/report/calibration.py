@@ -155,6 +155,10 @@ def load_calibration(query: QueryPort, campaign: dict[str, Any], measured_campai
             raise ValueError(f"--compare-measured {measured_campaign}: that is the reported campaign itself; "
                              "give the measured campaign to compare the twin with")
     if not campaign.get("simulated"):
+        if measured_campaign is not None:
+            raise ValueError(f"--compare-measured {measured_campaign}: the reported campaign {cid} is not "
+                             f"simulated (no twin to compare); report the twin's campaign with --compare-measured "
+                             f"{measured_campaign}")
         return None
     twins, calibrated_from = _twin_labels(query, cid)
     notes = []

@@ -105,6 +105,10 @@ def test_an_unknown_measured_campaign_exits_2_and_writes_nothing(tmp_path, capsy
                  "--compare-measured", "nope"]) == 2
     assert "--compare-measured nope: no such campaign in the lake; valid: meas" in capsys.readouterr().err
     assert not out.exists()
+    assert main(["report", "--lake", str(tmp_path / "lake"), "--campaign", "meas", "--out", str(out),
+                 "--compare-measured", "twin"]) == 2
+    assert "the reported campaign meas is not simulated" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def _twins_table(tmp_path, monkeypatch, provenance: dict | None = None):
