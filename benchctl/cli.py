@@ -26,6 +26,7 @@ EPILOG = """examples:
   benchctl render examples/seed-plan.yaml --out manifests   # Kubernetes manifests the AWS engine applies
   benchctl predict examples/seed-plan.yaml --lake runs/lake   # aiconfigurator's predictions, offline
   benchctl report --lake runs/lake --out report.html   # one self-contained HTML report (figures, tables)
+  benchctl calibrate --lake runs/lake --campaign C     # fit the mocker's timing profile from a measured campaign
 """
 
 
@@ -315,9 +316,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     out = _path(args.out)
     fmt = args.format or ("md" if out.suffix.lower() in {".md", ".markdown"} else "html")
-    path = write_report(_lake(args.lake), args.campaign, out, fmt)
+    path = write_report(_lake(args.lake), args.campaign, out, fmt, compare_measured=args.compare_measured)
     print(f"{fmt} report of {f'campaign {args.campaign}' if args.campaign else 'the latest campaign'}: {path}")
     return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from benchctl.cli_calibrate import run_calibrate
+    from benchctl.local.query import QueryEngine
+
+    with QueryEngine(lake := _lake(args.lake)) as engine:
+        return run_calibrate(engine, lake, args)
 
 
 CONTEXT_HELP = ("the CDK app's cdk.json whose context 'benchctl:ceilings' (images, instance types and list prices, "
@@ -437,7 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign", help="campaign id (default: the latest in the lake's campaigns table)")
     p.add_argument("--out", required=True, help="file to write (atomically), e.g. report.html")
     p.add_argument("--format", choices=["html", "md"], help="default: md for a .md --out, else html")
+    p.add_argument("--compare-measured", metavar="CAMPAIGN", help="a simulated campaign's report: put this measured "
+                   "campaign (same lake) beside the twin and the prediction per sweep step, with MAPE per pair")
     p.set_defaults(fn=cmd_report)
+
+    from benchctl.cli_calibrate import add_parser as add_calibrate
+
+    add_calibrate(sub).set_defaults(fn=cmd_calibrate)
     return ap
 
 

@@ -32,12 +32,13 @@ def render_report(lake: Path, campaign_id: str | None, fmt: str = "html") -> str
         return report.render_report(engine, campaign_id, fmt, source=str(lake))
 
 
-def write_report(lake: Path, campaign_id: str | None, out: Path, fmt: str = "html") -> Path:
+def write_report(lake: Path, campaign_id: str | None, out: Path, fmt: str = "html", *,
+                 compare_measured: str | None = None) -> Path:
     """``benchctl report``: render and write atomically (nothing is written when it cannot be rendered)."""
     if fmt not in report.FORMATS:
         raise ValueError(f"unknown report format {fmt!r}; valid: {', '.join(report.FORMATS)}")
     with _engine(lake) as engine:
-        return report.write_report(engine, campaign_id, out, fmt, source=str(lake))
+        return report.write_report(engine, campaign_id, out, fmt, source=str(lake), compare_measured=compare_measured)
 
 
 def report_views(query: QueryEngine, lake: Path, campaign_id: str, out_dir: Path) -> dict[str, str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from benchctl.atomic import atomic_write
 from benchctl.ports import QueryPort
+from benchctl.report.calibration import load_calibration
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
 from benchctl.report.data import ReportData, load_report_data, report_queries
 from benchctl.report.figures import pareto_frontier
@@ -41,13 +42,17 @@ def render(data: ReportData, fmt: str = "html") -> str:
 
 
 def render_report(query: QueryPort, campaign_id: str | None, fmt: str = "html", *, source: str,
-                  missing_ok: bool = False) -> str:
+                  missing_ok: bool = False, compare_measured: str | None = None) -> str:
     """The report of ``campaign_id`` (default: the latest in the lake's campaigns table) as text."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r}; valid: {', '.join(FORMATS)}")
-    return render(load_report_data(query, campaign_id, source, missing_ok=missing_ok), fmt)
+    data = load_report_data(query, campaign_id, source, missing_ok=missing_ok)
+    data.calibration = load_calibration(query, data.campaign, compare_measured)
+    return render(data, fmt)
 
 
-def write_report(query: QueryPort, campaign_id: str | None, out: Path, fmt: str = "html", *, source: str) -> Path:
+def write_report(query: QueryPort, campaign_id: str | None, out: Path, fmt: str = "html", *, source: str,
+                 compare_measured: str | None = None) -> Path:
     """Render and write the report atomically (nothing is written when it cannot be rendered)."""
-    return atomic_write(Path(out), render_report(query, campaign_id, fmt, source=source), fsync=True)
+    text = render_report(query, campaign_id, fmt, source=source, compare_measured=compare_measured)
+    return atomic_write(Path(out), text, fsync=True)

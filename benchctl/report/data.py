@@ -77,6 +77,7 @@ class ReportData:
     predictions: Rows | None
     predictions_note: str | None
     images: list[dict[str, str]] = field(default_factory=list)
+    calibration: Any = None  # report.calibration.Calibration: twin vs prediction vs measurement (simulated only)
     network: list[dict[str, Any]] = field(default_factory=list)  # per experiment: what network_observed recorded
     comparisons: list[dict[str, Any]] = field(default_factory=list)  # the comparisons rows (written at Plan)
     comparison_steps: list[dict[str, Any]] = field(default_factory=list)  # v_comparison_steps: what verdicts read

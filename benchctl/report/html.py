@@ -9,6 +9,7 @@ from typing import Any
 
 from benchctl.report import client
 from benchctl.report.answers import answers
+from benchctl.report.calibration import description, mape_columns
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT, esc
 from benchctl.report.data import (
     ReportData,
@@ -151,6 +152,16 @@ def render_html(data: ReportData) -> str:
         pred_body, n_pred = f'<p class="empty no-predictions">{esc(data.predictions_note or "No predictions.")}</p>', 0
     parts.append(f'<section id="predictions" data-rows="{n_pred}"><h2>Predicted vs measured{sim}</h2>'
                  f"{pred_body}</section>")
+    if data.calibration is not None:  # twin vs prediction vs measurement (benchctl.report.calibration)
+        cal = data.calibration
+        toc.append(("calibration", "Twin, prediction, measurement"))
+        notes = "".join(f'<p class="empty no-measured">{esc(n)}</p>' for n in cal.notes)
+        parts.append(f'<section id="calibration" data-rows="{len(cal.rows)}" data-measured='
+                     f'"{esc(cal.measured_campaign or "")}"><h2>Twin, prediction, measurement{sim}</h2>'
+                     f'<p class="desc">{esc(description(cal))}</p>{notes}'
+                     + (_html_table(cal.columns, cal.rows) + "<h3>Error per pair (MAPE, %)</h3>"
+                        + _html_table(mape_columns(cal), cal.mape) if cal.rows
+                        else '<p class="empty">No concurrency-sweep step to compare.</p>') + "</section>")
     # provenance
     toc.append(("provenance", "Provenance"))
     kv = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in provenance_items(data))

@@ -12,6 +12,7 @@ from typing import Any
 
 from benchctl.report import client
 from benchctl.report.answers import answers
+from benchctl.report.calibration import description, mape_columns
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
 from benchctl.report.data import (
     ReportData,
@@ -105,6 +106,12 @@ def render_markdown(data: ReportData) -> str:
         out += [_md_table(data.predictions.columns, data.predictions.rows), ""]
     else:
         out += [f"_{md_text(data.predictions_note or 'No predictions.')}_", ""]
+    if data.calibration is not None:  # twin vs prediction vs measurement (benchctl.report.calibration)
+        cal = data.calibration
+        out += [f"## Twin, prediction, measurement{tag}", "", md_text(description(cal)), ""]
+        out += [f"_{md_text(n)}_" for n in cal.notes] + ([""] if cal.notes else [])
+        out += ([_md_table(cal.columns, cal.rows), "", "Error per pair (MAPE, %):", "",
+                 _md_table(mape_columns(cal), cal.mape), ""] if cal.rows else ["_no concurrency-sweep step_", ""])
     out += [f"## Figures{tag}", "", "Figures are omitted in Markdown: see the HTML report "
             "(`benchctl report --format html`):", ""]
     out += [f"- {md_text(f.title)}" for f in figures(data)]
