@@ -273,14 +273,15 @@ def aic_curves(key: TwinKey) -> Curves:
     return _CURVES[memo]
 
 
-def ensure(workspace: Path, key: TwinKey, curves: Callable[[TwinKey], Curves] = aic_curves,
+def ensure(workspace: Path, key: TwinKey, curves: Callable[[TwinKey], Curves] | None = None,
            write: bool = True) -> RoleTwin:
-    """The profile of ``key`` in the workspace's store: read when there, else made (and written, ``write``)."""
+    """The profile of ``key`` in the workspace's store: read when there, else made (and written, ``write``) from
+    ``curves`` (default :func:`aic_curves`, looked up when called)."""
     directory = profile_dir(workspace, key.name())
     try:
         profile = read_profile(directory)
     except (ProfileError, OSError):
-        profile = build_profile(key, curves(key))
+        profile = build_profile(key, (curves or aic_curves)(key))
         if not write:
             return _role_twin(key.role, key.name(), directory, profile, npz=False)
         write_profile(directory, profile)
