@@ -369,21 +369,25 @@ def _sweep_against_prediction(out: Path) -> list[tuple[str, int, str, float, flo
 
 # the local handoff's own stall (Nagle + delayed ACK on the mocker's bootstrap connection, ~45 ms) is gone: the
 # shim sets TCP_NODELAY on it (tests/integration/test_local_serving.py). What is left, measured (sweep-only smoke):
-_AIPERF_TTFT = ("client-bound: AIPerf on 2 cores adds about 25-30 ms to every TTFT p50 (aggregated too: 53.6 ms "
-                "against a light direct client's 21.8), so the disaggregated TTFT p50 ({aiperf}) is past 25 %; a "
-                "light direct client measured {direct} against benchctl predict's {predicted}")
+# the frontend's own Nagle stall on AIPerf's kept-alive connections (docs/FACTS.md, "The frontend's first token on a
+# kept-alive connection"), which a GPU deployment has too, so it stays in the measurement
+_AIPERF_TTFT = ("Dynamo 1.6.1's frontend holds a first token ready within ~40 ms of the response headers until the "
+                "client's delayed ACK (no TCP_NODELAY on its HTTP socket; AIPerf reuses connections): about 25 ms on "
+                "the twin, whose first token comes early, so the disaggregated TTFT p50 ({aiperf}) is past 25 %; a "
+                "light direct client on new connections measured {direct} against benchctl predict's {predicted}")
 _HANDOFF_C1 = _AIPERF_TTFT.format(aiperf="55.1 / 49.1 ms in two runs, +51 / +34 %", direct="32.3 ms (-12 %)",
                                   predicted="36.5 ms")
 _HANDOFF_C4 = _AIPERF_TTFT.format(aiperf="48.4 / 47.4 ms in two runs, +33 / +30 %", direct="40.0 ms (+10 %)",
                                   predicted="36.5 ms")
-_HANDOFF_C16 = ("on the line (53.6 / 51.1 ms in two runs, +30 / +24 %, where 51.7 is within): AIPerf's 25-30 ms, and "
+_HANDOFF_C16 = ("on the line (53.6 / 51.1 ms in two runs, +30 / +24 %, where 51.7 is within): the frontend's "
+                "delayed-ACK stall on some requests, and "
                 "one prefill worker near "
                 "saturation (about 50 requests/s asked of the ~50 it completes at the 279 tokens a request carries "
                 "with its chat template), whose queue benchctl predict's fluid closed loop puts at 4.8 ms; a light "
                 "direct client measured 65.6 ms (+59 %)")
-_CLIENT = ("client-bound: under 16 streams AIPerf on 2 cores receives the first tokens of a response in one burst, "
-           "counted into TTFT, so its ITL p50 (7.6 ms, -25.3 %; 7.85 ms, -23 %, in another run: near the line) is below "
-           "the twin's; a light direct client measured 8.56 ms (-16 %)")
+_CLIENT = ("the frontend's delayed-ACK stall: a first token held until the client's delayed ACK comes out with the "
+           "tokens made meanwhile, counted into TTFT, so AIPerf's ITL p50 (7.6 ms, -25.3 %; 7.85 ms, -23 %, in another "
+           "run: near the line) is below the twin's; a light direct client measured 8.56 ms (-16 %)")
 CELLS = [pytest.param(m, c, k, id=f"{m[:6]}-c{c}-{k}",
                       marks=[pytest.mark.xfail(strict=strict, reason=why)] if why else [])
          for m, c, k, why, strict in [
