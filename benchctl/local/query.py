@@ -70,11 +70,17 @@ def to_duckdb(sql: str, *, what: str = "query") -> str:
 
 
 class QueryEngine:
-    def __init__(self, lake_root: Path, *, views_dir: Path = VIEWS_DIR) -> None:
+    """DuckDB over the lake: a view per table (reading its parquet files at each query, so an engine sees what
+    is ingested after it opened) and the SQL views over them. ``snapshot``: each table is read ONCE, into
+    memory, when the engine opens: the report's engines, which run some 60 queries over a finished campaign
+    (each would re-read and re-plan every parquet file: about 50 ms a query) and must see one state of the lake."""
+
+    def __init__(self, lake_root: Path, *, views_dir: Path = VIEWS_DIR, snapshot: bool = False) -> None:
         import duckdb
 
         self.lake_root = Path(lake_root).resolve()  # absolute: the paths the views read are the ones allowed
         self.views_dir = Path(views_dir)
+        self.snapshot = snapshot
         self.con = duckdb.connect(":memory:")
         self.table_views: list[str] = []
         self.sql_views: list[str] = []
@@ -103,7 +109,7 @@ class QueryEngine:
         has_files = base.is_dir() and any(not p.name.startswith(".") for p in base.rglob("*.parquet"))
         if not has_files:
             select = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[t]}) AS {_q(n)}" for n, t in cols)
-            return f"CREATE OR REPLACE VIEW {_q(table)} AS SELECT {select} WHERE false"
+            return f"CREATE OR REPLACE {self._kind} {_q(table)} AS SELECT {select} WHERE false"
         glob = str(base / "**" / "*.parquet").replace("'", "''")
         hive_types = ", ".join(f"'{k}': 'VARCHAR'" for k in schema.partition_keys(table))
         source = (
@@ -116,7 +122,11 @@ class QueryEngine:
             f"CAST({_q(n) if n in present else 'NULL'} AS {_DUCK_TYPES[t]}) AS {_q(n)}" for n, t in cols
         )
         # identifiers come from the schema module, quoted; the path is quote-escaped
-        return f"CREATE OR REPLACE VIEW {_q(table)} AS SELECT {select} FROM {source}"  # noqa: S608
+        return f"CREATE OR REPLACE {self._kind} {_q(table)} AS SELECT {select} FROM {source}"  # noqa: S608
+
+    @property
+    def _kind(self) -> str:
+        return "TABLE" if self.snapshot else "VIEW"
 
     def _load_sql_views(self) -> None:
         """Every view file, in the order Athena creates them (``ordered_views``: dependencies first),

@@ -89,7 +89,7 @@ class LocalEngine:
         self.locks = FileLocks(self.workspace / LOCKS_DIR, notify=notify)  # shared by the workspace's campaigns
         self._serving: dict[str, LocalServing] = {}
         self._query: QueryEngine | None = None
-        self.report = LocalReport(Path(self.lake_uri), self.run_dir, self.query)
+        self.report = LocalReport(Path(self.lake_uri), self.run_dir)
 
     def run_dir(self, campaign_id: str) -> Path:
         return Path(self.runs_uri) / campaign_id
