@@ -41,7 +41,6 @@ Pure core (keys, resampling, labels, knobs); aiconfigurator and the store only i
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import math
@@ -53,6 +52,7 @@ from typing import Any
 from benchctl.twin_profile import (
     ProfileError,
     TimingProfile,
+    interp,
     profile_dir,
     read_profile,
     write_profile,
@@ -98,16 +98,6 @@ class Curves:
     notes: list[str] = field(default_factory=list)
 
 
-def _lerp(xs: list[float], ys: list[float], x: float) -> float:
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    i = bisect.bisect_right(xs, x) - 1
-    f = (x - xs[i]) / (xs[i + 1] - xs[i])
-    return ys[i] * (1 - f) + ys[i + 1] * f
-
-
 def decode_ms(curves: Curves, batch: float, ctx: float) -> float:
     """One decode iteration at ``batch`` x ``ctx`` from aiconfigurator's table: linear in the batch, in
     log(context) between the table's contexts (clamped at the ends)."""
@@ -115,8 +105,8 @@ def decode_ms(curves: Curves, batch: float, ctx: float) -> float:
     by_ctx = []
     for c in ctxs:
         bs = sorted(b for b, cc in curves.decode_ms if cc == c)
-        by_ctx.append(_lerp([float(b) for b in bs], [curves.decode_ms[(b, c)] for b in bs], batch))
-    return _lerp([math.log(c) for c in ctxs], by_ctx, math.log(max(ctx, 1.0)))
+        by_ctx.append(interp([float(b) for b in bs], [curves.decode_ms[(b, c)] for b in bs], batch))
+    return interp([math.log(c) for c in ctxs], by_ctx, math.log(max(ctx, 1.0)))
 
 
 def max_batch(curves: Curves, ctx: float) -> float:

@@ -81,7 +81,7 @@ class TimingProfile:
 
     def ttft_ms(self, isl: float) -> float:
         """A prefill of ``isl`` new tokens alone, in milliseconds."""
-        return _interp(self.prefill_isl, self.prefill_ttft_ms, isl)
+        return interp(self.prefill_isl, self.prefill_ttft_ms, isl)
 
     def itl_ms(self, active_kv_tokens: float, context_length: float) -> float:
         """One decode iteration with ``active_kv_tokens`` in the batch's KV cache, mean context
@@ -111,7 +111,8 @@ def _locate(axis: Sequence[float], x: float) -> tuple[int, float]:
     return lo, (x - axis[lo]) / (axis[lo + 1] - axis[lo])
 
 
-def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+def interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """``ys`` at ``x`` by linear interpolation over increasing ``xs``, clamped at the ends."""
     i, f = _locate(xs, x)
     return ys[i] * (1 - f) + ys[i + 1] * f
 
