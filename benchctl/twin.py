@@ -33,7 +33,12 @@ How the curves are made (aiconfigurator 0.12, vLLM backend, its static modes, ex
   resampled onto the mocker's axes (active KV tokens :data:`NPZ_KV` x context :data:`NPZ_CTX`) with batch =
   kv / context, clamped to 1 .. min(vLLM's ``max_num_seqs``, what the KV cache holds);
 * KV capacity: aiconfigurator's memory per GPU at batch 1 and 2 (linear in the tokens held, as
-  :mod:`benchctl.predict` fits a batch) within vLLM's 0.9 of the pool's GPU memory, in mocker blocks.
+  :mod:`benchctl.predict` fits a batch) within vLLM's 0.9 of the pool's GPU memory, in mocker blocks;
+* dispatch (aggregated workers only): aiconfigurator's aggregated TTFT at batch 1 minus its ``static_ctx``
+  prefill at the same ISL (vLLM: 0.8 ms per layer of CPU dispatch, 38.4 ms for Qwen3-30B-A3B), a per-request
+  latency it keeps out of the decode steps; the local engine holds each request that long on its way to the
+  worker (:mod:`benchctl.local.hold`), so it delays that request's first token without stalling the engine.
+  Its disaggregated model has no such term (a prefill x 1.8 instead), so prefill and decode twins hold 0.
 
 Pure core (keys, resampling, labels, knobs); aiconfigurator and the store only in :func:`aic_curves` and
 :func:`ensure`.
@@ -67,6 +72,8 @@ NPZ_CTX = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 NPZ_KV = tuple(2**k for k in range(6, 23))  # 64 .. 4 Mi tokens
 MAX_NUM_SEQS = 256  # vLLM's default on A100 / L40S (benchctl.predict.VLLM_MAX_NUM_SEQS)
 GPU_MEMORY_UTILIZATION = 0.9
+DISPATCH_ISL = 256  # where the dispatch term is read (it does not depend on the ISL: 38.4 ms at 256 and 1024)
+MAX_DISPATCH_MS = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,7 @@ class TwinKey:
     block_size: int
     aiconfigurator_version: str
     backend: str = "vllm"
+    method: int = 2  # 2: the aggregated worker's dispatch hold (profiles of method 1 are made anew)
 
     def name(self) -> str:
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
@@ -96,6 +104,7 @@ class Curves:
     kv_capacity_tokens: float | None
     backend_version: str
     notes: list[str] = field(default_factory=list)
+    dispatch_ms: float = 0.0  # the aggregated TTFT's per-request term beyond the prefill step (module doc)
 
 
 def decode_ms(curves: Curves, batch: float, ctx: float) -> float:
@@ -125,6 +134,7 @@ def build_profile(key: TwinKey, curves: Curves) -> TimingProfile:
         "backend": key.backend, "backend_version": curves.backend_version, "model": key.model, "tp": key.tp,
         "role": key.role, "gpu_memory_gb": key.gpu_memory_gb, "block_size": key.block_size,
         "kv_capacity_tokens": curves.kv_capacity_tokens, "num_gpu_blocks": blocks, "name": key.name(),
+        "dispatch_ms": curves.dispatch_ms if key.role == "worker" else 0.0,
         "grid": {"prefill_isl": isl, "aic_batch": list(AIC_BATCH), "aic_context": list(AIC_CTX),
                  "decode_active_kv_tokens": list(NPZ_KV), "decode_context_length": list(NPZ_CTX)},
         "method": "static_ctx batch 1 (prefill); static_gen osl 2 (one decode iteration), batch = kv / context "
@@ -161,6 +171,7 @@ class RoleTwin:
     provenance: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
     profile: TimingProfile | None = field(default=None, repr=False, compare=False)
+    dispatch_ms: float = 0.0  # the per-request hold before the worker (benchctl.local.hold); 0: none
 
 
 def twin_keys(pools: dict[str, Any], model: str, exp: Any, aic_version: str) -> dict[str, TwinKey] | str:
@@ -238,6 +249,7 @@ def aic_curves(key: TwinKey) -> Curves:
         return r
 
     prefill = {i: float(est("static_ctx", i, 1).ttft) for i in PREFILL_ISL}
+    dispatch = max(0.0, float(est("agg", DISPATCH_ISL, 1).ttft) - prefill[DISPATCH_ISL])
     decode: dict[tuple[int, int], float] = {}
     version = pinned["backend_version"]
     notes: list[str] = []
@@ -259,7 +271,7 @@ def aic_curves(key: TwinKey) -> Curves:
         capacity = max(0.0, (GPU_MEMORY_UTILIZATION * key.gpu_memory_gb - base) / per_token) if per_token > 0 else None
     else:
         notes.append("KV capacity not estimated (the pool names no GPU memory): the mocker's default")
-    _CURVES[memo] = Curves(prefill, decode, capacity, version, notes)
+    _CURVES[memo] = Curves(prefill, decode, capacity, version, notes, dispatch)
     return _CURVES[memo]
 
 
@@ -282,7 +294,17 @@ def _role_twin(role: str, name: str, directory: Path, profile: TimingProfile, np
     prov = profile.provenance
     blocks = prov.get("num_gpu_blocks")
     return RoleTwin(role, name, str(directory / "perf_data.npz") if npz else None, int(blocks) if blocks else None,
-                    label(prov), dict(prov), profile=profile)
+                    label(prov), dict(prov), profile=profile, dispatch_ms=dispatch_ms_of(prov, role))
+
+
+def dispatch_ms_of(prov: dict[str, Any], role: str) -> float:
+    """The hold a profile asks for its ``role``: its ``dispatch_ms`` for aggregated workers, else 0 (a
+    ``benchctl calibrate`` profile has none: its prefill fit already holds everything up to the first token)."""
+    try:
+        value = float(prov.get("dispatch_ms") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if role == "worker" and math.isfinite(value) and 0.0 < value <= MAX_DISPATCH_MS else 0.0
 
 
 def resolve(workspace: Path, pools: dict[str, Any], model: str, exp: Any, write: bool = True) -> dict[str, RoleTwin]:
@@ -320,7 +342,8 @@ def request_seconds(profiles: dict[str, TimingProfile], replicas: dict[str, int]
     iterations every other request of its batch restarts about once, so each iteration also carries
     (batch - 1) / osl prefills. Disaggregated: prefill then ``osl`` decode iterations at the decode workers'
     batch; when the prefill workers cannot keep up (their requests/s below the loop's), the cycle stretches
-    to what they complete. Pure."""
+    to what they complete. An aggregated profile's dispatch hold (``dispatch_ms`` in its provenance) adds to each
+    request's time and to nothing else (the engine is not busy). Pure."""
     osl = max(1.0, osl)
     ctx = isl + osl / 2
     if "worker" in profiles:
@@ -328,7 +351,7 @@ def request_seconds(profiles: dict[str, TimingProfile], replicas: dict[str, int]
         batch = math.ceil(concurrency / max(1, replicas.get("worker", 1)))
         prefill = p.ttft_ms(isl)
         itl = p.itl_ms(batch * ctx, ctx) + (batch - 1) * prefill / osl
-        return (prefill + osl * itl) / 1000.0
+        return (dispatch_ms_of(p.provenance, "worker") + prefill + osl * itl) / 1000.0
     pre, dec = profiles["prefill"], profiles["decode"]
     batch = math.ceil(concurrency / max(1, replicas.get("decode", 1)))
     prefill = pre.ttft_ms(isl)

@@ -88,5 +88,15 @@ def nodelay_env(ports: Iterable[int]) -> dict[str, str | None]:
     return {NODELAY_PORTS_VAR: listed or None}
 
 
+REDIRECT_PORTS_VAR = "BENCHCTL_REDIRECT_PORTS"
+
+
+def redirect_env(pairs: dict[int, int]) -> dict[str, str | None]:
+    """The shim's ``FROM:TO`` port pairs (a loopback connection to FROM goes to TO: the frontend reaching an
+    aggregated twin worker through its dispatch hold, :mod:`benchctl.local.hold`), or the variable unset (None)."""
+    listed = ",".join(f"{int(a)}:{int(b)}" for a, b in pairs.items())
+    return {REDIRECT_PORTS_VAR: listed or None}
+
+
 if __name__ == "__main__":
     print(ensure_shim())

@@ -14,6 +14,11 @@
  * decode writes two frames back to back, and Nagle's algorithm holds the second until the prefill's
  * delayed ACK (Linux: at least 40 ms) arrives, about 45 ms added to every disaggregated request's first
  * token. A connection to any other port is passed through untouched.
+ *
+ * connect(), with BENCHCTL_REDIRECT_PORTS set (comma-separated FROM:TO pairs of TCP ports): a connection to a
+ * loopback address on port FROM goes to the same address on port TO instead. The local engine sets it in the
+ * frontend only, so the frontend reaches an aggregated twin worker's request plane through the twin's dispatch
+ * hold (benchctl/local/hold.py), which passes every byte on after the worker's per-request dispatch time.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -94,6 +99,28 @@ static void set_nodelay(int fd) {
     errno = saved;
 }
 
+/* The TO port BENCHCTL_REDIRECT_PORTS pairs with `port` (host order), or 0 (read at each call: rare calls). */
+static unsigned redirect_port(unsigned port) {
+    const char *p = getenv("BENCHCTL_REDIRECT_PORTS");
+    if (!p || port == 0)
+        return 0;
+    while (*p) {
+        char *end, *end2;
+        unsigned long from = strtoul(p, &end, 10);
+        if (end == p || *end != ':')
+            return 0; /* not FROM:TO: nothing matches */
+        unsigned long to = strtoul(end + 1, &end2, 10);
+        if (end2 == end + 1 || to == 0 || to > 65535)
+            return 0;
+        if (from == port)
+            return (unsigned)to;
+        p = end2;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+    return 0;
+}
+
 int connect(int fd, const struct sockaddr *addr, socklen_t len) {
     static connect_fn real_connect;
     if (!real_connect) {
@@ -105,6 +132,22 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len) {
     }
     if (nodelay_port(addr_port(addr, len)))
         set_nodelay(fd); /* before the (non-blocking) connect: the option holds for the connection */
+    unsigned to = redirect_port(addr_port(addr, len));
+    if (to && addr->sa_family == AF_INET) {
+        struct sockaddr_in a;
+        memcpy(&a, addr, sizeof a);
+        if (a.sin_addr.s_addr == htonl(INADDR_LOOPBACK)) {
+            a.sin_port = htons((unsigned short)to);
+            return real_connect(fd, (const struct sockaddr *)&a, sizeof a);
+        }
+    } else if (to && addr->sa_family == AF_INET6) {
+        struct sockaddr_in6 a;
+        memcpy(&a, addr, sizeof a);
+        if (IN6_IS_ADDR_LOOPBACK(&a.sin6_addr)) {
+            a.sin6_port = htons((unsigned short)to);
+            return real_connect(fd, (const struct sockaddr *)&a, sizeof a);
+        }
+    }
     return real_connect(fd, addr, len);
 }
 

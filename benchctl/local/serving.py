@@ -205,12 +205,15 @@ class LocalServing:
         for g in spec.groups:
             workers += [(g.role, g)] * g.replicas
         n_prefill = sum(1 for role, _ in workers if role == "prefill")
-        ports = _free_ports(1 + len(workers) + n_prefill)
+        # the twin's dispatch hold (benchctl.local.hold): the frontend's response-stream port and the hold's
+        hold_ms = {r: float(t["dispatch_ms"]) for r, t in twins.items() if t.get("dispatch_ms")}
+        ports = _free_ports(1 + len(workers) + n_prefill + (2 if hold_ms else 0))
         http_port, system_ports, bootstrap_ports = (
             ports[0],
             ports[1 : 1 + len(workers)],
-            ports[1 + len(workers) :],
+            ports[1 + len(workers) : 1 + len(workers) + n_prefill],
         )
+        held = {ports[-2]: ports[-1]} if hold_ms else {}  # {frontend's response-stream port: the hold's port}
 
         base_env: dict[str, str | None] = {
             **modeldir.tokenizer_env(),
@@ -224,6 +227,7 @@ class LocalServing:
             # TCP_NODELAY on the prefill -> decode handoff connections (the shim, loopback_bind.c): without it
             # Nagle + the delayed ACK add ~45 ms to every disaggregated first token (nodelay_env)
             **loopback.nodelay_env(bootstrap_ports),
+            **loopback.redirect_env({}),  # unset: only a held worker's answers go through the hold (below)
             "PYTHONUNBUFFERED": "1",
         }
         common = ["--discovery-backend", "file", "--request-plane", "tcp"]
@@ -247,12 +251,22 @@ class LocalServing:
             "twins": twins,
         }
         try:
+            if held:
+                hold_argv = [sys.executable, "-m", "benchctl.local.hold", "--delay-ms", f"{max(hold_ms.values()):.3f}",
+                             *(f"{h}:{f}" for f, h in held.items())]
+                rec = processes.start("dispatch-hold", hold_argv, {"PYTHONUNBUFFERED": "1"}, logs / "dispatch-hold.log",
+                                      cwd=ddir)
+                state["processes"].append(rec)
+                state["components"].append({"name": "dispatch-hold", "role": "dispatch-hold",
+                                             "dispatch_ms": max(hold_ms.values()), "ports": held})
+                self._save_state(state)
             fe_argv = [
                 sys.executable, "-m", "dynamo.frontend",
                 "--http-host", "127.0.0.1", "--http-port", str(http_port),
                 *common, "--router-mode", spec.router,
             ]  # fmt: skip
-            rec = processes.start("frontend", fe_argv, base_env, logs / "frontend.log", cwd=ddir)
+            fe_env = {**base_env, **({"DYN_TCP_RESPONSE_STREAM_PORT": str(next(iter(held)))} if held else {})}
+            rec = processes.start("frontend", fe_argv, fe_env, logs / "frontend.log", cwd=ddir)
             state["processes"].append(rec)
             self._save_state(state)  # records on disk at once: a crash mid-deploy stays tear-down-able
             state["components"].append({"name": "frontend", "role": "frontend", "http_port": http_port})
@@ -282,6 +296,9 @@ class LocalServing:
                 elif role == "decode":
                     argv += ["--disaggregation-mode", "decode"]
                 env = {**base_env, "DYN_SYSTEM_PORT": str(sys_port)}
+                if role in hold_ms:  # its answers reach the frontend through the hold
+                    env.update(loopback.redirect_env(held))
+                    component["dispatch_ms"] = hold_ms[role]
                 rec = processes.start(name, argv, env, logs / f"{name}.log", cwd=ddir)
                 state["processes"].append(rec)
                 metrics_url = f"http://127.0.0.1:{sys_port}/metrics"
@@ -314,7 +331,7 @@ class LocalServing:
         twins = twin.resolve(self.twin_store, {p.name: p for p in t.pools}, (t.weights or t.model).name, exp)
         knobs = twin.mocker_knobs(spec.mocker, twins)
         return knobs, {r: {"name": v.name, "label": v.label, "profile": v.npz, "num_gpu_blocks": v.num_gpu_blocks,
-                           "note": v.note} for r, v in twins.items()}
+                           "note": v.note, "dispatch_ms": v.dispatch_ms} for r, v in twins.items()}
 
     def probe_ready(self, state: JSON) -> bool:
         """One quick check: all processes alive (else ServingFailed), every worker registered with the

@@ -385,6 +385,41 @@ def test_the_shim_sets_tcp_nodelay_only_on_connections_of_the_listed_ports(tmp_p
     assert listed.stdout.split() == ["1", "1", "0", "0"]
 
 
+def test_the_shim_redirects_only_loopback_connections_to_a_listed_port(tmp_path: Path) -> None:
+    # Given three listeners: A (listed, redirected to B), B, and C (not listed); each answers with its name
+    code = ("import os, socket\n"
+            "ls = {n: socket.socket() for n in 'ABC'}\n"
+            "[s.bind(('127.0.0.1', 0)) or s.listen() for s in ls.values()]\n"
+            "port = {n: s.getsockname()[1] for n, s in ls.items()}\n"
+            "os.environ['BENCHCTL_REDIRECT_PORTS'] = '1:2, %d:%d' % (port['A'], port['B']) if os.environ.get('LIST') else ''\n"
+            "def reached(n):\n"
+            "    c = socket.create_connection(('127.0.0.1', port[n]))\n"
+            "    for m, s in ls.items():\n"
+            "        s.setblocking(False)\n"
+            "        try:\n"
+            "            s.accept()\n"
+            "            return m\n"
+            "        except BlockingIOError:\n"
+            "            pass\n"
+            "print(*[reached(n) for n in 'ABC'])\n")
+    # When a process connects to each, without the shim, with it but no list, and with the list
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "LIST": "1"})
+    unlisted = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, **loopback.preload_env(), "LIST": ""})
+    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, **loopback.preload_env(), "LIST": "1"})
+    # Then only the listed port's connection lands on its pair; every other one where it was aimed
+    assert plain.stdout.split() == ["A", "B", "C"]  # what the shim has to change
+    assert unlisted.stdout.split() == ["A", "B", "C"]
+    assert listed.stdout.split() == ["B", "B", "C"]
+
+
+def test_redirect_env_pairs_the_ports_or_unsets_the_variable() -> None:
+    assert loopback.redirect_env({23463: 29651, 1: 2}) == {"BENCHCTL_REDIRECT_PORTS": "23463:29651,1:2"}
+    assert loopback.redirect_env({}) == {"BENCHCTL_REDIRECT_PORTS": None}
+
+
 def test_nodelay_env_lists_the_ports_or_unsets_the_variable() -> None:
     assert loopback.nodelay_env([23463, 29651]) == {"BENCHCTL_NODELAY_PORTS": "23463,29651"}
     assert loopback.nodelay_env([]) == {"BENCHCTL_NODELAY_PORTS": None}  # a stray value never reaches a worker
@@ -491,6 +526,49 @@ def test_tcp_nodelay_on_the_frontend_s_http_port_removes_that_stall(serving, mon
     print(f"headers -> first content, ms: {[round(g, 1) for g in gaps]}")
     # Then no request waits for a delayed ACK: the stall is Nagle's algorithm on the frontend's socket
     assert max(gaps) < 25.0, gaps
+
+
+def _held(monkeypatch: pytest.MonkeyPatch, dispatch_ms: float) -> None:
+    """Deployments made now give their aggregated workers a twin's dispatch hold of ``dispatch_ms``
+    (what ``benchctl.twin`` reads from aiconfigurator; the timing itself stays the test's mocker knobs)."""
+    monkeypatch.setattr(LocalServing, "_twin_knobs", lambda self, spec: (
+        dict(spec.mocker), {"worker": {"name": "test", "label": "test", "dispatch_ms": dispatch_ms}}))
+
+
+def _concurrent_first_tokens_ms(url: str, n: int) -> list[float]:
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda i: _first_token_ms(url, " ".join(["word"] * 250) + f" c{i}"), range(n)))
+
+
+def test_the_dispatch_hold_delays_each_first_token_without_occupying_the_engine(serving, monkeypatch) -> None:
+    # Given two aggregated deployments with (almost) no model time, one whose worker's answers are held 60 ms on
+    # their way to the frontend (the twin's dispatch: aiconfigurator's per-request CPU time, not engine time)
+    svc, deploy = serving
+    fast = deploy(_agg("agg-no-hold", replicas=1, speedup_ratio=1000))
+    _held(monkeypatch, 60.0)
+    held = deploy(_agg("agg-hold", replicas=1, speedup_ratio=1000))
+    for state in (fast, held):
+        _wait_ready(svc, state)
+    hold = next(c for c in held["components"] if c["role"] == "dispatch-hold")
+    worker = next(c for c in held["components"] if c["role"] == "worker")
+    assert worker["dispatch_ms"] == 60.0 and len(hold["ports"]) == 1, hold
+    # When requests run one at a time on new connections, then on one kept-alive connection, then 8 at once
+    alone = {name: sorted(_first_token_ms(s["url"], " ".join(["word"] * 250) + f" {i}") for i in range(6))
+             for name, s in (("fast", fast), ("held", held))}
+    kept = sorted(_kept_alive_gaps(held["url"]))
+    together = sorted(_concurrent_first_tokens_ms(held["url"], 8))
+    print(f"first-token ms alone: {alone}; held, headers -> first token kept alive: {[round(g, 1) for g in kept]}; "
+          f"held, 8 at once: {[round(t, 1) for t in together]}")
+    # Then the hold adds its 60 ms to a first token (medians; the local path's own jitter is a few ms) ...
+    added = alone["held"][3] - alone["fast"][3]
+    assert 50.0 <= added <= 80.0, alone
+    # ... after the response headers, as a real worker's dispatch would: on a kept-alive connection the first
+    # token is not held a second time for the client's delayed ACK (that would read ~100 ms: 60 + 40)
+    assert 50.0 <= kept[len(kept) // 2] <= 85.0, kept
+    # ... and 8 requests held at once overlap: none waits for another's hold (8 x 60 ms in a queue would be 480)
+    assert together[-1] < alone["held"][3] + 100.0, together
 
 
 def test_no_shim_no_deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -56,3 +56,17 @@ def test_the_curves_are_aiconfigurators_static_answers_and_the_mocker_reads_the_
     assert profile.ttft_ms(256) == pytest.approx(estimate("static_ctx", 256, 1))
     # one decode iteration of 8 requests at context 1024: aiconfigurator's batch-8 step
     assert profile.itl_ms(8 * 1024, 1024) == pytest.approx(estimate("static_gen", 1024, 8), rel=1e-6)
+
+
+def test_the_aggregated_worker_holds_aiconfigurators_dispatch_and_the_disaggregated_roles_none(made):
+    # aiconfigurator's aggregated TTFT at batch 1 beyond its prefill step, read here at another ISL than the twin's
+    with _quiet():
+        from aiconfigurator.cli.api import cli_estimate
+
+        agg = cli_estimate("Qwen/Qwen3-30B-A3B", "a100_sxm", mode="agg", backend_name="vllm", isl=1024, osl=32,
+                           batch_size=1, tp_size=4, moe_tp_size=4, moe_ep_size=1)
+    expected = float(agg.ttft) - estimate("static_ctx", 1024, 1)
+    roles = made[0]
+    assert roles["agg"]["worker"].dispatch_ms == pytest.approx(expected, rel=1e-6)
+    assert 30.0 < expected < 50.0  # vLLM's 0.8 ms per layer x 48 layers, as aiconfigurator 0.12 has it
+    assert roles["disagg"]["prefill"].dispatch_ms == 0.0 == roles["disagg"]["decode"].dispatch_ms

@@ -129,6 +129,40 @@ def test_a_request_takes_its_prefill_and_osl_iterations_with_the_batch_s_prefill
     assert twin.request_seconds(disagg, {"prefill": 1, "decode": 1}, 8, 256, 10) == pytest.approx(0.8)
 
 
+def test_only_an_aggregated_worker_holds_aiconfigurators_dispatch_and_its_requests_take_that_much_longer():
+    with_dispatch = twin.Curves(curves().prefill_ms, curves().decode_ms, 50_000.0, "0.14.0", dispatch_ms=38.4)
+    worker, prefill = (twin.build_profile(key(role=r), with_dispatch) for r in ("worker", "prefill"))
+    assert worker.provenance["dispatch_ms"] == 38.4 and prefill.provenance["dispatch_ms"] == 0.0
+    assert twin.dispatch_ms_of(worker.provenance, "worker") == 38.4
+    # a calibrated profile (no dispatch_ms), a role other than worker, or a value that is not a sane hold: none
+    for prov, role in (({}, "worker"), (worker.provenance, "decode"), ({"dispatch_ms": "x"}, "worker"),
+                       ({"dispatch_ms": -5}, "worker"), ({"dispatch_ms": float("nan")}, "worker"),
+                       ({"dispatch_ms": 1e9}, "worker")):
+        assert twin.dispatch_ms_of(prov, role) == 0.0, (prov, role)
+    # the hold adds to each request's time, not to the engine's iterations (4 in flight on 2 workers)
+    plain = twin.build_profile(key(), curves())
+    for c in (1, 4):
+        assert twin.request_seconds({"worker": worker}, {"worker": 2}, c, 256, 10) == pytest.approx(
+            twin.request_seconds({"worker": plain}, {"worker": 2}, c, 256, 10) + 0.0384)
+    # the method is part of the name: a profile made before the hold existed is made anew
+    assert key().name() != key(method=1).name()
+
+
+def test_the_twin_s_dispatch_reaches_the_deployment_only_for_aggregated_workers(tmp_path, monkeypatch):
+    from benchctl.local.serving import LocalServing
+    from benchctl.ports import DeploymentRequest, DeploymentTarget
+
+    monkeypatch.setattr(twin, "aic_curves", lambda k: twin.Curves(curves().prefill_ms, curves().decode_ms, 50_000.0,
+                                                                  "0.14.0", dispatch_ms=38.4))
+    spec = spec_with()
+    for exp, want in ((spec.experiments[0], {"worker": 38.4}), (spec.experiments[1], {"prefill": 0.0, "decode": 0.0})):
+        req = DeploymentRequest(deployment_id="d", model_name=spec.model.name, mode=exp.mode, router="kv", groups=(),
+                                target=DeploymentTarget(experiment=exp, model=spec.model, pools=tuple(spec.pools),
+                                                        kubernetes=spec.kubernetes))
+        _knobs, twins = LocalServing(tmp_path / exp.name, twin_store=tmp_path / "ws")._twin_knobs(req)
+        assert {r: t["dispatch_ms"] for r, t in twins.items()} == want
+
+
 def test_the_plan_times_request_count_steps_on_the_twin_and_leaves_duration_steps_alone():
     spec = spec_with()
     timer = twin.StepTimer({"worker": flat(20.0, 5.0)}, {"worker": 2}, "SIMULATED on the test twin")
