@@ -40,6 +40,14 @@ How a step becomes an aiconfigurator configuration (stated, so the figures can b
   step, not a distribution: measured goodput (the share of requests within the SLO) decides, this only
   designs the sweep so that it reaches past the SLO.
 
+* The frontend's first-token floor: Dynamo's HTTP frontend up to 1.6.1 leaves Nagle's algorithm on the
+  client's connection, so on a kept-alive connection (AIPerf reuses pooled connections) a first token ready
+  sooner than the client's delayed ACK of the response headers (Linux: at least 40 ms) reaches the client with
+  that ACK (docs/FACTS.md, "The frontend's first token on a kept-alive connection"). The predicted TTFT is what
+  AIPerf will measure: at least :data:`FRONTEND_FIRST_TOKEN_FLOOR_MS` for a Dynamo version up to 1.6.1 (the
+  spec's ``kubernetes.dynamo_runtime_version`` or ``dynamo_image`` tag; what the local engine runs), the
+  engine's own figure in the note. A later version is not known either way: no floor, said so.
+
 Not modelled: routing (KV router), KV-cache offload, prefix-cache hits, the KV transfer's time.
 """
 
@@ -57,7 +65,7 @@ from typing import Any
 
 from benchctl.plan import CampaignPlan
 from benchctl.spec import CampaignSpec, Experiment, ModelSpec, PoolSpec, WorkerGroup
-from benchctl.spec_settings import Slo
+from benchctl.spec_settings import Slo, image_tag_version
 
 BACKEND = "vllm"
 AIC_VERSION = "0.12.0"  # the pin in requirements-dev.txt; the installed version is what `source` reports
@@ -68,6 +76,13 @@ VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory it may u
 # vLLM's SchedulerConfig falls back to 128 without one.
 VLLM_MAX_NUM_SEQS = 256
 LABEL = "PREDICTED by aiconfigurator, not measured"
+# What a first token ready sooner than the client's delayed ACK reaches AIPerf at, through Dynamo <= 1.6.1's
+# frontend (no TCP_NODELAY on the client's socket: ai-dynamo/dynamo lib/llm/src/http/service/service_v2.rs; PR
+# #14643, open, adds it): Linux's TCP_DELACK_MIN (40 ms, on a jiffy timer) after the response headers, which
+# leave a few ms after the request; AIPerf 0.13 measures 47-49 ms on the local engine (a keep-alive http.client
+# 43.5 ms: AIPerf counts from before its send), docs/FACTS.md.
+FRONTEND_FIRST_TOKEN_FLOOR_MS = 48.0
+FRONTEND_FLOOR_UP_TO = (1, 6, 1)  # the newest Dynamo checked to have the stall (the pinned one)
 
 # aiconfigurator system <- GPU named in the pool's gpu_kind, else its EC2 instance family
 _GPU_SYSTEMS = ((re.compile(r"\bA100\b"), "a100_sxm"), (re.compile(r"\bL40S\b"), "l40s"))
@@ -312,9 +327,21 @@ def _fitting_batch(make: Callable[[int], _Config], mem_of: Callable[[dict[str, A
                  "the rest wait")
 
 
+def frontend_floor_ms(spec: CampaignSpec) -> tuple[float | None, str]:
+    """The first-token floor of the spec's Dynamo frontend (module doc) and, when there is none, why."""
+    k = spec.kubernetes
+    version = k.dynamo_runtime_version or image_tag_version(k.dynamo_image)
+    parts = tuple(int(x) for x in version.split(".")) if version else None
+    if parts is None or parts <= FRONTEND_FLOOR_UP_TO:
+        return FRONTEND_FIRST_TOKEN_FLOOR_MS, ""
+    return None, (f"Dynamo {version}: not checked for the first-token stall of 1.6.1's frontend (no floor "
+                  "applied)")
+
+
 def _predict_step(model: str, exp: Experiment, lay: _Layout, concurrency: int, isl: int,
-                  osl: int, slo: Slo) -> dict[str, Any]:
-    """The predicted figures and note of one (experiment, concurrency, isl, osl)."""
+                  osl: int, slo: Slo, floor: tuple[float | None, str] = (None, "")) -> dict[str, Any]:
+    """The predicted figures and note of one (experiment, concurrency, isl, osl); ``floor``: the frontend's
+    first-token floor (:func:`frontend_floor_ms`)."""
     empty: dict[str, Any] = {
         "predicted_ttft_ms": None, "predicted_itl_ms": None, "predicted_output_tokens_per_s": None,
         "predicted_tokens_per_s_per_gpu": None, "memory_gb_per_gpu": None, "fits_memory": None,
@@ -392,6 +419,13 @@ def _predict_step(model: str, exp: Experiment, lay: _Layout, concurrency: int, i
         notes.append("a100_sxm data is the 80 GB part (more HBM bandwidth than A100-40GB): likely optimistic")
     if raw.get("_kv_cache_warning"):
         notes.append(str(raw["_kv_cache_warning"]))
+    floor_ms, why_none = floor
+    if floor_ms is not None and ttft < floor_ms:
+        notes.append(f"TTFT {ttft:.1f} ms at the engine; {floor_ms:.0f} ms as AIPerf measures it through Dynamo "
+                     "1.6.1's frontend (a first token ready sooner waits for the client's delayed ACK)")
+        ttft = floor_ms
+    elif why_none:
+        notes.append(why_none)
     return {
         "predicted_ttft_ms": ttft,
         "predicted_itl_ms": itl,
@@ -422,6 +456,7 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
     """
     rows: list[dict[str, Any]] = []
     src = source()
+    floor = frontend_floor_ms(spec)
     for ep in plan.experiments:
         exp = spec.experiment(ep.name)
         lay = _layout(spec, exp)
@@ -429,7 +464,7 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
             if step.kind != "concurrency_sweep" or step.concurrency is None or step.isl is None or step.osl is None:
                 continue
             figures = _predict_step(spec.served_weights(exp).name, exp, lay, step.concurrency, step.isl, step.osl,
-                                    spec.slo)
+                                    spec.slo, floor)
             rows.append({
                 "campaign_id": campaign_id,
                 "experiment": ep.name,

@@ -260,3 +260,25 @@ def test_aiconfigurators_memory_model_gives_the_l40s_workers_a_kv_cache_below_th
     bound = gpu_kv_capacity_tokens(spec.model, spec.pool("g6e"), 2)
     assert bound is not None and 0 < aic_tokens <= bound
     assert w.working_set_tokens() > 2 * aic_tokens  # two workers: still past what their GPUs hold
+
+
+def test_a_first_token_sooner_than_the_delayed_ack_is_predicted_as_aiperf_measures_it_through_dynamo_161():
+    # Given the smoke spec (Dynamo 1.6.1), whose disaggregated first token aiconfigurator puts under 40 ms
+    data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    spec = parse_spec(data)
+    rows = predict.predict_plan(spec, plan_campaign(spec, "local"), "c1")
+    disagg = _by_concurrency(rows, "disagg")
+    agg = _by_concurrency(rows, "agg")
+    # Then those steps read the frontend's floor, the engine's figure kept in the note; steps above it are as
+    # aiconfigurator rates them (aggregated: its dispatch overhead puts them past the floor)
+    floor = predict.FRONTEND_FIRST_TOKEN_FLOOR_MS
+    assert disagg[1]["predicted_ttft_ms"] == floor and "ms at the engine" in disagg[1]["note"]
+    engine = float(disagg[1]["note"].split("TTFT ")[1].split(" ms at the engine")[0])
+    assert 20 < engine < floor
+    assert all(r["predicted_ttft_ms"] > floor and "at the engine" not in r["note"] for r in agg.values())
+    # When the spec runs a Dynamo not checked for the stall, no floor, said so
+    data["kubernetes"] = {"dynamo_image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.7.0"}
+    later = parse_spec(data)
+    (row,) = [r for r in predict.predict_plan(later, plan_campaign(later, "local"), "c1")
+              if r["experiment"] == "disagg" and r["concurrency"] == 1]
+    assert row["predicted_ttft_ms"] == pytest.approx(engine, abs=0.06) and "Dynamo 1.7.0: not checked" in row["note"]

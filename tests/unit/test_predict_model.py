@@ -5,14 +5,18 @@ max_num_seqs, the KV cache), the wait a saturated stage or a full batch adds to 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from benchctl import predict, predict_table
 from benchctl.plan import plan_campaign
 from benchctl.spec import CampaignSpec, parse_spec
 from benchctl.spec_settings import Slo
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OSL = 101
 PREFILL_RATE = 10.0  # requests/s one prefill worker completes (batch 1)
@@ -155,3 +159,20 @@ def test_a_batch_aiconfigurator_refuses_as_out_of_memory_is_rated_at_what_the_kv
     assert row["predicted_itl_ms"] == _tpot(90) and row["fits_memory"] is True
     assert "holds about 90 requests per worker" in row["note"] and "no estimate" not in row["note"]
     assert fake_aiconfigurator[:3] == [256, 1, 2]
+
+
+def test_the_frontend_floor_applies_up_to_the_dynamo_checked_to_stall():
+    from benchctl.predict import FRONTEND_FIRST_TOKEN_FLOOR_MS, frontend_floor_ms
+    from benchctl.spec import parse_spec
+
+    def spec(**k8s):
+        data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+        data["kubernetes"] = k8s
+        data["pools"][0].pop("network")  # the EFA image derivation wants a tag; not what this test is about
+        return parse_spec(data)
+
+    for k8s in ({}, {"dynamo_image": "r/vllm-runtime:1.5.0"},
+                {"dynamo_image": "r/vllm-runtime@sha256:" + "a" * 64, "dynamo_runtime_version": "1.6.1"}):
+        assert frontend_floor_ms(spec(**k8s)) == (FRONTEND_FIRST_TOKEN_FLOOR_MS, ""), k8s
+    floor, why = frontend_floor_ms(spec(dynamo_image="r/vllm-runtime:1.6.2"))
+    assert floor is None and "1.6.2" in why
