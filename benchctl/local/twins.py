@@ -59,6 +59,8 @@ def write_twins(spec: CampaignSpec, workspace: Path, campaign_id: str, progress:
                 if getattr(exp.mocker, k) not in (None, 1.0)]
         for role, t in twins.items():
             what = f"profile {t.name}" + (f", {t.num_gpu_blocks} KV blocks" if t.num_gpu_blocks else "")
+            if t.dispatch_ms:
+                what += f", answers held {t.dispatch_ms:.1f} ms (aiconfigurator's per-request dispatch)"
             if t.name and mine:
                 what += f"; the spec's {', '.join(mine)} wins"
             progress.note(f"{exp.name} {role}: {t.label}" + (f" ({what})" if t.name else f" ({t.note})"))

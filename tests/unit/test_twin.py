@@ -202,7 +202,8 @@ def test_the_run_says_the_twin_of_each_role_and_which_spec_knob_wins(tmp_path):
     data["experiments"][0]["mocker"] = {"twin": "fitted-a100", "speedup_ratio": 2.0}
     data["experiments"][1]["mocker"] = {"twin": "off"}
     spec = parse_spec(data, "smoke.yaml")
-    write_profile(profile_dir(tmp_path, "fitted-a100"), twin.build_profile(key(), curves()))
+    held = twin.Curves(curves().prefill_ms, curves().decode_ms, 50_000.0, "0.14.0", dispatch_ms=38.4)
+    write_profile(profile_dir(tmp_path, "fitted-a100"), twin.build_profile(key(), held))
     notes: list[str] = []
 
     class Progress:
@@ -211,8 +212,8 @@ def test_the_run_says_the_twin_of_each_role_and_which_spec_knob_wins(tmp_path):
 
     rows = write_twins(spec, tmp_path, "c1", Progress())
     assert [n for n in notes if n.startswith("agg worker: ")] == [
-        f"agg worker: {rows[0]['label']} (profile fitted-a100, {50_000 // 64} KV blocks; the spec's "
-        "mocker.speedup_ratio 2 wins)"]
+        f"agg worker: {rows[0]['label']} (profile fitted-a100, {50_000 // 64} KV blocks, answers held 38.4 ms "
+        "(aiconfigurator's per-request dispatch); the spec's mocker.speedup_ratio 2 wins)"]
     assert "disagg prefill: SIMULATED on the mocker's built-in timing (no twin) (mocker.twin: off)" in notes
     lake = LocalLake(tmp_path / "lake").read_table("twins", "c1")
     assert sorted((r["experiment"], r["role"], r["profile"]) for r in lake) == [
