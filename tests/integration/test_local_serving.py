@@ -364,6 +364,13 @@ def test_the_loopback_shim_rewrites_only_wildcard_binds(tmp_path: Path) -> None:
     assert shimmed.stdout.split() == ["127.0.0.1", "::1", "127.0.0.1", "127.0.0.2"]
 
 
+def _shim_runs(code: str) -> list[subprocess.CompletedProcess[str]]:
+    """``code`` run without the shim (its LIST set), with the shim and LIST empty, and with both."""
+    envs = ({"LIST": "1"}, {**loopback.preload_env(), "LIST": ""}, {**loopback.preload_env(), "LIST": "1"})
+    return [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, **env}) for env in envs]
+
+
 def test_the_shim_sets_tcp_nodelay_only_on_connections_of_the_listed_ports(tmp_path: Path) -> None:
     # Given two loopback listeners, only the first one's port listed in BENCHCTL_NODELAY_PORTS
     code = ("import os, socket; a = socket.socket(); a.bind(('127.0.0.1', 0)); a.listen(); "
@@ -373,12 +380,7 @@ def test_the_shim_sets_tcp_nodelay_only_on_connections_of_the_listed_ports(tmp_p
             "sa, _ = a.accept(); sb, _ = b.accept(); "
             "print(*[int(bool(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))) for s in (ca, sa, cb, sb)])")
     # When a process connects to both and accepts both, without the shim, with it but no list, with both
-    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "LIST": "1"})
-    unlisted = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env={**os.environ, **loopback.preload_env(), "LIST": ""})
-    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={**os.environ, **loopback.preload_env(), "LIST": "1"})
+    plain, unlisted, listed = _shim_runs(code)
     # Then only the listed port's two ends (the connecting and the accepted socket) have TCP_NODELAY
     assert plain.stdout.split() == ["0", "0", "0", "0"]  # what the shim has to change
     assert unlisted.stdout.split() == ["0", "0", "0", "0"]
@@ -403,12 +405,7 @@ def test_the_shim_redirects_only_loopback_connections_to_a_listed_port(tmp_path:
             "            pass\n"
             "print(*[reached(n) for n in 'ABC'])\n")
     # When a process connects to each, without the shim, with it but no list, and with the list
-    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "LIST": "1"})
-    unlisted = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env={**os.environ, **loopback.preload_env(), "LIST": ""})
-    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={**os.environ, **loopback.preload_env(), "LIST": "1"})
+    plain, unlisted, listed = _shim_runs(code)
     # Then only the listed port's connection lands on its pair; every other one where it was aimed
     assert plain.stdout.split() == ["A", "B", "C"]  # what the shim has to change
     assert unlisted.stdout.split() == ["A", "B", "C"]
