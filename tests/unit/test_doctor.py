@@ -41,7 +41,7 @@ ENV = {"BENCHCTL_BUCKET": BUCKET, "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake", "B
 
 
 def test_the_functions_that_call_kubernetes_are_the_stacks():
-    from stacks.control_plane import FUNCTION_NEEDS
+    from stacks.function_needs import FUNCTION_NEEDS  # the rows the control plane stack grants from
 
     assert set(KUBERNETES_FUNCTIONS) == {n for n, needs in FUNCTION_NEEDS.items() if needs.kubernetes} | {"Sweep"}
     assert set(FUNCTION_NEEDS) == {v.removesuffix("FunctionArn") for v in FUNCTIONS}
