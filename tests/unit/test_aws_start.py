@@ -15,6 +15,7 @@ from moto import mock_aws
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.cli import main
 from benchctl.runstate import LoadRecord, RunState
+from tests import yaml_files
 from tests.aws_checks import RBAC_FILE
 from tests.fakes.ports import SAMPLES
 
@@ -62,7 +63,7 @@ def cluster(aws, monkeypatch):
             api.put(obj)
         # every call is authorized as the benchctl group by the RBAC file the README has people apply
         # every function's group: the functions run here in one process, with one token
-        api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())), set(FUNCTION_GROUPS.values()))
+        api.enforce_rbac(yaml_files.load_all(RBAC_FILE), set(FUNCTION_GROUPS.values()))
         # the preflight's image-check Jobs pass (the Job controller's part)
         api.on_create("Job", lambda a, job: a.set_status("Job", "dynamo-bench", job["metadata"]["name"], {"succeeded": 1}))
         monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",

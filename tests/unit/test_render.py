@@ -37,7 +37,7 @@ from benchctl.campaign import step_dataset
 from benchctl.errors import EndRecordForged, SpecError
 from benchctl.plan import plan_campaign
 from benchctl.spec import CampaignSpec, parse_spec
-from tests import crd_schemas
+from tests import crd_schemas, yaml_files
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -48,7 +48,7 @@ DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def load(name: str, mutate: Any = None) -> CampaignSpec:
-    data = yaml.safe_load((EXAMPLES / name).read_text())
+    data = yaml_files.load(EXAMPLES / name)
     if mutate is not None:
         mutate(data)
     return parse_spec(data, name)
