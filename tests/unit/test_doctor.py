@@ -104,7 +104,7 @@ class Registry(BaseHTTPRequestHandler):
 @pytest.fixture
 def registry():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()  # shutdown waits a poll
     Registry.images = {("nvidia/ai-dynamo/vllm-runtime", "1.6.1"), ("nvidia/ai-dynamo/vllm-runtime", "1.6.1-efa"),
                        ("aws-cli/aws-cli", "2.22.0"), ("library/python", "3.11-slim-bookworm")}
     try:

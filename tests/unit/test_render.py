@@ -821,7 +821,7 @@ def test_smoke_job_script_sends_requests_and_reads_metrics(status: int) -> None:
     spec = SPECS["seed-plan"]
     _Frontend.chats, _Frontend.status = [], status
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Frontend)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()  # shutdown waits a poll
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         job = j.render_smoke_job(spec, CID, "agg-tp4x4", url)
