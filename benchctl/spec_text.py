@@ -21,6 +21,7 @@ Pure: the standard library, PyYAML imported lazily.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import IO, Any
 
@@ -146,8 +147,10 @@ def spec_data(text: str, source: str) -> Any:
         return data
     import yaml
 
+    if (kept := _PARSED.get(text)) is not None:
+        return copy.deepcopy(kept)  # the caller's own copy: it may change what it is given
     try:
-        return _safe_loader(text)
+        data = _safe_loader(text)
     except _Refused as err:
         raise SpecError(source, [f"(file): {err.where}: {err}"]) from None
     except yaml.YAMLError as err:
@@ -155,3 +158,15 @@ def spec_data(text: str, source: str) -> Any:
         raise SpecError(source, [f"(file): not valid YAML: {detail}"]) from None
     except ValueError as err:  # an integer of over 4300 digits (Python's int_max_str_digits)
         raise SpecError(source, [f"(file): not valid YAML: {' '.join(str(err).split())}"]) from None
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.pop(next(iter(_PARSED)))  # the oldest
+    _PARSED[text] = copy.deepcopy(data)
+    return data
+
+
+# The data of the YAML texts read lately, by text: PyYAML's pure-Python loader (which the refusals above need)
+# takes ~20 ms for a spec, and a process often reads the same spec more than once (the CLI's plan, render and
+# run paths, the local engine's Plan state). Only well-formed texts are kept; a refused one is re-read, and
+# says why, each time.
+_PARSED: dict[str, Any] = {}
+_PARSED_MAX = 16

@@ -16,13 +16,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from constructs import Node
+from typing import TYPE_CHECKING, Any
 
 from benchctl import ceilings as ceiling_rules
 from benchctl.ceilings import Ceilings
 from stacks import layers
+
+if TYPE_CHECKING:  # a type only: importing constructs starts its jsii (Node.js) kernel
+    from constructs import Node
 
 PREFIX = "benchctl:"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")

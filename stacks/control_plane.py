@@ -47,7 +47,6 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -93,6 +92,13 @@ from benchctl.constants import (
 from lambdas import FUNCTIONS
 from stacks import layers as managed
 from stacks.config import Config, ConfigError
+from stacks.function_needs import (
+    CEILINGS_FUNCTIONS,
+    FUNCTION_NEEDS,
+    K8S_FUNCTIONS,
+    QUOTA_ACTIONS,
+    FunctionNeeds,
+)
 from stacks.results import ResultsStack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,47 +112,6 @@ ASSET_EXCLUDES = [
     "*.egg-info",
 ]
 
-
-@dataclass(frozen=True)
-class FunctionNeeds:
-    """What one function's role may do beyond the lake and the run store, and how it runs."""
-
-    kubernetes: bool = False  # calls the cluster's API: describes the cluster, has an access entry, the VPC placement
-    nodegroups: bool = False  # describes and updates the configured node groups (scales pools, restores them)
-    locks: tuple[str, ...] = ()  # DynamoDB actions on the pool-lock table
-    specs: bool = False  # reads (and lists) specs/: an execution's spec_uri
-    preflight: bool = False  # reads the Pod Identity Agent add-on, the node groups, the EC2 quotas (QUOTA_ACTIONS)
-    report: bool = False  # Athena in the workgroup, the views' DDL in Glue, the results and report prefixes
-    task_tokens: bool = False  # answers a callback state's task token itself (AwaitLoadEnd, when the end is in)
-    lake_tables_only: bool = False  # writes only lake tables (not raw evidence) and the run store's load records
-    # the load runners' hand-over (runner/<campaign>/: requests, tokens, ends): "write" reads and writes it
-    # (Load), "read" reads it (Teardown and the sweeper stop a running load and read its end record)
-    handover: str = ""
-    # the campaign's runner identity (benchctl.aws.runner_identity): "create" makes its Pod Identity association
-    # (iam:PassRole of the load Job role only) and removes it, "remove" only removes it
-    runner_identity: str = ""
-    timeout_minutes: int = 5
-    memory_mb: int = 512
-
-
-_RELEASE = ("dynamodb:GetItem", "dynamodb:DeleteItem")
-FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.FUNCTIONS
-    "Plan": FunctionNeeds(kubernetes=True, locks=(*_RELEASE, "dynamodb:PutItem"), specs=True, preflight=True,
-                          runner_identity="create"),
-    "Pools": FunctionNeeds(kubernetes=True, nodegroups=True),
-    "Serving": FunctionNeeds(kubernetes=True),
-    "Load": FunctionNeeds(kubernetes=True, task_tokens=True, handover="write", runner_identity="create"),  # the doctor's runner Job
-    "Ingest": FunctionNeeds(lake_tables_only=True, memory_mb=1024),  # parses what load pods wrote
-    "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE, runner_identity="remove",
-                              handover="read"),
-    "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024, runner_identity="remove"),
-}
-# what the preflight reads of the account's EC2 vCPU quotas and capacity (benchctl.aws.quotas), all read-only
-QUOTA_ACTIONS = ("servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota",
-                 "ec2:DescribeInstanceTypes", "ec2:DescribeInstances", "ec2:DescribeCapacityReservations",
-                 "ec2:DescribeLaunchTemplateVersions")
-CEILINGS_FUNCTIONS = ("Plan", "Pools")  # BENCHCTL_CEILINGS (benchctl.ceilings): Plan and ScalePools refuse past them
-K8S_FUNCTIONS = {name for name, needs in FUNCTION_NEEDS.items() if needs.kubernetes}  # + the sweeper
 EXECUTION_STATUSES = ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 assert RUNTIME.name == managed.RUNTIME

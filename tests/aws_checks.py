@@ -9,11 +9,10 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from benchctl import ceilings
 from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
-from tests import crd_schemas
+from tests import crd_schemas, yaml_files
 from tests.fakes import eks_world
 from tests.fakes.admission import Admission
 from tests.fakes.eks_world import LOAD_IMAGE, TOKEN, World
@@ -40,7 +39,7 @@ def admission() -> Admission:
     """The admission policies of stacks/kubernetes/benchctl-admission.yaml with the deployment's parameters
     (the default allow-list and this test deployment's load image registry, as README "On AWS" asks)."""
     allow = allow_list_from_ceilings(ceilings.default(), load_image_registry=LOAD_IMAGE.split("/")[0] + "/")
-    return Admission(list(yaml.safe_load_all(ADMISSION_FILE.read_text())), [admission_params(allow)])
+    return Admission(yaml_files.load_all(ADMISSION_FILE), [admission_params(allow)])
 
 
 def upstream_api() -> FakeKubeApi:
@@ -53,7 +52,7 @@ def upstream_api() -> FakeKubeApi:
     api.validate_with("NodePool", crd_schemas.problems)
     api.validate_with("Job", job_problems)
     api.validate_with("DaemonSet", job_problems)  # the same: Kubernetes' own schema, strict
-    api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())), groups=set())
+    api.enforce_rbac(yaml_files.load_all(RBAC_FILE), groups=set())
     eks_world.function_tokens(api)
     api.enforce_admission(admission())
     return api

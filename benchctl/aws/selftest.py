@@ -40,7 +40,7 @@ SELF_TEST = "self_test"  # the event's action
 DOCTOR_PREFIX = "_doctor"  # the scratch prefix under the run store's root
 CHECKS = ("imports", "datetime64", "parquet", "eks", "athena", "runner_job", "runner_job_result", "runner_job_stop")
 DOCTOR = "doctor"  # the runner Job's experiment, workload and step name
-# The functions whose roles call Kubernetes (held to stacks/control_plane.py's FUNCTION_NEEDS by a test; the
+# The functions whose roles call Kubernetes (held to stacks/function_needs.py's FUNCTION_NEEDS by a test; the
 # scheduled sweeper, outside the state machine, too)
 KUBERNETES_FUNCTIONS = ("Plan", "Pools", "Serving", "Load", "Teardown", "Sweep")
 

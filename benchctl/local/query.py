@@ -72,8 +72,10 @@ def to_duckdb(sql: str, *, what: str = "query") -> str:
 class QueryEngine:
     """DuckDB over the lake: a view per table (reading its parquet files at each query, so an engine sees what
     is ingested after it opened) and the SQL views over them. ``snapshot``: each table is read ONCE, into
-    memory, when the engine opens: the report's engines, which run some 60 queries over a finished campaign
-    (each would re-read and re-plan every parquet file: about 50 ms a query) and must see one state of the lake."""
+    memory, when the engine opens, and each SQL view is computed once over those tables, into a table of its
+    name (in dependency order, so a view reads the computed views it names): the report's engines, which run
+    some 60 queries over a finished campaign (each would re-read and re-plan every parquet file, then re-plan
+    and re-compute the nested views under it: about 50 ms a query) and must see one state of the lake."""
 
     def __init__(self, lake_root: Path, *, views_dir: Path = VIEWS_DIR, snapshot: bool = False) -> None:
         import duckdb
@@ -130,14 +132,14 @@ class QueryEngine:
 
     def _load_sql_views(self) -> None:
         """Every view file, in the order Athena creates them (``ordered_views``: dependencies first),
-        each transpiled to DuckDB and created once."""
+        each transpiled to DuckDB and created once (a snapshot's: computed once, see the class)."""
         import duckdb
 
         for name, text in ordered_views(self.views_dir):
             path = self.views_dir / f"{name}.sql"
             body = to_duckdb(text, what=str(path))
             try:
-                self.con.execute(f"CREATE OR REPLACE VIEW {_q(name)} AS {body}")
+                self.con.execute(f"CREATE OR REPLACE {self._kind} {_q(name)} AS {body}")
             except duckdb.Error as e:
                 raise ValueError(f"cannot create view {name!r}: {path}: {e}") from None
             self.sql_views.append(name)

@@ -81,12 +81,14 @@ FUNCTIONS: dict[str, Any] = {
 
 
 class Cel:
-    """Compiled CEL programs (cached per expression text): a syntax error is an error at once, as when the
-    API server refuses a policy whose expressions do not compile."""
+    """Compiled CEL programs (cached per expression text, for the process: a program is a pure function of its
+    text, evaluated afresh on each activation): a syntax error is an error at once, as when the API server
+    refuses a policy whose expressions do not compile."""
+
+    _programs: dict[str, Any] = {}  # shared by every instance: compiling is most of an Admission's set-up
 
     def __init__(self) -> None:
         self.env = celpy.Environment()
-        self._programs: dict[str, Any] = {}
 
     def program(self, expression: str) -> Any:
         if expression not in self._programs:

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchctl import campaign
 from benchctl.aws.eks import EksServing, EksSmoke
 from benchctl.aws.eks_load import EksLoad, sign_end
@@ -42,6 +40,7 @@ from benchctl.ports import Providers
 from benchctl.quality import LOG_MARK
 from benchctl.runstate import RunState, runner_key
 from benchctl.spec import CampaignSpec, parse_spec
+from tests import yaml_files
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import arithmetic
 
@@ -65,7 +64,7 @@ def example_specs() -> dict[str, CampaignSpec]:
     deployment's load image is filled in as ``benchctl.aws.preflight.with_load_image`` does."""
     out: dict[str, CampaignSpec] = {}
     for path in sorted(EXAMPLES.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml_files.load(path)
         providers = {p.get("provider", "managed-nodegroup") for p in data["pools"]}
         variants = ["managed-nodegroup", "auto-mode"] if "local" in providers else [None]
         for provider in variants:

@@ -384,3 +384,19 @@ def providers_for_test(run_dir: Path, lake: Any, *, spec: Any = None, engine: st
                      smoke=given.get("smoke", Unused("smoke")), lake=lake,
                      read_uri=ports.pop("read_uri", Unused("read_uri")), tokenizer=ports.pop("tokenizer", "t"),
                      **ports)
+
+
+def record_asl_waits(monkeypatch: Any) -> list[int]:
+    """The ASL's Wait states (``SecondsPath: $.ctx.poll_seconds``) end at once, each recording its seconds in the
+    list returned, instead of moto sleeping them for real (``WaitFunction._wait_interval`` waits on the
+    execution's event for that long). The fakes' clock, not the wall clock, is what a test's waits advance; the
+    state machine still enters and leaves every Wait state (its history events are unchanged)."""
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+    waited: list[int] = []
+
+    def wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
+        waited.append(wait_seconds)
+
+    monkeypatch.setattr(WaitFunction, "_wait_interval", wait_interval)
+    return waited

@@ -38,6 +38,7 @@ from benchctl.plan import plan_campaign
 from benchctl.ports import LoadRequest
 from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
+from tests import yaml_files
 from tests.aws_checks import RBAC_FILE, job_problems
 from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, quality_log
 from tests.fakes.k8s_api import FakeKubeApi
@@ -50,7 +51,7 @@ NS = "dynamo-bench"
 
 
 def _spec(provider: str = "managed-nodegroup") -> Any:
-    data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    data = yaml_files.load(ROOT / "examples" / "smoke.yaml")
     data["pools"][0].update(provider=provider, nodegroup="gpu-ng" if provider == "managed-nodegroup" else None,
                             max_nodes=4)
     data["budget"]["max_hours"] = 5
@@ -909,7 +910,7 @@ STATES = ["nothing", "scaling", "deployed_half_ready", "job_running"]
 def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(reached, api, aws, tmp_path):  # noqa: F811
     spec = _spec()
     # what the functions together may do, and no more (each function's own share: tests/integration/test_rbac.py)
-    api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())), groups=set(FUNCTION_GROUPS.values()))
+    api.enforce_rbac(yaml_files.load_all(RBAC_FILE), groups=set(FUNCTION_GROUPS.values()))
     kube = kube_of(api)
     p = providers_for_test(tmp_path / "run", LocalLake(tmp_path / "lake"), spec=spec, engine="aws",
                            pools=pools_for(spec, CID, cluster_name=CLUSTER, session=aws.session, kube=kube),

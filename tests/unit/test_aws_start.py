@@ -15,6 +15,7 @@ from moto import mock_aws
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.cli import main
 from benchctl.runstate import LoadRecord, RunState
+from tests import yaml_files
 from tests.aws_checks import RBAC_FILE
 from tests.fakes.ports import SAMPLES
 
@@ -62,7 +63,7 @@ def cluster(aws, monkeypatch):
             api.put(obj)
         # every call is authorized as the benchctl group by the RBAC file the README has people apply
         # every function's group: the functions run here in one process, with one token
-        api.enforce_rbac(list(yaml.safe_load_all(RBAC_FILE.read_text())), set(FUNCTION_GROUPS.values()))
+        api.enforce_rbac(yaml_files.load_all(RBAC_FILE), set(FUNCTION_GROUPS.values()))
         # the preflight's image-check Jobs pass (the Job controller's part)
         api.on_create("Job", lambda a, job: a.set_status("Job", "dynamo-bench", job["metadata"]["name"], {"succeeded": 1}))
         monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
@@ -305,7 +306,7 @@ def test_the_aws_report_has_the_local_reports_sections_and_figures(aws, tmp_path
     lake = build_lake(tmp_path / "lake")
     local = local_report(lake.root, "camp-r", "html")
     # When the Report function's pipeline renders it on AWS through the query port
-    with QueryEngine(lake.root) as engine:
+    with QueryEngine(lake.root, snapshot=True) as engine:  # the rows read once (test_lake_query holds them equal)
         stub = _AthenaAtTheQueryPort(engine)
         out = athena_report("camp-r", database="benchctl_dev", workgroup="wg", bucket=BUCKET, query=stub,
                             source=f"s3://{BUCKET}/lake")

@@ -17,7 +17,7 @@ from benchctl.local.pool import LocalPool
 from benchctl.ports import Providers
 from benchctl.runstate import DeploymentRecord
 from benchctl.spec import parse_spec
-from tests.fakes.ports import FakeServing, providers_for_test
+from tests.fakes.ports import FakeServing, providers_for_test, record_asl_waits
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,7 +150,10 @@ class SlowWorld:
         return p
 
 
-def _slow_run(tmp_path: Path, wait: str, max_usd_over_estimate: float):  # type: ignore[no-untyped-def]
+def _slow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wait: str,  # type: ignore[no-untyped-def]
+              max_usd_over_estimate: float):
+    """The campaign through the real ASL in the slow world; its Wait states are recorded, not slept (the world's
+    clock is what they advance): (result, world, the Wait states' seconds)."""
     from benchctl.context import StartInput
     from benchctl.local.engine import Progress, execute
     from benchctl.local.runner import prepare
@@ -169,14 +172,16 @@ def _slow_run(tmp_path: Path, wait: str, max_usd_over_estimate: float):  # type:
     world = SlowWorld(tmp_path / "out" / "lake", wait)
     import io
 
+    waited = record_asl_waits(monkeypatch)
     result = execute(engine=world, start=StartInput(start.spec_uri, "slow", poll_seconds=1),
                      progress=Progress(out=io.StringIO()))
-    return result, world
+    return result, world, waited
 
 
 @pytest.mark.parametrize("wait", WAITS)
-def test_a_wait_that_crosses_the_budget_ends_in_teardown(tmp_path: Path, wait: str) -> None:
-    result, world = _slow_run(tmp_path, wait, max_usd_over_estimate=5.0)
+def test_a_wait_that_crosses_the_budget_ends_in_teardown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         wait: str) -> None:
+    result, world, waited = _slow_run(tmp_path, monkeypatch, wait, max_usd_over_estimate=5.0)
     # refused at the first look past the budget (one WAIT_S on one p4d node: $7.32, + the EKS fee), not at the
     # wait's end; the load's end is awaited by the relay's wake check, whose look is the first "not yet", and
     # CheckLoad's the second
@@ -191,14 +196,18 @@ def test_a_wait_that_crosses_the_budget_ends_in_teardown(tmp_path: Path, wait: s
     assert "disagg" not in world.serving.deploy_calls  # the campaign ended there
     events = [r["event"] for r in world.lake.read_table("timeline", "slow")]
     assert "budget_exceeded" in events
+    assert waited == []  # refused at that first look: no Wait state entered
 
 
 @pytest.mark.parametrize("wait", WAITS)
-def test_the_same_slow_wait_within_the_budget_runs_to_success(tmp_path: Path, wait: str) -> None:
+def test_the_same_slow_wait_within_the_budget_runs_to_success(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              wait: str) -> None:
     """The control: the guard refuses because of the budget, not because the wait was slow."""
-    result, world = _slow_run(tmp_path, wait, max_usd_over_estimate=100.0)
+    result, world, waited = _slow_run(tmp_path, monkeypatch, wait, max_usd_over_estimate=100.0)
     assert world.slow["left"] == 0
     assert result.status == "SUCCEEDED", (result.error, result.cause)
+    # each "not yet" of a polled wait is one Wait state of poll_seconds; the load's end is awaited as an event
+    assert waited == ([] if wait == "load" else [1, 1])
 
 
 def test_an_unpolled_load_wait_ends_where_the_polling_guard_would_refuse(tmp_path):

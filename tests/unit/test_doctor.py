@@ -41,7 +41,7 @@ ENV = {"BENCHCTL_BUCKET": BUCKET, "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake", "B
 
 
 def test_the_functions_that_call_kubernetes_are_the_stacks():
-    from stacks.control_plane import FUNCTION_NEEDS
+    from stacks.function_needs import FUNCTION_NEEDS  # the rows the control plane stack grants from
 
     assert set(KUBERNETES_FUNCTIONS) == {n for n, needs in FUNCTION_NEEDS.items() if needs.kubernetes} | {"Sweep"}
     assert set(FUNCTION_NEEDS) == {v.removesuffix("FunctionArn") for v in FUNCTIONS}
@@ -104,7 +104,7 @@ class Registry(BaseHTTPRequestHandler):
 @pytest.fixture
 def registry():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()  # shutdown waits a poll
     Registry.images = {("nvidia/ai-dynamo/vllm-runtime", "1.6.1"), ("nvidia/ai-dynamo/vllm-runtime", "1.6.1-efa"),
                        ("aws-cli/aws-cli", "2.22.0"), ("library/python", "3.11-slim-bookworm")}
     try:

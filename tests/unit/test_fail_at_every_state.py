@@ -94,11 +94,10 @@ def tiny_spec(tmp_path: Path, concurrency: tuple[int, ...] = (1,)) -> Path:
 
 
 def _local_report(out: Path, cid: str) -> dict[str, str]:
-    from benchctl.local.query import QueryEngine
-    from benchctl.local.report import report_views
+    """The local engine's own ``ReportPort``: views and report.html into ``<run dir>/report``."""
+    from benchctl.local.report import LocalReport
 
-    with QueryEngine(out / "lake") as query:
-        return report_views(query, out / "lake", cid, out / "campaigns" / cid / "report")
+    return LocalReport(out / "lake", lambda c: out / "campaigns" / c).write(cid)
 
 
 def receipt(lake: Path) -> list[dict[str, Any]]:

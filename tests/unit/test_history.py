@@ -27,7 +27,7 @@ from benchctl.plan import (
     plan_campaign,
 )
 from benchctl.spec import load_spec, parse_spec
-from tests.fakes.ports import FakeLoad, FakeWorld, providers_for_test
+from tests.fakes.ports import FakeLoad, FakeWorld, providers_for_test, record_asl_waits
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "examples" / "seed-plan.yaml"
@@ -83,6 +83,7 @@ def test_the_estimate_is_the_history_the_interpreter_records(tmp_path: Path, mon
     start, _ = prepare(spec, tmp_path / "out", "history")
     world = FakeWorld(tmp_path / "out" / "lake")
     world.load = SlowLoad(polls, on_launch=world._on_launch)
+    waited = record_asl_waits(monkeypatch)  # each Wait's seconds recorded, not slept
     result = execute(engine=world, start=StartInput(start.spec_uri, start.campaign_id, poll_seconds=1),
                      progress=Progress(out=io.StringIO()))
     assert result.status == "SUCCEEDED", (result.error, result.cause)
@@ -96,6 +97,7 @@ def test_the_estimate_is_the_history_the_interpreter_records(tmp_path: Path, mon
                               callbacks=True)
     assert len(result.history) == expected < 1000  # (one page of get_execution_history)
     assert sum(ev["type"] == "WaitStateEntered" for ev in result.history) == polls * 2
+    assert waited == [1] * (polls * 2)  # each of poll_seconds
     assert sum(ev["type"] == "TaskSubmitted" for ev in result.history) == steps  # one AwaitLoadEnd per step
     # on AWS (nobody answers task tokens yet) the same steps poll: more events per step, as planned there
     polled = history_events(plan, 1, lambda kind, e, s: float(polls) if kind in ("load", "warmup") else 0.0)

@@ -241,6 +241,21 @@ def test_a_spec_of_exactly_the_limit_is_parsed(tmp_path: Path, capsys: pytest.Ca
     assert main(["validate", str(spec)]) == 0, capsys.readouterr().err
 
 
+def test_a_spec_read_again_is_the_same_data_and_each_readers_own() -> None:
+    """spec_data keeps what it read of a text: the next read of it is the same data, which no earlier reader's
+    change reaches; a refused text is refused again, each time."""
+    first = spec_data(SMOKE_TEXT, "smoke.yaml")
+    assert first == SMOKE
+    first["name"] = "changed"
+    first["experiments"].clear()
+    again, other = spec_data(SMOKE_TEXT, "smoke.yaml"), spec_data(SMOKE_TEXT, "elsewhere/smoke.yaml")
+    assert again == other == SMOKE and again is not other and again["experiments"] is not other["experiments"]
+    anchored = SMOKE_TEXT.replace("name: smoke", "name: &n smoke", 1)
+    for _ in range(2):
+        with pytest.raises(SpecError, match=r"YAML anchor &n refused"):
+            spec_data(anchored, "smoke.yaml")
+
+
 def test_the_alias_bomb_is_refused_in_milliseconds_with_little_memory(tmp_path: Path) -> None:
     """Before: PyYAML's safe_load expanded it as pydantic walked it (63 s, 5.4 GB peak for this 441-byte file).
     Measured in a process of its own: the command line's whole run (interpreter start included)."""

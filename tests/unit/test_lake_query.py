@@ -18,7 +18,7 @@ from benchctl.ingest import ingest_artifacts
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine, parse_query
 from benchctl.views import VIEWS_DIR, view_references, view_sql_files
-from tests.unit.synthetic_lake import comparison_row
+from tests.unit.synthetic_lake import Campaign, comparison_row
 from tests.unit.test_ingest import CTX, SAMPLES
 
 CAMPAIGN = "camp-1"
@@ -167,6 +167,41 @@ def test_empty_lake_has_empty_views_with_the_schema_columns(lake: LocalLake) -> 
         assert cols == schema.column_names(table) and rows == []
     cols, rows = engine.run("v_concurrency_sweep")
     assert rows == [] and "agg_ttft_p50_ms" in cols
+
+
+def test_a_snapshot_engine_reads_every_view_as_the_live_one_and_one_state_of_the_lake(tmp_path: Path) -> None:
+    """The report's engine (``snapshot``) computes each table and view once when it opens: every view has the
+    live engine's columns and rows (in the live engine's order where the view's SQL orders them), whole and for
+    one campaign; a file written after it opened is seen by a live engine and not by the snapshot."""
+    # Given two made-up campaigns in one lake, each with both modes compared over a concurrency sweep
+    for cid, slower in (("camp-a", 1.0), ("camp-b", 1.5)):
+        c = Campaign(tmp_path / "lake", cid=cid)
+        c.experiment("agg", "aggregated")
+        c.experiment("disagg", "disaggregated")
+        c.compare("disagg-vs-agg", "agg", "disagg", "q1,q3,q4,h1,h3")
+        for name, mode in (("agg", "aggregated"), ("disagg", "disaggregated")):
+            c.sweep(name, mode, 2, {k: {"ttft_p50_ms": t * slower, "itl_p50_ms": 10.0, "kv_transfer_ms": 5.0}
+                                    for k, t in {1: 100.0, 8: 400.0}.items()})
+            c.cache(name, mode, "sweep-i1024-c1-r0", 0, 0.5)
+        c.write()
+    live, snap = QueryEngine(tmp_path / "lake"), QueryEngine(tmp_path / "lake", snapshot=True)
+    assert snap.views() == live.views()
+    for view in live.views():
+        ordered = view in snap.sql_views and "ORDER BY" in (VIEWS_DIR / f"{view}.sql").read_text(encoding="utf-8")
+        (cols, rows), (live_cols, live_rows) = snap.run(view), live.run(view)
+        assert cols == live_cols, view
+        if ordered:
+            assert rows == live_rows, view
+        assert sorted(rows, key=repr) == sorted(live_rows, key=repr), view
+    one = "SELECT * FROM v_concurrency_sweep WHERE campaign_id = 'camp-b'"
+    assert snap.run(one) == live.run(one) and snap.run(one)[1]
+    assert live.run("v_concurrency_sweep")[1], "the views compared hold rows"
+    # When a step is written after both opened
+    LocalLake(tmp_path / "lake").write("steps", [_step("aggregated", 4, 0, 10.0)], part_name="late")
+    # Then the live engine reads it (in the table and the views over it) and the snapshot does not
+    late = "SELECT count(*) FROM {} WHERE campaign_id = 'camp-1'"
+    assert [live.run(late.format(v))[1] for v in ("steps", "v_step_stats")] == [[(1,)], [(1,)]]
+    assert [snap.run(late.format(v))[1] for v in ("steps", "v_step_stats")] == [[(0,)], [(0,)]]
 
 
 def test_concurrency_sweep_pivots_modes(lake: LocalLake) -> None:

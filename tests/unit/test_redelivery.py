@@ -22,8 +22,7 @@ import yaml
 
 from benchctl import asl
 from benchctl.local.engine import function_arn
-from benchctl.local.query import QueryEngine
-from benchctl.local.report import report_views
+from benchctl.local.report import LocalReport
 from benchctl.local.runner import prepare
 from lambdas import FUNCTIONS
 from lambdas._runtime import use_callbacks, use_engine
@@ -117,8 +116,8 @@ class Campaign:
         spec.write_text(yaml.safe_dump(data), encoding="utf-8")
         start, _ = prepare(spec, tmp / "out", "redeliver")
         self.cid, self.run_dir, self.lake = "redeliver", tmp / "out" / "campaigns" / "redeliver", tmp / "out" / "lake"
-        self.world = FakeWorld(self.lake, report=lambda cid: report_views(QueryEngine(self.lake), self.lake, cid,
-                                                                           self.run_dir / "report"), **world_kw)
+        # the local engine's own ReportPort: views and report.html into <run dir>/report
+        self.world = FakeWorld(self.lake, report=LocalReport(self.lake, lambda _cid: self.run_dir).write, **world_kw)
         self.start = {"spec_uri": start.spec_uri, "campaign_id": self.cid, "poll_seconds": 1}
         self.ctx: dict[str, Any] = {}
         self.callbacks = Callbacks()

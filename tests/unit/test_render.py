@@ -37,7 +37,7 @@ from benchctl.campaign import step_dataset
 from benchctl.errors import EndRecordForged, SpecError
 from benchctl.plan import plan_campaign
 from benchctl.spec import CampaignSpec, parse_spec
-from tests import crd_schemas
+from tests import crd_schemas, yaml_files
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -48,7 +48,7 @@ DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def load(name: str, mutate: Any = None) -> CampaignSpec:
-    data = yaml.safe_load((EXAMPLES / name).read_text())
+    data = yaml_files.load(EXAMPLES / name)
     if mutate is not None:
         mutate(data)
     return parse_spec(data, name)
@@ -730,7 +730,8 @@ else:
         (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs").mkdir(parents=True)
         (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs/d.jsonl").write_text(f"{k}\n")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "BENCHCTL_STEPS": " ".join(steps),
-           "BENCHCTL_DIR": str(work), "BENCHCTL_CONTROL": control, "BENCHCTL_RAW_PREFIX": raw}
+           "BENCHCTL_DIR": str(work), "BENCHCTL_CONTROL": control, "BENCHCTL_RAW_PREFIX": raw,
+           "BENCHCTL_POLL_S": "0.05"}  # its hand-over polls every 50 ms here, not every second
     work.mkdir()
     proc = subprocess.Popen(["sh", "-c", j.RUNNER_CONTROL_SCRIPT], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -746,8 +747,8 @@ else:
             if failure == "runner":  # it dies, with its last words (load_runner.RUNNER_ENDED)
                 (work / "runner.ended").write_text("PermissionError: [Errno 13] Permission denied: 'out'")
                 break
-            if failure == "sigterm":  # the Job is deleted while AIPerf runs
-                time.sleep(1.5)
+            if failure == "sigterm":  # the Job is deleted while AIPerf runs (the script polls for its exit)
+                time.sleep(0.5)
                 proc.terminate()
                 break
             (d / "out").mkdir()
@@ -820,7 +821,7 @@ def test_smoke_job_script_sends_requests_and_reads_metrics(status: int) -> None:
     spec = SPECS["seed-plan"]
     _Frontend.chats, _Frontend.status = [], status
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Frontend)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()  # shutdown waits a poll
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         job = j.render_smoke_job(spec, CID, "agg-tp4x4", url)

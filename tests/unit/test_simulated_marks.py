@@ -89,7 +89,7 @@ def test_the_reports_exported_views_carry_the_simulated_column(tmp_path: Path) -
     metrics(lake, [{**r, "campaign_id": "sim-1"} for r in _smoke_step_metrics()], "smoke-sim")
     for cid, sim in (("sim-1", True), ("gpu-1", False)):
         out = tmp_path / cid
-        with QueryEngine(lake.root) as q:
+        with QueryEngine(lake.root, snapshot=True) as q:  # the report's engine (benchctl.local.report._engine)
             report_views(q, lake.root, cid, out)
         for view in EXPORTED_VIEWS:
             header, *rows = (out / f"{view}.csv").read_text().splitlines()
@@ -147,7 +147,7 @@ def test_the_aws_reports_result_csvs_carry_the_simulated_column(tmp_path: Path) 
     from benchctl.views import REPORT_VIEWS
 
     lake = _two_campaigns(tmp_path)
-    with QueryEngine(lake.root) as engine:
+    with QueryEngine(lake.root, snapshot=True) as engine:  # the rows read once (test_lake_query holds them equal)
         stub = _AthenaAtTheQueryPort(engine)
         out = athena_report("sim-1", database="d", workgroup="wg", query=stub)
         for view in REPORT_VIEWS:

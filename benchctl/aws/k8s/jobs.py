@@ -250,6 +250,7 @@ def aws_cli_env(region: str) -> list[JSON]:
 RUNNER_CONTROL_SCRIPT = """\
 set -u
 step="" launched=0 error="" cause="" key=""
+poll=${BENCHCTL_POLL_S:-1}  # the hand-over's poll period, s (the Job leaves it unset; a test shortens it)
 # HMAC-SHA256 (RFC 2104) with sha256sum: the step's end record is signed with the key its request carries
 hexbytes() {
   printf '%s\\n' "$1" | fold -w2 | while read -r h; do printf "\\\\$(printf '%03o' "$((0x$h))")"; done
@@ -315,7 +316,7 @@ for step in $BENCHCTL_STEPS; do
   mkdir -p "$d" || fail 95 LoadRunnerDied "cannot create $d"
   until aws s3 cp --quiet "${BENCHCTL_CONTROL}$step/request.json" "$d/request.part" 2>/dev/null; do
     runner_gone
-    sleep 1
+    sleep "$poll"
   done
   launched=1
   key=$(sed -n 's/^ *"end_key": *"\\([0-9a-f]*\\)".*/\\1/p' "$d/request.part" | head -n 1)
@@ -325,7 +326,7 @@ for step in $BENCHCTL_STEPS; do
   mv "$d/request.part" "$d/request.json"
   n=0
   while [ ! -e "$d/exit_code" ]; do
-    sleep 1
+    sleep "$poll"
     [ -e "$d/exit_code" ] && break
     runner_gone
     n=$((n + 1))
