@@ -351,6 +351,13 @@ def test_the_smoke_runs_on_the_a100_twin_and_every_output_names_it(smoke_run):
         assert argv[argv.index("--speedup-ratio") + 1] == "1.0"
     html = (out / "campaigns" / "smoke-e2e" / "report" / "report.html").read_text(encoding="utf-8")
     assert f"agg worker: {TWIN_LABEL}" in html
+    # the aggregated worker's answers were held aiconfigurator's per-request dispatch; the disaggregated roles none
+    prov = json.loads(next(r for r in rows if r["experiment"] == "agg")["provenance_json"])
+    holds = {e: [c for c in json.loads((out / "campaigns" / "smoke-e2e" / "deployments" / e / "state.json")
+                                       .read_text())["components"] if c["role"] == "dispatch-hold"]
+             for e in ("agg", "disagg")}
+    assert [c["dispatch_ms"] for c in holds["agg"]] == [prov["dispatch_ms"]] and prov["dispatch_ms"] > 30, holds
+    assert holds["disagg"] == []
 
 
 def _sweep_against_prediction(out: Path) -> list[tuple[str, int, str, float, float]]:
