@@ -44,6 +44,10 @@ PHASES = {
     "teardown": (r"\] TeardownExperiment ", {"TeardownExperiment"}),
 }
 REPEATS = 2
+# From the first SIGINT to the run's exit: a Ctrl-C must stop promptly in every phase. Every wait of the abort
+# path is bounded well inside this (the load's stop 10 s + 5 s, each process group's 5 s + 5 s, the runner's
+# 3 s + 5 s); it normally takes about 5 s. The margin is for a loaded 2-core CI machine.
+ABORT_EXIT_S = 90.0
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +104,20 @@ class Watch:
         return "".join(line for line in self.lines if line != "<eof>")
 
 
-def _interrupt(spec: Path, out: Path, cid: str, trigger: str, signals: int = 1) -> tuple[int, str]:
+def _interrupt(spec: Path, out: Path, cid: str, trigger: str, signals: int = 1) -> tuple[int, str, float]:
+    """(exit code, output, seconds from the first SIGINT to the run's exit)."""
     proc = start_run(spec, out, campaign_id=cid, sigint_ignored=True)
     try:
         watch = Watch(proc)
         watch.wait(trigger, 240)
+        sent = time.monotonic()
         for _ in range(signals):
             proc.send_signal(signal.SIGINT)
             time.sleep(0.3)
         code = proc.wait(timeout=180)
+        took = time.monotonic() - sent
         watch.thread.join(timeout=10)
-        return code, watch.text()
+        return code, watch.text(), took
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -140,23 +147,35 @@ def test_sigint_in_every_phase_aborts_through_teardown(phase, attempt, workspace
     cid = f"int-{phase}-{attempt}"
     reaper.append(out / "campaigns" / cid)
     trigger, states = PHASES[phase]
-    code, output = _interrupt(spec, out, cid, trigger)
+    code, output, took = _interrupt(spec, out, cid, trigger)
     assert code == 130, output
+    assert took < ABORT_EXIT_S, f"{phase}: {took:.0f} s from SIGINT to exit (bound {ABORT_EXIT_S:.0f} s):\n{output}"
     assert "interrupt: stopping the load first" in output
     abort = json.loads((out / "campaigns" / cid / "abort.json").read_text())
     assert abort["reason"] == "interrupted (SIGINT)"
     assert abort["during"].split()[0] in states, (phase, abort)  # the signal landed in the phase meant
     events = _assert_aborted_cleanly(out, cid, output)
+    names = [n for _, _, n in events]
     if phase == "load":  # a load was running: it is stopped before the deployment goes
-        names = [n for _, _, n in events]
         assert "load_stopped" in names and names.index("load_stopped") < names.index("teardown_start")
+    if phase == "warm-up":  # the warm-up's AIPerf run (about 2 s of load) ended or was stopped before teardown
+        ends = [(at, r) for at, r in _load_ends(out, cid) if r == "warmup"]
+        start = next(at for at, _, n in events if n == "teardown_start")
+        assert ends and ends[0][0] <= start, (ends, events)
+
+
+def _load_ends(out: Path, cid: str) -> list[tuple[object, str]]:
+    """(when, step id) of every load's end (exited or stopped) in the campaign's timeline."""
+    return sorted((r["at"], json.loads(r["detail_json"])["step_id"]) for r in read_table(out / "lake", "timeline")
+                  if r["campaign_id"] == cid and r["event"] in ("load_end", "load_stopped"))
 
 
 def test_a_second_sigint_tears_down_at_once(workspace, reaper):
     spec, out = workspace
     cid = "int-twice"
     reaper.append(out / "campaigns" / cid)
-    code, output = _interrupt(spec, out, cid, PHASES["load"][0], signals=2)
+    code, output, took = _interrupt(spec, out, cid, PHASES["load"][0], signals=2)
     assert code == 130, output
+    assert took < ABORT_EXIT_S, f"{took:.0f} s from SIGINT to exit (bound {ABORT_EXIT_S:.0f} s):\n{output}"
     assert "forced stop: tearing down now" in output
     _assert_aborted_cleanly(out, cid, output)
