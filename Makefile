@@ -25,11 +25,13 @@ integration: setup
 e2e: setup
 	$(PYTEST) tests/e2e
 
+# infra is CPU-bound (synth, cfn-lint, node) and times nothing: on both cores, a file per worker (its cached synth)
 infra: setup
-	$(PYTEST) tests/infra
+	$(PYTEST) -n 2 --dist loadfile tests/infra
 
 test: setup lint unit
-	$(PYTEST) tests/integration tests/e2e tests/infra
+	$(PYTEST) tests/integration tests/e2e
+	$(PYTEST) -n 2 --dist loadfile tests/infra
 
 synth: setup
 	CDK_OUTDIR=cdk.out .venv/bin/python app.py
