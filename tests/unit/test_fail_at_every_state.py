@@ -180,25 +180,59 @@ def _completed_before(baseline: list[tuple[str, str | None, str | None]], state:
 # ------------------------------------------------------------------------------------- per state
 
 
-@pytest.mark.parametrize("state", STATES)
-def test_fail_at_state_tears_down_and_records_the_failure(
-    state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    baseline: list[tuple[str, str | None, str | None]],
-) -> None:
-    primary: str | None = None  # the state of the failure that leads to ``state`` (failure-path states)
-    world_kw: dict[str, Any] = {}
+def _injection(state: str, baseline: list[tuple[str, str | None, str | None]]) -> tuple[str | None, dict[str, Any]]:
+    """The primary failure that leads to ``state`` (None for a state on the normal path, failed directly) and
+    the fakes' settings that cause it."""
     if state in FAILURE_ONLY and state in BEHIND_PLAN:
-        world_kw["preflight_missing"] = ["model volume claim 'model-cache' (fake preflight)"]
-        primary = "Plan"
-    elif state in FAILURE_ONLY:
+        return "Plan", {"preflight_missing": ["model volume claim 'model-cache' (fake preflight)"]}
+    if state in FAILURE_ONLY:
         # the second experiment's serving dies while its step runs: CheckLoad fails (ServingFailed)
         step_id = next(st for s, exp, st in baseline if s == "LaunchLoad" and exp == "disagg")
-        world_kw["kill_on_launch"] = {f"disagg-{step_id}": "disagg"}
-        primary = "CheckLoad"
+        return "CheckLoad", {"kill_on_launch": {f"disagg-{step_id}": "disagg"}}
+    return None, {}
 
-    result, world, rec, _slept = run(tmp_path, monkeypatch, fail_at=state, world_kw=world_kw, report=True)
-    lake = tmp_path / "out" / "lake"
-    run_dir = tmp_path / "out" / "campaigns" / CID
+
+FailedRun = tuple[RunResult, FakeWorld, Recorder, Path, "str | None"]
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory: pytest.TempPathFactory,
+               baseline: list[tuple[str, str | None, str | None]]) -> Any:
+    """``failed_run(state)``: the run failing at ``state`` (with its primary failure, if any), made once per
+    module: every test about that ending asserts on the same run (result, fakes, invocations, its directory).
+    Runs inside the calling test, so the tier's autouse fixtures apply to it."""
+    runs: dict[str, FailedRun] = {}
+
+    def get(state: str) -> FailedRun:
+        if state not in runs:
+            primary, world_kw = _injection(state, baseline)
+            tmp = tmp_path_factory.mktemp(f"failat-{state}")
+            with pytest.MonkeyPatch.context() as mp:
+                result, world, rec, _slept = run(tmp, mp, fail_at=state, world_kw=world_kw, report=True)
+            runs[state] = (result, world, rec, tmp, primary)
+        return runs[state]
+
+    return get
+
+
+# the failure-path states reached after a CheckLoad failure whose cleanup the second test below also holds
+CLEANUP = [s for s in FAILURE_ONLY if s not in BEHIND_PLAN and s != "AbortCampaign"]
+SHARED = {*CLEANUP, "CheckReady"}  # the states whose run more than one test asserts on
+
+
+def _together(state: str, value: Any = None) -> Any:
+    """The tests of one state's run on the same xdist worker (``--dist loadgroup``), so the run is made once."""
+    value = state if value is None else value
+    return pytest.param(value, marks=pytest.mark.xdist_group(f"failat-{state}")) if state in SHARED else value
+
+
+@pytest.mark.parametrize("state", [_together(s) for s in STATES])
+def test_fail_at_state_tears_down_and_records_the_failure(
+    state: str, failed_run: Any, baseline: list[tuple[str, str | None, str | None]],
+) -> None:
+    result, world, rec, tmp, primary = failed_run(state)
+    lake = tmp / "out" / "lake"
+    run_dir = tmp / "out" / "campaigns" / CID
     log = rec.out.getvalue()
 
     # the state was reached and failed as often as its Retry allows; the execution ends FAILED
@@ -293,18 +327,14 @@ def test_fail_at_state_tears_down_and_records_the_failure(
     assert 'data-receipt-complete="true"' in head and head.count("<tr>") == len(rows) + (1 if rows else 0), head
 
 
-@pytest.mark.parametrize("state", [
-    s for s in FAILURE_ONLY if s not in BEHIND_PLAN and s != "AbortCampaign"
-])
-def test_failed_cleanup_keeps_the_root_cause_in_the_lake(
-    state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    baseline: list[tuple[str, str | None, str | None]],
-) -> None:
-    step_id = next(st for s, exp, st in baseline if s == "LaunchLoad" and exp == "disagg")
-    result, _world, _rec, _ = run(tmp_path, monkeypatch, fail_at=state,
-                                  world_kw={"kill_on_launch": {f"disagg-{step_id}": "disagg"}})
+@pytest.mark.parametrize("state", [_together(s) for s in CLEANUP])
+def test_failed_cleanup_keeps_the_root_cause_in_the_lake(state: str, failed_run: Any) -> None:
+    """The second experiment's serving dies (CheckLoad fails), then the cleanup state itself fails."""
+    result, world, _rec, tmp, primary = failed_run(state)
+    step_id = next(job for job in world.kill_on_launch if job.startswith("disagg-")).removeprefix("disagg-")
+    assert primary == "CheckLoad" and world.kill_on_launch == {f"disagg-{step_id}": "disagg"}, world.kill_on_launch
     assert result.status == "FAILED"
-    (row,) = read_table(tmp_path / "out" / "lake", "campaigns")
+    (row,) = read_table(tmp / "out" / "lake", "campaigns")
     # one failure, described consistently: the state, error and cause of what went wrong first
     assert (row["status"], row["failed_state"], row["error"]) == ("failed", "CheckLoad", "ServingFailed"), row
     assert "fake deployment disagg" in row["cause"], row
@@ -336,9 +366,9 @@ def _sweep_dry_run(tmp_path: Path, world: FakeWorld) -> dict[str, Any]:
     return entry
 
 
-@pytest.mark.parametrize("restore_fails", [False, True])
+@pytest.mark.parametrize("restore_fails", [_together("CheckReady", False), True])
 def test_the_receipt_and_the_sweepers_dry_run_agree(
-        restore_fails: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        restore_fails: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failed_run: Any) -> None:
     """A failed campaign whose teardown restored everything: its receipt is complete and `benchctl sweep
     --dry-run` finds nothing left. One whose pool could not be restored (every attempt refused): the campaign
     ends failed-untorn, its report says so, the receipt reads the pool back as still there, and the sweeper
@@ -354,13 +384,17 @@ def test_the_receipt_and_the_sweepers_dry_run_agree(
             self.pool.restore = refuse  # type: ignore[method-assign]
 
         monkeypatch.setattr(FakeWorld, "__post_init__", post_init)
-    result, world, rec, _ = run(tmp_path, monkeypatch, fail_at="CheckReady", report=True)
+        result, world, rec, _ = run(tmp_path, monkeypatch, fail_at="CheckReady", report=True)
+        where = tmp_path
+    else:  # the per-state test's run failing at CheckReady (the dry run and the report below only read it)
+        result, world, rec, where, primary = failed_run("CheckReady")
+        assert primary is None and not world.kill_on_launch and not world.preflight_missing
     assert result.status == "FAILED", rec.out.getvalue()
-    rows = receipt(tmp_path / "out" / "lake")
+    rows = receipt(where / "out" / "lake")
     unsettled = sorted({r["experiment"] for r in rows if r["state"] not in ("gone", "restored", "handed over")})
-    entry = _sweep_dry_run(tmp_path, world)
+    entry = _sweep_dry_run(where, world)
     assert entry["experiments"] == unsettled, (entry, rows)
-    head = (tmp_path / "out" / "campaigns" / CID / "report" / "report.html").read_text(encoding="utf-8")
+    head = (where / "out" / "campaigns" / CID / "report" / "report.html").read_text(encoding="utf-8")
     if restore_fails:
         assert unsettled == ["agg"] and entry["action"] == "would tear down"
         (pool,) = [r for r in rows if r["kind"].startswith("pool")]
@@ -375,7 +409,7 @@ def test_the_receipt_and_the_sweepers_dry_run_agree(
     from benchctl.cli import main
 
     again = tmp_path / "again.md"
-    assert main(["report", "--lake", str(tmp_path / "out" / "lake"), "--campaign", CID, "--out", str(again)]) == 0
+    assert main(["report", "--lake", str(where / "out" / "lake"), "--campaign", CID, "--out", str(again)]) == 0
     text = again.read_text(encoding="utf-8")
     ending = "FAILED, AND ITS TEARDOWN FAILED" if restore_fails else "FAILED"
     assert f"## How it ended: {ending} in state CheckReady: InjectedFailure" in text, text[:2000]
