@@ -31,3 +31,32 @@ def _no_disk_flush_in_the_unit_tier(monkeypatch: pytest.MonkeyPatch) -> None:
     subject, and thousands of them waited on the disk in every run. A test of what happens when it fails sets
     its own (tests/unit/test_bad_input.py)."""
     monkeypatch.setattr(os, "fsync", os.fstat)  # an invalid descriptor still raises OSError (EBADF)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``same_run(key)`` assert on one run a module fixture makes once per process: each is moved
+    right after the first test of its key. xdist's load scheduling hands a worker consecutive tests, so they
+    nearly always share that worker and its run. The order is the same in every worker (xdist requires it);
+    nothing is added or removed."""
+    first: dict[str, int] = {}
+    followers: dict[str, list[pytest.Item]] = {}
+    rest: list[pytest.Item] = []
+    for item in items:
+        mark = item.get_closest_marker("same_run")
+        key = str(mark.args[0]) if mark else None
+        if key is not None and key in first:
+            followers[key].append(item)
+            continue
+        if key is not None:
+            first[key], followers[key] = len(rest), []
+        rest.append(item)
+    if not followers or not any(followers.values()):
+        return
+    ordered: list[pytest.Item] = []
+    keys_at = {i: k for k, i in first.items()}
+    for i, item in enumerate(rest):
+        ordered.append(item)
+        if i in keys_at:
+            ordered += followers[keys_at[i]]
+    assert len(ordered) == len(items)
+    items[:] = ordered

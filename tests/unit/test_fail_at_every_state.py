@@ -221,9 +221,11 @@ SHARED = {*CLEANUP, "CheckReady"}  # the states whose run more than one test ass
 
 
 def _together(state: str, value: Any = None) -> Any:
-    """The tests of one state's run on the same xdist worker (``--dist loadgroup``), so the run is made once."""
+    """The tests of one state's run are collected next to each other (``same_run``, tests/unit/conftest.py), so
+    xdist's load scheduling, which hands each worker consecutive tests, nearly always gives them one worker and
+    the run is made once; a test that lands elsewhere makes the same run itself."""
     value = state if value is None else value
-    return pytest.param(value, marks=pytest.mark.xdist_group(f"failat-{state}")) if state in SHARED else value
+    return pytest.param(value, marks=pytest.mark.same_run(f"failat-{state}")) if state in SHARED else value
 
 
 @pytest.mark.parametrize("state", [_together(s) for s in STATES])
