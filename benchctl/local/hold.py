@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import signal
 import socket
 import struct
 import sys
+from collections.abc import Callable
+from typing import cast
 
-_CHUNK = 1 << 16
 _PREFIX = struct.Struct(">QQQ")  # header length, body length, checksum (TwoPartCodec)
 MAX_FRAME = 64 << 20  # Dynamo's own default message limit is smaller; past this the stream is not what we read
 
@@ -61,97 +61,128 @@ def control_prefix(buf: bytes | bytearray) -> tuple[int, bool]:
     return at, False
 
 
-async def _answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float, name: str) -> None:
-    """Worker -> frontend: header-only frames at once until the first frame with a body; from there on every
-    byte ``delay`` seconds after it arrived, in order."""
-    loop = asyncio.get_running_loop()
-    pending = bytearray()
-    while True:  # the control frames
-        data = await reader.read(_CHUNK)
-        if not data:
-            if pending:
-                writer.write(bytes(pending))
-            return
-        pending += data
+class _Worker(asyncio.Protocol):
+    """The worker's end of one held connection (callbacks, no coroutine per chunk: the hold forwards every
+    token of every held request, on the same 2 cores as the load generator). Header-only frames go on at once
+    until the first frame with a body; from there every chunk is written ``delay`` seconds after it arrived,
+    in order (its due time strictly after the previous chunk's); end of stream and close after the last one."""
+
+    def __init__(self, target: int, delay: float, name: str) -> None:
+        self.target, self.delay, self.name = target, delay, name
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.frontend: asyncio.Transport | None = None
+        self.pending = bytearray()
+        self.early = bytearray()  # what was due before the frontend's end was connected
+        self.answering = False
+        self.last_due = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        _nodelay(transport)
+        self.transport.pause_reading()  # until the frontend's end is connected
+        self.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        assert self.transport is not None
         try:
-            n, answering = control_prefix(pending)
+            await self.loop.create_connection(lambda: _Frontend(self), "127.0.0.1", self.target)
+        except OSError as err:
+            print(f"{self.name}: {err}", file=sys.stderr, flush=True)
+            self.transport.close()
+            return
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.answering:
+            self._later(self._write, data)
+            return
+        self.pending += data
+        try:
+            n, self.answering = control_prefix(self.pending)
         except FrameError as err:
-            print(f"{name}: {err}; closing the connection", file=sys.stderr, flush=True)
+            print(f"{self.name}: {err}; closing the connection", file=sys.stderr, flush=True)
+            self.connection_lost(None)
             return
         if n:
-            writer.write(bytes(pending[:n]))
-            del pending[:n]
-            await writer.drain()
-        if answering:
-            break
-    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-    queue.put_nowait((loop.time() + delay, bytes(pending)))
+            self._write(bytes(self.pending[:n]))
+            del self.pending[:n]
+        if self.answering and self.pending:
+            self._later(self._write, bytes(self.pending))
+            self.pending.clear()
 
-    async def send() -> None:
-        while True:
-            due, chunk = await queue.get()
-            if not chunk:
-                return
-            wait = due - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            writer.write(chunk)
-            await writer.drain()
+    def _later(self, fn: Callable[..., object], *args: object) -> None:
+        due = max(self.loop.time() + self.delay, self.last_due + 1e-6)
+        self.last_due = due
+        self.loop.call_at(due, fn, *args)
 
-    sender = asyncio.create_task(send())
-    try:
-        while data := await reader.read(_CHUNK):
-            queue.put_nowait((loop.time() + delay, data))
-    finally:
-        queue.put_nowait((0.0, b""))
-        await sender
+    def _write(self, data: bytes) -> None:
+        if self.frontend is None:  # not connected yet (uvloop may deliver before reading is paused): kept
+            self.early += data
+        elif not self.frontend.is_closing():
+            self.frontend.write(data)
+
+    def _eof(self) -> None:
+        if self.pending:
+            self._write(bytes(self.pending))
+            self.pending.clear()
+        if self.frontend is not None and not self.frontend.is_closing() and self.frontend.can_write_eof():
+            self.frontend.write_eof()
+
+    def _close(self) -> None:
+        if self.frontend is not None:
+            self.frontend.close()
+
+    def eof_received(self) -> bool:
+        self._later(self._eof)
+        return True  # the frontend may still write to the worker
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._later(self._close)
+        if self.transport is not None:
+            self.transport.close()
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while data := await reader.read(_CHUNK):
-        writer.write(data)
-        await writer.drain()
+class _Frontend(asyncio.Protocol):
+    """The frontend's end: what it sends goes to the worker at once."""
+
+    def __init__(self, worker: _Worker) -> None:
+        self.worker = worker
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        _nodelay(transport)
+        self.worker.frontend = cast(asyncio.Transport, transport)
+        if self.worker.early:
+            self.worker.frontend.write(bytes(self.worker.early))
+            self.worker.early.clear()
+
+    def data_received(self, data: bytes) -> None:
+        w = self.worker.transport
+        if w is not None and not w.is_closing():
+            w.write(data)
+
+    def eof_received(self) -> bool:
+        w = self.worker.transport
+        if w is not None and not w.is_closing() and w.can_write_eof():
+            w.write_eof()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.worker.transport is not None:
+            self.worker.transport.close()
 
 
-def _nodelay(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
+def _nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
     if sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # Dynamo sets it on these sockets too
 
 
 async def _serve(listen: int, target: int, delay: float) -> asyncio.Server:
-    async def handle(w_reader: asyncio.StreamReader, w_writer: asyncio.StreamWriter) -> None:
-        name = f"127.0.0.1:{listen} -> {target}"
-        try:
-            f_reader, f_writer = await asyncio.open_connection("127.0.0.1", target)
-        except OSError as err:
-            print(f"{name}: {err}", file=sys.stderr, flush=True)
-            w_writer.close()
-            return
-        _nodelay(w_writer)
-        _nodelay(f_writer)
-
-        async def answers() -> None:
-            try:
-                await _answers(w_reader, f_writer, delay, name)
-            finally:
-                with contextlib.suppress(OSError):
-                    f_writer.write_eof()
-
-        async def requests() -> None:
-            try:
-                await _pump(f_reader, w_writer)
-            finally:
-                with contextlib.suppress(OSError):
-                    w_writer.write_eof()
-
-        try:
-            await asyncio.gather(answers(), requests(), return_exceptions=True)
-        finally:
-            for w in (w_writer, f_writer):
-                w.close()
-
-    return await asyncio.start_server(handle, "127.0.0.1", listen)
+    loop = asyncio.get_running_loop()
+    name = f"127.0.0.1:{listen} -> {target}"
+    return await loop.create_server(lambda: _Worker(target, delay, name), "127.0.0.1", listen)
 
 
 def parse_pair(text: str) -> tuple[int, int]:

@@ -83,6 +83,7 @@ def start(
     cwd: str | Path | None = None,
     *,
     stdin_pipe: bool = False,
+    niceness: int = 0,
 ) -> Record:
     """Start ``argv`` in its own session, stdout+stderr appended to ``log_path``; return its record.
 
@@ -110,6 +111,7 @@ def start(
             cwd=str(cwd) if cwd is not None else None,
             start_new_session=True,
             close_fds=True,
+            preexec_fn=(lambda: os.nice(niceness)) if niceness else None,  # noqa: PLW1509 (before exec only)
         )
     start_time = proc_start_time(proc.pid)  # a zombie still has /proc/<pid>/stat: never None here
     rec = {

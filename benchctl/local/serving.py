@@ -58,6 +58,7 @@ _COMPONENT_OF_ROLE = {"worker": "backend", "decode": "backend", "prefill": "pref
 _HTTP_TIMEOUT_S = 2.0
 _PORT_LOW, _PORT_HIGH = 20000, 32767  # see _free_ports
 _CHAT_TIMEOUT_S = 5.0
+SERVING_NICENESS = 5  # the load generator gets the cores first, as on its own node on EKS
 
 
 def validate_spec(spec: DeploymentRequest) -> None:
@@ -255,7 +256,7 @@ class LocalServing:
                 hold_argv = [sys.executable, "-m", "benchctl.local.hold", "--delay-ms", f"{max(hold_ms.values()):.3f}",
                              *(f"{h}:{f}" for f, h in held.items())]
                 rec = processes.start("dispatch-hold", hold_argv, {"PYTHONUNBUFFERED": "1"}, logs / "dispatch-hold.log",
-                                      cwd=ddir)
+                                      cwd=ddir, niceness=SERVING_NICENESS)
                 state["processes"].append(rec)
                 state["components"].append({"name": "dispatch-hold", "role": "dispatch-hold",
                                              "dispatch_ms": max(hold_ms.values()), "ports": held})
@@ -266,7 +267,7 @@ class LocalServing:
                 *common, "--router-mode", spec.router,
             ]  # fmt: skip
             fe_env = {**base_env, **({"DYN_TCP_RESPONSE_STREAM_PORT": str(next(iter(held)))} if held else {})}
-            rec = processes.start("frontend", fe_argv, fe_env, logs / "frontend.log", cwd=ddir)
+            rec = processes.start("frontend", fe_argv, fe_env, logs / "frontend.log", cwd=ddir, niceness=SERVING_NICENESS)
             state["processes"].append(rec)
             self._save_state(state)  # records on disk at once: a crash mid-deploy stays tear-down-able
             state["components"].append({"name": "frontend", "role": "frontend", "http_port": http_port})
@@ -299,7 +300,7 @@ class LocalServing:
                 if role in hold_ms:  # its answers reach the frontend through the hold
                     env.update(loopback.redirect_env(held))
                     component["dispatch_ms"] = hold_ms[role]
-                rec = processes.start(name, argv, env, logs / f"{name}.log", cwd=ddir)
+                rec = processes.start(name, argv, env, logs / f"{name}.log", cwd=ddir, niceness=SERVING_NICENESS)
                 state["processes"].append(rec)
                 metrics_url = f"http://127.0.0.1:{sys_port}/metrics"
                 component["metrics_url"] = metrics_url

@@ -28,7 +28,7 @@ pytest.importorskip("aiperf")
 from benchctl.errors import ServingFailed
 from benchctl.local import loopback, modeldir, processes
 from benchctl.local.load import LocalLoad
-from benchctl.local.serving import LocalServing, mocker_flags
+from benchctl.local.serving import SERVING_NICENESS, LocalServing, mocker_flags
 from benchctl.local.smoke import smoke_test
 from benchctl.ports import DeploymentRequest, LoadRequest, WorkerGroupSpec
 
@@ -182,6 +182,11 @@ def test_aggregated_two_workers(serving) -> None:
     assert set(state["metrics_urls"]) == {"frontend", "worker-0", "worker-1"}
     assert len(state["processes"]) == 3
     assert json.loads((Path(state["workdir"]) / "state.json").read_text())["deployment_id"] == "agg-a"
+    # the serving processes yield the cores to the load generator (it runs at this process's niceness)
+    mine = os.nice(0)
+    for rec in state["processes"]:
+        stat = Path(f"/proc/{rec['pid']}/stat").read_text()
+        assert int(stat[stat.rindex(")") + 2 :].split()[16]) == mine + SERVING_NICENESS, rec["name"]
     took = _wait_ready(svc, state)
     print(f"aggregated x2 ready in {took:.1f}s")
     assert svc.deploy(_agg("agg-a", replicas=2))["processes"] == state["processes"]  # idempotent
