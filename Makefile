@@ -3,6 +3,8 @@
 .PHONY: setup smoke test unit integration e2e infra lint bench synth clean
 
 PYTEST = .venv/bin/python -m pytest -p no:dash -q
+# infra is CPU-bound (synth, cfn-lint, node) and times nothing: on both cores, a file per worker (its cached synth)
+INFRA = $(PYTEST) -n 2 --dist loadfile tests/infra
 
 setup:
 	@bash scripts/setup.sh
@@ -25,13 +27,12 @@ integration: setup
 e2e: setup
 	$(PYTEST) tests/e2e
 
-# infra is CPU-bound (synth, cfn-lint, node) and times nothing: on both cores, a file per worker (its cached synth)
 infra: setup
-	$(PYTEST) -n 2 --dist loadfile tests/infra
+	$(INFRA)
 
 test: setup lint unit
 	$(PYTEST) tests/integration tests/e2e
-	$(PYTEST) -n 2 --dist loadfile tests/infra
+	$(INFRA)
 
 synth: setup
 	CDK_OUTDIR=cdk.out .venv/bin/python app.py

@@ -65,7 +65,7 @@ from typing import Any
 
 from benchctl.plan import CampaignPlan
 from benchctl.spec import CampaignSpec, Experiment, ModelSpec, PoolSpec, WorkerGroup
-from benchctl.spec_settings import Slo, image_tag_version
+from benchctl.spec_settings import Slo
 
 BACKEND = "vllm"
 AIC_VERSION = "0.12.0"  # the pin in requirements-dev.txt; the installed version is what `source` reports
@@ -329,10 +329,8 @@ def _fitting_batch(make: Callable[[int], _Config], mem_of: Callable[[dict[str, A
 
 def frontend_floor_ms(spec: CampaignSpec) -> tuple[float | None, str]:
     """The first-token floor of the spec's Dynamo frontend (module doc) and, when there is none, why."""
-    k = spec.kubernetes
-    version = k.dynamo_runtime_version or image_tag_version(k.dynamo_image)
-    parts = tuple(int(x) for x in version.split(".")) if version else None
-    if parts is None or parts <= FRONTEND_FLOOR_UP_TO:
+    version = spec.kubernetes.dynamo_version
+    if tuple(int(x) for x in version.split(".")) <= FRONTEND_FLOOR_UP_TO:
         return FRONTEND_FIRST_TOKEN_FLOOR_MS, ""
     return None, (f"Dynamo {version}: not checked for the first-token stall of 1.6.1's frontend (no floor "
                   "applied)")

@@ -202,6 +202,12 @@ class Kubernetes(Strict):
                     "metrics: GPU utilisation, memory, power per step in the lake (v_stage_queues); only in-cluster "
                     "Service URLs (benchctl.spec_fields: never an IP literal such as the instance metadata address)")
 
+    @property
+    def dynamo_version(self) -> str:
+        """The Dynamo version the campaign runs: ``dynamo_runtime_version``, else the image's tag (one of them is
+        required, below)."""
+        return self.dynamo_runtime_version or image_tag_version(self.dynamo_image) or ""
+
     @model_validator(mode="after")
     def _runtime_version(self) -> Kubernetes:
         if self.dynamo_runtime_version is None and image_tag_version(self.dynamo_image) is None:

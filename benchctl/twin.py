@@ -36,8 +36,9 @@ How the curves are made (aiconfigurator 0.12, vLLM backend, its static modes, ex
   :mod:`benchctl.predict` fits a batch) within vLLM's 0.9 of the pool's GPU memory, in mocker blocks;
 * dispatch (aggregated workers only): aiconfigurator's aggregated TTFT at batch 1 minus its ``static_ctx``
   prefill at the same ISL (vLLM: 0.8 ms per layer of CPU dispatch, 38.4 ms for Qwen3-30B-A3B), a per-request
-  latency it keeps out of the decode steps; the local engine holds each request that long on its way to the
-  worker (:mod:`benchctl.local.hold`), so it delays that request's first token without stalling the engine.
+  latency it keeps out of the decode steps; the local engine holds each request's answers that long on their way
+  from the worker to the frontend (:mod:`benchctl.local.hold`), so it delays the first token without stalling
+  the engine.
   Its disaggregated model has no such term (a prefill x 1.8 instead), so prefill and decode twins hold 0.
 
 Pure core (keys, resampling, labels, knobs); aiconfigurator and the store only in :func:`aic_curves` and
@@ -171,7 +172,7 @@ class RoleTwin:
     provenance: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
     profile: TimingProfile | None = field(default=None, repr=False, compare=False)
-    dispatch_ms: float = 0.0  # the per-request hold before the worker (benchctl.local.hold); 0: none
+    dispatch_ms: float = 0.0  # how long the worker's answers are held (benchctl.local.hold); 0: not held
 
 
 def twin_keys(pools: dict[str, Any], model: str, exp: Any, aic_version: str) -> dict[str, TwinKey] | str:

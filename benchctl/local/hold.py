@@ -80,8 +80,7 @@ class _Worker(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         _nodelay(transport)
-        self.transport.pause_reading()  # until the frontend's end is connected
-        self.loop.create_task(self._connect())
+        self.loop.create_task(self._connect())  # what arrives before it connects is kept (_write)
 
     async def _connect(self) -> None:
         assert self.transport is not None
@@ -90,9 +89,6 @@ class _Worker(asyncio.Protocol):
         except OSError as err:
             print(f"{self.name}: {err}", file=sys.stderr, flush=True)
             self.transport.close()
-            return
-        if not self.transport.is_closing():
-            self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         if self.answering:
@@ -118,7 +114,7 @@ class _Worker(asyncio.Protocol):
         self.loop.call_at(due, fn, *args)
 
     def _write(self, data: bytes) -> None:
-        if self.frontend is None:  # not connected yet (uvloop may deliver before reading is paused): kept
+        if self.frontend is None:  # its end not connected yet: kept, written first when it is
             self.early += data
         elif not self.frontend.is_closing():
             self.frontend.write(data)

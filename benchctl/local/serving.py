@@ -208,13 +208,14 @@ class LocalServing:
         n_prefill = sum(1 for role, _ in workers if role == "prefill")
         # the twin's dispatch hold (benchctl.local.hold): the frontend's response-stream port and the hold's
         hold_ms = {r: float(t["dispatch_ms"]) for r, t in twins.items() if t.get("dispatch_ms")}
-        ports = _free_ports(1 + len(workers) + n_prefill + (2 if hold_ms else 0))
+        delay_ms = max(hold_ms.values(), default=0.0)
+        ports = _free_ports(1 + len(workers) + n_prefill + (2 if delay_ms else 0))
         http_port, system_ports, bootstrap_ports = (
             ports[0],
             ports[1 : 1 + len(workers)],
             ports[1 + len(workers) : 1 + len(workers) + n_prefill],
         )
-        held = {ports[-2]: ports[-1]} if hold_ms else {}  # {frontend's response-stream port: the hold's port}
+        held = {ports[-2]: ports[-1]} if delay_ms else {}  # {frontend's response-stream port: the hold's port}
 
         base_env: dict[str, str | None] = {
             **modeldir.tokenizer_env(),
@@ -253,13 +254,13 @@ class LocalServing:
         }
         try:
             if held:
-                hold_argv = [sys.executable, "-m", "benchctl.local.hold", "--delay-ms", f"{max(hold_ms.values()):.3f}",
+                hold_argv = [sys.executable, "-m", "benchctl.local.hold", "--delay-ms", f"{delay_ms:.3f}",
                              *(f"{h}:{f}" for f, h in held.items())]
                 rec = processes.start("dispatch-hold", hold_argv, {"PYTHONUNBUFFERED": "1"}, logs / "dispatch-hold.log",
                                       cwd=ddir, niceness=SERVING_NICENESS)
                 state["processes"].append(rec)
                 state["components"].append({"name": "dispatch-hold", "role": "dispatch-hold",
-                                             "dispatch_ms": max(hold_ms.values()), "ports": held})
+                                             "dispatch_ms": delay_ms, "ports": held})
                 self._save_state(state)
             fe_argv = [
                 sys.executable, "-m", "dynamo.frontend",
