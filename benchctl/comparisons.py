@@ -10,8 +10,8 @@ questions it can answer (:func:`allowed_questions`):
   GPU total and kinds, the same router and offload;
 * q3 (prefix duplication vs hit rate in both modes), h3 (stage queues, aggregated beside): aggregated
   baseline, disaggregated treatment;
-* q4, h1 (transfer overhead at light load): as q3, with the same GPU total, router and offload (GPU kinds
-  may differ);
+* q4, h1 (transfer overhead at light load): as q3, with the same GPU total and kinds, router and offload (a
+  gap between GPU kinds is not the transfer's);
 * q2 (does offload save money): only kv_offload differs, the treatment has it;
 * h2 (recomputation with and without a feature): only the router (treatment: kv) or only kv_offload differs;
 * h4 (heterogeneous GPUs pay off): the GPU kinds differ, router and offload do not.
@@ -44,7 +44,8 @@ class ComparisonSettings(Strict):
     """How every comparison of the campaign is judged (``benchctl.verdicts``)."""
 
     confidence: float = Field(default=verdicts.DEFAULT_CONFIDENCE, gt=0.5, lt=1,
-                              description="of the Student-t intervals over repeats")
+                              description="family-wise: each answer's directions are all right with this probability (Holm's "
+                                          "step-down over the answer's tests, alpha = 1 - confidence)")
     practical_threshold_pct: float = Field(
         default=verdicts.DEFAULT_PRACTICAL_THRESHOLD_PCT, ge=0, le=100,
         description="a difference is directional only when its interval clears +/- this % of the baseline")
@@ -52,8 +53,16 @@ class ComparisonSettings(Strict):
                                   description="a step with a larger share of failed requests is invalid")
     slo_attainment: float = Field(default=verdicts.DEFAULT_SLO_ATTAINMENT, gt=0, le=1,
                                   description="share of requests meeting the SLO for a load to be within it")
-    min_samples_p99: int = Field(default=verdicts.DEFAULT_MIN_SAMPLES_P99, ge=1,
+    min_samples_p99: int = Field(default=verdicts.DEFAULT_MIN_SAMPLES_P99, ge=1, le=10_000_000,
                                  description="requests per step needed before a p99 is compared")
+    transfer_share_pct: float = Field(
+        default=verdicts.DEFAULT_TRANSFER_SHARE_PCT, gt=0, le=100,
+        description="Q4/H1: the KV transfer 'explains' a TTFT gap only when the lower bound of its share of the gap "
+                    "exceeds this %")
+    queue_threshold: float = Field(
+        default=verdicts.DEFAULT_QUEUE_THRESHOLD, ge=0, le=100_000,
+        description="H3: a difference between the stages' waiting queues is directional only beyond this many "
+                    "requests")
 
 
 class Comparison(Strict):
@@ -118,7 +127,7 @@ def allowed_questions(spec: CampaignSpec, base: Experiment, treat: Experiment) -
     out: dict[str, str | None] = {
         "q1": mode_why or same("gpus", "gpu_kinds", "router", "kv_offload"),
         "q3": mode_why, "h3": mode_why,
-        "q4": mode_why or same("gpus", "router", "kv_offload"),
+        "q4": mode_why or same("gpus", "gpu_kinds", "router", "kv_offload"),
     }
     out["h1"] = out["q4"]
     if d != {"kv_offload"}:
@@ -227,7 +236,8 @@ def comparison_rows(campaign_id: str, spec: CampaignSpec) -> list[dict[str, Any]
              "treatment": r.treatment, "questions": ",".join(r.questions), "differs": ",".join(r.differs),
              "source": r.source, "confidence": s.confidence, "practical_threshold_pct": s.practical_threshold_pct,
              "max_error_rate": s.max_error_rate, "slo_attainment": s.slo_attainment,
-             "min_samples_p99": s.min_samples_p99}
+             "min_samples_p99": s.min_samples_p99, "transfer_share_pct": s.transfer_share_pct,
+             "queue_threshold": s.queue_threshold}
             for i, r in enumerate(resolved(spec))]
 
 

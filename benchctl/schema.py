@@ -72,7 +72,7 @@ TABLES: dict[str, Table] = {
             "plan's questions it answers, what differs, and how its verdicts are judged",
             _CAMPAIGN_PARTS,
             # questions / differs: comma-separated (q1,q3,...; mode,gpus,...); source: spec | default; the
-            # last five columns: the spec's comparison settings (benchctl.verdicts.Settings)
+            # columns from confidence on: the spec's comparison settings (benchctl.verdicts.Settings)
             """
             campaign_id string
             comparison string
@@ -87,6 +87,8 @@ TABLES: dict[str, Table] = {
             max_error_rate double
             slo_attainment double
             min_samples_p99 bigint
+            transfer_share_pct double
+            queue_threshold double
             """,
         ),
         _table(

@@ -1,34 +1,31 @@
-"""Verdicts a reader can act on: confidence intervals over repeats, a direction only where the evidence
-carries one, SLO regimes, crossovers and the fabric check.
+"""Verdicts a reader can act on: the settings they are judged by, samples over repeats, least-squares fits,
+and where a sweep leaves its SLO.
 
-The rules (README "Comparisons and verdicts"):
+The procedure (README "Comparisons and verdicts", docs/METRICS.md "Verdicts"): each answer declares its primary
+figures before the data; every point of a primary figure is tested against the practical threshold
+(:mod:`benchctl.effects`: log ratios, variances moderated across the points of the figure, paired by repeat
+where both sides ran the same requests), and the answer's family of tests is judged by Holm's step-down at
+family-wise alpha = 1 - ``confidence`` (:mod:`benchctl.inference`). Here:
 
-* every compared figure gets a Welch (Student-t) interval of *treatment - baseline* over the repeats of each
-  side (one value per repeat: the step's own statistic), in the figure's unit and in % of the baseline mean;
-* a verdict is directional ("lower", "higher") only with at least 2 repeats per side AND an interval that
-  clears the practical threshold (``practical_threshold_pct``) on one side of zero; otherwise it is
-  "inconclusive" with the reason: too few repeats, too few requests per step for a tail percentile
-  (``min_samples_p99``), an interval that includes zero, or one that stays within the threshold;
-* the SLO regime of a sweep is the highest load whose SLO attainment (goodput ratio) reaches
-  ``slo_attainment``, with the next load tried above it (the limit lies between the two);
-* a crossover is where the directional winner of a figure changes between two loads (inconclusive loads in
-  between widen the range);
-* a disaggregated experiment whose observed KV-transfer backend differs from its spec is invalid
-  (:mod:`benchctl.fabric`).
+* :class:`Settings`: the spec's ``comparison:``;
+* :class:`Sample`, :func:`mean_interval`: one side's values over repeats;
+* :func:`fit_line`, :func:`slope_difference`: Q3's hit rate over the duplication ratio;
+* :func:`slo_regime`: the SLO regime of one side of a sweep from every attempted step (failures are misses),
+  judged by one-sided Wilson bounds on the requests pooled over repeats; :class:`RegimeComparison`: the two
+  sides' limits compared by their brackets.
 
-Pure: the standard library only. The Report function on AWS has numpy but no scipy: the Student-t quantile
-is computed here from the regularized incomplete beta function.
+Pure: the standard library and :mod:`benchctl.inference`.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from benchctl.formatting import round_for_reading
+from benchctl.inference import t_quantile, wilson, wilson_p_above, wilson_p_below
 
 # The spec's `comparison:` defaults (benchctl.comparisons.ComparisonSettings uses them).
 DEFAULT_CONFIDENCE = 0.95
@@ -36,6 +33,12 @@ DEFAULT_PRACTICAL_THRESHOLD_PCT = 5.0
 DEFAULT_MAX_ERROR_RATE = 0.01
 DEFAULT_SLO_ATTAINMENT = 0.9
 DEFAULT_MIN_SAMPLES_P99 = 100
+DEFAULT_TRANSFER_SHARE_PCT = 50.0
+DEFAULT_QUEUE_THRESHOLD = 1.0
+# A direction needs this many repeats per side. With 2, each side's spread at a point rests on one degree of
+# freedom, and the far tails that a family-wise level reaches are not Student's: measured under the null
+# (bench/aa_false_positive.py), 2 repeats at 20 % noise made Q1 and H1 directional in 5 % of A/A campaigns.
+MIN_REPEATS = 3
 
 LOWER, HIGHER, INCONCLUSIVE = "lower", "higher", "inconclusive"
 
@@ -49,10 +52,12 @@ class Settings:
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     slo_attainment: float = DEFAULT_SLO_ATTAINMENT
     min_samples_p99: int = DEFAULT_MIN_SAMPLES_P99
+    transfer_share_pct: float = DEFAULT_TRANSFER_SHARE_PCT
+    queue_threshold: float = DEFAULT_QUEUE_THRESHOLD
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Settings:
-        """From a ``comparisons`` row; a missing value takes its default."""
+        """From a ``comparisons`` row; a missing value (a lake written before the column) takes its default."""
         d = cls()
 
         def get(k: str, default: float) -> float:
@@ -61,77 +66,21 @@ class Settings:
 
         return cls(get("confidence", d.confidence), get("practical_threshold_pct", d.practical_threshold_pct),
                    get("max_error_rate", d.max_error_rate), get("slo_attainment", d.slo_attainment),
-                   int(get("min_samples_p99", d.min_samples_p99)))
+                   int(get("min_samples_p99", d.min_samples_p99)),
+                   get("transfer_share_pct", d.transfer_share_pct), get("queue_threshold", d.queue_threshold))
+
+    @property
+    def alpha(self) -> float:
+        return 1.0 - self.confidence
 
     def describe(self) -> str:
-        return (f"Welch t intervals at {self.confidence:.0%} over repeats (treatment - baseline); a direction only "
-                f"with >= 2 repeats per side and an interval beyond +/-{self.practical_threshold_pct:g} % of the "
-                f"baseline; p99 only with >= {self.min_samples_p99} requests per step; steps with an error rate "
-                f"above {self.max_error_rate:g} are invalid")
-
-
-# ------------------------------------------------------------------------------------------ Student t
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betai(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_sf(t: float, df: float) -> float:
-    """P(T > t) for Student's t with ``df`` degrees of freedom."""
-    tail = 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
-    return tail if t >= 0 else 1.0 - tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t with ``df`` (> 0, not necessarily whole) degrees of freedom."""
-    if not 0.0 < p < 1.0 or not df > 0:
-        raise ValueError(f"t_quantile: p must be in (0, 1) and df > 0, got p={p}, df={df}")
-    if p == 0.5:
-        return 0.0
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    upper = 1.0 - p
-    lo, hi = 0.0, 1.0
-    while t_sf(hi, df) > upper:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_sf(mid, df) > upper:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return (lo + hi) / 2.0
+        """The rules every answer shares (each answer adds its family, figures and design)."""
+        return (f"a direction only where the interval clears the practical threshold (+/-{self.practical_threshold_pct:g}"
+                f" % of the baseline for latencies, throughputs and costs, on the log ratio of the two sides' "
+                f"geometric means over repeats), with >= {MIN_REPEATS} repeats per side; p99 only with >= "
+                f"{self.min_samples_p99} "
+                f"requests per step; latency percentiles only from valid steps (succeeded, error rate <= "
+                f"{self.max_error_rate:g}), goodput and SLO attainment from every attempted step (a failure is a miss)")
 
 
 # ------------------------------------------------------------------------------------------ samples
@@ -162,10 +111,6 @@ class Sample:
         return math.sqrt(math.fsum((v - m) ** 2 for v in self.values) / (self.n - 1))
 
 
-def sample(values: Iterable[float | None], min_requests: int | None = None) -> Sample:
-    return Sample(tuple(float(v) for v in values if v is not None and math.isfinite(float(v))), min_requests)
-
-
 @dataclass(frozen=True)
 class Interval:
     estimate: float
@@ -174,12 +119,6 @@ class Interval:
     confidence: float
     df: float
 
-    def contains(self, x: float) -> bool:
-        return self.low <= x <= self.high
-
-    def overlaps(self, other: Interval) -> bool:
-        return self.low <= other.high and other.low <= self.high
-
 
 def mean_interval(s: Sample, confidence: float) -> Interval | None:
     """The mean of one sample with its Student-t interval (None with fewer than 2 values)."""
@@ -187,20 +126,6 @@ def mean_interval(s: Sample, confidence: float) -> Interval | None:
         return None
     half = t_quantile(0.5 + confidence / 2.0, s.n - 1) * s.sd / math.sqrt(s.n)
     return Interval(s.mean, s.mean - half, s.mean + half, confidence, s.n - 1)
-
-
-def welch(base: Sample, treat: Sample, confidence: float) -> Interval | None:
-    """Welch's interval of mean(treat) - mean(base) (Welch-Satterthwaite degrees of freedom); None with fewer
-    than 2 values on a side."""
-    if base.n < 2 or treat.n < 2 or base.sd is None or treat.sd is None:
-        return None
-    vb, vt = base.sd ** 2 / base.n, treat.sd ** 2 / treat.n
-    diff = float(treat.mean or 0.0) - float(base.mean or 0.0)
-    if vb + vt == 0.0:  # no spread on either side: the difference is what it is
-        return Interval(diff, diff, diff, confidence, base.n + treat.n - 2)
-    df = (vb + vt) ** 2 / (vb ** 2 / (base.n - 1) + vt ** 2 / (treat.n - 1))
-    half = t_quantile(0.5 + confidence / 2.0, df) * math.sqrt(vb + vt)
-    return Interval(diff, diff - half, diff + half, confidence, df)
 
 
 # ------------------------------------------------------------------------------------------ verdicts
@@ -214,121 +139,6 @@ def num_text(v: float | None, unit: str = "", signed: bool = False) -> str:
     if signed and v > 0:
         text = "+" + text
     return f"{text} {unit}".rstrip() if unit and unit != "%" else f"{text}{' %' if unit == '%' else ''}"
-
-
-@dataclass(frozen=True)
-class Compared:
-    """One figure compared between two sides: the interval, the outcome and why."""
-
-    figure: str
-    unit: str
-    lower_is_better: bool
-    base: Sample
-    treat: Sample
-    interval: Interval | None
-    outcome: str  # LOWER | HIGHER (the treatment's figure relative to the baseline's) | INCONCLUSIVE
-    reason: str = ""  # why inconclusive
-
-    @property
-    def diff(self) -> float | None:
-        if self.base.mean is None or self.treat.mean is None:
-            return None
-        return self.treat.mean - self.base.mean
-
-    def pct(self, x: float | None) -> float | None:
-        b = self.base.mean
-        return None if x is None or not b else 100.0 * x / abs(b)
-
-    @property
-    def directional(self) -> bool:
-        return self.outcome in (LOWER, HIGHER)
-
-    @property
-    def better(self) -> str | None:
-        """'treatment' or 'baseline' when directional, else None."""
-        if not self.directional:
-            return None
-        return "treatment" if (self.outcome == LOWER) == self.lower_is_better else "baseline"
-
-    def delta_text(self) -> str:
-        """'-46.3 ms (-45.4 %), 95 % CI [-50.1, -42.5] %' (the interval in % of the baseline when it has one)."""
-        d = self.diff
-        if d is None:
-            return "n/a"
-        pct = self.pct(d)
-        out = num_text(d, self.unit, signed=True) + (f" ({num_text(pct, '%', signed=True)})" if pct is not None
-                                                      else "")
-        iv = self.interval
-        if iv is None:
-            return out + ", no interval"
-        lo, hi = self.pct(iv.low), self.pct(iv.high)
-        if lo is not None and hi is not None:
-            return out + f", {iv.confidence:.0%} CI [{num_text(lo, signed=True)}, {num_text(hi, signed=True)}] %"
-        return out + f", {iv.confidence:.0%} CI [{num_text(iv.low, signed=True)}, {num_text(iv.high, signed=True)}]" \
-                     f" {self.unit}".rstrip()
-
-    def text(self) -> str:
-        """'lower: -46.3 ms (...)' or 'inconclusive (the interval includes 0): +0.01 ms (...)'."""
-        head = self.outcome if self.directional else f"{INCONCLUSIVE} ({self.reason})"
-        return f"{head}: {self.delta_text()}"
-
-
-def judge(figure: str, unit: str, base: Sample, treat: Sample, interval: Interval | None, settings: Settings, *,
-          lower_is_better: bool, tail: bool = False) -> Compared:
-    """The verdict on an interval of treatment - baseline under ``settings``."""
-    def inconclusive(why: str) -> Compared:
-        return Compared(figure, unit, lower_is_better, base, treat, interval, INCONCLUSIVE, why)
-
-    if not base.n or not treat.n:
-        return inconclusive("no valid step on the " + ("baseline" if not base.n else "treatment") + " side")
-    if base.n < 2 or treat.n < 2:
-        if base.n == treat.n == 1:
-            return inconclusive("one repeat per side" + ("" if interval is not None else ": no interval"))
-        return inconclusive(f"{base.n} repeat(s) on the baseline side, {treat.n} on the treatment side: at least 2 "
-                            "per side are needed")
-    if tail:
-        few = [s.min_requests for s in (base, treat) if s.min_requests is not None]
-        if not few or min(few) < settings.min_samples_p99:
-            got = f"{min(few)} requests in the smallest step" if few else "the requests per step are not known"
-            return inconclusive(f"too few samples for a tail percentile: {got}, at least {settings.min_samples_p99} "
-                                "needed (comparison.min_samples_p99)")
-    if interval is None:
-        return inconclusive("no interval")
-    thr = settings.practical_threshold_pct
-    b = base.mean or 0.0
-    lo, hi = (100.0 * interval.low / abs(b), 100.0 * interval.high / abs(b)) if b else (interval.low, interval.high)
-    limit = thr if b else 0.0
-    if lo > limit:
-        return Compared(figure, unit, lower_is_better, base, treat, interval, HIGHER)
-    if hi < -limit:
-        return Compared(figure, unit, lower_is_better, base, treat, interval, LOWER)
-    if lo <= 0.0 <= hi:
-        return inconclusive("the interval includes 0")
-    return inconclusive(f"the interval does not clear the practical threshold of +/-{thr:g} %")
-
-
-def compare(figure: str, unit: str, base: Sample, treat: Sample, settings: Settings, *, lower_is_better: bool,
-            tail: bool = False) -> Compared:
-    """Welch's interval of treatment - baseline, judged by :func:`judge`."""
-    return judge(figure, unit, base, treat, welch(base, treat, settings.confidence), settings,
-                 lower_is_better=lower_is_better, tail=tail)
-
-
-def summarize(per_point: Sequence[tuple[str, Compared]]) -> str:
-    """'lower at c=16 (-45 %, CI [...]), c=32 (...); higher at c=1 (...); inconclusive at c=4, c=8 (the interval
-    includes 0)' over the points of one figure."""
-    parts: list[str] = []
-    for outcome in (LOWER, HIGHER):
-        hits = [f"{where} ({c.delta_text()})" for where, c in per_point if c.outcome == outcome]
-        if hits:
-            parts.append(f"{outcome} at {', '.join(hits)}")
-    reasons: dict[str, list[str]] = {}
-    for where, c in per_point:
-        if not c.directional:
-            reasons.setdefault(c.reason, []).append(where)
-    for why, wheres in reasons.items():
-        parts.append(f"{INCONCLUSIVE} at {', '.join(wheres)} ({why})")
-    return "; ".join(parts) or "no point"
 
 
 # ------------------------------------------------------------------------------------------ fits
@@ -374,56 +184,208 @@ def fit_line(points: Sequence[tuple[float, float]], confidence: float) -> Fit | 
     return Fit(n, slope, intercept, se, Interval(slope, slope - half, slope + half, confidence, n - 2), r2)
 
 
-def slope_difference(base: Fit, treat: Fit, confidence: float) -> Interval | None:
-    """The interval of treat.slope - base.slope (Welch-Satterthwaite degrees of freedom)."""
+def slope_se(base: Fit, treat: Fit) -> tuple[float, float] | None:
+    """The standard error of treat.slope - base.slope and its Welch-Satterthwaite degrees of freedom."""
     if base.slope_se is None or treat.slope_se is None:
         return None
     vb, vt = base.slope_se ** 2, treat.slope_se ** 2
-    diff = treat.slope - base.slope
     if vb + vt == 0.0:
-        return Interval(diff, diff, diff, confidence, base.n + treat.n - 4)
-    df = (vb + vt) ** 2 / (vb ** 2 / (base.n - 2) + vt ** 2 / (treat.n - 2))
-    half = t_quantile(0.5 + confidence / 2.0, df) * math.sqrt(vb + vt)
-    return Interval(diff, diff - half, diff + half, confidence, df)
+        return 0.0, float(base.n + treat.n - 4)
+    return math.sqrt(vb + vt), (vb + vt) ** 2 / (vb ** 2 / (base.n - 2) + vt ** 2 / (treat.n - 2))
 
 
 # ------------------------------------------------------------------------------------------ SLO regimes
 
+WITHIN, MISSED, UNDETERMINED = "within", "missed", "undetermined"
+
+
+@dataclass(frozen=True)
+class Attainment:
+    """One load of one side: the requests attempted over its repeats' steps (every attempted step: errors,
+    cancellations and timeouts are misses), those that met the SLO, and steps that ended with no request
+    completed (AIPerf exits 1 when every request fails: a certain miss)."""
+
+    load: float
+    good: float
+    total: float
+    errors: float = 0.0
+    failed_steps: int = 0
+    repeats: int = MIN_REPEATS  # repeats behind it: the limits are compared only with MIN_REPEATS per side
+
+    @property
+    def share(self) -> float | None:
+        return self.good / self.total if self.total > 0 else (0.0 if self.failed_steps else None)
+
+    @property
+    def error_rate(self) -> float | None:
+        return self.errors / self.total if self.total > 0 else (1.0 if self.failed_steps else None)
+
+    def judged(self, target: float, confidence: float) -> tuple[str, float, float]:
+        """(state, low, high) with one-sided Wilson bounds at ``confidence``: within when the lower bound reaches
+        ``target``, missed when the upper bound is below it (or a step failed outright), else undetermined."""
+        if self.failed_steps or self.total <= 0:
+            return (MISSED, 0.0, 0.0) if self.failed_steps else (UNDETERMINED, 0.0, 1.0)
+        low, high = wilson(self.good, self.total, confidence)
+        return (WITHIN if low >= target else MISSED if high < target else UNDETERMINED), low, high
+
+    def p_within(self, target: float) -> float:
+        return 1.0 if self.failed_steps or self.total <= 0 else wilson_p_above(self.good, self.total, target)
+
+    def p_missed(self, target: float) -> float:
+        if self.failed_steps:
+            return 0.0
+        return 1.0 if self.total <= 0 else wilson_p_below(self.good, self.total, target)
+
+    def text(self) -> str:
+        er = self.error_rate
+        parts = [f"attainment {_pct(self.share)}"]
+        if er:
+            parts.append(f"error rate {_pct(er)}")
+        if self.failed_steps:
+            parts.append(f"{self.failed_steps} step(s) failed with no request completed")
+        return ", ".join(parts)
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    v = 100.0 * x
+    return f"{v:.0f} %" if abs(v - round(v)) < 0.05 or v >= 10 else f"{v:.1f} %"
+
 
 @dataclass(frozen=True)
 class Regime:
-    """Where a sweep leaves its SLO: the highest load whose mean attainment reaches the target, and the next
-    load tried above it (the limit lies between the two)."""
+    """Where one side of a sweep leaves its SLO. ``within``: the highest load up to which every load is shown
+    within the SLO (Wilson lower bound >= target); ``missed``: the first load shown to miss it (upper bound below
+    the target, or a step with no request completed). The limit lies in [within, missed)."""
 
     target: float
-    highest_within: float | None
-    next_missed: float | None
-    lowest: float
-    highest: float
+    confidence: float  # of each one-sided bound
+    loads: tuple[Attainment, ...]
+    states: tuple[tuple[str, float, float], ...]
+    within: float | None
+    missed: float | None
 
     def text(self, label: str = "c=") -> str:
-        if self.highest_within is None:
-            return f"none: even {label}{self.lowest:g} misses it (the limit is below {label}{self.lowest:g})"
-        if self.next_missed is None:
-            return (f"{label}{self.highest_within:g}, the highest load tried: the sweep never left the SLO (the limit "
-                    f"is above {label}{self.highest:g})")
-        return (f"{label}{self.highest_within:g} ({label}{self.next_missed:g} misses it: the limit lies between "
-                f"{label}{self.highest_within:g} and {label}{self.next_missed:g})")
+        lo, hi = self.loads[0].load, self.loads[-1].load
+        by = {a.load: (a, s) for a, s in zip(self.loads, self.states, strict=True)}
+        out = []
+        if self.within is not None:
+            out.append(f"within the SLO up to {label}{self.within:g}")
+        if self.missed is not None:
+            a, _ = by[self.missed]
+            out.append(f"missed the SLO at {label}{self.missed:g} ({a.text()})")
+        between = [(a, s) for a, s in zip(self.loads, self.states, strict=True) if s[0] == UNDETERMINED
+                   and a.load > (self.within if self.within is not None else -math.inf)
+                   and (self.missed is None or a.load < self.missed)]
+        if between:
+            out.append("undetermined at " + ", ".join(
+                f"{label}{a.load:g} ({a.text()}; bounds {_pct(s[1])}-{_pct(s[2])})" for a, s in between))
+        if self.within is not None and self.missed is not None:
+            where = f"the limit lies in [{label}{self.within:g}, {label}{self.missed:g})"
+        elif self.missed is not None:
+            where = (f"the limit is below {label}{lo:g}, the lowest load" if self.missed == lo else
+                     f"the limit is below {label}{self.missed:g}")
+        elif self.within is not None and self.within == hi:
+            where = f"within at every load tried: the limit is above {label}{hi:g}"
+        elif self.within is not None:
+            where = f"the limit is above {label}{self.within:g}, not located (no load shown to miss it)"
+        else:
+            where = "not located: no load was shown within the SLO or missing it"
+        again = [a.load for a, s in zip(self.loads, self.states, strict=True)
+                 if self.missed is not None and a.load > self.missed and s[0] == WITHIN]
+        if again:
+            where += (f" (non-monotone: {', '.join(f'{label}{x:g}' for x in again)} within again above the first "
+                      "miss; the limit is the load before the first miss)")
+        return "; ".join([*out, where])
+
+    def bracket(self, label: str = "c=") -> str:
+        lo = f"{label}{self.within:g}" if self.within is not None else "below the lowest load"
+        hi = f"{label}{self.missed:g}" if self.missed is not None else "above the highest load"
+        return f"[{lo}, {hi})"
 
 
-def slo_regime(points: dict[float, Sample], target: float) -> Regime | None:
-    """The regime of one side's sweep from its attainment (goodput ratio) per load; None without one."""
-    loads = sorted(load for load, s in points.items() if s.mean is not None)
-    if not loads:
+def slo_regime(loads: Sequence[Attainment], target: float, confidence: float) -> Regime | None:
+    """The regime of one side's sweep; None without a load that has requests or a failed step."""
+    pts = sorted((a for a in loads if a.total > 0 or a.failed_steps), key=lambda a: a.load)
+    if not pts:
         return None
-    within = [load for load in loads if (points[load].mean or 0.0) >= target]
-    best = max(within) if within else None
-    above = [load for load in loads if best is not None and load > best]
-    return Regime(target, best, min(above) if above else None, loads[0], loads[-1])
+    states = tuple(a.judged(target, confidence) for a in pts)
+    within = None
+    for a, s in zip(pts, states, strict=True):
+        if s[0] != WITHIN:
+            break
+        within = a.load
+    missed = next((a.load for a, s in zip(pts, states, strict=True) if s[0] == MISSED), None)
+    return Regime(target, confidence, tuple(pts), states, within, missed)
 
 
-def crossovers(per_load: Sequence[tuple[float, Compared]]) -> list[tuple[float, float, str, str]]:
-    """``(from load, to load, winner below, winner above)`` wherever the directional winner changes between two
-    loads (inconclusive loads in between widen the range)."""
-    decided = [(load, c.better) for load, c in sorted(per_load, key=lambda p: p[0]) if c.better is not None]
-    return [(a, b, wa, wb) for (a, wa), (b, wb) in itertools.pairwise(decided) if wa != wb]
+@dataclass
+class RegimeComparison:
+    """The two sides' SLO limits compared by their brackets: the treatment's limit is higher when the baseline is
+    shown to miss the SLO at a load where the treatment is shown within it (and at every load below), lower in
+    the opposite case; inconclusive when the brackets overlap. ``p``: the smallest family level g at which the
+    brackets (each side's bounds one-sided at g / 2) separate, so that Holm's step-down can judge it beside the
+    answer's other tests."""
+
+    where: str
+    base: tuple[Attainment, ...]
+    treat: tuple[Attainment, ...]
+    target: float
+    p: float | None = None
+    outcome: str = INCONCLUSIVE
+    confidence: float | None = None
+    regimes: tuple[Regime | None, Regime | None] = (None, None)
+    reason: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if slo_regime(self.base, self.target, 0.5) is None or slo_regime(self.treat, self.target, 0.5) is None:
+            self.reason = "no SLO attainment on one side"
+            return
+        if min(a.repeats for a in (*self.base, *self.treat)) < MIN_REPEATS:
+            self.reason = f"fewer than {MIN_REPEATS} repeats per side: the brackets are shown, not compared"
+            return
+        self.p = self._p()
+
+    def _separation(self, level: float) -> str:
+        rb = slo_regime(self.base, self.target, 1.0 - level / 2.0)
+        rt = slo_regime(self.treat, self.target, 1.0 - level / 2.0)
+        if rb is None or rt is None:
+            return INCONCLUSIVE
+        if rb.missed is not None and rt.within is not None and rt.within >= rb.missed:
+            return HIGHER
+        if rt.missed is not None and rb.within is not None and rb.within >= rt.missed:
+            return LOWER
+        return INCONCLUSIVE
+
+    def _p(self) -> float:
+        if self._separation(1.0 - 1e-12) == INCONCLUSIVE:
+            return 1.0
+        lo, hi = -35.0, math.log(1.0 - 1e-12)  # bisect log(level): separated at hi, maybe not at lo
+        if self._separation(math.exp(lo)) != INCONCLUSIVE:
+            return math.exp(lo)
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            if self._separation(math.exp(mid)) != INCONCLUSIVE:
+                hi = mid
+            else:
+                lo = mid
+        return math.exp(hi)
+
+    def decide(self, rejected: bool, alpha: float) -> None:
+        self.confidence = 1.0 - alpha
+        one_sided = 1.0 - alpha / 2.0
+        self.regimes = (slo_regime(self.base, self.target, one_sided), slo_regime(self.treat, self.target, one_sided))
+        self.outcome = self._separation(alpha) if rejected else INCONCLUSIVE
+        if self.outcome == INCONCLUSIVE:
+            self.reason = "the brackets overlap"
+
+    @property
+    def directional(self) -> bool:
+        return self.outcome in (LOWER, HIGHER)
+
+    def regime(self, side: int, default_confidence: float) -> Regime | None:
+        """A side's regime at the level the comparison was judged (else one-sided at ``default_confidence``)."""
+        if self.regimes[side] is not None:
+            return self.regimes[side]
+        return slo_regime(self.base if side == 0 else self.treat, self.target, default_confidence)

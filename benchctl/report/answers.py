@@ -1,60 +1,136 @@
-"""The report's "Answers" section: the plan's four questions and four hypotheses, each judged over the
-comparisons the campaign recorded (``benchctl.comparisons``), with ``benchctl.verdicts``' rules: every
-compared figure with its interval over repeats (or why it has none), a direction only where the evidence
-carries one, otherwise "inconclusive" and why; "not measured" where no comparison can answer it. What was
-left out (invalid steps, experiments whose transfer backend is not the spec's) is named.
+"""The report's "Answers" section: the plan's four questions and four hypotheses, each judged as one statistical
+procedure over the comparisons the campaign recorded (``benchctl.comparisons``):
+
+* each answer declares its primary figures before the data (:data:`Q1_PRIMARY`, ...); every point of them is
+  one test of the answer's family, the rest are descriptive (shown with an unadjusted interval, no verdict);
+* the family is judged by Holm's step-down at family-wise alpha = 1 - ``comparison.confidence``
+  (:func:`benchctl.effects.adjust`): the answer's status is directional only when a test its text shows is;
+* failures are measurements: goodput and SLO attainment count every attempted step, latency percentiles only
+  valid ones; an answer built on a comparison whose transfer path is unverified is inconclusive;
+* "not measured" where no comparison can answer; what was left out is named.
 Pure: the standard library and the core.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from benchctl.effects import (
+    COUNT,
+    Compared,
+    Figure,
+    Point,
+    confidence_text,
+    crossovers,
+    effects,
+    summarize,
+)
+from benchctl.inference import fieller
 from benchctl.report.answers_more import h2, h3, h4, q3
 from benchctl.report.data import ReportData, fmt_value, num
 from benchctl.report.evidence import (
     BASELINE,
-    DIRECTIONAL,
     NOT_MEASURED,
     TREATMENT,
+    UNVERIFIED,
     Answer,
     Evidence,
-    Pair,
+    attainment,
     by_input,
+    duration,
     evidence_of,
+    failed_goodput,
     finish,
     fnum,
+    has_slo,
     input_label,
+    judge,
+    method_text,
     not_measured,
-    per_repeat,
+    observations,
     samples_text,
+    shown,
+    sweep_key,
     sweep_points,
+    valid_only,
 )
-from benchctl.verdicts import (
-    INCONCLUSIVE,
-    Compared,
-    Interval,
-    Sample,
-    compare,
-    crossovers,
-    mean_interval,
-    slo_regime,
-    summarize,
-)
+from benchctl.verdicts import HIGHER, INCONCLUSIVE, LOWER, RegimeComparison, Sample
+
+ANSWERS_INTRO = (
+    "The plan's four questions and four hypotheses, each judged as one procedure over the comparisons the campaign "
+    "recorded: each answer's primary figures were declared before the data and every point of them is a test of the "
+    "answer's family, judged by Holm's step-down so that the chance that any direction an answer states is false is "
+    "at most 1 - comparison.confidence; a direction only where the interval (at the level its step used) clears the "
+    "practical threshold with at least three repeats per side, otherwise \"inconclusive\" and why; other figures are "
+    "descriptive (an unadjusted interval, no verdict); \"not measured\" where no comparison could answer it; what was "
+    "left out is named. Each answer's method line gives its figures, family, variances and design.")
 
 # -------------------------------------------------------------------------------------------------- Q1
 
-Q1_FIGURES = (  # (column, label, unit, lower is better, tail percentile, in the verdict)
-    ("ttft_p50_ms", "TTFT p50", "ms", True, False, True),
-    ("ttft_p99_ms", "TTFT p99", "ms", True, True, False),
-    ("itl_p50_ms", "ITL p50", "ms", True, False, True),
-    ("itl_p99_ms", "ITL p99", "ms", True, True, False),
-    ("output_tokens_per_s", "output tokens/s", "tok/s", False, False, True),
-    ("goodput_per_s", "goodput (SLO-meeting requests/s)", "req/s", False, False, True),
-    ("usd_per_1m_output_tokens", "$/1M output tokens", "$", True, False, True),
+TTFT = Figure("ttft_p50_ms", "TTFT p50", "ms", True)
+ITL = Figure("itl_p50_ms", "ITL p50", "ms", True)
+GOODPUT = Figure("goodput_per_s", "goodput (SLO-meeting requests/s)", "req/s", False, scale=COUNT)
+# Q1's primary figures: TTFT p50 at each load (where disaggregation is expected to act: prefill apart from decode)
+# and, per input length, the two modes' SLO limits (goodput capacity: the highest load whose attainment, requests
+# meeting the TTFT AND the ITL bound, is shown at the target; ITL's effect on users is judged through it). Goodput
+# per load is descriptive: below the limits both modes serve the offered load, and a count's variance moves with
+# its level, so with 2-5 repeats a per-load test has no power and would only widen the family. ITL and the rest
+# are descriptive too. Fewer primary tests keep the family's power.
+Q1_PRIMARY = (TTFT,)
+Q1_DESCRIPTIVE = (
+    GOODPUT,
+    ITL,
+    Figure("ttft_p99_ms", "TTFT p99", "ms", True, tail=True),
+    Figure("itl_p99_ms", "ITL p99", "ms", True, tail=True),
+    Figure("output_tokens_per_s", "output tokens/s", "tok/s", False),
+    Figure("usd_per_1m_output_tokens", "$/1M output tokens", "$", True),  # tok/s at a fixed price: not tested apart
 )
+EVERY_STEP = frozenset({GOODPUT.column})  # figures over every attempted step: a failure is a miss
 COST_BASIS = ("$: the experiment's allocated nodes x their price over the step's throughput (steady state at that "
               "load; cold start not charged, see v_cost_efficiency)")
+
+
+def sweep_blocks(pair: Any, pts: dict[Any, dict[str, list[dict[str, Any]]]], figures: tuple[Figure, ...],
+                 primary: tuple[Figure, ...]) -> dict[str, Any]:
+    """Every figure's effects over every load of every input length of the pair's sweep (one block per figure, so
+    that its variances are moderated over the whole sweep; each point's ``group`` is its input), latency figures
+    from valid steps, the :data:`EVERY_STEP` ones from every attempted step."""
+    out = {}
+    for fig in figures:
+        every = fig.column in EVERY_STEP
+        pick = (lambda rows: rows) if every else valid_only
+        exposure = duration if fig.scale == COUNT else None
+        default = failed_goodput if every else None
+        points = [Point(f"c={fmt_value(k[3])}", float(k[3]),
+                        observations(pick(pts[k][BASELINE]), fig.column, exposure=exposure, default=default),
+                        observations(pick(pts[k][TREATMENT]), fig.column, exposure=exposure, default=default),
+                        group=ikey)
+                  for ikey, keys in by_input(pts).items() for k in keys]
+        out[fig.column] = effects(fig, points, pair.settings, primary=fig in primary)
+    return out
+
+
+def of_input(block: Any, ikey: Any) -> list[Compared]:
+    """A block's effects at the loads of one input length, lightest first."""
+    return [c for c in block.effects if c.group == ikey]
+
+
+def _regime_text(r: RegimeComparison, pair: Any, alpha: float) -> str:
+    sides = []
+    for i, side in enumerate((BASELINE, TREATMENT)):
+        reg = r.regime(i, 1.0 - alpha / 2.0)
+        sides.append(f"{pair.experiment(side)} {reg.text() if reg else NOT_MEASURED}")
+    level = f" (bounds one-sided at {confidence_text(1.0 - (1.0 - (r.confidence or 1.0 - alpha)) / 2.0)})"
+    if r.outcome == HIGHER:
+        verdict = f"{pair.treatment}'s SLO limit is higher"
+    elif r.outcome == LOWER:
+        verdict = f"{pair.treatment}'s SLO limit is lower"
+    else:
+        verdict = f"{INCONCLUSIVE} ({r.reason or 'not judged'})"
+    b, t = r.regime(0, 1.0 - alpha / 2.0), r.regime(1, 1.0 - alpha / 2.0)
+    brackets = (f": {pair.baseline} {b.bracket()} vs {pair.treatment} {t.bracket()}" if b and t else "")
+    return "; ".join(sides) + f". SLO limits compared{level}: {verdict}{brackets}"
 
 
 def _q1(ev: Evidence) -> Answer:
@@ -67,76 +143,94 @@ def _q1(ev: Evidence) -> Answer:
                                 "pairing)", left)
     parts: list[str] = []
     samples: list[str] = []
-    compared: list[Compared] = []
+    family: list[Any] = []
+    shown_only: list[Compared] = []
+    units = []
     for pair in pairs:
-        a.method = pair.settings.describe() + "; " + COST_BASIS
         pts = sweep_points(ev, pair, a, parts, samples)
         if pts is None:
             continue
+        blocks = sweep_blocks(pair, pts, Q1_PRIMARY + Q1_DESCRIPTIVE, Q1_PRIMARY)
+        for fig in Q1_PRIMARY:
+            (family if pair.verified else shown_only).extend(c for c in blocks[fig.column].effects if shown(c))
+        shown_only += [c for fig in Q1_DESCRIPTIVE for c in blocks[fig.column].effects]
         for ikey, keys in by_input(pts).items():
-            per_fig: dict[str, list[tuple[float, Compared]]] = {f[0]: [] for f in Q1_FIGURES}
-            for key in keys:
-                b, t = pts[key][BASELINE], pts[key][TREATMENT]
-                row = []
-                for col, label, unit, lower, tail, _ in Q1_FIGURES:
-                    c = compare(label, unit, per_repeat(b, col), per_repeat(t, col), pair.settings,
-                                lower_is_better=lower, tail=tail)
-                    if c.base.n and c.treat.n:
-                        per_fig[col].append((float(key[3]), c))
-                        compared.append(c)
-                        row.append(f"{label} {c.text()}")
-                a.figures.append((f"{pair.label}, {input_label(ikey)}, c={fmt_value(key[3])}", "; ".join(row) or (
-                    f"{NOT_MEASURED} on both sides: {len(b)} valid step(s) of {pair.baseline}, {len(t)} of "
-                    f"{pair.treatment}")))
-            text = [f"{label}: {summarize([(f'c={c:g}', x) for c, x in per_fig[col]])}"
-                    for col, label, _, _, _, shown in Q1_FIGURES if shown and per_fig[col]]
-            regimes = []
-            for side in (BASELINE, TREATMENT):
-                att = {float(k[3]): per_repeat(pts[k][side], "goodput_ratio") for k in keys}
-                reg = slo_regime({k: s for k, s in att.items() if s.n}, pair.settings.slo_attainment)
-                regimes.append(f"{pair.experiment(side)} {reg.text() if reg else NOT_MEASURED + ' (no SLO set)'}")
-            cross = [f"{label} between c={lo:g} ({pair.experiment(wa)} better) and c={hi:g} ({pair.experiment(wb)} "
-                     f"better)" for col, label, *_ in Q1_FIGURES for lo, hi, wa, wb in crossovers(per_fig[col])]
-            parts.append(f"{pair.label}, {input_label(ikey)}: " + ". ".join(text)
-                         + f". Highest load within the SLO at >= {pair.settings.slo_attainment:.0%} attainment: "
-                         + "; ".join(regimes) + ". Crossover: " + ("; ".join(cross) if cross else
-                                                                  "none (no directional winner changes with the load)"))
-    return finish(a, parts, compared, left, samples)
+            rows = [r for k in keys for side in (BASELINE, TREATMENT) for r in pts[k][side]]
+            regime = (RegimeComparison(input_label(ikey),
+                                       tuple(attainment(pts[k][BASELINE], float(k[3])) for k in keys),
+                                       tuple(attainment(pts[k][TREATMENT], float(k[3])) for k in keys),
+                                       pair.settings.slo_attainment) if has_slo(rows) else None)
+            if regime is not None and pair.verified and regime.p is not None:
+                family.append(regime)
+            units.append((pair, ikey, keys, blocks, regime))
+    settings = judge(a, pairs, family, shown_only)
+    design = ""
+    for pair, ikey, keys, blocks, regime in units:
+        design = ev.design(pair, list(blocks.values()))
+        for k in keys:
+            row = [f"{fig.label} {c.text()}" for fig in (*Q1_PRIMARY, *Q1_DESCRIPTIVE)
+                   for c in of_input(blocks[fig.column], ikey) if c.load == float(k[3]) and tried(c)]
+            a.figures.append((f"{pair.label}, {input_label(ikey)}, c={fmt_value(k[3])}", "; ".join(row) or (
+                f"{NOT_MEASURED} on both sides: {len(pts_rows(ev, pair, k, BASELINE))} step(s) of {pair.baseline}, "
+                f"{len(pts_rows(ev, pair, k, TREATMENT))} of {pair.treatment}")))
+        head = f"{pair.label}, {input_label(ikey)}: " + ("" if pair.verified else f"{UNVERIFIED}. ")
+        text = [f"{fig.label}: {summarize([(c.where, c) for c in of_input(blocks[fig.column], ikey) if tried(c)])}"
+                for fig in Q1_PRIMARY if any(shown(c) for c in of_input(blocks[fig.column], ikey))]
+        regimes = (_regime_text(regime, pair, settings.alpha) if regime is not None
+                   else f"SLO regime {NOT_MEASURED} (the spec sets no SLO)")
+        cross = [f"{fig.label} between c={lo:g} ({pair.experiment(wa)} better) and c={hi:g} ({pair.experiment(wb)} "
+                 f"better)" for fig in Q1_PRIMARY
+                 for lo, hi, wa, wb in crossovers([(c.load or 0.0, c) for c in of_input(blocks[fig.column], ikey)])]
+        parts.append(head + ". ".join(text) + ". " + regimes + ". Crossover: "
+                     + ("; ".join(cross) if cross else "none (no directional winner changes with the load)"))
+    a.method = method_text(settings, "TTFT p50 at each load (valid steps), and per input length the two sides' SLO "
+                           "limits (goodput capacity, from every attempted step: a request counts only when it met "
+                           "the TTFT and the ITL bound)", a.family,
+                           list({id(b): b for *_, blocks, _ in units for f in Q1_PRIMARY
+                                 if (b := blocks[f.column])}.values()), design, COST_BASIS)
+    return finish(a, parts, left, samples, decided=any(t.directional for t in family))
+
+
+def tried(c: Compared) -> bool:
+    """A point either side measured (one without the other still says why it is not compared)."""
+    return bool(c.base.n or c.treat.n)
+
+
+def pts_rows(ev: Evidence, pair: Any, key: Any, side: str) -> list[dict[str, Any]]:
+    return [r for r in ev.rows(pair, side, "concurrency_sweep", valid=None) if sweep_key(r) == key]
 
 
 # -------------------------------------------------------------------------------------------------- Q4/H1
 
-
-def _transfer(rows: list[dict[str, Any]], confidence: float) -> tuple[Sample, Interval | None, str]:
-    s = per_repeat(rows, "kv_transfer_ms")
-    src = ", ".join(sorted({str(r.get("kv_transfer_source")) for r in rows if r.get("kv_transfer_source")}))
-    return s, mean_interval(s, confidence), src
+XFER = Figure("kv_transfer_per_request_ms", "KV transfer per request", "ms", True)
 
 
-def _explains(gap: Compared, xfer: Sample, xfer_iv: Interval | None, where: str) -> tuple[str, bool]:
-    """The Q4 verdict at one load from the TTFT gap (treatment - baseline) and the transfer time, and whether it
-    is a conclusion (False: inconclusive)."""
-    xs = (f"{fnum(xfer.mean, 'ms')}" + (f" [{fnum(xfer_iv.low)}, {fnum(xfer_iv.high)}]" if xfer_iv else " (no interval)")
-          if xfer.n else "not measured")
-    if not gap.directional:
-        return f"{INCONCLUSIVE} at {where} ({gap.reason}): TTFT p50 {gap.delta_text()}; KV transfer {xs}", False
-    if gap.better == TREATMENT:
-        return (f"no at {where}: disaggregated TTFT p50 is lower ({gap.delta_text()}), KV transfer ({xs}) included",
-                True)
-    giv = gap.interval
-    if xfer.mean is None or giv is None:
-        return (f"{INCONCLUSIVE} at {where}: disaggregated TTFT p50 is higher ({gap.delta_text()}), but the KV-transfer "
-                "time is not measured, so whether it explains the gap cannot be said"), False
-    t_iv = xfer_iv or Interval(xfer.mean, xfer.mean, xfer.mean, giv.confidence, 0)
-    if t_iv.overlaps(giv):
-        return (f"yes at {where}: disaggregated TTFT p50 is higher ({gap.delta_text()}) and the KV transfer ({xs}) "
-                "explains that gap within its interval"), True
-    if t_iv.high < giv.low:
-        share = xfer.mean / gap.diff * 100 if gap.diff else None
-        return (f"not the transfer at {where}: disaggregated TTFT p50 is higher ({gap.delta_text()}) but the KV "
-                f"transfer ({xs}) explains only about {fnum(share, '%')} of it: the rest is scheduling and "
-                "queueing"), True
-    return f"yes at {where}: the KV transfer ({xs}) is at least the whole TTFT p50 gap ({gap.delta_text()})", True
+def _share(gap: Compared, xfer: Sample, threshold: float) -> tuple[str, str]:
+    """The KV transfer's share of a TTFT gap the treatment is shown to pay, with Fieller's interval at the gap's
+    level: ("yes", ...) when the share's lower bound reaches ``threshold`` %, ("not the transfer", ...) when its
+    upper bound is below it, else (INCONCLUSIVE, why)."""
+    if xfer.mean is None:
+        return INCONCLUSIVE, "but the KV-transfer time is not measured, so whether it explains the gap cannot be said"
+    if xfer.n < 2:
+        return INCONCLUSIVE, (f"but the KV transfer ({fnum(xfer.mean, 'ms')} per request) has one repeat: its share of "
+                              "the gap has no interval")
+    positive = [v for v in gap.base.values if v > 0]
+    base_gm = math.exp(sum(math.log(v) for v in positive) / len(positive)) if positive else 0.0
+    est, se, df = gap.estimate or 0.0, gap.se or 0.0, gap.df or 1.0
+    gap_ms, gap_se = base_gm * math.expm1(est), base_gm * math.exp(est) * se  # the delta method from the log ratio
+    x_se = (xfer.sd or 0.0) / math.sqrt(xfer.n)
+    conf = gap.confidence or 0.95
+    iv = fieller(xfer.mean, x_se, gap_ms, gap_se, min(df, float(xfer.n - 1)) if x_se > 0 else df, conf)
+    if iv is None or not gap_ms:
+        return INCONCLUSIVE, "but the gap is not clear of zero at this level: the transfer's share has no bounded interval"
+    lo, hi = 100.0 * iv[0], 100.0 * iv[1]
+    said = (f"the KV transfer, {fnum(xfer.mean, 'ms')} per request, is {fnum(100.0 * xfer.mean / gap_ms, '%')} of "
+            f"the gap ({fnum(gap_ms, 'ms')} per request; {confidence_text(conf)} CI [{fnum(lo)}, {fnum(hi)}] %, Fieller)")
+    if lo >= threshold:
+        return "yes", f"{said}: at least {threshold:g} %, so the transfer explains the gap"
+    if hi < threshold:
+        return "not the transfer", f"{said}: below {threshold:g} %, so the rest is scheduling and queueing"
+    return INCONCLUSIVE, f"{said}: the interval straddles {threshold:g} %, so whether the transfer explains the gap is open"
 
 
 def _q4(ev: Evidence, key: str = "q4", kind: str = "question") -> Answer:
@@ -147,41 +241,84 @@ def _q4(ev: Evidence, key: str = "q4", kind: str = "question") -> Answer:
     pairs, left = ev.for_question(key)
     if not pairs:
         return not_measured(a, "no valid comparison of an aggregated and a disaggregated experiment with the same "
-                                "GPU total, router and offload", left)
+                                "GPU total and kinds, router and offload", left)
     parts: list[str] = []
     samples: list[str] = []
-    gaps: list[Compared] = []
-    decided = False
+    family: list[Any] = []
+    shown_only: list[Compared] = []
+    units = []
+    primary = (TTFT, ITL) if key == "h1" else (TTFT,)
     for pair in pairs:
-        a.method = pair.settings.describe() + "; the transfer explains the gap when their intervals overlap"
-        pts = sweep_points(ev, pair, a, parts, samples)
+        pts = sweep_points(ev, pair, a, parts, samples, valid=True)
         if pts is None:
             continue
+        blocks = sweep_blocks(pair, pts, (TTFT, ITL), primary)
         for ikey, keys in by_input(pts).items():
-            for i, k in enumerate(sorted(keys, key=lambda k: float(k[3]))):
-                b, t = pts[k][BASELINE], pts[k][TREATMENT]
-                gap = compare("TTFT p50", "ms", per_repeat(b, "ttft_p50_ms"), per_repeat(t, "ttft_p50_ms"),
-                              pair.settings, lower_is_better=True)
-                itl = compare("ITL p50", "ms", per_repeat(b, "itl_p50_ms"), per_repeat(t, "itl_p50_ms"), pair.settings,
-                              lower_is_better=True)
-                xfer, xiv, src = _transfer(t, pair.settings.confidence)
-                gaps.append(gap)
-                where = f"c={fmt_value(k[3])}"
-                a.figures.append((f"{pair.label}, {input_label(ikey)}, {where}",
-                                  f"TTFT p50 {gap.text()}; ITL p50 {itl.text()}; KV transfer "
-                                  + (f"{fnum(xfer.mean, 'ms')}" + (f" [{fnum(xiv.low)}, {fnum(xiv.high)}]" if xiv else "")
-                                     + f" ({src})" if xfer.n else "not measured")))
-                if i == 0:  # the lightest load: where the overhead matters most
-                    verdict, conclusive = _explains(gap, xfer, xiv, f"the lightest load ({where})")
-                    decided = decided or conclusive or (key == "h1" and itl.directional)
-                    if key == "h1":
-                        verdict += f"; ITL p50 {itl.text()}"
-                    parts.append(f"{pair.label}, {input_label(ikey)}: {verdict}")
+            lightest = float(keys[0][3])
+            for fig in (TTFT, ITL):
+                for c in of_input(blocks[fig.column], ikey):
+                    target = family if fig in primary and c.load == lightest and pair.verified else shown_only
+                    if shown(c):
+                        target.append(c)
+            xfer = Sample(tuple(o.value for o in observations(pts[keys[0]][TREATMENT], XFER.column)))
+            src = ", ".join(sorted({str(r.get("kv_transfer_source")) for k in keys for r in pts[k][TREATMENT]
+                                    if r.get("kv_transfer_source")}))
+            units.append((pair, ikey, keys, blocks, xfer, src))
+    settings = judge(a, pairs, family, shown_only)
+    decided = False
+    design = ""
+    for pair, ikey, keys, blocks, xfer, src in units:
+        design = ev.design(pair, list(blocks.values()))
+        for k in keys:
+            load = float(k[3])
+            got = {fig.column: next((c for c in of_input(blocks[fig.column], ikey) if c.load == load), None)
+                   for fig in (TTFT, ITL)}
+            xs = Sample(tuple(o.value for o in observations(pts_rows_valid(ev, pair, k), XFER.column)))
+            row = [f"{fig.label} {e.text()}" for fig in (TTFT, ITL) if (e := got[fig.column]) is not None and shown(e)]
+            a.figures.append((f"{pair.label}, {input_label(ikey)}, c={fmt_value(k[3])}", "; ".join(row)
+                              + "; KV transfer per request " + (f"{fnum(xs.mean, 'ms')} ({src})" if xs.n else NOT_MEASURED)))
+        where = f"the lightest load (c={fmt_value(keys[0][3])})"
+        gap = next((c for c in of_input(blocks[TTFT.column], ikey) if c.load == float(keys[0][3])), None)
+        head = f"{pair.label}, {input_label(ikey)}: "
+        if gap is None or not shown(gap):
+            parts.append(head + f"{NOT_MEASURED} at {where}")
+            continue
+        if not pair.verified:
+            verdict = f"{UNVERIFIED} at {where}: TTFT p50 {gap.delta_text()}"
+        elif not gap.directional:
+            verdict = f"{INCONCLUSIVE} at {where} ({gap.reason}): TTFT p50 {gap.delta_text()}"
+        elif gap.better == TREATMENT:
+            verdict = (f"no at {where}: disaggregated TTFT p50 is lower ({gap.delta_text()}), the KV transfer "
+                       f"({fnum(xfer.mean, 'ms')} per request) included")
+            decided = True
+        else:
+            word, said = _share(gap, xfer, pair.settings.transfer_share_pct)
+            verdict = f"{word} at {where}: disaggregated TTFT p50 is higher ({gap.delta_text()}); {said}"
+            decided = decided or word != INCONCLUSIVE
+        if key == "h1":
+            itl = next((c for c in of_input(blocks[ITL.column], ikey) if c.load == float(keys[0][3])), None)
+            if itl is not None and shown(itl):
+                verdict += f"; ITL p50 {itl.text()}"
+                decided = decided or (itl.directional and pair.verified)
+        parts.append(head + verdict)
+    for pair in pairs:
         a.figures += _short_buckets(ev, pair)
-    return finish(a, parts, gaps, left, samples, status=DIRECTIONAL if decided else INCONCLUSIVE)
+    a.method = method_text(
+        settings, "TTFT p50 at the lightest load of each input length" + (" and ITL p50 there" if key == "h1" else ""),
+        a.family, list({id(b): b for _, _, _, blocks, _, _ in units for f in primary if (b := blocks[f.column])}.values()),
+        design,
+        f"the transfer explains a TTFT gap the disaggregated side is shown to pay only when the lower bound of its "
+        f"share (the KV-transfer time each request paid over the gap per request, Fieller's interval at the gap's "
+        f"level) reaches {settings.transfer_share_pct:g} % (comparison.transfer_share_pct); both sides on the same "
+        "GPU kinds")
+    return finish(a, parts, left, samples, decided=decided)
 
 
-def _short_buckets(ev: Evidence, pair: Pair) -> list[tuple[str, str]]:
+def pts_rows_valid(ev: Evidence, pair: Any, key: Any) -> list[dict[str, Any]]:
+    return [r for r in pts_rows(ev, pair, key, TREATMENT) if r.get("valid")]
+
+
+def _short_buckets(ev: Evidence, pair: Any) -> list[tuple[str, str]]:
     """The shortest input bucket of each sequence distribution, both sides (pooled percentiles: no interval)."""
     rows = [r for r in ev.view("v_sequence_distribution").rows if r.get("isl_bucket") not in (None, "all")
             and r.get("experiment") in (pair.baseline, pair.treatment)]
@@ -195,11 +332,13 @@ def _short_buckets(ev: Evidence, pair: Pair) -> list[tuple[str, str]]:
                         f"TTFT p50 {pair.baseline} {fnum(num(got[pair.baseline].get('ttft_p50_ms')), 'ms')}, "
                         f"{pair.treatment} {fnum(num(got[pair.treatment].get('ttft_p50_ms')), 'ms')} (requests pooled "
                         f"over repeats: {fmt_value(got[pair.baseline].get('n_requests'))} / "
-                        f"{fmt_value(got[pair.treatment].get('n_requests'))}; no interval)"))
+                        f"{fmt_value(got[pair.treatment].get('n_requests'))}; descriptive, no interval)"))
     return out
 
 
 # -------------------------------------------------------------------------------------------------- Q2
+
+COST = Figure("usd_per_1m_output_tokens", "$/1M output tokens", "$", True)
 
 
 def _q2(ev: Evidence) -> Answer:
@@ -209,9 +348,11 @@ def _q2(ev: Evidence) -> Answer:
     if not pairs:
         return not_measured(a, "the campaign has no comparison that changes only kv_offload (a feature-ladder rung, "
                                 "or spec comparisons: with question q2)", left)
-    parts, compared, samples = [], [], []
+    parts, samples = [], []
+    family: list[Any] = []
+    shown_only: list[Compared] = []
+    units = []
     for pair in pairs:
-        a.method = pair.settings.describe() + "; " + COST_BASIS
         pts: dict[Any, dict[str, list[dict[str, Any]]]] = {}
         for kind in ("concurrency_sweep", "multi_turn", "sequence_distribution", "prefix_cache"):
             pts.update(ev.points(pair, kind, lambda r: (r.get("workload"), r.get("variant"))))
@@ -220,29 +361,36 @@ def _q2(ev: Evidence) -> Answer:
             continue
         samples.append(samples_text(ev, pair, "concurrency_sweep"))
         a.excluded += ev.invalid_steps(pair)
-        per: list[tuple[str, Compared]] = []
-        for (wl, variant), sides in pts.items():
-            c = compare("$/1M output tokens", "$", per_repeat(sides[BASELINE], "usd_per_1m_output_tokens"),
-                        per_repeat(sides[TREATMENT], "usd_per_1m_output_tokens"), pair.settings, lower_is_better=True)
-            if c.base.n and c.treat.n:
-                per.append((f"{wl} {variant}", c))
-                a.figures.append((f"{pair.label}, {wl} {variant}", f"$/1M output tokens {c.text()}"))
-        used = [num(r.get("offload_blocks")) for r in ev.rows(pair, TREATMENT)]
-        known = [u for u in used if u is not None]
-        if not known:
+        block = effects(COST, [Point(f"{wl} {variant}", None, observations(sides[BASELINE], COST.column),
+                                     observations(sides[TREATMENT], COST.column))
+                               for (wl, variant), sides in pts.items()], pair.settings)
+        used = [u for r in ev.rows(pair, TREATMENT) if (u := num(r.get("offload_blocks"))) is not None]
+        if not used:
             use, usable = ("offload use not measured (no kvbm_offload_blocks_* series on the treatment's steps): no "
                            "conclusion before offload is counted"), False
-        elif sum(known) == 0:
+        elif sum(used) == 0:
             use, usable = f"KVBM offloaded no block on {pair.treatment}: the working set fits the GPU KV cache", False
         else:
-            use, usable = f"KVBM offloaded {fmt_value(sum(known))} blocks on {pair.treatment}", True
+            use, usable = f"KVBM offloaded {fmt_value(sum(used))} blocks on {pair.treatment}", True
+        testable = usable and pair.verified
+        (family if testable else shown_only).extend(c for c in block.effects if shown(c))
+        units.append((pair, block, use, usable))
+    settings = judge(a, pairs, family, shown_only)
+    design = ""
+    for pair, block, use, usable in units:
+        design = ev.design(pair, [block])
+        per = [(c.where, c) for c in block.effects if shown(c)]
+        a.figures += [(f"{pair.label}, {c.where}", f"$/1M output tokens {c.text()}") for _, c in per]
         a.figures.append((f"{pair.label}, offload use", use))
-        if usable:
-            compared += [c for _, c in per]
+        if not pair.verified:
+            parts.append(f"{pair.label}: {UNVERIFIED}; $/1M output tokens {summarize(per)}")
+        elif usable:
             parts.append(f"{pair.label}: $/1M output tokens {summarize(per)}; {use}")
         else:
             parts.append(f"{pair.label}: {INCONCLUSIVE}: {use}; $/1M output tokens {summarize(per)}")
-    return finish(a, parts, compared, left, samples)
+    a.method = method_text(settings, "$/1M output tokens of every workload step (valid steps), once KVBM's offloads "
+                           "are counted", a.family, [u[1] for u in units], design, COST_BASIS)
+    return finish(a, parts, left, samples, decided=any(t.directional for t in family))
 
 
 # -------------------------------------------------------------------------------------------------- answers

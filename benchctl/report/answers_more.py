@@ -1,5 +1,5 @@
-"""Answers to Q3 and to hypotheses H2, H3 and H4 (the rest: :mod:`benchctl.report.answers`), over the
-comparisons the campaign recorded, with ``benchctl.verdicts``' rules. Pure: the standard library and the core.
+"""Answers to Q3 and to hypotheses H2, H3 and H4 (the rest, and the procedure: :mod:`benchctl.report.answers`),
+over the comparisons the campaign recorded. Pure: the standard library and the core.
 """
 
 from __future__ import annotations
@@ -7,36 +7,46 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from benchctl.effects import (
+    ABS,
+    COUNT,
+    SHARE,
+    Compared,
+    Figure,
+    Point,
+    effects,
+    from_estimate,
+    summarize,
+)
 from benchctl.report.data import fmt_value, num
 from benchctl.report.evidence import (
     BASELINE,
-    DIRECTIONAL,
     NOT_MEASURED,
     TREATMENT,
+    UNVERIFIED,
     Answer,
     Evidence,
     Pair,
     by_input,
+    duration,
+    failed_goodput,
     finish,
     fnum,
     input_label,
+    judge,
+    method_text,
     not_measured,
-    per_repeat,
+    observations,
     samples_text,
+    shown,
     sweep_key,
     sweep_points,
 )
-from benchctl.verdicts import (
-    INCONCLUSIVE,
-    Compared,
-    Sample,
-    compare,
-    fit_line,
-    judge,
-    mean_interval,
-    slope_difference,
-    summarize,
-)
+from benchctl.verdicts import INCONCLUSIVE, MIN_REPEATS, Sample, fit_line, mean_interval, slope_se
+
+
+def _method(settings: Any, declared: str, a: Answer, blocks: list[Any], design: str, extra: str = "") -> str:
+    return method_text(settings, declared, a.family, blocks, design, extra)
 
 
 def _repeats(rows: list[dict[str, Any]]) -> int:
@@ -50,6 +60,8 @@ def _derived(rows: list[dict[str, Any]], name: str, fn: Callable[[dict[str, Any]
 
 # -------------------------------------------------------------------------------------------------- Q3
 
+SLOPE = Figure("hit_rate_slope", "hit-rate slope", "", False, scale=ABS)
+
 
 def q3(ev: Evidence) -> Answer:
     a = Answer("q3", "question", "How does the input prefix duplication ratio relate to the server's real cache "
@@ -57,11 +69,11 @@ def q3(ev: Evidence) -> Answer:
     pairs, left = ev.for_question("q3")
     if not pairs:
         return not_measured(a, "no valid comparison of an aggregated and a disaggregated experiment", left)
-    parts, compared, samples = [], [], []
+    parts, samples = [], []
+    family: list[Any] = []
+    units = []
     for pair in pairs:
         conf = pair.settings.confidence
-        a.method = (pair.settings.describe() + "; hit rate = a + b x duplication ratio, least squares over every "
-                    "valid step (ratios x repeats), the slope's Student-t interval")
         sides = {side: [r for r in ev.rows(pair, side, "prefix_cache") if num(r.get("cache_hit_rate")) is not None
                         and num(r.get("prefix_ratio")) is not None] for side in (BASELINE, TREATMENT)}
         if not sides[BASELINE] or not sides[TREATMENT]:
@@ -78,27 +90,46 @@ def q3(ev: Evidence) -> Answer:
             a.figures.append((f"{pair.label}: {exp} fit",
                               fit.text("duplication ratio", "hit rate") if fit else "fewer than 2 ratios: no fit"))
             for ratio in sorted({float(r["prefix_ratio"]) for r in rows}):
-                s = per_repeat([r for r in rows if float(r["prefix_ratio"]) == ratio], "cache_hit_rate")
+                s = Sample(tuple(o.value for o in observations(
+                    [r for r in rows if float(r["prefix_ratio"]) == ratio], "cache_hit_rate")))
                 iv = mean_interval(s, conf)
                 a.figures.append((f"{pair.label}: {exp}, ratio {fmt_value(ratio)}",
-                                  f"hit rate {fnum(s.mean)}" + (f", {conf:.0%} CI [{fnum(iv.low)}, {fnum(iv.high)}]"
-                                                                if iv else " (one repeat: no interval)")))
+                                  f"hit rate {fnum(s.mean)}" + (f", {conf:.0%} CI [{fnum(iv.low)}, {fnum(iv.high)}] "
+                                                                "(descriptive)" if iv else " (one repeat: no interval)")))
         fb, ft = fits[BASELINE], fits[TREATMENT]
         if fb is None or ft is None:
             parts.append(f"{pair.label}: {INCONCLUSIVE} (fewer than two duplication ratios on a side: no fit)")
             continue
-        # n per side: the repeats behind the fit (its points are ratios x repeats)
         nb, nt = _repeats(sides[BASELINE]), _repeats(sides[TREATMENT])
-        diff = judge("hit-rate slope", "", Sample((fb.slope,) * nb), Sample((ft.slope,) * nt),
-                     slope_difference(fb, ft, conf), pair.settings, lower_is_better=False)
-        compared.append(diff)
-        parts.append(f"{pair.label}: {pair.baseline} {fb.text('duplication ratio', 'hit rate')}; {pair.treatment} "
-                     f"{ft.text('duplication ratio', 'hit rate')}; the treatment's slope minus the baseline's: "
-                     f"{diff.text()}")
-    return finish(a, parts, compared, left, samples)
+        se_df = slope_se(fb, ft)
+        slope = Figure(SLOPE.column, SLOPE.label, "", False, scale=ABS,
+                       threshold=pair.settings.practical_threshold_pct / 100.0)
+        c = from_estimate(slope, pair.label, Sample((fb.slope,) * nb), Sample((ft.slope,) * nt), ft.slope - fb.slope,
+                          se_df[0] if se_df else None, se_df[1] if se_df else 1.0,
+                          pair.settings)
+        if nb < MIN_REPEATS or nt < MIN_REPEATS:
+            c.reason = "one repeat per side" if nb == nt == 1 else \
+                f"{nb} / {nt} repeats: at least {MIN_REPEATS} per side needed"
+            c.p = None
+        (family if pair.verified else []).append(c)
+        units.append((pair, fb, ft, c))
+    settings = judge(a, pairs, family, [u[3] for u in units if not u[0].verified])
+    for pair, fb, ft, c in units:
+        head = "" if pair.verified else f"{UNVERIFIED}; "
+        parts.append(f"{pair.label}: {head}{pair.baseline} {fb.text('duplication ratio', 'hit rate')}; {pair.treatment} "
+                     f"{ft.text('duplication ratio', 'hit rate')}; the treatment's slope minus the baseline's: {c.text()}")
+    if units:
+        a.method = _method(settings, "the difference of the two modes' slopes of hit rate over duplication ratio "
+                           "(least squares over every valid step, ratios x repeats), one test per comparison", a, [],
+                           "", f"a slope difference is directional beyond +/-{settings.practical_threshold_pct / 100:g} "
+                           "(hit rate per unit of duplication)")
+    return finish(a, parts, left, samples, decided=any(t.directional for t in family))
 
 
 # -------------------------------------------------------------------------------------------------- H2
+
+RECOMPUTED = Figure("recomputed", "recomputed share of input tokens", "", True, scale=SHARE)
+PREEMPTIONS = Figure("preemptions", "preemptions", "", True, scale=COUNT)
 
 
 def _feature(pair: Pair, ev: Evidence) -> str:
@@ -111,6 +142,11 @@ def _feature(pair: Pair, ev: Evidence) -> str:
     return f"kv_offload {val(BASELINE, 'kv_offload')} -> {val(TREATMENT, 'kv_offload')}"
 
 
+def _miss(r: dict[str, Any]) -> float | None:
+    h = num(r.get("cache_hit_rate"))
+    return None if h is None else 1.0 - h
+
+
 def h2(ev: Evidence) -> Answer:
     a = Answer("h2", "hypothesis", "Multi-turn: routing and offload may reduce recomputation (the real hit/miss and "
                "preemptions, with and without the feature)", "v_comparison_steps (v_step_cache), v_multi_turn", "")
@@ -118,10 +154,11 @@ def h2(ev: Evidence) -> Answer:
     if not pairs:
         return not_measured(a, "no comparison that changes only the router or only kv_offload (a feature-ladder rung, "
                                "or spec comparisons: with question h2)", left)
-    parts, compared, samples = [], [], []
+    parts, samples = [], []
+    family: list[Any] = []
+    shown_only: list[Compared] = []
+    units = []
     for pair in pairs:
-        a.method = (pair.settings.describe() + "; recomputation = 1 - the server's cache hit rate (share of input "
-                    "tokens prefilled again)")
         pts = ev.points(pair, "multi_turn", lambda r: (r.get("workload"), r.get("variant")))
         feature = _feature(pair, ev)
         if not pts:
@@ -129,33 +166,34 @@ def h2(ev: Evidence) -> Answer:
             continue
         samples.append(samples_text(ev, pair, "multi_turn"))
         a.excluded += ev.invalid_steps(pair, "multi_turn")
-        rec, pre = [], []
-
-        def miss(r: dict[str, Any]) -> float | None:
-            h = num(r.get("cache_hit_rate"))
-            return None if h is None else 1.0 - h
-
-        for (wl, variant), sides in pts.items():
-            b, t = (_derived(sides[s], "recomputed", miss) for s in (BASELINE, TREATMENT))
-            c = compare("recomputed share", "", per_repeat(b, "recomputed"), per_repeat(t, "recomputed"),
-                        pair.settings, lower_is_better=True)
-            p = compare("preemptions", "", per_repeat(b, "preemptions"), per_repeat(t, "preemptions"), pair.settings,
-                        lower_is_better=True)
-            where = f"{wl} {variant}"
-            if c.base.n and c.treat.n:
-                rec.append((where, c))
-            if p.base.n and p.treat.n:
-                pre.append((where, p))
-            a.figures.append((f"{pair.label}, {where}", f"recomputed share of input tokens {c.text()}; preemptions "
-                                                        f"{p.text() if p.base.n and p.treat.n else NOT_MEASURED}"))
-        if not rec:
+        where = [f"{wl} {variant}" for wl, variant in pts]
+        rec = effects(RECOMPUTED, [Point(w, None, observations(_derived(s[BASELINE], "recomputed", _miss), "recomputed"),
+                                         observations(_derived(s[TREATMENT], "recomputed", _miss), "recomputed"))
+                                   for w, s in zip(where, pts.values(), strict=True)], pair.settings)
+        pre = effects(PREEMPTIONS, [Point(w, None, observations(s[BASELINE], "preemptions"),
+                                          observations(s[TREATMENT], "preemptions"))
+                                    for w, s in zip(where, pts.values(), strict=True)], pair.settings, primary=False)
+        (family if pair.verified else shown_only).extend(c for c in rec.effects if shown(c))
+        shown_only.extend(pre.effects)
+        units.append((pair, feature, rec, pre))
+    settings = judge(a, pairs, family, shown_only)
+    design = ""
+    for pair, feature, rec, pre in units:
+        design = ev.design(pair, [rec])
+        per = [(c.where, c) for c in rec.effects if shown(c)]
+        for c, p in zip(rec.effects, pre.effects, strict=True):
+            a.figures.append((f"{pair.label}, {c.where}", f"recomputed share of input tokens {c.text()}; preemptions "
+                                                          f"{p.text() if shown(p) else NOT_MEASURED}"))
+        if not per:
             parts.append(f"{pair.label} ({feature}): {NOT_MEASURED} (no server-measured hit rate on its multi-turn "
                          "steps)")
             continue
-        compared += [c for _, c in rec]
-        parts.append(f"{pair.label} ({feature}): recomputation {summarize(rec)}; preemptions "
-                     + (summarize(pre) if pre else NOT_MEASURED))
-    return finish(a, parts, compared, left, samples)
+        head = "" if pair.verified else f"{UNVERIFIED}; "
+        parts.append(f"{pair.label} ({feature}): {head}recomputation {summarize(per)}")
+    a.method = _method(settings, "the recomputed share of input tokens (1 - the server's cache hit rate) per "
+                       "multi-turn step; preemptions descriptive", a, [u[2] for u in units], design,
+                       f"shares judged in percentage points (+/-{settings.practical_threshold_pct:g} pp)")
+    return finish(a, parts, left, samples, decided=any(t.directional for t in family))
 
 
 # -------------------------------------------------------------------------------------------------- H3
@@ -173,49 +211,63 @@ def h3(ev: Evidence) -> Answer:
     sq = ev.view("v_stage_queues")
     stage = {(r.get("experiment"), r.get("step_id")): r for r in sq.rows}
     has_prefill = PREFILL_WAITING in sq.columns and any(num(r.get(PREFILL_WAITING)) is not None for r in sq.rows)
-    decode_col = "decode_waiting_avg"
     parts: list[str] = []
     samples: list[str] = []
-    compared: list[Compared] = []
+    family: list[Any] = []
+    shown_only: list[Compared] = []
+    units = []
 
-    def said(s: Sample, unit: str = "") -> str:
+    def gauges(rows: list[dict[str, Any]], col: str) -> list[dict[str, Any]]:
+        return [{**r, col: (stage.get((r.get("experiment"), r.get("step_id"))) or {}).get(col)} for r in rows]
+
+    def said(rows: list[dict[str, Any]], col: str, unit: str = "") -> str:
+        s = Sample(tuple(o.value for o in observations(gauges(rows, col), col)))
         return fnum(s.mean, unit) if s.n else NOT_MEASURED
 
-    def gauges(rows: list[dict[str, Any]], col: str) -> Sample:
-        return per_repeat([{**(stage.get((r.get("experiment"), r.get("step_id"))) or {}), "repeat": r.get("repeat")}
-                           for r in rows], col)
-
     for pair in pairs:
-        a.method = pair.settings.describe() + "; queue depth = the stage's time-averaged waiting requests"
-        pts = sweep_points(ev, pair, a, parts, samples)
+        pts = sweep_points(ev, pair, a, parts, samples, valid=True)
         if pts is None:
             continue
+        queue = Figure("stage_waiting", "waiting: decode - prefill", "requests", True, scale=ABS,
+                       threshold=pair.settings.queue_threshold)
+        attain = Figure("goodput_ratio", "SLO attainment", "", False, scale=SHARE)
         for ikey, keys in by_input(pts).items():
             top = sorted(keys, key=lambda k: float(k[3]))[-2:]  # the highest loads
-            told = []
-            for k in top:
-                b, t = pts[k][BASELINE], pts[k][TREATMENT]
-                dec, agg = gauges(t, decode_col), gauges(b, "worker_waiting_avg")
-                pre = gauges(t, PREFILL_WAITING) if has_prefill else Sample(())
-                att = [compare("goodput ratio", "", per_repeat(b, "goodput_ratio"), per_repeat(t, "goodput_ratio"),
-                               pair.settings, lower_is_better=False)]
-                gpu_p, gpu_d = gauges(t, "gpu_util_prefill_avg_pct"), gauges(t, "gpu_util_decode_avg_pct")
-                where = f"c={fmt_value(k[3])}"
-                line = (f"{pair.treatment} waiting: prefill {said(pre)}, decode {said(dec)}; {pair.baseline} "
-                        f"(aggregated) waiting {said(agg)}; SLO attainment {att[0].text()}; GPU util prefill "
-                        f"{said(gpu_p, '%')}, decode {said(gpu_d, '%')}")
-                if pre.n and dec.n:
-                    c = compare("waiting: decode - prefill", "requests", pre, dec, pair.settings,
-                                lower_is_better=True)
-                    compared.append(c)
-                    who = {"higher": "decode queues deeper", "lower": "prefill queues deeper"}.get(c.outcome, "")
-                    told.append(f"{where}: {who or c.outcome} ({c.delta_text()}" + ("" if who else f"; {c.reason}")
-                                + ")")
-                    line += f"; decode - prefill waiting {c.text()}"
-                else:
-                    told.append(f"{where}: decode waiting {said(dec)} vs aggregated {said(agg)}")
-                a.figures.append((f"{pair.label}, {input_label(ikey)}, {where}", line))
-            parts.append(f"{pair.label}, {input_label(ikey)}: " + "; ".join(told))
+            # the two stages of the same steps: paired per step (prefill as the baseline side)
+            q = effects(queue, [Point(f"c={fmt_value(k[3])}", float(k[3]),
+                                      observations(gauges(pts[k][TREATMENT], PREFILL_WAITING), PREFILL_WAITING),
+                                      observations(gauges(pts[k][TREATMENT], "decode_waiting_avg"),
+                                                   "decode_waiting_avg")) for k in top], pair.settings)
+            att = effects(attain, [Point(f"c={fmt_value(k[3])}", float(k[3]),
+                                         observations(pts[k][BASELINE], "goodput_ratio"),
+                                         observations(pts[k][TREATMENT], "goodput_ratio")) for k in top],
+                          pair.settings, primary=False)
+            if has_prefill:
+                (family if pair.verified else shown_only).extend(c for c in q.effects if shown(c))
+            shown_only.extend(att.effects)
+            units.append((pair, ikey, top, pts, q, att))
+    settings = judge(a, pairs, family, shown_only)
+    design = ""
+    for pair, ikey, top, pts, q, att in units:
+        design = ev.design(pair, [q])
+        told = []
+        for k, c, at in zip(top, q.effects, att.effects, strict=True):
+            t, b = pts[k][TREATMENT], pts[k][BASELINE]
+            where = f"c={fmt_value(k[3])}"
+            line = (f"{pair.treatment} waiting: prefill {said(t, PREFILL_WAITING)}, decode {said(t, 'decode_waiting_avg')}; "
+                    f"{pair.baseline} (aggregated) waiting {said(b, 'worker_waiting_avg')}; SLO attainment {at.text()}; "
+                    f"GPU util prefill {said(t, 'gpu_util_prefill_avg_pct', '%')}, decode "
+                    f"{said(t, 'gpu_util_decode_avg_pct', '%')}")
+            if shown(c):
+                who = {"higher": "decode queues deeper", "lower": "prefill queues deeper"}.get(c.outcome, "")
+                told.append(f"{where}: {who or c.outcome} ({c.delta_text()}" + ("" if who else f"; {c.reason}") + ")")
+                line += f"; decode - prefill waiting (paired per step) {c.text()}"
+            else:
+                told.append(f"{where}: decode waiting {said(t, 'decode_waiting_avg')} vs aggregated "
+                            f"{said(b, 'worker_waiting_avg')}")
+            a.figures.append((f"{pair.label}, {input_label(ikey)}, {where}", line))
+        head = "" if pair.verified else f"{UNVERIFIED}; "
+        parts.append(f"{pair.label}, {input_label(ikey)}: {head}" + "; ".join(told))
     if not has_prefill:
         a.verdict = (f"{NOT_MEASURED}: the prefill stage's waiting queue (vllm:num_requests_waiting on the prefill "
                      f"workers: v_stage_queues.{PREFILL_WAITING}) is not in the lake, so the two stages' queues cannot "
@@ -224,10 +276,39 @@ def h3(ev: Evidence) -> Answer:
         a.excluded += left
         a.samples = " | ".join(samples)
         return a
-    return finish(a, parts, compared, left, samples)
+    a.method = _method(settings, "the decode minus the prefill stage's time-averaged waiting requests at the two "
+                       "highest loads of each input length, paired per step (the two stages of the same step)", a,
+                       [u[4] for u in units], design,
+                       f"a queue difference is directional beyond +/-{settings.queue_threshold:g} requests "
+                       "(comparison.queue_threshold)")
+    return finish(a, parts, left, samples, decided=any(t.directional for t in family))
 
 
 # -------------------------------------------------------------------------------------------------- H4
+
+GOODPUT_PER_USD = Figure("goodput_per_usd_hour", "goodput per $/h", "req/s per $/h", False, scale=COUNT)
+
+
+def _price_exposure(r: dict[str, Any]) -> float | None:
+    """Goodput per $/h times this is the step's count of SLO-meeting requests."""
+    d, price = duration(r), num(r.get("gpu_usd_per_hour"))
+    return d * price if d is not None and price is not None else None
+
+
+def _quality_gate(pair: Pair, qual: dict[Any, dict[str, Any]]) -> str:
+    """Why the two sides' outputs are not comparable ("" when they are): a failed quality gate, or score
+    intervals that do not overlap."""
+    why = [f"{e}'s quality gate failed (score {fmt_value(qual.get(e, {}).get('quality_score'))}, threshold "
+           f"{fmt_value(qual.get(e, {}).get('quality_min_score'))})"
+           for e in (pair.baseline, pair.treatment) if str(qual.get(e, {}).get("quality_gate") or "") == "failed"]
+    bounds = [(num(qual.get(e, {}).get("quality_score_low")), num(qual.get(e, {}).get("quality_score_high")))
+              for e in (pair.baseline, pair.treatment)]
+    if not why and all(lo is not None and hi is not None for lo, hi in bounds):
+        (bl, bh), (tl, th) = bounds
+        if bh < tl or th < bl:  # type: ignore[operator]
+            why.append(f"their quality scores differ (95 % Wilson intervals [{fnum(bl)}, {fnum(bh)}] and "
+                       f"[{fnum(tl)}, {fnum(th)}] do not overlap)")
+    return "; ".join(why)
 
 
 def h4(ev: Evidence) -> Answer:
@@ -240,11 +321,12 @@ def h4(ev: Evidence) -> Answer:
                                "disaggregated heterogeneous experiment beside a baseline)", left)
     cost = {r.get("experiment"): r for r in ev.view("v_cost_efficiency").rows}
     qual = {r.get("experiment"): r for r in ev.view("v_quality").rows}
-    parts, compared, samples = [], [], []
+    parts, samples = [], []
+    family: list[Any] = []
+    shown_only: list[Compared] = []
+    units = []
     for pair in pairs:
-        a.method = (pair.settings.describe() + "; goodput per $/h = SLO-meeting requests/s over the experiment's "
-                    "allocated nodes' $/h, at each load")
-        pts = ev.points(pair, "concurrency_sweep", sweep_key)
+        pts = ev.points(pair, "concurrency_sweep", sweep_key, valid=None)
         for e in (pair.baseline, pair.treatment):
             ce, qe = cost.get(e) or {}, qual.get(e) or {}
             a.figures.append((e, f"GPUs used {fmt_value(ce.get('gpus'))} of {fmt_value(ce.get('gpus_allocated'))} "
@@ -252,23 +334,40 @@ def h4(ev: Evidence) -> Answer:
                                  f"{fnum(num(ce.get('gpu_usd_per_hour')), '$/h')}; quality score "
                                  f"{fmt_value(qe.get('quality_score')) or NOT_MEASURED} (gate "
                                  f"{fmt_value(qe.get('quality_gate')) or 'none'})"))
-        per: list[tuple[str, Compared]] = []
-        for k, sides in pts.items():
-            c = compare("goodput per $/h", "req/s per $/h", per_repeat(sides[BASELINE], "goodput_per_usd_hour"),
-                        per_repeat(sides[TREATMENT], "goodput_per_usd_hour"), pair.settings, lower_is_better=False)
-            if c.base.n and c.treat.n:
-                per.append((f"c={fmt_value(k[3])}", c))
-                a.figures.append((f"{pair.label}, {input_label(k)}, c={fmt_value(k[3])}", f"goodput per $/h {c.text()}"))
+        block = effects(GOODPUT_PER_USD, [
+            Point(f"ISL {fmt_value(k[1])} c={fmt_value(k[3])}", float(k[3]),
+                  observations(s[BASELINE], GOODPUT_PER_USD.column, exposure=_price_exposure, default=failed_goodput),
+                  observations(s[TREATMENT], GOODPUT_PER_USD.column, exposure=_price_exposure, default=failed_goodput))
+            for k, s in pts.items()], pair.settings)
+        per = [c for c in block.effects if shown(c)]
         if not per:
             parts.append(f"{pair.label}: {NOT_MEASURED} (no concurrency-sweep step with goodput and a price on both "
                          "sides: the spec sets no SLO, or a pool is unpriced)")
             continue
+        gate = _quality_gate(pair, qual)
         samples.append(samples_text(ev, pair, "concurrency_sweep"))
-        a.excluded += ev.invalid_steps(pair, "concurrency_sweep")
-        compared += [c for _, c in per]
-        parts.append(f"{pair.label}: SLO-meeting requests/s per $/h {summarize(per)} (higher = the treatment buys "
-                     "more goodput per dollar-hour)")
-    return finish(a, parts, compared, left, samples)
+        (family if pair.verified and not gate else shown_only).extend(per)
+        units.append((pair, block, gate, pts))
+    settings = judge(a, pairs, family, shown_only)
+    design = ""
+    for pair, block, gate, _ in units:
+        design = ev.design(pair, [block])
+        per_load = [(c.where, c) for c in block.effects if shown(c)]
+        for c in block.effects:
+            if shown(c):
+                a.figures.append((f"{pair.label}, {c.where}", f"goodput per $/h {c.text()}"))
+        if gate:
+            parts.append(f"{pair.label}: not comparable ({gate}): goodput per $/h shown, not judged")
+        elif not pair.verified:
+            parts.append(f"{pair.label}: {UNVERIFIED}; SLO-meeting requests/s per $/h {summarize(per_load)}")
+        else:
+            parts.append(f"{pair.label}: SLO-meeting requests/s per $/h {summarize(per_load)} (higher = the treatment buys "
+                         "more goodput per dollar-hour)")
+    a.method = _method(settings, "SLO-meeting requests/s per $/h of the experiment's allocated nodes at each load "
+                       "(every attempted step: a failure meets no SLO)", a, [u[1] for u in units], design,
+                       "not comparable when either side fails its quality gate or the two quality intervals do not "
+                       "overlap")
+    return finish(a, parts, left, samples, decided=any(t.directional for t in family))
 
 
-__all__ = ["DIRECTIONAL", "h2", "h3", "h4", "q3"]
+__all__ = ["h2", "h3", "h4", "q3"]

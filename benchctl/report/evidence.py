@@ -1,23 +1,28 @@
 """The evidence the report's Answers judge: each comparison the campaign recorded (the ``comparisons`` table)
-with its settings, the valid steps of both its sides (``v_comparison_steps``) grouped into points with one
-value per repeat, and what is left out and why: steps that failed or exceeded the error-rate threshold,
-disaggregated experiments whose observed KV-transfer backend is not the spec's (``benchctl.verdicts``'
-fabric check over the timeline's ``network_observed``). Pure: the standard library and the core.
+with its settings, the steps of both its sides (``v_comparison_steps``) as points with one observation per
+repeat (:mod:`benchctl.effects`), and what is left out and why: latency percentiles of steps that failed or
+exceeded the error-rate threshold (goodput and SLO attainment count every attempted step), disaggregated
+experiments whose KV transfer was not the spec's (:mod:`benchctl.fabric`), comparisons a question cannot use.
+Also the design the intervals rest on (deployments per mode, their order, pairing).
+Pure: the standard library and the core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchctl.fabric import NOT_APPLICABLE, NOT_OBSERVED, Fabric, fabric_check
+from benchctl import timeline
+from benchctl.effects import Block, Compared, Family, Obs, adjust, confidence_text, describe
+from benchctl.fabric import NOT_APPLICABLE, Fabric, fabric_check
 from benchctl.report.data import ReportData, Rows, fmt_value, num
-from benchctl.verdicts import INCONCLUSIVE, Compared, Sample, Settings, num_text
+from benchctl.verdicts import INCONCLUSIVE, Attainment, Settings, num_text
 
 BASELINE, TREATMENT = "baseline", "treatment"
 NOT_MEASURED = "not measured"
 DIRECTIONAL = "directional"
+UNVERIFIED = "inconclusive (transfer path unverified)"
 
 
 @dataclass
@@ -30,8 +35,10 @@ class Answer:
     figures: list[tuple[str, str]] = field(default_factory=list)  # (what, value)
     samples: str = ""
     status: str = NOT_MEASURED  # DIRECTIONAL | INCONCLUSIVE | NOT_MEASURED
-    method: str = ""  # how it was judged (confidence, threshold, ...)
+    method: str = ""  # how it was judged: figures, family, adjustment, design
     excluded: list[str] = field(default_factory=list)  # what was left out (or kept unverified), and why
+    tests: list[Any] = field(default_factory=list)  # the family's primary tests (Compared, RegimeComparison, ...)
+    family: Family | None = None
 
     @property
     def measured(self) -> bool:
@@ -42,23 +49,29 @@ def fnum(v: float | None, unit: str = "") -> str:
     return num_text(v, unit)
 
 
-def status_of(compared: list[Compared]) -> str:
-    return DIRECTIONAL if any(c.directional for c in compared) else INCONCLUSIVE
-
-
 def not_measured(a: Answer, why: str, excluded: list[str]) -> Answer:
     a.verdict, a.status = f"{NOT_MEASURED}: {why}", NOT_MEASURED
     a.excluded = excluded
     return a
 
 
-def finish(a: Answer, parts: list[str], compared: list[Compared], left: list[str], samples: list[str], *,
-           status: str | None = None) -> Answer:
-    """The answer's verdict from its parts (one per comparison and input), its status (``status``, else from the
-    compared figures), what was left out and the samples; "not measured" when no part measured anything."""
+def judge(a: Answer, pairs: Sequence[Pair], family: list[Any], shown_only: Sequence[Compared]) -> Settings:
+    """The answer's family judged by Holm's step-down (:func:`benchctl.effects.adjust`), its descriptive figures
+    given their unadjusted intervals; the settings it was judged by (the campaign's, on every comparison row)."""
+    settings = pairs[0].settings if pairs else Settings()
+    a.family = adjust(family, settings)
+    describe(shown_only, settings)
+    a.tests = family
+    return settings
+
+
+def finish(a: Answer, parts: list[str], left: list[str], samples: list[str], *, decided: bool) -> Answer:
+    """The answer's verdict from its parts (one per comparison and input), its status (directional only when a
+    test its text shows was decided), what was left out and the samples; "not measured" when no part measured
+    anything."""
     a.verdict = " | ".join(parts)
-    a.status = status or status_of(compared)
-    if not compared and all(p.split(": ", 1)[-1].startswith(NOT_MEASURED) for p in parts):
+    a.status = DIRECTIONAL if decided else INCONCLUSIVE
+    if not a.tests and all(p.split(": ", 1)[-1].startswith(NOT_MEASURED) for p in parts):
         a.verdict, a.status = f"{NOT_MEASURED}: " + (a.verdict or "no comparison had the steps to answer it"), \
             NOT_MEASURED
     a.excluded += left
@@ -81,17 +94,15 @@ def sweep_key(r: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def by_input(points: dict[Any, dict[str, list[dict[str, Any]]]]) -> dict[tuple[Any, ...], list[Any]]:
-    """Sweep points grouped per (workload, ISL, OSL): the loads of one input length."""
+    """Sweep points grouped per (workload, ISL, OSL): the loads of one input length, lightest first."""
     out: dict[tuple[Any, ...], list[Any]] = {}
     for key in points:
         out.setdefault(key[:3], []).append(key)
-    return out
+    return {k: sorted(v, key=lambda key: float(key[3])) for k, v in out.items()}
 
 
 def input_label(k: tuple[Any, ...]) -> str:
     return f"{k[0]} ISL {fmt_value(k[1])}/OSL {fmt_value(k[2])}"
-
-
 
 
 @dataclass
@@ -112,11 +123,26 @@ class Pair:
         return all(f.valid for f in self.fabric)
 
     @property
+    def verified(self) -> bool:
+        """Every disaggregated side's transfer path is shown to be the spec's (by what carried the KV)."""
+        return all(f.verified for f in self.fabric)
+
+    def unverified_text(self) -> str:
+        return "; ".join(f.text() for f in self.fabric if not f.verified)
+
+    @property
     def label(self) -> str:
         return f"{self.treatment} vs {self.baseline}"
 
     def experiment(self, side: str) -> str:
         return self.baseline if side == BASELINE else self.treatment
+
+
+def _kinds_differ(pair: Pair) -> bool:
+    return "gpu_kinds" in pair.differs
+
+
+SAME_KINDS = ("q4", "h1")  # a gap between GPU kinds is not the transfer's: these need the same kinds
 
 
 @dataclass
@@ -125,42 +151,74 @@ class Evidence:
     steps: list[dict[str, Any]]  # v_comparison_steps rows of the campaign
     views: dict[str, Rows]
     fabric: dict[str, Fabric]
+    deployments: dict[str, int] = field(default_factory=dict)  # experiment -> deployments made (deploy_applied)
+    order: list[str] = field(default_factory=list)  # experiments in the order they were deployed
 
     def for_question(self, q: str) -> tuple[list[Pair], list[str]]:
-        """The valid comparisons answering ``q``, and one line per comparison left out (and why)."""
+        """The comparisons answering ``q`` (unverified ones included: their parts say so), and one line per
+        comparison left out (and why)."""
         asked = [p for p in self.pairs if q in p.questions]
         left = [f"comparison {p.name} ({p.label}) excluded: " + "; ".join(f.text() for f in p.fabric if not f.valid)
                 for p in asked if not p.valid]
-        unverified = [f"comparison {p.name} kept, unverified: {f.text()}" for p in asked if p.valid for f in p.fabric
-                      if f.status == NOT_OBSERVED]
-        return [p for p in asked if p.valid], left + unverified
+        kinds = [p for p in asked if p.valid and q in SAME_KINDS and _kinds_differ(p)]
+        left += [f"comparison {p.name} ({p.label}) not used for {q.upper()}: its sides run on different GPU kinds, so "
+                 "a TTFT gap is not the transfer's (needs the same kinds)" for p in kinds]
+        unverified = [f"comparison {p.name}: {UNVERIFIED}: {p.unverified_text()}" for p in asked
+                      if p.valid and p not in kinds and not p.verified]
+        return [p for p in asked if p.valid and p not in kinds], left + unverified
 
-    def rows(self, pair: Pair, side: str, kind: str | None = None, *, valid: bool = True) -> list[dict[str, Any]]:
+    def rows(self, pair: Pair, side: str, kind: str | None = None, *, valid: bool | None = True
+             ) -> list[dict[str, Any]]:
+        """The steps of one side (``valid``: True only valid ones, False only invalid ones, None every step)."""
         return [r for r in self.steps if r.get("comparison") == pair.name and r.get("side") == side
-                and (kind is None or r.get("workload_kind") == kind) and bool(r.get("valid")) == valid]
+                and (kind is None or r.get("workload_kind") == kind)
+                and (valid is None or bool(r.get("valid")) == valid)]
 
     def invalid_steps(self, pair: Pair, kind: str | None = None) -> list[str]:
-        """'experiment/step_id: why' for every step of the comparison left out."""
+        """'experiment/step_id: why' for every step whose latency percentiles are left out."""
         def why(r: dict[str, Any]) -> str:
             rate, limit = num(r.get("error_rate")), num(r.get("max_error_rate"))
             if r.get("status") == "succeeded" and rate is not None and limit is not None and rate > limit:
-                return f"error rate {round(rate, 4):g} above max_error_rate {limit:g}"
+                return (f"error rate {round(rate, 4):g} above max_error_rate {limit:g} (its latency percentiles are left "
+                        "out; its goodput and SLO attainment count)")
             return str(r.get("invalid_reason") or "invalid")
 
         return sorted({f"{r.get('experiment')}/{r.get('step_id')}: {why(r)}"
                        for side in (BASELINE, TREATMENT) for r in self.rows(pair, side, kind, valid=False)})
 
-    def points(self, pair: Pair, kind: str, key: Callable[[dict[str, Any]], Hashable]
+    def points(self, pair: Pair, kind: str, key: Callable[[dict[str, Any]], Hashable], *, valid: bool | None = True
                ) -> dict[Any, dict[str, list[dict[str, Any]]]]:
-        """Valid rows of both sides grouped by ``key`` (e.g. workload, ISL, concurrency), sorted by key."""
+        """Rows of both sides grouped by ``key`` (e.g. workload, ISL, concurrency), sorted by key."""
         out: dict[Any, dict[str, list[dict[str, Any]]]] = {}
         for side in (BASELINE, TREATMENT):
-            for r in self.rows(pair, side, kind):
+            for r in self.rows(pair, side, kind, valid=valid):
+                if valid is None and not r.get("attempted"):
+                    continue
                 out.setdefault(key(r), {BASELINE: [], TREATMENT: []})[side].append(r)
         return dict(sorted(out.items(), key=lambda kv: tuple(_sortable(v) for v in _as_tuple(kv[0]))))
 
     def view(self, name: str) -> Rows:
         return self.views.get(name) or Rows([], [])
+
+    def design(self, pair: Pair, blocks: Sequence[Block]) -> str:
+        """How the intervals relate to the mode effect: deployments per experiment, their order, the pairing."""
+        paired = [b.paired for b in blocks if b.effects]
+        pairing = ("paired by repeat (both sides ran the same repeats with the same seed and generated dataset)"
+                   if paired and all(paired) else
+                   "unpaired (Welch; paired only where both sides ran the same generated dataset per repeat)"
+                   if paired and not any(paired) else
+                   "paired by repeat where both sides ran the same generated dataset, else unpaired" if paired else "")
+        n = {e: self.deployments.get(e, 1) for e in (pair.baseline, pair.treatment)}
+        seq = [e for e in self.order if e in n]
+        order = " then ".join(seq) if len(seq) == 2 else f"{pair.baseline} and {pair.treatment}"
+        if all(v <= 1 for v in n.values()):
+            design = (f"one deployment per experiment, {order}: the intervals cover repeats on the same pods, so "
+                      "they are conditional on that one deployment per side (a difference between two deployments "
+                      "of the same configuration, or a drift over the campaign's time, is not in them)")
+        else:
+            design = (f"{pair.baseline} deployed {n[pair.baseline]} times, {pair.treatment} {n[pair.treatment]} "
+                      f"times ({', '.join(self.order)}): repeats span deployments")
+        return "; ".join(x for x in (pairing, design) if x)
 
 
 def _as_tuple(k: Any) -> tuple[Any, ...]:
@@ -172,22 +230,77 @@ def _sortable(v: Any) -> tuple[int, Any]:
     return (0, n) if n is not None else (1, str(v))
 
 
-def per_repeat(rows: list[dict[str, Any]], column: str) -> Sample:
-    """One value per repeat (the mean of that repeat's steps), and the fewest requests behind any step."""
-    by: dict[Any, list[float]] = {}
+def pair_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    """What pairs a step with the other side's: the same repeat, seed and generated dataset (the same requests,
+    lengths included). A step without a dataset file (AIPerf's synthetic prompts of fixed lengths: the seed
+    changes only which tokens, not how long) pairs with nothing: its repeats are analysed unpaired."""
+    if r.get("random_seed") is None or not r.get("dataset_sha256"):
+        return ()
+    return (r.get("repeat"), r.get("random_seed"), r.get("dataset_sha256"))
+
+
+def observations(rows: list[dict[str, Any]], column: str, *, exposure: Callable[[dict[str, Any]], float | None]
+                 | None = None, default: Callable[[dict[str, Any]], float | None] | None = None) -> tuple[Obs, ...]:
+    """One observation per repeat (the mean of that repeat's steps): its pairing key, exposure and requests.
+    ``default``: the value of a row without one (e.g. a failed step's goodput: 0)."""
+    by: dict[Any, list[tuple[float, dict[str, Any]]]] = {}
     for r in rows:
         v = num(r.get(column))
+        if v is None and default is not None:
+            v = default(r)
         if v is not None:
-            by.setdefault(r.get("repeat"), []).append(v)
-    values = tuple(sum(v) / len(v) for _, v in sorted(by.items(), key=lambda kv: _sortable(kv[0])))
-    reqs = [int(n) for r in rows if (n := num(r.get("n_samples"))) is not None]
-    return Sample(values, min(reqs) if reqs else None)
+            by.setdefault(r.get("repeat"), []).append((v, r))
+    out = []
+    for _, got in sorted(by.items(), key=lambda kv: _sortable(kv[0])):
+        values = [v for v, _ in got]
+        first = got[0][1]
+        exp = [e for _, r in got if exposure is not None and (e := exposure(r)) is not None]
+        reqs = [int(n) for _, r in got if (n := num(r.get("n_samples"))) is not None]
+        out.append(Obs(sum(values) / len(values), pair_key(first) if len(got) == 1 else (),
+                       sum(exp) / len(exp) if exp else None, min(reqs) if reqs else None))
+    return tuple(out)
+
+
+def duration(r: dict[str, Any]) -> float | None:
+    return num(r.get("benchmark_duration_s"))
+
+
+def failed_goodput(r: dict[str, Any]) -> float | None:
+    """A step that ran its load but ended without AIPerf's summary (every request failed): none met the SLO."""
+    if r.get("attempted") and r.get("status") != "succeeded" and has_slo([r]):
+        return 0.0
+    return None
+
+
+def attainment(rows: list[dict[str, Any]], load: float) -> Attainment:
+    """One load of one side, pooled over its attempted steps (requests, those within the SLO, errors)."""
+    good = total = errors = 0.0
+    failed = 0
+    for r in rows:
+        n = num(r.get("n_requests")) or 0.0
+        if r.get("status") != "succeeded" and not n:
+            failed += 1
+            continue
+        total += n
+        good += num(r.get("n_good")) or 0.0
+        errors += n - (num(r.get("n_ok")) or 0.0)
+    return Attainment(load, good, total, errors, failed, len({r.get("repeat") for r in rows}))
+
+
+def has_slo(rows: list[dict[str, Any]]) -> bool:
+    return any(r.get("slo_ttft_ms") is not None or r.get("slo_itl_ms") is not None for r in rows)
 
 
 def evidence_of(data: ReportData) -> Evidence:
     """The comparisons of the report's campaign, with the fabric check of every disaggregated side."""
     network = {str(n.get("experiment")): n for n in data.network}  # the last observation of each experiment
-    fabric = {str(e.get("experiment")): fabric_check(e, network.get(str(e.get("experiment"))))
+    speeds: dict[str, list[float]] = {}
+    for r in data.views.get("v_kv_transfer", Rows([], [])).rows:
+        g = num(r.get("kv_transfer_gbps"))
+        if g is not None and str(r.get("kv_transfer_source") or "").startswith("measured"):
+            speeds.setdefault(str(r.get("experiment")), []).append(g)
+    fabric = {str(e.get("experiment")): fabric_check(e, network.get(str(e.get("experiment"))),
+                                                     speeds.get(str(e.get("experiment")), []))
               for e in data.experiment_rows}
     pairs = []
     for c in data.comparisons:
@@ -196,17 +309,53 @@ def evidence_of(data: ReportData) -> Evidence:
             name=str(c.get("comparison")), baseline=sides[0], treatment=sides[1],
             questions=tuple(q for q in str(c.get("questions") or "").split(",") if q),
             differs=tuple(d for d in str(c.get("differs") or "").split(",") if d), source=str(c.get("source") or ""),
-            settings=Settings.from_row(c), fabric=[fabric[e] for e in sides if e in fabric and fabric[e].status != NOT_APPLICABLE]))
-    return Evidence(pairs, data.comparison_steps, data.views, fabric)
+            settings=Settings.from_row(c),
+            fabric=[fabric[e] for e in sides if e in fabric and fabric[e].status != NOT_APPLICABLE]))
+    deployments: dict[str, int] = {}
+    order: list[str] = []
+    for ev in data.timeline:
+        if timeline.is_event(ev, timeline.DEPLOY_APPLIED):
+            exp = str(ev.get("experiment"))
+            deployments[exp] = deployments.get(exp, 0) + 1
+            order.append(exp)
+    if not order:
+        order = list(data.experiments)
+    return Evidence(pairs, data.comparison_steps, data.views, fabric, deployments, order)
 
 
-def sweep_points(ev: Evidence, pair: Pair, a: Answer, parts: list[str], samples: list[str]) -> Any:
-    """The pair's valid concurrency-sweep points (``Evidence.points`` by ``sweep_key``), noting on ``a`` the steps
-    left out and in ``samples`` what they rest on; None (and the line saying so in ``parts``) without any."""
-    pts = ev.points(pair, "concurrency_sweep", sweep_key)
-    if not pts:
-        parts.append(f"{pair.label}: {NOT_MEASURED} (no valid concurrency-sweep step on both sides)")
+def sweep_points(ev: Evidence, pair: Pair, a: Answer, parts: list[str], samples: list[str], *,
+                 valid: bool | None = None) -> Any:
+    """The pair's concurrency-sweep points (``Evidence.points`` by ``sweep_key``; every attempted step unless
+    ``valid``), noting on ``a`` the steps whose percentiles are left out and in ``samples`` what they rest on;
+    None (and the line saying so in ``parts``) without any."""
+    pts = ev.points(pair, "concurrency_sweep", sweep_key, valid=valid)
+    if not any(v[BASELINE] and v[TREATMENT] for v in pts.values()):
+        parts.append(f"{pair.label}: {NOT_MEASURED} (no concurrency-sweep step on both sides)")
         return None
     samples.append(samples_text(ev, pair, "concurrency_sweep"))
     a.excluded += ev.invalid_steps(pair, "concurrency_sweep")
     return pts
+
+
+def valid_only(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("valid")]
+
+
+def shown(c: Compared) -> bool:
+    """A point with a value on both sides (else it says nothing, not even descriptively)."""
+    return bool(c.base.n and c.treat.n)
+
+
+def method_text(settings: Any, declared: str, family: Any, primary_blocks: list[Any], design: str,
+                extra: str = "") -> str:
+    """The answer's method line: what was declared, the family and its adjustment, the shared rules, how the
+    variances were estimated, the design the intervals rest on."""
+    priors = sorted({b.prior.text() for b in primary_blocks if b.effects})
+    return "; ".join(x for x in (
+        f"primary figures, declared before the data: {declared}; every other figure is descriptive (an unadjusted "
+        f"{confidence_text(settings.confidence)} interval, no verdict)",
+        family.text() if family is not None else "",
+        settings.describe(),
+        "variances of the primary figures: " + "; ".join(priors)
+        + " (Smyth's empirical Bayes over each figure's points; Welch-Satterthwaite degrees of freedom)" if priors else "",
+        f"design: {design}" if design else "", extra) if x)

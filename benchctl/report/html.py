@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from benchctl.report import client
-from benchctl.report.answers import answers
+from benchctl.report.answers import ANSWERS_INTRO, answers
 from benchctl.report.calibration import description, mape_columns
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT, esc
 from benchctl.report.data import (
@@ -119,11 +119,8 @@ def render_html(data: ReportData) -> str:
         + f'<p class="note">Evidence: {esc(a.evidence)}. Samples: {esc(a.samples or "none")}.'
         + (f" Method: {esc(a.method)}." if a.method else "") + "</p></section>"
         for a in found)
-    parts.append(f'<section id="answers" data-rows="{len(found)}"><h2>Answers{sim}</h2><p class="desc">The plan\'s '
-                 "four questions and four hypotheses, each judged over the comparisons the campaign recorded: every "
-                 "compared figure with its confidence interval over repeats, a direction only where the interval "
-                 "clears the practical threshold with at least two repeats per side, otherwise \"inconclusive\" and "
-                 "why; \"not measured\" where no comparison could answer it; what was left out is named."
+    parts.append(f'<section id="answers" data-rows="{len(found)}"><h2>Answers{sim}</h2><p class="desc">'
+                 + esc(ANSWERS_INTRO)
                  + (f" {esc(SIM_TEXT)}: the verdicts rehearse the analysis, they say nothing about GPUs."
                     if data.simulated else "") + f"</p>{items}</section>")
     # figures

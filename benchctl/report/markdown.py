@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from benchctl.report import client
-from benchctl.report.answers import answers
+from benchctl.report.answers import ANSWERS_INTRO, answers
 from benchctl.report.calibration import description, mape_columns
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
 from benchctl.report.data import (
@@ -66,11 +66,7 @@ def render_markdown(data: ReportData) -> str:
     out += ["**PARTIAL: the results below are what completed before the campaign ended.**", ""] if e.partial else []
     cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in e.receipt)]
     out += ["### Teardown receipt", "", receipt_summary(e), ""] + ([_md_table(cols, e.receipt), ""] if e.receipt else [])
-    out += [f"## Answers{tag}", "", "The plan's four questions and four hypotheses, each judged over the comparisons "
-            "the campaign recorded: every compared figure with its confidence interval over repeats, a direction only "
-            "where the interval clears the practical threshold with at least two repeats per side, otherwise "
-            "\"inconclusive\" and why; \"not measured\" where no comparison could answer it; what was left out is "
-            "named.", ""]
+    out += [f"## Answers{tag}", "", md_text(ANSWERS_INTRO), ""]
     for a in answers(data):
         out += [f"### {a.key.upper()}. {md_text(a.title)}", "",
                 f"**Verdict{tag} ({md_text(a.status)}):** {md_text(a.verdict)}", ""]

@@ -10,23 +10,28 @@
 --                         max_error_rate': compare error_rate with max_error_rate)
 --   n_samples             requests behind the step's percentiles (successful requests recorded, else
 --                         AIPerf's request_count): a tail percentile needs min_samples_p99 of them
+--   attempted             the step ran its load (succeeded, or failed after starting it): goodput and SLO
+--                         attainment count every attempted step, latency percentiles only valid ones
+--   n_requests, n_good    requests recorded / those that succeeded within the SLO (goodput's count)
+--   random_seed, dataset_sha256   what pairs a step with the other side's step of the same repeat
 --   gpu_usd_per_hour      the experiment's allocated nodes x their price (costs; NULL when unpriced)
 --   usd_per_1m_output_tokens   gpu_usd_per_hour / (the step's output tokens/s x 3600) x 1e6: the cost of a
 --                         million output tokens at this step's load, steady state (no start-up, warm-up or
 --                         teardown time: cold start is reported apart, in v_cost_efficiency)
 --   goodput_per_usd_hour  SLO-meeting requests/s per $/h of the experiment's nodes
 --   cache_hit_rate, preemptions, offload_blocks, kv_usage_max   the server's cache figures (v_step_cache)
---   kv_transfer_ms, kv_transfer_source   the prefill -> decode transfer time (v_kv_transfer)
+--   kv_transfer_ms, kv_transfer_per_request_ms, kv_transfer_gbps, kv_transfer_source   the prefill ->
+--                         decode transfer (v_kv_transfer): per NIXL transfer, per request, its bandwidth
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
 WITH sides AS (
     SELECT campaign_id, comparison, comparison_index, questions, differs, source, confidence,
-           practical_threshold_pct, max_error_rate, slo_attainment, min_samples_p99,
-           'baseline' AS side, baseline AS experiment
+           practical_threshold_pct, max_error_rate, slo_attainment, min_samples_p99, transfer_share_pct,
+           queue_threshold, 'baseline' AS side, baseline AS experiment
     FROM comparisons
     UNION ALL
     SELECT campaign_id, comparison, comparison_index, questions, differs, source, confidence,
-           practical_threshold_pct, max_error_rate, slo_attainment, min_samples_p99,
-           'treatment' AS side, treatment AS experiment
+           practical_threshold_pct, max_error_rate, slo_attainment, min_samples_p99, transfer_share_pct,
+           queue_threshold, 'treatment' AS side, treatment AS experiment
     FROM comparisons
 ),
 price AS (
@@ -66,6 +71,11 @@ SELECT
     s.turns,
     s.n_requests,
     s.n_ok,
+    s.n_good,
+    s.benchmark_duration_s,
+    s.random_seed,
+    s.dataset_sha256,
+    s.status IN ('succeeded', 'failed') AS attempted,
     coalesce(nullif(s.n_ok, 0), s.request_count) AS n_samples,
     s.error_rate,
     coalesce(s.status = 'succeeded', false) AND coalesce(s.error_rate, 0) <= c.max_error_rate AS valid,
@@ -93,12 +103,16 @@ SELECT
     k.offload_blocks,
     k.kv_usage_max,
     t.kv_transfer_ms,
+    t.kv_transfer_per_request_ms,
+    t.kv_transfer_gbps,
     t.kv_transfer_source,
     c.confidence,
     c.practical_threshold_pct,
     c.max_error_rate,
     c.slo_attainment,
-    c.min_samples_p99
+    c.min_samples_p99,
+    c.transfer_share_pct,
+    c.queue_threshold
 FROM sides c
 JOIN v_step_stats s ON s.campaign_id = c.campaign_id AND s.experiment = c.experiment
 LEFT JOIN price p ON p.campaign_id = s.campaign_id AND p.experiment = s.experiment

@@ -6,29 +6,34 @@
 -- deviation across repeats (NULL with one repeat); agg_n_repeats / disagg_n_repeats per side and
 -- n_repeats = the smaller of the two (it bounds the evidence); agg_n_steps/disagg_n_steps and
 -- *_n_requests are the sample counts behind them. Goodput: mean share of requests meeting the spec's
--- SLO (see v_step_stats). Only valid steps count (v_comparison_steps: succeeded, error rate within the
--- comparison's max_error_rate). The verdicts with their intervals: the report's Answers.
+-- SLO (see v_step_stats), over every attempted step: a failed request, or a step that ended with none
+-- completed, is a miss (*_error_rate: the largest error rate of the load's steps). Latency percentiles and
+-- throughputs only from valid steps (v_comparison_steps: succeeded, error rate within the comparison's
+-- max_error_rate; *_n_steps counts them). The verdicts with their intervals: the report's Answers.
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
 WITH per_exp AS (
     SELECT
         campaign_id, comparison, comparison_index, questions, experiment, mode, workload, isl, osl, concurrency,
-        count(*) AS n_steps,
-        count(DISTINCT "repeat") AS n_repeats,
-        sum(n_requests) AS n_requests,
-        avg(ttft_p50_ms) AS ttft_p50_ms,
-        stddev_samp(ttft_p50_ms) AS ttft_p50_ms_sd,
-        avg(ttft_p99_ms) AS ttft_p99_ms,
-        stddev_samp(ttft_p99_ms) AS ttft_p99_ms_sd,
-        avg(itl_p50_ms) AS itl_p50_ms,
-        stddev_samp(itl_p50_ms) AS itl_p50_ms_sd,
-        avg(itl_p99_ms) AS itl_p99_ms,
-        avg(output_tokens_per_s) AS output_tokens_per_s,
-        stddev_samp(output_tokens_per_s) AS output_tokens_per_s_sd,
-        avg(request_latency_p50_ms) AS request_latency_p50_ms,
-        avg(goodput_ratio) AS goodput_ratio,
-        stddev_samp(goodput_ratio) AS goodput_ratio_sd
+        count(CASE WHEN valid THEN 1 END) AS n_steps,
+        count(DISTINCT CASE WHEN valid THEN "repeat" END) AS n_repeats,
+        sum(CASE WHEN valid THEN n_requests END) AS n_requests,
+        avg(CASE WHEN valid THEN ttft_p50_ms END) AS ttft_p50_ms,
+        stddev_samp(CASE WHEN valid THEN ttft_p50_ms END) AS ttft_p50_ms_sd,
+        avg(CASE WHEN valid THEN ttft_p99_ms END) AS ttft_p99_ms,
+        stddev_samp(CASE WHEN valid THEN ttft_p99_ms END) AS ttft_p99_ms_sd,
+        avg(CASE WHEN valid THEN itl_p50_ms END) AS itl_p50_ms,
+        stddev_samp(CASE WHEN valid THEN itl_p50_ms END) AS itl_p50_ms_sd,
+        avg(CASE WHEN valid THEN itl_p99_ms END) AS itl_p99_ms,
+        avg(CASE WHEN valid THEN output_tokens_per_s END) AS output_tokens_per_s,
+        stddev_samp(CASE WHEN valid THEN output_tokens_per_s END) AS output_tokens_per_s_sd,
+        avg(CASE WHEN valid THEN request_latency_p50_ms END) AS request_latency_p50_ms,
+        avg(coalesce(goodput_ratio, CASE WHEN status <> 'succeeded' AND coalesce(slo_ttft_ms, slo_itl_ms) IS NOT NULL THEN 0.0 END))
+            AS goodput_ratio,
+        stddev_samp(coalesce(goodput_ratio, CASE WHEN status <> 'succeeded' AND coalesce(slo_ttft_ms, slo_itl_ms) IS NOT NULL THEN 0.0 END))
+            AS goodput_ratio_sd,
+        max(error_rate) AS error_rate
     FROM v_comparison_steps
-    WHERE valid AND workload_kind = 'concurrency_sweep' AND concurrency IS NOT NULL
+    WHERE attempted AND workload_kind = 'concurrency_sweep' AND concurrency IS NOT NULL
       AND ',' || differs || ',' LIKE '%,mode,%'
     GROUP BY campaign_id, comparison, comparison_index, questions, experiment, mode, workload, isl, osl, concurrency
 ),
@@ -60,6 +65,8 @@ SELECT
     d.request_latency_p50_ms AS disagg_request_latency_p50_ms,
     a.goodput_ratio AS agg_goodput_ratio,
     d.goodput_ratio AS disagg_goodput_ratio,
+    a.error_rate AS agg_error_rate,
+    d.error_rate AS disagg_error_rate,
     a.ttft_p50_ms_sd AS agg_ttft_p50_ms_sd,
     d.ttft_p50_ms_sd AS disagg_ttft_p50_ms_sd,
     a.ttft_p99_ms_sd AS agg_ttft_p99_ms_sd,

@@ -8,7 +8,12 @@
 --                           kv_transfer_bandwidth, so this is the step's mean prompt length run through
 --                           that model: per request); NULL when aggregated ('none: aggregated') or when
 --                           no source exists ('not measured')
---   kv_transfer_share_of_ttft   kv_transfer_ms / ttft_avg_ms (the step's mean TTFT)
+--   kv_transfer_per_request_ms   the transfer time each successful request paid: measured, the step's
+--                           whole NIXL transfer time / its successful requests (kv_transfers_per_request
+--                           transfers each); simulated, the model's per-request delay (one hand-off each).
+--                           What a TTFT gap (per request) is compared with
+--   kv_transfers_per_request  measured: NIXL transfers / successful requests; simulated: 1
+--   kv_transfer_share_of_ttft   kv_transfer_per_request_ms / ttft_avg_ms (the step's mean TTFT)
 --   kv_bytes_per_transfer   measured: vllm:nixl_bytes_transferred sum / count; simulated: mean prompt
 --                           tokens x kv_bytes_per_token
 --   kv_transfer_gbps        measured: bytes / transfer time (GB/s); simulated: the bandwidth modelled
@@ -119,7 +124,18 @@ SELECT
     ttft_p50_ms,
     ttft_avg_ms,
     kv_transfer_ms,
-    kv_transfer_ms / nullif(ttft_avg_ms, 0) AS kv_transfer_share_of_ttft,
+    CASE
+        WHEN kv_transfer_source LIKE 'measured%' THEN xfer_s * 1000 / nullif(n_ok, 0)
+        WHEN kv_transfer_source LIKE 'SIMULATED%' THEN kv_transfer_ms
+    END AS kv_transfer_per_request_ms,
+    CASE
+        WHEN kv_transfer_source LIKE 'measured%' THEN xfer_n / nullif(n_ok, 0)
+        WHEN kv_transfer_source LIKE 'SIMULATED%' THEN 1.0
+    END AS kv_transfers_per_request,
+    CASE
+        WHEN kv_transfer_source LIKE 'measured%' THEN xfer_s * 1000 / nullif(n_ok, 0)
+        WHEN kv_transfer_source LIKE 'SIMULATED%' THEN kv_transfer_ms
+    END / nullif(ttft_avg_ms, 0) AS kv_transfer_share_of_ttft,
     kv_bytes_per_transfer,
     CASE
         WHEN kv_transfer_source LIKE 'measured%' THEN xfer_bytes / nullif(xfer_s, 0) / 1e9

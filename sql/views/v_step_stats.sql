@@ -1,7 +1,9 @@
 -- v_step_stats: one row per AIPerf step, the building block of the comparison views.
 -- AIPerf's own statistics (from steps) plus what is derived from the step's requests and the
 -- experiment's settings:
---   n_requests / n_ok      profiling-phase requests recorded / those without an error
+--   n_requests / n_ok      profiling-phase requests recorded / those without an error (a request AIPerf
+--                          cancelled, e.g. in flight when its grace period ended, is not ok)
+--   n_good                 requests that succeeded AND met every SLO bound the spec set (NULL without one)
 --   error_rate             (n_requests - n_ok) / n_requests; without request records, AIPerf's
 --                          error_count / (request_count + error_count)
 --   goodput_ratio          share of the step's requests that succeeded AND met every SLO bound the
@@ -19,10 +21,11 @@ WITH req AS (
         r.experiment,
         r.step_id,
         count(*) AS n_requests,
-        count(CASE WHEN r.error_type IS NULL AND r.error_code IS NULL THEN 1 END) AS n_ok,
+        count(CASE WHEN r.error_type IS NULL AND r.error_code IS NULL AND NOT coalesce(r.was_cancelled, false)
+                   THEN 1 END) AS n_ok,
         count(
             CASE
-                WHEN r.error_type IS NULL AND r.error_code IS NULL
+                WHEN r.error_type IS NULL AND r.error_code IS NULL AND NOT coalesce(r.was_cancelled, false)
                     AND (s.slo_ttft_ms IS NULL OR r.ttft_ms <= s.slo_ttft_ms)
                     AND (s.slo_itl_ms IS NULL OR r.itl_ms <= s.slo_itl_ms)
                 THEN 1
@@ -56,6 +59,7 @@ SELECT
     s.prefix_ratio_actual,
     s.turns,
     s.dataset_sha256,
+    s.random_seed,
     s.request_count,
     s.error_count,
     coalesce(q.n_requests, 0) AS n_requests,
@@ -77,6 +81,10 @@ SELECT
     s.benchmark_duration_s,
     s.slo_ttft_ms,
     s.slo_itl_ms,
+    CASE
+        WHEN s.slo_ttft_ms IS NULL AND s.slo_itl_ms IS NULL THEN NULL
+        ELSE coalesce(q.n_good, 0)
+    END AS n_good,
     CASE
         WHEN s.slo_ttft_ms IS NULL AND s.slo_itl_ms IS NULL THEN NULL
         ELSE cast(q.n_good AS double) / nullif(q.n_requests, 0)

@@ -30,7 +30,8 @@ def comparison_row(cid: str, name: str, baseline: str, treatment: str, questions
             "treatment": treatment, "questions": questions, "differs": differs, "source": "spec",
             "confidence": settings.confidence, "practical_threshold_pct": settings.practical_threshold_pct,
             "max_error_rate": settings.max_error_rate, "slo_attainment": settings.slo_attainment,
-            "min_samples_p99": settings.min_samples_p99}
+            "min_samples_p99": settings.min_samples_p99, "transfer_share_pct": settings.transfer_share_pct,
+            "queue_threshold": settings.queue_threshold}
 
 
 @dataclass
@@ -75,15 +76,18 @@ class Campaign:
         return mean * (1.0 + self._rng.gauss(0.0, self.noise))
 
     def step(self, experiment: str, mode: str, kind: str, step_id: str, repeat: int, *, n_requests: int = 40,
-             attainment: float = 1.0, errors: int = 0, status: str = "succeeded", **means: Any) -> dict[str, Any]:
+             attainment: float = 1.0, errors: int = 0, status: str = "succeeded", request_ttft_ms: float | None = None,
+             **means: Any) -> dict[str, Any]:
         """One step: its settings and figures (those AIPerf measures, :data:`MEASURED`, drawn with noise around the
         given mean) and ``n_requests`` request records, ``errors`` of them failed, ``attainment`` of the rest
-        within the SLO."""
+        within the SLO (at the step's TTFT p50 and ITL p50, or at ``request_ttft_ms``)."""
         figures = {k: self._draw(v) if k in MEASURED else v for k, v in means.items()}
         ttft, itl = figures.get("ttft_p50_ms", 100.0), figures.get("itl_p50_ms", 10.0)
+        ttft = ttft if request_ttft_ms is None else request_ttft_ms
         step = {"campaign_id": self.cid, "experiment": experiment, "mode": mode, "workload": kind.replace("_", "-"),
                 "workload_kind": kind, "step_id": step_id, "step_index": len(self.rows.get("steps", [])),
-                "repeat": repeat, "status": status, "request_count": n_requests - errors, "error_count": errors,
+                "repeat": repeat, "random_seed": 42 + repeat, "status": status,
+                "request_count": n_requests - errors, "error_count": errors,
                 "benchmark_duration_s": 60.0, "slo_ttft_ms": SLO_TTFT_MS, "slo_itl_ms": SLO_ITL_MS, **figures}
         self.add("steps", step)
         ok = n_requests - errors
@@ -99,9 +103,10 @@ class Campaign:
         return step
 
     def sweep(self, experiment: str, mode: str, repeats: int, loads: dict[int, dict[str, Any]], *,
-              isl: int = 1024, osl: int = 128, n_requests: int = 40) -> None:
+              isl: int = 1024, osl: int = 128, n_requests: int = 40, gbps: float = 9.6) -> None:
         """A concurrency sweep: per load, the figures' means (and optionally ``attainment``, ``errors``,
-        ``kv_transfer_ms``: the transfer time as the prefill workers' NIXL histogram reports it)."""
+        ``kv_transfer_ms``: the transfer time as the prefill workers' NIXL histogram reports it, moving the KV at
+        ``gbps``)."""
         for r in range(repeats):
             for c, given in loads.items():
                 means = dict(given)
@@ -111,10 +116,12 @@ class Campaign:
                 self.step(experiment, mode, "concurrency_sweep", sid, r, n_requests=n_requests, concurrency=c,
                           isl=isl, osl=osl, variant=f"c{c}", output_tokens_per_s=means.pop("output_tokens_per_s", 1000.0),
                           **means, **extra)
-                if xfer is not None:
+                if xfer is not None:  # one NIXL transfer per request, at the path's bandwidth
                     value = self._draw(float(xfer)) / 1000.0 * n_requests
                     self.metric(experiment, sid, r, "vllm:nixl_xfer_time_seconds", "sum", value)
                     self.metric(experiment, sid, r, "vllm:nixl_xfer_time_seconds", "count", float(n_requests))
+                    self.metric(experiment, sid, r, "vllm:nixl_bytes_transferred", "sum", value * gbps * 1e9)
+                    self.metric(experiment, sid, r, "vllm:nixl_bytes_transferred", "count", float(n_requests))
 
     def metric(self, experiment: str, step_id: str, repeat: int, metric: str, stat: str, value: float,
                source: str = "decode/w-0", **labels: str) -> None:
@@ -147,6 +154,12 @@ class Campaign:
     def network(self, experiment: str, **detail: Any) -> None:
         self.add("timeline", timeline.row(self.cid, experiment, timeline.NETWORK_OBSERVED,
                                           "2026-12-01T10:00:00+00:00", **detail))
+
+    def modelled(self, experiment: str, bandwidth: float = 9.6, bytes_per_token: int = 98304) -> None:
+        """What LocalServing.network records: each mocker worker's transfer model (the local path by use)."""
+        self.network(experiment, engine="local", transfer_modelled={
+            f"{experiment}/{role}/w-0": {"kv_transfer_bandwidth": bandwidth, "kv_transfer_bytes_per_token": bytes_per_token}
+            for role in ("prefill", "decode")})
 
     def eks_backends(self, experiment: str, *backends: str) -> None:
         """What EksServing.network records: the NIXL backend each prefill/decode pod logged instantiating."""

@@ -49,8 +49,9 @@ def test_the_default_pairing_of_the_examples() -> None:
     assert got["feature-ladder"] == [("agg-kv", "disagg-kv", both), ("agg", "agg-kv", ("h2",)),
                                      ("disagg-kv", "disagg-kv-off", ("q2", "h2")),
                                      ("disagg-kv-off", "disagg-kv-ssd", ("q2", "h2"))]
-    # A100 prefill + L40S decode against the A100 baseline: not Q1 (other GPU kinds), but H4
-    assert got["hetero-l40s"] == [("agg-a100-tp4x4", "disagg-a100p-l40sd", ("q3", "q4", "h1", "h3", "h4"))]
+    # A100 prefill + L40S decode against the A100 baseline: not Q1, Q4 or H1 (other GPU kinds: a gap between
+    # kinds is not the transfer's), but H4
+    assert got["hetero-l40s"] == [("agg-a100-tp4x4", "disagg-a100p-l40sd", ("q3", "h3", "h4"))]
 
 
 def test_a_disaggregated_experiment_with_more_gpus_is_not_paired_for_q1_by_default() -> None:
@@ -120,7 +121,7 @@ def test_spec_comparisons_replace_the_default_and_carry_the_settings() -> None:
     assert row == {"campaign_id": "c1", "comparison": "router", "comparison_index": 0, "baseline": "agg-rr",
                    "treatment": "agg", "questions": "h2", "differs": "router", "source": "spec", "confidence": 0.9,
                    "practical_threshold_pct": 2.0, "max_error_rate": 0.05, "slo_attainment": 0.9,
-                   "min_samples_p99": 100}
+                   "min_samples_p99": 100, "transfer_share_pct": 50.0, "queue_threshold": 1.0}
     assert problems({**data, "comparison": {"confidence": 1.5}})[0].startswith("comparison.confidence: 1.5 is invalid")
 
 

@@ -1,61 +1,50 @@
-"""The verdict rules (benchctl.verdicts) held to scipy's own statistics, and the fabric check
-(benchctl.fabric) over what the engines record: a direction only where the evidence carries one."""
+"""The verdict rules, held to scipy's own statistics where it has them: a point's effect on the log scale (paired
+or Welch), what a point cannot be judged on, the SLO regime from every attempted step with Wilson bounds, and
+the two sides' limits compared; and the fabric check (benchctl.fabric) by what carried the KV."""
 
 from __future__ import annotations
 
-import random
+import math
 from pathlib import Path
 
 import pytest
 import scipy.stats as st
 
+from benchctl.effects import COUNT, DESCRIPTIVE, Figure, Obs, Point, adjust, crossovers, describe, effects
 from benchctl.fabric import AS_SPECIFIED, DIFFERS, NOT_OBSERVED, fabric_check
 from benchctl.verdicts import (
     HIGHER,
     INCONCLUSIVE,
     LOWER,
-    Compared,
-    Sample,
+    MISSED,
+    Attainment,
+    RegimeComparison,
     Settings,
-    compare,
-    crossovers,
     fit_line,
-    mean_interval,
     slo_regime,
-    slope_difference,
-    t_quantile,
-    welch,
+    slope_se,
 )
 
 S = Settings()
+TTFT = Figure("ttft_p50_ms", "TTFT p50", "ms", True)
 
 
-@pytest.mark.parametrize("p", [0.8, 0.9, 0.95, 0.975, 0.995, 0.9995, 0.05])
-@pytest.mark.parametrize("df", [1, 1.5, 2, 3, 4.7, 10, 30, 1000])
-def test_the_t_quantile_is_scipys(p: float, df: float) -> None:
-    assert t_quantile(p, df) == pytest.approx(st.t.ppf(p, df), rel=1e-9)
+def _point(base: tuple[float, ...], treat: tuple[float, ...], where: str = "c=1", load: float = 1.0, *,
+           keys: bool = False, requests: int | None = None) -> Point:
+    def obs(vs: tuple[float, ...]) -> tuple[Obs, ...]:
+        return tuple(Obs(v, (r, 42 + r, "sha") if keys else (), requests=requests) for r, v in enumerate(vs))
+
+    return Point(where, load, obs(base), obs(treat))
 
 
-def test_the_t_quantile_refuses_what_has_none() -> None:
-    for p, df in ((0.0, 3), (1.0, 3), (0.9, 0)):
-        with pytest.raises(ValueError, match="t_quantile"):
-            t_quantile(p, df)
+def _one(base: tuple[float, ...], treat: tuple[float, ...], fig: Figure = TTFT, settings: Settings = S, **kw: object
+         ) -> object:
+    block = effects(fig, [_point(base, treat, **kw)], settings)  # type: ignore[arg-type]
+    adjust(block.effects, settings)
+    return block.effects[0]
 
 
-def test_welch_interval_is_scipys() -> None:
-    rng = random.Random(3)
-    for _ in range(20):
-        a = [rng.gauss(100, 5) for _ in range(rng.randint(2, 6))]
-        b = [rng.gauss(90, 15) for _ in range(rng.randint(2, 6))]
-        iv = welch(Sample(tuple(a)), Sample(tuple(b)), 0.9)
-        ref = st.ttest_ind(b, a, equal_var=False).confidence_interval(0.9)
-        assert iv is not None and (iv.low, iv.high) == pytest.approx((ref.low, ref.high), rel=1e-9)
-    m = mean_interval(Sample((1.0, 2.0, 4.0)), 0.95)
-    ref = st.t.interval(0.95, 2, loc=7 / 3, scale=st.sem([1.0, 2.0, 4.0]))
-    assert m is not None and (m.low, m.high) == pytest.approx(ref, rel=1e-9)
-
-
-def test_the_fit_and_its_slope_interval_are_scipys() -> None:
+def test_the_fit_and_its_slope_standard_error_are_scipys() -> None:
     pts = [(0.0, 0.02), (0.0, 0.01), (0.5, 0.41), (0.5, 0.45), (1.0, 0.88), (1.0, 0.9)]
     fit = fit_line(pts, 0.95)
     ref = st.linregress([x for x, _ in pts], [y for _, y in pts])
@@ -68,69 +57,149 @@ def test_the_fit_and_its_slope_interval_are_scipys() -> None:
     assert two is not None and two.slope_interval is None  # two points: a line, no interval
     other = fit_line([(x, y * 0.5) for x, y in pts], 0.95)
     assert other is not None
-    diff = slope_difference(fit, other, 0.95)
-    assert diff is not None and diff.low < other.slope - fit.slope < diff.high < 0
+    se, df = slope_se(fit, other) or (0.0, 0.0)
+    vb, vt = (fit.slope_se or 0) ** 2, (other.slope_se or 0) ** 2
+    assert se == pytest.approx(math.sqrt(vb + vt)) and df == pytest.approx((vb + vt) ** 2 / (vb ** 2 / 4 + vt ** 2 / 4))
+
+
+def test_a_paired_point_is_scipys_paired_t_on_the_log_ratio() -> None:
+    # one point, paired by repeat (the same seed and dataset on both sides): no other cell to moderate with
+    base, treat = (100.0, 110.0, 96.0, 104.0), (60.0, 70.0, 55.0, 66.0)  # 4 repeats
+    block = effects(TTFT, [_point(base, treat, keys=True)], S)
+    c = block.effects[0]
+    logs = [math.log(t) - math.log(b) for b, t in zip(base, treat, strict=True)]
+    ref = st.ttest_1samp(logs, 0.0)
+    assert block.paired and c.estimate == pytest.approx(sum(logs) / 4) and c.df == pytest.approx(3)
+    assert c.estimate / (c.se or 1) == pytest.approx(ref.statistic, rel=1e-9)
+    adjust([c], S)
+    assert c.outcome == LOWER and c.better == "treatment" and c.confidence == pytest.approx(0.95)
+    lo, hi = c.change_interval or (0, 0)
+    ref_lo, ref_hi = st.t.interval(0.95, 3, loc=sum(logs) / 4, scale=st.sem(logs))
+    assert (lo, hi) == pytest.approx((100 * math.expm1(ref_lo), 100 * math.expm1(ref_hi)), rel=1e-9)
+    assert c.text().startswith("lower: -39.75 ms (-38.96 %), 95 % CI [") and "95 % CI [" in c.text()
 
 
 def test_one_repeat_per_side_is_never_directional() -> None:
-    c = compare("TTFT p50", "ms", Sample((100.0,)), Sample((50.0,)), S, lower_is_better=True)
-    assert (c.outcome, c.reason) == (INCONCLUSIVE, "one repeat per side: no interval")
-    assert c.delta_text() == "-50.00 ms (-50.00 %), no interval"
-    c = compare("TTFT p50", "ms", Sample((100.0, 101.0)), Sample((50.0,)), S, lower_is_better=True)
-    assert c.outcome == INCONCLUSIVE and "at least 2 per side" in c.reason
+    c = _one((100.0,), (50.0,))
+    assert (c.outcome, c.reason) == (INCONCLUSIVE, "one repeat per side: no interval")  # type: ignore[attr-defined]
+    assert c.delta_text() == "-50.00 ms (-50.00 %), no interval"  # type: ignore[attr-defined]
+    c = _one((100.0, 101.0, 99.0), (50.0,))
+    assert c.outcome == INCONCLUSIVE and "at least 3 per side" in c.reason  # type: ignore[attr-defined]
+    # two repeats per side: a spread of one degree of freedom each is not enough for a direction
+    two = _one((100.0, 101.0), (50.0, 51.0))
+    assert two.outcome == INCONCLUSIVE and two.reason.endswith("at least 3 per side are needed")  # type: ignore[attr-defined]
 
 
-def test_a_clear_difference_is_directional_with_its_interval() -> None:
-    c = compare("TTFT p50", "ms", Sample((100.0, 102.0, 98.0)), Sample((50.0, 51.0, 49.0)), S, lower_is_better=True)
-    assert c.outcome == LOWER and c.better == "treatment" and c.interval is not None
-    assert c.interval.low < -50.0 < c.interval.high < 0
-    assert c.text().startswith("lower: -50.00 ms (-50.00 %), 95% CI [")
-    t = compare("output tokens/s", "tok/s", Sample((100.0, 102.0, 98.0)), Sample((50.0, 51.0, 49.0)), S,
-                lower_is_better=False)
-    assert t.outcome == LOWER and t.better == "baseline"
+def test_tied_repeats_never_give_a_zero_width_verdict() -> None:
+    # Given two repeats per side that tie within each side: no direction (fewer than 3), and no interval of width 0
+    two = _one((100.0, 100.0), (110.0, 110.0))
+    assert two.outcome == INCONCLUSIVE and two.confidence is None  # type: ignore[attr-defined]
+    # three that tie on a continuous figure: no measure of noise at all
+    c = _one((100.0, 100.0, 100.0), (110.0, 110.0, 110.0))
+    assert c.outcome == INCONCLUSIVE and c.reason.startswith("no spread")  # type: ignore[attr-defined]
+    # and a small count (goodput at light load: 10 or 11 SLO-meeting requests in a 1 s step): the variance of a
+    # value known to one count keeps the interval wide, so +10 % is not a direction
+    good = Figure("goodput_per_s", "goodput", "req/s", False, scale=COUNT)
+    block = effects(good, [Point("c=1", 1.0, tuple(Obs(10.0, exposure=1.0) for _ in range(3)),
+                                 tuple(Obs(11.0, exposure=1.0) for _ in range(3)))], S)
+    adjust(block.effects, S)
+    g = block.effects[0]
+    assert g.se is not None and g.se > 0 and g.outcome == INCONCLUSIVE
+    assert g.change_interval is not None and g.change_interval[1] - g.change_interval[0] > 10
 
 
 def test_a_difference_inside_the_threshold_or_the_noise_is_inconclusive() -> None:
-    # +2 % with a tight interval: real, but within the practical threshold of 5 %
-    c = compare("x", "ms", Sample((100.0, 100.1, 99.9)), Sample((102.0, 102.1, 101.9)), S, lower_is_better=True)
-    assert c.outcome == INCONCLUSIVE and c.reason == "the interval does not clear the practical threshold of +/-5 %"
-    assert c.interval is not None and c.interval.low > 0
-    # the same difference at a 1 % threshold is directional
-    assert compare("x", "ms", c.base, c.treat, Settings(practical_threshold_pct=1.0),
-                   lower_is_better=True).outcome == HIGHER
-    # +0.01 ms on noisy repeats: the interval includes 0
-    n = compare("x", "ms", Sample((100.0, 110.0, 90.0)), Sample((100.01, 110.01, 90.01)), S, lower_is_better=True)
-    assert (n.outcome, n.reason) == (INCONCLUSIVE, "the interval includes 0")
+    c = _one((100.0, 100.1, 99.9), (102.0, 102.1, 101.9))  # +2 %, tight: real, within the threshold of 5 %
+    assert c.outcome == INCONCLUSIVE  # type: ignore[attr-defined]
+    assert c.reason == "the interval does not clear the practical threshold of +/-5 % of the baseline"  # type: ignore[attr-defined]
+    assert _one((100.0, 100.1, 99.9), (102.0, 102.1, 101.9), settings=Settings(practical_threshold_pct=1.0)
+                ).outcome == HIGHER  # type: ignore[attr-defined]
+    n = _one((100.0, 110.0, 90.0), (100.01, 110.01, 90.01))
+    assert (n.outcome, n.reason) == (INCONCLUSIVE, "the interval includes 0")  # type: ignore[attr-defined]
 
 
 def test_a_tail_percentile_needs_enough_requests_per_step() -> None:
-    b, t = Sample((100.0, 101.0, 99.0), min_requests=40), Sample((50.0, 51.0, 49.0), min_requests=400)
-    c = compare("TTFT p99", "ms", b, t, S, lower_is_better=True, tail=True)
-    assert c.outcome == INCONCLUSIVE and c.reason.startswith("too few samples for a tail percentile: 40 requests")
-    enough = compare("TTFT p99", "ms", Sample(b.values, 100), t, S, lower_is_better=True, tail=True)
-    assert enough.outcome == LOWER
+    p99 = Figure("ttft_p99_ms", "TTFT p99", "ms", True, tail=True)
+    few = _one((100.0, 101.0, 99.0), (50.0, 51.0, 49.0), fig=p99, requests=40)
+    assert few.outcome == INCONCLUSIVE and few.reason.startswith(  # type: ignore[attr-defined]
+        "too few samples for a tail percentile: 40 requests")
+    assert _one((100.0, 101.0, 99.0), (50.0, 51.0, 49.0), fig=p99, requests=100).outcome == LOWER  # type: ignore[attr-defined]
 
 
-def test_slo_regime_names_the_limit_between_two_loads() -> None:
-    att = {1.0: Sample((1.0, 1.0)), 4.0: Sample((0.95, 0.93)), 16.0: Sample((0.6, 0.7)), 64.0: Sample((0.1, 0.0))}
-    reg = slo_regime(att, 0.9)
-    assert reg is not None and (reg.highest_within, reg.next_missed) == (4.0, 16.0)
-    assert reg.text() == "c=4 (c=16 misses it: the limit lies between c=4 and c=16)"
-    never = slo_regime({1.0: Sample((1.0,)), 8.0: Sample((0.99,))}, 0.9)
-    assert never is not None and never.text().endswith("the sweep never left the SLO (the limit is above c=8)")
-    none = slo_regime({1.0: Sample((0.5,))}, 0.9)
-    assert none is not None and none.text().startswith("none: even c=1 misses it")
+def test_holm_judges_a_family_and_descriptive_figures_carry_no_verdict() -> None:
+    # Given 20 points of which one differs by -30 %, the rest by nothing
+    pts = [_point((100.0, 104.0, 97.0), (101.0, 98.0, 103.0), f"c={i}", float(i)) for i in range(19)]
+    pts.append(_point((100.0, 104.0, 97.0), (70.0, 72.0, 68.0), "c=99", 99.0))
+    block = effects(TTFT, pts, S)
+    fam = adjust(block.effects, S)
+    # Then the family has 20 tests, the first judged at 1 - 0.05/20, and only the real one is directional
+    assert fam.size == 20 and "Holm" in fam.text()
+    hit = [c for c in block.effects if c.directional]
+    assert [c.where for c in hit] == ["c=99"] and hit[0].confidence == pytest.approx(1 - 0.05 / 20)
+    assert all(c.confidence == pytest.approx(1 - 0.05 / 19) for c in block.effects if not c.directional)
+    shown = effects(TTFT, pts, S, primary=False)
+    describe(shown.effects, S)
+    assert {c.outcome for c in shown.effects} == {DESCRIPTIVE} and "unadjusted" in shown.effects[-1].text()
 
 
 def test_a_crossover_is_where_the_directional_winner_changes() -> None:
-    def at(b: float, t: float) -> Compared:
-        return compare("TTFT p50", "ms", Sample((b, b * 1.01, b * 0.99)), Sample((t, t * 1.01, t * 0.99)), S,
-                       lower_is_better=True)
-
-    per = [(1.0, at(100, 130)), (4.0, at(120, 140)), (8.0, at(150, 151)), (16.0, at(300, 200)), (64.0, at(900, 400))]
+    loads = {1.0: (100, 130), 4.0: (120, 140), 8.0: (150, 151), 16.0: (300, 200), 64.0: (900, 400)}
+    block = effects(TTFT, [_point((b, b * 1.01, b * 0.99), (t, t * 1.01, t * 0.99), f"c={c:g}", c)
+                           for c, (b, t) in loads.items()], S)
+    adjust(block.effects, S)
+    per = [(c.load or 0.0, c) for c in block.effects]
     assert [c.better for _, c in per] == ["baseline", "baseline", None, "treatment", "treatment"]
     assert crossovers(per) == [(4.0, 16.0, "baseline", "treatment")]
     assert crossovers(per[:2]) == []
+
+
+# ------------------------------------------------------------------------------------ SLO regimes
+
+
+def test_the_slo_limit_is_the_load_before_the_first_shown_miss() -> None:
+    loads = [Attainment(1, 400, 400), Attainment(4, 390, 400), Attainment(16, 250, 400), Attainment(64, 20, 400)]
+    reg = slo_regime(loads, 0.9, 0.975)
+    assert reg is not None and (reg.within, reg.missed) == (4, 16)
+    assert reg.text() == ("within the SLO up to c=4; missed the SLO at c=16 (attainment 62 %); the limit lies in "
+                          "[c=4, c=16)")
+
+
+def test_exactly_the_target_is_not_within_and_a_recovery_after_a_miss_does_not_move_the_limit() -> None:
+    # 90 % of 400 at a 90 % target: not shown within (the lower bound is below it), not shown missing either
+    at = slo_regime([Attainment(1, 400, 400), Attainment(4, 360, 400)], 0.9, 0.975)
+    assert at is not None and (at.within, at.missed) == (1, None)
+    assert "undetermined at c=4" in at.text() and "the limit is above c=1, not located" in at.text()
+    # 1.0, 0.80, 0.95, 0.50: the limit is before the first miss, and the recovery above it is named
+    r = slo_regime([Attainment(1, 400, 400), Attainment(4, 320, 400), Attainment(16, 390, 400),
+                    Attainment(64, 200, 400)], 0.9, 0.975)
+    assert r is not None and (r.within, r.missed) == (1, 4)
+    assert "the limit lies in [c=1, c=4)" in r.text() and "c=16 within again above the first miss" in r.text()
+
+
+def test_an_overloaded_load_is_a_miss_with_its_error_rate_never_the_end_of_a_sweep_within_the_slo() -> None:
+    # Given a side within the SLO up to c=16 whose c=64 steps lost 25 % of their requests to errors (30 % met it)
+    loads = [Attainment(1, 600, 600), Attainment(4, 597, 600), Attainment(16, 590, 600),
+             Attainment(64, 180, 600, errors=150)]
+    reg = slo_regime(loads, 0.9, 0.975)
+    assert reg is not None
+    assert "missed the SLO at c=64 (attainment 30 %, error rate 25 %)" in reg.text()
+    assert "never" not in reg.text() and "the highest load tried" not in reg.text()
+    # a step that ended with no request completed is a certain miss
+    failed = slo_regime([Attainment(1, 600, 600), Attainment(4, 0, 0, failed_steps=1)], 0.9, 0.999)
+    assert failed is not None and failed.missed == 4 and failed.states[1][0] == MISSED
+    assert "1 step(s) failed with no request completed" in failed.text()
+
+
+def test_two_sides_limits_are_compared_by_their_brackets() -> None:
+    base = (Attainment(16, 600, 600), Attainment(64, 590, 600), Attainment(256, 200, 600))
+    better = (Attainment(16, 600, 600), Attainment(64, 598, 600), Attainment(256, 596, 600))
+    r = RegimeComparison("ISL 1024", base, better, 0.9)
+    assert r.p is not None and r.p < 1e-6
+    adjust([r], S)
+    assert r.outcome == HIGHER and r.directional
+    same = RegimeComparison("ISL 1024", base, base, 0.9)
+    adjust([same], S)
+    assert same.outcome == INCONCLUSIVE and same.reason == "the brackets overlap" and same.p == 1.0
 
 
 # ------------------------------------------------------------------------------------ the fabric check
@@ -142,15 +211,30 @@ DISAGG = {"experiment": "disagg", "mode": "disaggregated", "nixl_backend": "LIBF
 def test_a_worker_that_logged_another_nixl_backend_makes_the_experiment_invalid() -> None:
     # what EksServing.network records: the backend each prefill/decode pod logged instantiating
     seen = {"engine": "eks", "nixl_backends": {"p-0": ["LIBFABRIC"], "d-0": ["UCX"]}}
-    f = fabric_check(DISAGG, seen)
+    f = fabric_check(DISAGG, seen, [9.1])
     assert (f.status, f.valid) == (DIFFERS, False) and f.observed == "d-0: UCX"
     assert f.text() == "disagg is invalid: its observed KV transfer (d-0: UCX) is not the spec's (NIXL LIBFABRIC)"
-    ok = fabric_check(DISAGG, {"engine": "eks", "nixl_backends": {"p-0": ["LIBFABRIC"], "d-0": ["LIBFABRIC"]}})
-    assert (ok.status, ok.valid) == (AS_SPECIFIED, True)
-    silent = fabric_check(DISAGG, {"engine": "eks", "nixl_backends": {"p-0": ["LIBFABRIC"], "d-0": ["none logged"]}})
-    assert (silent.status, silent.valid) == (NOT_OBSERVED, True) and "d-0" in silent.observed
+    silent = fabric_check(DISAGG, {"engine": "eks", "nixl_backends": {"p-0": ["LIBFABRIC"], "d-0": ["none logged"]}},
+                          [9.1])
+    assert (silent.status, silent.valid, silent.verified) == (NOT_OBSERVED, True, False) and "d-0" in silent.observed
     assert fabric_check(DISAGG, None).status == NOT_OBSERVED
-    assert fabric_check({**DISAGG, "mode": "aggregated"}, None).valid
+    assert fabric_check({**DISAGG, "mode": "aggregated"}, None).verified
+
+
+def test_the_transfer_path_is_verified_by_what_carried_the_kv_not_by_what_was_instantiated() -> None:
+    both = {"engine": "eks", "nixl_backends": {"p-0": ["LIBFABRIC", "UCX"], "d-0": ["LIBFABRIC"]}}
+    # a worker that logged two backends: which one carried the KV is not known
+    mixed = fabric_check(DISAGG, both, [9.1])
+    assert (mixed.status, mixed.valid, mixed.verified) == (NOT_OBSERVED, True, False)
+    assert "several backends logged" in mixed.observed and "p-0: LIBFABRIC, UCX" in mixed.observed
+    one = {"engine": "eks", "nixl_backends": {"p-0": ["LIBFABRIC"], "d-0": ["LIBFABRIC"]}}
+    # the right backend everywhere, but the KV moved at TCP's speed (UCX's ~1 GB/s), or was never measured
+    slow = fabric_check(DISAGG, one, [0.4, 0.9])
+    assert (slow.status, slow.verified) == (NOT_OBSERVED, False) and "0.9 GB/s: TCP's range" in slow.observed
+    unmeasured = fabric_check(DISAGG, one, [])
+    assert not unmeasured.verified and "no transfer was measured" in unmeasured.observed
+    ok = fabric_check(DISAGG, one, [2.0, 8.7])  # the fastest step at EFA's speed
+    assert (ok.status, ok.verified) == (AS_SPECIFIED, True) and ok.observed == "LIBFABRIC, up to 8.70 GB/s measured"
 
 
 def test_a_local_worker_modelling_another_transfer_makes_the_experiment_invalid(tmp_path: Path) -> None:
