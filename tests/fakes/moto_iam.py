@@ -30,6 +30,11 @@ policies (``moto/iam/access_control.py``). What moto's check does, and what :fun
   the check with its body already consumed by moto's parser: its form is re-encoded from the parsed
   parameters, in the order sent, as botocore encodes it (else every EC2 call fails ``AuthFailure``).
 
+* **S3's action names.** moto 5.2.6 names an S3 call by its API operation (``HeadObject``, ``ListObjectsV2``)
+  where IAM checks the action that operation needs (the S3 API reference's "Permissions" of each operation:
+  ``s3:GetObject``, ``s3:ListBucket``); moto up to 5.2.5 named the action. Here the operation is mapped to its
+  IAM action (:data:`S3_OPERATION_ACTIONS`), so either moto is held to IAM's names.
+
 Everything else is moto's (the signature check itself, sessions, explicit Deny over Allow, STS
 GetCallerIdentity always allowed). Every refusal is recorded in ``Enforcement.denied`` (principal, action,
 resource).
@@ -52,6 +57,24 @@ _POSITIVE = {"StringEquals": False, "StringLike": True, "ArnEquals": True, "ArnL
              "StringEqualsIgnoreCase": False}
 _NEGATIVE = {"StringNotEquals": False, "StringNotLike": True, "ArnNotEquals": True, "ArnNotLike": True,
              "StringNotEqualsIgnoreCase": False}
+
+
+# S3 API operation -> the IAM action it needs (S3 API reference, each operation's "Permissions"); operations
+# named by their action already (GetObject, PutObject, DeleteObject, ...) map to themselves
+S3_OPERATION_ACTIONS = {
+    "HeadObject": "GetObject", "GetObjectAttributes": "GetObject", "ListObjectsV2": "ListBucket",
+    "ListObjects": "ListBucket", "HeadBucket": "ListBucket", "ListObjectVersions": "ListBucketVersions",
+    "CreateMultipartUpload": "PutObject", "UploadPart": "PutObject", "CompleteMultipartUpload": "PutObject",
+    "CopyObject": "PutObject", "ListParts": "ListMultipartUploadParts",
+    "ListMultipartUploads": "ListBucketMultipartUploads", "DeleteObjects": "DeleteObject",
+    "ListBuckets": "ListAllMyBuckets",
+}
+
+
+def iam_action(action: str) -> str:
+    """The IAM action of a call as moto names it (``s3:HeadObject`` -> ``s3:GetObject``)."""
+    service, _, name = action.partition(":")
+    return f"s3:{S3_OPERATION_ACTIONS.get(name, name)}" if service == "s3" else action
 
 
 @dataclass
@@ -206,6 +229,7 @@ def iam_enforced(url: str) -> Iterator[Enforcement]:
     original = ac.IAMRequestBase.check_action_permitted
 
     def check_action_permitted(self: Any, resource: str) -> None:
+        self._action = iam_action(self._action)
         if self._action == "sts:GetCallerIdentity" or self._action.startswith("sts:AssumeRole"):
             original(self, resource)  # moto's own rules (GetCallerIdentity always; a role's trust policy)
             return
