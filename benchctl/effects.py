@@ -223,8 +223,8 @@ class Compared:
 
     def text(self) -> str:
         """'lower: ...', 'inconclusive (why): ...' or 'descriptive: ...'."""
-        if self.outcome == DESCRIPTIVE:
-            return f"{DESCRIPTIVE}: {self.delta_text()}"
+        if self.outcome == DESCRIPTIVE:  # with why it could not have been judged anyway, where it could not
+            return f"{DESCRIPTIVE}: {self.delta_text()}" + (f" ({self.reason})" if self.reason else "")
         head = self.outcome if self.directional else f"{INCONCLUSIVE} ({self.reason})"
         return f"{head}: {self.delta_text()}"
 
@@ -374,7 +374,8 @@ class Family:
 
     def text(self) -> str:
         if not self.size:
-            return "no test could be made (see the reasons)"
+            return (f"a family of 0 tests: no test could be made (see the reasons); its tests would be judged together "
+                    f"by Holm's step-down at family-wise alpha {self.alpha:g}")
         lo = 1.0 - self.alpha / self.size
         return (f"a family of {self.size} test(s) judged by Holm's step-down at family-wise alpha {self.alpha:g}: the "
                 f"probability that any direction this answer states is false is at most {self.alpha:g}; each interval "
@@ -409,7 +410,8 @@ def summarize(per_point: Sequence[tuple[str, Compared]]) -> str:
         hits = [f"{where} ({c.delta_text()})" for where, c in per_point if c.outcome == outcome]
         if hits:
             parts.append(f"{outcome} at {', '.join(hits)}")
-    shown = [f"{where} ({c.delta_text()})" for where, c in per_point if c.outcome == DESCRIPTIVE]
+    shown = [f"{where} ({c.delta_text()}" + (f"; {c.reason})" if c.reason else ")") for where, c in per_point
+             if c.outcome == DESCRIPTIVE]
     if shown:
         parts.append(f"shown, not judged, at {', '.join(shown)}")
     reasons: dict[str, list[str]] = {}

@@ -356,8 +356,8 @@ def test_a_transfer_path_shown_by_instantiation_only_makes_the_answer_inconclusi
     got = answers(c)
     # Then no direction is stated, and the reason is named
     for key in ("q1", "q4"):
-        assert f"**Verdict (SIMULATED) (inconclusive):** disagg vs agg, concurrency-sweep ISL 1024/OSL 128: " \
-               f"inconclusive (transfer path unverified)" in got[key], got[key]
+        assert "**Verdict (SIMULATED) (inconclusive):** disagg vs agg, concurrency-sweep ISL 1024/OSL 128: " \
+               "inconclusive (transfer path unverified)" in got[key], got[key]
         assert not DIRECTIONAL.search(verdict(got[key])), key
         assert "several backends logged" in got[key] and "disagg-p0: LIBFABRIC, UCX" in got[key]
 
