@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from benchctl import verdicts
 from benchctl.spec_base import Name, Strict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,30 +36,38 @@ if TYPE_CHECKING:  # pragma: no cover
 
 QUESTIONS = ("q1", "q2", "q3", "q4", "h1", "h2", "h3", "h4")
 Question = Literal["q1", "q2", "q3", "q4", "h1", "h2", "h3", "h4"]
+# The spec's `comparison:` defaults (benchctl.verdicts.Settings uses them too).
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_PRACTICAL_THRESHOLD_PCT = 5.0
+DEFAULT_MAX_ERROR_RATE = 0.01
+DEFAULT_SLO_ATTAINMENT = 0.9
+DEFAULT_MIN_SAMPLES_P99 = 100
+DEFAULT_TRANSFER_SHARE_PCT = 50.0
+DEFAULT_QUEUE_THRESHOLD = 1.0
 DIFFERENCES = ("mode", "router", "kv_offload", "gpus", "gpu_kinds", "workers")
 
 
 class ComparisonSettings(Strict):
     """How every comparison of the campaign is judged (``benchctl.verdicts``)."""
 
-    confidence: float = Field(default=verdicts.DEFAULT_CONFIDENCE, gt=0.5, lt=1,
+    confidence: float = Field(default=DEFAULT_CONFIDENCE, gt=0.5, lt=1,
                               description="family-wise: each answer's directions are all right with this probability (Holm's "
                                           "step-down over the answer's tests, alpha = 1 - confidence)")
     practical_threshold_pct: float = Field(
-        default=verdicts.DEFAULT_PRACTICAL_THRESHOLD_PCT, ge=0, le=100,
+        default=DEFAULT_PRACTICAL_THRESHOLD_PCT, ge=0, le=100,
         description="a difference is directional only when its interval clears +/- this % of the baseline")
-    max_error_rate: float = Field(default=verdicts.DEFAULT_MAX_ERROR_RATE, ge=0, le=1,
+    max_error_rate: float = Field(default=DEFAULT_MAX_ERROR_RATE, ge=0, le=1,
                                   description="a step with a larger share of failed requests is invalid")
-    slo_attainment: float = Field(default=verdicts.DEFAULT_SLO_ATTAINMENT, gt=0, le=1,
+    slo_attainment: float = Field(default=DEFAULT_SLO_ATTAINMENT, gt=0, le=1,
                                   description="share of requests meeting the SLO for a load to be within it")
-    min_samples_p99: int = Field(default=verdicts.DEFAULT_MIN_SAMPLES_P99, ge=1, le=10_000_000,
+    min_samples_p99: int = Field(default=DEFAULT_MIN_SAMPLES_P99, ge=1, le=10_000_000,
                                  description="requests per step needed before a p99 is compared")
     transfer_share_pct: float = Field(
-        default=verdicts.DEFAULT_TRANSFER_SHARE_PCT, gt=0, le=100,
+        default=DEFAULT_TRANSFER_SHARE_PCT, gt=0, le=100,
         description="Q4/H1: the KV transfer 'explains' a TTFT gap only when the lower bound of its share of the gap "
                     "exceeds this %")
     queue_threshold: float = Field(
-        default=verdicts.DEFAULT_QUEUE_THRESHOLD, ge=0, le=100_000,
+        default=DEFAULT_QUEUE_THRESHOLD, ge=0, le=100_000,
         description="H3: a difference between the stages' waiting queues is directional only beyond this many "
                     "requests")
 

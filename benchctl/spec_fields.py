@@ -232,10 +232,12 @@ def Text(max_length: int, *, multiline: bool = False) -> AfterValidator:
 
 
 # ------------------------------------------------------------------------------------------------------ the twin
-def _twin_choice(value: str) -> str | None:
-    from benchctl.twin_profile import NAME_PATTERN  # the store's names (benchctl.twin: auto, off or a name)
+# A twin profile's name in the store (benchctl.twin_profile): the spec's `mocker.twin` names one, or auto/off.
+PROFILE_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 
-    return None if value in ("auto", "off") or NAME_PATTERN.match(value) else "it is none of them"
+
+def _twin_choice(value: str) -> str | None:
+    return None if value in ("auto", "off") or PROFILE_NAME_PATTERN.match(value) else "it is none of them"
 
 
 TwinChoice = Annotated[str, _checked(_twin_choice, (

@@ -29,18 +29,18 @@ import io
 import itertools
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchctl.atomic import atomic_write
+from benchctl.spec_fields import PROFILE_NAME_PATTERN
 
 TWIN_DIR = "twin"  # under the workspace
 NPZ_NAME, PROVENANCE_NAME = "perf_data.npz", "provenance.json"
 KEYS_1D = ("prefill_isl", "prefill_ttft_ms", "decode_active_kv_tokens", "decode_context_length")
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+NAME_PATTERN = PROFILE_NAME_PATTERN  # the spec's rule: one definition
 
 
 class ProfileError(ValueError):

@@ -24,17 +24,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchctl.comparisons import (  # the spec's `comparison:` defaults
+    DEFAULT_CONFIDENCE,
+    DEFAULT_MAX_ERROR_RATE,
+    DEFAULT_MIN_SAMPLES_P99,
+    DEFAULT_PRACTICAL_THRESHOLD_PCT,
+    DEFAULT_QUEUE_THRESHOLD,
+    DEFAULT_SLO_ATTAINMENT,
+    DEFAULT_TRANSFER_SHARE_PCT,
+)
 from benchctl.formatting import round_for_reading
 from benchctl.inference import t_quantile, wilson, wilson_p_above, wilson_p_below
 
-# The spec's `comparison:` defaults (benchctl.comparisons.ComparisonSettings uses them).
-DEFAULT_CONFIDENCE = 0.95
-DEFAULT_PRACTICAL_THRESHOLD_PCT = 5.0
-DEFAULT_MAX_ERROR_RATE = 0.01
-DEFAULT_SLO_ATTAINMENT = 0.9
-DEFAULT_MIN_SAMPLES_P99 = 100
-DEFAULT_TRANSFER_SHARE_PCT = 50.0
-DEFAULT_QUEUE_THRESHOLD = 1.0
 # A direction needs this many repeats per side. With 2, each side's spread at a point rests on one degree of
 # freedom, and the far tails that a family-wise level reaches are not Student's: measured under the null
 # (bench/aa_false_positive.py), 2 repeats at 20 % noise made Q1 and H1 directional in 5 % of A/A campaigns.

@@ -28,12 +28,12 @@ from benchctl.campaign.base import (
     now_iso,
     record_event,
     record_failure,
+    write_costs,
 )
-from benchctl.campaign.finish import mark_campaign, report, report_ending, write_costs
+from benchctl.campaign.finish import mark_campaign, report, report_ending
 from benchctl.campaign.ingest import ingest_after_failure, ingest_last, ingest_previous, ingest_step
 from benchctl.campaign.load import (
     await_load,
-    budget_guard,
     check_load,
     check_warmup,
     launch_step,
@@ -53,6 +53,7 @@ from benchctl.campaign.serving import (
     mocker_knobs,
     smoke,
 )
+from benchctl.campaign.spend import budget_guard
 from benchctl.campaign.teardown import (
     abort_campaign,
     experiment_failed,

@@ -222,3 +222,16 @@ class Cleanup:
             first.args = (f"{first} (cleanup item {item!r}; {len(self.errors) - 1} more cleanup error(s) "
                           "recorded in the timeline)",)
         raise first
+
+
+def write_costs(p: Providers, ctx: Ctx) -> list[JSON]:
+    """The campaign's cost rows (experiment x pool, from its timeline and steps) into ``costs``."""
+    from benchctl.costs import cost_rows
+
+    if not (p.state.has_spec() and p.state.has_plan()):
+        return []
+    rows: list[JSON] = cost_rows(ctx.campaign_id, p.state.spec(), p.state.plan(),
+                                 p.lake.read_table("timeline", ctx.campaign_id),
+                                 p.lake.read_table("steps", ctx.campaign_id), simulated=simulated(p))
+    p.lake.write("costs", rows, part_name="costs")
+    return rows

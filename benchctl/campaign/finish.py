@@ -3,22 +3,9 @@
 from __future__ import annotations
 
 from benchctl import timeline
-from benchctl.campaign.base import JSON, Task, guard, record_event, simulated, write_campaign
+from benchctl.campaign.base import JSON, Task, guard, record_event, write_campaign, write_costs
 from benchctl.context import Ctx
 from benchctl.ports import Providers
-
-
-def write_costs(p: Providers, ctx: Ctx) -> list[JSON]:
-    """The campaign's cost rows (experiment x pool, from its timeline and steps) into ``costs``."""
-    from benchctl.costs import cost_rows
-
-    if not (p.state.has_spec() and p.state.has_plan()):
-        return []
-    rows: list[JSON] = cost_rows(ctx.campaign_id, p.state.spec(), p.state.plan(),
-                                 p.lake.read_table("timeline", ctx.campaign_id),
-                                 p.lake.read_table("steps", ctx.campaign_id), simulated=simulated(p))
-    p.lake.write("costs", rows, part_name="costs")
-    return rows
 
 
 def report(p: Providers, ctx: Ctx, task: Task) -> JSON:

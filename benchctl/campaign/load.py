@@ -7,14 +7,15 @@ import contextlib
 from collections.abc import Callable
 
 from benchctl import aiperf_args, timeline
-from benchctl.campaign.base import JSON, Task, error_of, now_iso, record_event
+from benchctl.campaign.base import JSON, Task, error_of, record_event
 from benchctl.campaign.serving import deployment
+from benchctl.campaign.spend import await_timeout_s, budget_guard
 from benchctl.context import Ctx
 from benchctl.datasets import Dataset, prefix_dataset, sequence_dataset
 from benchctl.errors import BudgetExceeded, DeadlineExceeded, LoadFailed
 from benchctl.plan import StepPlan
 from benchctl.ports import LoadRequest, Providers
-from benchctl.runstate import WARMUP, CampaignRecord, LoadRecord
+from benchctl.runstate import WARMUP, LoadRecord
 from benchctl.spec import CampaignSpec
 
 # Hash ids of one step's prefix dataset live in [index * span, (index + 1) * span): disjoint per step,
@@ -24,7 +25,6 @@ _HASH_ID_SPAN = 10_000_000
 # heartbeats well within it (the AWS runner Job every 20 s). A load that does not run yet (its runner pod
 # waits for a node: ``LoadPort.pending``) adds ``timeouts.capacity_s``, the longest wait for capacity.
 AWAIT_HEARTBEAT_S = 300
-AWAIT_TIMEOUT_MAX_S = 99_999_999  # Step Functions' largest TimeoutSeconds
 
 
 def step_dataset(step: StepPlan) -> Dataset | None:
@@ -96,69 +96,6 @@ def launch_warmup(p: Providers, ctx: Ctx, task: Task) -> JSON:
         )
 
     return _launch(p, ctx, experiment, WARMUP, argv_for, est_s=60.0 + spec.warmup.request_count)
-
-
-def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str | None, *, waiting: str | None = None) -> None:
-    """Before a step, and on every poll of the capacity, readiness and load waits: accrued cost + the remaining
-    estimate must stay within the budget (the spec's, else the deployment's ceiling the plan records), else
-    abort: ``BudgetExceeded``, whose Catch tears the experiment down.
-
-    ``step_id``: the step about to run or being waited for (None: before the experiment's first step, as in
-    its capacity and readiness waits); ``waiting``: the wait it runs in (named in the refusal). Reads one small
-    object per experiment (its pools' rows, ``RunState.pool_events``) and the campaign record, never the
-    timeline table (hundreds of objects on S3 by the end of a long campaign). What is done follows from the
-    plan's order: experiments run one at a time and steps in order, and a failed step or experiment ends the
-    campaign, so every step before this one is done."""
-    from benchctl.budget import budget_problem
-
-    spec, plan = p.state.spec(), p.state.plan()
-    if spec.budget.max_usd is None and plan.max_usd is None and spec.budget.max_hours is None:
-        return
-    rows, done, now = _budget_inputs(p, ctx, experiment, step_id)
-    ran_s: dict[tuple[str, str], float] = {}
-    if waiting and step_id is not None and (rec := p.state.load(experiment, step_id)) and rec.running_at:
-        ran_s[(experiment, step_id)] = max(0.0, p.clock() - rec.running_at)  # accrued, not estimated twice
-    problem = budget_problem(spec, plan, rows, done, now, ran_s)
-    if problem:
-        if waiting:
-            problem += f" (while waiting for {waiting})"
-        record_event(p, ctx.campaign_id, experiment, timeline.BUDGET_EXCEEDED, key=step_id or waiting or "",
-                     step_id=step_id, reason=problem)
-        raise BudgetExceeded(problem)
-
-
-def _budget_inputs(p: Providers, ctx: Ctx, experiment: str,
-                   step_id: str | None) -> tuple[list[JSON], set[tuple[str, str]], str]:
-    """The budget's inputs before ``step_id`` (None: before the experiment's first step): the pools' rows, the
-    steps done, now."""
-    plan = p.state.plan()
-    done: set[tuple[str, str]] = set()
-    for e in plan.experiments:
-        ids = [s.step_id for s in e.steps]
-        if e.name == experiment:
-            done.update((e.name, s) for s in ids[: ids.index(step_id) if step_id is not None else 0])
-            break
-        done.update((e.name, s) for s in ids)
-    rows = p.state.pool_events()
-    started = (p.state.campaign() or CampaignRecord(campaign_id=ctx.campaign_id)).started_at
-    if started:  # elapsed time runs from the campaign's start (its first timeline event, Plan's)
-        rows.append({"event": "", "at": started})
-    return rows, done, now_iso(p.clock)
-
-
-def await_timeout_s(p: Providers, ctx: Ctx, experiment: str, step_id: str, est_s: float) -> int:
-    """AwaitLoadEnd's ``TimeoutSecondsPath``: nobody polls the budget while a task token waits (AWS), so the
-    wait itself ends where the guard would refuse: the step's estimate plus the budget's slack at the pools'
-    rate now (``budget.budget_slack_s``); Step Functions' largest timeout without a budget."""
-    from benchctl.budget import budget_slack_s
-
-    spec, plan = p.state.spec(), p.state.plan()
-    slack = None
-    if not (spec.budget.max_usd is None and plan.max_usd is None and spec.budget.max_hours is None):
-        slack = budget_slack_s(spec, plan, *_budget_inputs(p, ctx, experiment, step_id))
-    if slack is None:
-        return AWAIT_TIMEOUT_MAX_S
-    return int(min(AWAIT_TIMEOUT_MAX_S, max(1.0, est_s + slack)))
 
 
 def _urls(urls: dict[str, str]) -> list[str]:

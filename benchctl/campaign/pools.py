@@ -90,7 +90,7 @@ def check_capacity(p: Providers, ctx: Ctx, task: Task) -> JSON:
             record_event(p, ctx.campaign_id, experiment, timeline.NODES_READY, key=r["pool"], pool=r["pool"],
                          nodes=r["requested"], simulated=r.get("simulated", False))
         return {"done": True}
-    from benchctl.campaign.load import budget_guard
+    from benchctl.campaign.spend import budget_guard
 
     budget_guard(p, ctx, experiment, None, waiting="capacity")
     if p.clock() - rec.requested_at > spec.timeouts.capacity_s:

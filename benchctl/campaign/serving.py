@@ -101,7 +101,7 @@ def check_ready(p: Providers, ctx: Ctx, task: Task) -> JSON:
         record_event(p, ctx.campaign_id, experiment, timeline.READY, startup_s=round(startup_s, 3), **running)
         record_event(p, ctx.campaign_id, experiment, timeline.NETWORK_OBSERVED, **network_of(p, d.state))
         return {"done": True}
-    from benchctl.campaign.load import budget_guard
+    from benchctl.campaign.spend import budget_guard
 
     budget_guard(p, ctx, experiment, None, waiting="readiness")
     if p.clock() - d.deployed_at > spec.timeouts.ready_s:

@@ -4,7 +4,7 @@ its pools back to their recorded sizes (or kept warm for the next experiment), o
 from __future__ import annotations
 
 from benchctl import timeline
-from benchctl.campaign.base import JSON, Cleanup, Task, error_of, record_event, write_campaign
+from benchctl.campaign.base import JSON, Cleanup, Task, error_of, record_event, write_campaign, write_costs
 from benchctl.campaign.load import stop_loads
 from benchctl.campaign.receipt import experiment_receipt
 from benchctl.context import Ctx
@@ -154,7 +154,6 @@ def abort_campaign(p: Providers, ctx: Ctx, task: Task, *, wait_gone: bool = Fals
     cost rows, the campaign record and the lock release. With ``wait_gone`` (the AbortCampaign state)
     it returns ``done: False`` while a deleted deployment is still going away (see
     ``teardown_experiment``); the failure is recorded once, when all is torn down."""
-    from benchctl.campaign.finish import write_costs
 
     name, cause = error_of(task.error)
     c = Cleanup(p, ctx, timeline.CAMPAIGN)

@@ -19,6 +19,8 @@ from benchctl import schema
 from benchctl.atomic import atomic_write
 from benchctl.lake import check_path_value, partition_path, partition_rows, raw_prefix
 
+CAMPAIGNS_DIR, LAKE_DIR, LOCKS_DIR, CACHE_DIR = "campaigns", "lake", "locks", "cache"  # under the workspace
+
 
 class LocalLake:
     """``LakePort`` on this machine: ``<root>/<table>/<partitions>/<part>.parquet`` and the raw areas."""

@@ -22,7 +22,7 @@ from benchctl.context import Ctx, StartInput, check_campaign_id, new_campaign_id
 from benchctl.errors import CeilingExceeded, SpecError
 from benchctl.local import processes
 from benchctl.local.engine import Interrupts, Progress, RunResult, execute
-from benchctl.local.lake import LocalLake
+from benchctl.local.lake import CACHE_DIR, CAMPAIGNS_DIR, LAKE_DIR, LOCKS_DIR, LocalLake
 from benchctl.local.locks import FileLocks
 from benchctl.local.pool import LocalPool
 from benchctl.local.query import QueryEngine
@@ -33,8 +33,6 @@ from benchctl.ports import Providers
 from benchctl.runstate import ResultRecord, RunnerRecord, RunState
 from benchctl.spec import CampaignSpec, load_spec, spec_hash
 from benchctl.spec_text import read_capped
-
-CAMPAIGNS_DIR, LAKE_DIR, LOCKS_DIR, CACHE_DIR = "campaigns", "lake", "locks", "cache"  # under the workspace
 
 
 def versions() -> dict[str, object]:

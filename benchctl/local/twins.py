@@ -46,8 +46,7 @@ def twin_rows(campaign_id: str, exp: Experiment, twins: dict[str, RoleTwin]) -> 
 def write_twins(spec: CampaignSpec, workspace: Path, campaign_id: str, progress: Any) -> list[dict[str, Any]]:
     """Each experiment's twins, made now (aiconfigurator, a few seconds the first time; the store's copy
     afterwards), said in the progress output and written to the lake's ``twins`` table."""
-    from benchctl.local.lake import LocalLake
-    from benchctl.local.runner import LAKE_DIR
+    from benchctl.local.lake import LAKE_DIR, LocalLake
 
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
