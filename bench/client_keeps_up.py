@@ -4,7 +4,7 @@ the same AIPerf at concurrency 1 as the baseline, in the same run.
 The smoke spec is cut to its concurrency sweep at two loads: 1 (the baseline: one request in flight, the least
 the client can be asked) and the sweep's highest (16 in ``examples/smoke.yaml``), in every experiment, and run
 through the whole local engine (``benchctl.local.runner.run_campaign``: the load runner forks AIPerf, ingestion
-computes the ``client_*`` columns, ``benchctl.client_load``). The servers are the local twin when the engine
+computes the ``client_*`` columns, ``benchctl.lake.client_load``). The servers are the local twin when the engine
 has one (the spec's ``mocker.twin``, default ``auto``: the mocker timed by aiconfigurator's A100 profile), or,
 with ``--speedup X``, the mocker's built-in timing sped up X times (say which in the note).
 
@@ -51,7 +51,7 @@ def bench_spec(spec: dict[str, Any], speedup: float | None) -> tuple[dict[str, A
     if speedup is not None:
         import importlib.util
 
-        twin = {"twin": "off"} if importlib.util.find_spec("benchctl.twin") else {}  # an engine with a twin
+        twin = {"twin": "off"} if importlib.util.find_spec("benchctl.forecast.twin") else {}  # an engine with a twin
         out["mocker"] = {**(spec.get("mocker") or {}), "speedup_ratio": speedup, **twin}
     return out, top
 
@@ -76,7 +76,7 @@ def main() -> int:
                     help="no twin: the mocker's built-in timing sped up this many times (mocker.twin off)")
     args = ap.parse_args()
 
-    from benchctl import client_load
+    from benchctl.lake import client_load
     from benchctl.local.lake import LocalLake
     from benchctl.local.runner import run_campaign
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
-    from benchctl.spec import CampaignSpec
+    from benchctl.spec.model import CampaignSpec
 
 BANNER = ("SIMULATED with stated latencies (bench/schedule_sim.py Latencies), NOT measured on AWS; "
           "load seconds are the plan's estimates (engine aws)")
@@ -37,7 +37,7 @@ def hetero_spec() -> CampaignSpec:
     The g6e price is an ASSUMPTION (on-demand list price as commonly quoted), not from a spec file."""
     import yaml
 
-    from benchctl.spec import parse_spec
+    from benchctl.spec.model import parse_spec
 
     data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text())
     data["name"] = "seed-plan-hetero-hypothetical"
@@ -60,8 +60,8 @@ def report(path: Path | None) -> list[str]:
         plan_load_gpu_hours,
         simulate,
     )
-    from benchctl.plan import plan_campaign
-    from benchctl.spec import load_spec
+    from benchctl.planning.plan import plan_campaign
+    from benchctl.spec.model import load_spec
 
     spec = load_spec(path) if path is not None else hetero_spec()
     name = path.name if path is not None else f"{spec.name} (HYPOTHETICAL spec built in this script)"

@@ -27,8 +27,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from benchctl.plan import EST_ITL_MS, EST_TTFT_MS, OVERHEADS, CampaignPlan, ExperimentPlan, StepPlan
-from benchctl.spec import CampaignSpec
+from benchctl.planning.plan import EST_ITL_MS, EST_TTFT_MS, OVERHEADS, CampaignPlan, ExperimentPlan, StepPlan
+from benchctl.spec.model import CampaignSpec
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class Latencies:
     page_cache_read_mb_s: float = 3000.0  # re-load on a node that already read the weights (page cache) -> 20 s
     engine_init_s: float = 150.0  # vLLM profile run, KV cache allocation, torch.compile, CUDA graphs; assumption
     # --- validation and load
-    smoke_s: float = 30.0  # benchctl.plan.OVERHEADS["aws"]["smoke"]
-    load_job_start_s: float = 20.0  # AIPerf Job pod start + tokenizer; benchctl.plan.OVERHEADS["aws"]["step_setup"]
+    smoke_s: float = 30.0  # benchctl.planning.plan.OVERHEADS["aws"]["smoke"]
+    load_job_start_s: float = 20.0  # AIPerf Job pod start + tokenizer; benchctl.planning.plan.OVERHEADS["aws"]["step_setup"]
     ingest_s: float = 10.0  # IngestStep Lambda: read artifacts, write Parquet; assumption
     # AIPerf's own start-up + shutdown per step in a warm load runner (imports, tokenizer, corpus paid once per
     # Job): 2.2-2.5 s measured on a loaded 2-core machine (bench/local_campaign.py, issue 16); assumption on AWS
@@ -279,7 +279,7 @@ def plan_load_gpu_hours(plan: CampaignPlan) -> float:
 
 
 def warmup_s(spec: CampaignSpec) -> float:
-    """The plan's warm-up estimate (benchctl.plan.plan_campaign)."""
+    """The plan's warm-up estimate (benchctl.planning.plan.plan_campaign)."""
     n = spec.warmup.request_count
     return n * (EST_TTFT_MS + 32 * EST_ITL_MS) / 1000.0 if n else 0.0
 

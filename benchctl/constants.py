@@ -8,13 +8,13 @@ May import only the standard library.
 from __future__ import annotations
 
 # the results bucket
-LAKE_PREFIX = "lake"  # the lake: <table>/<partitions>/<part>.parquet and raw/ (benchctl.lake)
-RUNS_PREFIX = "runs"  # each campaign's run state: runs/<campaign id>/ (benchctl.runstate)
+LAKE_PREFIX = "lake"  # the lake: <table>/<partitions>/<part>.parquet and raw/ (benchctl.lake.paths)
+RUNS_PREFIX = "runs"  # each campaign's run state: runs/<campaign id>/ (benchctl.campaign.runstate)
 SPECS_PREFIX = "specs"  # campaign specs the state machine is started with (`benchctl start`, a schedule)
 ATHENA_PREFIX = "athena-results"  # the Athena workgroup's enforced result location
 REPORTS_PREFIX = "reports"  # reports/<campaign id>/report.html, written by the Report state
 # What a load runner Job lists (an IAM ``s3:prefix`` pattern): a step's kept inputs, the raw area's
-# ``raw/campaign_id=<c>/experiment=<e>/step_id=<s>/inputs/`` (benchctl.lake), fetched with ``aws s3 cp --recursive``
+# ``raw/campaign_id=<c>/experiment=<e>/step_id=<s>/inputs/`` (benchctl.lake.paths), fetched with ``aws s3 cp --recursive``
 RUNNER_INPUTS_LISTING = f"{LAKE_PREFIX}/raw/campaign_id=*/experiment=*/step_id=*/inputs/"
 # The load runner Jobs' hand-over with the Load function, a top-level prefix of its own (not under runs/, whose
 # ``runs/*/runner/*`` would also match an experiment named ``runner``): runner/<campaign id>/<experiment>/<step>/

@@ -84,5 +84,5 @@ class BudgetExceeded(BenchError):
 
 
 class CeilingExceeded(SpecError):
-    """A spec asks for more than the deployment's ceilings allow (``benchctl.ceilings``: images, instance types
+    """A spec asks for more than the deployment's ceilings allow (``benchctl.planning.ceilings``: images, instance types
     and prices, nodes, dollars, timeouts, worst-case history). One line per problem names the ceiling."""

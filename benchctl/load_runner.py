@@ -31,7 +31,7 @@ Protocol, one JSON object per line each way:
   its services by that record alone) and ``{"exit_code", "started_at", "ended_at", "cpu_s", "cpu"}`` when
   the run ended; ``record`` (a file in the step's artifact directory) gets ``{"job_id", "exit_code", "cpu"}``
   just before ``exit``.
-* ``cpu``: what AIPerf itself used, for ``benchctl.client_load`` (is the client keeping up?):
+* ``cpu``: what AIPerf itself used, for ``benchctl.lake.client_load`` (is the client keeping up?):
   ``{"samples": [[epoch_s, cpu_s, wait_s], ...], "cores": n}``, the cumulative CPU seconds of the run's whole
   process tree (its process group and descendants, reaped children included) and the time its live processes
   waited on a run queue for a CPU (``/proc/<pid>/schedstat``; null where unknown), sampled from ``/proc``
@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 _GRACE_S = 10.0  # AIPerf shuts its services down on SIGTERM; SIGKILL the group after this
-CPU_SAMPLE_S = 0.5  # the same as benchctl.client_load.CPU_SAMPLE_S (this file imports nothing of benchctl)
+CPU_SAMPLE_S = 0.5  # the same as benchctl.lake.client_load.CPU_SAMPLE_S (this file imports nothing of benchctl)
 _MAX_SAMPLES = 1000  # past this many samples of a run, the period grows with its age
 
 

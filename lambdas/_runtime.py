@@ -4,7 +4,7 @@ each operation, failure recording and the task metrics.
 The engine is set once per process: the local engine installs its own with ``use_engine``; on AWS
 ``benchctl.aws.providers.engine_from_env`` builds it from the function's environment (``LambdaEnv``).
 The campaign context is the event's ``ctx``, or, for the entry states, built from the execution input
-(``benchctl.context``): the runtime knows no action, each handler maps its actions to operations.
+(``benchctl.campaign.context``): the runtime knows no action, each handler maps its actions to operations.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from aws_lambda_powertools import Logger
 from benchctl import campaign
 from benchctl.aws.selftest import SELF_TEST
 from benchctl.campaign import Operation, Task
+from benchctl.campaign.context import context_of
+from benchctl.campaign.ports import CallbackPort, Engine
 from benchctl.constants import SERVICE
-from benchctl.context import context_of
 from benchctl.errors import CampaignIdInUse, NotReadyYet
-from benchctl.ports import CallbackPort, Engine
 
 logger = Logger(service=SERVICE)  # level: POWERTOOLS_LOG_LEVEL (the stack sets it; Powertools reads it)
 

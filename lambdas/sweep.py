@@ -14,7 +14,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 
         return self_test(event, os.environ)
     from benchctl.aws.sweep import aws_sweep
-    from benchctl.sweep import failed
+    from benchctl.campaign.sweep import failed
 
     report = aws_sweep(dry_run=bool((event or {}).get("dry_run")))
     swept = [r for r in report if r.get("action") == "swept"]
@@ -23,7 +23,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if swept:
         emit_metric("CampaignsSwept", "Sweeper", "aws")
     broken = failed(report)
-    for r in broken:  # every other campaign was swept all the same (benchctl.sweep.sweep)
+    for r in broken:  # every other campaign was swept all the same (benchctl.campaign.sweep.sweep)
         logger.error("could not sweep a campaign", extra={"sweep": r})
     if broken:  # the function's Errors metric: the stack's SweepFailedAlarm
         emit_metric("SweepFailed", "Sweeper", "aws")

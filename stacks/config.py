@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from benchctl import ceilings as ceiling_rules
-from benchctl.ceilings import Ceilings
+from benchctl.planning import ceilings as ceiling_rules
+from benchctl.planning.ceilings import Ceilings
 from stacks import layers
 
 if TYPE_CHECKING:  # a type only: importing constructs starts its jsii (Node.js) kernel
@@ -84,7 +84,7 @@ KEYS: dict[str, str] = {
                              "be API or API_AND_CONFIG_MAP)",
     "vpc_id": "null, or the VPC (vpc-...) to run the functions that call Kubernetes in (with subnet_ids)",
     "subnet_ids": "a list of private subnets (subnet-...) of vpc_id, for those functions (with vpc_id)",
-    "ceilings": "an object of the deployment's ceilings on every spec (benchctl.ceilings.KEYS: image_repositories, "
+    "ceilings": "an object of the deployment's ceilings on every spec (benchctl.planning.ceilings.KEYS: image_repositories, "
                 "require_image_digest, instance_types with list prices, max_nodes_per_pool, max_usd_per_campaign, "
                 "max_timeouts_s, max_history_events, history_poll_seconds); absent keys take the defaults",
     "load_image": "null (default: the stack builds stacks/images/load with Docker at deploy), or a prebuilt "
@@ -287,7 +287,7 @@ def _layer(ctx: _Context, key: str, name_part: str) -> str | None:
 
 
 def _ceilings(ctx: _Context) -> Ceilings:
-    """The deployment's ceilings (``benchctl.ceilings``), recorded in the template on the Plan and Pools functions."""
+    """The deployment's ceilings (``benchctl.planning.ceilings``), recorded in the template on the Plan and Pools functions."""
     try:
         return ceiling_rules.parse(ctx.json("ceilings"), f"CDK context '{PREFIX}ceilings'")
     except ceiling_rules.CeilingsError as err:

@@ -27,7 +27,7 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
 * Configuration: every function gets exactly the variables of ``benchctl.aws.env.LambdaEnv`` (the model
   the runtime parses); the bucket's prefixes are ``benchctl.constants``'. The Plan and Pools functions also
   get the deployment's ceilings (context ``benchctl:ceilings``) as ``BENCHCTL_CEILINGS``: recorded in the
-  template, read by Plan and ScalePools, which refuse a spec past them (``benchctl.ceilings``).
+  template, read by Plan and ScalePools, which refuse a spec past them (``benchctl.planning.ceilings``).
 * Kubernetes rights: the stack creates an EKS access entry, in the Kubernetes group that
   ``stacks/kubernetes/benchctl-rbac.yaml`` binds, for exactly the roles that call Kubernetes
   (``kubernetes`` in ``FUNCTION_NEEDS``, and the sweeper), and outputs every role's ARN. With ``benchctl:vpc_id``/``subnet_ids`` those
@@ -72,10 +72,10 @@ from aws_cdk import aws_stepfunctions as sfn
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
-from benchctl import asl, ceilings, schema
 from benchctl.aws.env import LambdaEnv
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.selftest import DOCTOR_PREFIX
+from benchctl.campaign import asl
 from benchctl.constants import (
     ATHENA_PREFIX,
     LAKE_PREFIX,
@@ -89,6 +89,8 @@ from benchctl.constants import (
     SPECS_PREFIX,
     report_key,
 )
+from benchctl.lake import schema
+from benchctl.planning import ceilings
 from lambdas import FUNCTIONS
 from stacks import layers as managed
 from stacks.config import Config, ConfigError

@@ -45,5 +45,5 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
 QUOTA_ACTIONS = ("servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota",
                  "ec2:DescribeInstanceTypes", "ec2:DescribeInstances", "ec2:DescribeCapacityReservations",
                  "ec2:DescribeLaunchTemplateVersions")
-CEILINGS_FUNCTIONS = ("Plan", "Pools")  # BENCHCTL_CEILINGS (benchctl.ceilings): Plan and ScalePools refuse past them
+CEILINGS_FUNCTIONS = ("Plan", "Pools")  # BENCHCTL_CEILINGS (benchctl.planning.ceilings): Plan and ScalePools refuse past them
 K8S_FUNCTIONS = {name for name, needs in FUNCTION_NEEDS.items() if needs.kubernetes}  # + the sweeper

@@ -58,7 +58,8 @@ from constructs import Construct, IConstruct
 from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
 from benchctl.aws.k8s.common import HF_TOKEN_KEY
 from benchctl.constants import POD_IDENTITY_ADDON
-from benchctl.spec import CampaignSpec, load_spec
+from benchctl.planning.placement import load_placeable_spec
+from benchctl.spec.model import CampaignSpec
 from stacks import platform_values as charts
 from stacks.config import Config, ConfigError
 
@@ -190,7 +191,7 @@ def platform_spec(config: Config) -> CampaignSpec:
     synth naming both sides: the spec then runs on the platform without an edited name."""
     where = f"CDK context 'benchctl:platform_spec' ({config.platform_spec})"
     try:
-        spec = load_spec(ROOT / config.platform_spec)
+        spec = load_placeable_spec(ROOT / config.platform_spec)
     except Exception as err:  # the spec loader's own message names the field
         raise ConfigError(f"{where}: not a campaign spec: {err}") from None
     k = spec.kubernetes

@@ -61,8 +61,9 @@ from benchctl.aws.k8s.common import (
     MANAGED_BY,
     WORKER_SYSTEM_PORT,
 )
-from benchctl.spec import Kubernetes, ModelSpec
-from benchctl.spec_settings import image_tag_version
+from benchctl.spec.deployment import ModelSpec
+from benchctl.spec.model import Kubernetes
+from benchctl.spec.settings import image_tag_version
 
 JSON = dict[str, Any]
 
@@ -215,7 +216,7 @@ class PlatformSettings:
 
 def settings_from_spec(spec: Any, *, cluster_name: str, region: str, efs_file_system_id: str, **kw: Any
                        ) -> PlatformSettings:
-    """Platform settings with the names a campaign spec (``benchctl.spec.CampaignSpec``) uses."""
+    """Platform settings with the names a campaign spec (``benchctl.spec.model.CampaignSpec``) uses."""
     k = spec.kubernetes
     nodegroups = tuple(sorted({p.nodegroup for p in spec.pools if p.provider == "managed-nodegroup" and p.nodegroup}))
     auto = any(p.provider == "auto-mode" for p in spec.pools)
@@ -507,7 +508,7 @@ def model_download_job(s: PlatformSettings) -> JSON:
 def _gpu_pools(s: PlatformSettings) -> list[Any]:
     """The GPU node groups as the campaign's pools, for its rule that keeps a CPU pod off them (and off any node
     labelled with GPUs): :func:`benchctl.aws.k8s.jobs.off_gpu_pools`."""
-    from benchctl.spec import PoolSpec
+    from benchctl.spec.deployment import PoolSpec
 
     return [PoolSpec(name=f"gpu-{i}", instance_type="gpu", gpus_per_node=1, gpu_kind="gpu",
                      provider="managed-nodegroup", nodegroup=ng) for i, ng in enumerate(s.gpu_nodegroups)]

@@ -8,7 +8,7 @@
   evidence was rewritten and restore it; Object Lock was not chosen: it can only be turned on for a new
   bucket, would need a migration of existing deployments, and in compliance mode cannot be undone);
   incomplete multipart uploads are aborted after 7.
-* Glue: one database, one table per ``benchctl.schema`` table (columns, types and partition keys
+* Glue: one database, one table per ``benchctl.lake.schema`` table (columns, types and partition keys
   generated from that module, the same one ingestion and DuckDB use), parquet at
   ``s3://<bucket>/lake/<table>/``. Partitions are registered by the writer as it writes them
   (``benchctl.aws.s3``), so neither a crawler nor ``MSCK REPAIR`` is ever needed. Partition
@@ -31,9 +31,9 @@ from aws_cdk import aws_s3 as s3
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
-from benchctl import schema
+from benchctl.analysis.views import athena_view_ddl
 from benchctl.constants import ATHENA_PREFIX, LAKE_PREFIX
-from benchctl.views import athena_view_ddl
+from benchctl.lake import schema
 from stacks.config import Config
 
 NONCURRENT_VERSION_DAYS = 365  # how long an overwritten or deleted object's old version is kept (raw evidence too)
@@ -90,7 +90,7 @@ class ResultsStack(Stack):
             "Database",
             catalog_id=self.account,
             database_input=glue.CfnDatabase.DatabaseInputProperty(
-                name=self.database_name, description="benchctl results lake (tables from benchctl/schema.py)"
+                name=self.database_name, description="benchctl results lake (tables from benchctl/lake/schema.py)"
             ),
         )
         self.tables: dict[str, glue.CfnTable] = {}

@@ -10,8 +10,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from benchctl import ceilings
 from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
+from benchctl.planning import ceilings
 from tests import crd_schemas, yaml_files
 from tests.fakes import eks_world
 from tests.fakes.admission import Admission

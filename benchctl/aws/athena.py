@@ -7,7 +7,7 @@ the report's data assembly (``benchctl.report.data``) runs on either engine and 
 ``sql/views`` in dependency order (cheap DDL, so a fresh deployment or an edited view file is live after
 one campaign), each comparison view is queried for the campaign (Athena writes each result as CSV into
 the workgroup's enforced output location, ``athena-results/``, where the report's view links point; each
-with a ``simulated`` column, ``benchctl.views.export_sql``),
+with a ``simulated`` column, ``benchctl.analysis.views.export_sql``),
 and the HTML report goes to ``s3://<bucket>/reports/<campaign id>/report.html``. The Report function
 waits for these short queries itself (bounded by its timeout); everything else waits in the state machine.
 """
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from benchctl.analysis.views import REPORT_VIEWS, athena_view_ddl, campaign_rows_sql, export_sql
 from benchctl.constants import report_key
-from benchctl.lake import check_path_value
-from benchctl.views import REPORT_VIEWS, athena_view_ddl, campaign_rows_sql, export_sql
+from benchctl.lake.paths import check_path_value
 
 _DONE = {"SUCCEEDED", "FAILED", "CANCELLED"}
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from benchctl.campaign.load import wake_reason
-from benchctl.ports import RunStore
-from benchctl.runstate import runner_key
+from benchctl.campaign.runstate import runner_key
+from benchctl.campaign.store import RunStore
 
 
 class RunnerCallbacks:

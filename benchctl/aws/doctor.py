@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchctl import asl
 from benchctl.aws.selftest import SELF_TEST, checks_for
+from benchctl.campaign import asl
 
 JSON = dict[str, Any]
 
@@ -89,14 +89,14 @@ def spec_images(spec_path: Path | None, load_image: str) -> dict[str, str]:
     from benchctl.aws.k8s.common import aiperf_image
     from benchctl.aws.k8s.efa import efa_image
     from benchctl.aws.preflight import with_load_image
-    from benchctl.spec import load_spec
+    from benchctl.planning.placement import load_placeable_spec
 
     images: dict[str, str] = {}
     if load_image:
         images["load image (deployment)"] = load_image
     if spec_path is None:
         return images
-    spec = with_load_image(load_spec(spec_path), load_image) if load_image else load_spec(spec_path)
+    spec = with_load_image(load_placeable_spec(spec_path), load_image) if load_image else load_placeable_spec(spec_path)
     k = spec.kubernetes
     images.update({"dynamo image": k.dynamo_image, "uploader image": k.uploader_image,
                    "load image": aiperf_image(k)})
@@ -130,10 +130,10 @@ def quota_checks(session: Any, spec_path: Path, cluster: str) -> Iterator[Check]
     """The spec's EC2 vCPU quotas and the capacity options of its P pools (``benchctl.aws.quotas``), as the
     preflight judges them, with the doctor's own credentials; a quota it cannot read fails here."""
     from benchctl.aws.quotas import check
-    from benchctl.spec import load_spec
+    from benchctl.planning.placement import load_placeable_spec
 
     try:
-        lines = check(load_spec(spec_path), session, cluster)
+        lines = check(load_placeable_spec(spec_path), session, cluster)
     except Exception as err:  # a client that cannot be made, throttling: this check's line, not a crash
         yield Check("quotas", False, f"{type(err).__name__}: {err}")
         return
@@ -193,8 +193,8 @@ def checks(state_machine_arn: str, *, spec_path: Path | None = None, session: An
             yield Check("load runner Job", False, "give --spec: the Job runs with a spec's Kubernetes settings "
                                                   "(namespace, images, service account, sizes)")
         else:
-            from benchctl.spec import load_spec_text
-            from benchctl.spec_text import spec_data
+            from benchctl.spec.model import load_spec_text
+            from benchctl.spec.text import spec_data
 
             data = spec_data(load_spec_text(spec_path), str(spec_path))  # size-capped, no YAML aliases
             yield from _runner_job(session, functions["Load"], data, timeout_s=job_timeout_s, poll_s=poll_s,

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchctl.analysis.quality import answers_from_log
 from benchctl.aws.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from benchctl.aws.k8s.common import (
     KVBM_METRICS_PORT,
@@ -47,11 +48,10 @@ from benchctl.aws.k8s.render import (
     render_prepull,
     uses_kvbm,
 )
+from benchctl.campaign.ports import JSON, DeploymentRequest
 from benchctl.errors import ServingFailed
-from benchctl.mocker import MOCKER_PRECISION
-from benchctl.ports import JSON, DeploymentRequest
-from benchctl.quality import answers_from_log
-from benchctl.spec import CampaignSpec
+from benchctl.planning.mocker import MOCKER_PRECISION
+from benchctl.spec.model import CampaignSpec
 
 DGD = ("nvidia.com/v1beta1", "DynamoGraphDeployment")
 JOB = ("batch/v1", "Job")

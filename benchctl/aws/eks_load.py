@@ -23,9 +23,10 @@ from benchctl.aws.eks import JOB, KubeSource, SpecSource, _Jobs, job_logs, job_s
 from benchctl.aws.k8s.client import ApiError, Conflict, NotFound
 from benchctl.aws.k8s.common import selection, selector
 from benchctl.aws.k8s.jobs import raw_prefix, render_runner_job, runner_deadline_s, runner_request
+from benchctl.campaign.ports import JSON, LoadRequest
+from benchctl.campaign.runstate import runner_key
+from benchctl.campaign.store import RunStore
 from benchctl.errors import EndRecordForged
-from benchctl.ports import JSON, LoadRequest, RunStore
-from benchctl.runstate import runner_key
 
 # An end record as the runner Job writes it (RUNNER_CONTROL_SCRIPT ``signed``): the record's JSON text with
 # ``, "hmac": "<HMAC-SHA256 of that text, closed by its '}', with the step's end_key>"}`` in place of its '}'

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchctl.campaign.locks import LockHeld, held_message
 from benchctl.constants import LOCK_KEY_ATTRIBUTE as KEY
 from benchctl.constants import LOCK_TTL_ATTRIBUTE as TTL
-from benchctl.locks import LockHeld, held_message
 
 
 class DynamoLocks:

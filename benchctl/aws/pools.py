@@ -26,7 +26,8 @@ from typing import Any
 from benchctl.aws.k8s.client import Conflict, KubeClient, NotFound
 from benchctl.aws.k8s.common import LABEL_CAMPAIGN
 from benchctl.errors import BenchError, NotReadyYet
-from benchctl.spec import CampaignSpec, PoolSpec
+from benchctl.spec.deployment import PoolSpec
+from benchctl.spec.model import CampaignSpec
 
 # GPU feature discovery's driver labels (NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery "Generated
 # Labels"): the current name, then the older one. A node without either cannot be judged.

@@ -15,10 +15,11 @@ from benchctl.aws.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from benchctl.aws.k8s.common import HF_TOKEN_KEY, LOAD_IMAGE_PLACEHOLDER, aiperf_image, selection, selector
 from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.aws.runner_identity import SETTLE_S, RunnerIdentityError
+from benchctl.campaign.ports import JSON
 from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.errors import NotReadyYet
-from benchctl.ports import JSON
-from benchctl.spec import CampaignSpec, PoolSpec
+from benchctl.spec.deployment import PoolSpec
+from benchctl.spec.model import CampaignSpec
 
 # A pod that will never start: name the reason at once instead of waiting for the Job's deadline.
 _STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",

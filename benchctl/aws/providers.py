@@ -14,13 +14,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchctl.aws.env import LambdaEnv
-from benchctl.ceilings import Ceilings
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import JSON, PoolPort, Providers
+from benchctl.campaign.runstate import RunState
 from benchctl.constants import runner_prefix
-from benchctl.context import Ctx
-from benchctl.ports import JSON, PoolPort, Providers
-from benchctl.runstate import RunState
-from benchctl.spec import CampaignSpec
-from benchctl.spec_text import read_capped
+from benchctl.planning.ceilings import Ceilings
+from benchctl.spec.model import CampaignSpec
+from benchctl.spec.text import read_capped
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
@@ -32,7 +32,7 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
 
 
 def read_s3_uri(uri: str, *, s3: Any = None) -> bytes:
-    """The object's bytes, at most benchctl.spec_text.MAX_SPEC_BYTES (a larger object is a SpecError before its
+    """The object's bytes, at most benchctl.spec.text.MAX_SPEC_BYTES (a larger object is a SpecError before its
     body is read: its ContentLength is checked first). A missing one is a FileNotFoundError naming the specs
     that are there: S3 says AccessDenied, not NoSuchKey, to a reader that may not list the bucket, so on either the prefix is
     listed (the Plan role may list ``specs/``) before anything is concluded."""
@@ -182,8 +182,8 @@ _ENGINES: dict[tuple[tuple[str, str], ...], AwsEngine] = {}
 
 def engine_from_env(environ: Mapping[str, str]) -> AwsEngine:
     """The AWS engine of this function, its configuration parsed once (again only when it changed)."""
-    from benchctl import ceilings
     from benchctl.aws.env import VARIABLES
+    from benchctl.planning import ceilings
 
     key = tuple((name, environ.get(name, "")) for name in sorted({*VARIABLES.values(), ceilings.ENV_VAR}))
     if key not in _ENGINES:

@@ -1,4 +1,4 @@
-"""The edge of :mod:`benchctl.quotas`: what the account gives, read with boto3 (the Plan function's role in the
+"""The edge of :mod:`benchctl.planning.quotas`: what the account gives, read with boto3 (the Plan function's role in the
 preflight, the user's credentials in ``benchctl doctor``), each call read-only:
 
 * the spec's pools' capacity types and launch templates: ``eks:DescribeNodegroup`` (already the preflight's);
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchctl.quotas import (
+from benchctl.planning.quotas import (
     NODEGROUP_CAPACITY,
     ON_DEMAND,
     SERVICE_CODE,
@@ -32,7 +32,7 @@ from benchctl.quotas import (
     quota_for,
     skipped,
 )
-from benchctl.spec import CampaignSpec
+from benchctl.spec.model import CampaignSpec
 
 NO_SUCH_QUOTA = "NoSuchResourceException"
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from benchctl.aws.k8s.client import Conflict, NotFound
 from benchctl.aws.k8s.common import LABEL_CAMPAIGN, labels, meta, runner_service_account
-from benchctl.ports import JSON
+from benchctl.campaign.ports import JSON
 
 SETTLE_S = 15.0  # how old an association must be before a pod is started with it (see the docstring)
 

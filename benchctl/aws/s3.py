@@ -1,4 +1,4 @@
-"""The S3 lake and run store: the lake's layout (``benchctl.lake``) on S3, registered in Glue.
+"""The S3 lake and run store: the lake's layout (``benchctl.lake.paths``) on S3, registered in Glue.
 
 Layout under ``s3://<bucket>/<prefix>/`` (relative keys identical to ``benchctl.local.lake.LocalLake``)::
 
@@ -8,7 +8,7 @@ Layout under ``s3://<bucket>/<prefix>/`` (relative keys identical to ``benchctl.
     raw/campaign_id=<c>/experiment=<e>/step_id=<s>/inputs/     # datasets we generated for a step
 
 Partition columns live in the key (hive style), not inside the files, as Athena/Glue expect; file
-columns and types come from :mod:`benchctl.schema` (parquet ``TIMESTAMP_MICROS`` for timestamps).
+columns and types come from :mod:`benchctl.lake.schema` (parquet ``TIMESTAMP_MICROS`` for timestamps).
 
 One object per partition, named after the caller's ``part_name`` (e.g. the step id), is written with
 ``awswrangler.s3.to_parquet`` on that exact key, *not* in dataset mode (which names files with random
@@ -20,7 +20,7 @@ Partitions are registered explicitly in Glue after each write (``batch_create_pa
 new data immediately without a crawler or ``MSCK REPAIR TABLE``. The Glue tables themselves (columns
 from ``schema.glue_columns``) are created by the infrastructure, not here.
 
-:class:`S3RunStore` is the ``RunStore`` port (``benchctl.ports``) over ``s3://<bucket>/<prefix>/<key>``.
+:class:`S3RunStore` is the ``RunStore`` port (``benchctl.campaign.ports``) over ``s3://<bucket>/<prefix>/<key>``.
 
 boto3, awswrangler, pandas and pyarrow are imported lazily: importing this module is cheap.
 """
@@ -35,9 +35,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchctl import schema
 from benchctl.errors import ArtifactError
-from benchctl.lake import check_path_value, partition_path, partition_rows, raw_prefix, raw_relative_path
+from benchctl.lake import schema
+from benchctl.lake.paths import (
+    check_path_value,
+    partition_path,
+    partition_rows,
+    raw_prefix,
+    raw_relative_path,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import boto3
@@ -188,7 +194,7 @@ class S3Lake:
     def raw_local(self, campaign_id: str, experiment: str, step_id: str) -> Iterator[Path]:
         """A step's raw artifacts copied into a temporary directory (same relative layout), for parsing.
 
-        Every key is listed and checked first (:func:`benchctl.lake.raw_relative_path`): one that could
+        Every key is listed and checked first (:func:`benchctl.lake.paths.raw_relative_path`): one that could
         resolve outside the directory (``//``, ``..``, ...) raises ArtifactError before any file is written.
         """
         prefix = self.raw_uri(campaign_id, experiment, step_id).removeprefix(f"s3://{self.bucket}/")

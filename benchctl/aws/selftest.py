@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchctl.aws.env import LambdaEnv
-from benchctl.runstate import runner_key
+from benchctl.campaign.runstate import runner_key
 
 SELF_TEST = "self_test"  # the event's action
 DOCTOR_PREFIX = "_doctor"  # the scratch prefix under the run store's root
@@ -75,8 +75,8 @@ def _imports(env: LambdaEnv, function: str, session: Any) -> str:
 
 def _timeline_row() -> JSON:
     """A real timeline row (the lake's most common write), of a campaign id no campaign can have."""
-    from benchctl import timeline
     from benchctl.campaign.base import now_iso
+    from benchctl.lake import timeline
 
     return timeline.row(DOCTOR_PREFIX, timeline.CAMPAIGN, timeline.PLANNED, now_iso(), steps=0)
 
@@ -96,7 +96,7 @@ def _datetime64(env: LambdaEnv, function: str, session: Any) -> str:
 
 
 def _normalised(row: JSON) -> JSON:
-    from benchctl import schema
+    from benchctl.lake import schema
 
     return schema.normalize_row("timeline", row)
 
@@ -133,8 +133,8 @@ def _eks(env: LambdaEnv, function: str, session: Any) -> str:
 
 
 def _athena(env: LambdaEnv, function: str, session: Any) -> str:
+    from benchctl.analysis.views import athena_view_ddl
     from benchctl.aws.athena import run_query
-    from benchctl.views import athena_view_ddl
 
     name, ddl = athena_view_ddl()[0]
     t0 = time.monotonic()
@@ -154,7 +154,7 @@ def _doctor_load(env: LambdaEnv, session: Any, spec_data: Any, campaign_id: str)
     from benchctl.aws.providers import split_s3_uri
     from benchctl.aws.s3 import S3RunStore
     from benchctl.constants import runner_prefix
-    from benchctl.spec import parse_spec
+    from benchctl.spec.model import parse_spec
 
     if not isinstance(spec_data, dict):
         raise ValueError("the runner Job check needs the spec whose Kubernetes settings it runs with (event 'spec')")
@@ -176,7 +176,7 @@ def _doctor_identity(env: LambdaEnv, session: Any, load: Any, campaign_id: str) 
 def _runner_job(env: LambdaEnv, function: str, session: Any, event: Mapping[str, Any]) -> JSON:
     from benchctl.aws.k8s.common import raw_s3_uri
     from benchctl.aws.runner_identity import SETTLE_S
-    from benchctl.ports import LoadRequest
+    from benchctl.campaign.ports import LoadRequest
 
     cid = str(event.get("campaign_id") or f"{DOCTOR}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     load = _doctor_load(env, session, event.get("spec"), cid)

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchctl.ceilings import Ceilings
-from benchctl.plan import aws_limits, plan_campaign
-from benchctl.spec import load_spec, load_spec_text
+from benchctl.planning.ceilings import Ceilings
+from benchctl.planning.placement import load_placeable_spec
+from benchctl.planning.plan import aws_limits, plan_campaign
+from benchctl.spec.model import load_spec_text
 
 SPECS_PREFIX = "specs"
 
@@ -45,10 +46,10 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
           ceilings: Ceilings | None = None) -> Started:
     import boto3
 
-    from benchctl.context import check_campaign_id, new_campaign_id
+    from benchctl.campaign.context import check_campaign_id, new_campaign_id
     from benchctl.errors import SpecError
 
-    spec = load_spec(spec_path)
+    spec = load_placeable_spec(spec_path)
     plan = plan_campaign(spec, "aws")
     if not 1 <= poll_seconds <= 3600:
         raise ValueError(f"--poll-seconds {poll_seconds}: must be 1..3600")
@@ -56,8 +57,8 @@ def start(spec_path: Path, *, bucket: str, state_machine_arn: str | None, campai
     if plan.budget_problems or limits:
         raise SpecError(str(spec_path), plan.budget_problems + limits)
     if ceilings is not None:  # the deployment's (the CLI's --context-file): refused here, before any upload
-        from benchctl import ceilings as ceiling_rules
         from benchctl.errors import CeilingExceeded
+        from benchctl.planning import ceilings as ceiling_rules
 
         over = ceiling_rules.check(spec, plan, ceilings, poll_seconds)
         if over:
@@ -92,8 +93,8 @@ def _create_spec(s3: Any, bucket: str, key: str, body: bytes, cid: str, session:
     from botocore.exceptions import ClientError
 
     from benchctl.aws.s3 import S3RunStore
+    from benchctl.campaign.runstate import RunState
     from benchctl.constants import RUNS_PREFIX
-    from benchctl.runstate import RunState
 
     taken = f"campaign id {cid!r} is in use ({{}}): choose another --campaign-id"
     store = S3RunStore(bucket, f"{RUNS_PREFIX}/{cid}", session=session)

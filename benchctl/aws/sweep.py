@@ -7,7 +7,7 @@ selected by our own labels only, never by ``app.kubernetes.io/managed-by`` (whic
 overwrite).
 A campaign is running when the execution recorded in its run store (``campaign.json``) is RUNNING;
 with no recorded execution it is left alone (never guess). Each campaign that is not running is torn
-down from its run-store records (``benchctl.sweep``), then any object still carrying its label is
+down from its run-store records (``benchctl.campaign.sweep``), then any object still carrying its label is
 deleted.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 
 from benchctl.aws.k8s.client import KubeClient, NotFound
 from benchctl.aws.k8s.common import LABEL_CAMPAIGN
-from benchctl.context import Ctx
-from benchctl.ports import JSON, Providers
-from benchctl.runstate import RunState
-from benchctl.sweep import sweep
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import JSON, Providers
+from benchctl.campaign.runstate import RunState
+from benchctl.campaign.sweep import sweep
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
          ("apps/v1", "DaemonSet", True), ("v1", "ServiceAccount", True),  # a campaign's runner identity

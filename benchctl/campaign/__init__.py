@@ -1,10 +1,10 @@
 """The campaign's operations, one per state-machine task, written against ports.
 
 Every operation has one signature, ``op(p: Providers, ctx: Ctx, task: Task) -> dict``: the providers of
-this campaign's engine (``benchctl.ports``), the campaign context (``benchctl.context``) and the task as
+this campaign's engine (``benchctl.campaign.ports``), the campaign context (``benchctl.campaign.context``) and the task as
 its event names it (experiment, step, the Catch payload on failure paths, the execution input for the
 entry states). It reads the small state it needs through the run-state facade (``p.state``), acts
-through the ports, records timeline events (``benchctl.timeline``) and returns a small JSON-able dict.
+through the ports, records timeline events (``benchctl.lake.timeline``) and returns a small JSON-able dict.
 The handlers in ``lambdas/`` dispatch an event's ``action`` to an :class:`Operation` of this module.
 No AWS, Kubernetes or subprocess imports here: those live in the engines (``benchctl.aws``,
 ``benchctl.local``), which the core never imports. Every operation is idempotent: a redelivered event
@@ -12,6 +12,9 @@ neither double-scales, double-deploys nor duplicates rows.
 
 To add a task: an operation in the module of its phase, an :class:`Operation` below, its action in the
 handler that runs it, its state in ``state_machines/campaign.src.json``.
+
+May import: the foundation, the spec, the lake, planning and analysis (never an engine: they plug in
+through ``benchctl.campaign.ports``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from benchctl.campaign.base import (
     record_failure,
     write_costs,
 )
+from benchctl.campaign.context import Ctx, new_campaign_id
 from benchctl.campaign.finish import mark_campaign, report, report_ending
 from benchctl.campaign.ingest import ingest_after_failure, ingest_last, ingest_previous, ingest_step
 from benchctl.campaign.load import (
@@ -62,7 +66,6 @@ from benchctl.campaign.teardown import (
     teardown_experiment,
     unrestored_pools,
 )
-from benchctl.context import Ctx, new_campaign_id
 
 # The operations as the handlers dispatch them (one per Task state of the ASL).
 PLAN = Operation(plan, claims=True)

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from benchctl import logtext, timeline
-from benchctl.context import Ctx
+from benchctl import logtext
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import Providers
+from benchctl.campaign.runstate import CampaignRecord, FailureRecord
 from benchctl.errors import Aborted, CampaignIdInUse, InjectedFailure, NotReadyYet
-from benchctl.ports import Providers
-from benchctl.runstate import CampaignRecord, FailureRecord
+from benchctl.lake import timeline
 
 JSON = dict[str, Any]
 
@@ -226,7 +227,7 @@ class Cleanup:
 
 def write_costs(p: Providers, ctx: Ctx) -> list[JSON]:
     """The campaign's cost rows (experiment x pool, from its timeline and steps) into ``costs``."""
-    from benchctl.costs import cost_rows
+    from benchctl.planning.costs import cost_rows
 
     if not (p.state.has_spec() and p.state.has_plan()):
         return []

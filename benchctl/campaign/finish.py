@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from benchctl import timeline
 from benchctl.campaign.base import JSON, Task, guard, record_event, write_campaign, write_costs
-from benchctl.context import Ctx
-from benchctl.ports import Providers
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import Providers
+from benchctl.lake import timeline
 
 
 def report(p: Providers, ctx: Ctx, task: Task) -> JSON:

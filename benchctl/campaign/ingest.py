@@ -18,11 +18,11 @@ import contextlib
 from dataclasses import replace
 from pathlib import Path
 
-from benchctl import timeline
 from benchctl.campaign.base import JSON, Task, record_event
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import Providers
 from benchctl.errors import LoadFailed
-from benchctl.ports import Providers
+from benchctl.lake import timeline
 
 
 def ingest_previous(p: Providers, ctx: Ctx, task: Task) -> JSON:
@@ -73,7 +73,7 @@ def ingest_after_failure(p: Providers, ctx: Ctx, task: Task) -> JSON:
 
 def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     """One step's raw artifacts into lake rows; raises ``LoadFailed`` when the step is recorded as failed."""
-    from benchctl.ingest import StepContext, ingest_artifacts
+    from benchctl.lake.ingest import StepContext, ingest_artifacts
 
     rec = p.state.load(experiment, step_id)
     if rec is None or not rec.ended:
@@ -132,7 +132,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
 
 def _requested_lengths(raw_dir: Path, dataset: JSON) -> tuple[tuple[int, int], ...] | None:
     """(input, output) lengths the step's kept dataset asked for, line by line (read back from raw)."""
-    from benchctl.datasets import parse_dataset
+    from benchctl.planning.datasets import parse_dataset
 
     if not dataset.get("name"):
         return None

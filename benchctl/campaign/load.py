@@ -6,17 +6,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from benchctl import aiperf_args, timeline
 from benchctl.campaign.base import JSON, Task, error_of, record_event
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import LoadRequest, Providers
+from benchctl.campaign.runstate import WARMUP, LoadRecord
 from benchctl.campaign.serving import deployment
 from benchctl.campaign.spend import await_timeout_s, budget_guard
-from benchctl.context import Ctx
-from benchctl.datasets import Dataset, prefix_dataset, sequence_dataset
 from benchctl.errors import BudgetExceeded, DeadlineExceeded, LoadFailed
-from benchctl.plan import StepPlan
-from benchctl.ports import LoadRequest, Providers
-from benchctl.runstate import WARMUP, LoadRecord
-from benchctl.spec import CampaignSpec
+from benchctl.lake import timeline
+from benchctl.planning import aiperf_args
+from benchctl.planning.datasets import Dataset, prefix_dataset, sequence_dataset
+from benchctl.planning.plan import StepPlan
+from benchctl.spec.model import CampaignSpec
 
 # Hash ids of one step's prefix dataset live in [index * span, (index + 1) * span): disjoint per step,
 # so no step's blocks are ever in the cache because of another step.

@@ -3,17 +3,19 @@ run manifest (and the experiments and comparisons rows) and take the pool locks;
 
 from __future__ import annotations
 
-from benchctl import timeline
 from benchctl.campaign.base import JSON, Cleanup, Task, error_of, now_iso, record_event, write_campaign
-from benchctl.comparisons import comparison_rows
-from benchctl.context import Ctx, StartInput
+from benchctl.campaign.context import Ctx, StartInput
+from benchctl.campaign.locks import lock_keys
+from benchctl.campaign.ports import Providers
+from benchctl.campaign.runstate import CampaignRecord
 from benchctl.errors import CampaignIdInUse, CeilingExceeded, PreflightFailed, SpecError
-from benchctl.locks import lock_keys
-from benchctl.plan import aws_limits, plan_campaign
-from benchctl.ports import Providers
-from benchctl.runstate import CampaignRecord
-from benchctl.schema import json_text
-from benchctl.spec import CampaignSpec, Experiment, parse_spec_text
+from benchctl.lake import timeline
+from benchctl.lake.schema import json_text
+from benchctl.planning.placement import feasible
+from benchctl.planning.plan import aws_limits, plan_campaign
+from benchctl.spec.comparisons import comparison_rows
+from benchctl.spec.deployment import Experiment
+from benchctl.spec.model import CampaignSpec, parse_spec_text
 
 
 def _import_spec(p: Providers, uri: str) -> None:
@@ -23,7 +25,7 @@ def _import_spec(p: Providers, uri: str) -> None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise SpecError(uri, [f"(file): not UTF-8 text ({err.reason} at byte {err.start})"]) from None
-    p.state.keep_spec(parse_spec_text(text, uri), source=uri, text=text)
+    p.state.keep_spec(feasible(parse_spec_text(text, uri), uri), source=uri, text=text)
 
 
 def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
@@ -43,7 +45,7 @@ def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
     if p.ceilings is not None:  # the deployment's, whoever started the execution (console, schedule, start)
         from dataclasses import replace
 
-        from benchctl import ceilings
+        from benchctl.planning import ceilings
 
         over = ceilings.check(spec, the_plan, p.ceilings, ctx.poll_seconds if p.engine == "aws" else None)
         if over:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from benchctl import timeline
 from benchctl.campaign.base import JSON, Task, record_event
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import Providers
+from benchctl.campaign.runstate import PoolsRecord
 from benchctl.errors import CeilingExceeded, DeadlineExceeded, NotReadyYet, ScaleInterrupted
-from benchctl.ports import Providers
-from benchctl.runstate import PoolsRecord
+from benchctl.lake import timeline
 
 
 def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
@@ -23,7 +23,7 @@ def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
             "instead of scaling again on top of an unknown state")
     exp = p.state.plan().experiment(experiment)
     if p.ceilings is not None:  # again here: the deployment's ceilings may have been lowered since Plan
-        from benchctl import ceilings
+        from benchctl.planning import ceilings
 
         spec = p.state.spec()
         index = [e.name for e in spec.experiments].index(experiment)

@@ -5,7 +5,7 @@ One row per resource: a pool (a managed node group with its recorded and restore
 NodePool, a simulated local pool) with when its billing ended ("still billing" otherwise), each object or
 process of the deployment (DynamoGraphDeployment, Jobs, pre-pull DaemonSets; locally each process by pid),
 and each load. Written at the end of every experiment's teardown (the Teardown function, whose role may
-read the pools and the cluster) into the lake (``timeline`` events :data:`benchctl.timeline.RECEIPT`, one
+read the pools and the cluster) into the lake (``timeline`` events :data:`benchctl.lake.timeline.RECEIPT`, one
 per resource); the report shows the campaign's rows. Reading back never fails a teardown: a read that fails is a row whose
 state is ``unknown`` and says why. :func:`unread_rows` lists what an experiment created from its records
 alone, for an ending whose teardown did not finish (nothing could be read back then).
@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchctl import logtext, timeline
+from benchctl import logtext
 from benchctl.campaign.base import JSON, now_iso, record_event
-from benchctl.context import Ctx
-from benchctl.ports import Providers
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import Providers
+from benchctl.lake import timeline
 
 GONE, RESTORED, STILL_THERE, UNKNOWN, HANDED_OVER = "gone", "restored", "still there", "unknown", "handed over"
 SETTLED = (GONE, RESTORED, HANDED_OVER)  # states a complete receipt may hold

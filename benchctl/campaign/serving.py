@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from benchctl import quality, timeline
+from benchctl.analysis import quality
 from benchctl.campaign.base import JSON, Task, record_event, simulated
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import DeploymentRequest, DeploymentTarget, Providers, WorkerGroupSpec
+from benchctl.campaign.runstate import DeploymentRecord, SmokeRecord
 from benchctl.errors import DeadlineExceeded, QualityGateFailed, SmokeTestFailed
-from benchctl.ports import DeploymentRequest, DeploymentTarget, Providers, WorkerGroupSpec
-from benchctl.runstate import DeploymentRecord, SmokeRecord
-from benchctl.spec import CampaignSpec, Experiment
+from benchctl.lake import timeline
+from benchctl.spec.deployment import Experiment
+from benchctl.spec.model import CampaignSpec
 
 
 def mocker_knobs(spec: CampaignSpec, exp: Experiment) -> JSON:

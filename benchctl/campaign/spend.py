@@ -3,12 +3,12 @@ must stay within the budget; and the longest a wait nobody polls may last."""
 
 from __future__ import annotations
 
-from benchctl import timeline
 from benchctl.campaign.base import JSON, now_iso, record_event
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import Providers
+from benchctl.campaign.runstate import CampaignRecord
 from benchctl.errors import BudgetExceeded
-from benchctl.ports import Providers
-from benchctl.runstate import CampaignRecord
+from benchctl.lake import timeline
 
 AWAIT_TIMEOUT_MAX_S = 99_999_999  # Step Functions' largest TimeoutSeconds
 
@@ -24,7 +24,7 @@ def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str | None, *
     timeline table (hundreds of objects on S3 by the end of a long campaign). What is done follows from the
     plan's order: experiments run one at a time and steps in order, and a failed step or experiment ends the
     campaign, so every step before this one is done."""
-    from benchctl.budget import budget_problem
+    from benchctl.planning.budget import budget_problem
 
     spec, plan = p.state.spec(), p.state.plan()
     if spec.budget.max_usd is None and plan.max_usd is None and spec.budget.max_hours is None:
@@ -65,7 +65,7 @@ def await_timeout_s(p: Providers, ctx: Ctx, experiment: str, step_id: str, est_s
     """AwaitLoadEnd's ``TimeoutSecondsPath``: nobody polls the budget while a task token waits (AWS), so the
     wait itself ends where the guard would refuse: the step's estimate plus the budget's slack at the pools'
     rate now (``budget.budget_slack_s``); Step Functions' largest timeout without a budget."""
-    from benchctl.budget import budget_slack_s
+    from benchctl.planning.budget import budget_slack_s
 
     spec, plan = p.state.spec(), p.state.plan()
     slack = None

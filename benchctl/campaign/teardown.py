@@ -3,14 +3,14 @@ its pools back to their recorded sizes (or kept warm for the next experiment), o
 
 from __future__ import annotations
 
-from benchctl import timeline
 from benchctl.campaign.base import JSON, Cleanup, Task, error_of, record_event, write_campaign, write_costs
+from benchctl.campaign.context import Ctx
 from benchctl.campaign.load import stop_loads
+from benchctl.campaign.locks import lock_keys
+from benchctl.campaign.ports import Providers
 from benchctl.campaign.receipt import experiment_receipt
-from benchctl.context import Ctx
-from benchctl.locks import lock_keys
-from benchctl.ports import Providers
-from benchctl.runstate import PoolsRecord
+from benchctl.campaign.runstate import PoolsRecord
+from benchctl.lake import timeline
 
 DEFAULT_TEARDOWN_S = 240.0  # the wait for a deployment to go away when the spec cannot be read
 

@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl import asl, campaign, logtext
-from benchctl.context import StartInput, start_context
+from benchctl import campaign, logtext
+from benchctl.campaign import asl
+from benchctl.campaign.context import StartInput, start_context
+from benchctl.campaign.ports import Engine
+from benchctl.campaign.runstate import RunState
+from benchctl.lake.query import QueryPort
 from benchctl.local.callbacks import CallbackRelay
 from benchctl.local.runstore import LocalRunStore
-from benchctl.ports import Engine, QueryPort
-from benchctl.runstate import RunState
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -270,7 +272,7 @@ def execute(
 def _report_after(engine: Engine, ctx: Any, desc: dict[str, Any], progress: Progress) -> None:
     """The state machine's report step failed (or never ran): every ending still has its report here, written
     as ReportFailure writes it, after the execution ended; that its own step failed is in the timeline."""
-    from benchctl import timeline
+    from benchctl.lake import timeline
 
     p = engine.providers(ctx)
     if p.report is None:  # an engine that writes no report (a test's)

@@ -1,4 +1,4 @@
-"""The local lake: the lake's layout (``benchctl.lake``) in a directory, as hive-partitioned parquet files.
+"""The local lake: the lake's layout (``benchctl.lake.paths``) in a directory, as hive-partitioned parquet files.
 
 Writes are atomic (``benchctl.atomic``: a temporary file in the same directory, flushed, then renamed)
 and idempotent: the same ``part_name`` overwrites the same file. Reads return rows with the partition
@@ -15,9 +15,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchctl import schema
 from benchctl.atomic import atomic_write
-from benchctl.lake import check_path_value, partition_path, partition_rows, raw_prefix
+from benchctl.lake import schema
+from benchctl.lake.paths import check_path_value, partition_path, partition_rows, raw_prefix
 
 CAMPAIGNS_DIR, LAKE_DIR, LOCKS_DIR, CACHE_DIR = "campaigns", "lake", "locks", "cache"  # under the workspace
 

@@ -12,7 +12,7 @@ The log (AIPerf's stdout+stderr) goes NEXT TO the artifact directory, to
 ``<artifact_dir>/../<job_id>.aiperf.log``, so that the artifact directory holds what AIPerf writes (AIPerf
 keeps its own detailed log in ``<artifact_dir>/logs/aiperf.log``) and, as on EKS, the runner's
 ``runner-record.json`` (the run's exit code and AIPerf's own CPU use, which ingestion reads:
-``benchctl.client_load``); the runner's start and end records of the run go next to it
+``benchctl.lake.client_load``); the runner's start and end records of the run go next to it
 (``<job_id>.aiperf.started.json``, ``<job_id>.aiperf.exit.json``).
 
 Processes: the runner is started like every process of the local engine (``processes.start``, its own
@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchctl.campaign.ports import JSON, LoadRequest
 from benchctl.errors import LoadFailed
-from benchctl.ingest.base import RUNNER_RECORD
+from benchctl.lake.ingest.base import RUNNER_RECORD
 from benchctl.local import loopback, modeldir, processes
-from benchctl.ports import JSON, LoadRequest
 
 _STOP_GRACE_S = 10.0  # AIPerf shuts its services down on SIGTERM; SIGKILL the group after this
 _RUNNER_READY_S = 180.0  # the runner's one start-up (imports, tokenizer, corpus) on a loaded 2-core machine

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.atomic import atomic_write
+from benchctl.campaign.locks import LockHeld, held_message
 from benchctl.local.processes import live_start_time
-from benchctl.locks import LockHeld, held_message
 
 
 class FileLocks:

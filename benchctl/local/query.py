@@ -2,7 +2,7 @@
 
 One DuckDB view per lake table (over the hive-partitioned parquet files; an empty view with the schema's
 columns when the table has no file yet), then one view per ``sql/views/<name>.sql`` (the view catalog,
-``benchctl.views``), transpiled from Athena's Trino dialect with sqlglot (``read="trino"``,
+``benchctl.analysis.views``), transpiled from Athena's Trino dialect with sqlglot (``read="trino"``,
 ``write="duckdb"``) and created in dependency order (the order Athena creates them in). Implements the ``QueryPort`` (``run``).
 
 Once the views exist the connection is closed around the lake (:meth:`QueryEngine._confine`, DuckDB's own
@@ -21,8 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from benchctl import schema
-from benchctl.views import IDENT, VIEWS_DIR, ordered_views
+from benchctl.analysis.views import IDENT, VIEWS_DIR, ordered_views
+from benchctl.lake import schema
 
 _DUCK_TYPES = {
     "string": "VARCHAR",

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchctl import report
-from benchctl.formatting import format_result
-from benchctl.lake import check_path_value
+from benchctl.analysis.formatting import format_result
+from benchctl.analysis.views import REPORT_VIEWS, campaign_rows_sql, export_sql
+from benchctl.lake.paths import check_path_value
 from benchctl.local.query import QueryEngine
 from benchctl.report.data import HOW_TO_GET_A_LAKE
-from benchctl.views import REPORT_VIEWS, campaign_rows_sql, export_sql
 
 # every column of these, per campaign, with a `simulated` column (campaigns.simulated) when the view has none
 EXPORTED_VIEWS = (*REPORT_VIEWS, "v_step_stats", "v_step_cache")

@@ -1,7 +1,7 @@
 """Wiring of the local engine: ``LocalEngine`` (the providers of a campaign: real Dynamo + AIPerf processes,
 the local lake, run store, pool and file locks, one DuckDB engine per run for the report) and
 ``run_campaign``, which validates and plans the spec, starts the ASL with the input every engine starts
-with (``benchctl.context``: the spec as a ``file://`` URI, the campaign id, the poll period) and returns
+with (``benchctl.campaign.context``: the spec as a ``file://`` URI, the campaign id, the poll period) and returns
 where the results are. ``sweep_workspace`` is `benchctl sweep`.
 """
 
@@ -17,8 +17,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from benchctl.atomic import atomic_write
-from benchctl.ceilings import Ceilings
-from benchctl.context import Ctx, StartInput, check_campaign_id, new_campaign_id
+from benchctl.campaign.context import Ctx, StartInput, check_campaign_id, new_campaign_id
+from benchctl.campaign.ports import Providers
+from benchctl.campaign.runstate import ResultRecord, RunnerRecord, RunState
 from benchctl.errors import CeilingExceeded, SpecError
 from benchctl.local import processes
 from benchctl.local.engine import Interrupts, Progress, RunResult, execute
@@ -28,11 +29,11 @@ from benchctl.local.pool import LocalPool
 from benchctl.local.query import QueryEngine
 from benchctl.local.report import LocalReport
 from benchctl.local.runstore import LocalRunStore
-from benchctl.plan import plan_campaign
-from benchctl.ports import Providers
-from benchctl.runstate import ResultRecord, RunnerRecord, RunState
-from benchctl.spec import CampaignSpec, load_spec, spec_hash
-from benchctl.spec_text import read_capped
+from benchctl.planning.ceilings import Ceilings
+from benchctl.planning.placement import load_placeable_spec
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import CampaignSpec, spec_hash
+from benchctl.spec.text import read_capped
 
 
 def versions() -> dict[str, object]:
@@ -117,12 +118,12 @@ def prepare(spec_path: Path, out: Path, campaign_id: str | None = None,
     campaign and the lake. The start input every engine starts with."""
     if campaign_id is not None:  # before anything is read or made: `../../x` must never become a path
         check_campaign_id(campaign_id, "--campaign-id")
-    spec = load_spec(spec_path)
+    spec = load_placeable_spec(spec_path)
     plan = plan_campaign(spec, "local")
     if plan.budget_problems:
         raise SpecError(str(spec_path), plan.budget_problems)
     if ceilings is not None:  # the local engine has no history quota: no poll period to reckon it at
-        from benchctl import ceilings as ceiling_rules
+        from benchctl.planning import ceilings as ceiling_rules
 
         over = ceiling_rules.check(spec, plan, ceilings)
         if over:
@@ -150,7 +151,7 @@ def write_predictions(spec: CampaignSpec, out: Path, campaign_id: str, progress:
     ``<workspace>/cache/predictions/<key>.json`` and reused (a repeated `make smoke` skips seconds of
     estimates)."""
     try:
-        from benchctl.predict import predict_plan, source
+        from benchctl.forecast.predict import predict_plan, source
     except ImportError as err:
         progress.note(f"no predictions: {err}")
         return 0
@@ -190,7 +191,7 @@ def campaign_running(run_dir: Path) -> bool:
 
 def sweep_workspace(out: Path, *, dry_run: bool = False) -> list[dict[str, Any]]:
     """`benchctl sweep`: tear down what dead local campaigns of this workspace left behind."""
-    from benchctl.sweep import sweep
+    from benchctl.campaign.sweep import sweep
 
     campaigns = out / CAMPAIGNS_DIR
     ids = [d.name for d in campaigns.iterdir() if d.is_dir()] if campaigns.is_dir() else []
@@ -216,7 +217,7 @@ def run_campaign(
 ) -> RunResult:
     """Validate, plan, predict and run one local campaign; interrupts (SIGINT/SIGTERM/SIGHUP) are
     honoured from the first line on: one before the execution starts makes its Plan end ``aborted``."""
-    from benchctl import asl
+    from benchctl.campaign import asl
 
     if fail_at is not None and fail_at not in asl.task_states():
         raise ValueError(f"--fail-at {fail_at!r} is not a Task state of the campaign ASL; valid: {asl.task_states()}")

@@ -1,6 +1,6 @@
 """``RunStore`` on this machine: a directory of JSON files (``<workspace>/campaigns/<campaign id>/``).
 
-Keys are relative paths (``benchctl.runstate`` names them); every write is atomic (``benchctl.atomic``).
+Keys are relative paths (``benchctl.campaign.runstate`` names them); every write is atomic (``benchctl.atomic``).
 """
 
 from __future__ import annotations

@@ -45,11 +45,11 @@ from typing import Any
 
 from benchctl import logtext
 from benchctl.atomic import atomic_write
+from benchctl.campaign.ports import JSON, DeploymentRequest, WorkerGroupSpec
 from benchctl.errors import ServingFailed
 from benchctl.local import loopback, modeldir, processes
 from benchctl.local.smoke import loopback_http, parse_completion
-from benchctl.mocker import MOCKER_PRECISION, ROLES, mocker_flags
-from benchctl.ports import JSON, DeploymentRequest, WorkerGroupSpec
+from benchctl.planning.mocker import MOCKER_PRECISION, ROLES, mocker_flags
 
 ROUTERS = ("round-robin", "kv")
 MODES = ("aggregated", "disaggregated")
@@ -322,11 +322,11 @@ class LocalServing:
         return state
 
     def _twin_knobs(self, spec: DeploymentRequest) -> tuple[JSON, JSON]:
-        """The mocker knobs with each role's twin (``benchctl.twin``: its profile, KV blocks, speedup 1; what the
+        """The mocker knobs with each role's twin (``benchctl.forecast.twin``: its profile, KV blocks, speedup 1; what the
         spec set explicitly wins), and per role what times it (name, label, profile, or a note)."""
         if self.twin_store is None or spec.target is None:
             return dict(spec.mocker), {}
-        from benchctl import twin
+        from benchctl.forecast import twin
 
         t = spec.target
         exp = t.experiment

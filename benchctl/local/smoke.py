@@ -10,9 +10,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from benchctl import quality
+from benchctl.analysis import quality
+from benchctl.campaign.ports import JSON
 from benchctl.errors import SmokeTestFailed
-from benchctl.ports import JSON
 
 
 def loopback_http(method: str, url: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, bytes]:
@@ -121,7 +121,7 @@ def parse_stream(raw: bytes) -> dict[str, Any]:
 
 def ask(url: str, requests: list[JSON], timeout_s: float = 120) -> JSON:
     """Send each ``{"id", "body"}`` chat completion as given; ``{id: {"content", "finish_reason"} | {"error"}}``
-    (``benchctl.quality`` scores them)."""
+    (``benchctl.analysis.quality`` scores them)."""
     out: JSON = {}
     deadline = time.monotonic() + timeout_s
     for r in requests:

@@ -1,6 +1,6 @@
 """The local engine's twins at run time: checked before anything starts, made (or read from the workspace's
 store) before the first experiment deploys, named in the progress output and recorded in the lake's ``twins``
-table, which the report reads. The twin itself is :mod:`benchctl.twin`.
+table, which the report reads. The twin itself is :mod:`benchctl.forecast.twin`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchctl.spec import CampaignSpec, Experiment
-from benchctl.twin import AUTO, OFF, RoleTwin, resolve
-from benchctl.twin_profile import ProfileError, profile_dir, read_profile
+from benchctl.forecast.twin import AUTO, OFF, RoleTwin, resolve
+from benchctl.forecast.twin_profile import ProfileError, profile_dir, read_profile
+from benchctl.spec.deployment import Experiment
+from benchctl.spec.model import CampaignSpec
 
 
 def named_profile_problems(spec: CampaignSpec, workspace: Path) -> list[str]:
@@ -53,7 +54,7 @@ def write_twins(spec: CampaignSpec, workspace: Path, campaign_id: str, progress:
     for exp in spec.experiments:
         twins = experiment_twins(spec, exp, workspace)
         rows += twin_rows(campaign_id, exp, twins)
-        # what the spec sets explicitly wins over the twin's knobs (benchctl.twin.mocker_knobs): said here
+        # what the spec sets explicitly wins over the twin's knobs (benchctl.forecast.twin.mocker_knobs): said here
         mine = [f"mocker.{k} {getattr(exp.mocker, k):g}" for k in ("num_gpu_blocks", "speedup_ratio")
                 if getattr(exp.mocker, k) not in (None, 1.0)]
         for role, t in twins.items():

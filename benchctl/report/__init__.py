@@ -9,10 +9,12 @@ labelled SIMULATED everywhere.
 One pipeline: :mod:`.data` reads everything through a ``QueryPort`` (DuckDB locally,
 ``benchctl.local.query``; Athena on AWS, ``benchctl.aws.athena``) and assembles it; :mod:`.figures` and
 :mod:`.timeline` draw with :mod:`.chartkit`; :mod:`.answers` (and :mod:`.answers_more`) judge the plan's
-questions over :mod:`.evidence` (the recorded comparisons) with ``benchctl.verdicts``; :mod:`.html` and
+questions over :mod:`.evidence` (the recorded comparisons) with ``benchctl.analysis.verdicts``; :mod:`.html` and
 :mod:`.markdown` render. Bad input (an
 empty lake, an unknown campaign, an unknown format) raises ValueError naming what is valid.
 May import the standard library and the core (never an engine).
+
+May import: the foundation, the spec, the lake, planning and analysis (never an engine: the query port).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchctl.atomic import atomic_write
-from benchctl.ports import QueryPort
+from benchctl.lake.query import QueryPort
 from benchctl.report.calibration import load_calibration
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
 from benchctl.report.data import ReportData, load_report_data, report_queries

@@ -1,10 +1,10 @@
 """The report's "Answers" section: the plan's four questions and four hypotheses, each judged as one statistical
-procedure over the comparisons the campaign recorded (``benchctl.comparisons``):
+procedure over the comparisons the campaign recorded (``benchctl.spec.comparisons``):
 
 * each answer declares its primary figures before the data (:data:`Q1_PRIMARY`, ...); every point of them is
   one test of the answer's family, the rest are descriptive (shown with an unadjusted interval, no verdict);
 * the family is judged by Holm's step-down at family-wise alpha = 1 - ``comparison.confidence``
-  (:func:`benchctl.effects.adjust`): the answer's status is directional only when a test its text shows is;
+  (:func:`benchctl.analysis.effects.adjust`): the answer's status is directional only when a test its text shows is;
 * failures are measurements: goodput and SLO attainment count every attempted step, latency percentiles only
   valid ones; an answer built on a comparison whose transfer path is unverified is inconclusive;
 * "not measured" where no comparison can answer; what was left out is named.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from benchctl.effects import (
+from benchctl.analysis.effects import (
     COUNT,
     Compared,
     Figure,
@@ -26,7 +26,8 @@ from benchctl.effects import (
     effects,
     summarize,
 )
-from benchctl.inference import fieller
+from benchctl.analysis.inference import fieller
+from benchctl.analysis.verdicts import HIGHER, INCONCLUSIVE, LOWER, RegimeComparison, Sample
 from benchctl.report.answers_more import h2, h3, h4, q3
 from benchctl.report.data import ReportData, fmt_value, num
 from benchctl.report.evidence import (
@@ -55,7 +56,6 @@ from benchctl.report.evidence import (
     sweep_points,
     valid_only,
 )
-from benchctl.verdicts import HIGHER, INCONCLUSIVE, LOWER, RegimeComparison, Sample
 
 ANSWERS_INTRO = (
     "The plan's four questions and four hypotheses, each judged as one procedure over the comparisons the campaign "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchctl.effects import (
+from benchctl.analysis.effects import (
     ABS,
     COUNT,
     SHARE,
@@ -18,6 +18,7 @@ from benchctl.effects import (
     from_estimate,
     summarize,
 )
+from benchctl.analysis.verdicts import INCONCLUSIVE, MIN_REPEATS, Sample, fit_line, mean_interval, slope_se
 from benchctl.report.data import fmt_value, num
 from benchctl.report.evidence import (
     BASELINE,
@@ -42,7 +43,6 @@ from benchctl.report.evidence import (
     sweep_key,
     sweep_points,
 )
-from benchctl.verdicts import INCONCLUSIVE, MIN_REPEATS, Sample, fit_line, mean_interval, slope_se
 
 
 def _method(settings: Any, declared: str, a: Answer, blocks: list[Any], design: str, extra: str = "") -> str:

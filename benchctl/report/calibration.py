@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchctl import schema
-from benchctl.lake import check_path_value
-from benchctl.ports import QueryPort
+from benchctl.lake import schema
+from benchctl.lake.paths import check_path_value
+from benchctl.lake.query import QueryPort
 
 METRICS = (("ttft_p50_ms", "TTFT p50 (ms)"), ("itl_p50_ms", "ITL p50 (ms)"),
            ("output_tokens_per_s", "output tokens/s"))

@@ -1,5 +1,5 @@
 """The report's "Load generator" section: per step, whether AIPerf kept up, with the figures behind the verdict
-(``benchctl.client_load``: issue lag against its budget, requests issued on time, AIPerf's CPU against its
+(``benchctl.lake.client_load``: issue lag against its budget, requests issued on time, AIPerf's CPU against its
 cores), and the caveat sentence when any step was client-bound. May import the standard library and the core.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchctl import client_load
-from benchctl.lake import check_path_value
+from benchctl.lake import client_load
+from benchctl.lake.paths import check_path_value
 
 SECTION_ID = "client"
 TITLE = "Load generator (client)"

@@ -15,13 +15,13 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from benchctl import schema, timeline
-from benchctl.formatting import round_for_reading
-from benchctl.lake import check_path_value
-from benchctl.ports import QueryPort
+from benchctl.analysis.formatting import round_for_reading
+from benchctl.analysis.views import REPORT_VIEWS
+from benchctl.lake import schema, timeline
+from benchctl.lake.paths import check_path_value
+from benchctl.lake.query import QueryPort
 from benchctl.report.chartkit import SIM_TEXT, duration
 from benchctl.report.client import client_query, client_rows
-from benchctl.views import REPORT_VIEWS
 
 # (view, section title, one-line description); the columns shown are REPORT_VIEWS[view] (those present).
 TABLES: tuple[tuple[str, str, str], ...] = (

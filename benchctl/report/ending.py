@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchctl import timeline
+from benchctl.lake import timeline
 from benchctl.report.data import ReportData
 
 RECEIPT_COLUMNS = ("experiment", "kind", "name", "action", "recorded", "now", "state", "why", "billing", "read_at")

@@ -1,8 +1,8 @@
 """The evidence the report's Answers judge: each comparison the campaign recorded (the ``comparisons`` table)
 with its settings, the steps of both its sides (``v_comparison_steps``) as points with one observation per
-repeat (:mod:`benchctl.effects`), and what is left out and why: latency percentiles of steps that failed or
+repeat (:mod:`benchctl.analysis.effects`), and what is left out and why: latency percentiles of steps that failed or
 exceeded the error-rate threshold (goodput and SLO attainment count every attempted step), disaggregated
-experiments whose KV transfer was not the spec's (:mod:`benchctl.fabric`), comparisons a question cannot use.
+experiments whose KV transfer was not the spec's (:mod:`benchctl.analysis.fabric`), comparisons a question cannot use.
 Also the design the intervals rest on (deployments per mode, their order, pairing).
 Pure: the standard library and the core.
 """
@@ -13,11 +13,11 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchctl import timeline
-from benchctl.effects import Block, Compared, Family, Obs, adjust, confidence_text, describe
-from benchctl.fabric import NOT_APPLICABLE, Fabric, fabric_check
+from benchctl.analysis.effects import Block, Compared, Family, Obs, adjust, confidence_text, describe
+from benchctl.analysis.fabric import NOT_APPLICABLE, Fabric, fabric_check
+from benchctl.analysis.verdicts import INCONCLUSIVE, Attainment, Settings, num_text
+from benchctl.lake import timeline
 from benchctl.report.data import ReportData, Rows, fmt_value, num
-from benchctl.verdicts import INCONCLUSIVE, Attainment, Settings, num_text
 
 BASELINE, TREATMENT = "baseline", "treatment"
 NOT_MEASURED = "not measured"
@@ -56,7 +56,7 @@ def not_measured(a: Answer, why: str, excluded: list[str]) -> Answer:
 
 
 def judge(a: Answer, pairs: Sequence[Pair], family: list[Any], shown_only: Sequence[Compared]) -> Settings:
-    """The answer's family judged by Holm's step-down (:func:`benchctl.effects.adjust`), its descriptive figures
+    """The answer's family judged by Holm's step-down (:func:`benchctl.analysis.effects.adjust`), its descriptive figures
     given their unadjusted intervals; the settings it was judged by (the campaign's, on every comparison row)."""
     settings = pairs[0].settings if pairs else Settings()
     a.family = adjust(family, settings)

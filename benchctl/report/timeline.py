@@ -1,13 +1,13 @@
 """The report's campaign timeline: per experiment, the phases between paired timeline events (capacity,
 deploy, smoke, each load, teardown), pool restores and hand-overs as points, and each experiment's cost.
-The events and their pairs are ``benchctl.timeline``'s. May import the standard library and the core."""
+The events and their pairs are ``benchctl.lake.timeline``'s. May import the standard library and the core."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from benchctl import timeline as events
+from benchctl.lake import timeline as events
 from benchctl.report.chartkit import (
     MODE_COLORS,
     OTHER_COLOR,

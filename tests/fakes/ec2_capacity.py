@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 from xml.sax.saxutils import escape
 
-from benchctl.quotas import QUOTAS
+from benchctl.planning.quotas import QUOTAS
 
 DEFAULTS = {q.code: q.name for q in QUOTAS.values()}  # every EC2 GPU quota: default 0 vCPUs
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl import campaign
+from benchctl.analysis.quality import LOG_MARK
 from benchctl.aws.eks import EksServing, EksSmoke
 from benchctl.aws.eks_load import EksLoad, sign_end
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
@@ -32,14 +33,13 @@ from benchctl.aws.k8s.common import LABEL_MANAGED, LABEL_STEP
 from benchctl.aws.pools import pools_for
 from benchctl.aws.preflight import preflight
 from benchctl.campaign import Task
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import Providers
+from benchctl.campaign.runstate import RunState, runner_key
 from benchctl.local.lake import LocalLake
 from benchctl.local.runstore import LocalRunStore
-from benchctl.plan import plan_campaign
-from benchctl.ports import Providers
-from benchctl.quality import LOG_MARK
-from benchctl.runstate import RunState, runner_key
-from benchctl.spec import CampaignSpec, parse_spec
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import CampaignSpec, parse_spec
 from tests import yaml_files
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import arithmetic
@@ -160,7 +160,7 @@ def dynamo_operator(api: FakeKubeApi) -> list[dict[str, Any]]:
 
 
 def quality_log(job: dict[str, Any]) -> str:
-    """The smoke script's quality lines (benchctl.quality.LOG_MARK + JSON) as a model that can count
+    """The smoke script's quality lines (benchctl.analysis.quality.LOG_MARK + JSON) as a model that can count
     answers the Job's QUALITY_REQUESTS."""
     env = {e["name"]: e.get("value") for c in job["spec"]["template"]["spec"]["containers"] for e in c.get("env") or []}
     lines = [LOG_MARK + json.dumps({"id": q["id"], "content": f"ANSWER: {arithmetic(q['body'])}", "finish_reason": "stop"})

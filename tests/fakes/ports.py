@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import DeploymentRequest, LoadRequest, Providers
+from benchctl.campaign.runstate import RunState
 from benchctl.errors import ServingFailed
 from benchctl.local.lake import LocalLake
 from benchctl.local.pool import LocalPool
 from benchctl.local.runner import read_file_uri
 from benchctl.local.runstore import LocalRunStore
-from benchctl.ports import DeploymentRequest, LoadRequest, Providers
-from benchctl.runstate import RunState
 
 JSON = dict[str, Any]
 SUMMARY_JSON = "profile_export_aiperf.json"
@@ -51,7 +51,7 @@ def sample_records(dataset_lines: int | None = None) -> list[str]:
     With ``dataset_lines`` (the step sent a generated dataset, ``--input-file``), one profiling record
     per dataset line, whose conversation id names that line (``line-000000``...), as AIPerf's are.
     """
-    from benchctl.datasets import SESSION_PREFIX
+    from benchctl.lake.ingest.records import SESSION_PREFIX
 
     head = (SAMPLES / "profile_export.head.jsonl").read_text(encoding="utf-8").splitlines()
     profiling = []
@@ -205,7 +205,7 @@ class FakeLoad:
 
 
 def arithmetic(body: JSON) -> int:
-    """What a model that can count answers to a quality question (``benchctl.quality.PROMPT``, or a multistep
+    """What a model that can count answers to a quality question (``benchctl.analysis.quality.PROMPT``, or a multistep
     ``MULTISTEP_PROMPT`` read with Python's own expression parser)."""
     import ast
     import operator
@@ -372,7 +372,7 @@ class Unused:
 def providers_for_test(run_dir: Path, lake: Any, *, spec: Any = None, engine: str = "local", **ports: Any) -> Providers:
     """Providers over a local run state (with ``spec`` and its plan stored, when given) and a lake, for unit
     tests that call the operations directly; a port not given is ``Unused``."""
-    from benchctl.plan import plan_campaign
+    from benchctl.planning.plan import plan_campaign
 
     state = RunState(LocalRunStore(run_dir))
     if spec is not None:

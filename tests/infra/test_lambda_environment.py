@@ -43,11 +43,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from benchctl import schema
+from benchctl.analysis.views import athena_view_ddl
 from benchctl.campaign import step_dataset
-from benchctl.plan import plan_campaign
-from benchctl.spec import load_spec
-from benchctl.views import athena_view_ddl
+from benchctl.lake import schema
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import load_spec
 from stacks import layers
 from tests.fakes.eks_world import EFA_DEVICE_PLUGIN
 from tests.fakes.ports import write_sample_artifacts

@@ -19,7 +19,7 @@ import yaml
 
 from benchctl.aws.env import LambdaEnv
 from benchctl.aws.k8s.common import HF_TOKEN_KEY
-from benchctl.spec import load_spec
+from benchctl.spec.model import load_spec
 from stacks import platform_values as pv
 from stacks.config import PLATFORM_PIECES
 from stacks.platform import EFA_INTERFACES, KUBERNETES_DIR, TOKEN_SYNC
@@ -243,8 +243,8 @@ def test_the_hf_token_comes_from_a_secret_the_user_fills_through_a_pod_identity_
 def test_our_rbac_and_admission_are_applied_as_the_files_say_with_the_load_images_registry_allowed(nodegroups):
     """The files as they are, but the admission parameters: the deployment's allow-list with the registry the
     control plane publishes the load image to (the step the file's header asks a person to do by hand)."""
-    from benchctl import ceilings
     from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
+    from benchctl.planning import ceilings
 
     files = [d for p in sorted(KUBERNETES_DIR.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
     (rbac,) = [docs for docs in applied(nodegroups).values() if any(d["kind"] == "ValidatingAdmissionPolicy"
@@ -402,7 +402,7 @@ def test_the_seed_plan_runs_against_the_new_platforms_outputs_with_no_name_edite
     and the cluster preflight (namespace, Dynamo CRD, token secret with its key, RWX claim, node groups)
     against exactly what the platform creates."""
     from benchctl.aws.preflight import deployment_preflight, preflight
-    from benchctl.plan import plan_campaign
+    from benchctl.planning.plan import plan_campaign
 
     pf, env = nodegroups[PF], _env(nodegroups)
     outputs = {k: v["Value"] for k, v in pf["Outputs"].items() if isinstance(v["Value"], str)}

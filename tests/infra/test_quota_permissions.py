@@ -97,7 +97,7 @@ def world(templates: dict[str, JSON]) -> Iterator[tuple[dict[str, Any], Enforcem
 
 
 def _seed() -> Any:
-    from benchctl.spec import parse_spec
+    from benchctl.spec.model import parse_spec
 
     return parse_spec(yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text()))
 

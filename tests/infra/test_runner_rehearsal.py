@@ -56,14 +56,15 @@ from typing import Any
 import pytest
 import yaml
 
-from benchctl import aiperf_args, asl
 from benchctl.aws.k8s import jobs, preflight_jobs
 from benchctl.aws.k8s.common import LOAD_IMAGE_PLACEHOLDER, runner_service_account
+from benchctl.campaign import asl
+from benchctl.campaign.ports import LoadRequest
 from benchctl.constants import runner_prefix
 from benchctl.local import modeldir
-from benchctl.plan import plan_campaign
-from benchctl.ports import LoadRequest
-from benchctl.spec import CampaignSpec, parse_spec
+from benchctl.planning import aiperf_args
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import CampaignSpec, parse_spec
 from tests.fakes import pod_identity
 from tests.fakes.moto_iam import (
     Enforcement,

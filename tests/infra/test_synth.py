@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from benchctl import schema
+from benchctl.analysis.views import view_sql_files
 from benchctl.constants import RUNNER_INPUTS_LISTING
-from benchctl.views import view_sql_files
+from benchctl.lake import schema
 from lambdas import FUNCTIONS
 from tests.infra.cfn_resolve import Resolver
 from tests.infra.conftest import CONTEXT, CP, FULL, ROOT, RS, load_templates, synth
@@ -168,7 +168,7 @@ def test_the_load_image_is_built_from_the_repo_with_aiperf_0_13_0_and_given_to_e
     assert image["source"]["platform"] == "linux/amd64"
     dockerfile = (default_out / image["source"]["directory"] / "Dockerfile").read_text()
     assert dockerfile == (ROOT / "stacks" / "images" / "load" / "Dockerfile").read_text()
-    from benchctl.aiperf_args import AIPERF_VERSION
+    from benchctl.planning.aiperf_args import AIPERF_VERSION
 
     assert f"ARG AIPERF_VERSION={AIPERF_VERSION}" in dockerfile
     # the build gets the deployment's base (a tag alone is refused by the build unless accepted explicitly) and
@@ -658,7 +658,7 @@ def test_every_function_gets_exactly_the_variables_of_the_lambda_env_model_and_e
     import dataclasses
 
     from benchctl.aws.env import VARIABLES, LambdaEnv
-    from benchctl.ceilings import ENV_VAR
+    from benchctl.planning.ceilings import ENV_VAR
 
     powertools_own = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"}
     for name, fn in _resources(templates[CP], "AWS::Lambda::Function").items():
@@ -682,7 +682,7 @@ def test_every_function_gets_exactly_the_variables_of_the_lambda_env_model_and_e
 def test_the_deployment_ceilings_are_recorded_on_the_plan_and_pools_functions_only(templates):
     """cdk.json's ``benchctl:ceilings``, exactly, on the two functions that refuse specs past them; what the
     runtime parses from that variable is the same ceilings the CLI reads from cdk.json."""
-    from benchctl import ceilings
+    from benchctl.planning import ceilings
 
     want = ceilings.from_context_file(ROOT / "cdk.json")
     seen = []

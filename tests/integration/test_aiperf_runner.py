@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from benchctl.campaign.ports import LoadRequest
 from benchctl.local import processes
 from benchctl.local.load import LocalLoad, aiperf_command
-from benchctl.ports import LoadRequest
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.spec import parse_spec
+from benchctl.spec.model import parse_spec
 from tests.unit.test_aws_k8s import CID, _spec, _with_image
 
 

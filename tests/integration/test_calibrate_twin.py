@@ -7,7 +7,7 @@ box: 5-13 ms measured beyond the router's own TTFT), which the fit attributes to
 take out: on a fresh-clone CI run with a 200 ms prefill it grew with the input (13 to 41 ms: 14.5 % off the known
 curve), so the known prefill is 500 ms + 0.1 ms a token (6.3 % off on this machine). The decode steps at
 concurrency 2 and 4 may carry other requests' prefills (a closed loop of equal lengths mostly runs in lockstep,
-its prefills landing in TTFT); the fit takes out what the records' times show (benchctl.calibrate.prefill_stalls)."""
+its prefills landing in TTFT); the fit takes out what the records' times show (benchctl.forecast.calibrate.prefill_stalls)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchctl.twin_profile import TimingProfile, read_profile, write_profile
+from benchctl.forecast.twin_profile import TimingProfile, read_profile, write_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ def _known(path: Path) -> Path:
 
 
 def _spec(tmp_path: Path, out: Path) -> Path:
-    """The known profile in the run's twin store, selected by name (``mocker.twin``, benchctl.twin)."""
+    """The known profile in the run's twin store, selected by name (``mocker.twin``, benchctl.forecast.twin)."""
     _known(out / "twin" / "known-test")
     d = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
     d["name"] = "calibrate-twin"
@@ -55,7 +55,7 @@ def _spec(tmp_path: Path, out: Path) -> Path:
 
 
 def test_calibrate_recovers_the_known_profile_the_mocker_ran(tmp_path):
-    from benchctl.calibrate import curve_errors, fit_decode, fit_prefill
+    from benchctl.forecast.calibrate import curve_errors, fit_decode, fit_prefill
 
     known = read_profile(_known(tmp_path / "known"))
     out, ws = tmp_path / "out", tmp_path / "ws"

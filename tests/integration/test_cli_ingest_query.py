@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "benchctl.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "benchctl.cli.main", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def test_ingest_then_query_matches_aiperf_summary(tmp_path, artifact_dir):  # noqa: F811
@@ -95,7 +95,7 @@ def test_newcomer_mistakes_are_one_line_and_exit_2(tmp_path):
           "arn:aws:states:us-east-1:123456789012:stateMachine:sm"), "credentials"),
     ):
         env = dict(env_without_aws, AWS_DEFAULT_REGION="us-east-1") if args[0] == "start" else env_without_aws
-        res = subprocess.run([sys.executable, "-m", "benchctl.cli", *args], capture_output=True, text=True,
+        res = subprocess.run([sys.executable, "-m", "benchctl.cli.main", *args], capture_output=True, text=True,
                              cwd=ROOT, env=env, timeout=120)
         assert res.returncode == 2, res.stderr
         assert "Traceback" not in res.stderr and needle in res.stderr.lower() and res.stderr.count("\n") == 1

@@ -1,4 +1,4 @@
-"""The CLI as a person runs it: ``python -m benchctl.cli`` in a process of its own, its exit code and what it
+"""The CLI as a person runs it: ``python -m benchctl.cli.main`` in a process of its own, its exit code and what it
 prints (0, or 2 with one line per problem and never a traceback). Real processes: the integration tier."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _validate(tmp_path: Path, name: str, content: bytes) -> subprocess.CompletedProcess[str]:
     path = tmp_path / name
     path.write_bytes(content)
-    return subprocess.run([sys.executable, "-m", "benchctl.cli", "validate", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "benchctl.cli.main", "validate", str(path)], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
 
 
@@ -61,7 +61,7 @@ def test_cli_validate_exits_0_or_2_never_a_traceback(tmp_path: Path, case: str) 
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "benchctl.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "benchctl.cli.main", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def test_cli_validate_exit_codes(tmp_path):
@@ -82,7 +82,7 @@ def test_cli_validate_exit_codes(tmp_path):
 
 
 def test_cli_plan_json_and_budget_exit(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "plan", "examples/seed-plan.yaml", "--json"],
+    res = subprocess.run([sys.executable, "-m", "benchctl.cli.main", "plan", "examples/seed-plan.yaml", "--json"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["plan_id"].startswith("seed-plan-")
@@ -90,7 +90,7 @@ def test_cli_plan_json_and_budget_exit(tmp_path):
     data["budget"] = {"max_hours": 0.5}
     f = tmp_path / "b.yaml"
     f.write_text(yaml.safe_dump(data))
-    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "plan", str(f), "--engine", "aws"],
+    res = subprocess.run([sys.executable, "-m", "benchctl.cli.main", "plan", str(f), "--engine", "aws"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 2 and "budget.max_hours" in res.stderr
 

@@ -25,12 +25,12 @@ import pytest
 pytest.importorskip("dynamo.frontend")
 pytest.importorskip("aiperf")
 
+from benchctl.campaign.ports import DeploymentRequest, LoadRequest, WorkerGroupSpec
 from benchctl.errors import ServingFailed
 from benchctl.local import loopback, modeldir, processes
 from benchctl.local.load import LocalLoad
 from benchctl.local.serving import SERVING_NICENESS, LocalServing, mocker_flags
 from benchctl.local.smoke import smoke_test
-from benchctl.ports import DeploymentRequest, LoadRequest, WorkerGroupSpec
 
 pytestmark = pytest.mark.integration
 
@@ -532,7 +532,7 @@ def test_tcp_nodelay_on_the_frontend_s_http_port_removes_that_stall(serving, mon
 
 def _held(monkeypatch: pytest.MonkeyPatch, dispatch_ms: float) -> None:
     """Deployments made now give their aggregated workers a twin's dispatch hold of ``dispatch_ms``
-    (what ``benchctl.twin`` reads from aiconfigurator; the timing itself stays the test's mocker knobs)."""
+    (what ``benchctl.forecast.twin`` reads from aiconfigurator; the timing itself stays the test's mocker knobs)."""
     monkeypatch.setattr(LocalServing, "_twin_knobs", lambda self, spec: (
         dict(spec.mocker), {"worker": {"name": "test", "label": "test", "dispatch_ms": dispatch_ms}}))
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from benchctl.aiperf_args import AIPERF_VERSION
 from benchctl.aws.k8s.common import (
     KVBM_METRICS_PORT,
     LABEL_ROLE,
@@ -26,7 +25,8 @@ from benchctl.aws.k8s.common import (
     nodepool_name,
 )
 from benchctl.aws.k8s.efa import NIXL_TELEMETRY_PORT
-from benchctl.plan import plan_campaign
+from benchctl.planning.aiperf_args import AIPERF_VERSION
+from benchctl.planning.plan import plan_campaign
 from tests import crd_schemas
 from tests.aws_checks import job_problems
 from tests.fakes import eks_world
@@ -77,7 +77,7 @@ def _webhook_names(dgd: dict[str, Any]) -> list[str]:
     """Dynamo's admission webhook on the Grove pathway (ai-dynamo/dynamo deploy/operator/internal/webhook/
     validation: dgdComponentResourceNameLength, maxCombinedResourceNameLength = 45): for a single-node component,
     len(DGD name) + len(lowercased component name) may not exceed 45 (written here from the Go source, not from
-    benchctl.names)."""
+    benchctl.spec.names)."""
     name = dgd["metadata"]["name"]
     return [f"component {c['name']}: combined resource name length {len(name) + len(c['name'])} exceeds 45"
             for c in dgd["spec"]["components"] if len(name) + len(c["name"].lower()) > 45]
@@ -158,7 +158,7 @@ def load_jobs(world: World) -> dict[tuple[str, str], list[str]]:
     """(experiment, step) -> the argv its workload's runner Job got (the step's request in the run store),
     for every step the campaign launched; each is a step of a runner Job the campaign sent."""
     from benchctl.aws.eks_load import EksLoad
-    from benchctl.runstate import runner_key
+    from benchctl.campaign.runstate import runner_key
 
     load = world.providers.load
     assert isinstance(load, EksLoad)

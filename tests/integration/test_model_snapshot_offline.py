@@ -27,7 +27,7 @@ from benchctl.aws.k8s.common import HF_HOME
 from benchctl.aws.k8s.jobs import PREFETCH_HF_HUB, render_prefetch_job
 from benchctl.aws.k8s.render import render_dgd
 from benchctl.local import modeldir
-from benchctl.spec import parse_spec
+from benchctl.spec.model import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CID = "smoke-20261201-000000"

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchctl import predict, predict_table, schema
-from benchctl.cli import main
+from benchctl.cli.main import main
+from benchctl.forecast import predict, predict_table
+from benchctl.lake import schema
 from benchctl.local.lake import LocalLake
-from benchctl.plan import plan_campaign
-from benchctl.spec import PoolSpec, load_spec, parse_spec
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.deployment import PoolSpec
+from benchctl.spec.model import load_spec, parse_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -244,7 +246,12 @@ def test_cli_without_lake_only_prints(tmp_path, capsys):
 def test_aiconfigurators_memory_model_gives_the_l40s_workers_a_kv_cache_below_the_bound_the_example_states():
     # examples/kv-offload-l40s.yaml sizes its working set against vLLM's arithmetic (an upper bound on the GPU
     # KV cache); aiconfigurator's memory model (activations, NCCL, its slack) must give less, never more
-    from benchctl.predict import VLLM_GPU_MEMORY_UTILIZATION, _Config, _estimate, gpu_kv_capacity_tokens
+    from benchctl.forecast.predict import (
+        VLLM_GPU_MEMORY_UTILIZATION,
+        _Config,
+        _estimate,
+        gpu_kv_capacity_tokens,
+    )
 
     spec = load_spec(ROOT / "examples" / "kv-offload-l40s.yaml")
     (w,) = spec.workloads

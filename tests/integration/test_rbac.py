@@ -27,8 +27,8 @@ from benchctl.aws.k8s.common import LABEL_CAMPAIGN
 from benchctl.aws.pools import pools_for
 from benchctl.aws.sweep import campaign_ids, labelled
 from benchctl.campaign import Task
-from benchctl.plan import plan_campaign
-from benchctl.spec import parse_spec
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import parse_spec
 from tests.aws_checks import RBAC_FILE, upstream_api
 from tests.fakes import eks_world
 from tests.fakes.eks_world import CID, FUNCTION_TOKENS, NS, World

@@ -14,10 +14,10 @@ pytest.importorskip("dynamo.frontend")
 
 from benchctl import campaign
 from benchctl.campaign import Task
-from benchctl.context import start_context
+from benchctl.campaign.context import start_context
+from benchctl.campaign.runstate import RunnerRecord, RunState
 from benchctl.local.runner import LocalEngine, campaign_running, prepare
 from benchctl.local.runstore import LocalRunStore
-from benchctl.runstate import RunnerRecord, RunState
 from tests.e2e.conftest import leftovers, read_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -53,12 +53,12 @@ def test_sweep_tears_down_what_a_dead_campaign_left(tmp_path):
     RunState(LocalRunStore(engine.run_dir("live-1"))).save_runner(
         RunnerRecord(pid=__import__("os").getpid(), start_time=None, started=""))
 
-    dry = subprocess.run([sys.executable, "-m", "benchctl.cli", "sweep", "--out", str(out), "--dry-run"],
+    dry = subprocess.run([sys.executable, "-m", "benchctl.cli.main", "sweep", "--out", str(out), "--dry-run"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert dry.returncode == 0 and "dead-1: would tear down (experiments: agg)" in dry.stdout
     assert leftovers(run_dir)  # a dry run changes nothing
 
-    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "sweep", "--out", str(out)],
+    res = subprocess.run([sys.executable, "-m", "benchctl.cli.main", "sweep", "--out", str(out)],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "dead-1: swept (experiments: agg)" in res.stdout
@@ -69,6 +69,6 @@ def test_sweep_tears_down_what_a_dead_campaign_left(tmp_path):
     assert not list((out / "locks").glob("*.json"))  # the dead campaign's lock is released
     status = {r["campaign_id"]: (r["status"], r["error"]) for r in read_table(lake, "campaigns")}
     assert status["dead-1"] == ("failed", "Swept")
-    again = subprocess.run([sys.executable, "-m", "benchctl.cli", "sweep", "--out", str(out)],
+    again = subprocess.run([sys.executable, "-m", "benchctl.cli.main", "sweep", "--out", str(out)],
                            capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "dead-1: nothing left" in again.stdout

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from benchctl import twin
-from benchctl.predict import _quiet
-from benchctl.spec import load_spec
+from benchctl.forecast import twin
+from benchctl.forecast.predict import _quiet
+from benchctl.spec.model import load_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from benchctl import twin
+from benchctl.forecast import twin
 
 
 def synthetic_curves(key: twin.TwinKey) -> twin.Curves:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl import timeline
+from benchctl.analysis.verdicts import Settings
+from benchctl.lake import timeline
 from benchctl.local.lake import LocalLake
-from benchctl.verdicts import Settings
 
 SLO_TTFT_MS, SLO_ITL_MS = 1000.0, 100.0
 MEASURED = ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "request_latency_p50_ms", "output_tokens_per_s")

@@ -22,7 +22,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from benchctl import ceilings
 from benchctl.aws.k8s.admission import (
     DEFAULT_ALLOW_LIST,
     FUNCTION_GROUPS,
@@ -33,6 +32,7 @@ from benchctl.aws.k8s.admission import (
 )
 from benchctl.aws.k8s.client import RESOURCES, ApiError, KubeClient
 from benchctl.aws.k8s.render import render_campaign, render_nodepool
+from benchctl.planning import ceilings
 from tests.aws_checks import ADMISSION_FILE, K8S_VERSION, admission, upstream_api
 from tests.fakes.admission import Admission, Quantity
 from tests.fakes.eks_world import CID, FUNCTION_TOKENS, LOAD_IMAGE, NS, example_specs

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.aiperf_args import step_args, warmup_args
-from benchctl.plan import plan_campaign
-from benchctl.spec import load_spec
+from benchctl.planning.aiperf_args import step_args, warmup_args
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")

@@ -4,7 +4,7 @@ import json
 import re
 from pathlib import Path
 
-from benchctl import asl
+from benchctl.campaign import asl
 from lambdas import FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ def test_teardown_states_cannot_be_blocked_by_abort(tmp_path):
     import pytest
     import yaml
 
-    from benchctl.context import Ctx
+    from benchctl.campaign.context import Ctx
     from benchctl.errors import Aborted
     from benchctl.local.runner import prepare
     from lambdas._runtime import use_engine
@@ -233,16 +233,16 @@ def test_fail_at_names_are_checked_before_anything_starts(tmp_path):
 
     names = asl.task_states()
     assert "LaunchLoad" in names and "Plan" in names and "AbortCampaign" in names
-    res = subprocess.run([sys.executable, "-m", "benchctl.cli", "run", "examples/smoke.yaml", "--out", str(tmp_path),
+    res = subprocess.run([sys.executable, "-m", "benchctl.cli.main", "run", "examples/smoke.yaml", "--out", str(tmp_path),
                           "--fail-at", "Nope"], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 2 and "LaunchLoad" in res.stderr
     assert not (tmp_path / "campaigns").exists()
 
 
 def test_the_committed_definition_is_the_build_of_its_source():
-    """state_machines/campaign.asl.json is generated (python -m benchctl.asl) from campaign.src.json: every
+    """state_machines/campaign.asl.json is generated (python -m benchctl.campaign.asl) from campaign.src.json: every
     Lambda task gets the one transient-error retrier, after its own retriers and before States.ALL."""
-    assert asl.text() == asl.render(asl.build(asl.load(asl.SOURCE_PATH))), "run: python -m benchctl.asl"
+    assert asl.text() == asl.render(asl.build(asl.load(asl.SOURCE_PATH))), "run: python -m benchctl.campaign.asl"
     source = asl.load(asl.SOURCE_PATH)
     for _, name, st in asl.all_states(source):
         assert asl.LAMBDA_RETRY not in st.get("Retry", []), f"{name}: the source repeats the builder's retrier"

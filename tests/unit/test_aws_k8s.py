@@ -23,7 +23,9 @@ from benchctl.aws.k8s.common import LABEL_CAMPAIGN, LABEL_MANAGED, LABEL_ROLE, d
 from benchctl.aws.pools import pools_for
 from benchctl.aws.preflight import preflight
 from benchctl.campaign import Task, deployment_request
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import LoadRequest
+from benchctl.campaign.runstate import DeploymentRecord
 from benchctl.errors import (
     DeadlineExceeded,
     EndRecordForged,
@@ -34,10 +36,8 @@ from benchctl.errors import (
 )
 from benchctl.local.lake import LocalLake
 from benchctl.local.runstore import LocalRunStore
-from benchctl.plan import plan_campaign
-from benchctl.ports import LoadRequest
-from benchctl.runstate import DeploymentRecord
-from benchctl.spec import parse_spec
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import parse_spec
 from tests import yaml_files
 from tests.aws_checks import RBAC_FILE, job_problems
 from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, quality_log
@@ -180,7 +180,7 @@ VLLM_CONFIG_LINE = (
 
 def test_versions_record_the_precision_each_workers_vllm_engine_logged_running(api):
     from benchctl.aws.eks import engine_precision
-    from benchctl.mocker import MOCKER_PRECISION
+    from benchctl.planning.mocker import MOCKER_PRECISION
 
     s = serving(api)
     st = deploy(s, "agg")
@@ -199,8 +199,8 @@ def test_versions_record_the_precision_each_workers_vllm_engine_logged_running(a
     assert s.versions({**st, "worker_engine": "mocker"})["precision"] == MOCKER_PRECISION
     assert "not applicable, SIMULATED" in MOCKER_PRECISION
     # the local engine's mocker processes: the same words, recorded with the ready event
+    from benchctl.lake.timeline import READY
     from benchctl.local.serving import LocalServing
-    from benchctl.timeline import READY
 
     assert LocalServing(".").versions({}) == {"precision": MOCKER_PRECISION}
     assert "precision" in (READY.details or ())
@@ -293,7 +293,7 @@ def test_teardown_removes_only_this_experiments_objects_and_repeats_harmlessly(a
 
 
 def _step_argv(spec: Any, raw: str) -> list[str]:
-    from benchctl.aiperf_args import step_args
+    from benchctl.planning.aiperf_args import step_args
 
     step = plan_campaign(spec, "aws").experiments[0].steps[0]
     return step_args(step, model=spec.model.name, tokenizer=spec.model.name, url="http://x:8000", artifact_dir=raw)
@@ -763,8 +763,8 @@ def test_preflight_proves_each_image_with_a_short_cpu_job_before_anything_is_sca
 
 def test_the_shipped_load_image_is_proven_to_hold_aiperf_0_13_0():
     # the preflight's aiperf check passes only for the version benchctl's arguments are written for ...
-    from benchctl.aiperf_args import AIPERF_VERSION
     from benchctl.aws.k8s.preflight_jobs import render_preflight_job
+    from benchctl.planning.aiperf_args import AIPERF_VERSION
 
     job = render_preflight_job(_with_image(_spec()), CID, "aiperf")
     script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
@@ -962,7 +962,7 @@ def test_teardown_from_any_state_restores_pools_and_leaves_none_of_our_objects(r
 
 
 def _receipt(lake: Any) -> list[dict[str, Any]]:
-    from benchctl import timeline
+    from benchctl.lake import timeline
 
     return [timeline.detail(r) for r in LocalLake(lake).read_table("timeline", CID)
             if timeline.is_event(r, timeline.RECEIPT)]

@@ -19,10 +19,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from benchctl import schema
 from benchctl.aws.s3 import S3Lake, S3RunStore
 from benchctl.errors import ArtifactError
-from benchctl.ingest import (
+from benchctl.lake import schema
+from benchctl.lake.ingest import (
     PHASE_MANIFEST_JSON,
     RECORDS_JSONL,
     SERVER_METRICS_JSON,
@@ -444,7 +444,7 @@ def test_raw_copy_keeps_the_layout_and_skips_folder_markers(s3: Any) -> None:
     ("raw/x/", None), ("raw/x/a/", None), ("raw/x/a/b.json", "a/b.json"), ("raw/x/profile.json", "profile.json"),
 ])
 def test_raw_relative_path_of_a_safe_key(key: str, copied_as: str | None) -> None:
-    from benchctl.lake import raw_relative_path
+    from benchctl.lake.paths import raw_relative_path
 
     assert raw_relative_path("raw/x/", key) == copied_as
 
@@ -455,7 +455,7 @@ def test_raw_relative_path_of_a_safe_key(key: str, copied_as: str | None) -> Non
     ("raw/x/a\nb", "control character"), ("raw/y/a", "not under"),
 ])
 def test_raw_relative_path_refuses_a_key_naming_it_and_the_rule(key: str, rule: str) -> None:
-    from benchctl.lake import raw_relative_path
+    from benchctl.lake.paths import raw_relative_path
 
     with pytest.raises(ArtifactError, match=re.escape(rule)) as err:
         raw_relative_path("raw/x/", key)

@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from benchctl.aws.preflight import deployment_preflight
 from benchctl.aws.providers import read_s3_uri
-from benchctl.spec import parse_spec
+from benchctl.spec.model import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

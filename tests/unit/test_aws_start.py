@@ -13,8 +13,8 @@ import yaml
 from moto import mock_aws
 
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
-from benchctl.cli import main
-from benchctl.runstate import LoadRecord, RunState
+from benchctl.campaign.runstate import LoadRecord, RunState
+from benchctl.cli.main import main
 from tests import yaml_files
 from tests.aws_checks import RBAC_FILE
 from tests.fakes.ports import SAMPLES
@@ -191,7 +191,7 @@ def test_plan_on_aws_stops_before_scaling_when_preflight_fails(aws, cluster):
 
 def test_ingest_on_aws_parses_raw_artifacts_from_s3_into_the_s3_lake(aws, cluster, tmp_path):
     from benchctl.aws.s3 import S3Lake, S3RunStore
-    from benchctl.ingest import StepContext, ingest_artifacts
+    from benchctl.lake.ingest import StepContext, ingest_artifacts
     from lambdas import ingest as ingest_handler
     from lambdas import plan as plan_handler
     from lambdas._runtime import use_engine
@@ -249,8 +249,8 @@ def test_an_input_without_ctx_or_spec_uri_is_refused(aws, monkeypatch):
 
 
 def test_report_on_aws_creates_every_view_in_order_then_queries_the_campaign_and_writes_the_report(aws):
+    from benchctl.analysis.views import REPORT_VIEWS, athena_view_ddl
     from benchctl.aws.athena import athena_report
-    from benchctl.views import REPORT_VIEWS, athena_view_ddl
 
     athena = boto3.client("athena")
     athena.create_work_group(Name="wg", Configuration={"ResultConfiguration": {"OutputLocation": f"s3://{BUCKET}/ar/"}})

@@ -11,14 +11,14 @@ import boto3
 from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.k8s.common import job_name, labels
 from benchctl.aws.s3 import S3RunStore
-from benchctl.runstate import CampaignRecord, RunState
+from benchctl.campaign.runstate import CampaignRecord, RunState
 from tests.unit.test_aws_start import ASL, BUCKET, _eks_smoke_spec, _scaling, aws, cluster  # noqa: F401
 
 
 def _campaign(sfn, sm_arn: str, cid: str, *, stop: bool) -> None:
     from benchctl import campaign
     from benchctl.campaign import Task
-    from benchctl.context import Ctx
+    from benchctl.campaign.context import Ctx
     from lambdas._runtime import current_engine, use_engine
 
     ex = sfn.start_execution(stateMachineArn=sm_arn, name=cid, input="{}")["executionArn"]

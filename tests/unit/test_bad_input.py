@@ -31,9 +31,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from benchctl.errors import ArtifactError, SpecError
-from benchctl.ingest import PHASE_MANIFEST_JSON, RECORDS_JSONL, SUMMARY_JSON, StepContext, ingest_artifacts
+from benchctl.lake.ingest import (
+    PHASE_MANIFEST_JSON,
+    RECORDS_JSONL,
+    SUMMARY_JSON,
+    StepContext,
+    ingest_artifacts,
+)
 from benchctl.local.lake import LocalLake
-from benchctl.spec import CampaignSpec, parse_spec, parse_spec_text
+from benchctl.spec.model import CampaignSpec, parse_spec, parse_spec_text
 from tests.fakes.ports import SAMPLES, sample_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,7 +213,7 @@ def test_every_problem_is_one_line(source: str) -> None:
 def test_a_seed_the_spec_accepts_fits_the_lake(tmp_path: Path) -> None:
     """The largest seed the spec accepts, on the last repeat of the most repeats it allows, is written to
     the lake's bigint ``random_seed`` and read back as is; one more is refused at the spec, naming it."""
-    from benchctl.plan import plan_campaign
+    from benchctl.planning.plan import plan_campaign
 
     def limit(name: str) -> int:
         (le,) = [m.le for m in CampaignSpec.model_fields[name].metadata if getattr(m, "le", None) is not None]

@@ -10,13 +10,13 @@ import yaml
 
 from benchctl import campaign
 from benchctl.campaign import Task
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ports import Providers
+from benchctl.campaign.runstate import DeploymentRecord
 from benchctl.errors import BudgetExceeded
 from benchctl.local.lake import LocalLake
 from benchctl.local.pool import LocalPool
-from benchctl.ports import Providers
-from benchctl.runstate import DeploymentRecord
-from benchctl.spec import parse_spec
+from benchctl.spec.model import parse_spec
 from tests.fakes.ports import FakeServing, providers_for_test, record_asl_waits
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,8 +86,8 @@ class NoTimelineReads(LocalLake):
 def test_guard_reads_the_run_stores_pool_rows_not_the_timeline_and_agrees_with_it(tmp_path):
     """The guard's accrued cost comes from the run store's pool rows (one object per experiment); the
     same figure the costs module computes from the whole timeline table."""
-    from benchctl.costs import accrued_usd
-    from benchctl.runstate import RunState
+    from benchctl.campaign.runstate import RunState
+    from benchctl.planning.costs import accrued_usd
 
     t = [1_700_000_000.0]
     p, ctx, load = _providers(tmp_path, 100.0, lambda: t[0])
@@ -154,10 +154,10 @@ def _slow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wait: str,  # typ
               max_usd_over_estimate: float):
     """The campaign through the real ASL in the slow world; its Wait states are recorded, not slept (the world's
     clock is what they advance): (result, world, the Wait states' seconds)."""
-    from benchctl.context import StartInput
+    from benchctl.campaign.context import StartInput
     from benchctl.local.engine import Progress, execute
     from benchctl.local.runner import prepare
-    from benchctl.plan import plan_campaign
+    from benchctl.planning.plan import plan_campaign
 
     data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
     data["workloads"] = [{"kind": "concurrency_sweep", "name": "concurrency-sweep", "concurrency": [1], "isl": 256,
@@ -215,7 +215,7 @@ def test_an_unpolled_load_wait_ends_where_the_polling_guard_would_refuse(tmp_pat
     the wait a timeout (``timeout_s``): the step's estimate plus the budget's slack at the held pools' rate.
     The polling guard agrees: a running step on its estimate is not refused (its spend so far is accrued, not
     also estimated), and it is refused once it overran its estimate by the slack, not before."""
-    from benchctl.costs import remaining_usd
+    from benchctl.planning.costs import remaining_usd
 
     t = [1_700_000_000.0]
     p, _ctx, _load = _providers(tmp_path / "probe", 1000.0, lambda: t[0])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.calibrate import (
+from benchctl.cli.main import main
+from benchctl.forecast.calibrate import (
     CalibrationError,
     calibrate,
     curve_errors,
@@ -16,9 +17,8 @@ from benchctl.calibrate import (
     fit_prefill,
     prefill_stalls,
 )
-from benchctl.cli import main
+from benchctl.forecast.twin_profile import read_profile
 from benchctl.local.query import QueryEngine
-from benchctl.twin_profile import read_profile
 from tests.unit.synthetic_lake import Campaign
 
 

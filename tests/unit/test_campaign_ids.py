@@ -1,6 +1,6 @@
 """A campaign id names exactly one campaign, in exactly one spelling.
 
-Every entry checks it with ``benchctl.context.check_campaign_id`` (never rewritten into the normal form:
+Every entry checks it with ``benchctl.campaign.context.check_campaign_id`` (never rewritten into the normal form:
 ``Seed_Plan-1`` is refused, not taken as ``seed-plan-1``); locally ``benchctl run --campaign-id`` is refused
 before anything is made. On AWS the entry states claim the id for their execution with a create-only write
 (``claim.json``, S3 ``If-None-Match: *`` on moto, which answers 412 like S3): another execution with the same
@@ -19,8 +19,8 @@ import yaml
 from moto import mock_aws
 
 from benchctl.aws.s3 import S3RunStore
-from benchctl.cli import main
-from benchctl.context import StartInput, check_campaign_id, start_context
+from benchctl.campaign.context import StartInput, check_campaign_id, start_context
+from benchctl.cli.main import main
 from benchctl.local.runstore import LocalRunStore
 from tests.unit.test_aws_start import BUCKET, _eks_smoke_spec, _scaling, aws, cluster  # noqa: F401 (fixtures)
 

@@ -1,4 +1,4 @@
-"""The deployment's ceilings (``benchctl.ceilings``): parsed from CDK context and held to what cdk.json ships, the
+"""The deployment's ceilings (``benchctl.planning.ceilings``): parsed from CDK context and held to what cdk.json ships, the
 pure check naming ceiling / path / value / allowed, the Plan and ScalePools handlers refusing on AWS (moto) with
 ``CeilingExceeded``, and the budget a spec without one gets."""
 
@@ -14,10 +14,10 @@ import boto3
 import pytest
 import yaml
 
-from benchctl import ceilings
-from benchctl.ceilings import DEFAULTS, CeilingsError, Problem
-from benchctl.plan import plan_campaign
-from benchctl.spec import parse_spec
+from benchctl.planning import ceilings
+from benchctl.planning.ceilings import DEFAULTS, CeilingsError, Problem
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import parse_spec
 from tests.unit.test_aws_start import BUCKET, _eks_smoke_spec, _objects, _scaling, aws, cluster  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_a_problem_names_the_ceiling_the_path_the_value_and_what_is_allowed() ->
 
 
 def test_the_history_ceiling_is_the_worst_case_at_the_poll_and_only_where_a_poll_is_given() -> None:
-    from benchctl.plan import history_estimate
+    from benchctl.planning.plan import history_estimate
 
     s = parse_spec(copy.deepcopy(SEED))
     plan = plan_campaign(s, "aws")
@@ -127,7 +127,7 @@ def test_the_history_ceiling_is_the_worst_case_at_the_poll_and_only_where_a_poll
 
 
 def test_a_spec_without_a_budget_gets_the_ceiling_as_its_budget_which_the_guard_names() -> None:
-    from benchctl.budget import budget_problem
+    from benchctl.planning.budget import budget_problem
 
     spec = copy.deepcopy(SEED)
     spec.pop("budget")
@@ -154,7 +154,7 @@ def test_functions_read_the_recorded_ceilings_and_default_to_the_built_in_ones(m
 
 
 def test_cli_context_file_is_the_projects_cdk_json_unless_given(tmp_path: Path, capsys) -> None:
-    from benchctl.cli import main
+    from benchctl.cli.main import main
 
     assert ceilings.resolve(None, {}) == ceilings.from_context_file(ROOT / "cdk.json")
     strict = tmp_path / "cdk.json"

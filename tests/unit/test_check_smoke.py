@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.formatting import format_result
-from benchctl.views import REPORT_VIEWS
+from benchctl.analysis.formatting import format_result
+from benchctl.analysis.views import REPORT_VIEWS
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("check_smoke", ROOT / "scripts" / "check_smoke.py")

@@ -14,9 +14,9 @@ import yaml
 from benchctl.aws.k8s import jobs as j
 from benchctl.aws.k8s import render as r
 from benchctl.aws.k8s.common import model_snapshot_dir
-from benchctl.cli import main
+from benchctl.cli.main import main
 from benchctl.errors import SpecError
-from benchctl.spec import load_spec, parse_spec
+from benchctl.spec.model import load_spec, parse_spec
 from tests import crd_schemas
 
 FP8 = Path(__file__).resolve().parents[2] / "examples" / "fp8.yaml"

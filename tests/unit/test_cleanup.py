@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchctl import campaign, sweep
-from benchctl.campaign import Task
-from benchctl.context import Ctx
+from benchctl import campaign
+from benchctl.campaign import Task, sweep
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.locks import lock_keys
+from benchctl.campaign.ports import Providers
+from benchctl.campaign.runstate import DeploymentRecord, FailureRecord, LoadRecord
 from benchctl.local.lake import LocalLake
 from benchctl.local.locks import FileLocks
 from benchctl.local.pool import LocalPool
-from benchctl.locks import lock_keys
-from benchctl.ports import Providers
-from benchctl.runstate import DeploymentRecord, FailureRecord, LoadRecord
-from benchctl.spec import parse_spec
+from benchctl.spec.model import parse_spec
 from tests.fakes.ports import providers_for_test
 from tests.unit.test_fail_at_every_state import read_table, run
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from benchctl import client_load
 from benchctl.errors import ArtifactError
-from benchctl.ingest import StepContext, ingest_artifacts
+from benchctl.lake import client_load
+from benchctl.lake.ingest import StepContext, ingest_artifacts
 from benchctl.load_runner import _proc_table, tree_usage
 from benchctl.local.report import render_report
 from tests.unit.synthetic_lake import Campaign
@@ -266,8 +266,8 @@ def test_the_bench_cuts_the_smoke_spec_to_its_sweep_at_1_and_its_highest_concurr
     import yaml
 
     from bench.client_keeps_up import bench_spec
-    from benchctl.plan import plan_campaign
-    from benchctl.spec import parse_spec
+    from benchctl.planning.plan import plan_campaign
+    from benchctl.spec.model import parse_spec
 
     smoke = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml").read_text())
     cut, top = bench_spec(smoke, None)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from benchctl import cli
-from benchctl.comparisons import comparison_rows, default_comparisons, resolved
+from benchctl.cli import main as cli
 from benchctl.errors import SpecError
-from benchctl.spec import load_spec, parse_spec
+from benchctl.spec.comparisons import comparison_rows, default_comparisons, resolved
+from benchctl.spec.model import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
@@ -128,7 +128,7 @@ def test_spec_comparisons_replace_the_default_and_carry_the_settings() -> None:
 def test_plan_records_the_comparisons_in_the_lake(tmp_path: Path) -> None:
     from benchctl import campaign
     from benchctl.campaign import Task
-    from benchctl.context import Ctx
+    from benchctl.campaign.context import Ctx
     from benchctl.local.lake import LocalLake
     from benchctl.local.query import QueryEngine
     from tests.fakes.ports import providers_for_test

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from benchctl import budget, costs
 from benchctl.campaign import experiment_row
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine
-from benchctl.plan import CampaignPlan, plan_campaign
-from benchctl.spec import CampaignSpec, parse_spec
+from benchctl.planning import budget, costs
+from benchctl.planning.plan import CampaignPlan, plan_campaign
+from benchctl.spec.model import CampaignSpec, parse_spec
 
 C = "camp-cost"
 P4D, G6E, EKS = 21.96, 10.49, 0.10

@@ -7,7 +7,7 @@
 - Prometheus: every metric name in a PromQL expression (or a ``label_values()`` variable query) is in
   ALLOWED: Dynamo's frontend/mocker metric families from the AIPerf 0.13.0 samples, the vLLM/KVBM/NIXL
   names of docs/FACTS.md and the standard dcgm-exporter counters.
-- Athena: every table/view and column in the panels' SQL exists: tables from benchctl.schema.TABLES,
+- Athena: every table/view and column in the panels' SQL exists: tables from benchctl.lake.schema.TABLES,
   views from sql/views/*.sql with their output columns from running them in DuckDB on an empty lake;
   columns resolved by sqlglot's qualifier (Trino dialect), then the query also runs on that lake.
 """
@@ -28,9 +28,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 
-from benchctl import schema
+from benchctl.analysis.views import view_sql_files
+from benchctl.lake import schema
 from benchctl.local.query import QueryEngine
-from benchctl.views import view_sql_files
 from tests.fakes.ports import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]

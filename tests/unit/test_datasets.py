@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from benchctl.datasets import (
+from benchctl.lake.ingest.records import line_of_session
+from benchctl.planning.datasets import (
     DISTRIBUTIONS,
-    line_of_session,
     parse_dataset,
     prefix_dataset,
     sample_lengths,
@@ -195,7 +195,7 @@ def test_request_duplication_is_the_share_of_requests_that_contain_the_prefix(ra
 
 def test_a_prefix_cache_workload_counts_requests_by_default_and_its_prefix_must_fit() -> None:
     from benchctl.errors import SpecError
-    from benchctl.spec import load_spec, parse_spec
+    from benchctl.spec.model import load_spec, parse_spec
 
     spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml")
     w = next(w for w in spec.workloads if w.kind == "prefix_cache")

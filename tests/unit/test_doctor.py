@@ -19,12 +19,12 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from benchctl import asl
 from benchctl.aws.doctor import deployed_functions, doctor
 from benchctl.aws.eks_load import sign_end
 from benchctl.aws.images import DOCKER_HUB, image_exists, parse_ref
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.selftest import KUBERNETES_FUNCTIONS, checks_for
+from benchctl.campaign import asl
 from lambdas import FUNCTIONS
 from tests.fakes import pod_identity
 
@@ -310,8 +310,8 @@ def test_every_image_the_spec_names_is_looked_up_and_a_missing_one_fails(account
 
 
 def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(account, monkeypatch, capsys):
-    from benchctl import cli
     from benchctl.aws import doctor as module
+    from benchctl.cli import main as cli
 
     account["invoker"].env["BENCHCTL_WORKGROUP"] = "no-such-workgroup"
     real = module.checks
@@ -326,7 +326,7 @@ def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(account, mon
 
 
 def test_the_cli_refuses_a_missing_state_machine_arn_with_exit_2(monkeypatch, capsys):
-    from benchctl import cli
+    from benchctl.cli import main as cli
 
     monkeypatch.delenv("BENCHCTL_STATE_MACHINE_ARN", raising=False)
     assert cli.main(["doctor", "--spec", "examples/aws-rehearsal.yaml"]) == 2

@@ -25,7 +25,8 @@ from benchctl.aws.pools import (
     PoolScalingFailed,
     pools_for,
 )
-from benchctl.spec import PoolSpec, parse_spec
+from benchctl.spec.deployment import PoolSpec
+from benchctl.spec.model import parse_spec
 from tests import crd_schemas
 from tests.fakes.k8s_api import FakeKubeApi
 

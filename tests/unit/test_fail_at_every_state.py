@@ -25,12 +25,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from benchctl import asl
-from benchctl.context import StartInput
+from benchctl.campaign import asl
+from benchctl.campaign.context import StartInput
+from benchctl.campaign.runstate import RunState
 from benchctl.local.engine import Progress, RunResult, execute
 from benchctl.local.runner import prepare
 from benchctl.local.runstore import LocalRunStore
-from benchctl.runstate import RunState
 from tests.fakes.ports import FakeWorld
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -360,8 +360,8 @@ def test_a_step_that_completed_is_kept_when_the_next_step_fails_before_ingesting
 
 
 def _sweep_dry_run(tmp_path: Path, world: FakeWorld) -> dict[str, Any]:
-    from benchctl.context import Ctx
-    from benchctl.sweep import sweep
+    from benchctl.campaign.context import Ctx
+    from benchctl.campaign.sweep import sweep
 
     ctx = Ctx(CID, str(tmp_path / "out" / "campaigns" / CID), str(tmp_path / "out" / "lake"), 1, None)
     (entry,) = sweep([CID], lambda _cid: (world.providers(ctx), ctx), lambda _cid: False, dry_run=True)
@@ -408,7 +408,7 @@ def test_the_receipt_and_the_sweepers_dry_run_agree(
         assert unsettled == [] and entry["action"] == "nothing left"
         assert 'data-status="failed"' in head and 'data-receipt-complete="true"' in head
     # `benchctl report --campaign` writes it again from the lake alone, for a failed campaign too
-    from benchctl.cli import main
+    from benchctl.cli.main import main
 
     again = tmp_path / "again.md"
     assert main(["report", "--lake", str(where / "out" / "lake"), "--campaign", CID, "--out", str(again)]) == 0

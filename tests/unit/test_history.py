@@ -13,20 +13,20 @@ import pytest
 import yaml
 
 from benchctl.campaign import Task
-from benchctl.cli import main
-from benchctl.context import Ctx, StartInput
+from benchctl.campaign.context import Ctx, StartInput
+from benchctl.cli.main import main
 from benchctl.errors import SpecError
 from benchctl.local.engine import Progress, execute
 from benchctl.local.lake import LocalLake
 from benchctl.local.runner import prepare
-from benchctl.plan import (
+from benchctl.planning.plan import (
     HISTORY_LIMIT,
     aws_limits,
     history_estimate,
     history_events,
     plan_campaign,
 )
-from benchctl.spec import load_spec, parse_spec
+from benchctl.spec.model import load_spec, parse_spec
 from tests.fakes.ports import FakeLoad, FakeWorld, providers_for_test, record_asl_waits
 
 ROOT = Path(__file__).resolve().parents[2]

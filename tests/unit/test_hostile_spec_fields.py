@@ -2,10 +2,10 @@
 the results bucket) could hand the CLI or the Plan function to hurt the reader, or to reach argv, file paths,
 Kubernetes objects or the instance metadata service through a field.
 
-Every case goes through the real command line (``benchctl.cli.main``: validate, plan, render and run) and must
+Every case goes through the real command line (``benchctl.cli.main.main``: validate, plan, render and run) and must
 end with exit 2, the field's path and the rule it broke on stderr, and nothing written (render's and run's
-``--out`` are never created). The refusals live in ``benchctl/spec_text.py`` (size, YAML anchors and aliases,
-duplicate keys, nesting) and ``benchctl/spec_fields.py`` (repo ids, revisions, in-cluster URLs, Kubernetes
+``--out`` are never created). The refusals live in ``benchctl/spec/text.py`` (size, YAML anchors and aliases,
+duplicate keys, nesting) and ``benchctl/spec/fields.py`` (repo ids, revisions, in-cluster URLs, Kubernetes
 names and sizes, free text).
 """
 
@@ -26,11 +26,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchctl.cli import main
+from benchctl.cli.main import main
 from benchctl.errors import SpecError
-from benchctl.spec import parse_spec
-from benchctl.spec_fields import repo_id_problem, revision_problem, service_url_problem
-from benchctl.spec_text import MAX_DEPTH, MAX_SPEC_BYTES, spec_data
+from benchctl.spec.fields import repo_id_problem, revision_problem, service_url_problem
+from benchctl.spec.model import parse_spec
+from benchctl.spec.text import MAX_DEPTH, MAX_SPEC_BYTES, spec_data
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_TEXT = (ROOT / "examples" / "smoke.yaml").read_text(encoding="utf-8")
@@ -264,7 +264,7 @@ def test_the_alias_bomb_is_refused_in_milliseconds_with_little_memory(tmp_path: 
     assert len(bomb.read_bytes()) < 2048
     probe = ("import json, resource, subprocess, sys, time\n"
              "t = time.monotonic()\n"
-             f"r = subprocess.run([sys.executable, '-m', 'benchctl.cli', 'validate', {str(bomb)!r}], capture_output=True, text=True)\n"
+             f"r = subprocess.run([sys.executable, '-m', 'benchctl.cli.main', 'validate', {str(bomb)!r}], capture_output=True, text=True)\n"
              "ru = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
              "print(json.dumps({'rc': r.returncode, 's': time.monotonic() - t, 'kib': ru.ru_maxrss, 'err': r.stderr}))\n")
     got = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
@@ -402,7 +402,7 @@ def test_an_oversize_spec_in_the_bucket_fails_plan_as_a_spec_error(monkeypatch: 
         s3.put_object(Bucket="bench", Key="specs/bomb.yaml", Body=alias_bomb().encode())
         with pytest.raises(SpecError, match=rf"\(file\): {MAX_SPEC_BYTES + 1} bytes is over the spec size limit"):
             read_s3_uri("s3://bench/specs/big.yaml")  # moto declares the object's size: checked first
-        from benchctl.spec import parse_spec_text
+        from benchctl.spec.model import parse_spec_text
 
         raw = read_s3_uri("s3://bench/specs/bomb.yaml")
         with pytest.raises(SpecError, match="YAML anchor &a0 refused"):  # what Plan does next (planning._import_spec)

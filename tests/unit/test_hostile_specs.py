@@ -1,4 +1,4 @@
-"""Hostile specs against the deployment's ceilings (``benchctl.ceilings``, CDK context ``benchctl:ceilings``).
+"""Hostile specs against the deployment's ceilings (``benchctl.planning.ceilings``, CDK context ``benchctl:ceilings``).
 
 Each case is examples/seed-plan.yaml (within the ceilings cdk.json ships) with one hostile change: an image
 from another registry (every image field), a price of 0 or below list, an unlisted instance type, too many
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from benchctl.ceilings import DEFAULTS
-from benchctl.cli import main
+from benchctl.cli.main import main
+from benchctl.planning.ceilings import DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""The statistics under the verdicts (benchctl.inference), held to scipy's own functions where scipy has them, and
+"""The statistics under the verdicts (benchctl.analysis.inference), held to scipy's own functions where scipy has them, and
 to the model's own definition where it has none: the variance prior recovers the parameters its cells were drawn
 from, and the moderated test keeps its level on data drawn from that model, with and without a trend."""
 
@@ -12,8 +12,8 @@ import pytest
 import scipy.special as sp
 import scipy.stats as st
 
-from benchctl import inference
-from benchctl.inference import (
+from benchctl.analysis import inference
+from benchctl.analysis.inference import (
     digamma,
     fieller,
     holm,

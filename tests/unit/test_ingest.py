@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchctl.errors import ArtifactError
-from benchctl.ingest import (
+from benchctl.lake.ingest import (
     RECORDS_JSONL,
     SERVER_METRICS_JSON,
     SUMMARY_JSON,

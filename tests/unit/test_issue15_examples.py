@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from benchctl import costs
 from benchctl.aws.k8s import render as r
 from benchctl.campaign import experiment_row
-from benchctl.cli import main
+from benchctl.cli.main import main
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine
-from benchctl.plan import plan_campaign
-from benchctl.spec import load_spec
+from benchctl.planning import costs
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import load_spec
 from tests import crd_schemas
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.cli import main
-from benchctl.plan import plan_campaign
-from benchctl.predict import gpu_kv_capacity_tokens
-from benchctl.spec import CampaignSpec, load_spec
-from benchctl.workloads import MultiTurn
+from benchctl.cli.main import main
+from benchctl.forecast.predict import gpu_kv_capacity_tokens
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import CampaignSpec, load_spec
+from benchctl.spec.workloads import MultiTurn
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kv-offload-l40s.yaml"
 

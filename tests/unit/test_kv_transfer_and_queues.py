@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from benchctl import quality
-from benchctl.aiperf_args import extra_inputs
-from benchctl.ingest.base import StepContext
-from benchctl.ingest.server_metrics import server_metrics_rows
-from benchctl.ingest.summary import sampling_sent
+from benchctl.analysis import quality
+from benchctl.lake.ingest.base import StepContext
+from benchctl.lake.ingest.server_metrics import server_metrics_rows
+from benchctl.lake.ingest.summary import sampling_sent
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine
+from benchctl.planning.aiperf_args import extra_inputs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "aiperf-0.13.0" / "disagg"
 C = "camp-kv"
@@ -221,9 +221,9 @@ def test_local_network_provenance_reads_the_workers_logged_transfer_model(tmp_pa
 
 def _smoke_providers(tmp_path: Path, engine: str, off_by: int) -> tuple[Any, Any, Any]:
     from benchctl import campaign
-    from benchctl.context import Ctx
-    from benchctl.runstate import DeploymentRecord
-    from benchctl.spec import load_spec
+    from benchctl.campaign.context import Ctx
+    from benchctl.campaign.runstate import DeploymentRecord
+    from benchctl.spec.model import load_spec
     from tests.fakes.ports import FakeServing, FakeSmoke, providers_for_test
 
     spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml")
@@ -270,7 +270,7 @@ def test_the_quality_gate_fails_a_real_model_before_load_and_only_labels_the_moc
 def test_the_local_mocker_gets_the_models_kv_bytes_and_the_paths_bandwidth() -> None:
     from benchctl.campaign import mocker_knobs
     from benchctl.local.serving import mocker_flags
-    from benchctl.spec import load_spec
+    from benchctl.spec.model import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml")  # p4d: EFA + LIBFABRIC
     disagg = mocker_flags(mocker_knobs(spec, spec.experiment("disagg")), "prefill")

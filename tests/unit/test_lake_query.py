@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 import sqlglot
 
-from benchctl import schema
-from benchctl.formatting import format_result
-from benchctl.ingest import ingest_artifacts
+from benchctl.analysis.formatting import format_result
+from benchctl.analysis.views import VIEWS_DIR, view_references, view_sql_files
+from benchctl.lake import schema
+from benchctl.lake.ingest import ingest_artifacts
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine, parse_query
-from benchctl.views import VIEWS_DIR, view_references, view_sql_files
 from tests.unit.synthetic_lake import Campaign, comparison_row
 from tests.unit.test_ingest import CTX, SAMPLES
 

@@ -12,7 +12,7 @@ import pytest
 from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from benchctl.aiperf_args import AIPERF_VERSION
+from benchctl.planning.aiperf_args import AIPERF_VERSION
 
 LOAD = Path(__file__).resolve().parents[2] / "stacks" / "images" / "load"
 DIGEST = "sha256:" + "0123456789abcdef" * 4

@@ -10,9 +10,9 @@ import yaml
 from moto import mock_aws
 
 from benchctl.aws.locks import DynamoLocks
+from benchctl.campaign.locks import LockHeld, lock_keys
 from benchctl.local.locks import FileLocks
-from benchctl.locks import LockHeld, lock_keys
-from benchctl.spec import parse_spec
+from benchctl.spec.model import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,10 +77,10 @@ def test_keys_name_what_is_shared():
 def test_a_second_plan_on_the_same_pools_fails_and_touches_nothing(tmp_path):
     from benchctl import campaign
     from benchctl.campaign import Task
-    from benchctl.context import Ctx
+    from benchctl.campaign.context import Ctx
+    from benchctl.campaign.ports import Providers
     from benchctl.local.lake import LocalLake
     from benchctl.local.pool import LocalPool
-    from benchctl.ports import Providers
     from tests.fakes.ports import providers_for_test
 
     spec = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())

@@ -15,10 +15,10 @@ import yaml
 from benchctl.aws.k8s.common import GPU, model_snapshot_dir
 from benchctl.aws.k8s.jobs import MOCKER_FILES, render_prefetch_job
 from benchctl.aws.k8s.render import render_dgd
-from benchctl.cli import main
+from benchctl.cli.main import main
 from benchctl.errors import SpecError
-from benchctl.plan import aws_limits, format_plan, plan_campaign
-from benchctl.spec import load_spec, parse_spec
+from benchctl.planning.plan import aws_limits, format_plan, plan_campaign
+from benchctl.spec.model import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 REHEARSAL = ROOT / "examples" / "aws-rehearsal.yaml"

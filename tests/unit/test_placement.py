@@ -1,4 +1,4 @@
-"""Placement as kube-scheduler does it (``benchctl.placement``): for every example and the hostile cases, every
+"""Placement as kube-scheduler does it (``benchctl.planning.placement``): for every example and the hostile cases, every
 order in which a deployment's worker pods can be placed on the planned nodes (one at a time, onto any node
 that passes the required rules, never moved again) places them all.
 
@@ -18,9 +18,9 @@ import yaml
 from benchctl.aws.k8s.placement import deployment_pods, planned_nodes
 from benchctl.aws.k8s.render import render_dgd
 from benchctl.errors import SpecError
-from benchctl.placement import NodeShape, PodShape, find_deadlock
-from benchctl.plan import plan_campaign
-from benchctl.spec import CampaignSpec, parse_spec
+from benchctl.planning.placement import NodeShape, PodShape, feasible, find_deadlock
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import CampaignSpec, parse_spec
 from tests.fakes.eks_world import example_specs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def _spec(*experiments: dict[str, Any], max_nodes: int = 16, pool: dict[str, Any
     data["pools"] = [{**(pool or P4D), "max_nodes": max_nodes}]
     data["experiments"] = list(experiments)
     data.pop("pricing", None)
-    return parse_spec(data, "hostile.yaml")
+    return feasible(parse_spec(data, "hostile.yaml"), "hostile.yaml")  # the spec, then the planning check
 
 
 def _disagg(name: str, prefill: tuple[int, int], decode: tuple[int, int]) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def test_a_count_the_check_could_not_prove_the_fewest_is_refused_saying_so() -> 
 
 
 def test_benchctl_validate_exits_2_on_a_placement_that_can_deadlock(tmp_path: Path) -> None:
-    from benchctl.cli import main
+    from benchctl.cli.main import main
 
     data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text(encoding="utf-8"))
     data["experiments"][1]["workers"] = [{"role": "prefill", "pool": "p4d", "replicas": 4, "tensor_parallel": 4},

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from benchctl.plan import CampaignPlan, nodes_needed, plan_campaign
-from benchctl.spec import load_spec, parse_spec
+from benchctl.planning.plan import CampaignPlan, nodes_needed, plan_campaign
+from benchctl.spec.model import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,8 @@ from benchctl.aws.k8s.common import (
 )
 from benchctl.aws.k8s.jobs import render_prefetch_job
 from benchctl.aws.k8s.render import render_dgd
-from benchctl.spec import Kubernetes, ModelSpec, image_tag_version, load_spec
+from benchctl.spec.deployment import ModelSpec
+from benchctl.spec.model import Kubernetes, image_tag_version, load_spec
 from stacks import platform_values as pv
 from tests import crd_schemas
 from tests.aws_checks import ROOT, job_problems

@@ -10,10 +10,10 @@ import yaml
 
 from benchctl import campaign
 from benchctl.campaign import Task
-from benchctl.context import Ctx
+from benchctl.campaign.context import Ctx
 from benchctl.local.lake import LocalLake
 from benchctl.local.pool import LocalPool
-from benchctl.spec import parse_spec
+from benchctl.spec.model import parse_spec
 from tests.fakes.ports import providers_for_test
 
 ROOT = Path(__file__).resolve().parents[2]

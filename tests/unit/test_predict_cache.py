@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchctl import predict
+from benchctl.forecast import predict
 from benchctl.local.engine import Progress
 from benchctl.local.lake import LocalLake
 from benchctl.local.runner import prepare, write_predictions

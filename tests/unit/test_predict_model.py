@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from benchctl import predict, predict_table
-from benchctl.plan import plan_campaign
-from benchctl.spec import CampaignSpec, parse_spec
-from benchctl.spec_settings import Slo
+from benchctl.forecast import predict, predict_table
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import CampaignSpec, parse_spec
+from benchctl.spec.settings import Slo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,8 +162,8 @@ def test_a_batch_aiconfigurator_refuses_as_out_of_memory_is_rated_at_what_the_kv
 
 
 def test_the_frontend_floor_applies_up_to_the_dynamo_checked_to_stall():
-    from benchctl.predict import FRONTEND_FIRST_TOKEN_FLOOR_MS, frontend_floor_ms
-    from benchctl.spec import parse_spec
+    from benchctl.forecast.predict import FRONTEND_FIRST_TOKEN_FLOOR_MS, frontend_floor_ms
+    from benchctl.spec.model import parse_spec
 
     def spec(**k8s):
         data = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from benchctl import quality
-from benchctl.cli import main
+from benchctl.analysis import quality
+from benchctl.cli.main import main
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine
 
@@ -123,7 +123,7 @@ def test_the_most_questions_a_spec_may_ask_fit_the_smoke_jobs_one_environment_va
     import yaml
 
     from benchctl.errors import SpecError
-    from benchctl.spec import parse_spec
+    from benchctl.spec.model import parse_spec
 
     longest = quality.quality_requests("Qwen/Qwen3-30B-A3B-FP8", 300, 15, sampling={"temperature": 0.7, "top_p": 0.8,
                                        "seed": 2**31 - 1}, thinking=False, kind="multistep")

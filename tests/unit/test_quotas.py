@@ -1,4 +1,4 @@
-"""EC2 vCPU quotas and capacity options of a campaign's GPU pools (benchctl.quotas: what it needs and how that
+"""EC2 vCPU quotas and capacity options of a campaign's GPU pools (benchctl.planning.quotas: what it needs and how that
 is judged; benchctl.aws.quotas: what the account gives, read from moto with the EC2 quotas and Capacity
 Reservations it lacks added, tests/fakes/ec2_capacity.py), and the registries the cluster must reach."""
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from benchctl.quotas import (
+from benchctl.planning.quotas import (
     CAPACITY_BLOCK,
     ON_DEMAND,
     SPOT,
@@ -27,7 +27,7 @@ from benchctl.quotas import (
     registry_url,
     skipped,
 )
-from benchctl.spec import parse_spec
+from benchctl.spec.model import parse_spec
 from tests.fakes.ec2_capacity import ec2_capacity
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from benchctl import asl
+from benchctl.campaign import asl
 from benchctl.local.engine import function_arn
 from benchctl.local.report import LocalReport
 from benchctl.local.runner import prepare
@@ -269,7 +269,7 @@ def test_providers_are_reset_after_the_walks(happy: Campaign, aborted: Campaign,
 
 
 def test_the_walk_succeeds_and_covers_every_normal_task_state(happy: Campaign) -> None:
-    from benchctl.asl import task_states
+    from benchctl.campaign.asl import task_states
 
     assert set(NORMAL) <= set(task_states())
     assert set(happy.results) == set(NORMAL)

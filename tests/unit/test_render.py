@@ -27,16 +27,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from benchctl import aiperf_args, cli, quality
+from benchctl.analysis import quality
 from benchctl.aws.eks_load import verified_end
 from benchctl.aws.k8s import common as kc
 from benchctl.aws.k8s import jobs as j
 from benchctl.aws.k8s import render as r
 from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.campaign import step_dataset
+from benchctl.cli import main as cli
 from benchctl.errors import EndRecordForged, SpecError
-from benchctl.plan import plan_campaign
-from benchctl.spec import CampaignSpec, parse_spec
+from benchctl.planning import aiperf_args
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.model import CampaignSpec, parse_spec
 from tests import crd_schemas, yaml_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -968,7 +970,7 @@ def test_cli_render_of_an_auto_mode_pool_of_unknown_size_exits_2_naming_the_type
     spec.write_text((EXAMPLES / "auto-mode.yaml").read_text().replace("p4d.24xlarge", "x9.huge"))
     out = tmp_path / "manifests"
     # a deployment whose ceilings allow the type (the default ones refuse it before render looks)
-    from benchctl import ceilings
+    from benchctl.planning import ceilings
     c = ceilings.resolve(None, {}).to_json()
     c["instance_types"]["x9.huge"] = 1.0
     context = tmp_path / "cdk.json"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from benchctl import schema
-from benchctl.cli import main
+from benchctl.cli.main import main
+from benchctl.lake import schema
 from benchctl.local.lake import LocalLake
 from benchctl.local.report import render_report, write_report
 from benchctl.report import SIM_TEXT, pareto_frontier, timeline_segments
@@ -411,7 +411,7 @@ def test_timeline_pairs_load_windows_by_step_and_marks_unfinished() -> None:
 def test_answers_and_network_provenance_sections(lake: LocalLake) -> None:
     """Issue 15: the plan's 4 questions and 4 hypotheses, each answered from the views or "not measured";
     the network each experiment was observed to use, in the provenance."""
-    from benchctl import timeline
+    from benchctl.lake import timeline
 
     lake.write("timeline", [timeline.row(C, "disagg", timeline.NETWORK_OBSERVED, "2026-12-01T10:00:00+00:00",
                                          engine="local", cni="none: every process on loopback (127.0.0.1)",

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchctl.cli import main
+from benchctl.cli.main import main
 from benchctl.report.calibration import NO_MEASURED, three_way, twin_label
 from tests.unit.synthetic_lake import Campaign
 
@@ -112,10 +112,10 @@ def test_an_unknown_measured_campaign_exits_2_and_writes_nothing(tmp_path, capsy
 
 
 def _twins_table(tmp_path, monkeypatch, provenance: dict | None = None):
-    from benchctl import schema
+    from benchctl.lake import schema
     from benchctl.local.lake import LocalLake
 
-    if "twins" not in schema.TABLES:  # the local engine's record of what timed each role (benchctl.twin)
+    if "twins" not in schema.TABLES:  # the local engine's record of what timed each role (benchctl.forecast.twin)
         monkeypatch.setitem(schema.TABLES, "twins", schema._table(
             "twins", "test", ("campaign_id", "experiment"), "campaign_id string\nexperiment string\nrole string\n"
             "profile string\nlabel string\nprovenance_json string\nnote string"))

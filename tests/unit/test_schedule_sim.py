@@ -17,8 +17,8 @@ from bench.schedule_sim import (
     order_experiments,
     simulate,
 )
-from benchctl.plan import OVERHEADS, plan_campaign
-from benchctl.spec import load_spec, parse_spec
+from benchctl.planning.plan import OVERHEADS, plan_campaign
+from benchctl.spec.model import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("seed-plan.yaml", "feature-ladder.yaml")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from benchctl import schema
+from benchctl.lake import schema
 
 MINIMUM_COLUMNS = {
     "campaigns": """campaign_id spec_hash spec_name model engine simulated status started_at ended_at
@@ -122,7 +122,7 @@ def test_glue_columns() -> None:
 
 def test_import_does_not_load_pyarrow() -> None:
     # Lambdas and CDK import the schema; pyarrow must stay a lazy import
-    code = "import sys, benchctl.schema; sys.exit(1 if 'pyarrow' in sys.modules else 0)"
+    code = "import sys, benchctl.lake.schema; sys.exit(1 if 'pyarrow' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

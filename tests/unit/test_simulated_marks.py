@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.cli import main
+from benchctl.cli.main import main
 from benchctl.local.lake import LocalLake
 from benchctl.local.query import QueryEngine
 from tests.unit.test_meters import _smoke_step_metrics, campaign, experiments, metrics, steps
@@ -28,7 +28,7 @@ def _two_campaigns(tmp_path: Path, *, measured_too: bool = True) -> LocalLake:
 
 
 def test_label_simulated_marks_rows_by_campaign_or_by_the_whole_lake() -> None:
-    from benchctl.formatting import label_simulated
+    from benchctl.analysis.formatting import label_simulated
 
     sims = {"sim-1": True, "gpu-1": False}
     one = label_simulated(["campaign_id", "x"], [("sim-1", 1), ("sim-1", 2)], sims)
@@ -101,7 +101,7 @@ def test_the_reports_exported_views_carry_the_simulated_column(tmp_path: Path) -
 
 
 def test_the_export_query_adds_the_campaigns_mark_only_to_views_without_their_own(tmp_path: Path) -> None:
-    from benchctl.views import REPORT_VIEWS, campaign_rows_sql, export_sql
+    from benchctl.analysis.views import REPORT_VIEWS, campaign_rows_sql, export_sql
 
     lake = _two_campaigns(tmp_path)
     with QueryEngine(lake.root) as q:
@@ -115,7 +115,7 @@ def test_the_export_query_adds_the_campaigns_mark_only_to_views_without_their_ow
 
 
 def test_simulated_campaigns_reads_the_campaigns_table(tmp_path: Path) -> None:
-    from benchctl.formatting import format_result, simulated_campaigns
+    from benchctl.analysis.formatting import format_result, simulated_campaigns
 
     lake = _two_campaigns(tmp_path)
     with QueryEngine(lake.root) as q:
@@ -143,8 +143,8 @@ class _AthenaAtTheQueryPort:
 
 
 def test_the_aws_reports_result_csvs_carry_the_simulated_column(tmp_path: Path) -> None:
+    from benchctl.analysis.views import REPORT_VIEWS
     from benchctl.aws.athena import athena_report
-    from benchctl.views import REPORT_VIEWS
 
     lake = _two_campaigns(tmp_path)
     with QueryEngine(lake.root, snapshot=True) as engine:  # the rows read once (test_lake_query holds them equal)

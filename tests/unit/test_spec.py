@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchctl import cli
+from benchctl.cli import main as cli
 from benchctl.errors import SpecError
-from benchctl.spec import load_spec, parse_spec, spec_hash
+from benchctl.spec.model import load_spec, parse_spec, spec_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
@@ -40,7 +40,7 @@ def test_examples_validate():
     ("vllm-runtime:1.6", None),
 ])
 def test_image_tag_version(image, version):
-    from benchctl.spec import image_tag_version
+    from benchctl.spec.model import image_tag_version
 
     assert image_tag_version(image) == version
 

@@ -9,11 +9,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchctl import twin
-from benchctl.mocker import mocker_flags
-from benchctl.plan import GUESS, plan_campaign
-from benchctl.spec import parse_spec
-from benchctl.twin_profile import NAME_PATTERN, ProfileError, TimingProfile, profile_dir, write_profile
+from benchctl.forecast import twin
+from benchctl.forecast.twin_profile import (
+    NAME_PATTERN,
+    ProfileError,
+    TimingProfile,
+    profile_dir,
+    write_profile,
+)
+from benchctl.planning.mocker import mocker_flags
+from benchctl.planning.plan import GUESS, plan_campaign
+from benchctl.spec.model import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text(encoding="utf-8"))
@@ -149,8 +155,8 @@ def test_only_an_aggregated_worker_holds_aiconfigurators_dispatch_and_its_reques
 
 
 def test_the_twin_s_dispatch_reaches_the_deployment_only_for_aggregated_workers(tmp_path, monkeypatch):
+    from benchctl.campaign.ports import DeploymentRequest, DeploymentTarget
     from benchctl.local.serving import LocalServing
-    from benchctl.ports import DeploymentRequest, DeploymentTarget
 
     monkeypatch.setattr(twin, "aic_curves", lambda k: twin.Curves(curves().prefill_ms, curves().decode_ms, 50_000.0,
                                                                   "0.14.0", dispatch_ms=38.4))
@@ -182,7 +188,7 @@ def test_the_plan_times_request_count_steps_on_the_twin_and_leaves_duration_step
 
 
 def test_a_run_naming_a_profile_the_store_lacks_exits_2_before_anything_is_made(tmp_path, capsys):
-    from benchctl.cli import main
+    from benchctl.cli.main import main
 
     data = copy.deepcopy(SMOKE)
     data["experiments"][1]["mocker"] = {"twin": "fitted-a100"}

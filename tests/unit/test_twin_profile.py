@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchctl.twin_profile import ProfileError, TimingProfile, profile_dir, read_profile, write_profile
+from benchctl.forecast.twin_profile import (
+    ProfileError,
+    TimingProfile,
+    profile_dir,
+    read_profile,
+    write_profile,
+)
 
 
 def sample(**over) -> TimingProfile:

@@ -1,6 +1,6 @@
 """The verdict rules, held to scipy's own statistics where it has them: a point's effect on the log scale (paired
 or Welch), what a point cannot be judged on, the SLO regime from every attempted step with Wilson bounds, and
-the two sides' limits compared; and the fabric check (benchctl.fabric) by what carried the KV."""
+the two sides' limits compared; and the fabric check (benchctl.analysis.fabric) by what carried the KV."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ from pathlib import Path
 import pytest
 import scipy.stats as st
 
-from benchctl.effects import COUNT, DESCRIPTIVE, Figure, Obs, Point, adjust, crossovers, describe, effects
-from benchctl.fabric import AS_SPECIFIED, DIFFERS, NOT_OBSERVED, fabric_check
-from benchctl.verdicts import (
+from benchctl.analysis.effects import (
+    COUNT,
+    DESCRIPTIVE,
+    Figure,
+    Obs,
+    Point,
+    adjust,
+    crossovers,
+    describe,
+    effects,
+)
+from benchctl.analysis.fabric import AS_SPECIFIED, DIFFERS, NOT_OBSERVED, fabric_check
+from benchctl.analysis.verdicts import (
     HIGHER,
     INCONCLUSIVE,
     LOWER,

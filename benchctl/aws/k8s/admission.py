@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchctl import ceilings as ceiling_rules
 from benchctl.aws.k8s.common import LABEL_MANAGED, MANAGED_BY
-from benchctl.ceilings import Ceilings
+from benchctl.planning import ceilings as ceiling_rules
+from benchctl.planning.ceilings import Ceilings
 
 JSON = dict[str, Any]
 

@@ -3,7 +3,7 @@
 
 Every object carries :func:`labels` (campaign, experiment, step, plus an informative managed-by) and its
 name is DNS-1123, at most 63 characters, and includes a short hash of the campaign id (two campaigns may
-share a namespace; :mod:`benchctl.names` derives them and knows the limits Dynamo's webhook adds). Objects and pods are SELECTED by :func:`selection` only: our ``benchctl.io/`` labels,
+share a namespace; :mod:`benchctl.spec.names` derives them and knows the limits Dynamo's webhook adds). Objects and pods are SELECTED by :func:`selection` only: our ``benchctl.io/`` labels,
 never ``app.kubernetes.io/managed-by``, which the Dynamo operator's Grove pathway overwrites on pods.
 Pure: standard library and benchctl only.
 """
@@ -14,8 +14,9 @@ import json
 import re
 from typing import Any
 
-from benchctl.names import dgd_name, object_name
-from benchctl.spec import Kubernetes, ModelSpec, PoolSpec
+from benchctl.spec.deployment import ModelSpec, PoolSpec
+from benchctl.spec.model import Kubernetes
+from benchctl.spec.names import dgd_name, object_name
 
 JSON = dict[str, Any]
 
@@ -120,7 +121,7 @@ def runner_service_account(campaign_id: str) -> str:
     policy names its objects by it (``runner/${aws:PrincipalTag/kubernetes-service-account}/*``, the raw area's
     ``campaign_id=${...}``): one campaign's runner reaches only that campaign's keys. A service account name is
     a DNS-1123 subdomain; a campaign id in its normal form (``context.check_campaign_id``) is one label of it."""
-    from benchctl.context import check_campaign_id
+    from benchctl.campaign.context import check_campaign_id
 
     return check_campaign_id(campaign_id, "the campaign id cannot name its runner's service account")
 
@@ -194,7 +195,7 @@ def model_snapshot_dir(model: ModelSpec) -> str:
     ``model.revision`` (``$HF_HOME/hub/models--<org>--<name>/snapshots/<commit>``). The hub cache names a
     snapshot directory by its commit only (a branch or tag is a file under ``refs/`` naming one), so the
     revision must be a commit hash; the spec requires one for pools on EKS."""
-    from benchctl.spec import is_commit
+    from benchctl.spec.deployment import is_commit
 
     if not is_commit(model.revision):
         raise ValueError(f"model.revision {model.revision!r}: the workers serve the snapshot directory of a commit "
@@ -224,7 +225,7 @@ def aiperf_image(k: Kubernetes) -> str:
 def runtime_version(k: Kubernetes) -> str | None:
     """``runtimeVersionOverride`` of every component: the spec's version, or None when the image's tag
     is one (Dynamo's webhook parses it). The spec refuses an untagged image without a version."""
-    from benchctl.spec import image_tag_version
+    from benchctl.spec.model import image_tag_version
 
     if k.dynamo_runtime_version is not None:
         return k.dynamo_runtime_version

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchctl.placement import efa_share
-from benchctl.spec import Kubernetes, PoolSpec, WorkerGroup
+from benchctl.planning.placement import efa_share
+from benchctl.spec.deployment import PoolSpec, WorkerGroup
+from benchctl.spec.model import Kubernetes
 
 JSON = dict[str, Any]
 

@@ -8,6 +8,7 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
+from benchctl.analysis.quality import spec_requests
 from benchctl.aws.k8s.common import (
     ARTIFACTS,
     DEFAULT_DEADLINE_S,
@@ -28,8 +29,8 @@ from benchctl.aws.k8s.common import (
     prefetch_job_name,
     runner_service_account,
 )
-from benchctl.quality import spec_requests
-from benchctl.spec import CampaignSpec, Kubernetes, ModelSpec, PoolSpec
+from benchctl.spec.deployment import ModelSpec, PoolSpec
+from benchctl.spec.model import CampaignSpec, Kubernetes
 
 JSON = dict[str, Any]
 
@@ -123,9 +124,9 @@ if "dynamo_frontend" not in text:
 print(f"smoke: {n} requests ok, /metrics ok")
 """
 # The output-quality questions (QUALITY_REQUESTS: [{"id", "body"}], rendered from the spec by
-# benchctl.quality), after the smoke requests: one log line per answer, benchctl.quality.LOG_MARK then JSON
+# benchctl.analysis.quality), after the smoke requests: one log line per answer, benchctl.analysis.quality.LOG_MARK then JSON
 # {"id", "content" (the last 1000 characters answered outside a thinking block), "finish_reason"} or
-# {"id", "error"}. Scored by benchctl from the Job's log (benchctl.quality.score), never here.
+# {"id", "error"}. Scored by benchctl from the Job's log (benchctl.analysis.quality.score), never here.
 QUALITY_SCRIPT = """\
 import re
 for q in json.loads(os.environ.get("QUALITY_REQUESTS") or "[]"):

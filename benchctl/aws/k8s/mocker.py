@@ -6,7 +6,7 @@ with each worker a ``python3 -m dynamo.mocker`` process, as Dynamo's own mocker 
 (ai-dynamo/dynamo ``examples/backends/mocker/deploy/v1beta1/{agg,disagg}.yaml``: the runtime image's
 ``dynamo.mocker``, ``--model-path`` + ``--model-name``, ``--disaggregation-mode prefill|decode``). The model
 path is the prefetched snapshot on the volume (its tokenizer and config: the mocker loads no weights),
-offline; the spec's ``mocker`` knobs are the local engine's (``benchctl.mocker``). Its figures are the
+offline; the spec's ``mocker`` knobs are the local engine's (``benchctl.planning.mocker``). Its figures are the
 mocker's timing model: SIMULATED, labelled so in the lake and the report.
 
 Pure: standard library and benchctl only.
@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from benchctl.aws.k8s.common import MODEL_MOUNT, OFFLINE_TOKENIZER_ENV, model_snapshot_dir, model_volume
-from benchctl.mocker import mocker_flags
-from benchctl.spec import Kubernetes, ModelSpec, WorkerGroup
+from benchctl.planning.mocker import mocker_flags
+from benchctl.spec.deployment import ModelSpec, WorkerGroup
+from benchctl.spec.model import Kubernetes
 
 JSON = dict[str, Any]
 # A prefill mocker listens for its decode peers' rendezvous on one port of its own pod (one worker per pod,

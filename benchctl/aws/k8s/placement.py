@@ -1,4 +1,4 @@
-"""The rendered DynamoGraphDeployment read as kube-scheduler reads its pods, for ``benchctl.placement``.
+"""The rendered DynamoGraphDeployment read as kube-scheduler reads its pods, for ``benchctl.planning.placement``.
 
 The placement check must hold what we SEND, not a second copy of the rules: :func:`deployment_pods` takes
 each component's ``podTemplate`` (its labels, ``nodeSelector``, GPU/EFA requests and required pod
@@ -16,8 +16,8 @@ from typing import Any
 
 from benchctl.aws.k8s.common import GPU, scheduling
 from benchctl.aws.k8s.render import EFA_RESOURCE
-from benchctl.placement import Labels, NodeShape, PodShape, node_slots
-from benchctl.spec import PoolSpec
+from benchctl.planning.placement import Labels, NodeShape, PodShape, node_slots
+from benchctl.spec.deployment import PoolSpec
 
 JSON = dict[str, Any]
 HOSTNAME = "kubernetes.io/hostname"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from benchctl import aiperf_args
 from benchctl.aws.k8s.common import (
     LAKE_PLACEHOLDER,
     MODEL_MOUNT,
@@ -26,9 +25,10 @@ from benchctl.aws.k8s.common import (
     runner_service_account,
 )
 from benchctl.aws.k8s.jobs import CONTROL_RESOURCES, aws_cli_env, cpu_pod, job_object, pod_security
-from benchctl.quotas import egress_targets
-from benchctl.runstate import runner_key
-from benchctl.spec import CampaignSpec, Kubernetes
+from benchctl.campaign.runstate import runner_key
+from benchctl.planning import aiperf_args
+from benchctl.planning.quotas import egress_targets
+from benchctl.spec.model import CampaignSpec, Kubernetes
 
 JSON = dict[str, Any]
 
@@ -104,7 +104,7 @@ print("weights", model, rev, len(files), "files on the volume")
 # ... and, from the cluster (a pod on a CPU node: the VPC's routes, NAT, proxies and egress rules the GPU nodes
 # get too), every registry the campaign's images come from and, with a prefetch, the Hub: one HTTPS request each
 # (10 s timeout); any HTTP answer, a registry's 401 included, is reached; no answer (DNS, TCP, TLS, timeout) is
-# not. BENCHCTL_EGRESS: a JSON object URL -> what needs it (benchctl.quotas.egress_targets). 9: one unreachable.
+# not. BENCHCTL_EGRESS: a JSON object URL -> what needs it (benchctl.planning.quotas.egress_targets). 9: one unreachable.
 EGRESS_CHECK = """python3 -c '
 import json, os, sys, urllib.error, urllib.request
 targets = json.loads(os.environ["BENCHCTL_EGRESS"] or "{}")
@@ -128,7 +128,7 @@ def campaign_images(spec: CampaignSpec) -> list[str]:
     """Every image the campaign's pods run: the spec's (the prefetch's only with a prefetch), the load image,
     and the EFA workers' image of pools that use EFA."""
     from benchctl.aws.k8s.efa import efa_image
-    from benchctl.ceilings import spec_images
+    from benchctl.planning.ceilings import spec_images
 
     k = spec.kubernetes
     images = [img for path, img in spec_images(spec)

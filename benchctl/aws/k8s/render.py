@@ -3,7 +3,7 @@
 Pure: standard library and benchctl only; nothing here talks to a cluster. What is rendered:
 
 * a ``DynamoGraphDeployment`` (``nvidia.com/v1beta1``) per experiment, from the deployment request the
-  campaign makes (``benchctl.ports.DeploymentRequest``, as given): a frontend and vLLM workers (one
+  campaign makes (``benchctl.campaign.ports.DeploymentRequest``, as given): a frontend and vLLM workers (one
   ``worker`` component aggregated; ``prefill`` + ``decode`` disaggregated), or Dynamo mocker workers on CPU
   nodes for an ``engine: mocker`` experiment (``benchctl.aws.k8s.mocker``);
 * a Karpenter ``NodePool`` (``karpenter.sh/v1``) per EKS Auto Mode pool;
@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from benchctl import aiperf_args
 from benchctl.aws.k8s.admission import node_capacity
 from benchctl.aws.k8s.common import (
     DGD_API_VERSION,
@@ -66,12 +65,14 @@ from benchctl.aws.k8s.jobs import (
     runner_step_dir,
 )
 from benchctl.aws.k8s.mocker import mocker_container, mocker_volumes
-from benchctl.names import COMPONENT, component_names, dgd_name_problem
-from benchctl.placement import keeps_role_together
-from benchctl.plan import plan_campaign
-from benchctl.ports import DeploymentRequest, DeploymentTarget
-from benchctl.runstate import runner_key
-from benchctl.spec import CampaignSpec, Experiment, Kubernetes, KvOffload, ModelSpec, PoolSpec, WorkerGroup
+from benchctl.campaign.ports import DeploymentRequest, DeploymentTarget
+from benchctl.campaign.runstate import runner_key
+from benchctl.planning import aiperf_args
+from benchctl.planning.placement import keeps_role_together
+from benchctl.planning.plan import plan_campaign
+from benchctl.spec.deployment import Experiment, KvOffload, ModelSpec, PoolSpec, WorkerGroup
+from benchctl.spec.model import CampaignSpec, Kubernetes
+from benchctl.spec.names import COMPONENT, component_names, dgd_name_problem
 
 JSON = dict[str, Any]
 
@@ -147,7 +148,7 @@ def worker_args(model: ModelSpec, exp: Experiment, group: WorkerGroup, pool: Poo
 def _affinity(lbl: dict[str, str], role: str, together: bool) -> JSON:
     """Prefill and decode workers of one experiment on different nodes (EFA does not work within a node,
     FACTS "Disaggregation over EFA"), in one zone where the scheduler can. ``together``
-    (``benchctl.placement.keeps_role_together``): the role's pods REQUIRE a node holding one of them (the
+    (``benchctl.planning.placement.keeps_role_together``): the role's pods REQUIRE a node holding one of them (the
     first goes anywhere, kube-scheduler's "first pod in a series"), so spreading cannot scatter a role
     over nodes the other role then cannot use; the plan counts nodes by the same rules."""
     other = "decode" if role == "prefill" else "prefill"
@@ -183,7 +184,7 @@ def _kvbm_env(offload: KvOffload) -> list[JSON]:
 
 
 def _component_names(exp: Experiment) -> list[str]:
-    """One name per worker group (:func:`benchctl.names.component_names`), refused when Dynamo's webhook would
+    """One name per worker group (:func:`benchctl.spec.names.component_names`), refused when Dynamo's webhook would
     refuse the DGD's name with them (the spec refuses it for pools on EKS; here for any spec rendered)."""
     why = dgd_name_problem(exp.name, [g.role for g in exp.workers])
     if why:
@@ -307,7 +308,7 @@ def consolidate_after(spec: CampaignSpec, pool_name: str) -> str:
     delay is only the backstop should every teardown path fail. A pool used by one experiment at a time
     only: 60 s (restore deletes it right after that experiment anyway).
     """
-    from benchctl.plan import OVERHEADS
+    from benchctl.planning.plan import OVERHEADS
 
     plan = plan_campaign(spec, "aws")
     if not any(pool_name in e.handover for e in plan.experiments):
@@ -402,7 +403,7 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes:
 
 def _nodepool_nodes(spec: CampaignSpec) -> dict[str, int]:
     """Auto Mode pools -> the most nodes any experiment needs there (experiments run one at a time)."""
-    from benchctl.plan import nodes_needed
+    from benchctl.planning.plan import nodes_needed
 
     out: dict[str, int] = {}
     for exp in spec.experiments:

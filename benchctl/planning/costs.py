@@ -1,0 +1,436 @@
+"""What a campaign costs: ``costs`` rows, the running spend, and the budget guard.
+
+The seeds' definition: a period's cost divided by the successful output tokens of the same period,
+x 1,000,000. Two periods are recorded for every experiment x pool:
+
+- **allocation** (``cost_usd``): the pool's nodes from the experiment's ``scale_requested`` event to
+  its ``pool_restored`` event, or its ``pool_handed_over`` event when the pool was kept warm for the
+  next experiment (which pays from its own scale request on; while neither, the experiment's latest
+  timeline event, and "now" for the budget guard) x the
+  instance's hourly price; plus, on the experiment's first pool row, the EKS cluster fee for the
+  experiment's wall time (first scale request to last restore). This is what was paid: start-up,
+  warm-up, idle time between steps and teardown included.
+- **usage** (``fees_json.usage_based_usd``): the same nodes and price over the benchmark steps' load
+  windows only (``load_start`` .. ``load_end`` of every planned step, warm-up excluded, failed steps
+  included since they were paid for). Without start-up and idle time.
+
+The allocation cost is split in two, so that the start-up one experiment pays and the next does not is
+reported apart instead of loading the first experiment's $/1M (``fees_json``):
+
+- **cold start** (``cold_start_usd``): the same nodes, price and cluster fee from the experiment's first
+  scale request until its deployment answered (its ``ready`` event): node boot (nothing when the previous
+  experiment handed the pool over warm), image pull, model load. Without a ``ready`` event (it never
+  answered) the whole window is cold start.
+- **steady state** (``steady_state_usd`` = allocation - cold start): from ``ready`` until the pool was
+  restored or handed over: smoke, quality gate, warm-up, the steps, the gaps between them, teardown. Its $/1M
+  (:func:`experiment_totals`, ``v_cost_efficiency.steady_state_usd_per_1m_output_tokens``) is the basis the
+  comparisons use; the cold start is reported beside it.
+
+What is included and what is not is written into every row (``fees_json.scope`` / ``.excluded`` /
+``.scope_text``): GPU nodes and the EKS cluster fee share are; storage (EBS, the model-cache volume,
+S3), network (data transfer, NAT, load balancers), support, and the EKS Auto Mode per-node
+management fee (the spec has no price for it) are not.
+
+Row conventions (one row per experiment x pool, ``costs`` table):
+
+- ``cost_usd``: this pool's node cost, plus the EKS fee share on the experiment's first pool row, so
+  the sum over an experiment's rows is the experiment's cost (None when the pool has no price).
+- ``successful_output_tokens``: the EXPERIMENT's tokens (sum of ``total_output_tokens`` over its
+  succeeded steps), repeated on each of its rows: take it once per experiment, never sum it.
+- ``usd_per_1m_output_tokens``: this row's ``cost_usd`` / the experiment's tokens x 1e6: the pool's
+  share, so the sum over the experiment's rows is the experiment's $/1M (see
+  :func:`experiment_totals`).
+
+Pure: the standard library and benchctl only. Timestamps may be ISO text (as ``campaign.timeline``
+writes them), datetimes (naive = UTC, as read back from the lake) or epoch seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from benchctl.lake import timeline as tl
+from benchctl.planning.plan import OVERHEADS, CampaignPlan, ExperimentPlan
+from benchctl.spec.model import CampaignSpec
+
+JSON = dict[str, Any]
+
+SCOPE_INCLUDED = (
+    "GPU nodes allocated to the experiment (scale request to pool restore), on-demand price of the spec",
+    "EKS cluster fee share (the experiment's wall time)",
+)
+SCOPE_EXCLUDED = (
+    "storage (EBS volumes, model-cache volume, S3 results)",
+    "network (data transfer, NAT gateway, load balancers)",
+    "EKS Auto Mode per-node management fee (not priced in the spec)",
+    "support plan, taxes, discounts (savings plans, reserved or spot capacity)",
+)
+SCOPE_TEXT = "included: " + "; ".join(SCOPE_INCLUDED) + ". not included: " + "; ".join(SCOPE_EXCLUDED) + "."
+
+_END_OF_LOAD = tuple(e.name for e in tl.LOAD_ENDS)
+_SCALED, _RESTORED, _HANDED = tl.SCALE_REQUESTED.name, tl.POOL_RESTORED.name, tl.POOL_HANDED_OVER.name
+_LOAD_START = tl.LOAD_START.name
+_READY = tl.READY.name
+
+
+# ------------------------------------------------------------------------------------ timeline reading
+
+
+def _ts(value: Any) -> datetime:
+    """An aware UTC datetime from ISO text, a datetime (naive = UTC) or epoch seconds."""
+    if isinstance(value, datetime):
+        out = value
+    elif isinstance(value, str):
+        try:
+            out = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"timeline: {value!r} is not an ISO-8601 timestamp") from None
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    else:
+        raise ValueError(f"timeline: expected a timestamp, got {type(value).__name__} {value!r:.60}")
+    return out.replace(tzinfo=UTC) if out.tzinfo is None else out.astimezone(UTC)
+
+
+def _hours(start: datetime, end: datetime) -> float:
+    return max(0.0, (end - start).total_seconds() / 3600.0)
+
+
+@dataclass(frozen=True)
+class PoolWindow:
+    """One pool held for one experiment: from its scale request until restored or handed over to the next
+    experiment (``end`` None: still held; ``end_event`` names the event that ended it)."""
+
+    experiment: str
+    pool: str
+    nodes: int
+    start: datetime
+    end: datetime | None
+    simulated: bool = False
+    end_event: str | None = None
+
+
+def pool_windows(plan: CampaignPlan, timeline: Iterable[JSON]) -> list[PoolWindow]:
+    """Every pool an experiment scaled, in plan order (experiments, then their pools).
+
+    Nodes are the ``scale_requested`` event's ``nodes`` (what the experiment asked the pool to hold),
+    else the plan's. A pool scaled twice for one experiment counts from its first request to its last
+    restore. A pool kept warm for the next experiment (``pool_handed_over``) ends its window there: the
+    next experiment's own ``scale_requested`` starts its window, so the pool is paid for once at a time.
+    """
+    starts: dict[tuple[str, str], tuple[datetime, JSON]] = {}
+    ends: dict[tuple[str, str], tuple[datetime, str]] = {}
+    for row in timeline:
+        event, pool = row.get("event"), row.get("pool")
+        if not pool or event not in (_SCALED, _RESTORED, _HANDED):
+            continue
+        key = (str(row.get("experiment")), str(pool))
+        at = _ts(row["at"])
+        if event == _SCALED:
+            if key not in starts or at < starts[key][0]:
+                starts[key] = (at, tl.detail(row))
+        elif key not in ends or at > ends[key][0]:
+            ends[key] = (at, str(event))
+    order = {(e.name, p): (e.index, i) for e in plan.experiments for i, p in enumerate(e.nodes)}
+    out = []
+    for key in sorted(starts, key=lambda k: (*order.get(k, (len(order), 0)), *k)):
+        at, detail = starts[key]
+        experiment, pool = key
+        planned = _plan_nodes(plan, experiment).get(pool, 0)
+        nodes = detail.get("nodes", planned)
+        end, end_event = ends.get(key, (None, None))
+        ended = end is not None and end >= at
+        out.append(PoolWindow(experiment, pool, int(nodes), at, end if ended else None,
+                              bool(detail.get("simulated", False)), end_event if ended else None))
+    return out
+
+
+def _plan_nodes(plan: CampaignPlan, experiment: str) -> dict[str, int]:
+    try:
+        return dict(plan.experiment(experiment).nodes)
+    except KeyError:
+        return {}
+
+
+def _latest(timeline: Iterable[JSON], experiment: str) -> datetime | None:
+    ats = [_ts(r["at"]) for r in timeline if r.get("experiment") == experiment and r.get("at") is not None]
+    return max(ats) if ats else None
+
+
+def ready_at(timeline: Iterable[JSON], experiment: str) -> datetime | None:
+    """When the experiment's deployment first answered (its ``ready`` event), or None."""
+    ats = [_ts(r["at"]) for r in timeline if r.get("experiment") == experiment and r.get("event") == _READY]
+    return min(ats) if ats else None
+
+
+def load_windows(plan: CampaignPlan, timeline: list[JSON], experiment: str) -> dict[str, float]:
+    """``{step_id: hours of load}`` of the experiment's planned steps that started (warm-up excluded).
+
+    A window runs from ``load_start`` to ``load_end`` (or ``load_stopped``); a load with no end yet
+    runs to the experiment's latest timeline event.
+    """
+    try:
+        planned = {s.step_id for s in plan.experiment(experiment).steps}
+    except KeyError:
+        planned = set()
+    starts: dict[str, datetime] = {}
+    ends: dict[str, datetime] = {}
+    for row in timeline:
+        if row.get("experiment") != experiment or row.get("event") not in (_LOAD_START, *_END_OF_LOAD):
+            continue
+        step_id = tl.detail(row).get("step_id")
+        if not isinstance(step_id, str) or (planned and step_id not in planned) or step_id == "warmup":
+            continue
+        at = _ts(row["at"])
+        if row["event"] == _LOAD_START:
+            starts[step_id] = min(at, starts.get(step_id, at))
+        else:
+            ends[step_id] = max(at, ends.get(step_id, at))
+    latest = _latest(timeline, experiment)
+    out = {}
+    for step_id, start in starts.items():
+        end = ends.get(step_id, latest)
+        out[step_id] = _hours(start, end) if end is not None else 0.0
+    return out
+
+
+# ------------------------------------------------------------------------------------------ prices
+
+
+def price(spec: CampaignSpec, pool: str) -> float | None:
+    """The spec's on-demand $/node-hour of ``pool``'s instance type, or None when unpriced."""
+    p = spec.pricing.instances.get(spec.pool(pool).instance_type)
+    return None if p is None else p.usd_per_hour
+
+
+def price_source(spec: CampaignSpec) -> str:
+    src = spec.pricing.source
+    return f"{src} (as of {spec.pricing.as_of})" if spec.pricing.as_of else src
+
+
+def experiment_usd_per_hour(spec: CampaignSpec, exp: ExperimentPlan) -> float | None:
+    """GPU-node $/hr of an experiment: sum over its pools of nodes x price (None if any pool is unpriced)."""
+    total = 0.0
+    for pool, nodes in exp.nodes.items():
+        p = price(spec, pool)
+        if p is None:
+            return None
+        total += nodes * p
+    return total
+
+
+# ------------------------------------------------------------------------------------------ costs rows
+
+
+def _tokens(steps: Iterable[JSON], campaign_id: str | None, experiment: str) -> int:
+    return sum(
+        int(s.get("total_output_tokens") or 0)
+        for s in steps
+        if s.get("experiment") == experiment and s.get("status") == "succeeded"
+        and (campaign_id is None or s.get("campaign_id") in (None, campaign_id))
+    )
+
+
+def _per_1m(cost: float | None, tokens: int) -> float | None:
+    return None if cost is None or tokens <= 0 else cost / tokens * 1e6
+
+
+def usage_cost(spec: CampaignSpec, plan: CampaignPlan, timeline: list[JSON], experiment: str) -> float | None:
+    """GPU-node cost of the experiment's load windows only (see :func:`load_windows`); None if unpriced.
+
+    Nodes per pool are those the experiment scaled (timeline), else the plan's. No cluster fee.
+    """
+    nodes = _plan_nodes(plan, experiment)
+    nodes.update({w.pool: w.nodes for w in pool_windows(plan, timeline) if w.experiment == experiment})
+    hours = sum(load_windows(plan, timeline, experiment).values())
+    total = 0.0
+    for pool, n in nodes.items():
+        p = price(spec, pool)
+        if p is None:
+            return None
+        total += n * hours * p
+    return total
+
+
+def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline: list[JSON],
+              steps: list[JSON], *, simulated: bool) -> list[JSON]:
+    """One ``costs`` row per experiment x pool the experiment scaled (see the module doc for conventions).
+
+    ``timeline``: the campaign's timeline rows (``experiment``, ``event``, ``at``, ``pool``,
+    ``detail_json``); ``steps``: its ``steps`` rows (``experiment``, ``status``,
+    ``total_output_tokens``). Rows of other campaigns (by ``campaign_id``) are ignored.
+    """
+    timeline = [r for r in timeline if r.get("campaign_id") in (None, campaign_id)]
+    windows = pool_windows(plan, timeline)
+    rows: list[JSON] = []
+    for exp_name in dict.fromkeys(w.experiment for w in windows):
+        mine = [w for w in windows if w.experiment == exp_name]
+        latest = _latest(timeline, exp_name)
+        ends = [w.end or latest or w.start for w in mine]
+        wall_h = _hours(min(w.start for w in mine), max(ends))
+        eks_usd = spec.pricing.eks_cluster_usd_per_hour * wall_h
+        load_h = sum(load_windows(plan, timeline, exp_name).values())
+        tokens = _tokens(steps, campaign_id, exp_name)
+        first, ready = min(w.start for w in mine), ready_at(timeline, exp_name)
+        cold_end = max(ends) if ready is None else min(max(ready, first), max(ends))
+        cold_fee = spec.pricing.eks_cluster_usd_per_hour * _hours(first, cold_end)
+        for i, (w, end) in enumerate(zip(mine, ends, strict=True)):
+            pool = spec.pool(w.pool)
+            p = price(spec, w.pool)
+            node_hours = w.nodes * _hours(w.start, end)
+            node_usd = None if p is None else node_hours * p
+            fee = eks_usd if i == 0 else 0.0
+            cost = None if node_usd is None else node_usd + fee
+            cold_h = _hours(w.start, min(cold_end, end))
+            cold = None if p is None else w.nodes * cold_h * p + (cold_fee if i == 0 else 0.0)
+            fees = {
+                "node_usd": node_usd,
+                "eks_cluster_usd": fee,
+                "eks_cluster_usd_per_hour": spec.pricing.eks_cluster_usd_per_hour if i == 0 else 0.0,
+                "experiment_wall_hours": wall_h,
+                "usage_based_usd": None if p is None else w.nodes * load_h * p,
+                "usage_load_hours": load_h,
+                "cold_start_usd": cold,
+                "cold_start_node_hours": w.nodes * cold_h,
+                "cold_start_end": cold_end.isoformat(),
+                "cold_start_end_event": "ready" if ready is not None else "none: never ready (all cold start)",
+                "steady_state_usd": None if cost is None or cold is None else cost - cold,
+                "gpus_per_node": pool.gpus_per_node,
+                "period_start": w.start.isoformat(),
+                "period_end": end.isoformat(),
+                "period_end_event": w.end_event if w.end is not None else "latest_event",
+                "scope": list(SCOPE_INCLUDED),
+                "excluded": list(SCOPE_EXCLUDED),
+                "scope_text": SCOPE_TEXT,
+            }
+            rows.append({
+                "campaign_id": campaign_id,
+                "experiment": exp_name,
+                "pool": w.pool,
+                "gpu_kind": pool.gpu_kind,
+                "instance_type": pool.instance_type,
+                "nodes": w.nodes,
+                "node_hours": node_hours,
+                "gpu_hours": node_hours * pool.gpus_per_node,
+                "price_per_node_hour_usd": p,
+                "price_source": "unpriced" if p is None else price_source(spec),
+                "fees_json": json.dumps(fees, sort_keys=True, separators=(",", ":")),
+                "cost_usd": cost,
+                "successful_output_tokens": tokens,
+                "usd_per_1m_output_tokens": _per_1m(cost, tokens),
+                "simulated": simulated or w.simulated,
+            })
+    return rows
+
+
+def experiment_totals(rows: list[JSON]) -> dict[str, JSON]:
+    """Per experiment, from its :func:`cost_rows`: cost (allocation, its cold start and steady state, usage),
+    tokens, $/1M tokens (allocation, steady state, usage).
+
+    A figure is None when any of the experiment's pools is unpriced.
+    """
+    out: dict[str, JSON] = {}
+    for r in rows:
+        t = out.setdefault(r["experiment"], {"cost_usd": 0.0, "usage_cost_usd": 0.0, "cold_start_usd": 0.0,
+                                             "steady_state_usd": 0.0, "node_hours": 0.0,
+                                             "gpu_hours": 0.0, "gpu_usd_per_hour": 0.0,
+                                             "successful_output_tokens": r["successful_output_tokens"]})
+        fees = json.loads(r["fees_json"])
+        p = r["price_per_node_hour_usd"]
+        t["node_hours"] += r["node_hours"]
+        t["gpu_hours"] += r["gpu_hours"]
+        for k, v in (("cost_usd", r["cost_usd"]), ("usage_cost_usd", fees.get("usage_based_usd")),
+                     ("cold_start_usd", fees.get("cold_start_usd")), ("steady_state_usd", fees.get("steady_state_usd")),
+                     ("gpu_usd_per_hour", None if p is None else r["nodes"] * p)):
+            t[k] = None if v is None or t[k] is None else t[k] + v
+    for t in out.values():
+        t["usd_per_1m_output_tokens"] = _per_1m(t["cost_usd"], t["successful_output_tokens"])
+        t["usage_usd_per_1m_output_tokens"] = _per_1m(t["usage_cost_usd"], t["successful_output_tokens"])
+        t["steady_state_usd_per_1m_output_tokens"] = _per_1m(t["steady_state_usd"], t["successful_output_tokens"])
+    return out
+
+
+def step_costs(spec: CampaignSpec, plan: CampaignPlan, steps: list[JSON]) -> list[JSON]:
+    """Per step: the experiment's GPU-node $/hr x the step's ``benchmark_duration_s`` (load time only,
+    no start-up, idle time or cluster fee) and that over the step's ``total_output_tokens`` x 1e6.
+
+    The same figure in SQL: ``gpu_usd_per_hour * benchmark_duration_s / 3600 / total_output_tokens
+    * 1e6`` with ``gpu_usd_per_hour`` from v_cost_efficiency. Only succeeded steps get a $/1M figure.
+    """
+    out = []
+    for s in steps:
+        try:
+            exp = plan.experiment(str(s.get("experiment")))
+        except KeyError:
+            continue
+        rate = experiment_usd_per_hour(spec, exp)
+        dur = s.get("benchmark_duration_s")
+        cost = None if rate is None or dur is None else rate * float(dur) / 3600.0
+        tokens = int(s.get("total_output_tokens") or 0) if s.get("status") == "succeeded" else 0
+        out.append({"campaign_id": s.get("campaign_id"), "experiment": exp.name, "step_id": s.get("step_id"),
+                    "usd_per_hour": rate, "cost_usd": cost, "total_output_tokens": tokens,
+                    "usd_per_1m_output_tokens": _per_1m(cost, tokens)})
+    return out
+
+
+# ------------------------------------------------------------------------------------------ budget
+
+
+def accrued_usd(spec: CampaignSpec, plan: CampaignPlan, timeline: list[JSON], now_iso: Any) -> float:
+    """What the campaign has cost up to ``now``: every pool window (restored ones in full, held ones up
+    to ``now``) x nodes x price, plus the EKS fee over each experiment's wall time so far.
+
+    Restored pools are counted too (money already spent must count against the budget). Unpriced
+    pools count 0 (a spec with ``budget.max_usd`` and an unpriced pool is refused at Plan).
+    """
+    now = _ts(now_iso)
+    total = 0.0
+    spans: dict[str, tuple[datetime, datetime]] = {}
+    for w in pool_windows(plan, timeline):
+        end = min(w.end, now) if w.end is not None else now
+        p = price(spec, w.pool)
+        if p is not None:
+            total += w.nodes * _hours(w.start, end) * p
+        lo, hi = spans.get(w.experiment, (w.start, end))
+        spans[w.experiment] = (min(lo, w.start), max(hi, end))
+    total += spec.pricing.eks_cluster_usd_per_hour * sum(_hours(a, b) for a, b in spans.values())
+    return total
+
+
+def _remaining_s(plan: CampaignPlan, exp: ExperimentPlan, done: set[tuple[str, str]],
+                 ran_s: Mapping[tuple[str, str], float] | None = None) -> float:
+    """Seconds left of one experiment: its steps not done (a running one: its estimate less ``ran_s``), plus
+    its overheads (capacity, ready, smoke, warm-up, teardown) before its first step, else the teardown only."""
+    todo = [s for s in exp.steps if (exp.name, s.step_id) not in done]
+    if not todo:
+        return 0.0
+    overhead = max(0.0, exp.est_s - sum(s.est_s for s in exp.steps))
+    if len(todo) < len(exp.steps):
+        overhead = min(overhead, OVERHEADS.get(plan.engine, {}).get("teardown", 0.0))
+    ran = ran_s or {}
+    return overhead + sum(max(0.0, s.est_s - ran.get((exp.name, s.step_id), 0.0)) for s in todo)
+
+
+def remaining_hours(plan: CampaignPlan, done: set[tuple[str, str]],
+                    ran_s: Mapping[tuple[str, str], float] | None = None) -> float:
+    """Estimated hours left: the plan's ``est_s`` of every (experiment, step_id) not in ``done``."""
+    return sum(_remaining_s(plan, e, done, ran_s) for e in plan.experiments) / 3600.0
+
+
+def remaining_usd(spec: CampaignSpec, plan: CampaignPlan, done: set[tuple[str, str]],
+                  ran_s: Mapping[tuple[str, str], float] | None = None) -> float:
+    """Estimated cost left: each experiment's remaining time x (its nodes x prices + the EKS fee).
+
+    ``done``: (experiment, step_id) of every step that will not run again: finished (any status) or
+    given up with its failed experiment. With nothing done this equals the plan's ``est_usd``. ``ran_s``: the
+    seconds a running step has run (its spend so far is accrued, not estimated twice)."""
+    total = 0.0
+    for e in plan.experiments:
+        hours = _remaining_s(plan, e, done, ran_s) / 3600.0
+        rate = sum(n * (price(spec, pool) or 0.0) for pool, n in e.nodes.items())
+        total += hours * (rate + spec.pricing.eks_cluster_usd_per_hour)
+    return total

@@ -1,0 +1,445 @@
+"""Planning: expand a campaign spec into experiments x steps with deterministic ids and estimates.
+
+Pure: no subprocess, no AWS, no Kubernetes, no file I/O. Plans are plain JSON-able dataclasses.
+Same spec ⇒ same plan (ids, order, estimates).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from benchctl.planning import placement
+from benchctl.spec.deployment import Experiment
+from benchctl.spec.model import CampaignSpec, spec_hash
+from benchctl.spec.workloads import ConcurrencySweep, MultiTurn, PrefixCache, SequenceDistribution
+
+# Stated assumptions for estimates (seconds). AWS figures are typical for GPU node groups with a
+# ~60 GB model on a shared volume; local figures are for the mocker on this kind of machine.
+OVERHEADS = {
+    "aws": {"capacity": 600.0, "ready": 900.0, "smoke": 30.0, "teardown": 180.0, "step_setup": 20.0},
+    "local": {"capacity": 0.0, "ready": 12.0, "smoke": 2.0, "teardown": 2.0, "step_setup": 8.0},
+}
+# Request-count steps need a time guess: TTFT + OSL x ITL per request (ms), a conservative GPU figure; the
+# experiment's twin replaces it where one is given (seconds per request at concurrency, ISL, OSL: benchctl.forecast.twin)
+EST_TTFT_MS = 200.0
+EST_ITL_MS = 20.0
+GUESS = f"guess: {EST_TTFT_MS:g} ms + OSL x {EST_ITL_MS:g} ms per request"
+RequestTimer = Callable[[int, float, float], float]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    step_id: str
+    index: int
+    workload: str
+    kind: str
+    repeat: int
+    seed: int
+    concurrency: int | None
+    isl: int | None  # None when lengths vary per request (sequence distribution)
+    osl: int | None
+    duration_s: float | None
+    request_count: int | None
+    est_s: float
+    # what distinguishes this step within its workload: "c16" (concurrency), "zipf" (distribution),
+    # "p25" (prefix ratio %); equal across experiments, so comparisons join on (workload, variant)
+    variant: str = ""
+    # kind-specific parameters (JSON): turns, conversations, distribution, ranges, prefix ratio, ...
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    index: int
+    name: str
+    mode: str
+    router: str
+    gpus: int
+    nodes: dict[str, int]  # pool name -> nodes needed
+    steps: list[StepPlan]
+    est_s: float
+    est_node_hours: dict[str, float] = field(default_factory=dict)
+    kv_offload: bool = False
+    base: str | None = None  # feature ladder: the experiment this one changes
+    feature: str | None = None  # ... and the one feature it changes
+    # pools the NEXT experiment also uses: kept warm at its end instead of restored and booted again
+    handover: dict[str, int] = field(default_factory=dict)
+    serving_engine: str = "vllm"  # what its workers run on EKS: vllm, or the mocker on CPU nodes (SIMULATED)
+    step_timing: str = GUESS  # how request-count steps were timed: the guess, or the twin (its label)
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    plan_id: str
+    spec_name: str
+    spec_hash: str
+    engine: str
+    experiments: list[ExperimentPlan]
+    est_s: float
+    est_gpu_hours: float
+    est_usd: float | None
+    budget_problems: list[str]
+    # the budget the guard holds the campaign to when the spec sets no budget.max_usd: the deployment's
+    # max_usd_per_campaign (benchctl.planning.ceilings), set by Plan where ceilings apply; None: no such budget
+    max_usd: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def step(self, experiment: str, step_id: str) -> StepPlan:
+        exp = self.experiment(experiment)
+        for s in exp.steps:
+            if s.step_id == step_id:
+                return s
+        raise KeyError(f"step {step_id!r} is not in experiment {experiment!r}")
+
+    def experiment(self, name: str) -> ExperimentPlan:
+        for e in self.experiments:
+            if e.name == name:
+                return e
+        raise KeyError(f"experiment {name!r} is not in the plan")
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> CampaignPlan:
+        exps = [
+            ExperimentPlan(**{**e, "steps": [StepPlan(**s) for s in e["steps"]]})
+            for e in data["experiments"]
+        ]
+        return CampaignPlan(**{**data, "experiments": exps})
+
+
+def nodes_needed(spec: CampaignSpec, exp: Experiment) -> dict[str, int]:
+    """Nodes per pool: the fewest on which every order kube-scheduler may place the experiment's workers
+    in places them all, under the placement rules we render (``benchctl.planning.placement``)."""
+    return placement.nodes_needed({p.name: p for p in spec.pools}, exp)
+
+
+def _request_s(osl: float) -> float:
+    """A conservative per-request time: TTFT + OSL x ITL (GPU figures above)."""
+    return (EST_TTFT_MS + osl * EST_ITL_MS) / 1000.0
+
+
+def _count_estimate(request_count: int, concurrency: int, isl: float, osl: float,
+                    timer: RequestTimer | None = None) -> float:
+    """A request-count step's load time: the guess per request in ceil(requests / concurrency) rounds, or, on
+    the twin, requests / (concurrency / its per-request time in that closed loop)."""
+    if timer is not None:
+        return request_count * timer(concurrency, isl, osl) / concurrency
+    return math.ceil(request_count / concurrency) * _request_s(osl)
+
+
+def _ratio_label(ratio: float) -> str:
+    pct = ratio * 100
+    return f"p{pct:g}".replace(".", "_")
+
+
+def _workload_steps(w: Any, seed: int, timer: RequestTimer | None = None) -> list[tuple[str, dict[str, Any], float]]:
+    """(variant, fields, load seconds) of one repeat of one workload, in run order."""
+    out: list[tuple[str, dict[str, Any], float]] = []
+    params: dict[str, Any]
+    if isinstance(w, ConcurrencySweep):
+        for c in w.concurrency:
+            est = (w.duration_s if w.duration_s is not None
+                   else _count_estimate(w.request_count or 0, c, w.isl, w.osl, timer))
+            out.append((f"c{c}", {"concurrency": c, "isl": w.isl, "osl": w.osl, "duration_s": w.duration_s,
+                                  "request_count": w.request_count, "params": {}}, float(est)))
+    elif isinstance(w, MultiTurn):
+        if w.duration_s is not None:
+            est = w.duration_s
+        else:
+            turn_s = _request_s(w.osl) if timer is None else timer(w.conversations, w.isl, w.osl)
+            per_turn = turn_s + w.turn_delay_ms / 1000.0
+            est = math.ceil((w.request_count or 0) / w.conversations) * per_turn
+        params = {"turns": w.turns, "conversations": w.conversations, "turn_delay_ms": w.turn_delay_ms,
+                  "dataset_conversations": w.dataset_conversations or _dataset_conversations(w)}
+        out.append((f"c{w.conversations}", {"concurrency": w.conversations, "isl": w.isl, "osl": w.osl,
+                                             "duration_s": w.duration_s, "request_count": w.request_count,
+                                             "params": params}, float(est)))
+    elif isinstance(w, SequenceDistribution):
+        mid_osl = sum(w.osl_range) / 2
+        for dist in w.distributions:
+            params = {"distribution": dist, "isl_range": list(w.isl_range), "osl_range": list(w.osl_range),
+                      "zipf_exponent": w.zipf_exponent, "lognormal_sigma": w.lognormal_sigma,
+                      "dataset": f"{w.name}-{dist}-s{seed}.jsonl"}
+            out.append((dist, {"concurrency": w.concurrency, "isl": None, "osl": None, "duration_s": None,
+                               "request_count": w.requests, "params": params},
+                        _count_estimate(w.requests, w.concurrency, sum(w.isl_range) / 2, mid_osl, timer)))
+    elif isinstance(w, PrefixCache):
+        for ratio in w.ratios:
+            label = _ratio_label(ratio)
+            params = {"prefix_ratio": ratio, "block_size": w.block_size, "duplication": w.duplication,
+                      "prefix_tokens": w.prefix_tokens, "dataset": f"{w.name}-{label}-s{seed}.jsonl"}
+            out.append((label, {"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl, "duration_s": None,
+                                "request_count": w.requests, "params": params},
+                        _count_estimate(w.requests, w.concurrency, w.isl, w.osl, timer)))
+    else:  # pragma: no cover - the spec's union is closed
+        raise ValueError(f"workload kind {getattr(w, 'kind', w)!r} has no plan")
+    return out
+
+
+def _dataset_conversations(w: MultiTurn) -> int:
+    """AIPerf's --conversation-num: it generates that many conversations AND stops after sending them.
+
+    Request-bound: exactly the whole conversations asked for. Duration-bound: enough that the duration
+    ends the step first and no conversation is sent twice (a resent one would hit the cache).
+    """
+    if w.request_count is not None:
+        return w.request_count // w.turns
+    # duration-bound: a generous upper bound on conversations finished in the step
+    per_conversation_s = w.turns * (_request_s(w.osl) / 10.0 + w.turn_delay_ms / 1000.0)
+    return max(w.conversations, math.ceil((w.duration_s or 0) / max(per_conversation_s, 0.05) * w.conversations))
+
+
+def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = None) -> list[StepPlan]:
+    steps: list[StepPlan] = []
+    setup = OVERHEADS[engine]["step_setup"]
+    for w in spec.workloads:
+        for repeat in range(spec.repeats):
+            seed = spec.repeat_seed(repeat)
+            for variant, f, est in _workload_steps(w, seed, timer):
+                steps.append(
+                    StepPlan(
+                        step_id=f"{w.name}-{variant}-r{repeat}",
+                        index=len(steps),
+                        workload=w.name,
+                        kind=w.kind,
+                        repeat=repeat,
+                        seed=seed,
+                        concurrency=f["concurrency"],
+                        isl=f["isl"],
+                        osl=f["osl"],
+                        duration_s=f["duration_s"],
+                        request_count=f["request_count"],
+                        est_s=round(est + setup, 1),
+                        variant=variant,
+                        params=f["params"],
+                    )
+                )
+    return steps
+
+
+def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str, RequestTimer] | None = None) -> CampaignPlan:
+    """The plan; ``timers`` (experiment name -> its twin's seconds per request, :class:`benchctl.forecast.twin.StepTimer`)
+    time the request-count steps of those experiments in place of the guess."""
+    if engine not in OVERHEADS:
+        raise ValueError(f"engine {engine!r} is not one of {sorted(OVERHEADS)}")
+    over = OVERHEADS[engine]
+    h = spec_hash(spec)
+    steps = expand_steps(spec, engine)
+    warmup_s = spec.warmup.request_count * (EST_TTFT_MS + 32 * EST_ITL_MS) / 1000.0 if spec.warmup.request_count else 0
+    experiments: list[ExperimentPlan] = []
+    total_s = 0.0
+    gpu_hours = 0.0
+    usd = 0.0
+    priced = True
+    all_nodes = [nodes_needed(spec, exp) for exp in spec.experiments]
+    for i, exp in enumerate(spec.experiments):
+        timer = (timers or {}).get(exp.name)
+        exp_steps = steps if timer is None else expand_steps(spec, engine, timer)
+        nodes = all_nodes[i]
+        following = all_nodes[i + 1] if i + 1 < len(all_nodes) else {}
+        handover = {pool: n for pool, n in nodes.items() if pool in following}
+        warm = i > 0 and bool(nodes) and all(pool in all_nodes[i - 1] for pool in nodes)  # no capacity wait
+        est = (0.0 if warm else over["capacity"]) + over["ready"] + over["smoke"] + warmup_s + sum(s.est_s for s in exp_steps)
+        est += over["teardown"]
+        node_hours = {pool: n * est / 3600.0 for pool, n in nodes.items()}
+        for pool, nh in node_hours.items():
+            p = spec.pool(pool)
+            gpu_hours += nh * p.gpus_per_node
+            price = spec.pricing.instances.get(p.instance_type)
+            if price is None:
+                priced = False
+            else:
+                usd += nh * price.usd_per_hour
+        total_s += est
+        experiments.append(
+            ExperimentPlan(
+                index=i,
+                name=exp.name,
+                mode=exp.mode,
+                router=exp.router,
+                gpus=exp.gpus(),
+                nodes=nodes,
+                steps=exp_steps,
+                est_s=round(est, 1),
+                est_node_hours={k: round(v, 4) for k, v in node_hours.items()},
+                kv_offload=exp.kv_offload is not None,
+                handover=handover,
+                base=exp.base,
+                feature=exp.feature,
+                serving_engine=exp.engine,
+                step_timing=GUESS if timer is None else str(getattr(timer, "label", "the twin")),
+            )
+        )
+    usd += spec.pricing.eks_cluster_usd_per_hour * total_s / 3600.0
+    est_usd = round(usd, 2) if priced else None
+    problems: list[str] = []
+    if spec.budget.max_hours is not None and total_s / 3600.0 > spec.budget.max_hours:
+        problems.append(
+            f"budget.max_hours: estimated {total_s / 3600.0:.2f} h exceeds {spec.budget.max_hours} h"
+        )
+    if spec.budget.max_usd is not None:
+        if est_usd is None:
+            problems.append("budget.max_usd: set, but pricing.instances lacks a price for some pool")
+        elif est_usd > spec.budget.max_usd:
+            problems.append(f"budget.max_usd: estimated ${est_usd:.2f} exceeds ${spec.budget.max_usd:.2f}")
+    return CampaignPlan(
+        plan_id=f"{spec.name}-{h[:10]}",
+        spec_name=spec.name,
+        spec_hash=h,
+        engine=engine,
+        experiments=experiments,
+        est_s=round(total_s, 1),
+        est_gpu_hours=round(gpu_hours, 4),
+        est_usd=est_usd,
+        budget_problems=problems,
+    )
+
+
+def format_plan(plan: CampaignPlan) -> str:
+    lines = [
+        f"plan {plan.plan_id} (engine {plan.engine}): {len(plan.experiments)} experiments, "
+        f"est. {plan.est_s / 60:.1f} min, {plan.est_gpu_hours:.2f} GPU-h"
+        + (f", ${plan.est_usd:.2f}" if plan.est_usd is not None else ", cost unpriced"),
+    ]
+    for e in plan.experiments:
+        nodes = ", ".join(f"{p} x{n}" for p, n in e.nodes.items())
+        ladder = f" [ladder: {e.base} + {e.feature}]" if e.base else ""
+        ladder += f" [keeps {', '.join(sorted(e.handover))} warm for the next]" if e.handover else ""
+        offload = ", KV offload" if e.kv_offload else ""
+        lines.append(
+            f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, "
+            + (f"{e.gpus} GPUs on {nodes}; " if e.serving_engine == "vllm" else
+               f"Dynamo mocker workers standing for {e.gpus} GPUs, on CPU nodes {nodes} (SIMULATED); ") +
+            f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min{ladder}; request-count steps timed by "
+            f"{e.step_timing}"
+        )
+        for s in e.steps:
+            stop = f"{s.duration_s:g} s" if s.duration_s is not None else f"{s.request_count} requests"
+            lengths = (f"isl={s.isl} osl={s.osl}" if s.isl is not None else
+                       f"isl={s.params['isl_range'][0]}-{s.params['isl_range'][1]} "
+                       f"osl={s.params['osl_range'][0]}-{s.params['osl_range'][1]}")
+            extra = "".join(f" {k}={s.params[k]}" for k in ("turns", "prefix_ratio") if k in s.params)
+            lines.append(
+                f"      {s.step_id:<36} c={s.concurrency} {lengths}{extra} {stop} seed={s.seed} est. {s.est_s:g} s"
+            )
+    for p in plan.budget_problems:
+        lines.append(f"  REFUSED {p}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- what one Step Functions execution holds
+
+# Step Functions' hard quota: 25,000 events in one Standard execution's history, inline Map iterations
+# included. Past it the execution fails at once, with no Catch and no teardown (the sweeper then has to
+# clean up). ``benchctl plan``/``start`` and the Plan state refuse a campaign whose estimate exceeds
+# HISTORY_REFUSE_AT: the limit less 20 % headroom for waits that run past their estimate and retries.
+HISTORY_LIMIT = 25_000
+HISTORY_REFUSE_AT = 20_000
+# The ASL's own TimeoutSeconds (state_machines/campaign.asl.json): an execution still running then ends
+# TIMED_OUT, again without teardown.
+EXECUTION_TIMEOUT_S = 48 * 3600
+
+# History events per state of the campaign ASL (what Step Functions records, and moto's interpreter too):
+# a lambda:invoke Task 5 (entered, scheduled, started, succeeded, exited), a Choice, Wait or Succeed 2,
+# a Map 4 plus 2 per iteration, the execution itself 2; a lambda:invoke.waitForTaskToken Task 6 (+ submitted).
+_TASK, _PASS, _MAP, _ITERATION, _EXECUTION, _CALLBACK_TASK = 5, 2, 4, 2, 2, 6
+WaitSeconds = Callable[[str, "ExperimentPlan", "StepPlan | None"], float]
+
+
+def _loop(seconds: float, poll_seconds: int) -> int:
+    """A check Task + Choice, looped through a Wait every ``poll_seconds`` until ``seconds`` passed."""
+    waits = math.ceil(max(seconds, 0.0) / poll_seconds)
+    return (waits + 1) * (_TASK + _PASS) + waits * _PASS
+
+
+def history_events(plan: CampaignPlan, poll_seconds: int, seconds: WaitSeconds, *, callbacks: bool = False) -> int:
+    """Events in the history of one successful execution of the campaign ASL for ``plan``, when each
+    wait (``capacity``, ``ready``, ``smoke``, ``warmup``, ``load`` of a step, ``teardown``) lasts
+    ``seconds(kind, experiment, step)``. Mirrors the ASL state by state (tests/unit/test_history.py
+    holds it to the history moto's interpreter records for the same ASL). ``callbacks``: the engine answers
+    task tokens (both engines do: locally the relay, on AWS the load runner Job), so a step waits in
+    AwaitLoadEnd and CheckLoad runs once; else CheckLoad polls."""
+    if poll_seconds < 1:
+        raise ValueError(f"poll_seconds {poll_seconds!r}: must be at least 1")
+    events = _EXECUTION + _TASK + _MAP + _TASK + _PASS  # Plan, ForEachExperiment, Report, CampaignSucceeded
+    for e in plan.experiments:
+        events += _ITERATION + _TASK + _loop(seconds("capacity", e, None), poll_seconds)  # ScalePools ⟲
+        events += _TASK + _loop(seconds("ready", e, None), poll_seconds)  # Deploy, CheckReady ⟲
+        events += _TASK + _loop(seconds("smoke", e, None), poll_seconds)  # SmokeTest, CheckSmoke ⟲
+        events += _TASK + _loop(seconds("warmup", e, None), poll_seconds)  # LaunchWarmUp, CheckWarmUp ⟲
+        events += _MAP  # ForEachStep
+        for s in e.steps:  # LaunchLoad, IngestPreviousStep, LoadEndReported?, [AwaitLoadEnd], CheckLoad ⟲, StepDone
+            wait = _CALLBACK_TASK + _loop(0.0, poll_seconds) if callbacks else _loop(seconds("load", e, s), poll_seconds)
+            events += _ITERATION + _TASK + _TASK + _PASS + wait + _PASS
+        events += _TASK  # IngestLastStep
+        events += _loop(seconds("teardown", e, None), poll_seconds) + _PASS  # TeardownExperiment ⟲, ExperimentDone
+    return events
+
+
+@dataclass(frozen=True)
+class HistoryEstimate:
+    poll_seconds: int
+    expected: int  # with the plan's estimated durations
+    worst: int  # every wait running to its deadline (timeouts.*), where the handlers fail it
+    limit: int = HISTORY_LIMIT
+    refuse_at: int = HISTORY_REFUSE_AT
+
+
+def _warm(plan: CampaignPlan, e: ExperimentPlan) -> bool:
+    """No capacity wait: every pool was kept warm by the experiment before (``handover``)."""
+    before = plan.experiments[e.index - 1] if e.index > 0 else None
+    return before is not None and bool(e.nodes) and all(pool in before.handover for pool in e.nodes)
+
+
+def history_estimate(spec: CampaignSpec, plan: CampaignPlan, poll_seconds: int) -> HistoryEstimate:
+    over = OVERHEADS[plan.engine]
+    t = spec.timeouts
+    warmup_s = 60.0 + spec.warmup.request_count if spec.warmup.request_count else 0.0
+
+    def expected(kind: str, e: ExperimentPlan, s: StepPlan | None) -> float:
+        return {"capacity": 0.0 if _warm(plan, e) else over["capacity"], "ready": over["ready"],
+                "smoke": over["smoke"], "warmup": warmup_s, "load": s.est_s if s else 0.0,
+                "teardown": over["teardown"]}[kind]
+
+    def worst(kind: str, e: ExperimentPlan, s: StepPlan | None) -> float:
+        return {"capacity": t.capacity_s, "ready": t.ready_s, "smoke": t.smoke_s,
+                "warmup": warmup_s + t.load_grace_s, "load": (s.est_s if s else 0.0) + t.load_grace_s,
+                "teardown": t.teardown_s}[kind]
+
+    # the load's end is an event on both engines (AwaitLoadEnd): a step's length adds no poll events
+    return HistoryEstimate(poll_seconds, history_events(plan, poll_seconds, expected, callbacks=True),
+                           history_events(plan, poll_seconds, worst, callbacks=True))
+
+
+def aws_limits(spec: CampaignSpec, plan: CampaignPlan, poll_seconds: int) -> tuple[HistoryEstimate, list[str]]:
+    """What one Step Functions execution of this campaign would hold, and every way it would not fit:
+    the history quota (with the smallest poll interval that fits, or how many campaigns to split it
+    into) and the execution timeout. Empty problems: it fits."""
+    est = history_estimate(spec, plan, poll_seconds)
+    problems: list[str] = []
+    if est.expected > est.refuse_at:
+        fits = next((p for p in (15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600)
+                     if p > poll_seconds and history_estimate(spec, plan, p).expected <= est.refuse_at), None)
+        parts = math.ceil(est.expected / est.refuse_at)
+        hint = (f"poll every {fits} s or more (est. {history_estimate(spec, plan, fits).expected:,} events), or "
+                if fits else "")
+        problems.append(
+            f"poll_seconds: at {poll_seconds} s the campaign's Step Functions execution would record an estimated "
+            f"{est.expected:,} history events; Step Functions fails an execution at {est.limit:,} (its hard quota, "
+            f"with no teardown), and benchctl refuses above {est.refuse_at:,} to keep headroom for overruns; "
+            f"{hint}split it into {parts} or more campaigns (fewer repeats, workloads or experiments per spec)")
+    if plan.est_s > EXECUTION_TIMEOUT_S:
+        problems.append(f"estimated {plan.est_s / 3600:.1f} h exceeds the execution timeout of "
+                        f"{EXECUTION_TIMEOUT_S // 3600} h (TimeoutSeconds of the campaign state machine); split it "
+                        "into smaller campaigns")
+    return est, problems
+
+
+def format_history(est: HistoryEstimate) -> str:
+    return (f"  Step Functions history: est. {est.expected:,} events at a {est.poll_seconds} s poll "
+            f"({est.expected / est.limit:.0%} of the {est.limit:,} limit; {est.worst:,} if every wait ran to "
+            "its deadline)")
