@@ -1,49 +1,8 @@
 """The AIPerf load runner: one process that pays AIPerf's start-up once and forks one AIPerf run per step.
 
-Two front-ends, one runner. Locally, ``python -m benchctl.load_runner`` is started once per campaign by
-``benchctl.local.load`` (in its own session, like every process of the local engine) and reads its
-requests on stdin. On EKS, one load Job per workload of an experiment runs this file's source
-(``python3 -c``, rendered by ``benchctl.aws.k8s.jobs.render_runner_job``; the load image has AIPerf and
-nothing of benchctl) with ``--steps-dir DIR STEP...``: it runs the workload's steps in order, each when its
-request file appears (``DIR/<step>/request.json``: ``{"argv", "deadline_s"}``, put there by the Job's
-control container once the state machine launched the step), writes ``DIR/<step>/exit_code`` when the
-run ended (124 when it passed its deadline and was stopped), and touches ``DIR/alive`` while it lives
-(also while it warms up). The two containers tell each other when they end otherwise: the runner writes
-``DIR/runner.ended`` (why) before it leaves on an error, and stops its run and leaves (exit 1) when the
-control container wrote ``DIR/control.ended``, so the pod ends instead of waiting for its deadline.
-Standard library only (AIPerf is imported when run). It imports AIPerf's CLI, loads the
-tokenizer and tokenizes AIPerf's prompt corpus once, freezes that heap (``gc.freeze``), then reads one
-request per line on stdin. Each request forks a child that is an ordinary ``aiperf profile`` run: its
-own argv (dataset, seed, artifact directory), its own services and exporters, its own log; AIPerf's code
-is not changed. Only what AIPerf would compute anyway is shared, copy-on-write: the tokenizer object
-(``Tokenizer.from_pretrained`` memoised by name, remote-code flag and revision) and the token list of
-the built-in corpus when the run's tokenizer is the preloaded one. The datasets AIPerf builds are
-byte-identical to a separate ``aiperf`` process's (checked on ``inputs.json``; see the README).
-
-Why: a separate ``aiperf`` process spends 6-13 s per step on this kind of machine importing pydantic
-models, loading the 18.7 MB tokenizer and tokenizing the 5 MB corpus, for a load that may last 0.5 s.
-
-Protocol, one JSON object per line each way:
-
-* request (stdin): ``{"job_id", "argv", "log", "cwd", "started", "exit"}`` and optionally ``"record"``;
-  ``started`` and ``exit`` are files the runner writes atomically: ``{"pid", "start_time", "at"}`` right
-  after the fork (the child is the leader of its own process group, so the engine can stop the run and all
-  its services by that record alone) and ``{"exit_code", "started_at", "ended_at", "cpu_s", "cpu"}`` when
-  the run ended; ``record`` (a file in the step's artifact directory) gets ``{"job_id", "exit_code", "cpu"}``
-  just before ``exit``.
-* ``cpu``: what AIPerf itself used, for ``benchctl.lake.client_load`` (is the client keeping up?):
-  ``{"samples": [[epoch_s, cpu_s, wait_s], ...], "cores": n}``, the cumulative CPU seconds of the run's whole
-  process tree (its process group and descendants, reaped children included) and the time its live processes
-  waited on a run queue for a CPU (``/proc/<pid>/schedstat``; null where unknown), sampled from ``/proc``
-  every ``CPU_SAMPLE_S`` while it runs (one scan of ``/proc``, about a millisecond; the period grows past
-  1,000 samples), the last sample being the child's own ``wait4`` usage (its wait null); ``cores``: the CPUs
-  it may run on (its affinity, capped by a cgroup CPU quota). On EKS the same record goes into ``runner-record.json``.
-* stdout: ``{"ready": ...}`` once, then nothing per step (the files are the interface).
-
-Processes: every child is reaped here; on SIGTERM/SIGINT/SIGHUP or when stdin closes (the engine is
-gone), every running child's group is sent SIGTERM, then SIGKILL after a grace period, before the
-runner exits. AIPERF_* environment variables must be set before this process starts: AIPerf builds its
-settings once, at import.
+Locally ``python -m benchctl.load_runner`` reads requests on stdin (``benchctl.local.load``); on EKS a load Job
+runs this file's source with ``python3 -c`` (``benchctl.aws.k8s.jobs``), so it imports nothing of benchctl.
+Its protocol, its files and its process rules: ``docs/reference/load-runner.md``.
 """
 
 from __future__ import annotations

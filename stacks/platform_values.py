@@ -22,7 +22,7 @@ API (``stacks/platform.py`` consumes it):
   ``values.schema.json`` at the pinned version. A problem raises :class:`PlatformValuesError` naming the path.
 * :func:`platform_manifests` (settings) -> the Kubernetes objects the stack applies: the benchmark namespace,
   the EFS StorageClass, the ReadWriteMany model claim, the one-time model download Job (the campaign's own
-  prefetch rendering, :func:`benchctl.aws.k8s.jobs.render_prefetch_job`), the Grafana dashboard ConfigMaps
+  prefetch rendering, :func:`benchctl.aws.k8s.prefetch.render_prefetch_job`), the Grafana dashboard ConfigMaps
   (our ``dashboards/`` JSON) and the KVBM PodMonitor.
 * :func:`platform_provenance` (settings) -> every chart's name, version, values hash, and the scrape intervals:
   what a campaign records as the platform it ran on. :func:`dcgm_exporter_url` and :func:`prometheus_url` give
@@ -495,10 +495,10 @@ def model_claim_manifest(s: PlatformSettings) -> JSON:
 
 def model_download_job(s: PlatformSettings) -> JSON:
     """The one-time download of the pinned revision onto the claim: exactly the campaign's prefetch Job
-    (:func:`benchctl.aws.k8s.jobs.render_prefetch_job`: token from the campaign's secret as a read-only file,
+    (:func:`benchctl.aws.k8s.prefetch.render_prefetch_job`: token from the campaign's secret as a read-only file,
     pinned huggingface_hub, fails unless the snapshot of that commit is where the workers serve it from), with
     :data:`PLATFORM_ID` in place of a campaign id, off the GPU node groups."""
-    from benchctl.aws.k8s.jobs import render_prefetch_job
+    from benchctl.aws.k8s.prefetch import render_prefetch_job
 
     if not s.model.revision:
         raise PlatformValuesError("model.revision: the platform downloads a pinned commit; give the 40-hex commit")

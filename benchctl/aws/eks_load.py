@@ -19,7 +19,7 @@ import re
 import secrets
 from typing import Any
 
-from benchctl.aws.eks import JOB, KubeSource, SpecSource, _Jobs, job_logs, job_status
+from benchctl.aws.eks_kube import JOB, KubeSource, SpecSource, _Jobs, job_logs, job_status
 from benchctl.aws.k8s.client import ApiError, Conflict, NotFound
 from benchctl.aws.k8s.common import selection, selector
 from benchctl.aws.k8s.jobs import raw_prefix, render_runner_job, runner_deadline_s, runner_request

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from benchctl.aws.eks import JOB, job_logs, job_status
+from benchctl.aws.eks_kube import JOB, job_logs, job_status
 from benchctl.aws.k8s.client import ApiError, Conflict, KubeClient, NotFound
 from benchctl.aws.k8s.common import HF_TOKEN_KEY, LOAD_IMAGE_PLACEHOLDER, aiperf_image, selection, selector
 from benchctl.aws.k8s.preflight_jobs import render_preflight_job
@@ -71,7 +71,7 @@ def _check_gpu_drivers(spec: CampaignSpec, kube: KubeClient) -> list[str]:
     """GPU nodes of the spec's pools (or of their instance types) that report an NVIDIA driver older than
     ``kubernetes.min_gpu_driver`` (what the Dynamo image's CUDA needs). Only nodes that exist and carry GPU
     feature discovery's driver label can be judged here; the pools' readiness checks their new nodes again."""
-    from benchctl.aws.pools import old_drivers
+    from benchctl.aws.pool_nodes import old_drivers
 
     need = spec.kubernetes.min_gpu_driver
     problems: list[str] = []

@@ -14,7 +14,7 @@ from typing import Any
 from benchctl import logtext
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
-from benchctl.campaign.runstate import CampaignRecord, FailureRecord
+from benchctl.campaign.records import CampaignRecord, FailureRecord
 from benchctl.errors import Aborted, CampaignIdInUse, InjectedFailure, NotReadyYet
 from benchctl.lake import timeline
 

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from benchctl.campaign.base import JSON, Task, error_of, record_event
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import LoadRequest, Providers
-from benchctl.campaign.runstate import WARMUP, LoadRecord
+from benchctl.campaign.records import LoadRecord
+from benchctl.campaign.runstate import WARMUP
 from benchctl.campaign.serving import deployment
 from benchctl.campaign.spend import await_timeout_s, budget_guard
 from benchctl.errors import BudgetExceeded, DeadlineExceeded, LoadFailed

@@ -7,7 +7,7 @@ from benchctl.campaign.base import JSON, Cleanup, Task, error_of, now_iso, recor
 from benchctl.campaign.context import Ctx, StartInput
 from benchctl.campaign.locks import lock_keys
 from benchctl.campaign.ports import Providers
-from benchctl.campaign.runstate import CampaignRecord
+from benchctl.campaign.records import CampaignRecord
 from benchctl.errors import CampaignIdInUse, CeilingExceeded, PreflightFailed, SpecError
 from benchctl.lake import timeline
 from benchctl.lake.schema import json_text

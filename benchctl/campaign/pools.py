@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchctl.campaign.base import JSON, Task, record_event
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
-from benchctl.campaign.runstate import PoolsRecord
+from benchctl.campaign.records import PoolsRecord
 from benchctl.errors import CeilingExceeded, DeadlineExceeded, NotReadyYet, ScaleInterrupted
 from benchctl.lake import timeline
 

@@ -6,7 +6,7 @@ from benchctl.analysis import quality
 from benchctl.campaign.base import JSON, Task, record_event, simulated
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import DeploymentRequest, DeploymentTarget, Providers, WorkerGroupSpec
-from benchctl.campaign.runstate import DeploymentRecord, SmokeRecord
+from benchctl.campaign.records import DeploymentRecord, SmokeRecord
 from benchctl.errors import DeadlineExceeded, QualityGateFailed, SmokeTestFailed
 from benchctl.lake import timeline
 from benchctl.spec.deployment import Experiment

@@ -6,7 +6,7 @@ from __future__ import annotations
 from benchctl.campaign.base import JSON, now_iso, record_event
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
-from benchctl.campaign.runstate import CampaignRecord
+from benchctl.campaign.records import CampaignRecord
 from benchctl.errors import BudgetExceeded
 from benchctl.lake import timeline
 

@@ -9,7 +9,7 @@ from benchctl.campaign.load import stop_loads
 from benchctl.campaign.locks import lock_keys
 from benchctl.campaign.ports import Providers
 from benchctl.campaign.receipt import experiment_receipt
-from benchctl.campaign.runstate import PoolsRecord
+from benchctl.campaign.records import PoolsRecord
 from benchctl.lake import timeline
 
 DEFAULT_TEARDOWN_S = 240.0  # the wait for a deployment to go away when the spec cannot be read

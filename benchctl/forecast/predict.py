@@ -56,26 +56,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchctl.forecast.gpus import (
+    VLLM_GPU_MEMORY_UTILIZATION,
+    VLLM_MAX_NUM_SEQS,
+    gpu_memory_gb,
+    gpu_system,
+)
 from benchctl.planning.plan import CampaignPlan
-from benchctl.spec.deployment import Experiment, ModelSpec, PoolSpec, WorkerGroup
+from benchctl.spec.deployment import Experiment, PoolSpec, WorkerGroup
 from benchctl.spec.model import CampaignSpec
 from benchctl.spec.settings import Slo
 
 BACKEND = "vllm"
 AIC_VERSION = "0.12.0"  # the pin in requirements-dev.txt; the installed version is what `source` reports
-VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory it may use
-# vLLM's default max_num_seqs (requests one engine runs at once) on a GPU under 70 GiB or any A100, i.e. on p4d's
-# A100-40GB and g6e's L40S-48GB: vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OPENAI_API_SERVER and
-# LLM_CLASS contexts; 1024 on larger non-A100 GPUs). Which usage context Dynamo's worker passes was not checked:
-# vLLM's SchedulerConfig falls back to 128 without one.
-VLLM_MAX_NUM_SEQS = 256
 LABEL = "PREDICTED by aiconfigurator, not measured"
 # What a first token ready sooner than the client's delayed ACK reaches AIPerf at, through Dynamo <= 1.6.1's
 # frontend (no TCP_NODELAY on the client's socket: ai-dynamo/dynamo lib/llm/src/http/service/service_v2.rs; PR
@@ -84,44 +83,6 @@ LABEL = "PREDICTED by aiconfigurator, not measured"
 # 43.5 ms: AIPerf counts from before its send), docs/FACTS.md.
 FRONTEND_FIRST_TOKEN_FLOOR_MS = 48.0
 FRONTEND_FLOOR_UP_TO = (1, 6, 1)  # the newest Dynamo checked to have the stall (the pinned one)
-
-# aiconfigurator system <- GPU named in the pool's gpu_kind, else its EC2 instance family
-_GPU_SYSTEMS = ((re.compile(r"\bA100\b"), "a100_sxm"), (re.compile(r"\bL40S\b"), "l40s"))
-_INSTANCE_SYSTEMS = (("p4d.", "a100_sxm"), ("p4de.", "a100_sxm"), ("g6e.", "l40s"))
-_GB = re.compile(r"(\d+(?:\.\d+)?)\s*Gi?B\b", re.IGNORECASE)
-
-
-def gpu_system(pool: PoolSpec) -> str | None:
-    """The aiconfigurator system for a pool's GPUs (A100 -> ``a100_sxm``, L40S -> ``l40s``), else None."""
-    kind = pool.gpu_kind.upper()
-    for pattern, system in _GPU_SYSTEMS:
-        if pattern.search(kind):
-            return system
-    instance = pool.instance_type.lower()
-    for prefix, system in _INSTANCE_SYSTEMS:
-        if instance.startswith(prefix):
-            return system
-    return None
-
-
-def gpu_memory_gb(pool: PoolSpec) -> float | None:
-    """GPU memory named in ``gpu_kind`` ("A100-40GB" -> 40.0), None when it names none."""
-    m = _GB.search(pool.gpu_kind)
-    return float(m.group(1)) if m else None
-
-
-def gpu_kv_capacity_tokens(model: ModelSpec, pool: PoolSpec, tensor_parallel: int) -> float | None:
-    """An upper bound on the tokens one worker's GPU KV cache holds, by vLLM's arithmetic: each of its
-    ``tensor_parallel`` GPUs gives :data:`VLLM_GPU_MEMORY_UTILIZATION` of its memory (``gpu_kind``'s GB, read as
-    GiB as aiconfigurator reports), minus its share of the weights (``model.weights_gb``), to the KV cache, and
-    holds ``1 / tensor_parallel`` of each token's KV (``model.kv_bytes_per_token``; the KV heads are split).
-    Activations, CUDA graphs and NCCL buffers take a part of that budget too, so the real capacity is lower.
-    None when the pool names no memory size or the model no weight size."""
-    cap = gpu_memory_gb(pool)
-    if cap is None or model.weights_gb is None:
-        return None
-    per_gpu = VLLM_GPU_MEMORY_UTILIZATION * cap * 2**30 - model.weights_gb * 1e9 / tensor_parallel
-    return max(0.0, per_gpu) / (model.kv_bytes_per_token / tensor_parallel)
 
 
 def source() -> str:

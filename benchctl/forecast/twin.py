@@ -71,7 +71,7 @@ AIC_CTX = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 MEM_CTX = 1024  # the context aiconfigurator's memory per GPU is read at (batch 1 and 2)
 NPZ_CTX = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 NPZ_KV = tuple(2**k for k in range(6, 23))  # 64 .. 4 Mi tokens
-MAX_NUM_SEQS = 256  # vLLM's default on A100 / L40S (benchctl.forecast.predict.VLLM_MAX_NUM_SEQS)
+MAX_NUM_SEQS = 256  # vLLM's default on A100 / L40S (benchctl.forecast.gpus.VLLM_MAX_NUM_SEQS)
 GPU_MEMORY_UTILIZATION = 0.9
 DISPATCH_ISL = 256  # where the dispatch term is read (it does not depend on the ISL: 38.4 ms at 256 and 1024)
 MAX_DISPATCH_MS = 10_000.0
@@ -178,7 +178,8 @@ class RoleTwin:
 def twin_keys(pools: dict[str, Any], model: str, exp: Any, aic_version: str) -> dict[str, TwinKey] | str:
     """Per role of ``exp`` its :class:`TwinKey` (``pools`` by name, ``model`` the weights served), or why it has
     no aiconfigurator twin (a note)."""
-    from benchctl.forecast.predict import _builtin_model, gpu_memory_gb, gpu_system
+    from benchctl.forecast.gpus import gpu_memory_gb, gpu_system
+    from benchctl.forecast.predict import _builtin_model
 
     if not _builtin_model(model):
         return f"no twin: aiconfigurator has no built-in config of {model} (offline only)"

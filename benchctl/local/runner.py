@@ -19,7 +19,8 @@ from urllib.parse import unquote, urlsplit
 from benchctl.atomic import atomic_write
 from benchctl.campaign.context import Ctx, StartInput, check_campaign_id, new_campaign_id
 from benchctl.campaign.ports import Providers
-from benchctl.campaign.runstate import ResultRecord, RunnerRecord, RunState
+from benchctl.campaign.records import ResultRecord, RunnerRecord
+from benchctl.campaign.runstate import RunState
 from benchctl.errors import CeilingExceeded, SpecError
 from benchctl.local import processes
 from benchctl.local.engine import Interrupts, Progress, RunResult, execute

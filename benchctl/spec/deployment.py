@@ -24,7 +24,7 @@ class ModelSpec(Strict):
     kv_bytes_per_token: int = Field(default=98304, gt=0, description="KV cache bytes per token")
     weights_gb: float | None = Field(default=None, gt=0, description="the checkpoint's weights on the GPUs, GB (1e9 "
                                      "bytes; Qwen3-30B-A3B in BF16: 61.1): the KV-capacity arithmetic "
-                                     "(benchctl.forecast.predict.gpu_kv_capacity_tokens)")
+                                     "(benchctl.forecast.gpus.gpu_kv_capacity_tokens)")
     revision: HfRevision | None = Field(
         default=None,
         description="Hugging Face revision (a commit or a safe ref name: benchctl.spec.fields): what the model "

@@ -24,7 +24,7 @@ import yaml
 from tokenizers import Tokenizer
 
 from benchctl.aws.k8s.common import HF_HOME
-from benchctl.aws.k8s.jobs import PREFETCH_HF_HUB, render_prefetch_job
+from benchctl.aws.k8s.prefetch import PREFETCH_HF_HUB, render_prefetch_job
 from benchctl.aws.k8s.render import render_dgd
 from benchctl.local import modeldir
 from benchctl.spec.model import parse_spec

@@ -246,12 +246,8 @@ def test_cli_without_lake_only_prints(tmp_path, capsys):
 def test_aiconfigurators_memory_model_gives_the_l40s_workers_a_kv_cache_below_the_bound_the_example_states():
     # examples/kv-offload-l40s.yaml sizes its working set against vLLM's arithmetic (an upper bound on the GPU
     # KV cache); aiconfigurator's memory model (activations, NCCL, its slack) must give less, never more
-    from benchctl.forecast.predict import (
-        VLLM_GPU_MEMORY_UTILIZATION,
-        _Config,
-        _estimate,
-        gpu_kv_capacity_tokens,
-    )
+    from benchctl.forecast.gpus import VLLM_GPU_MEMORY_UTILIZATION, gpu_kv_capacity_tokens
+    from benchctl.forecast.predict import _Config, _estimate
 
     spec = load_spec(ROOT / "examples" / "kv-offload-l40s.yaml")
     (w,) = spec.workloads

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchctl.aws.k8s.common import HF_HOME, model_snapshot_dir
-from benchctl.aws.k8s.jobs import render_prefetch_job
+from benchctl.aws.k8s.prefetch import render_prefetch_job
 from benchctl.local import modeldir
 from tests.integration.test_model_snapshot_offline import _Hub, _spec
 

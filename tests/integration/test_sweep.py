@@ -15,7 +15,8 @@ pytest.importorskip("dynamo.frontend")
 from benchctl import campaign
 from benchctl.campaign import Task
 from benchctl.campaign.context import start_context
-from benchctl.campaign.runstate import RunnerRecord, RunState
+from benchctl.campaign.records import RunnerRecord
+from benchctl.campaign.runstate import RunState
 from benchctl.local.runner import LocalEngine, campaign_running, prepare
 from benchctl.local.runstore import LocalRunStore
 from tests.e2e.conftest import leftovers, read_table

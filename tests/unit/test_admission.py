@@ -31,7 +31,8 @@ from benchctl.aws.k8s.admission import (
     render_params_file,
 )
 from benchctl.aws.k8s.client import RESOURCES, ApiError, KubeClient
-from benchctl.aws.k8s.render import render_campaign, render_nodepool
+from benchctl.aws.k8s.nodepool import render_nodepool
+from benchctl.aws.k8s.render import render_campaign
 from benchctl.planning import ceilings
 from tests.aws_checks import ADMISSION_FILE, K8S_VERSION, admission, upstream_api
 from tests.fakes.admission import Admission, Quantity

@@ -25,7 +25,7 @@ from benchctl.aws.preflight import preflight
 from benchctl.campaign import Task, deployment_request
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import LoadRequest
-from benchctl.campaign.runstate import DeploymentRecord
+from benchctl.campaign.records import DeploymentRecord
 from benchctl.errors import (
     DeadlineExceeded,
     EndRecordForged,

@@ -13,7 +13,8 @@ import yaml
 from moto import mock_aws
 
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
-from benchctl.campaign.runstate import LoadRecord, RunState
+from benchctl.campaign.records import LoadRecord
+from benchctl.campaign.runstate import RunState
 from benchctl.cli.main import main
 from tests import yaml_files
 from tests.aws_checks import RBAC_FILE

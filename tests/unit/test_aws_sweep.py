@@ -11,7 +11,8 @@ import boto3
 from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.k8s.common import job_name, labels
 from benchctl.aws.s3 import S3RunStore
-from benchctl.campaign.runstate import CampaignRecord, RunState
+from benchctl.campaign.records import CampaignRecord
+from benchctl.campaign.runstate import RunState
 from tests.unit.test_aws_start import ASL, BUCKET, _eks_smoke_spec, _scaling, aws, cluster  # noqa: F401
 
 

@@ -12,7 +12,7 @@ from benchctl import campaign
 from benchctl.campaign import Task
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
-from benchctl.campaign.runstate import DeploymentRecord
+from benchctl.campaign.records import DeploymentRecord
 from benchctl.errors import BudgetExceeded
 from benchctl.local.lake import LocalLake
 from benchctl.local.pool import LocalPool

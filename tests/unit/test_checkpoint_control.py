@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from benchctl.aws.k8s import jobs as j
+from benchctl.aws.k8s import prefetch as pf
 from benchctl.aws.k8s import render as r
 from benchctl.aws.k8s.common import model_snapshot_dir
 from benchctl.cli.main import main
@@ -59,7 +59,7 @@ def test_the_model_prefetch_downloads_every_checkpoint_too(tmp_path: Path) -> No
     spec = parse_spec(data)
     (ckpt,) = spec.checkpoints()
     assert (ckpt.name, ckpt.revision) == BF16
-    job = j.render_prefetch_job(spec.model, spec.kubernetes, CID, more=spec.checkpoints())
+    job = pf.render_prefetch_job(spec.model, spec.kubernetes, CID, more=spec.checkpoints())
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SNAPSHOT"] == model_snapshot_dir(spec.model)
     assert json.loads(env["MORE_MODELS"]) == [{"model": BF16[0], "revision": BF16[1],
@@ -73,7 +73,7 @@ def test_the_model_prefetch_downloads_every_checkpoint_too(tmp_path: Path) -> No
     assert rendered["spec"]["template"]["spec"]["containers"][0]["env"] == \
         job["spec"]["template"]["spec"]["containers"][0]["env"]
     # a campaign without checkpoints renders the Job as before (no MORE_MODELS)
-    plain = j.render_prefetch_job(spec.model, spec.kubernetes, CID)
+    plain = pf.render_prefetch_job(spec.model, spec.kubernetes, CID)
     assert "MORE_MODELS" not in {e["name"] for e in plain["spec"]["template"]["spec"]["containers"][0]["env"]}
 
 

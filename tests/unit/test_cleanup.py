@@ -17,7 +17,7 @@ from benchctl.campaign import Task, sweep
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.locks import lock_keys
 from benchctl.campaign.ports import Providers
-from benchctl.campaign.runstate import DeploymentRecord, FailureRecord, LoadRecord
+from benchctl.campaign.records import DeploymentRecord, FailureRecord, LoadRecord
 from benchctl.local.lake import LocalLake
 from benchctl.local.locks import FileLocks
 from benchctl.local.pool import LocalPool

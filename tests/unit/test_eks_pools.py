@@ -18,13 +18,8 @@ from moto import mock_aws
 
 from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.k8s.common import nodepool_name
-from benchctl.aws.pools import (
-    CAMPAIGN_LABEL,
-    NODEGROUP_LABEL,
-    ManagedNodeGroupPools,
-    PoolScalingFailed,
-    pools_for,
-)
+from benchctl.aws.pool_nodes import CAMPAIGN_LABEL, NODEGROUP_LABEL, PoolScalingFailed
+from benchctl.aws.pools import ManagedNodeGroupPools, pools_for
 from benchctl.spec.deployment import PoolSpec
 from benchctl.spec.model import parse_spec
 from tests import crd_schemas

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchctl.cli.main import main
-from benchctl.forecast.predict import gpu_kv_capacity_tokens
+from benchctl.forecast.gpus import gpu_kv_capacity_tokens
 from benchctl.planning.plan import plan_campaign
 from benchctl.spec.model import CampaignSpec, load_spec
 from benchctl.spec.workloads import MultiTurn

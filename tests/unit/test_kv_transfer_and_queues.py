@@ -195,7 +195,8 @@ def test_quality_view_joins_settings_and_the_gate(tmp_path: Path) -> None:
 
 
 def test_local_network_provenance_reads_the_workers_logged_transfer_model(tmp_path: Path) -> None:
-    from benchctl.local.serving import LocalServing, worker_transfer_config
+    from benchctl.local.serving import LocalServing
+    from benchctl.local.serving_checks import worker_transfer_config
 
     log = Path(__file__).resolve().parents[1] / "data" / "dynamo-1.6.1" / "mocker-prefill-startup.log"
     # what the worker itself says it models (not our configuration)
@@ -222,7 +223,7 @@ def test_local_network_provenance_reads_the_workers_logged_transfer_model(tmp_pa
 def _smoke_providers(tmp_path: Path, engine: str, off_by: int) -> tuple[Any, Any, Any]:
     from benchctl import campaign
     from benchctl.campaign.context import Ctx
-    from benchctl.campaign.runstate import DeploymentRecord
+    from benchctl.campaign.records import DeploymentRecord
     from benchctl.spec.model import load_spec
     from tests.fakes.ports import FakeServing, FakeSmoke, providers_for_test
 

@@ -43,7 +43,7 @@ def test_a_process_end_is_said_by_its_exit_code_or_signal() -> None:
 
 
 def test_a_dead_worker_is_described_end_first_without_escapes(tmp_path) -> None:
-    from benchctl.local.serving import _describe_dead
+    from benchctl.local.serving_checks import _describe_dead
 
     log = tmp_path / "worker.log"
     log.write_text("\n".join([MOCKER_LINE] * 3) + "\n", encoding="utf-8")

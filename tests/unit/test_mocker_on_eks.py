@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from benchctl.aws.k8s.common import GPU, model_snapshot_dir
-from benchctl.aws.k8s.jobs import MOCKER_FILES, render_prefetch_job
+from benchctl.aws.k8s.prefetch import MOCKER_FILES, render_prefetch_job
 from benchctl.aws.k8s.render import render_dgd
 from benchctl.cli.main import main
 from benchctl.errors import SpecError
@@ -103,7 +103,7 @@ def test_a_mocker_experiment_needs_a_cpu_pool_and_a_campaign_of_its_own(change, 
 
 def test_the_capacity_check_of_a_cpu_pool_counts_ready_nodes_that_have_no_gpu():
     from benchctl.aws.k8s.client import KubeClient
-    from benchctl.aws.pools import ready_gpu_nodes
+    from benchctl.aws.pool_nodes import ready_gpu_nodes
     from tests.fakes.k8s_api import FakeKubeApi
 
     with FakeKubeApi() as api:

@@ -26,7 +26,7 @@ from benchctl.aws.k8s.common import (
     model_snapshot_dir,
     model_volume,
 )
-from benchctl.aws.k8s.jobs import render_prefetch_job
+from benchctl.aws.k8s.prefetch import render_prefetch_job
 from benchctl.aws.k8s.render import render_dgd
 from benchctl.spec.deployment import ModelSpec
 from benchctl.spec.model import Kubernetes, image_tag_version, load_spec

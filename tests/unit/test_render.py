@@ -31,6 +31,8 @@ from benchctl.analysis import quality
 from benchctl.aws.eks_load import verified_end
 from benchctl.aws.k8s import common as kc
 from benchctl.aws.k8s import jobs as j
+from benchctl.aws.k8s import nodepool as npl
+from benchctl.aws.k8s import prefetch as pf
 from benchctl.aws.k8s import render as r
 from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.campaign import step_dataset
@@ -263,7 +265,7 @@ def test_serving_pods_and_nodepools_keep_auto_mode_from_disrupting_them_mid_camp
         assert crd_schemas.problems(dgd) == []
         for comp in components(dgd):
             assert comp["podTemplate"]["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
-    pool = r.render_nodepool(spec, CID, "gpu-a100", 1)
+    pool = npl.render_nodepool(spec, CID, "gpu-a100", 1)
     assert crd_schemas.problems(pool) == []
     assert pool["spec"]["disruption"]["budgets"] == [{"nodes": "0", "reasons": ["Drifted"]}]
     bad = copy.deepcopy(pool)  # the schema check holds: a budget Karpenter refuses is refused here
@@ -422,15 +424,15 @@ def test_nodepool_for_auto_mode_pools_matches_schema() -> None:
 
 def test_nodepool_limits_are_nodes_times_a_nodes_gpus_cpu_and_memory() -> None:
     spec = SPECS["smoke-auto"]  # p4d: 8 GPUs, 96 vCPUs, 1152 GiB per node
-    assert r.render_nodepool(spec, CID, "gpu-a100", 1)["spec"]["limits"] == {
+    assert npl.render_nodepool(spec, CID, "gpu-a100", 1)["spec"]["limits"] == {
         "cpu": "96", "memory": "1152Gi", "nvidia.com/gpu": "8"}
-    assert r.render_nodepool(spec, CID, "gpu-a100", 2)["spec"]["limits"] == {
+    assert npl.render_nodepool(spec, CID, "gpu-a100", 2)["spec"]["limits"] == {
         "cpu": "192", "memory": "2304Gi", "nvidia.com/gpu": "16"}
     with pytest.raises(ValueError, match="nodes must be positive"):
-        r.render_nodepool(spec, CID, "gpu-a100", 0)
+        npl.render_nodepool(spec, CID, "gpu-a100", 0)
     unknown = spec.model_copy(update={"pools": [p.model_copy(update={"instance_type": "x9.huge"}) for p in spec.pools]})
     with pytest.raises(ValueError, match=r"instance type 'x9.huge': its vCPUs and memory are not known"):
-        r.render_nodepool(unknown, CID, "gpu-a100", 1)
+        npl.render_nodepool(unknown, CID, "gpu-a100", 1)
 
 
 def test_consolidation_delay_keeps_handed_over_pools_warm_for_the_whole_campaign() -> None:
@@ -439,12 +441,12 @@ def test_consolidation_delay_keeps_handed_over_pools_warm_for_the_whole_campaign
     spec = SPECS["smoke-auto"]
     assert any("gpu-a100" in e.handover for e in plan_campaign(spec, "aws").experiments)
     gap = 180 + spec.timeouts.capacity_s + spec.timeouts.ready_s
-    assert r.consolidate_after(spec, "gpu-a100") == f"{-(-int(gap) // 60)}m"
+    assert npl.consolidate_after(spec, "gpu-a100") == f"{-(-int(gap) // 60)}m"
     longer = load("smoke.yaml", lambda d: (provider("auto-mode")(d), d["timeouts"].update(ready_s=3600)))
-    assert r.consolidate_after(longer, "gpu-a100") == f"{-(-(180 + 120 + 3600) // 60)}m"
+    assert npl.consolidate_after(longer, "gpu-a100") == f"{-(-(180 + 120 + 3600) // 60)}m"
     single = load("smoke.yaml", lambda d: (provider("auto-mode")(d), d.update(experiments=d["experiments"][:1])))
     assert not any(e.handover for e in plan_campaign(single, "aws").experiments)
-    assert r.consolidate_after(single, "gpu-a100") == "60s"
+    assert npl.consolidate_after(single, "gpu-a100") == "60s"
 
 
 # ----------------------------------------------------------------------- labels and names
@@ -855,15 +857,15 @@ def test_smoke_job_script_sends_requests_and_reads_metrics(status: int) -> None:
 
 def test_prefetch_job_downloads_the_model_into_the_volume_from_a_slim_pinned_image() -> None:
     spec = SPECS["seed-plan"]
-    job = j.render_prefetch_job(spec.model, spec.kubernetes, CID)
+    job = pf.render_prefetch_job(spec.model, spec.kubernetes, CID)
     k8s_valid(job)
     assert kc.LABEL_EXPERIMENT not in job["metadata"]["labels"]
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     # a slim Python with a pinned huggingface_hub (Dynamo's model-caching guide), not the >12 GB runtime image
     assert c["image"] == spec.kubernetes.prefetch_image == "python:3.11-slim-bookworm"
-    assert c["image"] != spec.kubernetes.dynamo_image and f'"{j.PREFETCH_HF_HUB}"' in c["command"][2]
-    assert re.fullmatch(r"huggingface_hub==\d+\.\d+\.\d+", j.PREFETCH_HF_HUB)
+    assert c["image"] != spec.kubernetes.dynamo_image and f'"{pf.PREFETCH_HF_HUB}"' in c["command"][2]
+    assert re.fullmatch(r"huggingface_hub==\d+\.\d+\.\d+", pf.PREFETCH_HF_HUB)
     assert c["resources"] == {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     assert "securityContext" not in c and "securityContext" not in pod  # the image's own user
     assert "tolerations" not in pod  # never on a (tainted) GPU node
@@ -872,7 +874,7 @@ def test_prefetch_job_downloads_the_model_into_the_volume_from_a_slim_pinned_ima
     assert job_env["MODEL"] == spec.model.name and job_env["HF_HOME"] == "/models/hf"
     assert job_env["REVISION"] == spec.model.revision  # the pinned snapshot workers and AIPerf read
     assert job_env["SNAPSHOT"] == kc.model_snapshot_dir(spec.model)  # checked by the Job after the download
-    assert job_env["PREFETCH_SCRIPT"] == j.PREFETCH_SCRIPT and job_env["PYTHONPATH"] == j.PREFETCH_LIB
+    assert job_env["PREFETCH_SCRIPT"] == pf.PREFETCH_SCRIPT and job_env["PYTHONPATH"] == pf.PREFETCH_LIB
     # the token: a file from the secret's one key, read-only, in this Job only; no token in its environment
     assert "HF_TOKEN" not in job_env and job_env["HF_TOKEN_PATH"] == "/var/run/secrets/huggingface/token"
     assert {"name": "hf-token", "secret": {"secretName": "hf-token", "items": [{"key": "HF_TOKEN", "path": "token"}]}

@@ -1,5 +1,5 @@
-"""The Jobs of a campaign: a load runner per workload of an experiment (and the warm-up), the smoke test, the model prefetch, and the
-preflight's image checks. Pure: standard library and benchctl only."""
+"""The Jobs of a campaign: a load runner per workload of an experiment (and the warm-up), the smoke test, and the
+preflight's image checks (the model prefetch: :mod:`benchctl.aws.k8s.prefetch`). Pure: standard library and benchctl only."""
 
 from __future__ import annotations
 
@@ -11,26 +11,20 @@ from typing import Any
 from benchctl.analysis.quality import spec_requests
 from benchctl.aws.k8s.common import (
     ARTIFACTS,
-    DEFAULT_DEADLINE_S,
     DO_NOT_DISRUPT,
-    HF_TOKEN_MOUNT,
     JOB_TTL_S,
     MODEL_MOUNT,
     OFFLINE_TOKENIZER_ENV,
     aiperf_image,
-    hf_env,
-    hf_token_volume,
     job_name,
     labels,
     meta,
-    model_snapshot_dir,
     model_volume,
     nodepool_name,
-    prefetch_job_name,
     runner_service_account,
 )
-from benchctl.spec.deployment import ModelSpec, PoolSpec
-from benchctl.spec.model import CampaignSpec, Kubernetes
+from benchctl.spec.deployment import PoolSpec
+from benchctl.spec.model import CampaignSpec
 
 JSON = dict[str, Any]
 
@@ -165,64 +159,6 @@ def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, fron
     }]}
     return job_object(spec.kubernetes.namespace, job_name(campaign_id, experiment, "smoke"), lbl,
                 cpu_pod(spec, campaign_id, pod_spec), 900)
-
-
-# The model prefetch: huggingface_hub pinned (the version benchctl's own environment holds and its tests run
-# this script with), installed into a directory of the Job's own so that any image user can, into a slim
-# Python image as Dynamo's model-caching guide does (docs/kubernetes/model-caching.md), not the >12 GB runtime
-# image. snapshot_download writes the hub cache under HF_HOME; the Job fails unless the snapshot landed exactly
-# where the workers serve it from (SNAPSHOT, common.model_snapshot_dir).
-PREFETCH_HF_HUB = "huggingface_hub==1.33.0"
-PREFETCH_LIB = "/tmp/benchctl-hub"  # in the Job's own container filesystem
-PREFETCH_SCRIPT = """\
-import json, os, sys
-from huggingface_hub import snapshot_download
-patterns = [p for p in os.environ.get("PATTERNS", "").split(",") if p] or None
-todo = [(os.environ["MODEL"], os.environ["REVISION"], os.environ["SNAPSHOT"])]
-todo += [(m["model"], m["revision"], m["snapshot"]) for m in json.loads(os.environ.get("MORE_MODELS") or "[]")]
-for model, revision, snapshot in todo:
-    path = snapshot_download(model, revision=revision, allow_patterns=patterns)
-    if os.path.realpath(path) != os.path.realpath(snapshot):
-        sys.exit(f"prefetch: the snapshot is at {path}, not at {snapshot} where the workers serve it")
-    print(f"prefetch: {model} at {revision} is in {path}")
-"""
-PREFETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
-# A mocker campaign (engine: mocker) needs the model's config and tokenizer only, not its weights
-MOCKER_FILES = ("*.json", "*.txt", "*.jinja")
-
-
-def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, weights: bool = True,
-                        pools: Sequence[PoolSpec] = (), more: Sequence[ModelSpec] = ()) -> JSON:
-    """Fill the model volume once per campaign (timed apart from deployment start-up): the model at
-    ``model.revision`` into the hub cache under HF_HOME, the snapshot directory the workers serve and AIPerf
-    reads the tokenizer from, then each of ``more`` (experiments' checkpoints: ``MORE_MODELS``) the same way. A
-    slim Python image (``kubernetes.prefetch_image``) running as its own user, on a CPU node, never on the
-    campaign's ``pools`` (:func:`off_gpu_pools`), with requests and limits. Without ``weights`` (a mocker
-    campaign) only the config and tokenizer files (:data:`MOCKER_FILES`)."""
-    lbl = labels(campaign_id, step_id="prefetch")
-    install = ('python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --root-user-action=ignore '
-               f'--target "$PYTHONPATH" "{PREFETCH_HF_HUB}"')
-    pod_spec: JSON = {
-        "automountServiceAccountToken": False,
-        "affinity": off_gpu_pools(pools, campaign_id),
-        "volumes": [model_volume(k), hf_token_volume(k)],
-        "containers": [{
-            "name": "prefetch",
-            "image": k.prefetch_image,
-            "command": ["sh", "-c", f'{install} && exec python3 -c "$PREFETCH_SCRIPT"'],
-            "env": [*hf_env(k), {"name": "MODEL", "value": model.name}, {"name": "REVISION", "value": model.revision or ""},
-                    {"name": "SNAPSHOT", "value": model_snapshot_dir(model)}, {"name": "PYTHONPATH", "value": PREFETCH_LIB},
-                    {"name": "PREFETCH_SCRIPT", "value": PREFETCH_SCRIPT},
-                    *([] if weights else [{"name": "PATTERNS", "value": ",".join(MOCKER_FILES)}]),
-                    *([{"name": "MORE_MODELS", "value": json.dumps(
-                        [{"model": m.name, "revision": m.revision or "", "snapshot": model_snapshot_dir(m)}
-                         for m in more], separators=(",", ":"))}] if more else [])],
-            "resources": {kind: dict(v) for kind, v in PREFETCH_RESOURCES.items()},
-            # the one pod that writes the model volume, and the one that reads the token
-            "volumeMounts": [dict(MODEL_MOUNT), dict(HF_TOKEN_MOUNT)],
-        }],
-    }
-    return job_object(k.namespace, prefetch_job_name(campaign_id), lbl, pod_spec, DEFAULT_DEADLINE_S)
 
 
 def aws_cli_env(region: str) -> list[JSON]:

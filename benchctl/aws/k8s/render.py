@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from benchctl.aws.k8s.admission import node_capacity
 from benchctl.aws.k8s.common import (
     DGD_API_VERSION,
     DO_NOT_DISRUPT,
@@ -29,20 +28,17 @@ from benchctl.aws.k8s.common import (
     LABEL_ROLE,
     LAKE_PLACEHOLDER,
     MODEL_MOUNT,
-    NODEPOOL_API_VERSION,
     OFFLINE_TOKENIZER_ENV,
     REGION_PLACEHOLDER,
     RUNS_PLACEHOLDER,
     control_uri,
     dgd_name,
     frontend_service_url,
-    job_name,
     json_arg,
     labels,
     meta,
     model_snapshot_dir,
     model_volume,
-    nodepool_name,
     raw_s3_uri,
     runtime_version,
     scheduling,
@@ -57,7 +53,6 @@ from benchctl.aws.k8s.efa import (
 )
 from benchctl.aws.k8s.jobs import (
     raw_prefix,
-    render_prefetch_job,
     render_runner_job,
     render_smoke_job,
     runner_deadline_s,
@@ -65,7 +60,13 @@ from benchctl.aws.k8s.jobs import (
     runner_step_dir,
 )
 from benchctl.aws.k8s.mocker import mocker_container, mocker_volumes
-from benchctl.campaign.ports import DeploymentRequest, DeploymentTarget
+from benchctl.aws.k8s.nodepool import (
+    prepull_pools,
+    render_nodepool,
+    render_prepull,
+)
+from benchctl.aws.k8s.prefetch import render_prefetch_job
+from benchctl.campaign.ports import DeploymentRequest
 from benchctl.campaign.runstate import runner_key
 from benchctl.planning import aiperf_args
 from benchctl.planning.placement import keeps_role_together
@@ -291,110 +292,6 @@ def _component(name: str, g: WorkerGroup, lbl: dict[str, str], k: Kubernetes, po
         "sharedMemorySize": k.shared_memory,
         "podTemplate": {"metadata": {"labels": {**lbl, LABEL_ROLE: g.role}, "annotations": dict(DO_NOT_DISRUPT)},
                         "spec": pod_spec},
-    }
-
-
-# ------------------------------------------------------------------------------------------ NodePool
-
-
-def consolidate_after(spec: CampaignSpec, pool_name: str) -> str:
-    """How long Karpenter leaves an EMPTY node of our NodePool before removing it (``WhenEmpty``).
-
-    A pool the plan hands over from one experiment to the next (``ExperimentPlan.handover``) stands empty
-    between the end of one experiment's teardown and the moment the next one's workers are scheduled:
-    ScalePools, CheckCapacity (bounded by ``timeouts.capacity_s``) and Deploy up to Ready (bounded by
-    ``timeouts.ready_s``). The delay covers that whole gap plus the plan's teardown allowance, so the nodes
-    stay warm for the entire campaign; restore deletes the NodePool, which releases them at once, and the
-    delay is only the backstop should every teardown path fail. A pool used by one experiment at a time
-    only: 60 s (restore deletes it right after that experiment anyway).
-    """
-    from benchctl.planning.plan import OVERHEADS
-
-    plan = plan_campaign(spec, "aws")
-    if not any(pool_name in e.handover for e in plan.experiments):
-        return "60s"
-    gap_s = OVERHEADS["aws"]["teardown"] + spec.timeouts.capacity_s + spec.timeouts.ready_s
-    return f"{math.ceil(gap_s / 60)}m"
-
-
-def prepull_pools(target: DeploymentTarget) -> list[str]:
-    """The experiment's pools whose nodes a pre-pull DaemonSet can be pinned to (a node group or NodePool)."""
-    pools = dict.fromkeys(g.pool for g in target.experiment.workers)
-    return [p for p in pools if target.pool(p).provider in ("managed-nodegroup", "auto-mode")]
-
-
-def prepull_images(target: DeploymentTarget, pool_name: str) -> list[str]:
-    """The runtime images the experiment's workers on this pool run (the EFA image where they use EFA)."""
-    exp, pool, k = target.experiment, target.pool(pool_name), target.kubernetes
-    images = [efa_image(pool, k) if exp.mode == "disaggregated" and efa_per_worker(pool, g) else k.dynamo_image
-              for g in exp.workers if g.pool == pool_name]
-    return list(dict.fromkeys(images))
-
-
-def render_prepull(target: DeploymentTarget, campaign_id: str, pool_name: str) -> JSON:
-    """A DaemonSet on the pool's nodes (its node group or NodePool, tolerating the GPU taint) whose only
-    work is to have the experiment's runtime images on each node as soon as it joins: the ~20 GB pull
-    overlaps the other nodes' boot and the GPU device plugin's start instead of following Deploy. Created
-    by ScalePools before the pool is scaled, deleted with the experiment (our labels). Its containers hold
-    the images with ``sleep`` (no registry besides the runtime image's own), request no GPU and almost no
-    CPU or memory, and mount no API token."""
-    experiment = target.experiment.name
-    lbl = labels(campaign_id, experiment, f"prepull-{pool_name}")
-    small = {"cpu": "10m", "memory": "32Mi"}
-    containers = [{"name": f"image-{i}", "image": image, "command": ["sleep", "infinity"],
-                   "resources": {"requests": dict(small), "limits": dict(small)}}
-                  for i, image in enumerate(prepull_images(target, pool_name))]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": meta(job_name(campaign_id, experiment, f"prepull-{pool_name}"), lbl, target.kubernetes.namespace),
-        "spec": {
-            "selector": {"matchLabels": dict(lbl)},
-            "template": {"metadata": {"labels": dict(lbl)}, "spec": {
-                **scheduling(campaign_id, target.pool(pool_name)), "automountServiceAccountToken": False,
-                "terminationGracePeriodSeconds": 0, "containers": containers}},
-        },
-    }
-
-
-def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes: int) -> JSON:
-    """An EKS Auto Mode (Karpenter) ``NodePool`` for one pool, room for ``nodes`` nodes of its instance type.
-
-    Karpenter counts a node's whole capacity against ``limits`` and never launches an instance type larger
-    than what remains (FACTS "Karpenter"), so the limit is ``nodes x gpus_per_node`` GPUs: 1 node of p4d
-    (8 GPUs) -> ``nvidia.com/gpu: "8"``, and those nodes' cpu and memory (``cpu: "96"``, ``memory: 1152Gi``;
-    ``admission.NODE_CAPACITY``). ``WhenEmpty`` consolidation after :func:`consolidate_after`; a disruption
-    budget forbids replacing drifted nodes (Auto Mode replaces nodes when their AMI or NodeClass changes),
-    and the DGD's pods carry ``karpenter.sh/do-not-disrupt`` as well.
-    """
-    pool = spec.pool(pool_name)
-    if nodes <= 0:
-        raise ValueError(f"nodepool {pool_name}: nodes must be positive, got {nodes}")
-    vcpus, memory_gib, _ = node_capacity(pool.instance_type)
-    lbl = labels(campaign_id)
-    return {
-        "apiVersion": NODEPOOL_API_VERSION,
-        "kind": "NodePool",
-        "metadata": meta(nodepool_name(campaign_id, pool.name), lbl),
-        "spec": {
-            "template": {
-                "metadata": {"labels": dict(lbl)},
-                "spec": {
-                    "nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": spec.kubernetes.node_class},
-                    "requirements": [
-                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [pool.instance_type]},
-                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                    ],
-                    "taints": [{"key": GPU, "effect": "NoSchedule"}],
-                },
-            },
-            "limits": {"cpu": str(nodes * vcpus), "memory": f"{nodes * memory_gib}Gi", GPU: str(nodes * pool.gpus_per_node)},
-            "disruption": {"consolidationPolicy": "WhenEmpty",
-                           "consolidateAfter": consolidate_after(spec, pool.name),
-                           # no node of ours replaced for drift (an AMI or NodeClass update) mid-campaign;
-                           # empty ones are still removed (the default budget)
-                           "budgets": [{"nodes": "0", "reasons": ["Drifted"]}]},
-        },
     }
 
 
