@@ -27,6 +27,7 @@ EPILOG = """examples:
   benchctl predict examples/seed-plan.yaml --lake runs/lake   # aiconfigurator's predictions, offline
   benchctl report --lake runs/lake --out report.html   # one self-contained HTML report (figures, tables)
   benchctl calibrate --lake runs/lake --campaign C     # fit the mocker's timing profile from a measured campaign
+  benchctl schema --out spec.schema.json               # the spec's JSON Schema, for editors
 """
 
 
@@ -329,6 +330,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return run_calibrate(engine, lake, args)
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    from benchctl.reference import emit_schema
+
+    return emit_schema(args.out and _path(args.out))
+
+
 CONTEXT_HELP = ("the CDK app's cdk.json whose context 'benchctl:ceilings' (images, instance types and list prices, "
                 "nodes per pool, $ per campaign, timeouts, worst-case history) the spec must stay within; default "
                 "$BENCHCTL_CONTEXT_FILE, else the project's cdk.json: the ceilings the deployment records")
@@ -449,6 +456,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-measured", metavar="CAMPAIGN", help="a simulated campaign's report: put this measured "
                    "campaign (same lake) beside the twin and the prediction per sweep step, with MAPE per pair")
     p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("schema", help="print the campaign spec's JSON Schema (editors: # yaml-language-server: $schema=...)")
+    p.add_argument("--out", metavar="FILE", help="write it to FILE instead (docs/reference/spec.schema.json: `make docs`)")
+    p.set_defaults(fn=cmd_schema)
 
     from benchctl.cli_calibrate import add_parser as add_calibrate
 
