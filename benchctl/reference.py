@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "make docs"  # what regenerates every file below (the Makefile runs this module with --write)
 SPEC_MD, CLI_MD, SCHEMA_JSON = "spec.md", "cli.md", "spec.schema.json"
 SCHEMA_ID = "urn:benchctl:campaign-spec"
-SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# Draft 7: the newest the YAML language server states it supports (pydantic writes 2020-12; see spec_schema)
+SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 EXAMPLE_MAX = 60  # characters of an example value shown in a table cell
 
 Examples = Mapping[tuple[str, str], tuple[str, Any]]  # (model, field) -> (example file, value)
@@ -237,8 +238,8 @@ rules, is [campaign-spec.md](campaign-spec.md).
 
 **Editors**: [spec.schema.json](spec.schema.json) is this spec's JSON Schema (also printed by `benchctl schema`).
 With the YAML language server (VS Code's YAML extension and others), a first line
-`# yaml-language-server: $schema=<path to docs/reference/spec.schema.json>` (relative to the spec file, as
-`examples/*.yaml` have it: `../docs/reference/spec.schema.json`) completes and checks fields as you type.
+`# yaml-language-server: $schema=docs/reference/spec.schema.json` (the path relative to the spec file: from
+`examples/`, `../docs/reference/spec.schema.json`) completes and checks fields as you type.
 """
 
 
@@ -328,14 +329,27 @@ def cli_markdown(parser: argparse.ArgumentParser) -> str:
 # ------------------------------------------------------------------------------------------ the JSON Schema
 
 
+def _draft7(node: Any) -> Any:
+    """A 2020-12 schema node as draft 7 says it: a tuple's ``prefixItems`` is an ``items`` array there."""
+    if isinstance(node, list):
+        return [_draft7(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _draft7(v) for k, v in node.items()}
+    if "prefixItems" in out:
+        out["items"] = out.pop("prefixItems")
+    return out
+
+
 def spec_schema() -> dict[str, Any]:
-    """The campaign spec's JSON Schema (draft 2020-12) for editors. One change to what pydantic derives: a
-    feature-ladder rung (``base`` + ``change``) inherits ``mode`` and ``workers`` from its base, so an experiment
-    needs either those two or ``base`` and ``change``."""
+    """The campaign spec's JSON Schema, draft 7, for editors. What pydantic derives, in draft 7's terms
+    (``definitions``, tuple ``items``), with one change: a feature-ladder rung (``base`` + ``change``) inherits
+    ``mode`` and ``workers`` from its base, so an experiment needs either those two or ``base`` and ``change``."""
     from benchctl.spec import CampaignSpec
 
-    schema = CampaignSpec.model_json_schema()
-    experiment = schema["$defs"]["Experiment"]
+    schema = _draft7(CampaignSpec.model_json_schema(ref_template="#/definitions/{model}"))
+    schema["definitions"] = schema.pop("$defs")
+    experiment = schema["definitions"]["Experiment"]
     experiment["required"] = ["name"]
     experiment["anyOf"] = [{"required": ["mode", "workers"]}, {"required": ["base", "change"]}]
     return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_ID, **schema, "title": "benchctl campaign spec",
