@@ -1,6 +1,6 @@
 # One gate: `make test` is exactly what CI runs (.ci/run runs `make smoke`, then `make test`).
 # Every target sets up .venv first if needed (scripts/setup.sh is idempotent).
-.PHONY: setup smoke test unit integration e2e infra lint bench synth clean
+.PHONY: setup smoke test unit integration e2e infra lint docs bench synth clean
 
 PYTEST = .venv/bin/python -m pytest -p no:dash -q
 # infra is CPU-bound (synth, cfn-lint, node) and times nothing: on both cores, a file per worker (its cached synth)
@@ -33,6 +33,11 @@ infra: setup
 test: setup lint unit
 	$(PYTEST) tests/integration tests/e2e
 	$(INFRA)
+
+# The generated references of the manual (docs/reference/spec.md, cli.md, spec.schema.json), from the spec's
+# models and the CLI's parser; tests/unit/test_docs.py fails while a checked-in copy differs.
+docs: setup
+	.venv/bin/python -m benchctl.cli.reference --write docs/reference
 
 synth: setup
 	CDK_OUTDIR=cdk.out .venv/bin/python app.py

@@ -94,7 +94,7 @@ KEYS: dict[str, str] = {
                        "(e.g. python:3.11-slim-bookworm@sha256:<64 hex>; default python:3.11-slim-bookworm, "
                        "which the build refuses unless load_base_image_tag_ok is true)",
     "load_base_image_tag_ok": "true or false: build the load image on a base named by tag alone (default false)",
-    # the optional platform stack (stacks/platform.py; README "From an empty account")
+    # the optional platform stack (stacks/platform.py; docs/howto/aws-empty-account.md)
     "platform": "none (default: no platform stack; the cluster exists and is set up by hand), new (a new VPC or the "
                 "given vpc_id/subnet_ids, an EKS cluster named cluster_name and everything the campaign needs), or "
                 "existing (the cluster cluster_name exists: install only what platform_skip does not name)",

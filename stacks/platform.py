@@ -1,6 +1,6 @@
 """The optional platform stack (``-c benchctl:platform=new|existing``): everything a campaign needs on the
 cluster, in the plan's installation order, as code: base resources (namespace, StorageClass, the HF token)
--> GPU device plugins -> monitoring -> Dynamo -> model weights on EFS. README "From an empty account".
+-> GPU device plugins -> monitoring -> Dynamo -> model weights on EFS. docs/howto/aws-empty-account.md.
 
 * ``new``: a VPC (two AZs, private subnets behind one NAT gateway; or the given ``vpc_id``/``subnet_ids``),
   an EKS cluster named ``benchctl:cluster_name`` at :data:`KUBERNETES_VERSION` with API authentication

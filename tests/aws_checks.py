@@ -37,7 +37,7 @@ def job_problems(job: dict[str, Any]) -> list[str]:
 
 def admission() -> Admission:
     """The admission policies of stacks/kubernetes/benchctl-admission.yaml with the deployment's parameters
-    (the default allow-list and this test deployment's load image registry, as README "On AWS" asks)."""
+    (the default allow-list and this test deployment's load image registry, as docs/howto/aws-existing-cluster.md asks)."""
     allow = allow_list_from_ceilings(ceilings.default(), load_image_registry=LOAD_IMAGE.split("/")[0] + "/")
     return Admission(yaml_files.load_all(ADMISSION_FILE), [admission_params(allow)])
 

@@ -1,7 +1,7 @@
 """Verdicts a reader can act on: the settings they are judged by, samples over repeats, least-squares fits,
 and where a sweep leaves its SLO.
 
-The procedure (README "Comparisons and verdicts", docs/METRICS.md "Verdicts"): each answer declares its primary
+The procedure (docs/explanation/verdicts.md, docs/METRICS.md "Verdicts"): each answer declares its primary
 figures before the data; every point of a primary figure is tested against the practical threshold
 (:mod:`benchctl.analysis.effects`: log ratios, variances moderated across the points of the figure, paired by repeat
 where both sides ran the same requests), and the answer's family of tests is judged by Holm's step-down at

@@ -13,7 +13,7 @@ from benchctl.cli.aws import cmd_doctor, cmd_start, cmd_status
 from benchctl.cli.common import AwsUnavailable, _err
 from benchctl.cli.lake import cmd_calibrate, cmd_ingest, cmd_query, cmd_report
 from benchctl.cli.local import cmd_run, cmd_sweep
-from benchctl.cli.planning import cmd_plan, cmd_predict, cmd_render, cmd_validate
+from benchctl.cli.planning import cmd_plan, cmd_predict, cmd_render, cmd_schema, cmd_validate
 from benchctl.errors import ArtifactError, CeilingExceeded, SpecError
 
 EPILOG = """examples:
@@ -28,6 +28,7 @@ EPILOG = """examples:
   benchctl predict examples/seed-plan.yaml --lake runs/lake   # aiconfigurator's predictions, offline
   benchctl report --lake runs/lake --out report.html   # one self-contained HTML report (figures, tables)
   benchctl calibrate --lake runs/lake --campaign C     # fit the mocker's timing profile from a measured campaign
+  benchctl schema --out spec.schema.json               # the spec's JSON Schema, for editors
 """
 
 
@@ -151,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-measured", metavar="CAMPAIGN", help="a simulated campaign's report: put this measured "
                    "campaign (same lake) beside the twin and the prediction per sweep step, with MAPE per pair")
     p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("schema", help="print the campaign spec's JSON Schema (editors: # yaml-language-server: $schema=...)")
+    p.add_argument("--out", metavar="FILE", help="write it to FILE instead (docs/reference/spec.schema.json: `make docs`)")
+    p.set_defaults(fn=cmd_schema)
 
     from benchctl.cli.calibrate import add_parser as add_calibrate
 

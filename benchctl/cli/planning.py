@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from benchctl.cli.common import _ceilings, _path, _within_ceilings
@@ -107,4 +108,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
         files = LocalLake(_path(args.lake)).write("predictions", rows, part_name="predictions")
         print(f"{len(rows)} prediction rows for campaign {campaign_id} in {len(files)} file(s) under "
               f"{_path(args.lake) / 'predictions'}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """``benchctl schema``: the spec's JSON Schema to ``--out``, or to stdout."""
+    from benchctl.spec.jsonschema import schema_text
+
+    if args.out is None:
+        sys.stdout.write(schema_text())
+    else:
+        _path(args.out).write_text(schema_text(), encoding="utf-8")
+        print(f"{args.out}: the campaign spec's JSON Schema")
     return 0

@@ -198,12 +198,12 @@ def comparison_problems(spec: CampaignSpec) -> list[str]:
         if asked is None and not valid:
             problems.append(f"{where}: {it}: {_describe(spec, base)} and {_describe(spec, treat)} differ in "
                             f"{list(differences(spec, base, treat)) or 'nothing'}: no question of the plan is answered "
-                            "by that difference (see README 'Comparisons and verdicts')")
+                            "by that difference (see docs/explanation/verdicts.md)")
     return problems
 
 
 def default_comparisons(spec: CampaignSpec) -> list[Resolved]:
-    """The pairing a spec without ``comparisons`` gets (README 'Comparisons and verdicts')."""
+    """The pairing a spec without ``comparisons`` gets (docs/explanation/verdicts.md)."""
     out: dict[tuple[str, str], Resolved] = {}
 
     def add(base: Experiment, treat: Experiment) -> None:

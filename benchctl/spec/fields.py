@@ -53,6 +53,7 @@ def _checked(check: Callable[[str], str | None], rule: str) -> AfterValidator:
         if why is not None:
             raise refuse(why)
         return value
+    validate.__doc__ = rule  # the rule as the generated spec reference states it (benchctl.cli.reference)
     return AfterValidator(validate)
 
 

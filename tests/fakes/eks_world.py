@@ -115,7 +115,7 @@ EFA_DEVICE_PLUGIN: dict[str, Any] = {
 
 
 def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
-    """What the README asks a cluster to have (what the preflight checks)."""
+    """What docs/howto/aws-existing-cluster.md asks a cluster to have (what the preflight checks)."""
     k = spec.kubernetes
     for obj in (
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": k.namespace}},

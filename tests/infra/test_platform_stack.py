@@ -111,7 +111,7 @@ def test_a_new_cluster_is_pinned_with_api_authentication_and_its_logs_kept_a_mon
     (group,) = [p for p in _props(nodegroups[PF], "AWS::Logs::LogGroup")
                 if p.get("LogGroupName") == f"/aws/eks/{CONTEXT['benchctl:cluster_name']}/cluster"]
     assert group["RetentionInDays"] == 30
-    assert len(_props(nodegroups[PF], "AWS::EC2::NatGateway")) == 1  # the idle cost the README states
+    assert len(_props(nodegroups[PF], "AWS::EC2::NatGateway")) == 1  # the idle cost docs/howto/aws-empty-account.md states
 
 
 def test_gpu_node_groups_are_named_from_context_start_empty_and_launch_with_every_efa_interface(nodegroups):

@@ -1,4 +1,4 @@
-"""The unit tier runs no real engine (README: integration runs Dynamo, AIPerf and aiconfigurator): where a
+"""The unit tier runs no real engine (docs/explanation/testing.md: integration runs Dynamo, AIPerf and aiconfigurator): where a
 command reaches for an experiment's twin (``benchctl plan`` times request-count steps on it), the twin's
 curves come from a small synthetic model instead of aiconfigurator. ``tests/integration/test_twin_aiconfigurator.py``
 holds the real one. Nor does it wait on the disk: ``os.fsync`` checks its descriptor and returns."""

@@ -62,7 +62,7 @@ def cluster(aws, monkeypatch):
                      "metadata": {"name": "model-cache", "namespace": "dynamo-bench"}},
                     EFA_DEVICE_PLUGIN):  # the smoke spec's p4d pool asks for EFA
             api.put(obj)
-        # every call is authorized as the benchctl group by the RBAC file the README has people apply
+        # every call is authorized as the benchctl group by the RBAC file docs/howto/aws-existing-cluster.md has people apply
         # every function's group: the functions run here in one process, with one token
         api.enforce_rbac(yaml_files.load_all(RBAC_FILE), set(FUNCTION_GROUPS.values()))
         # the preflight's image-check Jobs pass (the Job controller's part)
