@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import json, benchctl
-from benchctl import asl, resources, views
+from benchctl import resources
+from benchctl.analysis import views
+from benchctl.campaign import asl
 print(json.dumps({"package": benchctl.__file__, "sql": str(resources.data_dir("sql")),
                   "views": sorted(views.view_sql_files()), "ddl": len(views.athena_view_ddl()),
                   "states": len(list(asl.all_states(asl.load())))}))
