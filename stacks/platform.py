@@ -37,13 +37,10 @@ Synth is offline and needs no Docker: the kubectl handler's layer is the pinned 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_efs as efs
@@ -56,22 +53,22 @@ from cdk_nag import NagSuppressions
 from constructs import Construct, IConstruct
 
 from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
-from benchctl.aws.k8s.common import HF_TOKEN_KEY
 from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.planning.placement import load_placeable_spec
 from benchctl.spec.model import CampaignSpec
+from stacks import platform_manifests as pm
 from stacks import platform_values as charts
+from stacks.cluster_objects import (
+    ROOT,
+    TOKEN_SYNC,
+    rbac_manifests,
+    token_sync_manifests,
+)
 from stacks.config import Config, ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
-KUBERNETES_DIR = ROOT / "stacks" / "kubernetes"
 # EKS standard support for 1.35 runs into 2027 (EKS Kubernetes version calendar); kubectl of the handler's
 # layer (aws-cdk.lambda-layer-kubectl-v35, requirements-dev.txt) is within one minor version of it
 KUBERNETES_VERSION = eks.KubernetesVersion.V1_35
-DEFAULT_NAMESPACE = "dynamo-bench"  # what stacks/kubernetes/*.yaml name
-HF_TOKEN_SECRET = "hf-token"  # noqa: S105  # the Kubernetes secret's name (spec kubernetes.hf_token_secret's default)
-TOKEN_SYNC = "benchctl-hf-token-sync"  # noqa: S105  # its CronJob, service account, Role and RoleBinding
-TOKEN_SYNC_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.0"  # noqa: S105  # the campaign's uploader image
 EFS_CSI_ADDON, EFS_CSI_SA = "aws-efs-csi-driver", "efs-csi-controller-sa"
 # EFA interfaces per instance type, one per network card (EC2 user guide, "Supported instance types" for
 # EFA; p4d.24xlarge: 4 network cards, g6e.12xlarge: 1): a launch template gets one efa interface per card
@@ -98,90 +95,6 @@ def _nag(scope: IConstruct, *rules: tuple[str, str], applies_to: list[Any] | Non
     NagSuppressions.add_resource_suppressions(scope, [
         {"id": rule, "reason": reason, **({"appliesTo": applies_to} if applies_to else {})} for rule, reason in rules],
         apply_to_children=True)
-
-
-def rbac_manifests(namespace: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """``stacks/kubernetes/*.yaml`` as applied: every document, with the namespace they name
-    (:data:`DEFAULT_NAMESPACE`) replaced by ``namespace`` where it stands as one (an object's namespace, a
-    namespace resource name, an admission parameter naming it), and the admission parameters replaced by
-    ``params`` (the deployment's allow-list, :func:`benchctl.aws.k8s.admission.admission_params`, with the
-    load image's registry that the file asks a person to add by hand)."""
-    docs: list[dict[str, Any]] = []
-    for path in sorted(KUBERNETES_DIR.glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-    name = params["metadata"]["name"]
-    (at,) = [i for i, d in enumerate(docs) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
-    docs[at] = params
-    if namespace == DEFAULT_NAMESPACE:
-        return docs
-
-    def swap(node: Any, key: str | None = None) -> Any:
-        if isinstance(node, dict):
-            return {k: swap(v, k) for k, v in node.items()}
-        if isinstance(node, list):
-            return [swap(v, key) for v in node]
-        if node == DEFAULT_NAMESPACE and key in ("namespace", "resourceNames", "namespaces", "values"):
-            return namespace
-        return node
-
-    return [swap(copy.deepcopy(d)) for d in docs]
-
-
-def token_sync_manifests(namespace: str, secret_arn: str, region: str, k8s_secret: str = HF_TOKEN_SECRET
-                         ) -> list[dict[str, Any]]:
-    """The HF token's way from Secrets Manager into the Kubernetes secret ``hf-token``: an empty secret of
-    that name (the preflight names its missing key until the token arrives), a service account whose pods
-    get the token reader role through EKS Pod Identity, a Role that may read and patch that one secret,
-    and a CronJob (every 10 minutes; run it at once with ``kubectl create job --from``) that reads the
-    secret with the AWS CLI and patches ``HF_TOKEN`` in with the service account's own API token. A value
-    that is not a Hugging Face token (``hf_...``: the placeholder the stack generates) is left alone."""
-    labels = {"app.kubernetes.io/managed-by": "benchctl", "app.kubernetes.io/name": TOKEN_SYNC}
-    script = (
-        "set -eu\n"
-        f"tok=$(aws secretsmanager get-secret-value --region {region} --secret-id \"$SECRET_ARN\" "
-        "--query SecretString --output text)\n"
-        "case \"$tok\" in hf_*) ;; *) echo 'the HF token secret is not filled yet (no hf_... value)'; exit 0;; esac\n"
-        "sa=/var/run/secrets/kubernetes.io/serviceaccount\n"
-        "b64=$(printf %s \"$tok\" | base64 | tr -d '\\n')\n"
-        f"printf '{{\"data\":{{\"{HF_TOKEN_KEY}\":\"%s\"}}}}' \"$b64\" > /tmp/patch.json\n"
-        "curl -sSf -o /dev/null --cacert $sa/ca.crt -H \"Authorization: Bearer $(cat $sa/token)\" "
-        "-H 'Content-Type: application/merge-patch+json' -X PATCH --data @/tmp/patch.json "
-        f"https://kubernetes.default.svc/api/v1/namespaces/{namespace}/secrets/{k8s_secret}\n"
-        "rm -f /tmp/patch.json\n"
-        f"echo 'copied the HF token into {namespace}/{k8s_secret}'\n")
-    pod = {
-        "serviceAccountName": TOKEN_SYNC, "restartPolicy": "OnFailure",
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{
-            "name": "sync", "image": TOKEN_SYNC_IMAGE, "command": ["/bin/sh", "-c", script],
-            "env": [{"name": "SECRET_ARN", "value": secret_arn}, {"name": "HOME", "value": "/tmp"}],
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}},
-            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]}},
-            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}]}
-    return [
-        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-         "metadata": {"name": k8s_secret, "namespace": namespace, "labels": labels}},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": TOKEN_SYNC, "namespace": namespace,
-                                                                    "labels": labels}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": TOKEN_SYNC, "namespace": namespace, "labels": labels},
-         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [k8s_secret],
-                    "verbs": ["get", "patch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": TOKEN_SYNC, "namespace": namespace, "labels": labels},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TOKEN_SYNC},
-         "subjects": [{"kind": "ServiceAccount", "name": TOKEN_SYNC, "namespace": namespace}]},
-        {"apiVersion": "batch/v1", "kind": "CronJob",
-         "metadata": {"name": TOKEN_SYNC, "namespace": namespace, "labels": labels},
-         "spec": {"schedule": "*/10 * * * *", "concurrencyPolicy": "Forbid", "successfulJobsHistoryLimit": 1,
-                  "failedJobsHistoryLimit": 2,
-                  "jobTemplate": {"spec": {"backoffLimit": 2, "activeDeadlineSeconds": 300,
-                                           "ttlSecondsAfterFinished": 3600,
-                                           "template": {"metadata": {"labels": labels}, "spec": pod}}}}},
-    ]
 
 
 def platform_spec(config: Config) -> CampaignSpec:
@@ -250,7 +163,7 @@ class PlatformStack(Stack):
             model_reclaim_policy="Retain" if config.model_fs_removal == "retain" else "Delete")
         # the plan's order: base resources -> GPU device plugins -> monitoring -> Dynamo -> model weights
         # on an existing cluster the namespace may hold more than ours: cdk destroy leaves it (and what is in it)
-        self.base = self._manifest("BaseNamespace", [charts.namespace_manifest(self.settings)], after=self.capacity,
+        self.base = self._manifest("BaseNamespace", [pm.namespace_manifest(self.settings)], after=self.capacity,
                                    keep=config.platform == "existing")
         self._token_sync()
         if "rbac" not in self.skip:
@@ -474,8 +387,8 @@ class PlatformStack(Stack):
             previous = [chart]
             self.charts[release["chart"]] = chart
         if "kube-prometheus-stack" in self.charts:  # Grafana's dashboards and the KVBM PodMonitor need its CRDs
-            self._manifest("Dashboards", [*charts.dashboard_configmaps(self.settings),
-                                          charts.kvbm_pod_monitor(self.settings)],
+            self._manifest("Dashboards", [*pm.dashboard_configmaps(self.settings),
+                                          pm.kvbm_pod_monitor(self.settings)],
                            after=[self.charts["kube-prometheus-stack"]])
 
     def _file_system(self, cluster_sg: str) -> efs.FileSystem:
@@ -496,8 +409,8 @@ class PlatformStack(Stack):
         waits for the token's key in the Kubernetes secret), once the file system's mount targets and the CSI
         driver are there."""
         s = self.settings
-        m = self._manifest("ModelStorage", [charts.storage_class_manifest(s), charts.model_claim_manifest(s),
-                                            charts.model_download_job(s)], after=[self.base, *self.capacity])
+        m = self._manifest("ModelStorage", [pm.storage_class_manifest(s), pm.model_claim_manifest(s),
+                                            pm.model_download_job(s)], after=[self.base, *self.capacity])
         assert self.fs is not None
         m.node.add_dependency(self.fs)
         if self.efs_addon is not None:

@@ -20,9 +20,11 @@ import yaml
 from benchctl.aws.env import LambdaEnv
 from benchctl.aws.k8s.common import HF_TOKEN_KEY
 from benchctl.spec.model import load_spec
+from stacks import platform_manifests as pm
 from stacks import platform_values as pv
+from stacks.cluster_objects import KUBERNETES_DIR, TOKEN_SYNC
 from stacks.config import PLATFORM_PIECES
-from stacks.platform import EFA_INTERFACES, KUBERNETES_DIR, TOKEN_SYNC
+from stacks.platform import EFA_INTERFACES
 from tests import crd_schemas
 from tests.aws_checks import job_problems
 from tests.infra.cfn_resolve import Resolver
@@ -182,7 +184,7 @@ def test_monitoring_provisions_our_dashboards_as_grafana_loads_them(nodegroups):
     docs = [d for ds in applied(nodegroups).values() for d in ds]
     maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap" and "benchctl-dashboard-" in
             d["metadata"]["name"]}
-    files = pv.dashboard_files()
+    files = pm.dashboard_files()
     assert len(maps) == len(files) >= 1
     for path in files:
         cm = maps[f"benchctl-dashboard-{path.stem}"]
@@ -205,7 +207,7 @@ def test_model_storage_is_an_encrypted_retained_file_system_with_the_claim_and_t
     claim = docs[("PersistentVolumeClaim", SEED.kubernetes.model_pvc)]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"] and claim["spec"]["storageClassName"] == pv.STORAGE_CLASS
     settings = _settings(nodegroups, SEED, gpu_nodegroups=tuple(CONTEXT["benchctl:nodegroups"]))
-    job = pv.model_download_job(settings)
+    job = pm.model_download_job(settings)
     assert docs[("Job", job["metadata"]["name"])] == json.loads(json.dumps(job))
     # the claim, class and Job once the file system's mount targets and the CSI driver exist
     (storage,) = [r for r in _of(t, "Custom::AWSCDK-EKS-KubernetesResource").values()

@@ -34,7 +34,7 @@ CLUSTER = CONTEXT["benchctl:cluster_name"]
 
 def _without(docs: list[JSON], prefix: str) -> list[JSON]:
     """The role's documents with every action of QUOTA_ACTIONS that starts with ``prefix`` taken away."""
-    from stacks.control_plane import QUOTA_ACTIONS
+    from stacks.function_needs import QUOTA_ACTIONS
 
     gone = {a for a in QUOTA_ACTIONS if a.startswith(prefix)}
     out = []

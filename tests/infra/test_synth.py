@@ -363,7 +363,7 @@ def test_the_quota_reads_really_support_no_resource_level_permissions():
     ships it: none names a resource type, so Resource "*" is the only grant IAM accepts for them."""
     import parliament
 
-    from stacks.control_plane import QUOTA_ACTIONS
+    from stacks.function_needs import QUOTA_ACTIONS
 
     defs = json.loads((Path(parliament.__file__).parent / "iam_definition.json").read_text())
     for action in QUOTA_ACTIONS:

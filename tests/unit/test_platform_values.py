@@ -30,6 +30,7 @@ from benchctl.aws.k8s.prefetch import render_prefetch_job
 from benchctl.aws.k8s.render import render_dgd
 from benchctl.spec.deployment import ModelSpec
 from benchctl.spec.model import Kubernetes, image_tag_version, load_spec
+from stacks import platform_manifests as pm
 from stacks import platform_values as pv
 from tests import crd_schemas
 from tests.aws_checks import ROOT, job_problems
@@ -159,7 +160,7 @@ def test_the_scrape_interval_is_set_and_recorded() -> None:
     kps = pv.chart_values("kube-prometheus-stack", fast)
     assert _get(kps, "prometheus.prometheusSpec.scrapeInterval") == "5s"
     assert _get(pv.chart_values("dcgm-exporter", fast), "serviceMonitor.interval") == "5s"
-    prov = pv.platform_provenance(fast)
+    prov = pm.platform_provenance(fast)
     assert prov["scrape_interval"] == "5s" and prov["dynamo_pod_monitor_interval"] == "5s"
     with pytest.raises(pv.PlatformValuesError, match="scrape_interval: '15 seconds'"):
         pv.PlatformSettings(cluster_name="c", region="r", model=MODEL, efs_file_system_id="fs-1",
@@ -180,10 +181,10 @@ def manifest_problems(obj: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("which", sorted(SETTINGS))
 def test_every_platform_manifest_passes_strict_validation(which: str) -> None:
-    manifests = pv.platform_manifests(SETTINGS[which])
+    manifests = pm.platform_manifests(SETTINGS[which])
     kinds = [m["kind"] for m in manifests]
     assert kinds[:4] == ["Namespace", "StorageClass", "PersistentVolumeClaim", "Job"]
-    assert kinds.count("ConfigMap") == len(pv.dashboard_files()) and kinds.count("PodMonitor") == 1
+    assert kinds.count("ConfigMap") == len(pm.dashboard_files()) and kinds.count("PodMonitor") == 1
     for m in manifests:
         assert manifest_problems(m) == [], (m["kind"], m["metadata"]["name"])
 
@@ -195,14 +196,14 @@ def test_every_platform_manifest_passes_strict_validation(which: str) -> None:
     ("PodMonitor", "metadata.labels", {"benchctl.io/role": "not a label value"}),
 ])
 def test_the_manifest_validation_refuses_what_the_api_server_would(kind: str, path: str, value: Any) -> None:
-    obj = next(m for m in pv.platform_manifests(MANAGED) if m["kind"] == kind)
+    obj = next(m for m in pm.platform_manifests(MANAGED) if m["kind"] == kind)
     assert manifest_problems(_set(obj, path, value)) != []
 
 
 def test_the_dashboard_configmaps_hold_exactly_our_dashboards_as_the_grafana_sidecar_loads_them() -> None:
     kps = pv.chart_values("kube-prometheus-stack", MANAGED)
     sidecar = _get(kps, "grafana.sidecar.dashboards")
-    cms = pv.dashboard_configmaps(MANAGED)
+    cms = pm.dashboard_configmaps(MANAGED)
     files = {p.name: p for p in (ROOT / "dashboards").glob("*.json")}
     assert len(files) == 4
     held = {}
@@ -220,7 +221,7 @@ def test_the_dashboard_configmaps_hold_exactly_our_dashboards_as_the_grafana_sid
 
 
 def test_the_download_job_is_the_campaigns_prefetch_of_the_pinned_commit() -> None:
-    job = pv.model_download_job(MANAGED)
+    job = pm.model_download_job(MANAGED)
     k = Kubernetes()
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
@@ -236,9 +237,9 @@ def test_the_download_job_is_the_campaigns_prefetch_of_the_pinned_commit() -> No
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert {"key": "eks.amazonaws.com/nodegroup", "operator": "NotIn", "values": ["g6e-b", "p4d-a"]} \
         in terms[0]["matchExpressions"]
-    assert job == render_prefetch_job(MODEL, k, pv.PLATFORM_ID, pools=pv._gpu_pools(MANAGED))
+    assert job == render_prefetch_job(MODEL, k, pv.PLATFORM_ID, pools=pm._gpu_pools(MANAGED))
     with pytest.raises(pv.PlatformValuesError, match=r"model\.revision"):
-        pv.model_download_job(pv.PlatformSettings(cluster_name="c", region="r", model=ModelSpec(name=MODEL.name),
+        pm.model_download_job(pv.PlatformSettings(cluster_name="c", region="r", model=ModelSpec(name=MODEL.name),
                                                   efs_file_system_id="fs-1"))
 
 
@@ -246,7 +247,7 @@ def test_the_names_are_the_campaigns() -> None:
     spec = load_spec(ROOT / "examples" / "seed-plan.yaml")
     s = pv.settings_from_spec(spec, cluster_name="c", region="r", efs_file_system_id="fs-1")
     k = spec.kubernetes
-    by_kind = {m["kind"]: m for m in pv.platform_manifests(s)}
+    by_kind = {m["kind"]: m for m in pm.platform_manifests(s)}
     assert by_kind["Namespace"]["metadata"]["name"] == k.namespace
     claim = by_kind["PersistentVolumeClaim"]
     assert claim["metadata"]["name"] == model_volume(k)["persistentVolumeClaim"]["claimName"]
@@ -279,7 +280,7 @@ def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 def test_the_monitors_select_the_pods_the_campaign_renders() -> None:
     spec = load_spec(ROOT / "examples" / "auto-mode.yaml")
-    monitor = pv.kvbm_pod_monitor(pv.settings_from_spec(spec, cluster_name="c", region="r", efs_file_system_id="f"))
+    monitor = pm.kvbm_pod_monitor(pv.settings_from_spec(spec, cluster_name="c", region="r", efs_file_system_id="f"))
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [spec.kubernetes.namespace]}
     kvbm_pods = other_pods = 0
     for exp in spec.experiments:
@@ -311,7 +312,7 @@ def test_the_monitors_select_the_pods_the_campaign_renders() -> None:
 def test_the_provenance_records_every_installed_chart_and_what_was_skipped() -> None:
     s = pv.PlatformSettings(cluster_name="c", region="r", model=MODEL, efs_file_system_id="fs-1",
                             skip_charts=frozenset({"nvidia-device-plugin"}))
-    prov = pv.platform_provenance(s)
+    prov = pm.platform_provenance(s)
     assert list(prov["charts"]) == [k for k in pv.INSTALL_ORDER if k != "nvidia-device-plugin"]
     assert prov["skipped_charts"] == ["nvidia-device-plugin"]
     for key, rec in prov["charts"].items():
@@ -322,7 +323,7 @@ def test_the_provenance_records_every_installed_chart_and_what_was_skipped() -> 
                              "storage_class": pv.STORAGE_CLASS}
     assert "aws-efs-csi-driver" in prov["eks_addons"]
     json.dumps(prov)  # recordable as is
-    auto = pv.platform_provenance(AUTO)
+    auto = pm.platform_provenance(AUTO)
     assert set(auto["skipped_charts"]) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin"}
     with pytest.raises(pv.PlatformValuesError, match=r"skip_charts: \['grafana'\]"):
         pv.charts_to_install(pv.PlatformSettings(cluster_name="c", region="r", model=MODEL, efs_file_system_id="f",

@@ -1,0 +1,165 @@
+"""What runs beside the campaigns: the sweeper, the notifications of a campaign's end, the sweep alarm and the
+schedule."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from aws_cdk import CfnOutput, Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subs
+from cdk_nag import NagSuppressions
+
+from benchctl.constants import (
+    report_key,
+)
+from stacks.config import Config
+from stacks.control_plane_grants import (
+    EXECUTION_STATUSES,
+    RUNTIME,
+    RUNTIME_REASON,
+    ControlPlaneGrants,
+    _grant_handover,
+    _TopicTarget,
+    _wildcard_reason,
+)
+from stacks.results import ResultsStack
+
+
+class ControlPlaneOperations(ControlPlaneGrants):
+    """The ControlPlaneStack's operations (its base class)."""
+
+    def _sweeper(self, config: Config, results: ResultsStack, code: lambda_.Code, layers: list[lambda_.ILayerVersion],
+                 env: dict[str, str], cluster_arn: str, nodegroup_arns: list[str]) -> None:
+        """A scheduled function that tears down what ended campaigns left (``benchctl.aws.sweep``)."""
+        log_group = logs.LogGroup(self, "SweepLogs", retention=logs.RetentionDays.ONE_YEAR,
+                                  removal_policy=RemovalPolicy.RETAIN)
+        role = iam.Role(self, "SweepRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                        description="benchctl sweeper: tear down campaigns whose execution ended")
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
+        self._grant_lake(role, results)
+        _grant_handover(role, results.bucket, write=False)  # a running load's end record, read when stopping it
+        role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:Scan", "dynamodb:GetItem", "dynamodb:DeleteItem"],
+                                               resources=[self.lock_table.table_arn]))
+        role.add_to_policy(iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[
+            f"arn:{self.partition}:states:{self.region}:{self.account}:execution:"
+            f"{self.state_machine.state_machine_name}:*"]))
+        role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn]))
+        if nodegroup_arns:
+            self._grant_nodegroups(role, cluster_arn, nodegroup_arns)
+        self._grant_runner_identity(role, config, cluster_arn, create=False)
+        self.sweep_role = role
+        self.sweep_function = lambda_.Function(
+            self, "SweepFunction", runtime=RUNTIME, handler="lambdas.sweep.handler",
+            code=code, layers=layers, role=role, log_group=log_group, timeout=Duration.minutes(15),
+            memory_size=512, tracing=lambda_.Tracing.ACTIVE,
+            environment=env, **self._placement(True, role))
+        NagSuppressions.add_resource_suppressions(self.sweep_function, [RUNTIME_REASON])
+        NagSuppressions.add_resource_suppressions(role, [
+            _wildcard_reason("lake/* and runs/* objects", "Glue tables of this database", "Pod Identity associations of the cluster", "executions of this "
+                             "state machine", "node-group update ids"),
+            {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords support no "
+             "resource-level permissions", "appliesTo": ["Resource::*"]},
+            *self._vpc_suppressions(True),
+        ], apply_to_children=True)
+        self.roles["Sweep"] = role
+        events.Rule(self, "SweepSchedule", description="benchctl sweeper: ended campaigns' leftovers",
+                    schedule=events.Schedule.expression(config.sweep_schedule),
+                    targets=[targets.LambdaFunction(self.sweep_function)])
+
+    def _notifications(self, config: Config, results: ResultsStack) -> None:
+        # the rule's name is fixed so that the key and topic policies can name it (aws:SourceArn) without a
+        # reference cycle (rule -> topic -> key)
+        rule_name = f"benchctl-{config.env_name}-campaign-status"
+        rule_arn = f"arn:{self.partition}:events:{self.region}:{self.account}:rule/{rule_name}"
+        self.topic_key = key = kms.Key(self, "TopicKey", enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN,
+                      description="benchctl campaign notifications")
+        key.add_to_resource_policy(iam.PolicyStatement(  # EventBridge publishing to the encrypted topic
+            actions=["kms:Decrypt", "kms:GenerateDataKey*"], principals=[iam.ServicePrincipal("events.amazonaws.com")],
+            resources=["*"], conditions={"StringEquals": {"aws:SourceAccount": self.account},
+                                         "ArnLike": {"aws:SourceArn": rule_arn}}))
+        self.topic = sns.Topic(self, "CampaignStatus", master_key=key, enforce_ssl=True,
+                               display_name="benchctl campaign status")
+        if config.notify_email:
+            self.topic.add_subscription(subs.EmailSubscription(config.notify_email))
+        message = events.RuleTargetInput.from_text(
+            f"benchctl campaign {events.EventField.from_path('$.detail.name')} ended: "
+            f"{events.EventField.from_path('$.detail.status')}. Report: s3://{results.bucket.bucket_name}/"
+            f"{report_key(events.EventField.from_path('$.detail.name'))} (written at every "
+            f"ending the state machine reaches: how it ended, the teardown receipt, what completed). "
+            f"Execution: {events.EventField.from_path('$.detail.executionArn')}")
+        self.status_rule = events.Rule(
+            self,
+            "CampaignStatusRule",
+            rule_name=rule_name,
+            description="benchctl campaign executions that ended (succeeded, failed, timed out, aborted)",
+            event_pattern=events.EventPattern(
+                source=["aws.states"],
+                detail_type=["Step Functions Execution Status Change"],
+                detail={"stateMachineArn": [self.state_machine.state_machine_arn], "status": EXECUTION_STATUSES},
+            ),
+            targets=[cast(events.IRuleTarget, _TopicTarget(self.topic, message, rule_arn, self.account))],
+        )
+        CfnOutput(self, "StatusTopicArn", value=self.topic.topic_arn)
+
+    def _sweep_alarm(self, config: Config) -> None:
+        """An alarm on the sweeper's errors, to the status topic: it raises (SweepIncomplete) after sweeping
+        every other campaign when one campaign's cleanup raised, so that campaign's GPUs get a person. Its
+        name is fixed so that the topic and key policies can name it (aws:SourceArn) without a reference
+        cycle (alarm -> topic -> key -> alarm)."""
+        alarm_name = f"benchctl-{config.env_name}-sweep-failed"
+        alarm_arn = f"arn:{self.partition}:cloudwatch:{self.region}:{self.account}:alarm:{alarm_name}"
+        alarm = cloudwatch.Alarm(
+            self, "SweepFailedAlarm", alarm_name=alarm_name, alarm_description="benchctl sweeper: a campaign's cleanup raised (the other "
+            "campaigns were swept); its log names the campaign and the error",
+            metric=self.sweep_function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+            threshold=1, evaluation_periods=1, comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
+        conditions = {"StringEquals": {"aws:SourceAccount": self.account}, "ArnLike": {"aws:SourceArn": alarm_arn}}
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            actions=["sns:Publish"], principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            resources=[self.topic.topic_arn], conditions=conditions))
+        self.topic_key.add_to_resource_policy(iam.PolicyStatement(  # CloudWatch publishing to the encrypted topic
+            actions=["kms:Decrypt", "kms:GenerateDataKey*"], principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            resources=["*"], conditions=conditions))
+
+    def _schedule(self, config: Config, results: ResultsStack) -> None:
+        assert config.schedule is not None
+        sched = config.schedule
+        spec_uri = f"s3://{results.bucket.bucket_name}/{sched.spec_key}"
+        # a schedule group of its own (not the account's shared "default"): the role trusts only its schedules
+        group = scheduler.CfnScheduleGroup(self, "CampaignScheduleGroup", name=f"benchctl-{config.env_name}-campaign")
+        group_arn = f"arn:{self.partition}:scheduler:{self.region}:{self.account}:schedule-group/{group.name}"
+        role = iam.Role(self, "ScheduleRole", assumed_by=iam.ServicePrincipal(
+            "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": self.account},
+                                                   "ArnEquals": {"aws:SourceArn": group_arn}}),
+                        description="benchctl schedule: may only start the campaign state machine")
+        role.add_to_policy(iam.PolicyStatement(actions=["states:StartExecution"],
+                                               resources=[self.state_machine.state_machine_arn]))
+        self.schedule = scheduler.CfnSchedule(
+            self,
+            "CampaignSchedule",
+            description=f"starts a benchctl campaign of {sched.spec_key}",
+            group_name=group.name,
+            schedule_expression=sched.expression,
+            schedule_expression_timezone=sched.timezone,
+            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+            state="ENABLED",
+            target=scheduler.CfnSchedule.TargetProperty(
+                arn=self.state_machine.state_machine_arn,
+                role_arn=role.role_arn,
+                input=self.to_json_string({"spec_uri": spec_uri, "poll_seconds": sched.poll_seconds}),
+                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=0),
+            ),
+        )
