@@ -5,6 +5,8 @@ the set one engine wires in for one campaign, and an ``Engine`` builds it. State
 plain JSON-able dicts (the port's own: the core only stores them in the run state and hands them back),
 so the state machine, or a file in the run directory, carries them between invocations. Requests going
 into a port are typed (``DeploymentRequest``, ``LoadRequest``) and hold everything the adapter needs.
+Two ports live below their users, so that what only reads or stores need not import this module: the run
+store (``benchctl.campaign.store.RunStore``) and the lake's query port (``benchctl.lake.query.QueryPort``).
 
 To add a port: a Protocol here, a field on ``Providers``, an adapter in each engine (a test fake in
 ``tests/fakes/ports.py``). May import only the standard library (the spec's types for checking only).
