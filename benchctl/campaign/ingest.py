@@ -119,6 +119,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         p.lake.write(table, rows, part_name=step_id)
     status = result.steps[0]["status"] if result.steps else "failed"
     rec.ingest_status = status
+    rec.slo = slo_counts(result.requests, spec.slo.ttft_ms, spec.slo.itl_ms)
     p.state.save_load(experiment, step_id, rec)
     record_event(p, ctx.campaign_id, experiment, timeline.INGESTED, key=step_id, step_id=step_id, status=status,
                  requests=len(result.requests))
@@ -128,6 +129,22 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
             f"{result.steps[0].get('error_count') if result.steps else '?'} errors; recorded as failed"
         )
     return {"status": status, "requests": len(result.requests)}
+
+
+def slo_counts(requests: list[JSON], ttft_ms: float | None, itl_ms: float | None) -> dict[str, int]:
+    """The step's requests and those that succeeded within every SLO bound set (v_step_stats' ``n_requests``
+    and ``n_good``, the same rule: no error, not cancelled, TTFT and mean ITL within their bounds)."""
+    good = 0
+    for r in requests:
+        if r.get("error_type") is not None or r.get("error_code") is not None or r.get("was_cancelled"):
+            continue
+        ttft, itl = r.get("ttft_ms"), r.get("itl_ms")
+        if ttft_ms is not None and (ttft is None or ttft > ttft_ms):
+            continue
+        if itl_ms is not None and (itl is None or itl > itl_ms):
+            continue
+        good += 1
+    return {"n": len(requests), "good": good}
 
 
 def _requested_lengths(raw_dir: Path, dataset: JSON) -> tuple[tuple[int, int], ...] | None:

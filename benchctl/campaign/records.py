@@ -108,7 +108,9 @@ class LoadRecord:
     """One load (a step, or the warm-up): the load port's ``state`` (``{"skipped": True}``: no warm-up), argv,
     estimate, artifact location, dataset (name, uri, sha256, meta, type), metrics endpoints (URL -> source), when
     first seen running, its end (``ended``, ``exit_code``: None when unknown, ``ended_at``, ``stopped``, the pods'
-    ``logs``) and its rows' ``ingest_status`` (None: not ingested yet)."""
+    ``logs``), its rows' ``ingest_status`` (None: not ingested yet) and, once ingested, ``slo``: its requests and those
+    that succeeded within every SLO bound the spec set (``{"n": .., "good": ..}``, v_step_stats' n_requests and
+    n_good; what the SLO-edge search and the tuning phase read)."""
 
     state: JSON
     launched_at: float
@@ -124,6 +126,7 @@ class LoadRecord:
     stopped: bool = False
     logs: JSON | None = None
     ingest_status: str | None = None
+    slo: dict[str, int] | None = None
 
     @staticmethod
     def from_json(data: JSON) -> LoadRecord:
@@ -133,7 +136,7 @@ class LoadRecord:
 
     def to_json(self) -> JSON:
         out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "running_at",
-                                     "ended_at", "logs", "ingest_status"))
+                                     "ended_at", "logs", "ingest_status", "slo"))
         out.pop("ended")
         for key, keep in (("exit_code", self.ended), ("stopped", self.stopped)):
             out.pop(key) if not keep else None
