@@ -44,8 +44,11 @@ def bench_spec(spec: dict[str, Any], speedup: float | None) -> tuple[dict[str, A
     if not sweeps:
         raise SystemExit("the spec has no concurrency_sweep workload")
     sweep = dict(sweeps[0])
+    if not isinstance(sweep["concurrency"], list):
+        raise SystemExit("the spec's first concurrency_sweep has no fixed loads (concurrency: auto): give it some")
     top = max(int(c) for c in sweep["concurrency"])
     sweep["concurrency"] = sorted({1, top})
+    sweep.pop("search", None)  # fixed loads only: the bench measures the client at 1 and the highest
     out = {**spec, "name": f"{spec.get('name', 'spec')}-client", "workloads": [sweep]}
     out.pop("comparisons", None)  # they may name workloads that are gone
     if speedup is not None:

@@ -343,7 +343,7 @@ class RegimeComparison:
         if slo_regime(self.base, self.target, 0.5) is None or slo_regime(self.treat, self.target, 0.5) is None:
             self.reason = "no SLO attainment on one side"
             return
-        if min(a.repeats for a in (*self.base, *self.treat)) < MIN_REPEATS:
+        if min(a.repeats for a in (*self.base, *self.treat) if a.total > 0 or a.failed_steps) < MIN_REPEATS:
             self.reason = f"fewer than {MIN_REPEATS} repeats per side: the brackets are shown, not compared"
             return
         self.p = self._p()

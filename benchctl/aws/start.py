@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.planning.ceilings import Ceilings
+from benchctl.planning.history import aws_limits
 from benchctl.planning.placement import load_placeable_spec
-from benchctl.planning.plan import aws_limits, plan_campaign
+from benchctl.planning.plan import plan_campaign
 from benchctl.spec.model import load_spec_text
 
 SPECS_PREFIX = "specs"

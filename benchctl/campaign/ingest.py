@@ -15,6 +15,7 @@ loses a completed step.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +35,9 @@ def ingest_previous(p: Providers, ctx: Ctx, task: Task) -> JSON:
     at = steps.index(task.step_id)
     if at == 0:
         return {"step": None}
+    rec = p.state.load(experiment, steps[at - 1])
+    if rec is not None and rec.ingest_status == "succeeded":  # a search probe's launch ingested it already
+        return {"step": steps[at - 1], "status": "succeeded", "requests": None}
     return {"step": steps[at - 1], **ingest_step(p, ctx, experiment, steps[at - 1])}
 
 
@@ -76,9 +80,13 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     from benchctl.lake.ingest import StepContext, ingest_artifacts
 
     rec = p.state.load(experiment, step_id)
+    if rec is not None and rec.skipped:  # a search probe the search did not need: no load, no rows
+        return {"status": "skipped", "requests": 0}
     if rec is None or not rec.ended:
         raise RuntimeError(f"step {step_id} of {experiment}: its load is not recorded as ended; nothing to ingest")
     step = p.state.plan().step(experiment, step_id)
+    if rec.concurrency is not None:  # a search probe: the load it ran
+        step = replace(step, concurrency=rec.concurrency, variant=f"c{rec.concurrency}")
     spec = p.state.spec()
     exp = spec.experiment(experiment)
     dataset = rec.dataset or {}
@@ -94,6 +102,8 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         "dataset_uri": dataset.get("uri"),
         "slo_ttft_ms": spec.slo.ttft_ms,
         "slo_itl_ms": spec.slo.itl_ms,
+        "search_probe": step.probe,
+        "search_json": json.dumps(rec.search, sort_keys=True) if rec.search else None,
     }
     sctx = StepContext(
         campaign_id=ctx.campaign_id,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 
 from benchctl.campaign.base import JSON, Task, error_of, record_event
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import LoadRequest, Providers
+from benchctl.campaign.probes import probe_load
 from benchctl.campaign.records import LoadRecord
 from benchctl.campaign.runstate import WARMUP
 from benchctl.campaign.serving import deployment
@@ -109,9 +111,22 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
     step = p.state.plan().step(experiment, step_id)
     spec = p.state.spec()
     launched = p.state.has_load(experiment, step_id)
+    rec = LoadRecord(state={}, launched_at=0.0)
+    if step.probe is not None:  # a search probe: its load is chosen now, from what the sweep measured
+        kept = p.state.load(experiment, step_id)
+        decision: JSON = (kept.search or {}) if kept is not None else probe_load(p, ctx, experiment, step).to_json()
+        load = kept.concurrency if kept is not None else decision.get("load")
+        if load is None:
+            if kept is None:
+                p.state.save_load(experiment, step_id, LoadRecord(state={"skipped": True}, launched_at=p.clock(),
+                                                                  search=decision))
+            return {"job": None, "skipped": True, "why": decision.get("why"),
+                    "callback": p.callbacks is not None, "heartbeat_s": AWAIT_HEARTBEAT_S,
+                    "timeout_s": AWAIT_HEARTBEAT_S}
+        step = replace(step, concurrency=int(load), variant=f"c{load}")
+        rec.concurrency, rec.search = int(load), decision
     if not launched:
         budget_guard(p, ctx, experiment, step_id)
-    rec = LoadRecord(state={}, launched_at=0.0)
     ds = step_dataset(step)
     if ds is not None and not launched:
         # the input is kept raw before anything runs: the hash in the lake names the exact bytes sent
@@ -131,9 +146,12 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
             thinking=spec.thinking,
         )
 
-    # one load runner per workload of the experiment: its steps, in the plan's order
-    siblings = [s for s in p.state.plan().experiment(experiment).steps if s.workload == step.workload]
-    group = (step.workload, tuple(s.step_id for s in siblings), sum(s.est_s for s in siblings))
+    # one load runner per workload of the experiment: its steps, in the plan's order; a probe (which may not run
+    # at all) its own
+    siblings = [s for s in p.state.plan().experiment(experiment).steps
+                if s.workload == step.workload and s.probe is None]
+    group = ((step.workload, tuple(s.step_id for s in siblings), sum(s.est_s for s in siblings))
+             if step.probe is None else (step_id, (step_id,), step.est_s))
     out = _launch(p, ctx, experiment, step_id, argv_for, est_s=step.est_s, rec=rec, group=group)
     # the ASL waits for the load's end as an event (AwaitLoadEnd) when somebody answers task tokens; until the
     # load runs nobody heartbeats, so the bound then also covers its wait for capacity

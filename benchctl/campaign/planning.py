@@ -11,8 +11,9 @@ from benchctl.campaign.records import CampaignRecord
 from benchctl.errors import CampaignIdInUse, CeilingExceeded, PreflightFailed, SpecError
 from benchctl.lake import timeline
 from benchctl.lake.schema import json_text
+from benchctl.planning.history import aws_limits
 from benchctl.planning.placement import feasible
-from benchctl.planning.plan import aws_limits, plan_campaign
+from benchctl.planning.plan import plan_campaign
 from benchctl.spec.comparisons import comparison_rows
 from benchctl.spec.deployment import Experiment
 from benchctl.spec.model import CampaignSpec, parse_spec_text

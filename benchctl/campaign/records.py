@@ -127,6 +127,8 @@ class LoadRecord:
     logs: JSON | None = None
     ingest_status: str | None = None
     slo: dict[str, int] | None = None
+    concurrency: int | None = None  # a search probe's load, chosen at its launch (the plan's step has none)
+    search: JSON | None = None  # a probe's decision (benchctl.analysis.search.Next: load, why, bracket)
 
     @staticmethod
     def from_json(data: JSON) -> LoadRecord:
@@ -136,7 +138,8 @@ class LoadRecord:
 
     def to_json(self) -> JSON:
         out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "running_at",
-                                     "ended_at", "logs", "ingest_status", "slo"))
+                                     "ended_at", "logs", "ingest_status", "slo",
+                                     "concurrency", "search"))
         out.pop("ended")
         for key, keep in (("exit_code", self.ended), ("stopped", self.stopped)):
             out.pop(key) if not keep else None

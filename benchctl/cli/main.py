@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "profiles (default runs; a missing one is made in memory, nothing is written)")
     p.add_argument("--no-twin", action="store_true", help="time request-count steps by the fixed guess "
                    "(200 ms + OSL x 20 ms per request), not by each experiment's twin")
+    p.add_argument("--no-edges", action="store_true", help="AWS: leave out each searched sweep's SLO edge as "
+                   "aiconfigurator predicts it, with the grid's and the search's GPU-hours (about a minute for "
+                   "examples/seed-plan.yaml)")
     p.add_argument("--poll-seconds", type=int, default=30,
                    help="AWS: the Wait states' period (as for `start`), for the execution-history estimate (default 30)")
     p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from benchctl.cli.common import _ceilings, _path, _within_ceilings
 from benchctl.errors import CeilingExceeded, SpecError
@@ -43,18 +44,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
     text = format_plan(plan) + "\n" + format_comparisons(spec)
     out["comparisons"] = [asdict(r) for r in resolved(spec)]
     if args.engine == "aws":  # what one Step Functions execution can hold (moto, locally, has no such limits)
-        from benchctl.planning.plan import aws_limits, format_history
+        from benchctl.planning.history import aws_limits, format_history
 
         est, limits = aws_limits(spec, plan, args.poll_seconds)
         out["step_functions"] = asdict(est)
         text += "\n" + format_history(est)
         problems += limits
+    if args.engine == "aws" and not (over or problems or args.no_edges) and any(s.probe is not None for e in plan.experiments
+                                                                for s in e.steps):
+        text += "\n" + _edges_text(spec, plan)  # what the search costs on GPUs beside the grid, predicted
     print(json.dumps(out, indent=2) if args.json else text)
     if over:
         raise CeilingExceeded(str(args.spec), ceilings.lines(over) + problems)
     if problems:
         raise SpecError(str(args.spec), problems)
     return 0
+
+
+def _edges_text(spec: Any, plan: Any) -> str:
+    """The predicted SLO edges with the grid's and the search's GPU-hours; a note when the predictor cannot run."""
+    try:
+        from benchctl.forecast.edge import format_edges, predicted_edges
+    except ImportError as err:  # aiconfigurator is not installed: the plan stands without it
+        return f"SLO edge per sweep: not predicted ({err})"
+    rows = predicted_edges(spec, plan)
+    return format_edges(rows) if rows else ""
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -104,6 +118,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     campaign_id = check_path_value("campaign_id", args.campaign_id or plan.plan_id)
     rows = predict_plan(spec, plan, campaign_id)
     print(format_predictions(rows, spec.slo))
+    print(_edges_text(spec, plan))
     if args.lake:
         files = LocalLake(_path(args.lake)).write("predictions", rows, part_name="predictions")
         print(f"{len(rows)} prediction rows for campaign {campaign_id} in {len(files)} file(s) under "

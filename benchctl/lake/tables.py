@@ -187,6 +187,8 @@ TABLES: dict[str, Table] = {
             client_cpu_cores double
             client_cpu_cores_available double
             client_cpu_wait_fraction double
+            search_probe bigint
+            search_json string
             """,
         ),
         _table(

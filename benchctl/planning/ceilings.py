@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 CONTEXT_KEY = "benchctl:ceilings"
 ENV_VAR = "BENCHCTL_CEILINGS"  # the ceilings' JSON on the Plan and Pools functions (stacks/control_plane.py)
 # Step Functions' hard quota of events in one Standard execution's history; past it the execution fails at
-# once, with no Catch, so with no teardown (benchctl.planning.plan.HISTORY_LIMIT). A deployment may refuse worst cases
+# once, with no Catch, so with no teardown (benchctl.planning.history.HISTORY_LIMIT). A deployment may refuse worst cases
 # above at most 90 % of it (retries and redeliveries add events no estimate counts).
 HISTORY_LIMIT = 25_000
 MAX_HISTORY_CEILING = 22_500
@@ -290,7 +290,8 @@ def check(spec: CampaignSpec, plan: CampaignPlan, c: Ceilings, poll_seconds: int
 
     ``poll_seconds``: the Wait states' period the worst-case Step Functions history is reckoned at (the AWS
     engine's; None: not checked, e.g. for the local engine, whose interpreter has no history quota)."""
-    from benchctl.planning.plan import history_estimate, plan_campaign
+    from benchctl.planning.history import history_estimate
+    from benchctl.planning.plan import plan_campaign
 
     out: list[Problem] = []
     for path, image in spec_images(spec):

@@ -26,6 +26,7 @@ OVERHEADS = {
 # experiment's twin replaces it where one is given (seconds per request at concurrency, ISL, OSL: benchctl.forecast.twin)
 EST_TTFT_MS = 200.0
 EST_ITL_MS = 20.0
+PROBE_PREFIX = "s"  # a probe step's variant in the plan ("s1"...): in the lake, "c<load>" once its load is chosen
 GUESS = f"guess: {EST_TTFT_MS:g} ms + OSL x {EST_ITL_MS:g} ms per request"
 RequestTimer = Callable[[int, float, float], float]
 
@@ -49,6 +50,12 @@ class StepPlan:
     variant: str = ""
     # kind-specific parameters (JSON): turns, conversations, distribution, ranges, prefix ratio, ...
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def probe(self) -> int | None:
+        """A search probe's number (1...) within its repeat (its load is chosen at run time), else None."""
+        k = self.params.get("probe")
+        return int(k) if k is not None else None
 
 
 @dataclass(frozen=True)
@@ -141,11 +148,18 @@ def _workload_steps(w: Any, seed: int, timer: RequestTimer | None = None) -> lis
     out: list[tuple[str, dict[str, Any], float]] = []
     params: dict[str, Any]
     if isinstance(w, ConcurrencySweep):
-        for c in w.concurrency:
+        for c in w.fixed_loads():
             est = (w.duration_s if w.duration_s is not None
                    else _count_estimate(w.request_count or 0, c, w.isl, w.osl, timer))
             out.append((f"c{c}", {"concurrency": c, "isl": w.isl, "osl": w.osl, "duration_s": w.duration_s,
                                   "request_count": w.request_count, "params": {}}, float(est)))
+        search = w.search_settings()
+        if search is not None:  # the probes: their loads are chosen at run time (benchctl.analysis.search)
+            probe_s = float(search.duration_s or w.duration_s or 0.0)
+            for k in range(1, search.max_probes + 1):
+                out.append((f"{PROBE_PREFIX}{k}", {"concurrency": None, "isl": w.isl, "osl": w.osl,
+                                                   "duration_s": probe_s, "request_count": None,
+                                                   "params": {"probe": k, "search": search.model_dump()}}, probe_s))
     elif isinstance(w, MultiTurn):
         if w.duration_s is not None:
             est = w.duration_s
@@ -323,123 +337,8 @@ def format_plan(plan: CampaignPlan) -> str:
                        f"isl={s.params['isl_range'][0]}-{s.params['isl_range'][1]} "
                        f"osl={s.params['osl_range'][0]}-{s.params['osl_range'][1]}")
             extra = "".join(f" {k}={s.params[k]}" for k in ("turns", "prefix_ratio") if k in s.params)
-            lines.append(
-                f"      {s.step_id:<36} c={s.concurrency} {lengths}{extra} {stop} seed={s.seed} est. {s.est_s:g} s"
-            )
+            load = f"c={s.concurrency}" if s.concurrency is not None else f"probe {s.params['probe']}"
+            lines.append(f"      {s.step_id:<36} {load} {lengths}{extra} {stop} seed={s.seed} est. {s.est_s:g} s")
     for p in plan.budget_problems:
         lines.append(f"  REFUSED {p}")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- what one Step Functions execution holds
-
-# Step Functions' hard quota: 25,000 events in one Standard execution's history, inline Map iterations
-# included. Past it the execution fails at once, with no Catch and no teardown (the sweeper then has to
-# clean up). ``benchctl plan``/``start`` and the Plan state refuse a campaign whose estimate exceeds
-# HISTORY_REFUSE_AT: the limit less 20 % headroom for waits that run past their estimate and retries.
-HISTORY_LIMIT = 25_000
-HISTORY_REFUSE_AT = 20_000
-# The ASL's own TimeoutSeconds (state_machines/campaign.asl.json): an execution still running then ends
-# TIMED_OUT, again without teardown.
-EXECUTION_TIMEOUT_S = 48 * 3600
-
-# History events per state of the campaign ASL (what Step Functions records, and moto's interpreter too):
-# a lambda:invoke Task 5 (entered, scheduled, started, succeeded, exited), a Choice, Wait or Succeed 2,
-# a Map 4 plus 2 per iteration, the execution itself 2; a lambda:invoke.waitForTaskToken Task 6 (+ submitted).
-_TASK, _PASS, _MAP, _ITERATION, _EXECUTION, _CALLBACK_TASK = 5, 2, 4, 2, 2, 6
-WaitSeconds = Callable[[str, "ExperimentPlan", "StepPlan | None"], float]
-
-
-def _loop(seconds: float, poll_seconds: int) -> int:
-    """A check Task + Choice, looped through a Wait every ``poll_seconds`` until ``seconds`` passed."""
-    waits = math.ceil(max(seconds, 0.0) / poll_seconds)
-    return (waits + 1) * (_TASK + _PASS) + waits * _PASS
-
-
-def history_events(plan: CampaignPlan, poll_seconds: int, seconds: WaitSeconds, *, callbacks: bool = False) -> int:
-    """Events in the history of one successful execution of the campaign ASL for ``plan``, when each
-    wait (``capacity``, ``ready``, ``smoke``, ``warmup``, ``load`` of a step, ``teardown``) lasts
-    ``seconds(kind, experiment, step)``. Mirrors the ASL state by state (tests/unit/test_history.py
-    holds it to the history moto's interpreter records for the same ASL). ``callbacks``: the engine answers
-    task tokens (both engines do: locally the relay, on AWS the load runner Job), so a step waits in
-    AwaitLoadEnd and CheckLoad runs once; else CheckLoad polls."""
-    if poll_seconds < 1:
-        raise ValueError(f"poll_seconds {poll_seconds!r}: must be at least 1")
-    events = _EXECUTION + _TASK + _MAP + _TASK + _PASS  # Plan, ForEachExperiment, Report, CampaignSucceeded
-    for e in plan.experiments:
-        events += _ITERATION + _TASK + _loop(seconds("capacity", e, None), poll_seconds)  # ScalePools ⟲
-        events += _TASK + _loop(seconds("ready", e, None), poll_seconds)  # Deploy, CheckReady ⟲
-        events += _TASK + _loop(seconds("smoke", e, None), poll_seconds)  # SmokeTest, CheckSmoke ⟲
-        events += _TASK + _loop(seconds("warmup", e, None), poll_seconds)  # LaunchWarmUp, CheckWarmUp ⟲
-        events += _MAP  # ForEachStep
-        for s in e.steps:  # LaunchLoad, IngestPreviousStep, LoadEndReported?, [AwaitLoadEnd], CheckLoad ⟲, StepDone
-            wait = _CALLBACK_TASK + _loop(0.0, poll_seconds) if callbacks else _loop(seconds("load", e, s), poll_seconds)
-            events += _ITERATION + _TASK + _TASK + _PASS + wait + _PASS
-        events += _TASK  # IngestLastStep
-        events += _loop(seconds("teardown", e, None), poll_seconds) + _PASS  # TeardownExperiment ⟲, ExperimentDone
-    return events
-
-
-@dataclass(frozen=True)
-class HistoryEstimate:
-    poll_seconds: int
-    expected: int  # with the plan's estimated durations
-    worst: int  # every wait running to its deadline (timeouts.*), where the handlers fail it
-    limit: int = HISTORY_LIMIT
-    refuse_at: int = HISTORY_REFUSE_AT
-
-
-def _warm(plan: CampaignPlan, e: ExperimentPlan) -> bool:
-    """No capacity wait: every pool was kept warm by the experiment before (``handover``)."""
-    before = plan.experiments[e.index - 1] if e.index > 0 else None
-    return before is not None and bool(e.nodes) and all(pool in before.handover for pool in e.nodes)
-
-
-def history_estimate(spec: CampaignSpec, plan: CampaignPlan, poll_seconds: int) -> HistoryEstimate:
-    over = OVERHEADS[plan.engine]
-    t = spec.timeouts
-    warmup_s = 60.0 + spec.warmup.request_count if spec.warmup.request_count else 0.0
-
-    def expected(kind: str, e: ExperimentPlan, s: StepPlan | None) -> float:
-        return {"capacity": 0.0 if _warm(plan, e) else over["capacity"], "ready": over["ready"],
-                "smoke": over["smoke"], "warmup": warmup_s, "load": s.est_s if s else 0.0,
-                "teardown": over["teardown"]}[kind]
-
-    def worst(kind: str, e: ExperimentPlan, s: StepPlan | None) -> float:
-        return {"capacity": t.capacity_s, "ready": t.ready_s, "smoke": t.smoke_s,
-                "warmup": warmup_s + t.load_grace_s, "load": (s.est_s if s else 0.0) + t.load_grace_s,
-                "teardown": t.teardown_s}[kind]
-
-    # the load's end is an event on both engines (AwaitLoadEnd): a step's length adds no poll events
-    return HistoryEstimate(poll_seconds, history_events(plan, poll_seconds, expected, callbacks=True),
-                           history_events(plan, poll_seconds, worst, callbacks=True))
-
-
-def aws_limits(spec: CampaignSpec, plan: CampaignPlan, poll_seconds: int) -> tuple[HistoryEstimate, list[str]]:
-    """What one Step Functions execution of this campaign would hold, and every way it would not fit:
-    the history quota (with the smallest poll interval that fits, or how many campaigns to split it
-    into) and the execution timeout. Empty problems: it fits."""
-    est = history_estimate(spec, plan, poll_seconds)
-    problems: list[str] = []
-    if est.expected > est.refuse_at:
-        fits = next((p for p in (15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600)
-                     if p > poll_seconds and history_estimate(spec, plan, p).expected <= est.refuse_at), None)
-        parts = math.ceil(est.expected / est.refuse_at)
-        hint = (f"poll every {fits} s or more (est. {history_estimate(spec, plan, fits).expected:,} events), or "
-                if fits else "")
-        problems.append(
-            f"poll_seconds: at {poll_seconds} s the campaign's Step Functions execution would record an estimated "
-            f"{est.expected:,} history events; Step Functions fails an execution at {est.limit:,} (its hard quota, "
-            f"with no teardown), and benchctl refuses above {est.refuse_at:,} to keep headroom for overruns; "
-            f"{hint}split it into {parts} or more campaigns (fewer repeats, workloads or experiments per spec)")
-    if plan.est_s > EXECUTION_TIMEOUT_S:
-        problems.append(f"estimated {plan.est_s / 3600:.1f} h exceeds the execution timeout of "
-                        f"{EXECUTION_TIMEOUT_S // 3600} h (TimeoutSeconds of the campaign state machine); split it "
-                        "into smaller campaigns")
-    return est, problems
-
-
-def format_history(est: HistoryEstimate) -> str:
-    return (f"  Step Functions history: est. {est.expected:,} events at a {est.poll_seconds} s poll "
-            f"({est.expected / est.limit:.0%} of the {est.limit:,} limit; {est.worst:,} if every wait ran to "
-            "its deadline)")

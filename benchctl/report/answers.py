@@ -182,13 +182,30 @@ def _q1(ev: Evidence) -> Answer:
                  f"better)" for fig in Q1_PRIMARY
                  for lo, hi, wa, wb in crossovers([(c.load or 0.0, c) for c in of_input(blocks[fig.column], ikey)])]
         parts.append(head + ". ".join(text) + ". " + regimes + ". Crossover: "
-                     + ("; ".join(cross) if cross else "none (no directional winner changes with the load)"))
+                     + ("; ".join(cross) if cross else "none (no directional winner changes with the load)")
+                     + _searched(pts, keys, pair))
     a.method = method_text(settings, "TTFT p50 at each load (valid steps), and per input length the two sides' SLO "
                            "limits (goodput capacity, from every attempted step: a request counts only when it met "
                            "the TTFT and the ITL bound)", a.family,
                            list({id(b): b for *_, blocks, _ in units for f in Q1_PRIMARY
                                  if (b := blocks[f.column])}.values()), design, COST_BASIS)
     return finish(a, parts, left, samples, decided=any(t.directional for t in family))
+
+
+def _searched(pts: Any, keys: list[Any], pair: Any) -> str:
+    """Which loads of each side the SLO-edge search chose (from what that side measured before them), or ''."""
+    out = []
+    for side in (BASELINE, TREATMENT):
+        loads = sorted({float(k[3]) for k in keys for r in pts[k][side] if r.get("search_probe") is not None})
+        if loads:
+            out.append(f"{pair.experiment(side)} at {', '.join(f'c={x:g}' for x in loads)}")
+        else:
+            out.append("")
+    if not any(out):
+        return ""
+    chosen = "; ".join(x for x in out if x)
+    return (f". Loads the SLO-edge search chose from each side's own measured attainment (so they differ between "
+            f"the sides; bisecting toward its edge): {chosen}")
 
 
 def tried(c: Compared) -> bool:

@@ -45,6 +45,7 @@ from benchctl.spec.settings import (  # Kubernetes and image_tag_version: here t
 from benchctl.spec.text import read_capped, spec_data
 from benchctl.spec.workloads import (  # the workloads' models: benchctl.spec.workloads
     WORKLOAD_KINDS,
+    ConcurrencySweep,
     MultiTurn,
     Workload,
 )
@@ -208,6 +209,10 @@ class CampaignSpec(Strict):
                     f"experiments[{i}]: its prefill and decode pools move KV over different paths {sorted(paths)}; "
                     "NIXL needs one backend on both sides: give the pools the same network.nixl_backend and efa")
         for i, w in enumerate(self.workloads):
+            if isinstance(w, ConcurrencySweep) and w.search_settings() is not None \
+                    and self.slo.ttft_ms is None and self.slo.itl_ms is None:
+                problems.append(f"workloads[{i}].search: locating the SLO edge needs an SLO; set slo.ttft_ms and/or "
+                                "slo.itl_ms, or give fixed concurrency loads without search")
             isl, osl = w.max_lengths()
             if osl > self.model.max_context:
                 problems.append(
@@ -301,8 +306,8 @@ def _loc(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in WORKLOAD_KINDS or str(part).startswith("function-"):
-            continue  # discriminator tag pydantic puts into the path
+        elif part in WORKLOAD_KINDS or str(part).startswith(("function-", "list[", "literal[")):
+            continue  # discriminator or union-member tag pydantic puts into the path
         else:
             out += ("." if out else "") + str(part)
     return out or "(spec)"
@@ -310,8 +315,12 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 def _problems(err: ValidationError) -> list[str]:
     lines: list[str] = []
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors:
         where = _loc(tuple(e["loc"]))
+        if any(str(x).startswith("literal[") for x in e["loc"]) and isinstance(e.get("input"), list) and any(
+                _loc(tuple(o["loc"])).startswith(where) and o is not e for o in errors):
+            continue  # a list that is not the list it should be: the list member's error says what (not 'auto')
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] in ("value_error", "assertion_error"):
             for line in msg.splitlines():

@@ -26,26 +26,67 @@ def _unique(v: list[Any], what: str) -> list[Any]:
     return v
 
 
+MAX_CONCURRENCY = 4096
+
+
+class SweepSearch(Strict):
+    """Where the sweep leaves its SLO, located by the campaign itself: probe loads chosen one at a time from the
+    attainment measured so far (``benchctl.analysis.search``) until the edge is bracketed within ``resolution``
+    or ``max_probes`` probes ran (the search's budget line). The first repeat searches; every later repeat runs
+    the same probe loads again, so each load has as many repeats as the fixed points."""
+
+    resolution: float = Field(default=0.10, gt=0, le=1, description="the bracket [within, past) is located when "
+                              "past <= within x (1 + resolution) (or they are 1 apart)")
+    max_probes: int = Field(default=6, ge=1, le=16, description="probes per experiment and repeat at most: the "
+                            "search's budget line, priced by the plan")
+    start: int | None = Field(default=None, gt=0, le=MAX_CONCURRENCY, description="the first probe's load when no "
+                              "fixed point of the sweep is measured yet (default 16; `benchctl predict` prints the "
+                              "predicted edge to start from); later probes ramp x2 or bisect")
+    max_concurrency: int = Field(default=MAX_CONCURRENCY, gt=0, le=MAX_CONCURRENCY,
+                                 description="the highest load a probe may use")
+    duration_s: float | None = Field(default=None, gt=0, description="seconds of load per probe (default: the "
+                                     "sweep's duration_s)")
+
+
 class ConcurrencySweep(Strict):
-    """The plan's concurrency sweep: one step per concurrency, fixed ISL/OSL."""
+    """The plan's concurrency sweep: one step per concurrency, fixed ISL/OSL; with ``search`` (or ``concurrency:
+    auto``) also the probes that locate where it leaves the SLO."""
 
     kind: Literal["concurrency_sweep"] = "concurrency_sweep"
     name: Name = "concurrency-sweep"
-    concurrency: list[Annotated[int, Field(gt=0, le=4096)]] = Field(min_length=1)
+    concurrency: list[Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)]] | Literal["auto"] = Field(
+        description="the fixed loads (descriptive points, each run every repeat), or 'auto': only the search's "
+                    "probes (search: defaults)")
     isl: int = Field(gt=0)
     osl: int = Field(gt=0)
     duration_s: float | None = Field(default=None, gt=0, description="seconds of load per step")
     request_count: int | None = Field(default=None, gt=0, description="requests per step")
+    search: SweepSearch | None = Field(default=None, description="locate the SLO edge with measured probes (needs "
+                                       "an SLO; with concurrency 'auto' the defaults)")
 
     @field_validator("concurrency")
     @classmethod
-    def _unique(cls, v: list[int]) -> list[int]:
-        return _unique(v, "concurrency")
+    def _unique(cls, v: list[int] | str) -> list[int] | str:
+        if isinstance(v, list) and not v:
+            raise ValueError("give at least one load, or 'auto' (the search's probes only)")
+        return _unique(v, "concurrency") if isinstance(v, list) else v
 
     @model_validator(mode="after")
     def _stop(self) -> ConcurrencySweep:
         _one_stop_rule(self.duration_s, self.request_count)
+        search = self.search_settings()
+        if search is not None and search.duration_s is None and self.duration_s is None:
+            raise ValueError("search: a request-count sweep's probes need search.duration_s (seconds of load per "
+                             "probe: a probe's load is chosen at run time, so its length is fixed in seconds)")
         return self
+
+    def fixed_loads(self) -> list[int]:
+        """The fixed loads, in the spec's order (none with ``concurrency: auto``)."""
+        return [] if self.concurrency == "auto" else list(self.concurrency)
+
+    def search_settings(self) -> SweepSearch | None:
+        """The search this sweep runs: its ``search`` block, the defaults with ``concurrency: auto``, else None."""
+        return self.search or (SweepSearch() if self.concurrency == "auto" else None)
 
     def max_lengths(self) -> tuple[int, int]:
         return self.isl, self.osl

@@ -14,6 +14,8 @@
 --                         attainment count every attempted step, latency percentiles only valid ones
 --   n_requests, n_good    requests recorded / those that succeeded within the SLO (goodput's count)
 --   random_seed, dataset_sha256   what pairs a step with the other side's step of the same repeat
+--   search_probe          a sweep's probe number (its load chosen by the SLO-edge search from what the
+--                         sweep measured before it), NULL for a fixed load
 --   gpu_usd_per_hour      the experiment's allocated nodes x their price (costs; NULL when unpriced)
 --   usd_per_1m_output_tokens   gpu_usd_per_hour / (the step's output tokens/s x 3600) x 1e6: the cost of a
 --                         million output tokens at this step's load, steady state (no start-up, warm-up or
@@ -75,6 +77,7 @@ SELECT
     s.benchmark_duration_s,
     s.random_seed,
     s.dataset_sha256,
+    s.search_probe,
     s.status IN ('succeeded', 'failed') AS attempted,
     coalesce(nullif(s.n_ok, 0), s.request_count) AS n_samples,
     s.error_rate,

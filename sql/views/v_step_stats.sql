@@ -60,6 +60,7 @@ SELECT
     s.turns,
     s.dataset_sha256,
     s.random_seed,
+    s.search_probe,
     s.request_count,
     s.error_count,
     coalesce(q.n_requests, 0) AS n_requests,

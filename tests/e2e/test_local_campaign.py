@@ -174,6 +174,7 @@ def _short_spec(tmp_path: Path) -> Path:
     def mutate(d):
         d["experiments"] = d["experiments"][:1]
         d["workloads"][0].update(concurrency=[1, 2, 4], duration_s=8)
+        d["workloads"][0].pop("search", None)
         d["warmup"] = {"request_count": 2}
 
     return write_spec(tmp_path, "short", mutate)

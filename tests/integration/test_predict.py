@@ -285,3 +285,35 @@ def test_a_first_token_sooner_than_the_delayed_ack_is_predicted_as_aiperf_measur
     (row,) = [r for r in predict.predict_plan(later, plan_campaign(later, "local"), "c1")
               if r["experiment"] == "disagg" and r["concurrency"] == 1]
     assert row["predicted_ttft_ms"] == pytest.approx(engine, abs=0.06) and "Dynamo 1.7.0: not checked" in row["note"]
+
+
+def test_the_seed_plan_locates_each_predicted_edge_to_10_percent_and_prices_the_search_beside_the_grid(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    from benchctl.forecast.edge import predicted_edges
+
+    spec = load_spec(SEED)
+    rows = predicted_edges(spec, plan_campaign(spec, "aws"))
+    assert {(r["experiment"], r["isl"]) for r in rows} == {(e.name, isl) for e in spec.experiments
+                                                          for isl in (1024, 8192)}
+    for r in rows:
+        assert r["note"] is None and r["searched"]
+        # the grid alone brackets the edge within 1.5-2x; the search within 10 % (or two adjacent loads), and
+        # inside the grid's bracket, in at most its max_probes probes
+        assert r["grid_past"] / r["grid_within"] >= 1.5
+        assert r["edge_past"] <= r["edge_within"] * 1.10 or r["edge_past"] - r["edge_within"] <= 1
+        assert r["grid_within"] <= r["edge_within"] < r["edge_past"] <= r["grid_past"]
+        assert r["located_within_budget"] and 1 <= r["expected_probes"] <= r["max_probes"]
+        assert 0 < r["search_gpu_hours_expected"] <= r["search_gpu_hours_max"] < r["grid_gpu_hours"]
+    # the CLI prints the same, the search's GPU-hours next to the grid's (the predictions are cached in-process)
+    assert main(["plan", str(SEED), "--engine", "aws"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if " GPU-h; search [c=" in ln]
+    assert len(lines) == len(rows)
+    for ln in lines:
+        grid = re.search(r"grid \[c=(\d+), c=(\d+)\), ([\d.]+)x for ([\d.]+) GPU-h", ln)
+        search = re.search(r"search \[c=(\d+), c=(\d+)\), ([\d.]+)x expected in (\d) of at most 4 probes per "
+                           r"repeat, ([\d.]+) GPU-h \(at most ([\d.]+)\)", ln)
+        assert grid and search, ln
+        assert float(search[3]) <= 1.10 < 1.5 <= float(grid[3])

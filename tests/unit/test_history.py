@@ -19,13 +19,8 @@ from benchctl.errors import SpecError
 from benchctl.local.engine import Progress, execute
 from benchctl.local.lake import LocalLake
 from benchctl.local.runner import prepare
-from benchctl.planning.plan import (
-    HISTORY_LIMIT,
-    aws_limits,
-    history_estimate,
-    history_events,
-    plan_campaign,
-)
+from benchctl.planning.history import HISTORY_LIMIT, aws_limits, history_estimate, history_events
+from benchctl.planning.plan import plan_campaign
 from benchctl.spec.model import load_spec, parse_spec
 from tests.fakes.ports import FakeLoad, FakeWorld, providers_for_test, record_asl_waits
 
@@ -34,11 +29,11 @@ SEED = ROOT / "examples" / "seed-plan.yaml"
 
 
 def many_repeats_of_the_seed(tmp_path: Path) -> Path:
-    """examples/seed-plan.yaml with 13 repeats instead of 3 (650 steps: 25 per repeat and experiment) and steps a
-    quarter as long (so that it stays within the 48 h execution timeout); its budget is left out so that
-    only what one execution can hold decides."""
+    """examples/seed-plan.yaml with 9 repeats instead of 3 (630 steps: 35 per repeat and experiment, the search's
+    probes included) and steps a quarter as long (so that it stays within the 48 h execution timeout); its budget
+    is left out so that only what one execution can hold decides."""
     data = yaml.safe_load(SEED.read_text())
-    data["repeats"] = 13
+    data["repeats"] = 9
     for w in data["workloads"]:
         for key in ("duration_s", "requests"):
             if key in w:

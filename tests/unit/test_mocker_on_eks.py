@@ -17,7 +17,8 @@ from benchctl.aws.k8s.prefetch import MOCKER_FILES, render_prefetch_job
 from benchctl.aws.k8s.render import render_dgd
 from benchctl.cli.main import main
 from benchctl.errors import SpecError
-from benchctl.planning.plan import aws_limits, format_plan, plan_campaign
+from benchctl.planning.history import aws_limits
+from benchctl.planning.plan import format_plan, plan_campaign
 from benchctl.spec.model import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,14 +18,16 @@ def test_same_spec_same_plan_and_json_round_trip():
     assert a.to_json() == b.to_json()
     assert CampaignPlan.from_json(json.loads(json.dumps(a.to_json()))) == a
     ids = [s.step_id for s in a.experiments[0].steps]
-    # 3 repeats of: 9 concurrencies at ISL 1024 + 1 multi-turn step + 3 distributions + 5 prefix ratios + 7
-    # concurrencies at ISL 8192 (the long sweep, the last workload)
-    assert len(ids) == len(set(ids)) == (9 + 1 + 3 + 5 + 7) * 3
-    assert ids[0] == "concurrency-sweep-c1-r0" and ids[26] == "concurrency-sweep-c1536-r2"
-    assert ids[27:30] == ["multi-turn-c8-r0", "multi-turn-c8-r1", "multi-turn-c8-r2"]
-    assert ids[30:33] == [f"sequence-distribution-{d}-r0" for d in ("uniform", "zipf", "lognormal")]
-    assert ids[-5:] == [f"concurrency-sweep-long-c{c}-r2" for c in (16, 64, 128, 192, 256)]
-    assert [s.seed for s in a.experiments[0].steps[:10]] == [42] * 9 + [43]
+    # 3 repeats of: 11 concurrencies at ISL 1024 + 4 search probes + 1 multi-turn step + 3 distributions + 5
+    # prefix ratios + 7 concurrencies at ISL 8192 + 4 probes (the long sweep, the last workload)
+    assert len(ids) == len(set(ids)) == (11 + 4 + 1 + 3 + 5 + 7 + 4) * 3
+    assert ids[0] == "concurrency-sweep-c1-r0" and ids[10] == "concurrency-sweep-c1536-r0"
+    assert ids[11:15] == [f"concurrency-sweep-s{k}-r0" for k in (1, 2, 3, 4)] and ids[44] == "concurrency-sweep-s4-r2"
+    assert ids[45:48] == ["multi-turn-c8-r0", "multi-turn-c8-r1", "multi-turn-c8-r2"]
+    assert ids[48:51] == [f"sequence-distribution-{d}-r0" for d in ("uniform", "zipf", "lognormal")]
+    assert ids[-9:] == [f"concurrency-sweep-long-{v}-r2" for v in ("c16", "c64", "c128", "c192", "c256", "s1", "s2",
+                                                                    "s3", "s4")]
+    assert [s.seed for s in a.experiments[0].steps[:16]] == [42] * 15 + [43]
     # every experiment runs the same steps (comparisons join on workload + variant)
     assert [s.variant for s in a.experiments[0].steps] == [s.variant for s in a.experiments[1].steps]
 

@@ -1,0 +1,62 @@
+"""A sweep's search probes at LaunchLoad: the load each probe runs, chosen from what the experiment measured.
+
+The first repeat searches (:func:`benchctl.analysis.search.next_load` over every load of the sweep measured so
+far in that repeat, fixed points included: the steps before the probe are ingested first where they are not yet,
+which IngestPreviousStep would do one step later); every later repeat runs the first repeat's probe loads again,
+in the same order, so that each located load has as many repeats as the fixed points and the report's
+verdicts judge them alike. A probe the search does not need (located, or past its budget line) is recorded as
+skipped: no load runs, nothing is spent, the ASL's Map goes on (CheckLoad finds it done).
+"""
+
+from __future__ import annotations
+
+from benchctl.analysis.search import Measured, Next, bound_level, next_load
+from benchctl.campaign.base import JSON
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.ingest import ingest_step
+from benchctl.campaign.ports import Providers
+from benchctl.planning.plan import StepPlan
+
+
+def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
+    """The load of probe ``step`` (``Next.load`` None: skip it) and why."""
+    k = step.probe
+    assert k is not None, f"step {step.step_id} is not a search probe"
+    steps = p.state.plan().experiment(experiment).steps
+    if step.repeat > 0:
+        first = next((s for s in steps if s.workload == step.workload and s.repeat == 0 and s.probe == k), None)
+        rec = p.state.load(experiment, first.step_id) if first is not None else None
+        if rec is None:
+            raise RuntimeError(f"probe {step.step_id} of {experiment}: the first repeat's probe {k} is not recorded")
+        if rec.concurrency is None:
+            return Next(None, f"the first repeat's probe {k} did not run ({(rec.search or {}).get('why', '?')})",
+                        None, None)
+        return Next(rec.concurrency, f"the first repeat's probe {k} again, at c={rec.concurrency}", None, None)
+    search = step.params["search"]
+    spec = p.state.spec()
+    points: list[Measured] = []
+    for s in steps:
+        if s.workload != step.workload or s.repeat != 0 or s.index >= step.index:
+            continue
+        rec = p.state.load(experiment, s.step_id)
+        if rec is None or rec.skipped:
+            continue
+        if rec.ended and not rec.stopped and rec.ingest_status is None:
+            ingest_step(p, ctx, experiment, s.step_id)  # a failed step raises LoadFailed: the experiment fails
+            rec = p.state.load(experiment, s.step_id) or rec
+        load = rec.concurrency or s.concurrency
+        if load is not None and rec.slo is not None:
+            points.append(Measured(int(load), int(rec.slo["good"]), int(rec.slo["n"])))
+    previous = next((s for s in steps if s.workload == step.workload and s.repeat == 0 and s.probe == k - 1), None)
+    if previous is not None:
+        prec = p.state.load(experiment, previous.step_id)
+        if prec is not None and prec.skipped:  # the search stopped: every later probe is skipped too
+            return Next(None, f"the search stopped before probe {k - 1}: {(prec.search or {}).get('why', '?')}",
+                        None, None)
+    return next_load(points, target=spec.comparison.slo_attainment, confidence=bound_level(spec.comparison.confidence),
+                     resolution=float(search["resolution"]), start=search.get("start"),
+                     max_load=int(search["max_concurrency"]))
+
+
+def skipped_probe(decision: Next) -> JSON:
+    return {"skipped": True, "why": decision.why}
