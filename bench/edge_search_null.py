@@ -1,7 +1,7 @@
 """The SLO-edge search judged under the null, at the size of a real campaign (SIMULATED attainment curves).
 
 Each side of a comparison leaves its SLO at a true edge E (attainment 0.9 there, falling off as a logistic of
-width 10 % of E); a step at load c sends c x 120 s / its request time (5 s alone, twice that at the edge) requests, each within the SLO with the true
+width 10 % of E, or 30 %); a step at load c sends c x 120 s / its request time (5 s alone, twice that at the edge) requests, each within the SLO with the true
 attainment (binomial). A campaign measures each side's fixed loads (the seed plan's grid), then (with the search)
 its probes chosen from repeat 0's measurements by ``benchctl.analysis.search``, rerun in every later repeat; the
 report's SLO-limit comparison (:class:`benchctl.analysis.verdicts.RegimeComparison`, one test at
@@ -37,8 +37,12 @@ STEP_S, REQUEST_S = 120.0, 5.0  # a step's load time; one request's time alone (
 MAX_PROBES, RESOLUTION = 4, 0.10
 
 
+WIDTHS = (0.1, 0.3)  # the attainment curve's fall-off, as a share of the edge: steep, and three times flatter
+WIDTH = [0.1]
+
+
 def attainment(c: float, edge: float) -> float:
-    return 1.0 / (1.0 + math.exp((c - edge) / (0.1 * edge) - math.log(9.0)))
+    return 1.0 / (1.0 + math.exp((c - edge) / (WIDTH[0] * edge) - math.log(9.0)))
 
 
 def _binomial(rng: random.Random, n: int, p: float) -> int:
@@ -102,21 +106,27 @@ def main() -> int:
     rng = random.Random(20261205)
     print(f"SIMULATED: {n} campaigns per row, {REPEATS} repeats, grid {list(GRID)}, true edge c={EDGE:g}, "
           f"alpha {1 - CONFIDENCE:.2f}, search up to {MAX_PROBES} probes to {RESOLUTION:.0%}")
-    rows = []
-    for label, search in (("grid only", False), ("grid + search", True)):
-        fp, width, probes = rate(n, lambda s=search: campaign(rng, EDGE, EDGE, s))
-        power, _, _ = rate(n, lambda s=search: campaign(rng, EDGE, EDGE * 1.15, s))
-        rows.append((label, fp, power, width, probes))
-        print(f"  {label:<14} A/A: a limit called different in {fp:6.2%} (alpha {1 - CONFIDENCE:.0%}); edge 15 % "
-              f"apart: said in {power:6.2%}; the report's bracket past/within: median {width:.2f}x; probes per "
-              f"side {probes:.1f}")
-    (_, fp0, pow0, w0, _), (_, fp1, pow1, w1, _) = rows
-    def ratio(a: float, b: float) -> str:
-        return f"{a / b:.2f}x" if b else ("1.00x (both 0)" if not a else f"{a:.2%} against 0")
+    worst = 0.0
+    for width in WIDTHS:
+        WIDTH[0] = width
+        print(f" attainment falling off over {width:.0%} of the edge:")
+        rows = []
+        for label, search in (("grid only", False), ("grid + search", True)):
+            fp, bw, probes = rate(n, lambda s=search: campaign(rng, EDGE, EDGE, s))
+            power, _, _ = rate(n, lambda s=search: campaign(rng, EDGE, EDGE * 1.15, s))
+            rows.append((label, fp, power, bw, probes))
+            worst = max(worst, fp)
+            print(f"  {label:<14} A/A: a limit called different in {fp:6.2%} (alpha {1 - CONFIDENCE:.0%}); edge "
+                  f"15 % apart: said in {power:6.2%}; the report's bracket past/within: median {bw:.2f}x; probes "
+                  f"per side {probes:.1f}")
+        (_, fp0, pow0, w0, _), (_, fp1, pow1, w1, _) = rows
 
-    print(f"  search / grid: false positives {ratio(fp1, fp0)} (each must stay at most alpha), power "
-          f"{ratio(pow1, pow0)}, bracket width {w1 / w0:.2f}x")
-    return 0 if max(fp0, fp1) <= (1 - CONFIDENCE) + 3 * math.sqrt(0.05 * 0.95 / n) else 1
+        def ratio(a: float, b: float) -> str:
+            return f"{a / b:.2f}x" if b else ("1.00x (both 0)" if not a else f"{a:.2%} against 0")
+
+        print(f"  search / grid: false positives {ratio(fp1, fp0)} (each must stay at most alpha), power "
+              f"{ratio(pow1, pow0)}, bracket width {w1 / w0:.2f}x")
+    return 0 if worst <= (1 - CONFIDENCE) + 3 * math.sqrt(0.05 * 0.95 / n) else 1
 
 
 if __name__ == "__main__":

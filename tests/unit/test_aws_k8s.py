@@ -1192,3 +1192,45 @@ def test_aws_callbacks_keep_the_token_for_the_runner_and_answer_at_once_only_whe
     assert json.loads(sfn.answered[-1][1]) == {"woken": "ServingFailed: worker 1 exited"}
     # the runner answered the same token first: Step Functions refuses the second answer, which is ignored
     assert cb.answer("tok-2", "load ended") is False
+
+
+def test_a_search_probe_runs_in_a_runner_job_of_its_own_and_a_skipped_one_makes_none(api, tmp_path):
+    """On EKS a workload's runner Job serves its fixed steps in order; a probe (whose load is chosen at its launch,
+    and which may not run at all) gets a Job of its own, so the workload's runner never waits for a probe that
+    is skipped, and a skipped probe creates nothing."""
+    from benchctl.campaign.records import LoadRecord
+
+    now = [1000.0]
+    p, ctx = _load_providers(api, tmp_path, now)
+    kube = kube_of(api)
+
+    def job_steps() -> dict[str, list[str]]:
+        out = {}
+        for name in _names(api, "Job", ours=True):
+            args = kube.get("batch/v1", "Job", name, NS)["spec"]["template"]["spec"]["containers"]
+            flat = [a for c in args for a in (c.get("command") or []) + (c.get("args") or [])]
+            out[name] = [a for a in flat if a.startswith("concurrency-sweep-")]
+        return out
+
+    campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-c1-r0"))
+    (workload_job,) = job_steps().values()
+    assert workload_job == ["concurrency-sweep-c1-r0", "concurrency-sweep-c4-r0", "concurrency-sweep-c16-r0"]
+    for c, good in ((1, 200), (4, 200), (16, 0)):  # the fixed loads ended and ingested: within up to 4, past at 16
+        p.state.save_load("agg", f"concurrency-sweep-c{c}-r0", LoadRecord(
+            state={}, launched_at=0.0, ended=True, exit_code=0, ingest_status="succeeded", slo={"good": good, "n": 200}))
+    out = campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-s1-r0"))
+    assert not out.get("skipped")
+    probe_jobs = {n: s for n, s in job_steps().items() if s != workload_job}
+    assert list(probe_jobs.values()) == [["concurrency-sweep-s1-r0"]]
+    req = json.loads((tmp_path / "ctl" / "agg" / "concurrency-sweep-s1-r0" / "request.json").read_text())
+    assert req["argv"][req["argv"].index("--concurrency") + 1] == "8"  # bisecting [4, 16)
+    # the probe ran at 8 and 7 (within at 7, past at 8): located, so the next probe runs nothing
+    p.state.save_load("agg", "concurrency-sweep-s1-r0", LoadRecord(
+        state={}, launched_at=0.0, ended=True, exit_code=0, ingest_status="succeeded", slo={"good": 0, "n": 200},
+        concurrency=8))
+    p.state.save_load("agg", "concurrency-sweep-s2-r0", LoadRecord(
+        state={}, launched_at=0.0, ended=True, exit_code=0, ingest_status="succeeded", slo={"good": 200, "n": 200},
+        concurrency=7))
+    before = set(job_steps())
+    out = campaign.launch_step(p, ctx, Task("agg", "concurrency-sweep-s3-r0"))
+    assert out["skipped"] and out["job"] is None and set(job_steps()) == before
