@@ -45,13 +45,20 @@ def test_smoke_campaign_succeeds_and_prints_both_modes(smoke_run):
         assert f"\n{view} (SIMULATED)" in res.stdout
     rows = [r for r in read_table(out / "lake", "steps") if r["campaign_id"] == "smoke-e2e"]
     plan = json.loads((out / "campaigns" / "smoke-e2e" / "plan.json").read_text())
+    # every planned step has its rows, but the search probes the search did not need (skipped, saying why)
+    loads = out / "campaigns" / "smoke-e2e" / "loads"
+    skipped = {(e["name"], s["step_id"]) for e in plan["experiments"] for s in e["steps"]
+               if json.loads((loads / e["name"] / f"{s['step_id']}.json").read_text()).get("state", {}).get("skipped")}
+    assert all(s.startswith("concurrency-sweep-s") for _, s in skipped)
     assert sorted((r["experiment"], r["step_id"]) for r in rows) == sorted(
-        (e["name"], s["step_id"]) for e in plan["experiments"] for s in e["steps"])
+        (e["name"], s["step_id"]) for e in plan["experiments"] for s in e["steps"]
+        if (e["name"], s["step_id"]) not in skipped)
+    assert {r["step_id"] for r in rows if r["search_probe"] is not None}, "the smoke's search ran no probe"
     assert {r["workload_kind"] for r in rows} == {"concurrency_sweep", "multi_turn", "sequence_distribution",
                                                   "prefix_cache"}
     assert all(r["status"] == "succeeded" for r in rows)
     # progress shown to a person
-    assert "experiment 2/2 disagg" in res.stderr and "step 10/10" in res.stderr
+    assert "experiment 2/2 disagg" in res.stderr and "step 14/14" in res.stderr
 
 
 def _view(out, name):
