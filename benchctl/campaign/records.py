@@ -110,7 +110,8 @@ class LoadRecord:
     first seen running, its end (``ended``, ``exit_code``: None when unknown, ``ended_at``, ``stopped``, the pods'
     ``logs``), its rows' ``ingest_status`` (None: not ingested yet) and, once ingested, ``slo``: its requests and those
     that succeeded within every SLO bound the spec set (``{"n": .., "good": ..}``, v_step_stats' n_requests and
-    n_good; what the SLO-edge search and the tuning phase read)."""
+    n_good; what the SLO-edge search and the tuning phase read) and ``cache_state``: the KV cache state a prefix-cache or
+    multi-turn step starts from (``benchctl.planning.cache_state``)."""
 
     state: JSON
     launched_at: float
@@ -127,6 +128,7 @@ class LoadRecord:
     logs: JSON | None = None
     ingest_status: str | None = None
     slo: dict[str, int] | None = None
+    cache_state: str | None = None
 
     @staticmethod
     def from_json(data: JSON) -> LoadRecord:
@@ -136,7 +138,7 @@ class LoadRecord:
 
     def to_json(self) -> JSON:
         out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "running_at",
-                                     "ended_at", "logs", "ingest_status", "slo"))
+                                     "ended_at", "logs", "ingest_status", "slo", "cache_state"))
         out.pop("ended")
         for key, keep in (("exit_code", self.ended), ("stopped", self.stopped)):
             out.pop(key) if not keep else None

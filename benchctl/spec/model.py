@@ -61,7 +61,8 @@ class CampaignSpec(Strict):
     seed: int = Field(default=42, ge=0, le=2**62, description="base random seed")
     seed_policy: Literal["per-repeat", "fixed"] = Field(
         default="per-repeat",
-        description="per-repeat: repeat r uses seed + r (fresh prompts); fixed: every repeat reuses seed",
+        description="per-repeat: repeat r uses seed + r (fresh prompts); fixed: every repeat reuses seed (a "
+                    "prefix-cache or multi-turn step's prompts are still its own: no step starts warm from another)",
     )
     slo: Slo = Slo()
     kubernetes: Kubernetes = Kubernetes()
