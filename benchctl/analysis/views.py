@@ -41,7 +41,8 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     ),
     "v_prefix_cache": (
         "comparison", "workload", "prefix_ratio", "agg_ttft_p50_ms", "disagg_ttft_p50_ms", "agg_ttft_improvement_pct",
-        "disagg_ttft_improvement_pct", "agg_cache_hit_rate", "disagg_cache_hit_rate", "agg_kv_usage_max",
+        "disagg_ttft_improvement_pct", "achievable_hit_rate", "agg_cache_hit_rate", "disagg_cache_hit_rate",
+        "agg_first_requests_hit_rate", "agg_kv_usage_max",
         "n_repeats", "agg_experiment", "disagg_experiment",
     ),
     "v_cost_efficiency": (

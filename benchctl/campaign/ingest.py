@@ -97,6 +97,8 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         "prefix_ratio": step.params.get("prefix_ratio"),
         "prefix_ratio_actual": meta.get("prefix_ratio_actual"),
         "prefix_token_share": meta.get("shared_token_share"),
+        "achievable_hit_rate": meta.get("achievable_hit_rate"),
+        "cache_state": rec.cache_state,
         "turns": step.params.get("turns"),
         "dataset_sha256": dataset.get("sha256"),
         "dataset_uri": dataset.get("uri"),

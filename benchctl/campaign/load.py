@@ -18,13 +18,11 @@ from benchctl.campaign.spend import await_timeout_s, budget_guard
 from benchctl.errors import BudgetExceeded, DeadlineExceeded, LoadFailed
 from benchctl.lake import timeline
 from benchctl.planning import aiperf_args
+from benchctl.planning.cache_state import HASH_ID_SPAN, cache_state
 from benchctl.planning.datasets import Dataset, prefix_dataset, sequence_dataset
 from benchctl.planning.plan import StepPlan
 from benchctl.spec.model import CampaignSpec
 
-# Hash ids of one step's prefix dataset live in [index * span, (index + 1) * span): disjoint per step,
-# so no step's blocks are ever in the cache because of another step.
-_HASH_ID_SPAN = 10_000_000
 # AwaitLoadEnd's heartbeat bound (its ``HeartbeatSecondsPath``) while the load runs: the engine answers or
 # heartbeats well within it (the AWS runner Job every 20 s). A load that does not run yet (its runner pod
 # waits for a node: ``LoadPort.pending``) adds ``timeouts.capacity_s``, the longest wait for capacity.
@@ -44,7 +42,7 @@ def step_dataset(step: StepPlan) -> Dataset | None:
         assert step.isl is not None and step.osl is not None
         return prefix_dataset(
             prm["dataset"], prm["prefix_ratio"], step.request_count or 0, step.isl, step.osl,
-            prm["block_size"], step.seed, id_base=step.index * _HASH_ID_SPAN,
+            prm["block_size"], step.seed, id_base=step.index * HASH_ID_SPAN,
             duplication=prm.get("duplication", "tokens"), prefix_tokens=prm.get("prefix_tokens"),
         )
     return None
@@ -127,6 +125,8 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
         rec.concurrency, rec.search = int(load), decision
     if not launched:
         budget_guard(p, ctx, experiment, step_id)
+    # the cache state the step starts from (benchctl.planning.cache_state): its prompts are its own
+    rec.cache_state = cache_state(step.kind, step.index, step.seed)
     ds = step_dataset(step)
     if ds is not None and not launched:
         # the input is kept raw before anything runs: the hash in the lake names the exact bytes sent

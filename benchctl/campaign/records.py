@@ -110,7 +110,8 @@ class LoadRecord:
     first seen running, its end (``ended``, ``exit_code``: None when unknown, ``ended_at``, ``stopped``, the pods'
     ``logs``), its rows' ``ingest_status`` (None: not ingested yet) and, once ingested, ``slo``: its requests and those
     that succeeded within every SLO bound the spec set (``{"n": .., "good": ..}``, v_step_stats' n_requests and
-    n_good; what the SLO-edge search and the tuning phase read)."""
+    n_good; what the SLO-edge search and the tuning phase read) and ``cache_state``: the KV cache state a prefix-cache or
+    multi-turn step starts from (``benchctl.planning.cache_state``)."""
 
     state: JSON
     launched_at: float
@@ -129,6 +130,7 @@ class LoadRecord:
     slo: dict[str, int] | None = None
     concurrency: int | None = None  # a search probe's load, chosen at its launch (the plan's step has none)
     search: JSON | None = None  # a probe's decision (benchctl.analysis.search.Next: load, why, bracket)
+    cache_state: str | None = None
 
     @staticmethod
     def from_json(data: JSON) -> LoadRecord:
@@ -139,7 +141,7 @@ class LoadRecord:
     def to_json(self) -> JSON:
         out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "running_at",
                                      "ended_at", "logs", "ingest_status", "slo",
-                                     "concurrency", "search"))
+                                     "concurrency", "search", "cache_state"))
         out.pop("ended")
         for key, keep in (("exit_code", self.ended), ("stopped", self.stopped)):
             out.pop(key) if not keep else None

@@ -168,6 +168,8 @@ TABLES: dict[str, Table] = {
             prefix_ratio double
             prefix_ratio_actual double
             prefix_token_share double
+            achievable_hit_rate double
+            cache_state string
             turns bigint
             dataset_sha256 string
             dataset_uri string

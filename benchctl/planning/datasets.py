@@ -164,7 +164,8 @@ def prefix_dataset(
     disjoint range, so one step's "unique" blocks are never cached by another step), and the unique ids are
     shuffled with ``seed`` (so a repeat with another seed sends other blocks). ``prefix_ratio_actual``: the share
     of tokens that is shared (``tokens``) or of requests that contain the prefix (``requests``);
-    ``shared_token_share`` the share of all input tokens that are the shared prefix's, either way.
+    ``shared_token_share`` the share of all input tokens that are the shared prefix's, either way;
+    ``achievable_hit_rate`` the best hit rate any cache could reach on it (:func:`achievable_hit_rate`).
     """
     if isl <= 0 or osl <= 0 or block_size <= 0 or n <= 0:
         raise ValueError("isl, osl, block_size and n must be positive")
@@ -201,8 +202,39 @@ def prefix_dataset(
         block_size=block_size,
         meta={"prefix_ratio": ratio, "prefix_ratio_actual": actual, "duplication": duplication,
               "shared_token_share": share, "shared_blocks": k, "requests_with_prefix": len(with_prefix),
-              "blocks": blocks, "seed": seed, "id_base": id_base},
+              "blocks": blocks, "seed": seed, "id_base": id_base,
+              "achievable_hit_rate": achievable_hit_rate(lines, block_size)},
     )
+
+
+def achievable_hit_rate(lines: list[dict[str, Any]], block_size: int) -> float | None:
+    """The best hit rate any prefix cache could reach on this dataset, sent in file order (None without ``hash_ids``).
+
+    An infinite cache that keeps every block: request r's block i is a hit when the same block-aligned prefix
+    (its hash ids 0..i, the chain, as a prefix cache keys a block by everything before it) was in an EARLIER
+    request. Only whole blocks count: a block cut short by ``input_length`` (the last partial one) never hits.
+    Achievable = hit blocks' tokens / all input tokens. An upper bound: under concurrency some earlier requests
+    are still in flight (their blocks not cached yet), and a real cache is finite and shared.
+    """
+    if block_size <= 0 or not any("hash_ids" in line for line in lines):
+        return None
+    seen: dict[tuple[int, int], int] = {}  # (parent chain, hash id) -> chain id; -1 is the empty chain
+    hit = total = 0
+    for line in lines:
+        length = int(line["input_length"])
+        total += length
+        new: dict[tuple[int, int], int] = {}
+        parent = -1
+        for i, h in enumerate(line.get("hash_ids") or []):
+            key = (parent, int(h))
+            chain = seen.get(key)
+            if chain is None:  # a block first sent now (so is every block after it: its chain is new)
+                chain = new.setdefault(key, len(seen) + len(new))
+            elif (i + 1) * block_size <= length:
+                hit += block_size
+            parent = chain
+        seen.update(new)  # cached once this request has been sent
+    return hit / total if total else None
 
 
 def parse_dataset(data: bytes, where: str) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchctl.planning import placement
+from benchctl.planning.cache_state import step_seed
 from benchctl.spec.deployment import Experiment
 from benchctl.spec.model import CampaignSpec, spec_hash
 from benchctl.spec.workloads import ConcurrencySweep, MultiTurn, PrefixCache, SequenceDistribution
@@ -221,7 +222,7 @@ def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = N
                         workload=w.name,
                         kind=w.kind,
                         repeat=repeat,
-                        seed=seed,
+                        seed=step_seed(w.kind, seed, len(steps)),
                         concurrency=f["concurrency"],
                         isl=f["isl"],
                         osl=f["osl"],

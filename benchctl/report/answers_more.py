@@ -63,9 +63,26 @@ def _derived(rows: list[dict[str, Any]], name: str, fn: Callable[[dict[str, Any]
 SLOPE = Figure("hit_rate_slope", "hit-rate slope", "", False, scale=ABS)
 
 
+def _mean(rows: list[dict[str, Any]], column: str) -> float | None:
+    vals = [v for r in rows if (v := num(r.get(column))) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _chain(rows: list[dict[str, Any]]) -> str:
+    """"duplication -> achievable -> " of one ratio's steps (means over repeats), as far as the lake has them:
+    the input's duplication, the best hit rate any cache could reach on the dataset (v_prefix_cache), and the
+    first requests' rate when measured (~0: the step started cold)."""
+    dup, ach = _mean(rows, "prefix_ratio_actual"), _mean(rows, "achievable_hit_rate")
+    first = _mean(rows, "first_requests_hit_rate")
+    return ((f"duplication {fnum(dup)} -> " if dup is not None else "")
+            + (f"achievable {fnum(ach)} -> " if ach is not None else "")
+            + (f"first requests {fnum(first)}, " if first is not None else ""))
+
+
 def q3(ev: Evidence) -> Answer:
     a = Answer("q3", "question", "How does the input prefix duplication ratio relate to the server's real cache "
-               "hit rate, in both modes?", "v_comparison_steps (v_step_cache), v_prefix_cache", "")
+               "hit rate, in both modes? (duplication -> achievable -> measured)",
+               "v_comparison_steps (v_step_cache), v_prefix_cache", "")
     pairs, left = ev.for_question("q3")
     if not pairs:
         return not_measured(a, "no valid comparison of an aggregated and a disaggregated experiment", left)
@@ -94,8 +111,10 @@ def q3(ev: Evidence) -> Answer:
                     [r for r in rows if float(r["prefix_ratio"]) == ratio], "cache_hit_rate")))
                 iv = mean_interval(s, conf)
                 a.figures.append((f"{pair.label}: {exp}, ratio {fmt_value(ratio)}",
-                                  f"hit rate {fnum(s.mean)}" + (f", {conf:.0%} CI [{fnum(iv.low)}, {fnum(iv.high)}] "
-                                                                "(descriptive)" if iv else " (one repeat: no interval)")))
+                                  _chain([r for r in rows if float(r["prefix_ratio"]) == ratio])
+                                  + f"measured hit rate {fnum(s.mean)}" + (
+                                      f", {conf:.0%} CI [{fnum(iv.low)}, {fnum(iv.high)}] (descriptive)" if iv
+                                      else " (one repeat: no interval)")))
         fb, ft = fits[BASELINE], fits[TREATMENT]
         if fb is None or ft is None:
             parts.append(f"{pair.label}: {INCONCLUSIVE} (fewer than two duplication ratios on a side: no fit)")

@@ -28,7 +28,8 @@ TABLES: tuple[tuple[str, str, str], ...] = (
     ("v_concurrency_sweep", "Concurrency sweep",
      "Aggregated vs disaggregated per concurrency: AIPerf's per-step statistics, means over repeats."),
     ("v_prefix_cache", "Prefix cache",
-     "Per input prefix duplication ratio: TTFT, its improvement over ratio 0 and the server-measured hit rate."),
+     "Per input prefix duplication ratio: TTFT, its improvement over ratio 0, the best hit rate the dataset allows "
+     "(achievable) and the server-measured hit rate."),
     ("v_cost_efficiency", "Cost efficiency",
      "Per experiment: allocation-based cost, $/1M output tokens, tokens per $ and goodput per $/h."),
     ("v_multi_turn", "Multi-turn",

@@ -185,7 +185,8 @@ def fig_distribution(data: ReportData) -> Figure:
 def fig_prefix(data: ReportData) -> Figure:
     rows = data.views["v_prefix_cache"].rows
     note = ("The server-measured KV cache hit rate next to the input's prefix duplication ratio (dashed "
-            "y = x): the first requests find a cold cache and blocks are cached whole, so it stays below.")
+            "y = x): the first requests find a cold cache and blocks are cached whole, so it stays below, and "
+            "normally below v_prefix_cache.achievable_hit_rate, the best any cache could do on the dataset.")
     series = _side_series(data, rows, "prefix_ratio", "cache_hit_rate",
                           tip=lambda e, x, y: f"{e} prefix ratio {x:g}: measured hit rate {y:.3f}")
     if not series:

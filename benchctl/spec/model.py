@@ -62,7 +62,9 @@ class CampaignSpec(Strict):
     seed: int = Field(default=42, ge=0, le=2**62, description="base random seed")
     seed_policy: Literal["per-repeat", "fixed"] = Field(
         default="per-repeat",
-        description="per-repeat: repeat r uses seed + r (fresh prompts); fixed: every repeat reuses seed",
+        description="per-repeat: repeat r uses seed + r; fixed: every repeat uses seed. Each step's AIPerf seed "
+                    "is its repeat's salted with the step's index: no step sends another's prompts (none starts "
+                    "warm from another), and the same step of every experiment sends the same ones",
     )
     slo: Slo = Slo()
     kubernetes: Kubernetes = Kubernetes()

@@ -22,6 +22,8 @@
 --                         teardown time: cold start is reported apart, in v_cost_efficiency)
 --   goodput_per_usd_hour  SLO-meeting requests/s per $/h of the experiment's nodes
 --   cache_hit_rate, preemptions, offload_blocks, kv_usage_max   the server's cache figures (v_step_cache)
+--   achievable_hit_rate, cache_state, first_requests_hit_rate   the step's cache state and its evidence
+--                         (v_step_stats, v_step_cache)
 --   kv_transfer_ms, kv_transfer_per_request_ms, kv_transfer_gbps, kv_transfer_source   the prefill ->
 --                         decode transfer (v_kv_transfer): per NIXL transfer, per request, its bandwidth
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
@@ -98,10 +100,13 @@ SELECT
     s.slo_ttft_ms,
     s.slo_itl_ms,
     s.client_cache_hit_rate,
+    s.achievable_hit_rate,
+    s.cache_state,
     p.gpu_usd_per_hour,
     p.gpu_usd_per_hour / nullif(s.output_tokens_per_s * 3600, 0) * 1e6 AS usd_per_1m_output_tokens,
     s.goodput_per_s / nullif(p.gpu_usd_per_hour, 0) AS goodput_per_usd_hour,
     k.cache_hit_rate,
+    k.first_requests_hit_rate,
     k.preemptions,
     k.offload_blocks,
     k.kv_usage_max,

@@ -1,11 +1,21 @@
 -- v_prefix_cache: the seeds' prefix-cache table. Per input prefix duplication ratio, aggregated vs
 -- disaggregated side by side: TTFT, its improvement over the same experiment's ratio-0 step, and the
--- server's measured cache hit rate next to the input duplication ratio (they differ: the first
--- requests of a step find a cold cache; blocks are cached whole).
+-- cache hit rate three ways: duplication -> achievable -> measured. The input duplication ratio, the best
+-- hit rate any cache could reach on the dataset, and the server's measured rate (they differ: the first
+-- requests of a step find a cold cache; blocks are cached whole; requests in flight are not cached yet).
 -- One row per campaign x comparison (an aggregated and a disaggregated experiment of the comparisons
 -- table) x prefix workload x ratio; means over repeats of valid steps (v_comparison_steps; n_repeats: the
 -- smaller side's, agg_n_repeats / disagg_n_repeats per side; *_sd = standard deviation across repeats),
 -- cache figures from v_step_cache.
+--   achievable_hit_rate      the step's dataset in send order through an infinite cache that keeps every block:
+--                            a request's block i hits when the same block-aligned prefix (its hash ids 0..i, the
+--                            chain) was in an earlier request; hit blocks' tokens / input tokens (whole blocks
+--                            only: the last partial block never hits). Computed when the dataset is generated
+--                            (benchctl/planning/datasets.py achievable_hit_rate); an UPPER bound (under
+--                            concurrency some earlier requests are still in flight). One dataset for both sides
+--   *_first_requests_hit_rate   the hit rate of each step's first `concurrency` requests (v_step_cache;
+--                            aggregated only): ~0 at ratio 0 shows the step started from a cold cache
+--   cache_state              how the steps' cache state is known (steps.cache_state: 'namespaced: ...')
 --   *_ttft_improvement_pct   (TTFT p50 at ratio 0 - TTFT p50 at this ratio) / TTFT p50 at ratio 0 x 100
 --   *_cache_hit_rate         server-measured hit rate, one meter in both modes (v_step_cache.cache_hit_rate, its cache_meter)
 --   *_client_cache_hit_rate  cached tokens reported to the client / input tokens (aggregated only)
@@ -15,6 +25,9 @@ WITH per_exp AS (
     SELECT
         campaign_id, comparison, comparison_index, experiment, mode, workload, prefix_ratio,
         avg(prefix_ratio_actual) AS prefix_ratio_actual,
+        avg(achievable_hit_rate) AS achievable_hit_rate,
+        avg(first_requests_hit_rate) AS first_requests_hit_rate,
+        min(split_part(cache_state, ':', 1)) AS cache_state,
         count(DISTINCT "repeat") AS n_repeats,
         avg(ttft_p50_ms) AS ttft_p50_ms,
         stddev_samp(ttft_p50_ms) AS ttft_p50_ms_sd,
@@ -44,6 +57,7 @@ SELECT
     coalesce(a.workload, d.workload) AS workload,
     coalesce(a.prefix_ratio, d.prefix_ratio) AS prefix_ratio,
     coalesce(a.prefix_ratio_actual, d.prefix_ratio_actual) AS prefix_ratio_actual,
+    coalesce(a.achievable_hit_rate, d.achievable_hit_rate) AS achievable_hit_rate,
     least(coalesce(a.n_repeats, 0), coalesce(d.n_repeats, 0)) AS n_repeats,
     coalesce(a.n_repeats, 0) AS agg_n_repeats,
     coalesce(d.n_repeats, 0) AS disagg_n_repeats,
@@ -56,6 +70,8 @@ SELECT
     a.cache_hit_rate AS agg_cache_hit_rate,
     d.cache_hit_rate AS disagg_cache_hit_rate,
     a.client_cache_hit_rate AS agg_client_cache_hit_rate,
+    a.first_requests_hit_rate AS agg_first_requests_hit_rate,
+    coalesce(a.cache_state, d.cache_state) AS cache_state,
     a.kv_usage_max AS agg_kv_usage_max,
     d.kv_usage_max AS disagg_kv_usage_max,
     a.preemptions AS agg_preemptions,

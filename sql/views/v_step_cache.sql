@@ -25,6 +25,17 @@
 --                            resume). Preemptions, not prefix-cache evictions: no backend exports those
 --   offload_blocks           every kvbm_offload_blocks_* counter (KVBM only; per tier in v_kv_offload)
 -- Compare cache_hit_rate with prefix_ratio (the input's duplication): they are different things.
+-- The step's starting cache state (prefix-cache and multi-turn steps; benchctl/planning/cache_state.py):
+--   cache_state              'namespaced: ...': the step's prompts share nothing with any other step (no reset
+--                            is reachable in Dynamo 1.6.1: the frontend serves no clear_kv_blocks route, the
+--                            mocker has no reset)
+--   first_requests, first_requests_hit_rate   its first `concurrency` requests by start time: their cached
+--                            prompt tokens reported to the client / their input tokens (the only per-request
+--                            cache evidence; the server's meters are step totals). They are sent together onto
+--                            the cache the step found, so on a dataset sharing nothing within itself (ratio 0)
+--                            any hit is a block an earlier step left: ~0 is a cold start. Aggregated mode only
+--                            (NULL when disaggregated: the client is told 0 there)
+--   achievable_hit_rate      the best hit rate any cache could reach on the dataset (v_prefix_cache)
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
 WITH sm AS (
     SELECT
@@ -70,10 +81,30 @@ m AS (
     FROM sm
     GROUP BY campaign_id, experiment, step_id
 ),
+ordered AS (
+    SELECT
+        q.campaign_id, q.experiment, q.step_id, q.cached_tokens, q.isl, st.concurrency,
+        row_number() OVER (PARTITION BY q.campaign_id, q.experiment, q.step_id
+                           ORDER BY q.start_ns, q.request_index) AS n
+    FROM requests q
+    JOIN steps st ON st.campaign_id = q.campaign_id AND st.experiment = q.experiment AND st.step_id = q.step_id
+    WHERE q.cached_tokens IS NOT NULL AND q.isl IS NOT NULL AND q.start_ns IS NOT NULL
+),
+first AS (
+    SELECT campaign_id, experiment, step_id, count(*) AS first_requests,
+           sum(cached_tokens) AS first_cached_tokens, sum(isl) AS first_input_tokens
+    FROM ordered
+    WHERE n <= greatest(coalesce(concurrency, 1), 1)
+    GROUP BY campaign_id, experiment, step_id
+),
 r AS (
     SELECT
         s.campaign_id, s.experiment, s.mode, s.router, s.workload, s.workload_kind, s.variant, s.step_id,
         s."repeat", s.status, s.prefix_ratio, s.prefix_ratio_actual, s.client_cache_hit_rate,
+        s.achievable_hit_rate, s.cache_state, f.first_requests,
+        CASE WHEN s.mode = 'aggregated'
+             THEN cast(f.first_cached_tokens AS double) / nullif(f.first_input_tokens, 0)
+        END AS first_requests_hit_rate,
         coalesce(c.simulated, false) AS simulated,
         m.input_tokens,
         m.frontend_cached_tokens,
@@ -92,6 +123,7 @@ r AS (
     LEFT JOIN m
         ON m.campaign_id = s.campaign_id AND m.experiment = s.experiment AND m.step_id = s.step_id
     LEFT JOIN campaigns c ON c.campaign_id = s.campaign_id
+    LEFT JOIN first f ON f.campaign_id = s.campaign_id AND f.experiment = s.experiment AND f.step_id = s.step_id
 )
 SELECT
     campaign_id,
@@ -124,6 +156,10 @@ SELECT
     router_cache_hit_rate,
     vllm_cache_hit_rate,
     client_cache_hit_rate,
+    cache_state,
+    first_requests,
+    first_requests_hit_rate,
+    achievable_hit_rate,
     router_kv_hit_rate_avg,
     kv_usage_avg,
     kv_usage_max,
@@ -131,3 +167,4 @@ SELECT
     offload_blocks,
     simulated
 FROM r
+ORDER BY campaign_id, experiment, step_id

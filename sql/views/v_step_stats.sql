@@ -14,6 +14,10 @@
 --   client_cache_hit_rate  cached prompt tokens reported to the client / input tokens (AIPerf's
 --                          usage_prompt_cache_read_tokens; stays 0 in disaggregated mode, see
 --                          v_step_cache for the server's own figures)
+--   achievable_hit_rate    the best hit rate any cache could reach on the step's dataset (steps; prefix-cache
+--                          steps only: see v_prefix_cache)
+--   cache_state            the KV cache state the step starts from (steps; every step:
+--                          'namespaced: ...', its prompts share nothing with any other step, and why no reset)
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
 WITH req AS (
     SELECT
@@ -57,6 +61,8 @@ SELECT
     s.distribution,
     s.prefix_ratio,
     s.prefix_ratio_actual,
+    s.achievable_hit_rate,
+    s.cache_state,
     s.turns,
     s.dataset_sha256,
     s.random_seed,

@@ -315,6 +315,19 @@ def test_q3_gives_the_modes_slope_difference_a_direction_when_it_clears_the_thre
                      verdict(got)), verdict(got)
 
 
+def test_q3_reads_each_ratio_as_duplication_then_achievable_then_measured(tmp_path: Path) -> None:
+    c = two_modes(tmp_path, 0, {})
+    for exp, mode, measured in (("agg", "aggregated", 0.4), ("disagg", "disaggregated", 0.3)):
+        for ratio, achievable in ((0.0, 0.0), (0.5, 0.45)):
+            sid = f"prefix-p{int(ratio * 100)}-r0"
+            c.step(exp, mode, "prefix_cache", sid, 0, prefix_ratio=ratio, prefix_ratio_actual=ratio,
+                   achievable_hit_rate=achievable, ttft_p50_ms=100.0)
+            c.cache(exp, mode, sid, 0, measured * ratio)
+    got = answers(c)["q3"]
+    assert "duplication 0.5 -> achievable 0.45 -> measured hit rate 0.2 (one repeat" in got, got
+    assert "duplication 0.5 -> achievable 0.45 -> measured hit rate 0.15 (one repeat" in got, got
+
+
 def test_a_comparison_without_the_workload_an_answer_reads_is_not_measured(tmp_path: Path) -> None:
     c = two_modes(tmp_path, 0, {})  # compared, but no concurrency sweep ran
     for exp, mode in (("agg", "aggregated"), ("disagg", "disaggregated")):

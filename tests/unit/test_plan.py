@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from benchctl.planning.cache_state import step_seed
 from benchctl.planning.plan import CampaignPlan, nodes_needed, plan_campaign
 from benchctl.spec.model import load_spec, parse_spec
 
@@ -27,7 +28,10 @@ def test_same_spec_same_plan_and_json_round_trip():
     assert ids[48:51] == [f"sequence-distribution-{d}-r0" for d in ("uniform", "zipf", "lognormal")]
     assert ids[-9:] == [f"concurrency-sweep-long-{v}-r2" for v in ("c16", "c64", "c128", "c192", "c256", "s1", "s2",
                                                                     "s3", "s4")]
-    assert [s.seed for s in a.experiments[0].steps[:16]] == [42] * 15 + [43]
+    # each step's AIPerf seed: its repeat's (42, 43, ...) salted with its index, so no two steps send one prompt
+    assert [s.seed for s in a.experiments[0].steps[:16]] == [step_seed(s.kind, 42 + s.repeat, s.index)
+                                                             for s in a.experiments[0].steps[:16]]
+    assert len({s.seed for s in a.experiments[0].steps}) == len(a.experiments[0].steps)
     # every experiment runs the same steps (comparisons join on workload + variant)
     assert [s.variant for s in a.experiments[0].steps] == [s.variant for s in a.experiments[1].steps]
 
@@ -39,7 +43,7 @@ def test_step_params_carry_each_workloads_definition():
     assert (mt.kind, mt.concurrency, mt.isl, mt.osl, mt.duration_s) == ("multi_turn", 8, 512, 256, 300)
     assert mt.params["turns"] == 5 and mt.params["dataset_conversations"] >= 8
     sd = steps["sequence-distribution-zipf-r2"]
-    assert (sd.concurrency, sd.request_count, sd.isl, sd.seed) == (16, 500, None, 44)
+    assert (sd.concurrency, sd.request_count, sd.isl, sd.seed) == (16, 500, None, step_seed(sd.kind, 44, sd.index))
     assert sd.params["isl_range"] == [128, 4096] and sd.params["osl_range"] == [64, 2048]
     pc = steps["prefix-cache-p25-r0"]
     assert (pc.isl, pc.osl, pc.concurrency, pc.params["prefix_ratio"]) == (2048, 512, 16, 0.25)

@@ -156,6 +156,30 @@ def test_prefix_cache_reports_measured_hit_rate_per_mode_and_ttft_improvement(la
     assert rows[2]["agg_kv_usage_max"] == pytest.approx(0.1)
 
 
+def test_prefix_cache_puts_achievable_between_duplication_and_measured_and_the_first_requests_rate(
+        lake: LocalLake) -> None:
+    steps, requests = [], []
+    for exp in ("agg", "disagg"):
+        for ratio, achievable in ((0.0, 0.0), (1.0, 0.9)):
+            s = step(exp, f"pc-p{int(ratio * 100)}-r0", "prefix_cache", prefix_ratio=ratio, prefix_ratio_actual=ratio,
+                     achievable_hit_rate=achievable, concurrency=2, cache_state="namespaced: ids of this step only")
+            steps.append(s)
+            # 4 requests of 100 tokens, started in the order 3, 1, 0, 2: the first two by start time are 3 and 1
+            for i, start, cached in ((0, 30, 50), (1, 20, 10), (2, 40, 100), (3, 10, 30)):
+                requests.append(req(s, i, start_ns=start, isl=100, cached_tokens=cached * ratio))
+    write(lake, "steps", steps)
+    write(lake, "requests", requests)
+    compare(lake)
+    rows = query(lake, "SELECT * FROM v_prefix_cache")
+    assert [r["achievable_hit_rate"] for r in rows] == [0.0, 0.9]
+    assert [r["agg_first_requests_hit_rate"] for r in rows] == [0.0, (30 + 10) / 200]
+    assert [r["cache_state"] for r in rows] == ["namespaced", "namespaced"]
+    cache = {(r["experiment"], r["step_id"]): r for r in query(lake, "SELECT * FROM v_step_cache")}
+    assert cache[("agg", "pc-p100-r0")]["first_requests"] == 2
+    assert cache[("disagg", "pc-p100-r0")]["first_requests_hit_rate"] is None  # the client is told 0 there
+    assert cache[("agg", "pc-p100-r0")]["cache_state"] == "namespaced: ids of this step only"
+
+
 # -------------------------------------------------------------------------------------------- pareto
 
 
