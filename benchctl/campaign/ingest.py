@@ -21,6 +21,7 @@ from pathlib import Path
 from benchctl.campaign.base import JSON, Task, record_event
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
+from benchctl.campaign.tuning import experiment_of
 from benchctl.errors import LoadFailed
 from benchctl.lake import timeline
 
@@ -80,7 +81,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         raise RuntimeError(f"step {step_id} of {experiment}: its load is not recorded as ended; nothing to ingest")
     step = p.state.plan().step(experiment, step_id)
     spec = p.state.spec()
-    exp = spec.experiment(experiment)
+    exp = experiment_of(p, experiment)
     dataset = rec.dataset or {}
     meta = dataset.get("meta") or {}
     fields = {
