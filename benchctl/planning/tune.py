@@ -25,6 +25,7 @@ from benchctl.spec.names import dgd_name_problem
 from benchctl.spec.workloads import ConcurrencySweep
 
 TP_CHOICES = (1, 2, 4, 8, 16)
+PILOT_SEED = 1000  # a pilot's load i uses the spec's seed + PILOT_SEED + i
 MAX_LOADS = 6  # pilot loads per arm by default (the tune workload's levels, up to twice the best predicted edge)
 NOT_PREDICTED = "not predicted (no predictor here): the enumeration's order, the arm's own layout first"
 
@@ -180,11 +181,13 @@ def _loads(spec: CampaignSpec, chosen: list[Candidate]) -> list[int]:
 
 def pilot_step_fields(spec: CampaignSpec, loads: list[int]) -> list[dict[str, Any]]:
     """A pilot's steps (the plan's StepPlan fields but the estimate): one request-count load per concurrency at the
-    tune workload's ISL/OSL, at least ``tune.pilot_requests`` and two waves of the concurrency."""
+    tune workload's ISL/OSL, at least ``tune.pilot_requests`` and two waves of the concurrency; each load its own
+    seed (its own prompts: a load after another with the same prompts would hit the prefix cache the first one
+    filled and measure no prefill at all)."""
     w, t = tune_workload(spec), spec.tune
     assert t is not None
     return [{"step_id": f"tune-c{c}", "index": i, "workload": w.name, "kind": w.kind, "repeat": 0,
-             "seed": spec.repeat_seed(0), "concurrency": c, "isl": w.isl, "osl": w.osl, "duration_s": None,
+             "seed": spec.repeat_seed(0) + PILOT_SEED + i, "concurrency": c, "isl": w.isl, "osl": w.osl, "duration_s": None,
              "request_count": max(t.pilot_requests, 2 * c), "variant": f"c{c}", "params": {"tune": True}}
             for i, c in enumerate(loads)]
 
