@@ -17,6 +17,9 @@ from benchctl.campaign.ports import Providers
 from benchctl.campaign.records import CampaignRecord, FailureRecord
 from benchctl.errors import Aborted, CampaignIdInUse, InjectedFailure, NotReadyYet
 from benchctl.lake import timeline
+from benchctl.lake.schema import json_text
+from benchctl.spec.deployment import Experiment
+from benchctl.spec.model import CampaignSpec
 
 JSON = dict[str, Any]
 
@@ -126,7 +129,8 @@ def simulated(p: Providers, experiment: str | None = None) -> bool:
     if not p.state.has_spec():
         return False
     spec = p.state.spec()
-    exps = [spec.experiment(experiment)] if experiment else spec.experiments
+    # a tune pilot is no experiment of the spec: the campaign's (one engine per campaign, the spec's rule)
+    exps = [e for e in spec.experiments if e.name == experiment] or spec.experiments
     return any(e.engine == "mocker" for e in exps)
 
 
@@ -236,3 +240,30 @@ def write_costs(p: Providers, ctx: Ctx) -> list[JSON]:
                                  p.lake.read_table("steps", ctx.campaign_id), simulated=simulated(p))
     p.lake.write("costs", rows, part_name="costs")
     return rows
+
+
+def experiment_row(campaign_id: str, index: int, e: Experiment, spec: CampaignSpec | None = None) -> JSON:
+    """The experiment's ``experiments`` row; with the ``spec``, also how its KV moves (``CampaignSpec.transfer``:
+    the declared path, the bandwidth the local mocker models and its source) and the pools' networks."""
+    transfer = spec.transfer(e) if spec is not None else {}
+    network = ({g.pool: spec.pool(g.pool).network.model_dump(mode="json") for g in e.workers}
+               if spec is not None else None)
+    return {
+        "nixl_backend": transfer.get("nixl_backend"),
+        "kv_transfer_path": transfer.get("path"),
+        "kv_transfer_bandwidth_gbps": transfer.get("kv_transfer_bandwidth_gbps"),
+        "kv_bytes_per_token": transfer.get("kv_bytes_per_token"),
+        "network_json": json_text({"pools": network, **transfer}) if spec is not None else None,
+        "campaign_id": campaign_id,
+        "experiment": e.name,
+        "experiment_index": index,
+        "mode": e.mode,
+        "router": e.router,
+        "kv_offload": e.kv_offload is not None,
+        "kv_offload_json": json_text(e.kv_offload.model_dump(mode="json")) if e.kv_offload else None,
+        "gpus": e.gpus(),
+        "workers_json": json_text([g.model_dump(mode="json") for g in e.workers]),
+        "base_experiment": e.base,
+        "changed_feature": e.feature,
+        "mocker_json": json_text(e.mocker.model_dump(mode="json", exclude_none=True)),
+    }

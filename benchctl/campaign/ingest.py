@@ -22,6 +22,7 @@ from pathlib import Path
 from benchctl.campaign.base import JSON, Task, record_event
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
+from benchctl.campaign.tuning import experiment_of
 from benchctl.errors import LoadFailed
 from benchctl.lake import timeline
 
@@ -88,7 +89,7 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     if rec.concurrency is not None:  # a search probe: the load it ran
         step = replace(step, concurrency=rec.concurrency, variant=f"c{rec.concurrency}")
     spec = p.state.spec()
-    exp = spec.experiment(experiment)
+    exp = experiment_of(p, experiment)
     dataset = rec.dataset or {}
     meta = dataset.get("meta") or {}
     fields = {

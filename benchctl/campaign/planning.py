@@ -3,20 +3,27 @@ run manifest (and the experiments and comparisons rows) and take the pool locks;
 
 from __future__ import annotations
 
-from benchctl.campaign.base import JSON, Cleanup, Task, error_of, now_iso, record_event, write_campaign
+from benchctl.campaign.base import (
+    JSON,
+    Cleanup,
+    Task,
+    error_of,
+    experiment_row,
+    now_iso,
+    record_event,
+    write_campaign,
+)
 from benchctl.campaign.context import Ctx, StartInput
 from benchctl.campaign.locks import lock_keys
 from benchctl.campaign.ports import Providers
 from benchctl.campaign.records import CampaignRecord
 from benchctl.errors import CampaignIdInUse, CeilingExceeded, PreflightFailed, SpecError
 from benchctl.lake import timeline
-from benchctl.lake.schema import json_text
 from benchctl.planning.history import aws_limits
 from benchctl.planning.placement import feasible
 from benchctl.planning.plan import plan_campaign
 from benchctl.spec.comparisons import comparison_rows
-from benchctl.spec.deployment import Experiment
-from benchctl.spec.model import CampaignSpec, parse_spec_text
+from benchctl.spec.model import parse_spec_text
 
 
 def _import_spec(p: Providers, uri: str) -> None:
@@ -37,7 +44,7 @@ def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
             raise FileNotFoundError(f"{p.state.where('spec')} is missing and the task has no execution input")
         _import_spec(p, StartInput.parse(task.input).spec_uri)
     spec = p.state.spec()
-    the_plan = plan_campaign(spec, p.engine)
+    the_plan = plan_campaign(spec, p.engine, ranker=p.ranker)
     problems = list(the_plan.budget_problems)
     if p.engine == "aws":  # one Step Functions execution: its history quota and timeout (started from a
         problems += aws_limits(spec, the_plan, ctx.poll_seconds)[1]  # console or schedule, nothing checked them)
@@ -79,33 +86,6 @@ def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
         "experiments": [
             {"index": e.index, "name": e.name, "steps": [s.step_id for s in e.steps]} for e in the_plan.experiments
         ],
-    }
-
-
-def experiment_row(campaign_id: str, index: int, e: Experiment, spec: CampaignSpec | None = None) -> JSON:
-    """The experiment's ``experiments`` row; with the ``spec``, also how its KV moves (``CampaignSpec.transfer``:
-    the declared path, the bandwidth the local mocker models and its source) and the pools' networks."""
-    transfer = spec.transfer(e) if spec is not None else {}
-    network = ({g.pool: spec.pool(g.pool).network.model_dump(mode="json") for g in e.workers}
-               if spec is not None else None)
-    return {
-        "nixl_backend": transfer.get("nixl_backend"),
-        "kv_transfer_path": transfer.get("path"),
-        "kv_transfer_bandwidth_gbps": transfer.get("kv_transfer_bandwidth_gbps"),
-        "kv_bytes_per_token": transfer.get("kv_bytes_per_token"),
-        "network_json": json_text({"pools": network, **transfer}) if spec is not None else None,
-        "campaign_id": campaign_id,
-        "experiment": e.name,
-        "experiment_index": index,
-        "mode": e.mode,
-        "router": e.router,
-        "kv_offload": e.kv_offload is not None,
-        "kv_offload_json": json_text(e.kv_offload.model_dump(mode="json")) if e.kv_offload else None,
-        "gpus": e.gpus(),
-        "workers_json": json_text([g.model_dump(mode="json") for g in e.workers]),
-        "base_experiment": e.base,
-        "changed_feature": e.feature,
-        "mocker_json": json_text(e.mocker.model_dump(mode="json", exclude_none=True)),
     }
 
 

@@ -26,15 +26,17 @@ def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
         from benchctl.planning import ceilings
 
         spec = p.state.spec()
-        index = [e.name for e in spec.experiments].index(experiment)
+        index = [e.name for e in spec.experiments].index(exp.tune.get("arm", experiment))  # a pilot: its arm's
         over = ceilings.pool_problems(spec, exp.nodes, p.ceilings, f"experiments[{index}]")
         if over:
             raise CeilingExceeded(p.state.where("spec"), ceilings.lines(over))
     # what needs no GPU node starts first (EKS: the image pre-pull on the pools, the model prefetch on a CPU
     # node), so it runs while the GPU nodes boot, not after
     from benchctl.campaign.serving import deployment_request, record_intent
+    from benchctl.campaign.tuning import choose, experiment_of
 
-    request = deployment_request(p.state.spec(), ctx.campaign_id, experiment)
+    choose(p, ctx, experiment)  # a tuned arm: its configuration, from its pilots (which all ran by now)
+    request = deployment_request(p.state.spec(), ctx.campaign_id, experiment, experiment_of(p, experiment))
     if p.state.deployment(experiment) is None:  # what prepare creates is torn down on every failure path
         record_intent(p, request, prepared=True)
     p.serving.prepare(request)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from benchctl.campaign.context import Ctx
     from benchctl.campaign.runstate import RunState
     from benchctl.planning.ceilings import Ceilings
+    from benchctl.planning.tune import Ranker
     from benchctl.spec.deployment import Experiment, ModelSpec, PoolSpec
     from benchctl.spec.model import CampaignSpec, Kubernetes
 
@@ -269,6 +270,9 @@ class Providers:
     # the deployment's ceilings Plan and ScalePools hold a spec to (benchctl.planning.ceilings); None: none apply
     ceilings: Ceilings | None = None
     identity: IdentityPort | None = None  # the load runners' own identity (AWS); removed on every end path
+    # ranks the tune phase's candidates by prediction (benchctl.forecast.tune.rank, where aiconfigurator is
+    # installed: the local engine); None: Plan keeps the enumeration's order and says they were not predicted
+    ranker: Ranker | None = None
 
 
 class Engine(Protocol):

@@ -57,6 +57,10 @@ def _deployment_key(experiment: str) -> str:
     return f"deployments/{experiment}.json"
 
 
+def _tuning_key(experiment: str) -> str:
+    return f"tuning/{experiment}.json"
+
+
 def _smoke_key(experiment: str) -> str:
     return f"smoke/{experiment}.json"
 
@@ -235,6 +239,13 @@ class RunState:
 
     def has_deployment(self, experiment: str) -> bool:
         return self.store.exists(_deployment_key(experiment))
+
+    def tuning(self, experiment: str) -> JSON | None:
+        """A tuned arm's choice (``benchctl.campaign.tuning``): its workers, the candidates measured, why."""
+        return self.store.read_json(_tuning_key(experiment))
+
+    def save_tuning(self, experiment: str, choice: JSON) -> None:
+        self.store.write_json(_tuning_key(experiment), choice)
 
     def smoke(self, experiment: str) -> SmokeRecord | None:
         data = self.store.read_json(_smoke_key(experiment))

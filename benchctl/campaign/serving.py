@@ -7,6 +7,7 @@ from benchctl.campaign.base import JSON, Task, record_event, simulated
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import DeploymentRequest, DeploymentTarget, Providers, WorkerGroupSpec
 from benchctl.campaign.records import DeploymentRecord, SmokeRecord
+from benchctl.campaign.tuning import experiment_of
 from benchctl.errors import DeadlineExceeded, QualityGateFailed, SmokeTestFailed
 from benchctl.lake import timeline
 from benchctl.spec.deployment import Experiment
@@ -30,9 +31,11 @@ def mocker_knobs(spec: CampaignSpec, exp: Experiment) -> JSON:
     return knobs
 
 
-def deployment_request(spec: CampaignSpec, campaign_id: str, experiment: str) -> DeploymentRequest:
-    """Everything the serving port needs to deploy one experiment, and its cluster target."""
-    exp = spec.experiment(experiment)
+def deployment_request(spec: CampaignSpec, campaign_id: str, experiment: str,
+                       exp: Experiment | None = None) -> DeploymentRequest:
+    """Everything the serving port needs to deploy one experiment (``exp``: as it runs, ``tuning.experiment_of``;
+    default the spec's), and its cluster target."""
+    exp = exp or spec.experiment(experiment)
     return DeploymentRequest(
         deployment_id=experiment,
         campaign_id=campaign_id,
@@ -69,7 +72,7 @@ def deploy(p: Providers, ctx: Ctx, task: Task) -> JSON:
     existing = p.state.deployment(experiment)
     if existing is not None and not existing.state.get("prepared"):
         return {"deployment": existing.state.get("deployment_id"), "reused": True}
-    request = deployment_request(p.state.spec(), ctx.campaign_id, experiment)
+    request = deployment_request(p.state.spec(), ctx.campaign_id, experiment, experiment_of(p, experiment))
     # record intent first: a crash during deploy still leaves something for teardown to find
     record_intent(p, request)
     state = p.serving.deploy(request)

@@ -35,7 +35,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from benchctl.forecast.twin import plan_timers
 
     # request-count steps timed on each experiment's twin (benchctl.forecast.twin), unless --no-twin
-    plan = plan_campaign(spec, args.engine, {} if args.no_twin else plan_timers(spec, Path(args.out)))
+    from benchctl.local.tuning import cached_ranker
+
+    # the tune phase's candidates ranked by aiconfigurator (benchctl.forecast.tune), cached in the workspace
+    plan = plan_campaign(spec, args.engine, {} if args.no_twin else plan_timers(spec, Path(args.out)),
+                         ranker=cached_ranker(Path(args.out)) if spec.tune is not None else None)
     # the deployment's ceilings; the worst-case history only where there is a quota (one AWS execution)
     over = ceilings.check(spec, plan_campaign(spec, "aws"), _ceilings(args),
                           args.poll_seconds if args.engine == "aws" else None)

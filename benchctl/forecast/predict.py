@@ -417,7 +417,7 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
     rows: list[dict[str, Any]] = []
     src = source()
     floor = frontend_floor_ms(spec)
-    for ep in plan.experiments:
+    for ep in (e for e in plan.experiments if "arm" not in e.tune):  # tune pilots: benchctl.forecast.tune
         exp = spec.experiment(ep.name)
         lay = _layout(spec, exp)
         for step in ep.steps:

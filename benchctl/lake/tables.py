@@ -367,5 +367,34 @@ TABLES: dict[str, Table] = {
             note string
             """,
         ),
+        _table(
+            "tuning",
+            "tuned arm x candidate configuration searched: the tune phase's prediction, its pilot's measurement, the choice",
+            _EXPERIMENT_PARTS,
+            # experiment: the arm; candidate: its layout (w4x2: 4 workers at TP 2; p3x1-d1x1: prefill/decode replicas
+            # x TP); pilot: the experiment that measured it (null: not piloted); predicted_edge: the highest
+            # concurrency aiconfigurator predicts within the SLO, predicted_goodput_rps the requests/s there
+            # (benchctl.forecast.tune); measured_edge: the highest pilot load up to which every load's SLO attainment
+            # is shown (Wilson lower bound) to reach comparison.slo_attainment, measured_goodput_rps its requests
+            # within the SLO per second (benchctl.campaign.tuning); chosen: the arm ran at it, why says why.
+            """
+            campaign_id string
+            experiment string
+            candidate string
+            pilot string
+            given boolean
+            gpus bigint
+            workers_json string
+            predicted_edge bigint
+            predicted_goodput_rps double
+            fits_memory boolean
+            measured_edge bigint
+            measured_goodput_rps double
+            measured_loads_json string
+            chosen boolean
+            why string
+            note string
+            """,
+        ),
     )
 }

@@ -30,6 +30,7 @@ from benchctl.local.pool import LocalPool
 from benchctl.local.query import QueryEngine
 from benchctl.local.report import LocalReport
 from benchctl.local.runstore import LocalRunStore
+from benchctl.local.tuning import cached_ranker
 from benchctl.planning.ceilings import Ceilings
 from benchctl.planning.placement import load_placeable_spec
 from benchctl.planning.plan import plan_campaign
@@ -109,6 +110,7 @@ class LocalEngine:
             engine=self.name, state=RunState(LocalRunStore(run_dir)), pools=self.pool, serving=serving,
             load=self.load, smoke=self.smoke, lake=self.lake, read_uri=read_file_uri, tokenizer=self.tokenizer,
             report=self.report, locks=self.locks, versions=dict(self.versions), ceilings=self.ceilings,
+            ranker=cached_ranker(self.workspace),
         )
 
 

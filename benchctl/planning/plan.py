@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from benchctl.planning import placement
+from benchctl.planning import placement, tune
 from benchctl.planning.cache_state import step_seed
 from benchctl.spec.deployment import Experiment
 from benchctl.spec.model import CampaignSpec, spec_hash
@@ -77,6 +77,7 @@ class ExperimentPlan:
     handover: dict[str, int] = field(default_factory=dict)
     serving_engine: str = "vllm"  # what its workers run on EKS: vllm, or the mocker on CPU nodes (SIMULATED)
     step_timing: str = GUESS  # how request-count steps were timed: the guess, or the twin (its label)
+    tune: dict[str, Any] = field(default_factory=dict)  # the tune phase (benchctl.planning.tune.Run.tune); {}: none
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,7 @@ def _count_estimate(request_count: int, concurrency: int, isl: float, osl: float
 
 
 def _ratio_label(ratio: float) -> str:
-    pct = ratio * 100
-    return f"p{pct:g}".replace(".", "_")
+    return f"p{ratio * 100:g}".replace(".", "_")
 
 
 def _workload_steps(w: Any, seed: int, timer: RequestTimer | None = None) -> list[tuple[str, dict[str, Any], float]]:
@@ -236,9 +236,10 @@ def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = N
     return steps
 
 
-def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str, RequestTimer] | None = None) -> CampaignPlan:
-    """The plan; ``timers`` (experiment name -> its twin's seconds per request, :class:`benchctl.forecast.twin.StepTimer`)
-    time the request-count steps of those experiments in place of the guess."""
+def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str, RequestTimer] | None = None,
+                  ranker: tune.Ranker | None = None) -> CampaignPlan:
+    """The plan; ``timers`` (experiment -> its twin's seconds per request, :class:`benchctl.forecast.twin.StepTimer`) time
+    its request-count steps; ``ranker`` ranks the tune candidates (:mod:`benchctl.planning.tune`: pilots first)."""
     if engine not in OVERHEADS:
         raise ValueError(f"engine {engine!r} is not one of {sorted(OVERHEADS)}")
     over = OVERHEADS[engine]
@@ -250,11 +251,14 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
     gpu_hours = 0.0
     usd = 0.0
     priced = True
-    all_nodes = [nodes_needed(spec, exp) for exp in spec.experiments]
-    for i, exp in enumerate(spec.experiments):
+    runs = tune.runs(spec, ranker)
+    all_nodes = [r.nodes for r in runs]
+    for i, (exp, nodes, tuning, loads) in enumerate((r.exp, r.nodes, r.tune, r.loads) for r in runs):
         timer = (timers or {}).get(exp.name)
         exp_steps = steps if timer is None else expand_steps(spec, engine, timer)
-        nodes = all_nodes[i]
+        if loads is not None:  # a tune pilot: one request-count load per concurrency
+            exp_steps = [StepPlan(**f, est_s=round(over["step_setup"] + _count_estimate(f["request_count"], f[
+                "concurrency"], f["isl"], f["osl"], timer), 1)) for f in tune.pilot_step_fields(spec, loads)]
         following = all_nodes[i + 1] if i + 1 < len(all_nodes) else {}
         handover = {pool: n for pool, n in nodes.items() if pool in following}
         warm = i > 0 and bool(nodes) and all(pool in all_nodes[i - 1] for pool in nodes)  # no capacity wait
@@ -287,6 +291,7 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
                 feature=exp.feature,
                 serving_engine=exp.engine,
                 step_timing=GUESS if timer is None else str(getattr(timer, "label", "the twin")),
+                tune=tuning,
             )
         )
     usd += spec.pricing.eks_cluster_usd_per_hour * total_s / 3600.0
@@ -323,7 +328,7 @@ def format_plan(plan: CampaignPlan) -> str:
     for e in plan.experiments:
         nodes = ", ".join(f"{p} x{n}" for p, n in e.nodes.items())
         ladder = f" [ladder: {e.base} + {e.feature}]" if e.base else ""
-        ladder += f" [keeps {', '.join(sorted(e.handover))} warm for the next]" if e.handover else ""
+        ladder += (f" [keeps {', '.join(sorted(e.handover))} warm for the next]" if e.handover else "") + tune.note(e.tune)
         offload = ", KV offload" if e.kv_offload else ""
         lines.append(
             f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, "

@@ -22,6 +22,7 @@ from benchctl.lake.paths import check_path_value
 from benchctl.lake.query import QueryPort
 from benchctl.report.chartkit import SIM_TEXT, duration
 from benchctl.report.client import client_query, client_rows
+from benchctl.report.tuning import tuning_query
 
 # (view, section title, one-line description); the columns shown are REPORT_VIEWS[view] (those present).
 TABLES: tuple[tuple[str, str, str], ...] = (
@@ -85,6 +86,7 @@ class ReportData:
     experiment_rows: list[dict[str, Any]] = field(default_factory=list)  # experiments: settings, expected transfer
     twins: list[dict[str, Any]] = field(default_factory=list)  # what timed the mocker workers (lake table twins)
     client: list[dict[str, Any]] = field(default_factory=list)  # per step: did the load generator keep up
+    tuning: list[dict[str, Any]] = field(default_factory=list)  # the tune phase's candidates (report.tuning)
 
     @property
     def campaign_id(self) -> str:
@@ -211,6 +213,10 @@ def load_report_data(query: QueryPort, campaign_id: str | None, source: str, *,
     predictions, note = _load_predictions(query, cid)
     data = assemble_report_data(source, campaign, results, predictions, note)
     data.twins = _load_twins(query, cid) if data.simulated else []
+    try:  # a lake without the table (older): no tune phase to show
+        data.tuning = _rows(query, tuning_query(cid)).rows
+    except Exception:
+        data.tuning = []
     return data
 
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from benchctl.errors import SpecError
 from benchctl.spec.base import Name, Strict
@@ -43,6 +43,7 @@ from benchctl.spec.settings import (  # Kubernetes and image_tag_version: here t
     image_tag_version,
 )
 from benchctl.spec.text import read_capped, spec_data
+from benchctl.spec.tune import Tune, tune_problems, tune_value
 from benchctl.spec.workloads import (  # the workloads' models: benchctl.spec.workloads
     WORKLOAD_KINDS,
     ConcurrencySweep,
@@ -79,6 +80,14 @@ class CampaignSpec(Strict):
     comparisons: list[Comparison] = Field(default_factory=list, description="what is compared with what (default: "
                                           "benchctl.spec.comparisons.default_comparisons)")
     comparison: ComparisonSettings = ComparisonSettings()
+    tune: Tune | None = Field(default=None, description="off (default): each experiment runs as written; on or a "
+                              "mapping: each arm is first searched and piloted, then run at its best configuration "
+                              "(benchctl.spec.tune)")
+
+    @field_validator("tune", mode="before")
+    @classmethod
+    def _tune_words(cls, v: Any) -> Any:
+        return tune_value(v)
 
     @model_validator(mode="before")
     @classmethod
@@ -232,7 +241,7 @@ class CampaignSpec(Strict):
                     f"pricing.instances.{inst}: no pool uses this instance type; "
                     f"valid: {sorted({p.instance_type for p in self.pools})}"
                 )
-        problems += comparison_problems(self)
+        problems += comparison_problems(self) + tune_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self

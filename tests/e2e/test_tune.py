@@ -1,0 +1,89 @@
+"""A ``tune:`` campaign on the twin: a timing profile where prefill is slow next to decode makes 3 prefill + 1
+decode workers hold the SLO at a higher load than the arm's own 2 + 2 (same 4 GPUs), and the tune phase, which
+pilots three disaggregated splits and three aggregated layouts, runs the disaggregated arm at 3 + 1; the lake's
+``tuning`` table and the report show the search.
+
+The profile (the same for every role: prefill workers read its prefill curve, decode workers its decode grid,
+aggregated workers both): a prefill of ISL 256 takes 1 s, a decode iteration 5 ms whatever the batch. P prefill
+workers complete P requests/s, so in a closed loop of c the first token waits about c / P s less the decode's
+time (the first wave up to ceil(c / P) s): at c = 6, ~3 s with 2 prefill workers (past the 2.5 s bound), 2 s
+with 3; at c = 4, 2 s with 2 and 4 s with 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchctl.forecast.twin_profile import TimingProfile, write_profile
+from tests.e2e.conftest import assert_report_and_receipt, leftovers, read_table, start_run, write_spec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+PROFILE = "slow-prefill-test"
+
+
+def _profile(out):
+    isl, kv, ctx = (0.0, 4096.0), (0.0, 65536.0), (0.0, 8192.0)
+    write_profile(out / "twin" / PROFILE, TimingProfile(
+        isl, (1.0, 16000.0), kv, ctx, ((5.0, 5.0), (5.0, 5.0)), {"source": "test: prefill slow next to decode"}))
+
+
+def _spec(tmp_path):
+    def mutate(d):
+        # a GPU aiconfigurator has no data for: the candidates are not predicted, the pilots alone decide
+        d["pools"][0].update(gpu_kind="T4-16GB", name="gpu", instance_type="m7i.2xlarge", network={})
+        d["pricing"] = {"instances": {"m7i.2xlarge": {"usd_per_hour": 0.5}}}
+        d["experiments"] = [
+            {"name": "agg", "mode": "aggregated", "router": "round-robin", "mocker": {"twin": PROFILE},
+             "workers": [{"role": "worker", "pool": "gpu", "replicas": 4, "tensor_parallel": 1}]},
+            {"name": "disagg", "mode": "disaggregated", "router": "round-robin", "mocker": {"twin": PROFILE},
+             "workers": [{"role": "prefill", "pool": "gpu", "replicas": 2, "tensor_parallel": 1},
+                         {"role": "decode", "pool": "gpu", "replicas": 2, "tensor_parallel": 1}]}]
+        d["workloads"] = [{"kind": "concurrency_sweep", "name": "sweep", "concurrency": [4], "isl": 256, "osl": 16,
+                           "request_count": 26}]
+        d["warmup"] = {"request_count": 4}  # the first load after a deploy is not the one measured
+        d["slo"] = {"ttft_ms": 2500, "itl_ms": 200}
+        d["comparisons"] = []
+        d["tune"] = {"pilots": 3, "pilot_requests": 26, "loads": [4, 6]}
+        d.pop("budget", None)
+
+    return write_spec(tmp_path, "tune", mutate)
+
+
+def test_the_tune_phase_runs_each_arm_at_its_best_piloted_configuration(tmp_path, reaper):
+    out = tmp_path / "out"
+    reaper.append(out / "campaigns" / "e2e")
+    _profile(out)
+    proc = start_run(_spec(tmp_path), out)
+    output, _ = proc.communicate(timeout=840)
+    assert proc.returncode == 0, output[-4000:]
+    assert not leftovers(out / "campaigns" / "e2e")
+    rows = {(r["experiment"], r["candidate"]): r for r in read_table(out / "lake", "tuning")}
+    disagg = {c: r for (e, c), r in rows.items() if e == "disagg"}
+    agg = {c: r for (e, c), r in rows.items() if e == "agg"}
+    summary = json.dumps({k: [r["measured_edge"], r["measured_goodput_rps"], r["chosen"], r["measured_loads_json"]]
+                          for k, r in {**{f"d:{c}": r for c, r in disagg.items()},
+                                       **{f"a:{c}": r for c, r in agg.items()}}.items()}, indent=1)
+    piloted_d = [c for c, r in disagg.items() if r["pilot"]]
+    piloted_a = [c for c, r in agg.items() if r["pilot"]]
+    assert len(piloted_d) >= 3 and len(piloted_a) >= 2, summary
+    assert {"p2x1-d2x1", "p3x1-d1x1"} <= set(piloted_d), summary
+    chosen = [c for c, r in disagg.items() if r["chosen"]]
+    assert chosen == ["p3x1-d1x1"], summary
+    assert disagg["p3x1-d1x1"]["measured_edge"] > disagg["p2x1-d2x1"]["measured_edge"], summary
+    assert sum(r["chosen"] for r in agg.values()) == 1, summary
+    # every role of every candidate was timed by the one named profile
+    deployed = [json.loads(f.read_text()) for f in (out / "campaigns" / "e2e" / "deployments").glob("*.json")]
+    twins = [t for d in deployed for t in (d["state"].get("twins") or {}).values()]
+    assert twins and all(t["name"] == PROFILE for t in twins), twins
+    assert len({d["state"]["deployment_id"] for d in deployed}) == 8  # 6 pilots + 2 arms
+    # the arm ran at its choice: its deployment and its experiments row
+    arm = next(d for d in deployed if d["state"]["deployment_id"] == "disagg")
+    exps = {r["experiment"]: r for r in read_table(out / "lake", "experiments")}
+    assert [(g["role"], g["replicas"]) for g in json.loads(exps["disagg"]["workers_json"])] == \
+        [("prefill", 3), ("decode", 1)], (exps["disagg"], arm)
+    html = assert_report_and_receipt(out, "e2e", "succeeded")
+    report = (out / "campaigns" / "e2e" / "report" / "report.html").read_text(encoding="utf-8")
+    assert "each arm at the best configuration found among" in report.lower(), html
+    assert "p3x1-d1x1" in report
