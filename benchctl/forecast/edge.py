@@ -31,22 +31,23 @@ from benchctl.spec.workloads import ConcurrencySweep, SweepSearch
 _N = 1000  # a predicted load's "requests": all within, or none (the Wilson bound then decides as the figure does)
 
 
-class _Unrated(Exception):
-    pass
+class Unrated(Exception):
+    """A load aiconfigurator cannot rate (its note is the message)."""
 
 
 def _predict_at(model: str, exp: Any, lay: Any, isl: int, osl: int, slo: Any, floor: Any, c: int) -> dict[str, Any]:
     return _predict_step(model, exp, lay, c, isl, osl, slo, floor)
 
 
-def _measure(predict: Callable[[int], dict[str, Any]]) -> Callable[[int], Measured]:
-    """A load's predicted figures as a measurement (cached: the search asks a load at most once per run)."""
+def predicted_measure(predict: Callable[[int], dict[str, Any]]) -> Callable[[int], Measured]:
+    """A load's predicted figures (``within_slo``) as a measurement the search reads: every request within, or none
+    (cached: the search asks a load at most once per run); a load aiconfigurator cannot rate raises."""
     cache: dict[int, dict[str, Any]] = {}
 
     def measure(c: int) -> Measured:
         fig = cache[c] if c in cache else cache.setdefault(c, predict(c))
         if fig["within_slo"] is None:
-            raise _Unrated(fig["note"])
+            raise Unrated(fig["note"])
         return Measured(c, _N if fig["within_slo"] else 0, _N)
 
     return measure
@@ -58,7 +59,10 @@ def predicted_edges(spec: CampaignSpec, plan: CampaignPlan) -> list[dict[str, An
     rows: list[dict[str, Any]] = []
     floor = frontend_floor_ms(spec)
     target, conf = spec.comparison.slo_attainment, bound_level(spec.comparison.confidence)
+    arms = {e.name for e in spec.experiments}
     for ep in plan.experiments:
+        if ep.name not in arms:  # a tune pilot: its loads are the tune phase's, not a sweep's
+            continue
         exp = spec.experiment(ep.name)
         lay = _layout(spec, exp)
         model = spec.served_weights(exp).name
@@ -66,7 +70,7 @@ def predicted_edges(spec: CampaignSpec, plan: CampaignPlan) -> list[dict[str, An
             if not isinstance(w, ConcurrencySweep):
                 continue
             search = w.search_settings() or SweepSearch()
-            measure = _measure(partial(_predict_at, model, exp, lay, w.isl, w.osl, spec.slo, floor))
+            measure = predicted_measure(partial(_predict_at, model, exp, lay, w.isl, w.osl, spec.slo, floor))
 
             steps = [s for s in ep.steps if s.workload == w.name]
             grid_h = sum(s.est_s for s in steps if s.probe is None) * ep.gpus / 3600.0
@@ -84,7 +88,7 @@ def predicted_edges(spec: CampaignSpec, plan: CampaignPlan) -> list[dict[str, An
                            max_probes=64, start=search.start, max_load=search.max_concurrency)
                 budget = run(measure, fixed, target=target, confidence=conf, resolution=search.resolution,
                              max_probes=search.max_probes, start=search.start, max_load=search.max_concurrency)
-            except _Unrated as why:
+            except Unrated as why:
                 rows.append({**row, "note": str(why)})
                 continue
             expected = len(budget[0])

@@ -2,8 +2,9 @@
 
 A candidate's predicted edge is the highest concurrency at which aiconfigurator's closed-loop figures
 (:func:`benchctl.forecast.predict._predict_step`, its TTFT with the queue and its ITL) are within the spec's SLO
-(:func:`benchctl.forecast.predict.within_slo`): doubling from concurrency 1 until the SLO is missed, then
-bisection until the edge is known to within 10 % (about a dozen estimates, ~1-2 s each the first time, cached
+(:func:`benchctl.forecast.predict.within_slo`): the campaign's own SLO-edge search run on the prediction
+(:func:`benchctl.analysis.search.run`: doubling from concurrency 1 until the SLO is missed, then bisection) until
+the edge is known to within 10 % (about a dozen estimates, ~1-2 s each the first time, cached
 in-process). Its predicted goodput is the requests/s it completes at that edge (output tokens/s over OSL). The
 ranking: what fits the GPUs' memory first, then the highest edge, then the highest goodput, then the arm's own
 layout. This is the :data:`benchctl.planning.tune.Ranker` the command line and the local engine wire in; the
@@ -22,6 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from benchctl.analysis.search import run
+from benchctl.forecast.edge import Unrated, predicted_measure
 from benchctl.forecast.predict import _layout, _predict_step, frontend_floor_ms, source
 from benchctl.planning.tune import Candidate, tune_workload
 from benchctl.spec.deployment import Experiment
@@ -50,17 +53,14 @@ def predicted_edge(spec: CampaignSpec, exp: Experiment, isl: int, osl: int) -> d
     fits = first["fits_memory"]
     if not first["within_slo"]:
         return {"edge": 0, "goodput": 0.0, "fits": fits, "note": "outside the SLO even at concurrency 1"}
-    lo, hi = 1, None
-    while lo < MAX_CONCURRENCY:
-        c = min(2 * lo, MAX_CONCURRENCY)
-        if at(c)["within_slo"]:
-            lo = c
-        else:
-            hi = c
-            break
-    while hi is not None and hi > lo + 1 and hi / lo > RESOLUTION:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if at(mid)["within_slo"] else (lo, mid)
+    # the campaign's own search over the prediction (benchctl.analysis.search): ramp x2 from 1, then bisect
+    measure = predicted_measure(at)
+    try:
+        _, last = run(measure, [measure(1)], target=0.9, confidence=0.975, resolution=RESOLUTION - 1.0,
+                      max_probes=64, max_load=MAX_CONCURRENCY)
+    except Unrated as why:
+        return {"edge": None, "goodput": None, "fits": fits, "note": f"not predicted: {why}"}
+    lo, hi = last.within or 1, last.past
     r = at(lo)
     goodput = (r["predicted_output_tokens_per_s"] or 0.0) / osl
     bound = f"missed at c={hi}" if hi is not None else f"within up to the largest load, {MAX_CONCURRENCY}"

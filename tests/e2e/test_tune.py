@@ -4,10 +4,11 @@ pilots three disaggregated splits and three aggregated layouts, runs the disaggr
 ``tuning`` table and the report show the search.
 
 The profile (the same for every role: prefill workers read its prefill curve, decode workers its decode grid,
-aggregated workers both): a prefill of ISL 256 takes 1 s, a decode iteration 5 ms whatever the batch. P prefill
-workers complete P requests/s, so in a closed loop of c the first token waits about c / P s less the decode's
-time (the first wave up to ceil(c / P) s): at c = 6, ~3 s with 2 prefill workers (past the 2.5 s bound), 2 s
-with 3; at c = 4, 2 s with 2 and 4 s with 1.
+aggregated workers both): a prefill of ISL 256 takes 250 ms, a decode iteration 5 ms whatever the batch. P
+prefill workers complete 4 P requests/s, so in a closed loop of c the first token waits about c / 4P s less the
+decode's time (the first wave up to ceil(c / P) x 250 ms): at c = 6, ~750 ms with 2 prefill workers (past the
+625 ms bound), 500 ms with 3; at c = 4, 500 ms with 2 and 1 s with 1. Everything else is cut to what the test
+needs (one quality question, one smoke request, a two-request warm-up): 8 deployments.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import pytest
 from benchctl.forecast.twin_profile import TimingProfile, write_profile
 from tests.e2e.conftest import assert_report_and_receipt, leftovers, read_table, start_run, write_spec
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 PROFILE = "slow-prefill-test"
 
 
 def _profile(out):
     isl, kv, ctx = (0.0, 4096.0), (0.0, 65536.0), (0.0, 8192.0)
     write_profile(out / "twin" / PROFILE, TimingProfile(
-        isl, (1.0, 16000.0), kv, ctx, ((5.0, 5.0), (5.0, 5.0)), {"source": "test: prefill slow next to decode"}))
+        isl, (0.25, 4000.0), kv, ctx, ((5.0, 5.0), (5.0, 5.0)), {"source": "test: prefill slow next to decode"}))
 
 
 def _spec(tmp_path):
@@ -41,11 +42,13 @@ def _spec(tmp_path):
              "workers": [{"role": "prefill", "pool": "gpu", "replicas": 2, "tensor_parallel": 1},
                          {"role": "decode", "pool": "gpu", "replicas": 2, "tensor_parallel": 1}]}]
         d["workloads"] = [{"kind": "concurrency_sweep", "name": "sweep", "concurrency": [4], "isl": 256, "osl": 16,
-                           "request_count": 26}]
-        d["warmup"] = {"request_count": 4}  # the first load after a deploy is not the one measured
-        d["slo"] = {"ttft_ms": 2500, "itl_ms": 200}
+                           "request_count": 40}]
+        d["warmup"] = {"request_count": 2}  # the first load after a deploy is not the one measured
+        d["smoke"] = {"requests": 1, "max_tokens": 8}
+        d["quality"] = {"questions": 1}
+        d["slo"] = {"ttft_ms": 625, "itl_ms": 200}
         d["comparisons"] = []
-        d["tune"] = {"pilots": 3, "pilot_requests": 26, "loads": [4, 6]}
+        d["tune"] = {"pilots": 3, "pilot_requests": 40, "loads": [4, 6]}
         d.pop("budget", None)
 
     return write_spec(tmp_path, "tune", mutate)
@@ -56,7 +59,7 @@ def test_the_tune_phase_runs_each_arm_at_its_best_piloted_configuration(tmp_path
     reaper.append(out / "campaigns" / "e2e")
     _profile(out)
     proc = start_run(_spec(tmp_path), out)
-    output, _ = proc.communicate(timeout=840)
+    output, _ = proc.communicate(timeout=540)
     assert proc.returncode == 0, output[-4000:]
     assert not leftovers(out / "campaigns" / "e2e")
     rows = {(r["experiment"], r["candidate"]): r for r in read_table(out / "lake", "tuning")}

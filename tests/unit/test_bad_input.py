@@ -222,8 +222,13 @@ def test_a_seed_the_spec_accepts_fits_the_lake(tmp_path: Path) -> None:
     top, repeats = limit("seed"), limit("repeats")
     spec = check_spec({**SMOKE, "seed": top, "repeats": repeats})
     assert spec is not None
-    step = max((s for s in plan_campaign(spec).experiments[0].steps), key=lambda s: s.seed)
-    assert step.seed == top + repeats - 1
+    from benchctl.planning.cache_state import step_seed
+
+    steps = plan_campaign(spec).experiments[0].steps
+    # each step's seed is its repeat's salted with its index: the last repeat's is the largest the spec accepts
+    last = [s for s in steps if s.repeat == repeats - 1]
+    assert all(s.seed == step_seed(s.kind, top + repeats - 1, s.index) for s in last)
+    step = max(steps, key=lambda s: s.seed)
     lake = LocalLake(tmp_path)
     lake.write("steps", [{"campaign_id": "c", "experiment": "agg", "step_id": step.step_id,
                           "random_seed": step.seed}], part_name=step.step_id)
