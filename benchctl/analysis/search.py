@@ -79,6 +79,25 @@ class Next:
                 "located": self.located}
 
 
+def min_requests(target: float, confidence: float) -> int:
+    """The fewest requests with which a load, every request within, is shown within (its Wilson lower bound
+    reaches ``target``): a probe that sends fewer stays undetermined whatever it measures."""
+    n = 1
+    while wilson(n, n, confidence)[0] < target and n < 100_000:
+        n += 1
+    return n
+
+
+def _too_few(points: Sequence[Measured], target: float, confidence: float) -> str:
+    """A note naming the loads left undetermined for lack of requests, or ''."""
+    need = min_requests(target, confidence)
+    few = sorted(p.load for p in points if p.state(target, confidence) == UNDETERMINED and p.n < need)
+    if not few:
+        return ""
+    return (f"; c={', c='.join(str(c) for c in few)} sent fewer than {need} requests, too few to show "
+            f"{target:.0%} attainment: lengthen search.duration_s")
+
+
 def bracket(points: Sequence[Measured], target: float, confidence: float) -> tuple[int | None, int | None]:
     """(within, past): ``within`` the highest load shown within below the first load shown to miss the SLO (a
     light load with too few requests to show anything does not hide the loads above it), ``past`` the lowest load
@@ -120,17 +139,20 @@ def next_load(points: Sequence[Measured], *, target: float, confidence: float, r
         if not missed:  # nothing shown either way (too few requests): more load, more requests
             up = min(max_load, max(states) * 2)
             if up in tried:
-                return Next(None, f"no load shown within or past the SLO up to c={max(states)}", within, past)
-            return Next(up, f"no load shown within or past the SLO yet: ramp up to c={up}", within, past)
+                return Next(None, f"no load shown within or past the SLO up to c={max(states)}"
+                                  + _too_few(points, target, confidence), within, past)
+            return Next(up, f"no load shown within or past the SLO yet: ramp up to c={up}"
+                            + _too_few(points, target, confidence), within, past)
         if missed[0] <= 1:
             return Next(None, "past the SLO at c=1: the edge is below the lightest load", within, past)
         down = max(1, missed[0] // 2)
         while down in tried and down > 1:
             down //= 2
         if down in tried:
-            return Next(None, f"no load shown within the SLO below c={missed[0]}", within, past)
+            return Next(None, f"no load shown within the SLO below c={missed[0]}"
+                              + _too_few(points, target, confidence), within, past)
         return Next(down, f"past the SLO at c={missed[0]} and no load shown within below it: ramp down to "
-                          f"c={down}", within, past)
+                          f"c={down}" + _too_few(points, target, confidence), within, past)
     mid = round(math.sqrt(within * past))
     mid = min(max(mid, within + 1), past - 1)
     if mid in tried:  # an undetermined load inside the bracket: probe beside it

@@ -1,7 +1,9 @@
-"""A ``tune:`` campaign on the twin: a timing profile where prefill is slow next to decode makes 3 prefill + 1
-decode workers hold the SLO at a higher load than the arm's own 2 + 2 (same 4 GPUs), and the tune phase, which
-pilots three disaggregated splits and three aggregated layouts, runs the disaggregated arm at 3 + 1; the lake's
-``tuning`` table and the report show the search.
+"""A ``tune:`` campaign on the twin whose arms' sweep is ``concurrency: auto``: a timing profile where prefill is
+slow next to decode makes 3 prefill + 1 decode workers hold the SLO at a higher load than the arm's own 2 + 2
+(same 4 GPUs), and the tune phase, which pilots three disaggregated splits and three aggregated layouts, runs the
+disaggregated arm at 3 + 1; the lake's ``tuning`` table and the report show the search. Then each arm's sweep is
+the SLO-edge search alone, which brackets each mode's edge by itself, within its resolution and budget line.
+One campaign for both (its 8 deployments are what it costs).
 
 The profile (the same for every role: prefill workers read its prefill curve, decode workers its decode grid,
 aggregated workers both): a prefill of ISL 256 takes 250 ms, a decode iteration 5 ms whatever the batch. P
@@ -13,15 +15,20 @@ needs (one quality question, one smoke request, a two-request warm-up): 8 deploy
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 
 import pytest
 
+from benchctl.analysis.search import Measured, bound_level, bracket, located
 from benchctl.forecast.twin_profile import TimingProfile, write_profile
 from tests.e2e.conftest import assert_report_and_receipt, leftovers, read_table, start_run, write_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 PROFILE = "slow-prefill-test"
+MAX_PROBES = 6
 
 
 def _profile(out):
@@ -41,8 +48,9 @@ def _spec(tmp_path):
             {"name": "disagg", "mode": "disaggregated", "router": "round-robin", "mocker": {"twin": PROFILE},
              "workers": [{"role": "prefill", "pool": "gpu", "replicas": 2, "tensor_parallel": 1},
                          {"role": "decode", "pool": "gpu", "replicas": 2, "tensor_parallel": 1}]}]
-        d["workloads"] = [{"kind": "concurrency_sweep", "name": "sweep", "concurrency": [4], "isl": 256, "osl": 16,
-                           "request_count": 40}]
+        # the arms' sweep: the SLO-edge search alone, from c=4
+        d["workloads"] = [{"kind": "concurrency_sweep", "name": "sweep", "concurrency": "auto", "isl": 256, "osl": 16,
+                           "duration_s": 6, "search": {"start": 4, "max_probes": MAX_PROBES, "resolution": 0.1}}]
         d["warmup"] = {"request_count": 2}  # the first load after a deploy is not the one measured
         d["smoke"] = {"requests": 1, "max_tokens": 8}
         d["quality"] = {"questions": 1}
@@ -54,13 +62,29 @@ def _spec(tmp_path):
     return write_spec(tmp_path, "tune", mutate)
 
 
-def test_the_tune_phase_runs_each_arm_at_its_best_piloted_configuration(tmp_path, reaper):
-    out = tmp_path / "out"
-    reaper.append(out / "campaigns" / "e2e")
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The campaign, run once for the module; the run directory is reaped by the module's end."""
+    from tests.e2e.conftest import run_pids
+
+    tmp = tmp_path_factory.mktemp("tune")
+    out = tmp / "out"
     _profile(out)
-    proc = start_run(_spec(tmp_path), out)
-    output, _ = proc.communicate(timeout=540)
-    assert proc.returncode == 0, output[-4000:]
+    proc = start_run(_spec(tmp), out)
+    try:
+        output, _ = proc.communicate(timeout=540)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    yield proc.returncode, output, out
+    for rec in run_pids(out / "campaigns" / "e2e"):  # what a failed run may have left, by its own pids
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(rec["pid"], signal.SIGKILL)
+
+
+def test_the_tune_phase_runs_each_arm_at_its_best_piloted_configuration(tuned):
+    code, output, out = tuned
+    assert code == 0, output[-4000:]
     assert not leftovers(out / "campaigns" / "e2e")
     rows = {(r["experiment"], r["candidate"]): r for r in read_table(out / "lake", "tuning")}
     disagg = {c: r for (e, c), r in rows.items() if e == "disagg"}
@@ -90,3 +114,38 @@ def test_the_tune_phase_runs_each_arm_at_its_best_piloted_configuration(tmp_path
     report = (out / "campaigns" / "e2e" / "report" / "report.html").read_text(encoding="utf-8")
     assert "each arm at the best configuration found among" in report.lower(), html
     assert "p3x1-d1x1" in report
+
+
+def test_concurrency_auto_brackets_each_modes_edge_within_its_resolution(tuned):
+    code, output, out = tuned
+    assert code == 0, output[-4000:]
+    steps = read_table(out / "lake", "steps")
+    level = bound_level(read_table(out / "lake", "comparisons")[0]["confidence"]) if read_table(
+        out / "lake", "comparisons") else bound_level(0.95)
+    requests = read_table(out / "lake", "requests")
+    for exp in ("agg", "disagg"):
+        probes = sorted((r for r in steps if r["experiment"] == exp), key=lambda r: r["step_index"])
+        # every step of the arm is a probe; its load is in the lake (variant c<load>), its decision beside it
+        assert probes and all(r["search_probe"] is not None for r in probes)
+        assert len(probes) <= MAX_PROBES
+        assert [r["variant"] for r in probes] == [f"c{r['concurrency']}" for r in probes]
+        assert probes[0]["concurrency"] == 4 and len({r["concurrency"] for r in probes}) == len(probes)
+        decisions = [json.loads(r["search_json"]) for r in probes]
+        assert [d["load"] for d in decisions] == [r["concurrency"] for r in probes]
+        # the bracket, recomputed here from the requests the lake holds (the views' goodput rule)
+        points = []
+        for r in probes:
+            rows = [q for q in requests if q["experiment"] == exp and q["step_id"] == r["step_id"]]
+            good = sum(1 for q in rows if q["error_type"] is None and q["ttft_ms"] is not None
+                       and q["ttft_ms"] <= r["slo_ttft_ms"] and q["itl_ms"] is not None
+                       and q["itl_ms"] <= r["slo_itl_ms"])
+            points.append(Measured(int(r["concurrency"]), good, len(rows)))
+        within, past = bracket(points, 0.9, level)
+        assert located(within, past, 0.1), (exp, within, past, [(p.load, p.good, p.n) for p in points])
+        # the search stopped by itself: the probe after the last that ran says located, or the budget line was hit
+        loads = out / "campaigns" / "e2e" / "loads" / exp
+        skipped = [json.loads(f.read_text()) for f in sorted(loads.glob("sweep-s*-r0.json"))]
+        whys = [s["search"]["why"] for s in skipped if s.get("state", {}).get("skipped")]
+        assert len(probes) == MAX_PROBES or any(w.startswith("located") for w in whys), whys
+    report = (out / "campaigns" / "e2e" / "report" / "report.html").read_text(encoding="utf-8")
+    assert "Loads the SLO-edge search chose" in report

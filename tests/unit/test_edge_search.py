@@ -109,3 +109,13 @@ def test_a_light_load_with_too_few_requests_to_show_anything_does_not_stop_the_s
     # nothing shown either way yet: more load (more requests), not a stop
     few = next_load([Measured(1, 6, 6)], target=TARGET, confidence=CONF, resolution=0.1)
     assert few.load == 2 and "ramp up" in few.why
+
+
+def test_a_probe_too_short_to_show_attainment_is_named_with_what_it_needs() -> None:
+    from benchctl.analysis.search import min_requests
+
+    need = min_requests(TARGET, 0.975)
+    assert need == 35  # n / (n + 1.96^2) >= 0.9 from n = 35: every request within, at 97.5 % one-sided
+    pts = [Measured(4, 28, 28), Measured(16, 11, 40)]  # c=4 all within but 28 requests: undetermined
+    nxt = next_load(pts, target=TARGET, confidence=0.975, resolution=0.1)
+    assert nxt.load == 8 and "c=4 sent fewer than 35 requests" in nxt.why and "search.duration_s" in nxt.why
