@@ -26,24 +26,24 @@ if TYPE_CHECKING:  # a type only: importing constructs starts its jsii (Node.js)
     from constructs import Node
 
 PREFIX = "benchctl:"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
-_CLUSTER = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
-_LAYER = re.compile(r"^arn:aws[a-z-]*:lambda:([a-z0-9-]+):\d{12}:layer:([A-Za-z0-9_-]+):\d+$")
-_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_VPC = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}\Z")
+_CLUSTER = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}\Z")
+_LAYER = re.compile(r"^arn:aws[a-z-]*:lambda:([a-z0-9-]+):\d{12}:layer:([A-Za-z0-9_-]+):\d+\Z")
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_VPC = re.compile(r"^vpc-[0-9a-f]{8,17}\Z")
+_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}\Z")
 # EventBridge Scheduler: cron(min hour day-of-month month day-of-week year) | rate(N unit) | at(yyyy-mm-ddThh:mm:ss)
-_CRON = re.compile(r"^cron\((\S+ ){5}\S+\)$")
-_RATE = re.compile(r"^rate\([1-9]\d* (minute|minutes|hour|hours|day|days)\)$")
-_AT = re.compile(r"^at\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\)$")
-_SPEC_KEY = re.compile(r"^specs/[A-Za-z0-9._/-]+\.(yaml|yml|json)$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_CRON = re.compile(r"^cron\((\S+ ){5}\S+\)\Z")
+_RATE = re.compile(r"^rate\([1-9]\d* (minute|minutes|hour|hours|day|days)\)\Z")
+_AT = re.compile(r"^at\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\)\Z")
+_SPEC_KEY = re.compile(r"^specs/[A-Za-z0-9._/-]+\.(yaml|yml|json)\Z")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+\Z")
 # a container image reference with an explicit tag or digest: [registry/]repository(:tag|@sha256:...)
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._/-]*)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
-                    r"|@sha256:[0-9a-f]{64})$")
+                    r"|@sha256:[0-9a-f]{64})\Z")
 # a Docker Hub or registry image, tag and/or digest (the load image's base; stacks/images/load/check_base.sh)
 _BASE_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?"
-                         r"(@sha256:[0-9a-f]{64})?$")
+                         r"(@sha256:[0-9a-f]{64})?\Z")
 DEFAULT_LOAD_BASE = "python:3.11-slim-bookworm"  # no digest recorded (docs/FACTS.md): the build refuses it alone
 
 PLATFORMS = ("none", "new", "existing")
@@ -58,10 +58,10 @@ CPU_INSTANCE_TYPES: dict[str, tuple[int, int]] = {
 PLATFORM_PIECES = ("eks-pod-identity-agent", "aws-efs-csi-driver", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
                    "kube-prometheus-stack", "dcgm-exporter", "dynamo-platform", "model-storage", "rbac")
 DEFAULT_PLATFORM_SPEC = "examples/seed-plan.yaml"
-_SPEC_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*\.(yaml|yml|json)$")
+_SPEC_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*\.(yaml|yml|json)\Z")
 DEFAULT_GPU_INSTANCE_TYPES = {"gpu-p4d": "p4d.24xlarge", "gpu-g6e": "g6e.12xlarge"}
-_INSTANCE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
-_SG = re.compile(r"^sg-[0-9a-f]{8,17}$")
+_INSTANCE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+\Z")
+_SG = re.compile(r"^sg-[0-9a-f]{8,17}\Z")
 
 # every key benchctl reads, with what it takes (the text of an error names it)
 KEYS: dict[str, str] = {
@@ -267,7 +267,7 @@ def _schedule(ctx: _Context) -> Schedule | None:
     if not isinstance(poll, int) or isinstance(poll, bool) or not 1 <= poll <= 3600:
         raise ConfigError(f"CDK context '{key}.poll_seconds': {poll!r} must be an integer 1..3600")
     tz = raw.get("timezone", "UTC")
-    if not isinstance(tz, str) or not re.match(r"^[A-Za-z_]+(/[A-Za-z0-9_+-]+)*$", tz):
+    if not isinstance(tz, str) or not re.match(r"^[A-Za-z_]+(/[A-Za-z0-9_+-]+)*\Z", tz):
         raise ConfigError(f"CDK context '{key}.timezone': {tz!r} is not an IANA time zone name (e.g. UTC)")
     return Schedule(expression=expr, spec_key=spec_key, timezone=tz, poll_seconds=poll)
 
@@ -303,7 +303,7 @@ def _platform(ctx: _Context, cluster: str, vpc_id: str | None, subnets: tuple[st
     if not isinstance(gpu, dict) or not all(isinstance(k, str) and _CLUSTER.match(k) and isinstance(v, str)
                                             and _INSTANCE.match(v) for k, v in gpu.items()):
         raise _bad("gpu_instance_types", raw)
-    skip = ctx.names("platform_skip", re.compile(r"^[a-z-]+$"))
+    skip = ctx.names("platform_skip", re.compile(r"^[a-z-]+\Z"))
     unknown = sorted(set(skip) - set(PLATFORM_PIECES))
     if unknown:
         raise ConfigError(f"CDK context '{PREFIX}platform_skip': {unknown} not a piece of the platform; valid: "

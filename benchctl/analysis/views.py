@@ -20,7 +20,7 @@ from benchctl.analysis.formatting import SIMULATED_COLUMN
 from benchctl.resources import data_dir
 
 VIEWS_DIR = data_dir("sql") / "views"
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # The comparison views a campaign reports (all columns go to report/<view>.csv|json) and the columns
 # `benchctl run` prints for a person (the views hold more: spreads, sample counts, experiments).

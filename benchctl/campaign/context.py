@@ -26,7 +26,7 @@ DEFAULT_POLL_SECONDS = 30
 SPEC_URI_SCHEMES = ("file://", "s3://")
 
 
-CAMPAIGN_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,78}[a-z0-9])?$")  # 80: a Step Functions execution name's limit
+CAMPAIGN_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,78}[a-z0-9])?\Z")  # 80: a Step Functions execution name's limit
 CAMPAIGN_ID_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 80"
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from benchctl.errors import ArtifactError
 from benchctl.lake import schema
 
-_SAFE = re.compile(r"^[a-z0-9_.-]+$")
+_SAFE = re.compile(r"^[a-z0-9_.-]+\Z")
 RAW_DIR = "raw"
 
 

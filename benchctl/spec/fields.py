@@ -234,7 +234,7 @@ def Text(max_length: int, *, multiline: bool = False) -> AfterValidator:
 
 # ------------------------------------------------------------------------------------------------------ the twin
 # A twin profile's name in the store (benchctl.forecast.twin_profile): the spec's `mocker.twin` names one, or auto/off.
-PROFILE_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+PROFILE_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 
 
 def _twin_choice(value: str) -> str | None:

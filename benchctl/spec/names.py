@@ -25,7 +25,7 @@ COMPONENT = {"frontend": "Frontend", "worker": "Worker", "prefill": "Prefill", "
 # experiments that fit are unchanged; a longer one is cut (with a hash), as it never deployed anyway.
 DGD_NAME_LIMIT = GROVE_NAME_LIMIT - len(COMPONENT["frontend"])
 
-_DNS1123_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 def _sha1(text: str, n: int) -> str:

@@ -52,7 +52,7 @@ KVBM_METRICS_PORT = 6880
 # assumption; the request is this plus DYN_KVBM_CPU_CACHE_GB, so the scheduler reserves the cache.
 KVBM_BASE_MEMORY_GIB = 16
 
-_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 
 
 # ------------------------------------------------------------------------------------------ labels

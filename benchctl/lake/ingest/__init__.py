@@ -52,7 +52,7 @@ from benchctl.lake.ingest.server_metrics import default_source, server_metrics_r
 from benchctl.lake.ingest.summary import failed_step, step_from_summary
 from benchctl.lake.schema import json_text
 
-_SWEEP_DIR = re.compile(r"^concurrency_(\d+)$")
+_SWEEP_DIR = re.compile(r"^concurrency_(\d+)\Z")
 
 __all__ = ["PHASE_MANIFEST_JSON", "RECORDS_JSONL", "SERVER_METRICS_JSON", "SUMMARY_JSON", "IngestResult",
            "StepContext", "default_source", "ingest_artifacts", "ingest_sweep", "is_sweep_dir",
