@@ -517,3 +517,23 @@ def test_rows_that_do_not_fit_fail_before_anything_is_written(tmp_path: Path) ->
     with pytest.raises(ValueError, match="cannot be a lake path segment"):
         LocalLake(tmp_path).write("timeline", [{**ROWS[0], "experiment": "../../etc"}], part_name="planned")
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(("where", "value", "path"), [
+    (("repeats",), True, "repeats"),
+    (("workloads", 0, "concurrency"), [True, 4], "workloads[0]: field concurrency"),
+    (("workloads", 0, "isl"), False, "workloads[0]: field isl"),
+    (("slo", "ttft_ms"), True, "slo: field ttft_ms"),
+    (("pools", 0, "gpus_per_node"), True, "pools[0]: field gpus_per_node"),
+])
+def test_a_boolean_where_a_number_is_asked_is_refused_naming_the_field(where: tuple[Any, ...], value: Any,
+                                                                      path: str) -> None:
+    """pydantic would take ``true`` as 1 (``repeats: true``: one repeat); the spec refuses it."""
+    data = copy.deepcopy(SMOKE)
+    node = data
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "spec.yaml")
+    assert path in str(err.value) and "a boolean is not a number" in str(err.value)
