@@ -153,7 +153,7 @@ def image_tag_version(image: str) -> str | None:
     name, _, tag = ref.rpartition(":")
     if not name or "/" in tag:  # no tag: the colon belonged to a registry port
         return None
-    m = re.match(rf"^v?({_SEMVER_CORE})([-+][0-9A-Za-z.-]+)?$", tag)
+    m = re.match(rf"^v?({_SEMVER_CORE})([-+][0-9A-Za-z.-]+)?\Z", tag)
     return m.group(1) if m else None
 
 

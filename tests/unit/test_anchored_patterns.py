@@ -23,9 +23,10 @@ def _patterns_ending_in_dollar() -> list[str]:
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                         and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
-                        and node.func.attr in ("compile", "match", "search", "fullmatch") and node.args
-                        and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                    pattern = node.args[0].value
+                        and node.func.attr in ("compile", "match", "search", "fullmatch") and node.args):
+                    arg = node.args[0]  # a literal, or an f-string whose last part is one
+                    last = arg.values[-1] if isinstance(arg, ast.JoinedStr) and arg.values else arg
+                    pattern = last.value if isinstance(last, ast.Constant) and isinstance(last.value, str) else ""
                     if pattern.endswith("$") and not pattern.endswith("\\$"):
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {pattern}")
     return found
