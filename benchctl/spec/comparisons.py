@@ -25,7 +25,7 @@ each ladder rung against its base. Pure: pydantic and the standard library.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field
 
@@ -74,7 +74,7 @@ class Comparison(Strict):
     name: Name
     baseline: Name = Field(description="the experiment compared against")
     treatment: Name = Field(description="the experiment whose difference is measured (treatment - baseline)")
-    question: Question | list[Question] | None = Field(
+    question: Question | Annotated[list[Question], Field(max_length=16)] | None = Field(
         default=None, description="the plan's question(s) it answers (default: every one its difference allows)")
 
     def asked(self) -> tuple[str, ...] | None:

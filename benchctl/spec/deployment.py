@@ -102,7 +102,7 @@ class Experiment(Strict):
     name: Name
     mode: Literal["aggregated", "disaggregated"]
     router: Literal["round-robin", "kv"] = "round-robin"
-    workers: list[WorkerGroup] = Field(min_length=1)
+    workers: list[WorkerGroup] = Field(min_length=1, max_length=8)
     kv_offload: KvOffload | None = None
     engine: Literal["vllm", "mocker"] = Field(
         default="vllm", description="what the workers run on EKS: vLLM on GPU pools, or Dynamo's mocker on CPU pools "

@@ -56,9 +56,9 @@ class CampaignSpec(Strict):
     name: Name
     description: Annotated[str, Text(2000, multiline=True)] = ""
     model: ModelSpec
-    pools: list[PoolSpec] = Field(min_length=1)
-    experiments: list[Experiment] = Field(min_length=1)
-    workloads: list[Workload] = Field(min_length=1)
+    pools: list[PoolSpec] = Field(min_length=1, max_length=16)
+    experiments: list[Experiment] = Field(min_length=1, max_length=32)
+    workloads: list[Workload] = Field(min_length=1, max_length=32)
     repeats: int = Field(default=1, gt=0, le=20)
     seed: int = Field(default=42, ge=0, le=2**62, description="base random seed")
     seed_policy: Literal["per-repeat", "fixed"] = Field(
@@ -77,7 +77,7 @@ class CampaignSpec(Strict):
     sampling: Sampling = Sampling()
     thinking: bool = Field(default=False, description="Qwen3 thinking (chat_template_kwargs.enable_thinking)")
     quality: Quality = Quality()
-    comparisons: list[Comparison] = Field(default_factory=list, description="what is compared with what (default: "
+    comparisons: list[Comparison] = Field(default_factory=list, max_length=64, description="what is compared with what (default: "
                                           "benchctl.spec.comparisons.default_comparisons)")
     comparison: ComparisonSettings = ComparisonSettings()
     tune: Tune | None = Field(default=None, description="off (default): each experiment runs as written; on or a "

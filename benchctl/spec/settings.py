@@ -196,7 +196,7 @@ class Kubernetes(Strict):
         description="the model prefetch's image: a slim Python (the default load image's base) into which the Job "
                     "installs a pinned huggingface_hub, as Dynamo's model-caching guide does; not the runtime image")
     dcgm_exporter_urls: list[InClusterUrl] = Field(
-        default_factory=list,
+        default_factory=list, max_length=64,
         description="NVIDIA DCGM exporter /metrics URLs (port 9400; e.g. the GPU operator's Service "
                     "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics) scraped with every step's server "
                     "metrics: GPU utilisation, memory, power per step in the lake (v_stage_queues); only in-cluster "

@@ -36,7 +36,7 @@ class Tune(Strict):
         default=None, min_length=1, max_length=8,
         description="the concurrencies every pilot is measured at (default: the tune workload's, up to twice "
                     "the best predicted edge of the arm's pilots)")
-    experiments: list[Name] | None = Field(default=None, min_length=1, description="the arms tuned (default: every "
+    experiments: list[Name] | None = Field(default=None, min_length=1, max_length=32, description="the arms tuned (default: every "
                                            "experiment that is not a ladder rung)")
     max_candidates: int = Field(default=16, ge=1, le=64, description="configurations searched by prediction per arm "
                                 "(the enumeration's first, the arm's own first)")

@@ -27,6 +27,7 @@ def _unique(v: list[Any], what: str) -> list[Any]:
 
 
 MAX_CONCURRENCY = 4096
+MAX_LOADS = 64  # fixed loads per sweep
 
 
 class SweepSearch(Strict):
@@ -69,6 +70,8 @@ class ConcurrencySweep(Strict):
     def _unique(cls, v: list[int] | str) -> list[int] | str:
         if isinstance(v, list) and not v:
             raise ValueError("give at least one load, or 'auto' (the search's probes only)")
+        if isinstance(v, list) and len(v) > MAX_LOADS:
+            raise ValueError(f"{len(v)} loads: at most {MAX_LOADS} (a sweep of more is many campaigns' worth)")
         return _unique(v, "concurrency") if isinstance(v, list) else v
 
     @model_validator(mode="after")
@@ -166,7 +169,7 @@ class PrefixCache(Strict):
 
     kind: Literal["prefix_cache"] = "prefix_cache"
     name: Name = "prefix-cache"
-    ratios: list[Annotated[float, Field(ge=0, le=1)]] = Field(min_length=1)
+    ratios: list[Annotated[float, Field(ge=0, le=1)]] = Field(min_length=1, max_length=32)
     isl: int = Field(gt=0)
     osl: int = Field(gt=0)
     concurrency: int = Field(gt=0, le=4096)

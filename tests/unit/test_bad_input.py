@@ -537,3 +537,52 @@ def test_a_boolean_where_a_number_is_asked_is_refused_naming_the_field(where: tu
     with pytest.raises(SpecError) as err:
         parse_spec(data, "spec.yaml")
     assert path in str(err.value) and "a boolean is not a number" in str(err.value)
+
+
+@pytest.mark.parametrize(("where", "items"), [
+    (("workloads", 0, "concurrency"), list(range(1, 66))),
+    (("workloads", 3, "ratios"), [i / 100 for i in range(33)]),
+    (("experiments", 0, "workers"), [{"role": "worker", "pool": "gpu-a100", "replicas": 1, "tensor_parallel": 1}] * 9),
+])
+def test_a_list_past_its_cap_is_refused_before_any_plan_is_built(where: tuple[Any, ...], items: list[Any]) -> None:
+    data = copy.deepcopy(SMOKE)
+    node = data
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = items
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "spec.yaml")
+    assert where[-1] in str(err.value) and ("at most" in str(err.value))
+
+
+def test_every_list_of_the_spec_has_a_cap() -> None:
+    """A list without a cap is a plan as large as the spec's size cap allows: each one is bounded."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from benchctl.spec.model import CampaignSpec
+
+    seen: set[type] = set()
+    uncapped: list[str] = []
+
+    def walk(model: type[BaseModel]) -> None:
+        if model in seen:
+            return
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            text = str(field.annotation)
+            capped = any(getattr(m, "max_length", None) is not None for m in field.metadata) or "max_length" in text
+            # concurrency: a validator caps it (a list or 'auto'); distributions: three unique names at most
+            if "list[" in text and not capped and name not in ("concurrency", "distributions"):
+                uncapped.append(f"{model.__name__}.{name}")
+            for sub in _models(field.annotation):
+                walk(sub)
+
+    def _models(annotation: Any) -> list[type[BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for a in typing.get_args(annotation) for m in _models(a)]
+
+    walk(CampaignSpec)
+    assert uncapped == []
