@@ -10,6 +10,9 @@ boundary, see https://duckdb.org/docs/stable/operations_manual/securing_duckdb/o
 directories are its only ``allowed_directories``, ``enable_external_access`` goes off (no other local file,
 no URL, no ATTACH, COPY or extension), extension auto-loading goes off, and ``lock_configuration`` goes on,
 so no query can ``SET`` any of it back. A query reading anything else is refused (:data:`OUTSIDE_LAKE`).
+DuckDB spills to a private temporary directory (not ``.tmp`` under the current directory) within
+:data:`MEMORY_LIMIT`; a symlink planted under a table is named (``skipped_links``, a warning) and never read: that
+table's view reads its own files, listed when the engine opens.
 
 Imports duckdb and sqlglot: the local engine and the CLI only.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ _DUCK_TYPES = {
 
 
 OUTSIDE_LAKE = "a query reads only the lake's tables and views"
+MEMORY_LIMIT = "4GB"  # DuckDB's own default is 80 % of the machine's memory
 
 
 def parse_query(sql: str, *, dialect: str = "trino", what: str = "query") -> Any:
@@ -83,7 +88,11 @@ class QueryEngine:
         self.lake_root = Path(lake_root).resolve()  # absolute: the paths the views read are the ones allowed
         self.views_dir = Path(views_dir)
         self.snapshot = snapshot
-        self.con = duckdb.connect(":memory:")
+        # DuckDB's own spill directory (not ``.tmp`` under the current directory) and a memory limit
+        self._tmp = tempfile.TemporaryDirectory(prefix="benchctl-duckdb-")
+        self.con = duckdb.connect(":memory:", config={"temp_directory": self._tmp.name,
+                                                      "memory_limit": MEMORY_LIMIT})
+        self.skipped_links: list[Path] = []  # symlinks under the lake's tables: named, never read
         self.table_views: list[str] = []
         self.sql_views: list[str] = []
         for table in schema.table_names():
@@ -108,14 +117,22 @@ class QueryEngine:
     def _table_view_sql(self, table: str) -> str:
         cols = schema.columns(table)
         base = self.lake_root / table
-        has_files = base.is_dir() and any(not p.name.startswith(".") for p in base.rglob("*.parquet"))
-        if not has_files:
+        links = sorted(p for p in base.rglob("*") if p.is_symlink()) if base.is_dir() else []
+        files = [p for p in base.rglob("*.parquet") if not p.name.startswith(".") and not p.is_symlink()] \
+            if base.is_dir() else []
+        if not files:
             select = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[t]}) AS {_q(n)}" for n, t in cols)
             return f"CREATE OR REPLACE {self._kind} {_q(table)} AS SELECT {select} WHERE false"
-        glob = str(base / "**" / "*.parquet").replace("'", "''")
+        if links:  # read the table's own files, listed now (a link would take every query outside the lake)
+            self.skipped_links += links
+            logging.getLogger(__name__).warning("lake table %s: skipped %d symlink(s): %s", table, len(links),
+                                                ", ".join(str(p) for p in links[:5]))
+            paths = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in sorted(files)) + "]"
+        else:
+            paths = "'" + str(base / "**" / "*.parquet").replace("'", "''") + "'"
         hive_types = ", ".join(f"'{k}': 'VARCHAR'" for k in schema.partition_keys(table))
         source = (
-            f"read_parquet('{glob}', hive_partitioning = true, union_by_name = true, "
+            f"read_parquet({paths}, hive_partitioning = true, union_by_name = true, "
             f"hive_types = {{{hive_types}}})"
         )
         present = {row[0] for row in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}  # noqa: S608
@@ -193,6 +210,7 @@ class QueryEngine:
 
     def close(self) -> None:
         self.con.close()
+        self._tmp.cleanup()
 
     def __enter__(self) -> QueryEngine:
         return self
