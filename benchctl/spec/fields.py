@@ -219,6 +219,30 @@ MemoryQuantity = Annotated[str, _checked(_positive(_MEMORY), (
     "memory quantity rule: a positive Kubernetes quantity in bytes with an optional unit Ki Mi Gi Ti k M G T, "
     "e.g. 16Gi, 512Mi"))]
 
+# ---------------------------------------------------------------------------------------------- image references
+# The distribution reference grammar (distribution/reference, regexp.go), ASCII only: [domain[:port]/]path[:tag]
+# [@sha256:digest]; a tag at most 128 characters, a name at most 255.
+_DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?/)?"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+_IMAGE = re.compile(rf"(?P<name>{_DOMAIN}{_PATH})(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}))?"
+                    r"(?:@sha256:[0-9a-f]{64})?", _ASCII)
+IMAGE_TAG_MAX = 128
+
+
+def image_problem(value: str) -> str | None:
+    m = _IMAGE.fullmatch(value)
+    if m is None:
+        return _control(value) or "it is not one"
+    if len(m["name"]) > 255:
+        return f"its name is {len(m['name'])} characters long"
+    return None
+
+
+ImageReference = Annotated[str, _checked(image_problem, (
+    "image reference rule: [registry[:port]/]path[:tag][@sha256:<64 hex>] in ASCII (distribution/reference), "
+    "a tag of at most 128 of A-Z a-z 0-9 _ . - starting with a letter, digit or _, e.g. "
+    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"))]
+
 # ------------------------------------------------------------------------------------------------------ free text
 
 

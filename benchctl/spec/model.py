@@ -26,7 +26,7 @@ from benchctl.spec.deployment import (
     is_commit,
     transfer_path,
 )
-from benchctl.spec.fields import Text
+from benchctl.spec.fields import IMAGE_TAG_MAX, Text
 from benchctl.spec.names import dgd_name_problem
 from benchctl.spec.settings import (  # Kubernetes and image_tag_version: here too, where callers look
     EFA_INTERFACES,
@@ -211,6 +211,10 @@ class CampaignSpec(Strict):
             if pool.network.efa and not pool.network.efa_image and ("@" in image or image_tag_version(image) is None):
                 problems.append(f"pools[{i}].network.efa_image: required: kubernetes.dynamo_image {image!r} is pinned "
                                 "by digest or has no version tag, so the EFA-enabled image cannot be derived from it")
+            elif pool.network.efa and not pool.network.efa_image and \
+                    len(image.rpartition(":")[2]) + len("-efa") > IMAGE_TAG_MAX:
+                problems.append(f"pools[{i}].network.efa_image: required: the tag of kubernetes.dynamo_image with "
+                                f"'-efa' appended would be over {IMAGE_TAG_MAX} characters (an image tag's limit)")
         for i, e in enumerate(self.experiments):
             if e.mode != "disaggregated":
                 continue

@@ -16,6 +16,7 @@ from benchctl.spec.fields import (
     CpuQuantity,
     HfRepoId,
     HfRevision,
+    ImageReference,
     InClusterUrl,
     K8sObjectName,
     MemoryQuantity,
@@ -44,7 +45,7 @@ class PoolNetwork(Strict):
         description="EFA interfaces per node (default: the instance type's, known for p4d/p4de/p5)")
     nixl_backend: Literal["UCX", "LIBFABRIC"] = Field(
         default="UCX", description="NIXL backend of the workers' NixlConnector (LIBFABRIC needs efa)")
-    efa_image: str | None = Field(
+    efa_image: ImageReference | None = Field(
         default=None, min_length=1,
         description="EFA-enabled Dynamo runtime image of the workers (default: kubernetes.dynamo_image with "
                     "'-efa' appended to its tag, as NVIDIA publishes them since 1.3.0; 1.6.1-efa is not "
@@ -165,17 +166,17 @@ class Kubernetes(Strict):
     """
 
     namespace: Name = "dynamo-bench"
-    dynamo_image: str = Field(default="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", min_length=1)
+    dynamo_image: ImageReference = Field(default="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", min_length=1)
     dynamo_runtime_version: str | None = Field(
         default=None, pattern=rf"^{_SEMVER_CORE}$",
         description="the Dynamo runtime version in dynamo_image (MAJOR.MINOR.PATCH), rendered as each "
                     "component's runtimeVersionOverride; required when the image has no version tag (e.g. "
                     "pinned by digest only): Dynamo's admission webhook refuses such an image otherwise")
-    aiperf_image: str | None = Field(
+    aiperf_image: ImageReference | None = Field(
         default=None, min_length=1,
         description="image with `aiperf` 0.13.0 (and python3); unset: the deployment's load image "
                     "(BENCHCTL_LOAD_IMAGE), built by the control-plane stack from stacks/images/load/Dockerfile")
-    uploader_image: str = Field(default="public.ecr.aws/aws-cli/aws-cli:2.22.0", min_length=1,
+    uploader_image: ImageReference = Field(default="public.ecr.aws/aws-cli/aws-cli:2.22.0", min_length=1,
                                 description="copies a Job's artifacts to the results bucket (AWS CLI v2)")
     node_class: K8sObjectName = Field(default="default",
                             description="EKS Auto Mode NodeClass (eks.amazonaws.com) of our NodePools")
@@ -191,7 +192,7 @@ class Kubernetes(Strict):
     mocker_memory: MemoryQuantity = Field(default="4Gi", description="memory request/limit of a mocker worker")
     shared_memory: MemoryQuantity = Field(default="16Gi", description="/dev/shm of each worker")
     prefetch_model: bool = Field(default=False, description="fill the model volume once per campaign, timed apart")
-    prefetch_image: str = Field(
+    prefetch_image: ImageReference = Field(
         default="python:3.11-slim-bookworm", min_length=1,
         description="the model prefetch's image: a slim Python (the default load image's base) into which the Job "
                     "installs a pinned huggingface_hub, as Dynamo's model-caching guide does; not the runtime image")

@@ -586,3 +586,28 @@ def test_every_list_of_the_spec_has_a_cap() -> None:
 
     walk(CampaignSpec)
     assert uncapped == []
+
+
+@pytest.mark.parametrize("image", [
+    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.\u0666.1",  # an Arabic-Indic digit: \d in Python's re takes it
+    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:v1.6.1\u00e9",  # a non-ASCII letter: \w takes it
+    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:" + "1" * 129,  # a tag over 128 characters
+    "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1\n",
+    "nvcr.io//vllm-runtime:1.6.1",
+    "nvcr.io/nvidia/ai-dynamo/../../evil/x:1.6.1",  # dot segments: past the allowed prefix once resolved
+])
+def test_an_image_reference_outside_the_distribution_grammar_is_refused_naming_the_rule(image: str) -> None:
+    data = copy.deepcopy(SMOKE)
+    data.setdefault("kubernetes", {})["dynamo_image"] = image
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "spec.yaml")
+    assert "kubernetes.dynamo_image" in str(err.value) and "image reference rule" in str(err.value)
+
+
+def test_a_derived_efa_tag_over_128_characters_asks_for_efa_image() -> None:
+    data = copy.deepcopy(SMOKE)  # its pool asks for EFA: the workers' image is dynamo_image's tag + "-efa"
+    data.setdefault("kubernetes", {})["dynamo_image"] = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1-" + "a" * 120
+    with pytest.raises(SpecError, match=r"pools\[0\]\.network\.efa_image: required: .* over 128 characters"):
+        parse_spec(data, "spec.yaml")
+    data["pools"][0]["network"]["efa_image"] = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1-efa"
+    assert parse_spec(data, "spec.yaml").pools[0].network.efa_image is not None
