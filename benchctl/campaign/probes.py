@@ -15,6 +15,7 @@ from benchctl.campaign.base import JSON
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ingest import ingest_step
 from benchctl.campaign.ports import Providers
+from benchctl.errors import LoadFailed
 from benchctl.planning.plan import StepPlan
 
 
@@ -41,11 +42,18 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
         rec = p.state.load(experiment, s.step_id)
         if rec is None or rec.skipped:
             continue
+        failed = False
         if rec.ended and not rec.stopped and rec.ingest_status is None:
-            ingest_step(p, ctx, experiment, s.step_id)  # a failed step raises LoadFailed: the experiment fails
+            try:
+                ingest_step(p, ctx, experiment, s.step_id)
+            except LoadFailed:  # recorded as failed: a miss here; IngestPreviousStep fails the experiment next
+                failed = True
             rec = p.state.load(experiment, s.step_id) or rec
+        failed = failed or rec.ingest_status == "failed"
         load = rec.concurrency or s.concurrency
-        if load is not None and rec.slo is not None:
+        if load is not None and failed:
+            points.append(Measured(int(load), 0, 0, failed=True))
+        elif load is not None and rec.slo is not None:
             points.append(Measured(int(load), int(rec.slo["good"]), int(rec.slo["n"])))
     previous = next((s for s in steps if s.workload == step.workload and s.repeat == 0 and s.probe == k - 1), None)
     if previous is not None:

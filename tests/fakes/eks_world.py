@@ -359,11 +359,18 @@ def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, 
                 end_runner_step(p, exp.name, step_id, 0)
                 campaign.check_warmup(p, ctx, e)
             else:
-                campaign.launch_step(p, ctx, Task(exp.name, step_id))
+                if campaign.launch_step(p, ctx, Task(exp.name, step_id)).get("skipped"):
+                    continue  # a search probe the search did not need: no request, no Job, no argv
                 end_runner_step(p, exp.name, step_id, 1 if step_id in fail_steps else 0)
                 campaign.check_load(p, ctx, Task(exp.name, step_id))
             rec = p.state.load(exp.name, step_id)
             assert rec is not None and rec.argv is not None
+            if step_id != "warmup" and rec.ingest_status is None and step_id not in fail_steps:
+                # what ingesting it records (no artifacts here): every request within the SLO up to c=16, none
+                # past it, so that a sweep's search probes choose loads and run
+                load = rec.concurrency or plan.step(exp.name, step_id).concurrency or 1
+                rec.ingest_status, rec.slo = "succeeded", {"n": 100, "good": 100 if load <= 16 else 0}
+                p.state.save_load(exp.name, step_id, rec)
             world.argv[(exp.name, step_id)] = list(rec.argv)
         caller.function = "Teardown"
         teardown(p, ctx, e, handover=i + 1 < len(plan.experiments))
