@@ -43,9 +43,14 @@ def test_the_second_runs_zero_ratio_step_starts_cold_not_warm(tmp_path: Path) ->
     assert set(steps) == {"prefix-cache-p0-r0", "prefix-cache-p100-r0", "prefix-cache-p0-r1", "prefix-cache-p100-r1"}
     for s in steps.values():  # every step records its cache state, and why it is namespaced
         assert s["cache_state"].startswith("namespaced: hash ids ") and "no cache reset" in s["cache_state"], s
-    # one seed, yet the second run's datasets are not the first run's
-    assert steps["prefix-cache-p0-r0"]["random_seed"] == steps["prefix-cache-p0-r1"]["random_seed"]
-    assert steps["prefix-cache-p0-r0"]["dataset_sha256"] != steps["prefix-cache-p0-r1"]["dataset_sha256"]
+    # one repeat seed (seed_policy fixed), yet each step's AIPerf seed is its own (salted with its index) and the
+    # second run's datasets are not the first run's
+    from benchctl.planning.cache_state import step_seed
+
+    r0, r1 = steps["prefix-cache-p0-r0"], steps["prefix-cache-p0-r1"]
+    assert r0["random_seed"] == step_seed("prefix_cache", 42, r0["step_index"]) != r1["random_seed"]
+    assert r1["random_seed"] == step_seed("prefix_cache", 42, r1["step_index"])
+    assert r0["dataset_sha256"] != r1["dataset_sha256"]
     # 16 requests of 4 whole blocks, one prompt (ratio 1): all but the first request's 4 blocks
     assert steps["prefix-cache-p100-r0"]["achievable_hit_rate"] == 15 / 16
     assert steps["prefix-cache-p0-r1"]["achievable_hit_rate"] == 0.0
