@@ -71,7 +71,11 @@ def _view(out, name):
 def test_all_five_views_have_results_for_both_modes(smoke_run):
     _, out = smoke_run
     sweep = _view(out, "v_concurrency_sweep")
-    assert [r["concurrency"] for r in sweep] == [1, 4, 16]
+    # the fixed loads, and every load either mode's SLO-edge search probed (the other side empty there)
+    probed = [{r["concurrency"] for r in read_table(out / "lake", "steps") if r["campaign_id"] == "smoke-e2e"
+               and r["experiment"] == exp and r["search_probe"] is not None} for exp in ("agg", "disagg")]
+    assert [r["concurrency"] for r in sweep] == sorted({1, 4, 16} | probed[0] | probed[1])
+    sweep = [r for r in sweep if r["concurrency"] in {1, 4, 16} | (probed[0] & probed[1])]  # both sides measured
     mt = _view(out, "v_multi_turn")
     assert [r["turn"] for r in mt] == [1, 2, 3]
     prefix = _view(out, "v_prefix_cache")
