@@ -519,6 +519,16 @@ def test_rows_that_do_not_fit_fail_before_anything_is_written(tmp_path: Path) ->
     assert _leftovers(tmp_path) == []
 
 
+def _smoke_with(where: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """A copy of the smoke spec with ``value`` at the path ``where`` (keys and list indexes)."""
+    data = copy.deepcopy(SMOKE)
+    node = data
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    return data
+
+
 @pytest.mark.parametrize(("where", "value", "path"), [
     (("repeats",), True, "repeats"),
     (("workloads", 0, "concurrency"), [True, 4], "workloads[0]: field concurrency"),
@@ -529,13 +539,8 @@ def test_rows_that_do_not_fit_fail_before_anything_is_written(tmp_path: Path) ->
 def test_a_boolean_where_a_number_is_asked_is_refused_naming_the_field(where: tuple[Any, ...], value: Any,
                                                                       path: str) -> None:
     """pydantic would take ``true`` as 1 (``repeats: true``: one repeat); the spec refuses it."""
-    data = copy.deepcopy(SMOKE)
-    node = data
-    for key in where[:-1]:
-        node = node[key]
-    node[where[-1]] = value
     with pytest.raises(SpecError) as err:
-        parse_spec(data, "spec.yaml")
+        parse_spec(_smoke_with(where, value), "spec.yaml")
     assert path in str(err.value) and "a boolean is not a number" in str(err.value)
 
 
@@ -545,13 +550,8 @@ def test_a_boolean_where_a_number_is_asked_is_refused_naming_the_field(where: tu
     (("experiments", 0, "workers"), [{"role": "worker", "pool": "gpu-a100", "replicas": 1, "tensor_parallel": 1}] * 9),
 ])
 def test_a_list_past_its_cap_is_refused_before_any_plan_is_built(where: tuple[Any, ...], items: list[Any]) -> None:
-    data = copy.deepcopy(SMOKE)
-    node = data
-    for key in where[:-1]:
-        node = node[key]
-    node[where[-1]] = items
     with pytest.raises(SpecError) as err:
-        parse_spec(data, "spec.yaml")
+        parse_spec(_smoke_with(where, items), "spec.yaml")
     assert where[-1] in str(err.value) and ("at most" in str(err.value))
 
 
