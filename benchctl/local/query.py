@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,23 @@ _DUCK_TYPES = {
 
 OUTSIDE_LAKE = "a query reads only the lake's tables and views"
 MEMORY_LIMIT = "4GB"  # DuckDB's own default is 80 % of the machine's memory
+
+
+def _walk(base: Path) -> tuple[list[Path], list[Path]]:
+    """One walk of a table's directory: (the symlinks under it, never followed; its own parquet files)."""
+    links: list[Path] = []
+    files: list[Path] = []
+    stack = [base] if base.is_dir() else []
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for e in entries:
+                if e.is_symlink():
+                    links.append(Path(e.path))
+                elif e.is_dir():
+                    stack.append(Path(e.path))
+                elif e.name.endswith(".parquet") and not e.name.startswith("."):
+                    files.append(Path(e.path))
+    return sorted(links), files
 
 
 def parse_query(sql: str, *, dialect: str = "trino", what: str = "query") -> Any:
@@ -117,9 +135,7 @@ class QueryEngine:
     def _table_view_sql(self, table: str) -> str:
         cols = schema.columns(table)
         base = self.lake_root / table
-        links = sorted(p for p in base.rglob("*") if p.is_symlink()) if base.is_dir() else []
-        files = [p for p in base.rglob("*.parquet") if not p.name.startswith(".") and not p.is_symlink()] \
-            if base.is_dir() else []
+        links, files = _walk(base)
         if not files:
             select = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[t]}) AS {_q(n)}" for n, t in cols)
             return f"CREATE OR REPLACE {self._kind} {_q(table)} AS SELECT {select} WHERE false"
