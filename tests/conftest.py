@@ -19,6 +19,14 @@ _SKIPS: list[tuple[str, str]] = []
 def pytest_configure(config: pytest.Config) -> None:
     _one_botocore_loader()
     _keep_compiled_modules()
+    _no_default_amis()
+
+
+def _no_default_amis() -> None:
+    """moto's EC2 backend loads its catalogue of public AMIs (thousands of them, from JSON) for every account
+    and region it is first asked for: ~3 % of the unit tier's CPU, for EKS node groups and quota tests that name
+    no AMI. moto's own switch turns it off (an AMI a test needs is registered by the test)."""
+    os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 
 def _keep_compiled_modules() -> None:

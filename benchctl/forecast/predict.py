@@ -54,6 +54,7 @@ Not modelled: routing (KV router), KV-cache offload, prefix-cache hits, the KV t
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import warnings
@@ -142,6 +143,17 @@ def _builtin_model(model: str) -> bool:
     return model in DefaultHFModels
 
 
+@functools.lru_cache(maxsize=None)
+def _latest_version(system: str) -> str | None:
+    """The newest database version aiconfigurator holds for ``system`` and the backend (what ``cli_estimate``
+    uses when given none): resolving it re-reads every database's YAML metadata, about 1 s, at every call."""
+    with _quiet():
+        from aiconfigurator.sdk.perf_database import get_latest_database_version
+
+        version = get_latest_database_version(system=system, backend=BACKEND)
+    return str(version) if version is not None else None
+
+
 def _estimate(cfg: _Config) -> dict[str, Any] | str:
     """aiconfigurator's raw result for ``cfg`` (cached), or why it gave none."""
     if cfg in _CACHE:
@@ -154,6 +166,11 @@ def _estimate(cfg: _Config) -> dict[str, Any] | str:
                 "mode": cfg.mode, "backend_name": BACKEND, "isl": cfg.isl, "osl": cfg.osl,
                 "batch_size": cfg.batch, "tp_size": cfg.tp, "moe_tp_size": cfg.tp, "moe_ep_size": 1,
             }
+            # the version it would resolve itself, resolved once (one version for both roles' systems: when
+            # they differ, cli_estimate resolves each, as before)
+            versions = {_latest_version(cfg.system), _latest_version(cfg.decode_system or cfg.system)}
+            if len(versions) == 1 and None not in versions:
+                kwargs["backend_version"] = versions.pop()
             if cfg.mode == "disagg":
                 kwargs.update(
                     decode_system_name=cfg.decode_system,

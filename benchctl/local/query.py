@@ -3,7 +3,8 @@
 One DuckDB view per lake table (over the hive-partitioned parquet files; an empty view with the schema's
 columns when the table has no file yet), then one view per ``sql/views/<name>.sql`` (the view catalog,
 ``benchctl.analysis.views``), transpiled from Athena's Trino dialect with sqlglot (``read="trino"``,
-``write="duckdb"``) and created in dependency order (the order Athena creates them in). Implements the ``QueryPort`` (``run``).
+``write="duckdb"``) when the engine opens, and created in dependency order (the order Athena creates them in) when
+a query first reads them. Implements the ``QueryPort`` (``run``).
 
 Once the views exist the connection is closed around the lake (:meth:`QueryEngine._confine`, DuckDB's own
 boundary, see https://duckdb.org/docs/stable/operations_manual/securing_duckdb/overview): the lake's table
@@ -26,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchctl.analysis.views import IDENT, VIEWS_DIR, ordered_views
+from benchctl.analysis.views import IDENT, VIEWS_DIR, ordered_views, view_references
 from benchctl.lake import schema
 
 _DUCK_TYPES = {
@@ -113,6 +114,7 @@ class QueryEngine:
         self.skipped_links: list[Path] = []  # symlinks under the lake's tables: named, never read
         self.table_views: list[str] = []
         self.sql_views: list[str] = []
+        self._pending: dict[str, tuple[Path, str, set[str]]] = {}  # view -> (file, DuckDB body, views it reads)
         for table in schema.table_names():
             self.con.execute(self._table_view_sql(table))
             self.table_views.append(table)
@@ -164,18 +166,38 @@ class QueryEngine:
         return "TABLE" if self.snapshot else "VIEW"
 
     def _load_sql_views(self) -> None:
-        """Every view file, in the order Athena creates them (``ordered_views``: dependencies first),
-        each transpiled to DuckDB and created once (a snapshot's: computed once, see the class)."""
+        """Every view file, in the order Athena creates them (``ordered_views``: dependencies first), each
+        transpiled to DuckDB now (a file that is not one query is an error here), and created in DuckDB when a
+        query first reads it (:meth:`_create`): DuckDB binds a view's whole tree of views at its creation,
+        10-30 ms a view, and most engines read one or two of the 14 (the report reads its views from one
+        snapshot engine, which computes each once, see the class)."""
+        files = ordered_views(self.views_dir)
+        names = {name for name, _ in files}
+        for name, text in files:
+            path = self.views_dir / f"{name}.sql"
+            self._pending[name] = (path, to_duckdb(text, what=str(path)), view_references(text, names - {name}))
+            self.sql_views.append(name)
+
+    def _create(self, wanted: set[str]) -> None:
+        """Create the views ``wanted`` names (and the views they read), dependencies first; a view DuckDB
+        cannot create is one error naming its file."""
         import duckdb
 
-        for name, text in ordered_views(self.views_dir):
-            path = self.views_dir / f"{name}.sql"
-            body = to_duckdb(text, what=str(path))
+        need: set[str] = set()
+        stack = [n for n in wanted if n in self._pending]
+        while stack:
+            name = stack.pop()
+            if name in need:
+                continue
+            need.add(name)
+            stack += [d for d in self._pending[name][2] if d in self._pending]
+        for name in [n for n in self.sql_views if n in need]:  # sql_views: dependencies first
+            path, body, _ = self._pending[name]
             try:
                 self.con.execute(f"CREATE OR REPLACE {self._kind} {_q(name)} AS {body}")
             except duckdb.Error as e:
                 raise ValueError(f"cannot create view {name!r}: {path}: {e}") from None
-            self.sql_views.append(name)
+            del self._pending[name]
 
     # ---------------------------------------------------------------------------------------------
     def views(self) -> list[str]:
@@ -193,8 +215,10 @@ class QueryEngine:
             if text not in self.views():
                 raise ValueError(f"unknown view or table {text!r}; valid: {', '.join(self.views())}")
             sql = f"SELECT * FROM {_q(text)}"  # noqa: S608 (a known view name, quoted)
+            self._create({text})
         else:
             sql = to_duckdb(text)
+            self._create(view_references(text, set(self._pending)))
         try:
             cur = self.con.execute(sql)
         except duckdb.PermissionException as err:  # a file, URL or extension outside the lake

@@ -532,7 +532,8 @@ def test_format_result() -> None:
 
 def test_view_files_are_created_dependencies_first_and_a_bad_one_is_named(tmp_path: Path) -> None:
     """The local engine creates the view files in the order Athena does (a view after the views it reads,
-    whatever their names), and a file DuckDB cannot create, or a cycle, is one error naming the file."""
+    whatever their names), and a file that is not one query, one DuckDB cannot create (when a query reads it),
+    or a cycle, is one error naming the file."""
     views = tmp_path / "views"
     views.mkdir()
     (views / "a_top.sql").write_text("SELECT n + 1 AS m FROM z_base", encoding="utf-8")
@@ -540,8 +541,16 @@ def test_view_files_are_created_dependencies_first_and_a_bad_one_is_named(tmp_pa
     engine = QueryEngine(tmp_path / "lake", views_dir=views)
     assert engine.sql_views == ["z_base", "a_top"] and engine.run("a_top")[1] == [(1,)]
     (views / "b_bad.sql").write_text("SELECT no_such_column FROM steps", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"cannot create view 'b_bad': .*b_bad\.sql: .*no_such_column"):
+    (views / "d_over_bad.sql").write_text("SELECT * FROM b_bad", encoding="utf-8")
+    engine = QueryEngine(tmp_path / "lake", views_dir=views)  # a view is created when a query first reads it
+    assert engine.run("SELECT m FROM a_top")[1] == [(1,)]  # the views a query does not read do not stop it
+    for query in ("b_bad", "d_over_bad", "SELECT * FROM d_over_bad"):  # read directly or through another view
+        with pytest.raises(ValueError, match=r"cannot create view 'b_bad': .*b_bad\.sql: .*no_such_column"):
+            engine.run(query)
+    (views / "b_bad.sql").write_text("SELECT FROM WHERE", encoding="utf-8")  # not SQL: refused when it opens
+    with pytest.raises(ValueError, match=r"b_bad\.sql: not valid trino SQL"):
         QueryEngine(tmp_path / "lake", views_dir=views)
+    (views / "d_over_bad.sql").unlink()
     (views / "b_bad.sql").write_text("SELECT * FROM c_loop", encoding="utf-8")
     (views / "c_loop.sql").write_text("SELECT * FROM b_bad", encoding="utf-8")
     with pytest.raises(ValueError, match=r"cycle: \['b_bad', 'c_loop'\]"):

@@ -170,7 +170,7 @@ def test_other_running_p_instances_count_against_the_quota_and_the_pools_own_do_
 
     _cluster(aws)
     ec2 = aws.client("ec2")
-    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ami = ec2.register_image(Name="gpu-node", RootDeviceName="/dev/xvda")["ImageId"]  # (moto's catalogue is off in tests)
     ec2.run_instances(ImageId=ami, InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)  # someone else's
     ec2.run_instances(ImageId=ami, InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1, TagSpecifications=[
         {"ResourceType": "instance", "Tags": [{"Key": "eks:cluster-name", "Value": "bench"},
