@@ -1,8 +1,9 @@
 # One gate: `make test` is exactly what CI runs (.ci/run runs `make smoke`, then `make test`).
+# Each tier ends with its slowest tests (15 of those over 5 s): where the time budget goes, in every CI log.
 # Every target sets up .venv first if needed (scripts/setup.sh is idempotent).
 .PHONY: setup smoke test unit integration e2e infra lint docs bench synth clean
 
-PYTEST = .venv/bin/python -m pytest -p no:dash -q
+PYTEST = .venv/bin/python -m pytest -p no:dash -q --durations=15 --durations-min=5
 # infra is CPU-bound (synth, cfn-lint, node) and times nothing: on both cores, a file per worker (its cached synth)
 INFRA = $(PYTEST) -n 2 --dist loadfile tests/infra
 
