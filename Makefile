@@ -17,10 +17,10 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy benchctl lambdas stacks app.py
 
-# The tiers: unit (no real processes, no synth; on both cores), integration (real Dynamo, AIPerf,
+# The tiers: unit (no real processes, no synth; on both cores, an idle worker taking the other's queued tests), integration (real Dynamo, AIPerf,
 # aiconfigurator), e2e (whole local campaigns), infra (CDK synth and the platforms' own checks).
 unit: setup
-	$(PYTEST) -n 2 tests/unit
+	$(PYTEST) -n 2 --dist worksteal tests/unit
 
 integration: setup
 	$(PYTEST) tests/integration

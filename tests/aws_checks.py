@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,11 @@ def job_problems(job: dict[str, Any]) -> list[str]:
     return []
 
 
+@functools.cache
 def admission() -> Admission:
     """The admission policies of stacks/kubernetes/benchctl-admission.yaml with the deployment's parameters
-    (the default allow-list and this test deployment's load image registry, as docs/howto/aws-existing-cluster.md asks)."""
+    (the default allow-list and this test deployment's load image registry, as docs/howto/aws-existing-cluster.md
+    asks): one per process (its verdicts are a pure function of each request: they are kept)."""
     allow = allow_list_from_ceilings(ceilings.default(), load_image_registry=LOAD_IMAGE.split("/")[0] + "/")
     return Admission(yaml_files.load_all(ADMISSION_FILE), [admission_params(allow)])
 

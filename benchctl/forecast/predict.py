@@ -53,16 +53,13 @@ Not modelled: routing (KV router), KV-cache offload, prefix-cache hits, the KV t
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import logging
 import math
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchctl.forecast.aic import latest_version, quiet
 from benchctl.forecast.gpus import (
     VLLM_GPU_MEMORY_UTILIZATION,
     VLLM_MAX_NUM_SEQS,
@@ -118,40 +115,13 @@ class _Config:
 _CACHE: dict[_Config, dict[str, Any] | str] = {}
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence aiconfigurator's INFO logging and deprecation notices during a call."""
-    loggers = [logging.getLogger(n) for n in ("aiconfigurator", "aiconfigurator_core")]
-    levels = [lg.level for lg in loggers]
-    try:
-        for lg in loggers:
-            lg.setLevel(logging.ERROR)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
-
-
 def _builtin_model(model: str) -> bool:
     """True when aiconfigurator ships the model's config (no Hugging Face download needed)."""
     if Path(model).is_dir():  # a local model directory with its config.json
         return True
-    with _quiet():
+    with quiet():
         from aiconfigurator.sdk.common import DefaultHFModels
     return model in DefaultHFModels
-
-
-@functools.lru_cache(maxsize=None)
-def _latest_version(system: str) -> str | None:
-    """The newest database version aiconfigurator holds for ``system`` and the backend (what ``cli_estimate``
-    uses when given none): resolving it re-reads every database's YAML metadata, about 1 s, at every call."""
-    with _quiet():
-        from aiconfigurator.sdk.perf_database import get_latest_database_version
-
-        version = get_latest_database_version(system=system, backend=BACKEND)
-    return str(version) if version is not None else None
 
 
 def _estimate(cfg: _Config) -> dict[str, Any] | str:
@@ -159,7 +129,7 @@ def _estimate(cfg: _Config) -> dict[str, Any] | str:
     if cfg in _CACHE:
         return _CACHE[cfg]
     try:
-        with _quiet():
+        with quiet():
             from aiconfigurator.cli.api import cli_estimate
 
             kwargs: dict[str, Any] = {
@@ -168,7 +138,7 @@ def _estimate(cfg: _Config) -> dict[str, Any] | str:
             }
             # the version it would resolve itself, resolved once (one version for both roles' systems: when
             # they differ, cli_estimate resolves each, as before)
-            versions = {_latest_version(cfg.system), _latest_version(cfg.decode_system or cfg.system)}
+            versions = {latest_version(cfg.system, BACKEND), latest_version(cfg.decode_system or cfg.system, BACKEND)}
             if len(versions) == 1 and None not in versions:
                 kwargs["backend_version"] = versions.pop()
             if cfg.mode == "disagg":

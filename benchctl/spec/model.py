@@ -352,15 +352,50 @@ def _problems(err: ValidationError) -> list[str]:
     return lines
 
 
+# No list of a valid spec holds more than MAX_SPEC_ITEMS items (the largest cap of any list field: 64 loads,
+# comparisons or overrides) and no mapping more than MAX_SPEC_KEYS keys: larger ones are refused before the
+# models see them (validating thousands of items only to refuse them took a second at the size cap), and at
+# most MAX_PROBLEMS problems are listed.
+MAX_SPEC_ITEMS = 64
+MAX_SPEC_KEYS = 256
+MAX_PROBLEMS = 50
+
+
+def _bulk_problems(data: Any) -> list[str]:
+    """The lists and mappings of the raw data larger than any valid spec's, each named by its path."""
+    problems: list[str] = []
+    todo: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while todo and len(problems) < MAX_PROBLEMS:
+        node, where = todo.pop()
+        if isinstance(node, list):
+            if len(node) > MAX_SPEC_ITEMS:
+                problems.append(f"{_loc(where) or '(spec)'}: {len(node)} items; a spec's lists hold at most "
+                                f"{MAX_SPEC_ITEMS}")
+                continue
+            todo.extend((v, (*where, i)) for i, v in enumerate(node))
+        elif isinstance(node, dict):
+            if len(node) > MAX_SPEC_KEYS:
+                problems.append(f"{_loc(where) or '(spec)'}: {len(node)} keys; a spec's mappings hold at most "
+                                f"{MAX_SPEC_KEYS}")
+                continue
+            todo.extend((v, (*where, str(k))) for k, v in node.items())
+    return problems
+
+
 def parse_spec(data: Any, source: str = "<spec>") -> CampaignSpec:
-    """Validate already-loaded spec data; raise SpecError with one line per problem."""
+    """Validate already-loaded spec data; raise SpecError with one line per problem (at most MAX_PROBLEMS)."""
     if not isinstance(data, dict):
         raise SpecError(source, [f"(spec): expected a mapping at the top level, got {type(data).__name__}"])
+    if bulk := _bulk_problems(data):
+        raise SpecError(source, bulk)
     try:
         return CampaignSpec.model_validate(data)
     except ValidationError as err:
         # a problem is one line: a line break inside a key or value is shown escaped
-        raise SpecError(source, [line.replace("\n", "\\n") for line in _problems(err)]) from None
+        lines = [line.replace("\n", "\\n") for line in _problems(err)]
+        if len(lines) > MAX_PROBLEMS:
+            lines = [*lines[:MAX_PROBLEMS], f"(spec): and {len(lines) - MAX_PROBLEMS} more problems"]
+        raise SpecError(source, lines) from None
 
 
 def load_spec_text(path: Path) -> str:

@@ -62,32 +62,60 @@ class _Refused(Exception):
         self.where = f"line {line + 1}, column {column + 1}"
 
 
-def _safe_loader(text: str) -> Any:
-    """PyYAML's SafeLoader over ``text``, refusing anchors, aliases, merge keys, duplicate keys and deep nesting."""
+def _check_events(text: str) -> None:
+    """One pass over the YAML's events (libyaml's parser, in C, when PyYAML has it): an anchor, an alias or
+    nesting past :data:`MAX_DEPTH` is refused at the line where it stands, before any node is composed."""
     import yaml
-    from yaml.events import AliasEvent
+
+    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=loader_class):
+            depth = _check_event(event, depth)
+    except yaml.MarkedYAMLError as err:  # libyaml's own limit (1000 levels), met while scanning ahead
+        mark = err.problem_mark
+        if "maximum nesting depth" not in str(err) or mark is None:
+            raise
+        raise _Refused(mark.line, mark.column,
+                       f"nested deeper than {MAX_DEPTH} levels (no valid spec goes past 7)") from None
+
+
+def _where(event: Any) -> tuple[int, int]:
+    mark = event.start_mark
+    return (mark.line, mark.column) if mark is not None else (0, 0)
+
+
+def _check_event(event: Any, depth: int) -> int:
+    """The nesting depth after ``event``; an anchor, an alias or nesting too deep refused where it stands."""
+    from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
+
+    if isinstance(event, AliasEvent) or getattr(event, "anchor", None) is not None:
+        kind, sign = ("alias", "*") if isinstance(event, AliasEvent) else ("anchor", "&")
+        raise _Refused(*_where(event),
+                       f"YAML {kind} {sign}{event.anchor} refused: a spec may use no anchors (&name) or aliases "
+                       "(*name): an alias repeats a node wherever it is named, so a few lines can expand to "
+                       "billions of values; write each value out")
+    if isinstance(event, CollectionStartEvent):
+        depth += 1
+        if depth > MAX_DEPTH - 1:  # the values inside it are one level deeper
+            raise _Refused(*_where(event),
+                           f"nested deeper than {MAX_DEPTH} levels (no valid spec goes past 7)")
+    elif isinstance(event, CollectionEndEvent):
+        depth -= 1
+    return depth
+
+
+def _safe_loader(text: str) -> Any:
+    """PyYAML's safe loader over ``text`` (libyaml's, in C, when PyYAML has it: a spec at the size cap loads in
+    tens of milliseconds, not a second), refusing anchors, aliases and deep nesting (:func:`_check_events`,
+    first), merge keys and duplicate keys."""
+    import yaml
     from yaml.nodes import MappingNode, ScalarNode
 
-    class Loader(yaml.SafeLoader):
-        depth = 0
+    _check_events(text)
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            event = self.peek_event()
-            if isinstance(event, AliasEvent) or getattr(event, "anchor", None) is not None:
-                kind, sign = ("alias", "*") if isinstance(event, AliasEvent) else ("anchor", "&")
-                raise _Refused(event.start_mark.line, event.start_mark.column,
-                               f"YAML {kind} {sign}{event.anchor} refused: a spec may use no anchors (&name) or aliases "
-                               "(*name): an alias repeats a node wherever it is named, so a few lines can expand to "
-                               "billions of values; write each value out")
-            self.depth += 1
-            try:
-                if self.depth > MAX_DEPTH:
-                    raise _Refused(event.start_mark.line, event.start_mark.column,
-                                   f"nested deeper than {MAX_DEPTH} levels (no valid spec goes past 7)")
-                return super().compose_node(parent, index)
-            finally:
-                self.depth -= 1
-
+    class Loader(base):
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             if isinstance(node, MappingNode):
                 seen: set[tuple[str, str]] = set()

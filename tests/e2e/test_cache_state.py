@@ -27,7 +27,8 @@ def _twice(tmp_path: Path) -> Path:
         prefix.update(ratios=[0, 1.0], isl=256, osl=8, concurrency=4, requests=16, block_size=64,
                       duplication="tokens")  # ratio 1: every request one prompt
         d["workloads"] = [prefix]
-        d.update(repeats=2, seed_policy="fixed", warmup={"request_count": 2})
+        d.update(repeats=2, seed_policy="fixed", warmup={"request_count": 2},
+                 quality={"questions": 1}, smoke={"requests": 1, "max_tokens": 8})  # not what is tested here
 
     return write_spec(tmp_path, "cache-twice", mutate)
 

@@ -60,6 +60,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         d["workloads"] = [{"kind": "concurrency_sweep", "name": "sweep", "concurrency": [1, 2], "isl": 128, "osl": 16,
                            "request_count": 12}]
         d["warmup"] = {"request_count": 4}
+        d["quality"], d["smoke"] = {"questions": 1}, {"requests": 1, "max_tokens": 8}  # not what is tested here
 
     return write_spec(tmp, "interrupt", mutate), tmp / "ws"
 

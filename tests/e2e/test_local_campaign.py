@@ -187,6 +187,7 @@ def _short_spec(tmp_path: Path) -> Path:
         d["workloads"][0].update(concurrency=[1, 2, 4], duration_s=8)
         d["workloads"][0].pop("search", None)
         d["warmup"] = {"request_count": 2}
+        d["quality"], d["smoke"] = {"questions": 1}, {"requests": 1, "max_tokens": 8}  # not what is tested here
 
     return write_spec(tmp_path, "short", mutate)
 

@@ -4,7 +4,8 @@ CEL interpreter (cel-python, ``celpy``).
 What the API server does for each write (the Kubernetes docs' "Validating Admission Policy"): every policy
 with a binding whose ``matchConstraints.resourceRules`` match the request (API group, version, resource,
 operation) and whose ``matchConditions`` all hold is evaluated: its ``variables`` in order (``variables.x``),
-then each validation with ``object``, ``oldObject`` (null on CREATE; ``object`` null on DELETE), ``request``
+then each validation with ``object``, ``oldObject`` (a Job's or DaemonSet's defaulted first, as the API server
+defaults before admission: :func:`defaulted`) (null on CREATE; ``object`` null on DELETE), ``request``
 (operation, userInfo) and ``params`` (the binding's ``paramRef``; missing with ``parameterNotFoundAction:
 Deny``: denied). A validation that is false denies with its message; one that errors (or a match condition
 that errors) denies under ``failurePolicy: Fail``. A denial is a 422 Invalid unless the validation names
@@ -71,12 +72,24 @@ def _compare(a: Any, b: Any) -> int:
     return (a.value > b.value) - (a.value < b.value)
 
 
+def _compare_to(a: Any, b: Any) -> celtypes.IntType:
+    return celtypes.IntType(_compare(a, b))
+
+
+def _is_greater_than(a: Any, b: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(_compare(a, b) > 0)
+
+
+def _is_less_than(a: Any, b: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(_compare(a, b) < 0)
+
+
 FUNCTIONS: dict[str, Any] = {
     "split": _split,
     "quantity": _quantity,
-    "compareTo": lambda a, b: celtypes.IntType(_compare(a, b)),
-    "isGreaterThan": lambda a, b: celtypes.BoolType(_compare(a, b) > 0),
-    "isLessThan": lambda a, b: celtypes.BoolType(_compare(a, b) < 0),
+    "compareTo": _compare_to,
+    "isGreaterThan": _is_greater_than,
+    "isLessThan": _is_less_than,
 }
 
 
@@ -103,6 +116,60 @@ class Cel:
         return out
 
 
+def _default_pod_spec(spec: JSON) -> None:
+    """What the API server's defaulting adds to a pod template before admission sees it (k8s.io/kubernetes
+    pkg/apis/core/v1/defaults.go at 023f88a: SetDefaults_PodSpec, SetDefaults_Container, SetDefaults_Volume,
+    SetDefaults_SecretVolumeSource). An allow-list of pod fields must admit these, or every Job is refused."""
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("schedulerName", "default-scheduler")
+    for c in [*spec.get("containers", []), *spec.get("initContainers", [])]:
+        last = c.get("image", "").rpartition("/")[2]  # name[:tag][@digest]: no tag and no digest is :latest
+        tag = "" if "@" in last else (last.rpartition(":")[2] if ":" in last else "latest")
+        c.setdefault("imagePullPolicy", "Always" if tag == "latest" else "IfNotPresent")
+        c.setdefault("terminationMessagePath", "/dev/termination-log")
+        c.setdefault("terminationMessagePolicy", "File")
+    for v in spec.get("volumes", []):
+        if set(v) == {"name"}:
+            v["emptyDir"] = {}
+        if "secret" in v:
+            v["secret"].setdefault("defaultMode", 420)
+
+
+def defaulted(obj: JSON | None) -> JSON | None:
+    """A copy of a Job or DaemonSet as validating admission sees it: defaulted (above; a Job's completions,
+    parallelism, backoffLimit, completionMode, suspend: pkg/apis/batch/v1/defaults.go; a DaemonSet's
+    updateStrategy and revisionHistoryLimit: pkg/apis/apps/v1/defaults.go) and, for a Job, with the selector and
+    template labels its create strategy generates (pkg/registry/batch/job/strategy.go). A custom resource (a
+    DynamoGraphDeployment) gets only its CRD schema's defaults, none of them under the fields the policies read."""
+    import copy
+
+    if obj is None or obj.get("kind") not in ("Job", "DaemonSet"):
+        return obj
+    out = copy.deepcopy(obj)
+    spec = out.setdefault("spec", {})
+    template = spec.setdefault("template", {})
+    template.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+    _default_pod_spec(template.setdefault("spec", {}))
+    if out["kind"] == "Job":
+        for k, v in {"completions": 1, "parallelism": 1, "backoffLimit": 6, "completionMode": "NonIndexed",
+                     "suspend": False, "podReplacementPolicy": "TerminatingOrFailed"}.items():
+            spec.setdefault(k, v)
+        uid = "00000000-0000-0000-0000-000000000000"
+        name = out.get("metadata", {}).get("name", "")
+        spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+        template["metadata"].setdefault("labels", {}).update({
+            "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+            "controller-uid": uid, "job-name": name})
+    else:
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
+                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        spec.setdefault("revisionHistoryLimit", 10)
+    return out
+
+
 def _matches_rule(rule: JSON, group: str, version: str, plural: str, operation: str) -> bool:
     def has(key: str, value: str) -> bool:
         return bool({"*", value} & set(rule.get(key) or []))
@@ -119,6 +186,7 @@ class Admission:
         self.bindings = [d for d in manifests if d and d.get("kind") == "ValidatingAdmissionPolicyBinding"]
         self.params = {(p["metadata"].get("namespace", ""), p["metadata"]["name"]): p for p in params}
         self.cel = Cel()
+        self._verdicts: dict[str, list[tuple[int, str, str]]] = {}
         for policy in self.policies.values():  # compile everything up front
             spec = policy["spec"]
             for item in [*(spec.get("matchConditions") or []), *(spec.get("variables") or []),
@@ -127,12 +195,26 @@ class Admission:
 
     def admit(self, *, operation: str, api_version: str, plural: str, namespace: str, groups: list[str],
               obj: JSON | None, old: JSON | None, username: str = "benchctl") -> list[tuple[int, str, str]]:
-        """Every denial of the request as (HTTP code, reason, message); [] when admitted."""
+        """Every denial of the request as (HTTP code, reason, message); [] when admitted. A pure function of
+        the request and the policies: the same request (many are, as the same campaigns are run in each state)
+        is answered from a memo of this Admission's."""
+        import json
+
+        key = json.dumps([operation, api_version, plural, namespace, sorted(groups), obj, old, username],
+                         sort_keys=True, default=str)
+        if key not in self._verdicts:
+            self._verdicts[key] = self._admit(operation=operation, api_version=api_version, plural=plural,
+                                              namespace=namespace, groups=groups, obj=obj, old=old,
+                                              username=username)
+        return list(self._verdicts[key])
+
+    def _admit(self, *, operation: str, api_version: str, plural: str, namespace: str, groups: list[str],
+               obj: JSON | None, old: JSON | None, username: str) -> list[tuple[int, str, str]]:
         group, _, version = api_version.rpartition("/")
         request = {"operation": operation, "namespace": namespace,
                    "userInfo": {"username": username, "groups": list(groups)},
                    "resource": {"group": group, "version": version, "resource": plural}}
-        base = {"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
+        base = {"object": celpy.json_to_cel(defaulted(obj)), "oldObject": celpy.json_to_cel(defaulted(old)),
                 "request": celpy.json_to_cel(request)}
         out: list[tuple[int, str, str]] = []
         for binding in self.bindings:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchctl.forecast import twin
-from benchctl.forecast.predict import _quiet
+from benchctl.forecast.aic import quiet
 from benchctl.spec.model import load_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def estimate(mode: str, isl: int, batch: int) -> float:
-    with _quiet():
+    with quiet():
         from aiconfigurator.cli.api import cli_estimate
 
         r = cli_estimate("Qwen/Qwen3-30B-A3B", "a100_sxm", mode=mode, backend_name="vllm", isl=isl, osl=2,
@@ -60,7 +60,7 @@ def test_the_curves_are_aiconfigurators_static_answers_and_the_mocker_reads_the_
 
 def test_the_aggregated_worker_holds_aiconfigurators_dispatch_and_the_disaggregated_roles_none(made):
     # aiconfigurator's aggregated TTFT at batch 1 beyond its prefill step, read here at another ISL than the twin's
-    with _quiet():
+    with quiet():
         from aiconfigurator.cli.api import cli_estimate
 
         agg = cli_estimate("Qwen/Qwen3-30B-A3B", "a100_sxm", mode="agg", backend_name="vllm", isl=1024, osl=32,

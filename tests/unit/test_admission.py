@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -35,7 +36,7 @@ from benchctl.aws.k8s.nodepool import render_nodepool
 from benchctl.aws.k8s.render import render_campaign
 from benchctl.planning import ceilings
 from tests.aws_checks import ADMISSION_FILE, K8S_VERSION, admission, upstream_api
-from tests.fakes.admission import Admission, Quantity
+from tests.fakes.admission import Admission, Quantity, defaulted
 from tests.fakes.eks_world import CID, FUNCTION_TOKENS, LOAD_IMAGE, NS, example_specs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +68,15 @@ def _prepull() -> JSON:
     return _rendered("smoke[managed-nodegroup]", "prepull", "DaemonSet")
 
 
+def _prefetch() -> JSON:  # the model prefetch: the HF token's Secret, the model volume read-write
+    return _rendered("auto-mode", "prefetch-job", "Job")
+
+
+SERVING, LOAD, POOLS = FUNCTION_GROUPS["Serving"], FUNCTION_GROUPS["Load"], FUNCTION_GROUPS["Pools"]
+# who writes each kind of object (stacks/kubernetes/benchctl-rbac.yaml)
+WRITER = {_dgd_efa: SERVING, _dgd_agg: SERVING, _runner_job: LOAD, _prepull: POOLS, _prefetch: POOLS}
+
+
 def _nodepool() -> JSON:
     return render_nodepool(SPECS["smoke[auto-mode]"], CID, "gpu-a100", 2)
 
@@ -77,7 +87,7 @@ def _admit(obj: JSON | None, *, operation: str = "CREATE", old: JSON | None = No
     assert target is not None
     r = RESOURCES[target["kind"]]
     return [m for _, _, m in (adm or admission()).admit(
-        operation=operation, api_version=r.api_version, plural=r.plural,
+        operation=operation, api_version=target.get("apiVersion", r.api_version), plural=r.plural,
         namespace=target["metadata"].get("namespace", ""), groups=list(groups), obj=obj, old=old)]
 
 
@@ -90,15 +100,50 @@ def _pod(obj: JSON, component: str | None = None) -> JSON:
 # ----------------------------------------------------------------------------- what benchctl renders
 
 
+def _writer(path: str, obj: JSON) -> str:
+    """The group of the function that writes a rendered object (stacks/kubernetes/benchctl-rbac.yaml): Pools the
+    node pools, the image pre-pull and the model prefetch; Load the runner Jobs; Serving the deployment and its
+    smoke Job."""
+    if obj["kind"] in ("NodePool", "DaemonSet") or path.endswith("prefetch-job.yaml"):
+        return FUNCTION_GROUPS["Pools"]
+    return FUNCTION_GROUPS["Load"] if "/jobs/" in path else FUNCTION_GROUPS["Serving"]
+
+
+def _shape(obj: JSON) -> str:
+    """An object with what no rule reads left out: its name, its experiment's, the arguments and env values of
+    every container and the command of an unprivileged one (the campaign label, which the service-account rule
+    reads, and every key, image and security setting are kept). Objects of one shape get one verdict."""
+    import json
+
+    obj = copy.deepcopy(obj)
+    experiment = obj["metadata"].get("labels", {}).get("benchctl.io/experiment", "")
+    obj["metadata"]["name"] = ""
+    specs = ([c["podTemplate"]["spec"] for c in obj["spec"]["components"] if "podTemplate" in c]
+             if obj["kind"] == "DynamoGraphDeployment" else [obj["spec"]["template"]["spec"]])
+    for pod in specs:
+        for c in pod.get("containers", []):
+            c.pop("args", None)
+            for e in c.get("env", []):
+                e["value"] = ""
+            if not (c.get("securityContext") or {}).get("privileged"):
+                c.pop("command", None)
+    text = json.dumps(obj, sort_keys=True)
+    return text.replace(f'"{experiment}"', '""') if experiment else text
+
+
 def test_every_manifest_benchctl_renders_for_every_example_is_admitted() -> None:
-    adm, n = admission(), 0
+    adm, n, shapes = admission(), 0, set()
     for name, spec in SPECS.items():
         for path, obj in render_campaign(spec, CID):
             if obj["kind"] not in RESOURCES:
                 continue
-            assert _admit(obj, adm=adm) == [], (name, path)
             n += 1
-    assert n > 150
+            key = (_writer(path, obj), _shape(obj))
+            if key in shapes:
+                continue
+            shapes.add(key)
+            assert _admit(obj, adm=adm, groups=(_writer(path, obj),)) == [], (name, path)
+    assert n > 150 and len(shapes) > 50
 
 
 def test_the_policies_and_every_manifest_under_stacks_kubernetes_are_valid_kubernetes_objects() -> None:
@@ -162,46 +207,232 @@ def _security(component: str | None, ctx: JSON) -> Callable[[JSON], JSON]:
     return change
 
 
-REFUSED: list[tuple[str, Callable[[], JSON], Callable[[JSON], JSON], str]] = [
-    ("foreign image in a worker", _dgd_efa, lambda o: _image(o, "docker.io/evil/root:1"), "allowed registries"),
-    ("look-alike registry", _dgd_efa, lambda o: _image(o, "nvcr.io/nvidia/ai-dynamo-evil/x:1"), "allowed registries"),
-    ("foreign image in a runner Job", _runner_job, lambda o: _image(o, "ghcr.io/x/aiperf:1", None), "allowed registries"),
-    ("foreign init container", _runner_job, lambda o: _init_image(o, "ghcr.io/x/y:1"), "allowed registries"),
-    ("foreign pre-pull image", _prepull, lambda o: _image(o, "quay.io/x/y:1", None), "allowed registries"),
-    ("hostNetwork", _dgd_agg, _set("frontend", hostNetwork=True), "hostNetwork, hostPID and hostIPC"),
-    ("hostPID", _runner_job, _set(None, hostPID=True), "hostNetwork, hostPID and hostIPC"),
-    ("hostIPC", _prepull, _set(None, hostIPC=True), "hostNetwork, hostPID and hostIPC"),
-    ("hostPath", _dgd_efa, _set("prefill", volumes=[{"name": "root", "hostPath": {"path": "/"}}]), "hostPath"),
-    ("privileged frontend", _dgd_efa, _security("frontend", {"privileged": True}), "only in prefill and decode"),
-    ("privileged aggregated worker", _dgd_agg, _security("worker", {"privileged": True}), "only in prefill and decode"),
-    ("capabilities in a worker", _dgd_agg, _security("worker", {"capabilities": {"add": ["SYS_ADMIN"]}}),
-     "only in prefill and decode"),
-    ("privileged runner Job", _runner_job, _security(None, {"privileged": True}), "only in prefill and decode"),
-    ("privileged pre-pull", _prepull, _security(None, {"privileged": True}), "only in prefill and decode"),
-    ("service account not listed", _runner_job, _set(None, serviceAccountName="admin"), "service account"),
-    ("deprecated serviceAccount field", _runner_job, _set(None, serviceAccount="admin"), "service account"),
-    ("service account in a DGD", _dgd_agg, _set("worker", serviceAccountName="dynamo-operator"), "service account"),
-    ("no managed-by label", _runner_job, lambda o: {**o, "metadata": {**o["metadata"], "labels": {
-        k: v for k, v in o["metadata"]["labels"].items() if k != "app.kubernetes.io/managed-by"}}}, "labelled"),
-    ("another campaign's service account", _runner_job, _set(None, serviceAccountName="other-campaign-1"),
-     "service account"),
-    ("another component type", _dgd_agg, lambda o: (o["spec"]["components"].append(
+def _container(component: str | None, **fields: Any) -> Callable[[JSON], JSON]:
+    def change(obj: JSON) -> JSON:
+        _pod(obj, component)["containers"][0].update(copy.deepcopy(fields))
+        return obj
+    return change
+
+
+def _volume(component: str | None, volume: JSON, mount: JSON | None = None) -> Callable[[JSON], JSON]:
+    def change(obj: JSON) -> JSON:
+        pod = _pod(obj, component)
+        pod.setdefault("volumes", []).append(copy.deepcopy(volume))
+        pod["containers"][0].setdefault("volumeMounts", []).append(
+            copy.deepcopy(mount or {"name": volume["name"], "mountPath": "/x"}))
+        return obj
+    return change
+
+
+def _model_read_write(obj: JSON) -> JSON:
+    for m in _pod(obj)["containers"][0]["volumeMounts"]:
+        if m["name"] == "model-cache":
+            m.pop("readOnly")
+    return obj
+
+
+def _component_field(**fields: Any) -> Callable[[JSON], JSON]:
+    def change(obj: JSON) -> JSON:
+        obj["spec"]["components"][0].update(copy.deepcopy(fields))
+        return obj
+    return change
+
+
+def _template_annotation(component: str | None, key: str, value: str) -> Callable[[JSON], JSON]:
+    def change(obj: JSON) -> JSON:
+        template = (next(c["podTemplate"] for c in obj["spec"]["components"] if c["type"] == component)
+                    if obj["kind"] == "DynamoGraphDeployment" else obj["spec"]["template"])
+        template.setdefault("metadata", {}).setdefault("annotations", {})[key] = value
+        return obj
+    return change
+
+
+def _v1alpha1(obj: JSON) -> JSON:
+    """The same payload as the upstream CRD's older version, whose pod specs sit under spec.services: the
+    rules reading spec.components see none of them."""
+    return {"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment", "metadata": obj["metadata"],
+            "spec": {"services": {"Worker": {"componentType": "worker", "replicas": 1, "extraPodSpec": {
+                "mainContainer": {"image": "docker.io/evil/root:1", "securityContext": {"privileged": True}},
+                "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}}}}
+
+
+HOSTILE_POD: JSON = {"containers": [{"name": "x", "image": "docker.io/evil/root:1",
+                                     "securityContext": {"privileged": True}}],
+                     "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}
+PRIVILEGED = {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}}
+
+# (case, class, the object as its writer renders it, the change, a phrase of the rule that refuses it)
+REFUSED: list[tuple[str, str, Callable[[], JSON], Callable[[JSON], JSON], str]] = [
+    # images
+    ("foreign image in a worker", "images", _dgd_efa, lambda o: _image(o, "docker.io/evil/root:1"), "allowed registries"),
+    ("look-alike registry", "images", _dgd_efa, lambda o: _image(o, "nvcr.io/nvidia/ai-dynamo-evil/x:1"),
+     "allowed registries"),
+    ("foreign image in a runner Job", "images", _runner_job, lambda o: _image(o, "ghcr.io/x/aiperf:1", None),
+     "allowed registries"),
+    ("foreign pre-pull image", "images", _prepull, lambda o: _image(o, "quay.io/x/y:1", None), "allowed registries"),
+    # a DynamoGraphDeployment's other pod templates and versions
+    ("checkpoint job pod template", "dgd", _dgd_agg, _component_field(experimental={"checkpoint": {
+        "enabled": True, "job": {"podTemplate": {"spec": HOSTILE_POD}}}}), "only the fields benchctl renders"),
+    ("frontend sidecar", "dgd", _dgd_agg, _component_field(frontendSidecar={"image": "docker.io/evil/root:1"}),
+     "only the fields benchctl renders"),
+    ("multinode", "dgd", _dgd_agg, _component_field(multinode={"nodeCount": 2}), "only the fields benchctl renders"),
+    ("a spec-level field", "dgd", _dgd_agg, lambda o: (o["spec"].update(env=[{"name": "X", "value": "1"}]), o)[1],
+     "only the fields benchctl renders"),
+    ("v1alpha1 services with extraPodSpec", "version", _dgd_agg, _v1alpha1, "only as nvidia.com/v1beta1"),
+    ("another component type", "dgd", _dgd_agg, lambda o: (o["spec"]["components"].append(
         {**copy.deepcopy(o["spec"]["components"][0]), "name": "Epp", "type": "epp"}), o)[1],
      "frontend, worker, prefill or decode"),
+    # pod templates
+    ("apparmor unconfined annotation", "templates", _runner_job,
+     _template_annotation(None, "container.apparmor.security.beta.kubernetes.io/aiperf", "unconfined"),
+     "only labels and the annotation"),
+    ("an annotation on a worker", "templates", _dgd_agg, _template_annotation("worker", "x", "y"),
+     "only labels and the annotation"),
+    # pod specs
+    ("hostNetwork", "pod", _dgd_agg, _set("frontend", hostNetwork=True), "hostNetwork, hostPID and hostIPC"),
+    ("hostPID", "pod", _runner_job, _set(None, hostPID=True), "hostNetwork, hostPID and hostIPC"),
+    ("hostIPC", "pod", _prepull, _set(None, hostIPC=True), "hostNetwork, hostPID and hostIPC"),
+    ("nodeName with tolerate-all", "pod", _runner_job,
+     _set(None, nodeName="ip-10-0-0-1", tolerations=[{"operator": "Exists"}]), "a pod spec holds only"),
+    ("an init container", "pod", _runner_job, lambda o: _init_image(o, LOAD_IMAGE), "a pod spec holds only"),
+    ("a foreign init container", "pod", _runner_job, lambda o: _init_image(o, "ghcr.io/x/y:1"), "allowed registries"),
+    ("shareProcessNamespace", "pod", _dgd_agg, _set("worker", shareProcessNamespace=True), "a pod spec holds only"),
+    ("runtimeClassName", "pod", _prepull, _set(None, runtimeClassName="unconfined"), "a pod spec holds only"),
+    ("hostAliases", "pod", _runner_job, _set(None, hostAliases=[{"ip": "10.0.0.1", "hostnames": ["s3.amazonaws.com"]}]),
+     "a pod spec holds only"),
+    # containers
+    ("envFrom a Secret", "containers", _runner_job, _container(None, envFrom=[{"secretRef": {"name": "hf-token"}}]),
+     "a container holds only"),
+    ("env from a Secret", "containers", _dgd_agg, _container("worker", env=[
+        {"name": "T", "valueFrom": {"secretKeyRef": {"name": "other-campaign-key", "key": "k"}}}]),
+     "a container holds only"),
+    ("hostPort", "containers", _dgd_agg, _container("frontend", ports=[{"containerPort": 80, "hostPort": 80}]),
+     "a container holds only"),
+    ("a lifecycle hook", "containers", _runner_job, _container(None, lifecycle={"postStart": {"exec": {
+        "command": ["sh", "-c", "curl evil"]}}}), "a container holds only"),
+    ("subPath", "containers", _runner_job, lambda o: (_pod(o)["containers"][0]["volumeMounts"][0].update(
+        subPath="../../"), o)[1], "a container holds only"),
+    # volumes
+    ("hostPath", "volumes", _dgd_efa, _set("prefill", volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+     "hostPath"),
+    ("a Secret volume in a runner Job", "volumes", _runner_job,
+     _volume(None, {"name": "s", "secret": {"secretName": "hf-token"}}), "a Secret or a read-write"),
+    ("a Secret volume in a worker", "volumes", _dgd_agg,
+     _volume("worker", {"name": "s", "secret": {"secretName": "hf-token"}}), "a Secret or a read-write"),
+    ("the model volume read-write in a runner Job", "volumes", _runner_job, _model_read_write,
+     "a Secret or a read-write"),
+    ("nfs", "volumes", _runner_job, _volume(None, {"name": "n", "nfs": {"server": "10.0.0.1", "path": "/"}}),
+     "volumes are emptyDir"),
+    ("gitRepo", "volumes", _dgd_agg, _volume("worker", {"name": "g", "gitRepo": {"repository": "https://x/y"}}),
+     "volumes are emptyDir"),
+    ("inline CSI", "volumes", _prepull, _volume(None, {"name": "c", "csi": {"driver": "secrets-store.csi.k8s.io"}}),
+     "volumes are emptyDir"),
+    ("a projected service account token", "volumes", _runner_job, _volume(None, {"name": "t", "projected": {
+        "sources": [{"serviceAccountToken": {"path": "token", "audience": "sts.amazonaws.com"}}]}}),
+     "volumes are emptyDir"),
+    ("a configMap", "volumes", _runner_job, _volume(None, {"name": "m", "configMap": {"name": "aws-auth"}}),
+     "volumes are emptyDir"),
+    # privilege outside the EFA workers, and what the EFA workers may run
+    ("privileged frontend", "privilege", _dgd_efa, _security("frontend", {"privileged": True}),
+     "only in prefill and decode"),
+    ("privileged aggregated worker", "privilege", _dgd_agg, _security("worker", {"privileged": True}),
+     "only in prefill and decode"),
+    ("capabilities in a worker", "privilege", _dgd_agg, _security("worker", {"capabilities": {"add": ["SYS_ADMIN"]}}),
+     "only in prefill and decode"),
+    ("privileged runner Job", "privilege", _runner_job, _security(None, {"privileged": True}),
+     "only in prefill and decode"),
+    ("privileged pre-pull", "privilege", _prepull, _security(None, {"privileged": True}), "only in prefill and decode"),
+    ("a privileged worker with another allowed image", "privilege", _dgd_efa,
+     lambda o: _image(o, "python:3.12-slim", "prefill"), "runs only the Dynamo runtime"),
+    ("a privileged worker with another command", "privilege", _dgd_efa,
+     _container("decode", command=["bash", "-c", "nsenter -t 1 -m sh"]), "runs only the Dynamo runtime"),
+    ("root in a runner Job", "security", _runner_job, _security(None, {"runAsUser": 0}), "may only tighten"),
+    ("a root pod", "security", _runner_job, lambda o: (_pod(o)["securityContext"].update(runAsUser=0), o)[1],
+     "may only tighten"),
+    ("runAsNonRoot false", "security", _dgd_agg, _security("frontend", {"runAsNonRoot": False}), "may only tighten"),
+    ("allowPrivilegeEscalation", "security", _runner_job, _security(None, {"allowPrivilegeEscalation": True}),
+     "may only tighten"),
+    ("seccomp Unconfined", "security", _prepull, _security(None, {"seccompProfile": {"type": "Unconfined"}}),
+     "may only tighten"),
+    ("a pod's seccomp Unconfined", "security", _runner_job, lambda o: (_pod(o)["securityContext"].update(
+        seccompProfile={"type": "Unconfined"}), o)[1], "may only tighten"),
+    ("procMount Unmasked", "security", _runner_job, _security(None, {"procMount": "Unmasked"}), "may only tighten"),
+    # identities
+    ("service account not listed", "accounts", _runner_job, _set(None, serviceAccountName="admin"), "service account"),
+    ("deprecated serviceAccount field", "accounts", _runner_job, _set(None, serviceAccount="admin"), "service account"),
+    ("service account in a DGD", "accounts", _dgd_agg, _set("worker", serviceAccountName="dynamo-operator"),
+     "service account"),
+    ("another campaign's service account", "accounts", _runner_job, _set(None, serviceAccountName="other-campaign-1"),
+     "service account"),
+    ("the campaign's runner account in a worker", "accounts", _dgd_agg,
+     lambda o: _set("worker", serviceAccountName=o["metadata"]["labels"]["benchctl.io/campaign"])(o), "service account"),
+    ("the campaign's runner account in the prefetch", "accounts", _prefetch,
+     lambda o: _set(None, serviceAccountName=o["metadata"]["labels"]["benchctl.io/campaign"])(o), "service account"),
+    # the label everything is deleted by
+    ("no managed-by label", "labelled", _runner_job, lambda o: {**o, "metadata": {**o["metadata"], "labels": {
+        k: v for k, v in o["metadata"]["labels"].items() if k != "app.kubernetes.io/managed-by"}}}, "labelled"),
 ]
+FIRST_OF_CLASS = {next(c[0] for c in REFUSED if c[1] == kind) for kind in {c[1] for c in REFUSED}}
+# a label-chosen service account: a runner Job naming its campaign's account, written by a function that runs no
+# runner (Load runs them; Plan runs its preflight Jobs as the runner, to prove its identity before any scaling)
+LABEL_CHOSEN = [FUNCTION_GROUPS[f] for f in ("Pools", "Serving", "Teardown", "Sweep")]
 
 
-@pytest.mark.parametrize(("case", "make", "change", "rule"), REFUSED, ids=[c[0] for c in REFUSED])
-def test_a_workload_breaking_a_rule_is_refused_naming_it(case: str, make: Callable[[], JSON],
+@pytest.mark.parametrize(("case", "kind", "make", "change", "rule"), REFUSED, ids=[c[0] for c in REFUSED])
+def test_a_workload_breaking_a_rule_is_refused_naming_it(case: str, kind: str, make: Callable[[], JSON],
                                                          change: Callable[[JSON], JSON], rule: str) -> None:
-    obj = make()
-    assert _admit(obj) == []  # the rendered object is admitted ...
-    changed = change(obj)
-    refused = _admit(changed)  # ... and the change alone refused, naming the rule
-    assert len(refused) == 1 and rule in refused[0], refused
-    assert refused[0].startswith("ValidatingAdmissionPolicy 'benchctl-workloads' with binding 'benchctl-workloads' "
-                                 "denied request: ")
-    assert _admit(changed, operation="UPDATE", old=make()) == refused  # a replace is held the same way
+    writer = (WRITER[make],)
+    assert _admitted_as_rendered(make)  # the rendered object is admitted from its writer ...
+    changed = change(make())
+    refused = _admit(changed, groups=writer)  # ... and the change refused, naming the rule
+    assert any(rule in m for m in refused), refused
+    assert all(m.startswith("ValidatingAdmissionPolicy 'benchctl-workloads' with binding 'benchctl-workloads' "
+                            "denied request: ") for m in refused)
+    if case in FIRST_OF_CLASS and changed["apiVersion"] == make()["apiVersion"]:  # a replace is held the same way
+        assert _admit(changed, operation="UPDATE", old=make(), groups=writer) == refused
+
+
+@functools.cache
+def _admitted_as_rendered(make: Callable[[], JSON]) -> bool:
+    return _admit(make(), groups=(WRITER[make],)) == []
+
+
+def test_the_refused_cases_cover_every_class_of_the_policy() -> None:
+    classes = {kind for _, kind, *_ in REFUSED}
+    assert classes == {"images", "dgd", "version", "templates", "pod", "containers", "volumes", "privilege",
+                       "security", "accounts", "labelled"}
+
+
+@pytest.mark.parametrize("group", LABEL_CHOSEN)
+def test_a_runner_account_is_admitted_only_from_the_functions_that_run_runners(group: str) -> None:
+    job = _runner_job()
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == job["metadata"]["labels"]["benchctl.io/campaign"]
+    assert _admit(job, groups=(LOAD,)) == [] and _admit(job, groups=(FUNCTION_GROUPS["Plan"],)) == []
+    refused = _admit(job, groups=(group,))
+    assert any("service account" in m for m in refused), refused
+
+
+def test_the_prefetch_alone_reads_the_token_and_writes_the_model_volume() -> None:
+    prefetch = _prefetch()
+    pod = _pod(prefetch)
+    assert any("secret" in v for v in pod["volumes"])
+    assert any(m["name"] == "model-cache" and not m.get("readOnly") for m in pod["containers"][0]["volumeMounts"])
+    assert _admit(prefetch, groups=(POOLS,)) == []
+    assert _admit(prefetch, groups=(SERVING,)) == []  # Serving starts it when Pools did not
+    for group in (LOAD, FUNCTION_GROUPS["Plan"], FUNCTION_GROUPS["Teardown"]):  # from any other function: refused
+        assert any("a Secret or a read-write" in m for m in _admit(prefetch, groups=(group,)))
+
+
+def test_the_fake_sees_what_the_api_server_defaults_before_admission() -> None:
+    """The allow-lists admit the fields Kubernetes defaults into every pod template before validating admission
+    runs (a fake that skipped defaulting would pass an allow-list that refuses every Job on a real cluster)."""
+    seen = defaulted(_runner_job())
+    assert seen is not None
+    pod = seen["spec"]["template"]["spec"]
+    assert {"dnsPolicy", "restartPolicy", "schedulerName", "terminationGracePeriodSeconds"} <= set(pod)
+    assert {"imagePullPolicy", "terminationMessagePath", "terminationMessagePolicy"} <= set(pod["containers"][0])
+    assert seen["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/job-name"] == seen["metadata"]["name"]
+    assert _admit(_runner_job(), groups=(LOAD,)) == []
 
 
 def test_privileged_prefill_and_decode_workers_and_the_campaigns_or_a_listed_service_account_are_admitted() -> None:
@@ -209,17 +440,22 @@ def test_privileged_prefill_and_decode_workers_and_the_campaigns_or_a_listed_ser
     assert _pod(dgd, "prefill")["containers"][0]["securityContext"]["privileged"] is True
     assert _pod(dgd, "decode")["containers"][0]["securityContext"]["privileged"] is True
     assert _admit(dgd) == []
-    # the runner's own campaign's service account (named after the campaign id, its label)
+    # the runner's own campaign's service account (named after the campaign id, its label), from Load
     job = _runner_job()
-    assert _admit(_set(None, serviceAccountName=job["metadata"]["labels"]["benchctl.io/campaign"],
-                       hostNetwork=False)(job)) == []
+    assert _admit(_set(None, serviceAccountName=job["metadata"]["labels"]["benchctl.io/campaign"])(job),
+                  groups=(LOAD,)) == []
     # a deployment's listed one (none by default: every runner has its campaign's own)
     listed = Admission(list(yaml.safe_load_all(ADMISSION_FILE.read_text())), [admission_params(
         allow_list_from_ceilings(ceilings.default(), service_accounts=("team-runner",),
                                  load_image_registry=LOAD_IMAGE.split("/")[0] + "/"))])
-    assert _admit(_set(None, serviceAccountName="team-runner")(_runner_job()), adm=listed) == []
-    assert _admit(_set(None, serviceAccountName="team-runner")(_runner_job())) != []
+    assert _admit(_set(None, serviceAccountName="team-runner")(_runner_job()), adm=listed, groups=(LOAD,)) == []
+    assert _admit(_set(None, serviceAccountName="team-runner")(_runner_job()), groups=(LOAD,)) != []
     assert _admit(_security("frontend", {"privileged": False})(_dgd_agg())) == []
+    # what a container may tighten is admitted anywhere
+    tight = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+             "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}, "readOnlyRootFilesystem": True}
+    assert _admit(_security(None, tight)(_runner_job()), groups=(LOAD,)) == []
+    assert _admit(_security("frontend", tight)(_dgd_agg())) == []
 
 
 def test_requests_of_other_users_are_not_this_policys_business() -> None:

@@ -39,7 +39,8 @@ from benchctl.lake.ingest import (
     ingest_artifacts,
 )
 from benchctl.local.lake import LocalLake
-from benchctl.spec.model import CampaignSpec, parse_spec, parse_spec_text
+from benchctl.spec.model import MAX_PROBLEMS, MAX_SPEC_ITEMS, CampaignSpec, parse_spec, parse_spec_text
+from benchctl.spec.workloads import MAX_LOADS
 from tests.fakes.ports import SAMPLES, sample_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -586,6 +587,31 @@ def test_every_list_of_the_spec_has_a_cap() -> None:
 
     walk(CampaignSpec)
     assert uncapped == []
+    # and no cap is above the bound the raw data is held to before the models see it
+    caps = [m.max_length for model in seen for f in model.model_fields.values() for m in f.metadata
+            if getattr(m, "max_length", None) is not None and "list[" in str(f.annotation)]
+    assert caps and max(caps) <= MAX_SPEC_ITEMS and MAX_LOADS <= MAX_SPEC_ITEMS
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    ({"workloads": [{"kind": "concurrency_sweep", "concurrency": list(range(1, 27_000))}]},
+     r"^workloads\[0\]\.concurrency: 26999 items; a spec's lists hold at most 64$"),
+    ({"pricing": {"instances": {f"x{i}.large": {"usd_per_hour": 1} for i in range(6000)}}},
+     r"^pricing\.instances: 6000 keys; a spec's mappings hold at most 256$"),
+    ({**{f"k{i}": i for i in range(20_000)}}, r"^\(spec\): 20000 keys"),
+])
+def test_lists_and_mappings_larger_than_any_valid_specs_are_refused_before_validation(data: Any, problem: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec({**SMOKE, **data} if "k0" not in data else data, "spec.yaml")
+    assert len(err.value.problems) == 1 and re.match(problem, err.value.problems[0]), err.value.problems
+
+
+def test_at_most_fifty_problems_are_listed_and_the_rest_counted() -> None:
+    data = {**SMOKE, **{f"unknown_{i}": i for i in range(80)}}
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "spec.yaml")
+    assert len(err.value.problems) == MAX_PROBLEMS + 1
+    assert err.value.problems[-1] == "(spec): and 30 more problems"
 
 
 @pytest.mark.parametrize("image", [

@@ -67,6 +67,8 @@ class AdmissionAllowList:
     image_prefixes: tuple[str, ...]
     instance_types: tuple[str, ...]
     service_accounts: tuple[str, ...]
+    # the images a privileged (EFA) prefill or decode worker may run: the Dynamo runtime's repositories only
+    privileged_image_prefixes: tuple[str, ...] = ()
     max_nodes_per_pool: int = 8
     node_class: str = "default"
     namespace: str = "dynamo-bench"
@@ -74,7 +76,10 @@ class AdmissionAllowList:
 
     def __post_init__(self) -> None:
         problems = [f"image prefix {p!r}: must end in '/', ':' or '@' (a registry, repository or one "
-                    "repository's tags)" for p in self.image_prefixes if not p or p[-1] not in "/:@" or " " in p]
+                    "repository's tags)" for p in (*self.image_prefixes, *self.privileged_image_prefixes)
+                    if not p or p[-1] not in "/:@" or " " in p]
+        problems += [f"privileged image prefix {p!r}: not under the allowed images" for p in self.privileged_image_prefixes
+                     if not any(p.startswith(q) for q in self.image_prefixes)]
         problems += [f"instance type {t!r}: unknown" for t in self.instance_types if t not in NODE_CAPACITY]
         problems += [f"service account {s!r}: empty or with a space" for s in self.service_accounts if not s or " " in s]
         if self.max_nodes_per_pool < 1:
@@ -103,19 +108,31 @@ def image_prefixes(repository: str) -> tuple[str, ...]:
     return tuple(f"{n}{c}" for n in names for c in "/:@")
 
 
+# the Dynamo runtime images' repositories (NGC): the only images a privileged worker may run
+DYNAMO_RUNTIME_REPOSITORIES = "nvcr.io/nvidia/ai-dynamo"
+
+
 def allow_list_from_ceilings(ceilings: Ceilings, *, load_image_registry: str | None = None,
                              namespace: str = "dynamo-bench", node_class: str = "default",
-                             service_accounts: tuple[str, ...] = ()) -> AdmissionAllowList:
+                             service_accounts: tuple[str, ...] = (),
+                             privileged_image_prefixes: tuple[str, ...] | None = None) -> AdmissionAllowList:
     """The allow-list from the deployment's ceilings (CDK context ``benchctl:ceilings``, the same the CLI, Plan
     and ScalePools hold specs to): the allowed image repositories, instance types and nodes per pool.
     ``load_image_registry`` (the stack's ECR registry, ``ACCOUNT.dkr.ecr.REGION.amazonaws.com/``) is added to
-    the image prefixes."""
+    the image prefixes. A privileged worker's image: by default, the allowed repositories under the Dynamo
+    runtime's (an EFA image built elsewhere: name its repository's prefix in ``privileged_image_prefixes``)."""
     prefixes = tuple(p for repo in ceilings.image_repositories for p in image_prefixes(repo))
     if load_image_registry:
         prefixes += (load_image_registry,)
+    if privileged_image_prefixes is None:
+        privileged_image_prefixes = tuple(p for repo in ceilings.image_repositories
+                                          if repo == DYNAMO_RUNTIME_REPOSITORIES
+                                          or repo.startswith(DYNAMO_RUNTIME_REPOSITORIES + "/")
+                                          for p in image_prefixes(repo))
     return AdmissionAllowList(image_prefixes=prefixes, instance_types=tuple(sorted(ceilings.instance_types)),
                               service_accounts=service_accounts, max_nodes_per_pool=ceilings.max_nodes_per_pool,
-                              node_class=node_class, namespace=namespace)
+                              node_class=node_class, namespace=namespace,
+                              privileged_image_prefixes=privileged_image_prefixes)
 
 
 DEFAULT_ALLOW_LIST = allow_list_from_ceilings(ceiling_rules.resolve(None, {}))  # the project's cdk.json
@@ -130,6 +147,7 @@ def admission_params(allow: AdmissionAllowList = DEFAULT_ALLOW_LIST) -> JSON:
         "metadata": {"name": PARAMS_NAME, "namespace": allow.namespace, "labels": {LABEL_MANAGED: MANAGED_BY}},
         "data": {
             "imagePrefixes": " ".join(allow.image_prefixes),
+            "privilegedImagePrefixes": " ".join(allow.privileged_image_prefixes),
             "serviceAccounts": " ".join(allow.service_accounts),
             "instanceTypes": " ".join(allow.instance_types),
             "maxCpu": str(cpu), "maxMemory": memory, "maxGpus": str(gpus),
