@@ -42,7 +42,7 @@ from benchctl.spec.settings import (  # Kubernetes and image_tag_version: here t
     WarmUp,
     image_tag_version,
 )
-from benchctl.spec.text import read_capped, spec_data
+from benchctl.spec.text import MAX_SPEC_ITEMS, MAX_SPEC_KEYS, read_capped, spec_data
 from benchctl.spec.tune import Tune, tune_problems, tune_value
 from benchctl.spec.workloads import (  # the workloads' models: benchctl.spec.workloads
     WORKLOAD_KINDS,
@@ -352,12 +352,9 @@ def _problems(err: ValidationError) -> list[str]:
     return lines
 
 
-# No list of a valid spec holds more than MAX_SPEC_ITEMS items (the largest cap of any list field: 64 loads,
-# comparisons or overrides) and no mapping more than MAX_SPEC_KEYS keys: larger ones are refused before the
-# models see them (validating thousands of items only to refuse them took a second at the size cap), and at
-# most MAX_PROBLEMS problems are listed.
-MAX_SPEC_ITEMS = 64
-MAX_SPEC_KEYS = 256
+# Lists and mappings larger than any valid spec's (benchctl.spec.text: MAX_SPEC_ITEMS, MAX_SPEC_KEYS) are
+# refused before the models see them, also in data that came from JSON or an event; at most MAX_PROBLEMS
+# problems are listed.
 MAX_PROBLEMS = 50
 
 

@@ -29,6 +29,11 @@ from benchctl.errors import SpecError
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_DEPTH = 20
+# No list of a valid spec holds more than MAX_SPEC_ITEMS items (the largest cap of any list field: 64 loads,
+# comparisons or overrides) and no mapping more than MAX_SPEC_KEYS keys: larger ones are refused as they are
+# read (validating thousands of items only to refuse them took seconds at the size cap)
+MAX_SPEC_ITEMS = 64
+MAX_SPEC_KEYS = 256
 
 
 def size_problem(size: int) -> str | None:
@@ -69,9 +74,11 @@ def _check_events(text: str) -> None:
 
     loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     depth = 0
+    sizes: list[list[int]] = []  # per open collection: [nodes in it, 1 for a mapping (key + value) else 0]
     try:
         for event in yaml.parse(text, Loader=loader_class):
             depth = _check_event(event, depth)
+            _check_size(event, sizes)
     except yaml.MarkedYAMLError as err:  # libyaml's own limit (1000 levels), met while scanning ahead
         mark = err.problem_mark
         if "maximum nesting depth" not in str(err) or mark is None:
@@ -103,6 +110,25 @@ def _check_event(event: Any, depth: int) -> int:
     elif isinstance(event, CollectionEndEvent):
         depth -= 1
     return depth
+
+
+def _check_size(event: Any, sizes: list[list[int]]) -> None:
+    """Count the nodes of each open collection; one past what any valid spec holds is refused where it stands."""
+    from yaml.events import CollectionEndEvent, MappingStartEvent, NodeEvent, SequenceStartEvent
+
+    if isinstance(event, NodeEvent) and sizes:  # a scalar, an alias, or a collection's start: one node more
+        top = sizes[-1]
+        top[0] += 1
+        mapping = top[1] == 1
+        if (top[0] + 1) // 2 > MAX_SPEC_KEYS if mapping else top[0] > MAX_SPEC_ITEMS:
+            what = (f"a mapping of more than {MAX_SPEC_KEYS} keys" if mapping
+                    else f"a list of more than {MAX_SPEC_ITEMS} items")
+            raise _Refused(*_where(event), f"{what}: no valid spec holds one (its lists hold at most "
+                                           f"{MAX_SPEC_ITEMS} items, its mappings {MAX_SPEC_KEYS} keys)")
+    if isinstance(event, (MappingStartEvent, SequenceStartEvent)):
+        sizes.append([0, 1 if isinstance(event, MappingStartEvent) else 0])
+    elif isinstance(event, CollectionEndEvent):
+        sizes.pop()
 
 
 def _safe_loader(text: str) -> Any:

@@ -368,6 +368,10 @@ REFUSED: list[tuple[str, str, Callable[[], JSON], Callable[[JSON], JSON], str]] 
      lambda o: _set("worker", serviceAccountName=o["metadata"]["labels"]["benchctl.io/campaign"])(o), "service account"),
     ("the campaign's runner account in the prefetch", "accounts", _prefetch,
      lambda o: _set(None, serviceAccountName=o["metadata"]["labels"]["benchctl.io/campaign"])(o), "service account"),
+    ("a runner Job mounting its token", "accounts", _runner_job, _set(None, automountServiceAccountToken=True),
+     "mounts no service account token"),
+    ("a pre-pull with the default token mount", "accounts", _prepull,
+     lambda o: (_pod(o).pop("automountServiceAccountToken"), o)[1], "mounts no service account token"),
     # the label everything is deleted by
     ("no managed-by label", "labelled", _runner_job, lambda o: {**o, "metadata": {**o["metadata"], "labels": {
         k: v for k, v in o["metadata"]["labels"].items() if k != "app.kubernetes.io/managed-by"}}}, "labelled"),
@@ -531,6 +535,10 @@ NP_REFUSED: list[tuple[str, Callable[[JSON], JSON], str]] = [
     ("cpu past the ceiling", _np_set(("spec", "limits", "cpu"), "1537"), "within the deployment's ceilings"),
     ("memory past the ceiling", _np_set(("spec", "limits", "memory"), "17Ti"), "within the deployment's ceilings"),
     ("GPUs past the ceiling", _np_set(("spec", "limits", "nvidia.com/gpu"), 512), "within the deployment's ceilings"),
+    ("a weight over other NodePools", _np_set(("spec", "weight"), 100), "has no weight and carries the taint"),
+    ("no GPU taint", _np_set(("spec", "template", "spec", "taints"), []), "has no weight and carries the taint"),
+    ("a taint another pod tolerates", _np_set(("spec", "template", "spec", "taints"), [
+        {"key": "team-a", "effect": "NoSchedule"}]), "has no weight and carries the taint"),
     ("another NodeClass", _np_set(("spec", "template", "spec", "nodeClassRef", "name"), "admin-class"),
      "the deployment's NodeClass"),
 ]

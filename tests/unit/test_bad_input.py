@@ -39,7 +39,8 @@ from benchctl.lake.ingest import (
     ingest_artifacts,
 )
 from benchctl.local.lake import LocalLake
-from benchctl.spec.model import MAX_PROBLEMS, MAX_SPEC_ITEMS, CampaignSpec, parse_spec, parse_spec_text
+from benchctl.spec.model import MAX_PROBLEMS, CampaignSpec, parse_spec, parse_spec_text
+from benchctl.spec.text import MAX_SPEC_ITEMS
 from benchctl.spec.workloads import MAX_LOADS
 from tests.fakes.ports import SAMPLES, sample_records
 
@@ -604,6 +605,18 @@ def test_lists_and_mappings_larger_than_any_valid_specs_are_refused_before_valid
     with pytest.raises(SpecError) as err:
         parse_spec({**SMOKE, **data} if "k0" not in data else data, "spec.yaml")
     assert len(err.value.problems) == 1 and re.match(problem, err.value.problems[0]), err.value.problems
+
+
+@pytest.mark.parametrize(("tail", "what"), [
+    ("x: [" + ", ".join(["1"] * 65) + "]\n", "a list of more than 64 items"),
+    ("x:\n" + "".join(f"  k{i}: {i}\n" for i in range(257)), "a mapping of more than 256 keys"),
+])
+def test_a_yaml_list_or_mapping_larger_than_any_valid_specs_is_refused_where_it_stands(tail: str, what: str) -> None:
+    text = (ROOT / "examples" / "smoke.yaml").read_text(encoding="utf-8") + tail
+    with pytest.raises(SpecError) as err:
+        parse_spec_text(text, "spec.yaml")
+    (problem,) = err.value.problems
+    assert problem.startswith("(file): line ") and what in problem, problem
 
 
 def test_at_most_fifty_problems_are_listed_and_the_rest_counted() -> None:
