@@ -79,7 +79,7 @@ def world(templates: dict[str, JSON]) -> Iterator[tuple[dict[str, Any], Enforcem
         eks.create_nodegroup(clusterName=CLUSTER, nodegroupName="gpu-p4d", nodeRole=node_role, subnets=["subnet-1"],
                              instanceTypes=["p4d.24xlarge"])
         ec2 = root.client("ec2", endpoint_url=url)
-        ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        ami = ec2.register_image(Name="gpu-node", RootDeviceName="/dev/xvda")["ImageId"]  # (moto's AMI catalogue is off in tests)
         ec2.run_instances(ImageId=ami, InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)  # another team's
         sessions = {name: boto3.session.Session(
             aws_access_key_id=c["AWS_ACCESS_KEY_ID"], aws_secret_access_key=c["AWS_SECRET_ACCESS_KEY"],
