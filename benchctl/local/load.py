@@ -25,7 +25,9 @@ The runner stops its runs and exits when it is stopped or when this process goes
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -82,6 +84,7 @@ class LocalLoad:
 
     def __init__(self, log_dir: Path | None = None) -> None:
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        self._mmap_dir: str | None = None
         self._runner: JSON | None = None
         self._pipe: Any = None
         self._lock = threading.Lock()
@@ -95,7 +98,12 @@ class LocalLoad:
             raise ValueError("the load runner needs a log directory (LocalLoad(log_dir)) or a step's log")
         log_path = (self.log_dir / "aiperf-runner.log") if self.log_dir else Path(str(log)).parent / "aiperf-runner.log"
         # AIPerf's services talk over IPC; the shim keeps any TCP listener it may open on loopback too
-        env = {**aiperf_env(), **loopback.preload_env(), "BENCHCTL_RUNNER_TOKENIZER": modeldir.TOKENIZER_NAME}
+        # AIPerf writes each run's dataset as memory-mapped files under aiperf_mmap_<id>/ in its base path
+        # (default: the system's temp directory, where they stay: ~200 KB a step, thousands after a few
+        # campaigns): under a directory of the runner's own, removed with it (close)
+        self._mmap_dir = self._mmap_dir or tempfile.mkdtemp(prefix="benchctl-aiperf-mmap-")
+        env = {**aiperf_env(), **loopback.preload_env(), "BENCHCTL_RUNNER_TOKENIZER": modeldir.TOKENIZER_NAME,
+               "AIPERF_DATASET_MMAP_BASE_PATH": self._mmap_dir}
         rec = processes.start("aiperf-runner", [sys.executable, "-m", "benchctl.load_runner"], env,
                               log_path, stdin_pipe=True)
         self._runner, self._pipe = rec, processes.stdin_of(rec)
@@ -116,6 +124,9 @@ class LocalLoad:
             if self._runner is not None:
                 processes.stop([self._runner], grace_s=_STOP_GRACE_S + 5)
             self._runner, self._pipe = None, None
+            if self._mmap_dir is not None:  # the runner and its runs are stopped: their datasets go too
+                shutil.rmtree(self._mmap_dir, ignore_errors=True)
+                self._mmap_dir = None
 
     # ------------------------------------------------------------------------------------ the port
 

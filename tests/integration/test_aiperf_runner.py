@@ -76,6 +76,25 @@ def test_forked_runs_end_with_aiperfs_own_exit_code_and_nothing_is_left(tmp_path
     assert all(not processes.is_alive(s["process"]) for s in states)
 
 
+def test_aiperfs_dataset_files_live_under_the_runners_own_directory_and_go_with_it(tmp_path: Path) -> None:
+    """AIPerf writes each run's dataset as memory-mapped files in aiperf_mmap_<id>/ (by default in the system's temp
+    directory, where the directory stays after the run: one per step, thousands after a few campaigns): the runner
+    gives it a directory of its own, removed when the runner stops."""
+    import tempfile
+
+    load = LocalLoad(tmp_path / "cache")
+    try:
+        state = load.launch(_unserved(tmp_path, "mmap"))
+        assert _wait(load, state) != 0  # nobody serves: what matters is the dataset it wrote first
+        own = Path(str(load._mmap_dir))
+        written = sorted(own.glob("aiperf_mmap_*"))
+        assert written, "AIPerf made no dataset directory under the runner's own"
+        assert not any((Path(tempfile.gettempdir()) / d.name).exists() for d in written)
+    finally:
+        load.close()
+    assert not own.exists()
+
+
 def _unserved(tmp: Path, job: str) -> LoadRequest:
     """A run against an endpoint nobody serves (loopback port 9): AIPerf configures everything (tokenizer,
     dataset from the built-in corpus), sends, every request fails, and it exits non-zero."""
