@@ -357,6 +357,13 @@ REFUSED: list[tuple[str, str, Callable[[], JSON], Callable[[JSON], JSON], str]] 
     ("a pod's seccomp Unconfined", "security", _runner_job, lambda o: (_pod(o)["securityContext"].update(
         seccompProfile={"type": "Unconfined"}), o)[1], "may only tighten"),
     ("procMount Unmasked", "security", _runner_job, _security(None, {"procMount": "Unmasked"}), "may only tighten"),
+    ("a runner without the restricted profile", "security", _runner_job,
+     lambda o: (_pod(o)["containers"][0].pop("securityContext"), o)[1], 'meets Pod Security "restricted"'),
+    ("a runner with a capability kept", "security", _runner_job,
+     _security(None, {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["NET_RAW"]}}),
+     'meets Pod Security "restricted"'),
+    ("a runner pod without its seccomp profile", "security", _runner_job,
+     lambda o: (_pod(o)["securityContext"].pop("seccompProfile"), o)[1], 'meets Pod Security "restricted"'),
     # identities
     ("service account not listed", "accounts", _runner_job, _set(None, serviceAccountName="admin"), "service account"),
     ("deprecated serviceAccount field", "accounts", _runner_job, _set(None, serviceAccount="admin"), "service account"),

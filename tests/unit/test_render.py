@@ -577,7 +577,11 @@ def test_one_runner_job_per_workload_with_its_steps_in_order_and_the_load_image(
         assert ctl["image"] == spec.kubernetes.uploader_image and ctl["command"] == ["sh", "-c", j.RUNNER_CONTROL_SCRIPT]
         # one user for both containers (they share each step's directory), the load image's own
         assert pod["securityContext"] == {"runAsUser": 10001, "runAsGroup": 10001, "runAsNonRoot": True,
-                                          "fsGroup": 10001, "fsGroupChangePolicy": "OnRootMismatch"}
+                                          "fsGroup": 10001, "fsGroupChangePolicy": "OnRootMismatch",
+                                          "seccompProfile": {"type": "RuntimeDefault"}}
+        # and Pod Security "restricted" for each container: no escalation, no capability
+        for c in (runner, ctl):
+            assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
         assert env["HOME"] == "/tmp"  # the AWS CLI image's home is root's
         assert ctl["resources"]["limits"] == ctl["resources"]["requests"] == {"cpu": "250m", "memory": "512Mi"}
         assert pod["serviceAccountName"] == CID  # the campaign's own (benchctl.aws.runner_identity)

@@ -69,10 +69,18 @@ CONTROL_HOME = "/tmp"  # the CLI's home (~/.aws): the image's /root is not this 
 
 def pod_security() -> JSON:
     """One user for every container of a load runner or preflight pod (the load image's), whose group also
-    owns the pod's volumes (``fsGroup``)."""
+    owns the pod's volumes (``fsGroup``), under the container runtime's default seccomp profile (Kubernetes' Pod
+    Security "restricted" profile, with :func:`container_security`)."""
     return {"runAsUser": LOAD_UID, "runAsGroup": LOAD_UID, "runAsNonRoot": True, "fsGroup": LOAD_UID,
             # a volume already owned by the group is not walked again (the model volume is large)
-            "fsGroupChangePolicy": "OnRootMismatch"}
+            "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security() -> JSON:
+    """What the "restricted" profile asks of each container of a runner or preflight pod: no privilege
+    escalation (no setuid binary gives AIPerf's process more than the load image's user) and every capability
+    dropped."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def off_gpu_pools(pools: Sequence[PoolSpec], campaign_id: str) -> JSON:
@@ -369,6 +377,7 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
                 "env": [*(dict(e) for e in OFFLINE_TOKENIZER_ENV), *env_tokenizer,
                         {"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "HOME", "value": CONTROL_HOME}],
                 "resources": {"limits": dict(resources), "requests": dict(resources)},
+                "securityContext": container_security(),
                 "volumeMounts": [*(dict(m) for m in mount), {**MODEL_MOUNT, "readOnly": True}],
             },
             {
@@ -381,6 +390,7 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
                         {"name": "BENCHCTL_RAW_PREFIX", "value": raw_prefix},
                         *aws_cli_env(region)],
                 "resources": {"limits": dict(CONTROL_RESOURCES), "requests": dict(CONTROL_RESOURCES)},
+                "securityContext": container_security(),
                 "volumeMounts": [dict(m) for m in mount],
             },
         ],

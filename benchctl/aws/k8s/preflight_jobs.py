@@ -24,7 +24,14 @@ from benchctl.aws.k8s.common import (
     raw_s3_uri,
     runner_service_account,
 )
-from benchctl.aws.k8s.jobs import CONTROL_RESOURCES, aws_cli_env, cpu_pod, job_object, pod_security
+from benchctl.aws.k8s.jobs import (
+    CONTROL_RESOURCES,
+    aws_cli_env,
+    container_security,
+    cpu_pod,
+    job_object,
+    pod_security,
+)
 from benchctl.campaign.runstate import runner_key
 from benchctl.planning import aiperf_args
 from benchctl.planning.quotas import egress_targets
@@ -152,7 +159,8 @@ def render_preflight_job(spec: CampaignSpec, campaign_id: str, check: str, *, ru
     # and its control container), on a node no GPU pool of the spec owns: that it runs proves a runner fits
     resources = (runner_pod_resources(spec.kubernetes) if check == "aiperf" else {"cpu": "500m", "memory": "1Gi"})
     container: JSON = {"name": check, "image": image, "command": ["sh", "-c", script],
-                       "resources": {"limits": dict(resources), "requests": dict(resources)}}
+                       "resources": {"limits": dict(resources), "requests": dict(resources)},
+                       "securityContext": container_security()}
     pod_spec: JSON = {
         "serviceAccountName": runner_service_account(campaign_id),
         "automountServiceAccountToken": False,
