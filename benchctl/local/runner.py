@@ -249,6 +249,7 @@ def run_campaign(
             result = execute(engine=engine, start=start, progress=progress,
                              on_force_stop=processes.stop_all_started, interrupts=interrupts)
         finally:
+            engine.load.close()  # the load runner (if still up) and the dataset directory it gave AIPerf
             leftovers = processes.stop_all_started()
             if leftovers:
                 progress.note(f"safety net stopped {len(leftovers)} leftover process(es): "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,13 @@ def _twice(tmp_path: Path) -> Path:
 def test_the_second_runs_zero_ratio_step_starts_cold_not_warm(tmp_path: Path) -> None:
     out = tmp_path / "out"
     bin_ = Path(sys.executable).parent / "benchctl"
+    mmap_before = set(Path(tempfile.gettempdir()).glob("benchctl-aiperf-mmap-*"))
     res = subprocess.run([str(bin_), "run", str(_twice(tmp_path)), "--out", str(out), "--campaign-id", CID],
                          capture_output=True, text=True, cwd=ROOT, timeout=540)
     assert res.returncode == 0, res.stdout + res.stderr
     assert not leftovers(out / "campaigns" / CID)
+    # nor any file: the dataset directory the load runner gave AIPerf went with it
+    assert set(Path(tempfile.gettempdir()).glob("benchctl-aiperf-mmap-*")) <= mmap_before
     steps = {s["step_id"]: s for s in read_table(out / "lake", "steps")}
     assert set(steps) == {"prefix-cache-p0-r0", "prefix-cache-p100-r0", "prefix-cache-p0-r1", "prefix-cache-p100-r1"}
     for s in steps.values():  # every step records its cache state, and why it is namespaced
