@@ -234,16 +234,17 @@ def aic_curves(key: TwinKey) -> Curves:
     memo = (key.system, key.tp, key.model, key.gpu_memory_gb)
     if memo in _CURVES:
         return _CURVES[memo]
-    from benchctl.forecast.aic import quiet
+    from benchctl.forecast.aic import latest_version, quiet
 
     with quiet():
         from aiconfigurator.cli.api import cli_estimate
 
-    pinned: dict[str, str] = {}
+    # the backend version pinned (aic.latest_version; else after the first answer): without it each call re-reads
+    # aiconfigurator's database index (YAML, about 0.5 s a call), with it a call takes milliseconds
+    known = latest_version(key.system, key.backend)
+    pinned: dict[str, str] = {"backend_version": known} if known is not None else {}
 
     def est(mode: str, isl: int, batch: int) -> Any:
-        # the backend version pinned after the first answer: without it each call re-reads aiconfigurator's
-        # database index (YAML, about 0.5 s a call), with it a call takes milliseconds
         with quiet():
             r = cli_estimate(key.model, key.system, mode=mode, backend_name=key.backend, isl=isl, osl=2,
                              batch_size=batch, tp_size=key.tp, moe_tp_size=key.tp, moe_ep_size=1, **pinned)

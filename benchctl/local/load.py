@@ -99,8 +99,8 @@ class LocalLoad:
         log_path = (self.log_dir / "aiperf-runner.log") if self.log_dir else Path(str(log)).parent / "aiperf-runner.log"
         # AIPerf's services talk over IPC; the shim keeps any TCP listener it may open on loopback too
         # AIPerf writes each run's dataset as memory-mapped files under aiperf_mmap_<id>/ in its base path
-        # (default: the system's temp directory, where they stay: ~200 KB a step, thousands after a few
-        # campaigns): under a directory of the runner's own, removed with it (close)
+        # (default: the system's temp directory, where the emptied directory stays: one a step, thousands after
+        # a few campaigns): under a directory of the runner's own, removed with it (close)
         self._mmap_dir = self._mmap_dir or tempfile.mkdtemp(prefix="benchctl-aiperf-mmap-")
         env = {**aiperf_env(), **loopback.preload_env(), "BENCHCTL_RUNNER_TOKENIZER": modeldir.TOKENIZER_NAME,
                "AIPERF_DATASET_MMAP_BASE_PATH": self._mmap_dir}
