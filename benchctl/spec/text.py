@@ -68,17 +68,17 @@ class _Refused(Exception):
 
 
 def _check_events(text: str) -> None:
-    """One pass over the YAML's events (libyaml's parser, in C, when PyYAML has it): an anchor, an alias or
-    nesting past :data:`MAX_DEPTH` is refused at the line where it stands, before any node is composed."""
+    """One pass over the YAML's events (libyaml's parser, in C, when PyYAML has it): an anchor, an alias, nesting
+    past :data:`MAX_DEPTH`, or a list or mapping larger than any valid spec's is refused at the line where it
+    stands, before any node is composed."""
     import yaml
 
     loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    depth = 0
-    sizes: list[list[int]] = []  # per open collection: [nodes in it, 1 for a mapping (key + value) else 0]
+    # per open collection, outermost first: [nodes in it so far, whether it is a mapping (a key and a value a pair)]
+    open_: list[list[int]] = []
     try:
         for event in yaml.parse(text, Loader=loader_class):
-            depth = _check_event(event, depth)
-            _check_size(event, sizes)
+            _check_event(event, open_)
     except yaml.MarkedYAMLError as err:  # libyaml's own limit (1000 levels), met while scanning ahead
         mark = err.problem_mark
         if "maximum nesting depth" not in str(err) or mark is None:
@@ -92,9 +92,10 @@ def _where(event: Any) -> tuple[int, int]:
     return (mark.line, mark.column) if mark is not None else (0, 0)
 
 
-def _check_event(event: Any, depth: int) -> int:
-    """The nesting depth after ``event``; an anchor, an alias or nesting too deep refused where it stands."""
-    from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
+def _check_event(event: Any, open_: list[list[int]]) -> None:
+    """Refuse ``event`` where it stands if it is an anchor or an alias, one node past what any valid spec's list
+    or mapping holds, or a collection nested too deep; keep ``open_`` (the open collections) up to date."""
+    from yaml.events import AliasEvent, CollectionEndEvent, MappingStartEvent, NodeEvent, SequenceStartEvent
 
     if isinstance(event, AliasEvent) or getattr(event, "anchor", None) is not None:
         kind, sign = ("alias", "*") if isinstance(event, AliasEvent) else ("anchor", "&")
@@ -102,33 +103,22 @@ def _check_event(event: Any, depth: int) -> int:
                        f"YAML {kind} {sign}{event.anchor} refused: a spec may use no anchors (&name) or aliases "
                        "(*name): an alias repeats a node wherever it is named, so a few lines can expand to "
                        "billions of values; write each value out")
-    if isinstance(event, CollectionStartEvent):
-        depth += 1
-        if depth > MAX_DEPTH - 1:  # the values inside it are one level deeper
-            raise _Refused(*_where(event),
-                           f"nested deeper than {MAX_DEPTH} levels (no valid spec goes past 7)")
-    elif isinstance(event, CollectionEndEvent):
-        depth -= 1
-    return depth
-
-
-def _check_size(event: Any, sizes: list[list[int]]) -> None:
-    """Count the nodes of each open collection; one past what any valid spec holds is refused where it stands."""
-    from yaml.events import CollectionEndEvent, MappingStartEvent, NodeEvent, SequenceStartEvent
-
-    if isinstance(event, NodeEvent) and sizes:  # a scalar, an alias, or a collection's start: one node more
-        top = sizes[-1]
-        top[0] += 1
-        mapping = top[1] == 1
-        if (top[0] + 1) // 2 > MAX_SPEC_KEYS if mapping else top[0] > MAX_SPEC_ITEMS:
+    if isinstance(event, NodeEvent) and open_:  # a scalar, or a collection's start: one node more in its parent
+        parent = open_[-1]
+        parent[0] += 1
+        mapping = parent[1] == 1
+        too_many = (parent[0] + 1) // 2 > MAX_SPEC_KEYS if mapping else parent[0] > MAX_SPEC_ITEMS
+        if too_many:
             what = (f"a mapping of more than {MAX_SPEC_KEYS} keys" if mapping
                     else f"a list of more than {MAX_SPEC_ITEMS} items")
             raise _Refused(*_where(event), f"{what}: no valid spec holds one (its lists hold at most "
                                            f"{MAX_SPEC_ITEMS} items, its mappings {MAX_SPEC_KEYS} keys)")
     if isinstance(event, (MappingStartEvent, SequenceStartEvent)):
-        sizes.append([0, 1 if isinstance(event, MappingStartEvent) else 0])
+        open_.append([0, 1 if isinstance(event, MappingStartEvent) else 0])
+        if len(open_) > MAX_DEPTH - 1:  # the values inside it are one level deeper
+            raise _Refused(*_where(event), f"nested deeper than {MAX_DEPTH} levels (no valid spec goes past 7)")
     elif isinstance(event, CollectionEndEvent):
-        sizes.pop()
+        open_.pop()
 
 
 def _safe_loader(text: str) -> Any:
