@@ -31,7 +31,12 @@ from benchctl.errors import EndRecordForged
 # An end record as the runner Job writes it (RUNNER_CONTROL_SCRIPT ``signed``): the record's JSON text with
 # ``, "hmac": "<HMAC-SHA256 of that text, closed by its '}', with the step's end_key>"}`` in place of its '}'
 _SIGNED = re.compile(rb'(?P<body>\{.*), "hmac": "(?P<sig>[0-9a-f]{64})"\}\s*', re.DOTALL)
-END_KEY_BYTES = 32  # each step's own key (LaunchLoad's, in its request), HMAC-SHA256's block is 64
+END_KEY_BYTES = 32  # each step's own key (LaunchLoad's, in its key object), HMAC-SHA256's block is 64
+# A step's key lives in an object of its own beside its request (``key.json``: ``{"end_key": "<hex>"}``). The
+# runner Job's control container reads it into a shell variable and signs with it; the AIPerf container gets no
+# AWS credentials (``render_runner_job``: EKS Pod Identity skips it) and its handed-over request has no key, so
+# the process that talks to the serving side can neither read nor forge a step's end record.
+END_KEY_OBJECT = "key.json"
 
 
 def sign_end(body: bytes, key_hex: str) -> bytes:
@@ -79,11 +84,12 @@ class EksLoad(_Jobs):
             raise ValueError(f"load {request.job_id}: step {step!r} is not one of its runner's steps {steps}")
         group = request.group or step
         grace = self.spec.timeouts.load_grace_s
-        # the key the step's end record is signed with, one per step; a redelivered launch keeps the one its
-        # runner may have read already
-        kept = self.control.read_json(runner_key(request.experiment, step, "request.json")) or {}
+        # the key the step's end record is signed with, one per step, written before the request the runner
+        # waits for; a redelivered launch keeps the one its runner may have read already
+        kept = self.control.read_json(runner_key(request.experiment, step, END_KEY_OBJECT)) or {}
         end_key = kept.get("end_key") or secrets.token_hex(END_KEY_BYTES)
-        req = runner_request(step, list(request.argv), request.est_s, grace, request.input_uri, end_key=end_key)
+        self.control.write_json(runner_key(request.experiment, step, END_KEY_OBJECT), {"end_key": end_key})
+        req = runner_request(step, list(request.argv), request.est_s, grace, request.input_uri)
         self.control.write_json(runner_key(request.experiment, step, "request.json"), req)
         job = render_runner_job(self.spec, request.campaign_id, request.experiment, group, steps, prefix,
                                 f"{self.control.uri.rstrip('/')}/{runner_key(request.experiment)}", self.region,
@@ -101,15 +107,15 @@ class EksLoad(_Jobs):
                 "pod_selector": selector(selection(request.campaign_id, request.experiment, group))}
 
     def end_record(self, experiment: str, step: str) -> JSON | None:
-        """The step's end record once its runner wrote it (None before), verified against the key of the step's
-        request (:func:`verified_end`; a record it does not verify raises :class:`EndRecordForged`)."""
+        """The step's end record once its runner wrote it (None before), verified against the step's key
+        (:data:`END_KEY_OBJECT`, :func:`verified_end`; a record it does not verify raises :class:`EndRecordForged`)."""
         raw = self.control.read_bytes(runner_key(experiment, step, "end.json"))
         if raw is None:
             return None
         where = f"{self.control.uri.rstrip('/')}/{runner_key(experiment, step, 'end.json')}"
-        key = (self.control.read_json(runner_key(experiment, step, "request.json")) or {}).get("end_key")
+        key = (self.control.read_json(runner_key(experiment, step, END_KEY_OBJECT)) or {}).get("end_key")
         if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{2,128}", key):
-            raise EndRecordForged(f"{where}: step {step} has no request with an end_key to verify its end record by")
+            raise EndRecordForged(f"{where}: step {step} has no key ({END_KEY_OBJECT}) to verify its end record by")
         return verified_end(raw, key, step, where)
 
     def poll(self, state: JSON) -> int | None:

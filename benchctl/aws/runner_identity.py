@@ -34,6 +34,13 @@ from benchctl.campaign.ports import JSON
 SETTLE_S = 15.0  # how old an association must be before a pod is started with it (see the docstring)
 
 
+def service_account_object(campaign_id: str, namespace: str) -> JSON:
+    """A campaign's runner service account as Plan creates it: named after the campaign, our labels, no API token
+    (what the admission policy benchctl-service-accounts admits, and nothing more)."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": False,
+            "metadata": meta(runner_service_account(campaign_id), labels(campaign_id), namespace)}
+
+
 class RunnerIdentityError(ValueError):
     """The campaign's service account or its association exists and is not this campaign's (another owner's
     name, another role): nothing is changed."""
@@ -85,10 +92,8 @@ class RunnerIdentity:
         kube = self._kube() if self._kube is not None else None
         if kube is None:
             raise RunnerIdentityError(f"service account {self.where}: no Kubernetes client to create it with")
-        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": False,
-              "metadata": meta(self.service_account, labels(self.campaign_id), self.namespace)}
         try:
-            kube.create(sa)
+            kube.create(service_account_object(self.campaign_id, self.namespace))
         except Conflict:
             found = kube.get("v1", "ServiceAccount", self.service_account, self.namespace)
             owner = ((found.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN)

@@ -289,12 +289,12 @@ def end_runner_step(p: Providers, experiment: str, step_id: str, exit_code: int)
     """What a load runner Job's control container does when a step ended: its end record in the run store."""
     assert isinstance(p.load, EksLoad)
     rec = p.state.load(experiment, step_id)
-    request = p.load.control.read_json(runner_key(experiment, step_id, "request.json"))
-    assert rec is not None and request is not None
+    key = p.load.control.read_json(runner_key(experiment, step_id, "key.json"))
+    assert rec is not None and key is not None
     body = json.dumps({"exit_code": exit_code, "ended_at": 0, "step": step_id}).encode()  # signed as the Job signs
     end = Path(p.load.control.uri) / runner_key(experiment, step_id, "end.json")
     end.parent.mkdir(parents=True, exist_ok=True)
-    end.write_bytes(sign_end(body, request["end_key"]))
+    end.write_bytes(sign_end(body, key["end_key"]))
 
 
 def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> tuple[Providers, Ctx, S3NamedLake]:

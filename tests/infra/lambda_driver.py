@@ -90,7 +90,8 @@ def main(config_path):
         s3 = boto3.client("s3")
         out["runner_request"] = json.loads(s3.get_object(Bucket=bucket, Key=key + "request.json")["Body"].read())
         body = json.dumps({"exit_code": 0, "ended_at": 0, "step": step}).encode()  # signed as the control script signs
-        sig = hmac.new(bytes.fromhex(out["runner_request"]["end_key"]), body, hashlib.sha256).hexdigest()
+        end_key = json.loads(s3.get_object(Bucket=bucket, Key=key + "key.json")["Body"].read())["end_key"]
+        sig = hmac.new(bytes.fromhex(end_key), body, hashlib.sha256).hexdigest()
         s3.put_object(Bucket=bucket, Key=key + "end.json", Body=body[:-1] + f', "hmac": "{sig}"}}'.encode())
         if cfg.get("fail_at") == "CheckLoad":
             _failed_path(call, out, cfg, start, ctx, exp, step)

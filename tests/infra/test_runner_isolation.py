@@ -6,7 +6,7 @@ Each runner holds the synthesized load Job role as EKS Pod Identity gives it to 
 session of that role with Pod Identity's session tags (``kubernetes-service-account`` = the campaign id,
 the service account benchctl.aws.runner_identity associates; EKS user guide, pod-id-abac). The Load function
 (its own synthesized role) lays out each campaign's step as LaunchLoad and AwaitLoadEnd do: the kept input in
-the raw area, the request with its end key and the task token in ``runner/<campaign>/``. Then, for both
+the raw area, the request, its end key and the task token in ``runner/<campaign>/``. Then, for both
 directions, campaign A's runner may do everything its own step needs and nothing to campaign B's objects
 (inputs, artifacts, request, end record, task token), and B's keys are refused the same way whether they
 exist or not.
@@ -112,8 +112,9 @@ def world(templates: dict[str, JSON]) -> Iterator[World]:
                 input_uri = lake.write_raw(cid, EXP, STEP, "inputs.jsonl", f"{cid}\n".encode())
                 control = S3RunStore(bucket, runner_prefix(cid), session=fn)
                 keys[cid] = secrets.token_hex(32)
+                control.write_json(f"{EXP}/{STEP}/key.json", {"end_key": keys[cid]})
                 control.write_json(f"{EXP}/{STEP}/request.json", runner_request(
-                    STEP, ["profile", "--input-file", input_uri], 10.0, 5.0, input_uri, end_key=keys[cid]))
+                    STEP, ["profile", "--input-file", input_uri], 10.0, 5.0, input_uri))
                 RunnerCallbacks(control, lambda: None).watch(f"token-of-{cid}", "AwaitLoadEnd", (EXP, STEP),
                                                              lambda: None)
             yield World(url, bucket, sessions, enforcement, keys)
@@ -135,18 +136,19 @@ def _denied(call: Any) -> tuple[str, int]:
 
 def _own_step(w: World, cid: str) -> JSON:
     """What a campaign's runner does for its step (RUNNER_CONTROL_SCRIPT's calls): list and fetch its inputs,
-    read its request and task token, upload an artifact, write its signed end record."""
+    read its request, key and task token, upload an artifact, write its signed end record."""
     from benchctl.aws.eks_load import sign_end
 
     s3 = w.s3(f"runner-{cid}")
     listed = s3.list_objects_v2(Bucket=w.bucket, Prefix=_raw(cid) + "inputs/")["Contents"]
     inputs = [s3.get_object(Bucket=w.bucket, Key=o["Key"])["Body"].read() for o in listed]
     request = json.loads(s3.get_object(Bucket=w.bucket, Key=_handover(cid) + "request.json")["Body"].read())
+    key = json.loads(s3.get_object(Bucket=w.bucket, Key=_handover(cid) + "key.json")["Body"].read())["end_key"]
     token = json.loads(s3.get_object(Bucket=w.bucket, Key=_handover(cid) + "token.json")["Body"].read())
     s3.put_object(Bucket=w.bucket, Key=_raw(cid) + "profile_export_aiperf.json", Body=b"{}")
     body = json.dumps({"exit_code": 0, "ended_at": 1, "step": STEP}).encode()
-    s3.put_object(Bucket=w.bucket, Key=_handover(cid) + "end.json", Body=sign_end(body, request["end_key"]))
-    return {"inputs": inputs, "request": request, "token": token["token"]}
+    s3.put_object(Bucket=w.bucket, Key=_handover(cid) + "end.json", Body=sign_end(body, key))
+    return {"inputs": inputs, "request": request, "key": key, "token": token["token"]}
 
 
 @pytest.mark.parametrize(("me", "other"), [(A, B), (B, A)], ids=["A->B", "B->A"])
@@ -159,7 +161,7 @@ def test_a_campaigns_runner_does_its_own_step_and_nothing_to_another_campaigns(w
     w = world
     before = len(w.enforcement.denied)
     own = _own_step(w, me)  # everything its own step needs is allowed
-    assert own["inputs"] == [f"{me}\n".encode()] and own["request"]["end_key"] == w.keys[me]
+    assert own["inputs"] == [f"{me}\n".encode()] and own["key"] == w.keys[me]
     assert own["token"] == f"token-of-{me}"
     assert w.enforcement.denied[before:] == []
     # the Load function reads the end record it wrote as the step's end (signed with the step's key)
@@ -170,7 +172,8 @@ def test_a_campaigns_runner_does_its_own_step_and_nothing_to_another_campaigns(w
 
     s3 = w.s3(f"runner-{me}")
     theirs = {"input": _raw(other) + "inputs/inputs.jsonl", "artifact": _raw(other) + "profile_export_aiperf.json",
-              "request": _handover(other) + "request.json", "task token": _handover(other) + "token.json",
+              "request": _handover(other) + "request.json", "key": _handover(other) + "key.json",
+              "task token": _handover(other) + "token.json",
               "end record": _handover(other) + "end.json"}
     _own_step(w, other)  # the other campaign's artifact and end record exist too
     for what, key in theirs.items():
@@ -178,12 +181,13 @@ def test_a_campaigns_runner_does_its_own_step_and_nothing_to_another_campaigns(w
         assert _denied(lambda k=key: s3.put_object(Bucket=w.bucket, Key=k, Body=b"forged")) == ("AccessDenied", 403), what
     assert _denied(lambda: s3.list_objects_v2(Bucket=w.bucket, Prefix=_raw(other) + "inputs/")) == ("AccessDenied", 403)
     assert _denied(lambda: s3.list_objects_v2(Bucket=w.bucket, Prefix=f"runner/{other}/")) == ("AccessDenied", 403)
-    # its own hand-over: it writes only its end record, never its request or token; never the run store
-    for key in (_handover(me) + "request.json", _handover(me) + "token.json", f"runs/{me}/loads/runner/x.json"):
+    # its own hand-over: it writes only its end record, never its request, key or token; never the run store
+    for key in (_handover(me) + "request.json", _handover(me) + "key.json", _handover(me) + "token.json",
+                f"runs/{me}/loads/runner/x.json"):
         assert _denied(lambda k=key: s3.put_object(Bucket=w.bucket, Key=k, Body=b"{}")) == ("AccessDenied", 403), key
     # the other campaign's keys are intact: its request, token and end record are what it wrote
     admin = w.s3("admin")
-    assert json.loads(admin.get_object(Bucket=w.bucket, Key=theirs["request"])["Body"].read())["end_key"] == w.keys[other]
+    assert json.loads(admin.get_object(Bucket=w.bucket, Key=theirs["key"])["Body"].read())["end_key"] == w.keys[other]
     assert json.loads(admin.get_object(Bucket=w.bucket, Key=theirs["task token"])["Body"].read())["token"] == \
         f"token-of-{other}"
 

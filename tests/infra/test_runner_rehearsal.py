@@ -147,6 +147,7 @@ class Pod:
     logs: dict[str, Path]
     users: dict[str, tuple[int, int, tuple[int, ...]]]
     kept: dict[str, str] = field(default_factory=dict)
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def wait(self, timeout: float) -> dict[str, int]:
         deadline = time.monotonic() + timeout
@@ -191,10 +192,16 @@ def empty_dir(d: Path, pod: JSON) -> Path:
 
 
 def start_pod(pod: JSON, images: dict[str, ImageUser], root: Path, volumes: dict[str, Path],
-              path_of: dict[str, Path], env: dict[str, str]) -> Pod:
+              path_of: dict[str, Path], env: dict[str, str], annotations: dict[str, str] | None = None) -> Pod:
     """Start every container of ``pod`` as a process, each as Kubernetes would run it (see the module's
     docstring); ``volumes`` maps volume names to directories, ``path_of`` image names to their tools,
-    ``env`` is what the platform injects (credentials, where AWS is)."""
+    ``env`` is what the platform injects (credentials, where AWS is), except into the containers the pod
+    template's ``annotations`` name in ``eks.amazonaws.com/skip-containers``: EKS Pod Identity's webhook gives
+    those neither credentials nor the token volume (aws/amazon-eks-pod-identity-webhook
+    ``pkg/handler/handler.go``: a comma-separated list, read as CSV)."""
+    import csv
+
+    skipped = set(next(csv.reader([(annotations or {}).get(jobs.SKIP_CONTAINERS, "")]), []))
     psc = pod.get("securityContext") or {}
     out = Pod({}, {}, {})
     for c in pod["containers"]:
@@ -224,7 +231,9 @@ def start_pod(pod: JSON, images: dict[str, ImageUser], root: Path, volumes: dict
 
         cenv = {e["name"]: host(e["value"]) for e in c.get("env", [])}
         cenv.setdefault("HOME", host(image.home if uid == image.uid else "/"))
-        cenv = {**cenv, "PATH": f"{path_of[c['image']]}:/usr/bin:/bin", **env}
+        cenv = {**cenv, "PATH": f"{path_of[c['image']]}:/usr/bin:/bin",
+                **({"AWS_EC2_METADATA_DISABLED": "true"} if c["name"] in skipped else env)}
+        out.envs[c["name"]] = cenv
         argv = [host(a) if a.startswith("/") else a for a in [*c["command"], *c.get("args", [])]]
         log = root / f"{c['name']}.log"
         out.logs[c["name"]] = log
@@ -541,6 +550,7 @@ def rehearse(account: Account, monkeypatch: pytest.MonkeyPatch, campaign_id: str
             job = api.stored("Job", launched[0][0]["name"], NS)
             assert job is not None
             pod_spec = job["spec"]["template"]["spec"]
+            annotations = job["spec"]["template"]["metadata"].get("annotations", {})
             if edit_pod is not None:
                 edit_pod(pod_spec)
             empty_dir(artifacts, pod_spec)
@@ -557,7 +567,7 @@ def rehearse(account: Account, monkeypatch: pytest.MonkeyPatch, campaign_id: str
                 pod_spec, {spec.kubernetes.uploader_image: AWS_CLI_IMAGE_USER, LOAD_IMAGE_PLACEHOLDER: load_user},
                 root, {"artifacts": artifacts, "model-cache": modeldir.hf_home().parent}, shim,
                 {**account.runner(campaign_id, identity), "AWS_ENDPOINT_URL": account.url,
-                 "AWS_EC2_METADATA_DISABLED": "true"})
+                 "AWS_EC2_METADATA_DISABLED": "true"}, annotations)
             # the next step is launched once the state machine resumed from this one (as ForEachStep goes)
             while len(launched) < len(steps) and ended(launched[-1][1], 240)["status"] == "SUCCEEDED":
                 launched.append(launch(steps[len(launched)]))
@@ -603,6 +613,10 @@ def test_each_step_completes_and_answers_its_token_with_the_real_aws_cli_as_the_
     r = rehearse(account, monkeypatch, "rehearsal-as-rendered")
     assert r.codes == {"aiperf": 0, "control": 0}, _explain(r)
     assert set(r.pod.users.values()) == {(10001, 10001, (10001,))}  # one user for the pod, its group owns the volume
+    # only the control container holds the role's credentials: AIPerf, which talks to the serving side, ran
+    # without any (it can fetch neither a step's key nor anything else of the campaign's)
+    assert "AWS_SESSION_TOKEN" in r.pod.envs["control"]
+    assert not [k for k in r.pod.envs["aiperf"] if k.startswith("AWS_") and k != "AWS_EC2_METADATA_DISABLED"]
     assert len(r.steps) == 2
     for step in r.steps:
         assert step.execution["status"] == "SUCCEEDED", _explain(r)
@@ -739,7 +753,8 @@ def test_the_doctors_runner_job_runs_the_load_roles_real_path(account: Account, 
                                           "campaign_id": f"doctor-{identity}"}, env, session=fn)["checks"]["runner_job"]
             assert started["ok"], started
             state = started["job"]["state"]
-            pod_spec = api.stored("Job", state["name"], NS)["spec"]["template"]["spec"]
+            template = api.stored("Job", state["name"], NS)["spec"]["template"]
+            pod_spec = template["spec"]
             empty_dir(artifacts, pod_spec)
             uploader = next(c["image"] for c in pod_spec["containers"] if c["name"] == "control")
             shim = {uploader: root / "bin-aws", LOAD_IMAGE_PLACEHOLDER: root / "bin-load"}
@@ -753,7 +768,7 @@ def test_the_doctors_runner_job_runs_the_load_roles_real_path(account: Account, 
             pod = start_pod(pod_spec, {uploader: AWS_CLI_IMAGE_USER, LOAD_IMAGE_PLACEHOLDER: load_user}, root,
                             {"artifacts": artifacts, "model-cache": modeldir.hf_home().parent}, shim,
                             {**account.runner(f"doctor-{identity}", identity), "AWS_ENDPOINT_URL": account.url,
-                             "AWS_EC2_METADATA_DISABLED": "true"})
+                             "AWS_EC2_METADATA_DISABLED": "true"}, template["metadata"].get("annotations"))
             codes = pod.wait(300)
             result = selftest.self_test({"function": "Load", "checks": ["runner_job_result"], "spec": spec,
                                          "job": started["job"]}, env, session=fn)["checks"]["runner_job_result"]

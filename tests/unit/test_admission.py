@@ -72,9 +72,14 @@ def _prefetch() -> JSON:  # the model prefetch: the HF token's Secret, the model
     return _rendered("auto-mode", "prefetch-job", "Job")
 
 
+def _smoke() -> JSON:
+    return _rendered("smoke[managed-nodegroup]", "agg/smoke-job", "Job")
+
+
 SERVING, LOAD, POOLS = FUNCTION_GROUPS["Serving"], FUNCTION_GROUPS["Load"], FUNCTION_GROUPS["Pools"]
 # who writes each kind of object (stacks/kubernetes/benchctl-rbac.yaml)
-WRITER = {_dgd_efa: SERVING, _dgd_agg: SERVING, _runner_job: LOAD, _prepull: POOLS, _prefetch: POOLS}
+WRITER = {_dgd_efa: SERVING, _dgd_agg: SERVING, _runner_job: LOAD, _prepull: POOLS, _prefetch: POOLS,
+          _smoke: SERVING}
 
 
 def _nodepool() -> JSON:
@@ -154,7 +159,7 @@ def test_the_policies_and_every_manifest_under_stacks_kubernetes_are_valid_kuber
         for doc in yaml.safe_load_all(f.read_text()):
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises naming the field
             kinds.append(doc["kind"])
-    assert kinds.count("ValidatingAdmissionPolicy") == 2 and kinds.count("ValidatingAdmissionPolicyBinding") == 2
+    assert kinds.count("ValidatingAdmissionPolicy") == 3 and kinds.count("ValidatingAdmissionPolicyBinding") == 3
     broken = copy.deepcopy(POLICIES[0])
     broken["spec"]["validations"][0]["messsage"] = "typo"
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -170,7 +175,9 @@ def test_the_policies_match_exactly_the_function_groups_and_fail_closed() -> Non
                 assert f"'{group}'" in cond["expression"]
         else:
             assert doc["spec"]["validationActions"] == ["Deny"]
-            assert doc["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"
+            policy = next(p for p in POLICIES if p["metadata"]["name"] == doc["spec"]["policyName"])
+            if "paramKind" in policy["spec"]:
+                assert doc["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"
 
 
 def test_the_params_file_is_the_default_allow_list_rendered() -> None:
@@ -321,6 +328,10 @@ REFUSED: list[tuple[str, str, Callable[[], JSON], Callable[[JSON], JSON], str]] 
      _volume("worker", {"name": "s", "secret": {"secretName": "hf-token"}}), "a Secret or a read-write"),
     ("the model volume read-write in a runner Job", "volumes", _runner_job, _model_read_write,
      "a Secret or a read-write"),
+    ("a Secret volume in the smoke Job (Serving writes the prefetch too)", "volumes", _smoke,
+     _volume(None, {"name": "s", "secret": {"secretName": "hf-token"}}), "a Secret or a read-write"),
+    ("the prefetch's volumes in a Job labelled as another step", "volumes", _prefetch,
+     lambda o: (o["metadata"]["labels"].update({"benchctl.io/step": "smoke"}), o)[1], "a Secret or a read-write"),
     ("nfs", "volumes", _runner_job, _volume(None, {"name": "n", "nfs": {"server": "10.0.0.1", "path": "/"}}),
      "volumes are emptyDir"),
     ("gitRepo", "volumes", _dgd_agg, _volume("worker", {"name": "g", "gitRepo": {"repository": "https://x/y"}}),
@@ -364,6 +375,12 @@ REFUSED: list[tuple[str, str, Callable[[], JSON], Callable[[JSON], JSON], str]] 
      'meets Pod Security "restricted"'),
     ("a runner pod without its seccomp profile", "security", _runner_job,
      lambda o: (_pod(o)["securityContext"].pop("seccompProfile"), o)[1], 'meets Pod Security "restricted"'),
+    ("a smoke Job as its image's user", "security", _smoke, lambda o: (_pod(o).pop("securityContext"), o)[1],
+     'meets Pod Security "restricted"'),
+    ("a pre-pull keeping its capabilities", "security", _prepull,
+     lambda o: (_pod(o)["containers"][0].pop("securityContext"), o)[1], 'meets Pod Security "restricted"'),
+    ("a pre-pull pod as its image's user", "security", _prepull,
+     lambda o: (_pod(o)["securityContext"].pop("runAsNonRoot"), o)[1], 'meets Pod Security "restricted"'),
     # identities
     ("service account not listed", "accounts", _runner_job, _set(None, serviceAccountName="admin"), "service account"),
     ("deprecated serviceAccount field", "accounts", _runner_job, _set(None, serviceAccount="admin"), "service account"),
@@ -432,6 +449,11 @@ def test_the_prefetch_alone_reads_the_token_and_writes_the_model_volume() -> Non
     assert _admit(prefetch, groups=(SERVING,)) == []  # Serving starts it when Pools did not
     for group in (LOAD, FUNCTION_GROUPS["Plan"], FUNCTION_GROUPS["Teardown"]):  # from any other function: refused
         assert any("a Secret or a read-write" in m for m in _admit(prefetch, groups=(group,)))
+    # and only as the prefetch: the same pod under another step's label is refused (and held to "restricted")
+    relabelled = copy.deepcopy(prefetch)
+    relabelled["metadata"]["labels"]["benchctl.io/step"] = "smoke"
+    assert any("a Secret or a read-write" in m for m in _admit(relabelled, groups=(SERVING,)))
+    assert any('meets Pod Security "restricted"' in m for m in _admit(relabelled, groups=(SERVING,)))
 
 
 def test_the_fake_sees_what_the_api_server_defaults_before_admission() -> None:
@@ -626,3 +648,45 @@ def test_admission_and_the_ceilings_allow_the_same_images(image: str) -> None:
     allowed_by_ceilings = ceilings.image_problem("image", image, ceilings.resolve(None, {})) is None
     admitted = any(image.startswith(p) for p in DEFAULT_ALLOW_LIST.image_prefixes)
     assert admitted == allowed_by_ceilings, (image, admitted, allowed_by_ceilings)
+
+
+# ------------------------------------------------------------------------------------------ service accounts
+
+
+def _runner_account() -> JSON:
+    from benchctl.aws.runner_identity import service_account_object
+
+    return service_account_object(CID, NS)
+
+
+SA_REFUSED: list[tuple[str, Callable[[JSON], JSON], str]] = [
+    ("named after another campaign", lambda o: (o["metadata"].update(name="other-campaign-1"), o)[1],
+     "named after its campaign id"),
+    ("the namespace's default account re-made", lambda o: (o["metadata"].update(name="default"), o)[1],
+     "named after its campaign id"),
+    ("no campaign label", lambda o: (o["metadata"]["labels"].pop("benchctl.io/campaign"), o)[1],
+     "named after its campaign id"),
+    ("no managed-by label", lambda o: (o["metadata"]["labels"].pop(LABEL), o)[1], "labelled"),
+    ("an IRSA role of the writer's choice", lambda o: (o["metadata"].update(
+        annotations={"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/admin"}), o)[1],
+     "holds only automountServiceAccountToken"),
+    ("its API token mounted", lambda o: {**o, "automountServiceAccountToken": True},
+     "holds only automountServiceAccountToken"),
+    ("a token Secret", lambda o: {**o, "secrets": [{"name": "dynamo-operator-token"}]},
+     "holds only automountServiceAccountToken"),
+    ("an image pull Secret", lambda o: {**o, "imagePullSecrets": [{"name": "nvcr"}]},
+     "holds only automountServiceAccountToken"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "rule"), SA_REFUSED, ids=[c[0] for c in SA_REFUSED])
+def test_a_service_account_other_than_a_campaigns_runner_account_is_refused(
+        case: str, change: Callable[[JSON], JSON], rule: str) -> None:
+    """Every ServiceAccount a function may create is a campaign's runner account as Plan makes it (named after
+    its campaign, no token, no annotation): a stolen function identity cannot mint one that carries an IRSA
+    role, a token Secret or another name."""
+    plan = (FUNCTION_GROUPS["Plan"],)
+    assert _admit(_runner_account(), groups=plan) == []
+    refused = _admit(change(_runner_account()), groups=plan)
+    assert any(rule in m for m in refused), refused
+    assert all("'benchctl-service-accounts'" in m for m in refused)

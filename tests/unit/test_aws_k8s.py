@@ -300,20 +300,20 @@ def _step_argv(spec: Any, raw: str) -> list[str]:
 
 
 def _write_end(control: Any, where: str, record: dict[str, Any], key: str | None = None) -> None:
-    """An end record as the runner Job writes it: signed with the step's key (its request's, unless ``key``)."""
+    """An end record as the runner Job writes it: signed with the step's key (LaunchLoad's, unless ``key``)."""
     from benchctl.aws.eks_load import sign_end
 
     body = json.dumps(record).encode()
     path = control.root / where / "end.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(sign_end(body, key or control.read_json(f"{where}/request.json")["end_key"]))
+    path.write_bytes(sign_end(body, key or control.read_json(f"{where}/key.json")["end_key"]))
 
 
-@pytest.mark.parametrize("forgery", ["unsigned", "another key", "altered", "another step's", "no request"])
+@pytest.mark.parametrize("forgery", ["unsigned", "another key", "altered", "another step's", "no key"])
 def test_an_end_record_its_steps_key_did_not_sign_is_refused_by_name(api, tmp_path, forgery):
-    """CheckLoad reads a step's end only when the key its request carries signed it: an unsigned record,
-    one signed with another key, an altered byte, a record of another step or one with no request to check
-    it by fails the step as EndRecordForged naming the key, never as the exit code it claims."""
+    """CheckLoad reads a step's end only when the step's key (LaunchLoad's ``key.json``) signed it: an
+    unsigned record, one signed with another key, an altered byte, a record of another step or one with no key
+    to check it by fails the step as EndRecordForged naming the key, never as the exit code it claims."""
     from benchctl.aws.eks_load import sign_end
 
     spec = _spec()
@@ -323,7 +323,7 @@ def test_an_end_record_its_steps_key_did_not_sign_is_refused_by_name(api, tmp_pa
     raw = f"s3://b/lake/raw/campaign_id={CID}/experiment=agg/step_id={steps[0]}/"
     state = load.launch(LoadRequest(CID, "agg", steps[0], tuple(_step_argv(spec, raw)), raw, est_s=100.0,
                                     group="concurrency-sweep", group_steps=steps, group_est_s=250.0))
-    key = control.read_json(f"agg/{steps[0]}/request.json")["end_key"]
+    key = control.read_json(f"agg/{steps[0]}/key.json")["end_key"]
     body = json.dumps({"exit_code": 0, "ended_at": 1, "step": steps[0]}).encode()
     end = control.root / "agg" / steps[0] / "end.json"
     end.write_bytes(sign_end(body, key))
@@ -332,10 +332,10 @@ def test_an_end_record_its_steps_key_did_not_sign_is_refused_by_name(api, tmp_pa
               "another key": sign_end(body, "ab" * 32),
               "altered": sign_end(body, key).replace(b'"exit_code": 0', b'"exit_code": 1'),
               "another step's": sign_end(body.replace(steps[0].encode(), steps[1].encode()), key),
-              "no request": sign_end(body, key)}[forgery]
+              "no key": sign_end(body, key)}[forgery]
     end.write_bytes(forged)
-    if forgery == "no request":
-        control.delete(f"agg/{steps[0]}/request.json")
+    if forgery == "no key":
+        control.delete(f"agg/{steps[0]}/key.json")
     with pytest.raises(EndRecordForged, match=rf"{re.escape(str(end))}: .*{steps[0]}.*"):
         load.poll(state)
 
@@ -380,13 +380,14 @@ def test_one_runner_job_per_workload_takes_each_steps_request_and_reports_its_en
     # the step's request, in the Job's own paths: AIPerf writes to the step's out directory
     req = control.read_json(f"agg/{steps[0]}/request.json")
     assert req is not None and req["deadline_s"] == 100.0 + spec.timeouts.load_grace_s
-    assert re.fullmatch(r"[0-9a-f]{64}", req["end_key"])  # the step's own key for its end record
+    key = control.read_json(f"agg/{steps[0]}/key.json")["end_key"]
+    assert re.fullmatch(r"[0-9a-f]{64}", key) and key not in json.dumps(req)  # the step's own, not in its request
     assert req["argv"][req["argv"].index("--artifact-dir") + 1] == f"/artifacts/{steps[0]}/out"
     assert load.poll(first) is None  # running: no end record, the Job lives
     # the next step of the workload goes to the same Job: no second Job
     second = load.launch(request(steps[1]))
     assert second["name"] == name and _names(api, "Job", ours=True) == [name]
-    assert control.read_json(f"agg/{steps[1]}/request.json")["end_key"] != req["end_key"]  # one key per step
+    assert control.read_json(f"agg/{steps[1]}/key.json")["end_key"] != key  # one key per step
     _write_end(control, f"agg/{steps[0]}", {"exit_code": 0, "ended_at": 1, "step": steps[0]})
     assert load.poll(first) == 0 and load.poll(second) is None
     # the Job died before the second step's end record: that step failed, with the pod's log tail

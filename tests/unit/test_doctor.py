@@ -342,8 +342,8 @@ def _runner_world(account: dict[str, Any], end: dict[str, Any] | None, status: d
 
     def created(api: Any, job: dict[str, Any]) -> None:
         cid = job["metadata"]["labels"]["benchctl.io/campaign"]
-        if end is not None:  # signed with the key of the step's request, as the control container signs it
-            key = json.loads(s3.get_object(Bucket=BUCKET, Key=f"runner/{cid}/doctor/doctor/request.json")["Body"].read())
+        if end is not None:  # signed with the step's key, as the control container signs it
+            key = json.loads(s3.get_object(Bucket=BUCKET, Key=f"runner/{cid}/doctor/doctor/key.json")["Body"].read())
             s3.put_object(Bucket=BUCKET, Key=f"runner/{cid}/doctor/doctor/end.json",
                           Body=sign_end(json.dumps({**end, "step": "doctor"}).encode(), key["end_key"]))
         if end is not None and uploaded:  # the runner's own record, uploaded with the step's artifacts

@@ -632,7 +632,7 @@ def test_load_smoke_and_preflight_pods_never_land_on_the_campaigns_gpu_nodes(nam
     jobs.update({f"preflight-{c}": render_preflight_job(spec, CID, c) for c in ("aiperf", "uploader")})
     assert not spec.kubernetes.prefetch_model or "prefetch-job.yaml" in jobs
     for path, job in jobs.items():
-        assert job["spec"]["template"]["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}, path
+        assert job["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true", path
     pods = {p: o["spec"]["template"]["spec"] for p, o in jobs.items()}
     gpu_nodes = [kc.scheduling(CID, pool).get("nodeSelector", {}) for pool in spec.pools]
     for path, pod in pods.items():
@@ -731,8 +731,10 @@ else:
     keys = {step: secrets.token_hex(32) for step in steps}  # each step's own, as LaunchLoad makes them
     for k, step in enumerate(steps):  # LaunchLoad's request and the kept input; AwaitLoadEnd's token
         (bucket / f"b/runner/c/agg/{step}").mkdir(parents=True)
-        (bucket / f"b/runner/c/agg/{step}/request.json").write_text(  # as the run store writes it
-            json.dumps({"argv": ["profile"], "end_key": keys[step]}, indent=2, sort_keys=True))
+        (bucket / f"b/runner/c/agg/{step}/key.json").write_text(  # as the run store writes them
+            json.dumps({"end_key": keys[step]}, indent=2, sort_keys=True))
+        (bucket / f"b/runner/c/agg/{step}/request.json").write_text(
+            json.dumps({"argv": ["profile"], "deadline_s": 9.0}, indent=2, sort_keys=True))
         (bucket / f"b/runner/c/agg/{step}/token.json").write_text(  # as the run store writes it
             json.dumps({"token": f"tok-{step}", "state": "AwaitLoadEnd"}, indent=2, sort_keys=True))
         (bucket / f"b/lake/raw/campaign_id=c/experiment=agg/step_id={step}/inputs").mkdir(parents=True)
@@ -750,7 +752,9 @@ else:
             while not (d / "request.json").is_file():
                 assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read() if proc.stdout else ""
                 time.sleep(0.05)
-            assert json.loads((d / "request.json").read_text()) == {"argv": ["profile"], "end_key": keys[step]}
+            assert json.loads((d / "request.json").read_text()) == {"argv": ["profile"], "deadline_s": 9.0}
+            # the step's key is nowhere on the volume the AIPerf container shares (it stays in the shell)
+            assert not [f for f in work.rglob("*") if f.is_file() and keys[step] in f.read_text()]
             assert (d / "inputs" / "d.jsonl").read_text() == f"{k}\n"
             if failure == "runner":  # it dies, with its last words (load_runner.RUNNER_ENDED)
                 (work / "runner.ended").write_text("PermissionError: [Errno 13] Permission denied: 'out'")

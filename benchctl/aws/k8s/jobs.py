@@ -29,8 +29,10 @@ from benchctl.spec.model import CampaignSpec
 JSON = dict[str, Any]
 
 
-def job_object(namespace: str, name: str, lbl: dict[str, str], pod_spec: JSON, deadline_s: int) -> JSON:
-    """A batch/v1 Job of ours: one try, removed a while after it ends, bounded by ``deadline_s``."""
+def job_object(namespace: str, name: str, lbl: dict[str, str], pod_spec: JSON, deadline_s: int,
+               annotations: dict[str, str] | None = None) -> JSON:
+    """A batch/v1 Job of ours: one try, removed a while after it ends, bounded by ``deadline_s``; its pod
+    template carries ``annotations`` beside Karpenter's do-not-disrupt."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -40,7 +42,7 @@ def job_object(namespace: str, name: str, lbl: dict[str, str], pod_spec: JSON, d
             "ttlSecondsAfterFinished": JOB_TTL_S,
             "activeDeadlineSeconds": deadline_s,
             # Auto Mode's consolidation evicts pods of under-used nodes: a runner Job holds a whole workload
-            "template": {"metadata": {"labels": dict(lbl), "annotations": dict(DO_NOT_DISRUPT)},
+            "template": {"metadata": {"labels": dict(lbl), "annotations": {**DO_NOT_DISRUPT, **(annotations or {})}},
                          "spec": {"restartPolicy": "Never", **pod_spec}},
         },
     }
@@ -56,6 +58,13 @@ def _with_artifact_dir(argv: list[str], path: str) -> list[str]:
             out[i] = f"--artifact-dir={path}"
             return out
     return [*out, "--artifact-dir", path]
+
+
+# The pod annotation by which EKS Pod Identity leaves containers without AWS credentials: its webhook adds
+# neither the credentials' environment nor the token volume to the containers it names
+# (aws/amazon-eks-pod-identity-webhook pkg/handler/handler.go getContainersToSkip, both for IRSA and Pod
+# Identity's container credentials; README "skip-containers")
+SKIP_CONTAINERS = "eks.amazonaws.com/skip-containers"
 
 
 # The load image's user (``USER 10001`` in stacks/images/load/Dockerfile). A runner Job's pod runs both its
@@ -150,9 +159,10 @@ for q in json.loads(os.environ.get("QUALITY_REQUESTS") or "[]"):
 def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, frontend_url: str) -> JSON:
     """A Job sending ``smoke.requests`` chat completions and reading ``/metrics`` (fails on any error), then
     the output-quality questions, whose answers it logs (:data:`QUALITY_SCRIPT`); on a CPU node, never on one
-    of the campaign's GPU pools (:func:`off_gpu_pools`)."""
+    of the campaign's GPU pools (:func:`off_gpu_pools`). It meets Pod Security "restricted" as the load runners
+    do (the same image, as its user: :func:`pod_security`)."""
     lbl = labels(campaign_id, experiment, "smoke")
-    pod_spec: JSON = {"automountServiceAccountToken": False, "containers": [{
+    pod_spec: JSON = {"automountServiceAccountToken": False, "securityContext": pod_security(), "containers": [{
         "name": "smoke",
         "image": aiperf_image(spec.kubernetes),
         "command": ["python3", "-c", SMOKE_SCRIPT + QUALITY_SCRIPT],
@@ -162,8 +172,10 @@ def render_smoke_job(spec: CampaignSpec, campaign_id: str, experiment: str, fron
             {"name": "SMOKE_REQUESTS", "value": str(spec.smoke.requests)},
             {"name": "SMOKE_MAX_TOKENS", "value": str(spec.smoke.max_tokens)},
             {"name": "QUALITY_REQUESTS", "value": json.dumps(spec_requests(spec), separators=(",", ":"))},
+            {"name": "HOME", "value": CONTROL_HOME},
         ],
         "resources": {"limits": {"cpu": "1", "memory": "512Mi"}, "requests": {"cpu": "1", "memory": "512Mi"}},
+        "securityContext": container_security(),
     }]}
     return job_object(spec.kubernetes.namespace, job_name(campaign_id, experiment, "smoke"), lbl,
                 cpu_pod(spec, campaign_id, pod_spec), 900)
@@ -179,8 +191,9 @@ def aws_cli_env(region: str) -> list[JSON]:
 
 # The control container of a load runner Job (AWS CLI v2 image, run as the load image's user; values from its
 # environment, so the script is one constant): for each step in order, wait for the step's request in the
-# campaign's hand-over, runner/<campaign>/ (LaunchLoad writes it after the budget guard, with the step's end
-# key), fetch the step's kept inputs, hand both to the runner (an atomic rename); while AIPerf runs, answer the
+# campaign's hand-over, runner/<campaign>/ (LaunchLoad writes it after the budget guard, and the step's end
+# key before it, in key.json), read the key into this shell only, fetch the step's kept inputs, hand the
+# request and inputs to the runner (an atomic rename); while AIPerf runs, answer the
 # step's task token (AwaitLoadEnd stores it) with heartbeats, and give up if the runner ended or stopped
 # beating; when the step's exit code appears, upload its artifacts, write the step's end record signed with
 # its key (`signed`: HMAC-SHA256 from sha256sum; CheckLoad verifies it), answer the task token (Step Functions
@@ -264,8 +277,10 @@ for step in $BENCHCTL_STEPS; do
     sleep "$poll"
   done
   launched=1
-  key=$(sed -n 's/^ *"end_key": *"\\([0-9a-f]*\\)".*/\\1/p' "$d/request.part" | head -n 1)
-  [ -n "$key" ] || fail 96 LoadInputsUnavailable "its request ${BENCHCTL_CONTROL}$step/request.json carries no end_key"
+  # the step's key stays in this shell: never on the volume the AIPerf container shares
+  key=$(aws s3 cp --quiet "${BENCHCTL_CONTROL}$step/key.json" - 2>/dev/null \\
+    | sed -n 's/^ *"end_key": *"\\([0-9a-f]*\\)".*/\\1/p' | head -n 1)
+  [ -n "$key" ] || fail 96 LoadInputsUnavailable "its key ${BENCHCTL_CONTROL}$step/key.json could not be read"
   out=$(aws s3 cp --only-show-errors --recursive "${BENCHCTL_RAW_PREFIX}$step/inputs/" "$d/inputs/" 2>&1) \\
     || fail 96 LoadInputsUnavailable "its inputs could not be fetched from ${BENCHCTL_RAW_PREFIX}$step/inputs/: $out"
   mv "$d/request.part" "$d/request.json"
@@ -319,18 +334,18 @@ def runner_deadline_s(est_total_s: float, steps: int, grace_s: float, pending_s:
     return int(est_total_s + grace_s * steps + pending_s + RUNNER_SLACK_S)
 
 
-def runner_request(step_id: str, argv: list[str], est_s: float, grace_s: float, input_uri: str | None = None, *,
-                   end_key: str = "") -> JSON:
-    """What a step asks of its runner Job (the hand-over's ``request.json``): AIPerf's argv in the Job's paths
-    (artifacts to ``<step dir>/out``; the step's kept input, named by ``input_uri``, from ``<step dir>/inputs``)
-    the step's deadline (its estimate + the load grace) and ``end_key`` (hex), the key its end record is signed
-    with (HMAC-SHA256, the control script's ``signed``; ``EksLoad.end_record`` refuses any other)."""
+def runner_request(step_id: str, argv: list[str], est_s: float, grace_s: float,
+                   input_uri: str | None = None) -> JSON:
+    """What a step asks of its runner Job (the hand-over's ``request.json``, handed to the AIPerf container as
+    is): AIPerf's argv in the Job's paths (artifacts to ``<step dir>/out``; the step's kept input, named by
+    ``input_uri``, from ``<step dir>/inputs``) and the step's deadline (its estimate + the load grace). The key
+    its end record is signed with is not in it (``eks_load.END_KEY_OBJECT``)."""
     local = runner_step_dir(step_id)
     argv = _with_artifact_dir(list(argv), f"{local}/out")
     if input_uri is not None:
         path = f"{local}/inputs/{posixpath.basename(input_uri.rstrip('/'))}"
         argv = [a.replace(input_uri, path) for a in argv]
-    return {"argv": argv, "deadline_s": est_s + grace_s, **({"end_key": end_key} if end_key else {})}
+    return {"argv": argv, "deadline_s": est_s + grace_s}
 
 
 def raw_prefix(artifact_uri: str, step_id: str) -> str:
@@ -354,7 +369,9 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
     and the task-token answers come from EKS Pod Identity, the load Job role, which injects its own
     credentials), and AIPerf's in-cluster metrics discovery, which would list every inference pod of the
     namespace (other campaigns' too, and the frontend a second time), finds nothing; the workers'
-    endpoints are given with ``--server-metrics``."""
+    endpoints are given with ``--server-metrics``. Only the control container gets the role's credentials:
+    the AIPerf container, which talks to the serving side, is skipped by EKS Pod Identity
+    (:data:`SKIP_CONTAINERS`) and so can read neither the step's key nor anything else of the role's."""
     k = spec.kubernetes
     lbl = labels(campaign_id, experiment, group)
     mount = [{"name": "artifacts", "mountPath": ARTIFACTS}]
@@ -396,4 +413,4 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
         ],
     }
     return job_object(k.namespace, job_name(campaign_id, experiment, group), lbl, cpu_pod(spec, campaign_id, pod_spec),
-                active_deadline_s)
+                      active_deadline_s, {SKIP_CONTAINERS: "aiperf"})

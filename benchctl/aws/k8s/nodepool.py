@@ -19,11 +19,18 @@ from benchctl.aws.k8s.efa import (
     efa_image,
     efa_per_worker,
 )
+from benchctl.aws.k8s.jobs import container_security
 from benchctl.campaign.ports import DeploymentTarget
 from benchctl.planning.plan import plan_campaign
 from benchctl.spec.model import CampaignSpec
 
 JSON = dict[str, Any]
+
+
+# A pre-pull container's user: nobody (65534), whatever the image's USER, under the runtime's default seccomp
+# profile; with :func:`container_security`, Pod Security "restricted"
+PREPULL_SECURITY = {"runAsUser": 65534, "runAsGroup": 65534, "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def consolidate_after(spec: CampaignSpec, pool_name: str) -> str:
@@ -66,12 +73,14 @@ def render_prepull(target: DeploymentTarget, campaign_id: str, pool_name: str) -
     overlaps the other nodes' boot and the GPU device plugin's start instead of following Deploy. Created
     by ScalePools before the pool is scaled, deleted with the experiment (our labels). Its containers hold
     the images with ``sleep`` (no registry besides the runtime image's own), request no GPU and almost no
-    CPU or memory, and mount no API token."""
+    CPU or memory, and mount no API token. They meet Pod Security "restricted" as ``nobody``
+    (:data:`PREPULL_SECURITY`): ``sleep`` needs no user of the image's own, so no image's USER is assumed."""
     experiment = target.experiment.name
     lbl = labels(campaign_id, experiment, f"prepull-{pool_name}")
     small = {"cpu": "10m", "memory": "32Mi"}
     containers = [{"name": f"image-{i}", "image": image, "command": ["sleep", "infinity"],
-                   "resources": {"requests": dict(small), "limits": dict(small)}}
+                   "resources": {"requests": dict(small), "limits": dict(small)},
+                   "securityContext": container_security()}
                   for i, image in enumerate(prepull_images(target, pool_name))]
     return {
         "apiVersion": "apps/v1",
@@ -81,6 +90,7 @@ def render_prepull(target: DeploymentTarget, campaign_id: str, pool_name: str) -
             "selector": {"matchLabels": dict(lbl)},
             "template": {"metadata": {"labels": dict(lbl)}, "spec": {
                 **scheduling(campaign_id, target.pool(pool_name)), "automountServiceAccountToken": False,
+                "securityContext": PREPULL_SECURITY,
                 "terminationGracePeriodSeconds": 0, "containers": containers}},
         },
     }
