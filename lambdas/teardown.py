@@ -1,4 +1,6 @@
-"""Teardown: an experiment's normal end, its failure path, the campaign abort, and a failed Plan's record.
+"""Teardown: an experiment's normal end, its failure path, the campaign abort, a failed Plan's record, and the
+first state of the stopped-campaign state machine (``stopped``: which campaign a stopped execution's event names,
+and whether anything is left to tear down: ``benchctl.campaign.stopped``).
 
 Each returns ``done``: False while a deleted deployment is still going away; the state machine waits and
 calls again, so no handler ever sleeps."""
@@ -6,9 +8,15 @@ calls again, so no handler ever sleeps."""
 from typing import Any
 
 from benchctl import campaign
-from lambdas._runtime import run
+from lambdas._runtime import current_engine, logger, run
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    if (event or {}).get("action") == "stopped":  # no campaign context yet: the event names the execution
+        from benchctl.campaign.stopped import resolve_stopped
+
+        out = resolve_stopped(current_engine(), event.get("event"))
+        logger.warning("a campaign's execution was stopped from outside", extra={"stopped": out})
+        return out
     return run(event, {"experiment": campaign.TEARDOWN_EXPERIMENT, "experiment_failed": campaign.TEARDOWN_AFTER_FAILURE,
                        "campaign": campaign.ABORT_CAMPAIGN, "plan_failed": campaign.RECORD_PLAN_FAILURE})

@@ -229,6 +229,7 @@ class ControlPlaneStack(ControlPlaneOperations):
 
         self._sweeper(config, results, code, layers, env, cluster_arn, nodegroup_arns)
         self._notifications(config, results)
+        self._stopped_campaigns(config, results)
         self._sweep_alarm(config)
         if config.schedule is not None:
             self._schedule(config, results)

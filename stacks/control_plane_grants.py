@@ -41,7 +41,10 @@ RUNTIME_REASON = {
               "interpreter the Lambda-environment test runs the functions in on this project's machines "
               "(tests/infra/test_lambda_environment.py), with the managed layers pinned for it in stacks/layers.py",
 }
-EXECUTION_STATUSES = ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
+# the endings the status rule announces; a stopped execution's (Stop execution, its timeout) are announced by the
+# stopped-campaign state machine once it has torn the campaign down (benchctl.campaign.stopped)
+EXECUTION_STATUSES = ["SUCCEEDED", "FAILED"]
+STOPPED_STATUSES = ["ABORTED", "TIMED_OUT"]
 
 
 @jsii.implements(events.IRuleTarget)
@@ -84,6 +87,7 @@ class ControlPlaneGrants(Stack):
     """The ControlPlaneStack's grants (its base class)."""
 
     # set by ControlPlaneStack.__init__
+    functions: dict[str, lambda_.Function]
     lock_table: dynamodb.Table
     load_job_role: iam.Role
     roles: dict[str, iam.Role]

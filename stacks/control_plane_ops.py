@@ -1,11 +1,11 @@
-"""What runs beside the campaigns: the sweeper, the notifications of a campaign's end, the sweep alarm and the
-schedule."""
+"""What runs beside the campaigns: the sweeper, the notifications of a campaign's end, the teardown of a stopped
+execution's campaign, the sweep alarm and the schedule."""
 
 from __future__ import annotations
 
 from typing import cast
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy
+from aws_cdk import CfnOutput, Duration, Fn, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_events as events
@@ -17,9 +17,13 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
 from cdk_nag import NagSuppressions
 
+from benchctl.campaign import asl
 from benchctl.constants import (
+    REPORTS_PREFIX,
     report_key,
 )
 from stacks.config import Config
@@ -27,6 +31,7 @@ from stacks.control_plane_grants import (
     EXECUTION_STATUSES,
     RUNTIME,
     RUNTIME_REASON,
+    STOPPED_STATUSES,
     ControlPlaneGrants,
     _grant_handover,
     _TopicTarget,
@@ -102,7 +107,8 @@ class ControlPlaneOperations(ControlPlaneGrants):
             self,
             "CampaignStatusRule",
             rule_name=rule_name,
-            description="benchctl campaign executions that ended (succeeded, failed, timed out, aborted)",
+            description="benchctl campaign executions that ended (succeeded, failed; a stopped one is announced "
+                        "by the stopped-campaign state machine once torn down)",
             event_pattern=events.EventPattern(
                 source=["aws.states"],
                 detail_type=["Step Functions Execution Status Change"],
@@ -111,6 +117,54 @@ class ControlPlaneOperations(ControlPlaneGrants):
             targets=[cast(events.IRuleTarget, _TopicTarget(self.topic, message, rule_arn, self.account))],
         )
         CfnOutput(self, "StatusTopicArn", value=self.topic.topic_arn)
+
+    def _stopped_campaigns(self, config: Config, results: ResultsStack) -> None:
+        """An execution stopped from outside (Stop execution, or its timeout) runs no state of its own: the rule
+        on its status change starts the stopped-campaign state machine (``state_machines/stopped.asl.json``,
+        ``benchctl.campaign.stopped``) at once with the event, which tears exactly that campaign down with the
+        failure path's own functions (Teardown, Report) and announces it on the status topic. A delivery that
+        fails after EventBridge's retries lands in a dead-letter queue (the hourly sweeper still ends the
+        campaign)."""
+        functions = {var: self.functions[var] for var in ("TeardownFunctionArn", "ReportFunctionArn")}
+        sm_logs = logs.LogGroup(
+            self, "StoppedCampaignLogs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=RemovalPolicy.RETAIN,
+            log_group_name=Fn.join("", [f"/aws/vendedlogs/states/benchctl-{config.env_name}-stopped-",
+                                        Fn.select(2, Fn.split("/", self.stack_id))]))
+        self.stopped_machine = machine = sfn.StateMachine(
+            self, "StoppedCampaign",
+            definition_body=sfn.DefinitionBody.from_string(asl.text(asl.STOPPED_ASL_PATH)),
+            definition_substitutions={**{var: fn.function_arn for var, fn in functions.items()},
+                                      "StatusTopicArn": self.topic.topic_arn,
+                                      "ReportsUri": f"s3://{results.bucket.bucket_name}/{REPORTS_PREFIX}"},
+            tracing_enabled=True,
+            logs=sfn.LogOptions(destination=sm_logs, level=sfn.LogLevel.ALL, include_execution_data=False),
+        )  # its 2 h timeout is the ASL's own TimeoutSeconds
+        for fn in functions.values():
+            fn.grant_invoke(machine)
+        self.topic.grant_publish(machine)
+        self.topic_key.grant(machine, "kms:Decrypt", "kms:GenerateDataKey*")  # the topic is encrypted with it
+        NagSuppressions.add_resource_suppressions(machine, [
+            {"id": "AwsSolutions-IAM5", "reason": "Step Functions needs lambda:InvokeFunction on each "
+             "function's versions (ARN:*), kms:GenerateDataKey* on the topic's key, and log delivery/X-Ray actions "
+             "that support no resource ARNs", "appliesTo": [{"regex": "/^(Resource|Action)::.*$/"}]},
+        ], apply_to_children=True)
+        self.stopped_dlq = dlq = sqs.Queue(
+            self, "StoppedCampaignDeadLetters", encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+            retention_period=Duration.days(14))
+        NagSuppressions.add_resource_suppressions(dlq, [
+            {"id": "AwsSolutions-SQS3", "reason": "this queue IS the dead-letter queue of the stopped-campaign "
+             "rule's target (EventBridge deliveries that failed)"}])
+        self.stopped_rule = events.Rule(
+            self, "StoppedCampaignRule",
+            description="benchctl campaign executions stopped from outside (Stop execution, timeout): tear the "
+                        "campaign down at once",
+            event_pattern=events.EventPattern(
+                source=["aws.states"], detail_type=["Step Functions Execution Status Change"],
+                detail={"stateMachineArn": [self.state_machine.state_machine_arn], "status": STOPPED_STATUSES}),
+            targets=[targets.SfnStateMachine(machine, dead_letter_queue=dlq, retry_attempts=8,
+                                             max_event_age=Duration.hours(2))],
+        )
+        CfnOutput(self, "StoppedCampaignStateMachineArn", value=machine.state_machine_arn)
 
     def _sweep_alarm(self, config: Config) -> None:
         """An alarm on the sweeper's errors, to the status topic: it raises (SweepIncomplete) after sweeping

@@ -24,6 +24,10 @@ from benchctl.resources import data_dir
 JSON = dict[str, Any]
 ASL_PATH = data_dir("state_machines") / "campaign.asl.json"
 SOURCE_PATH = data_dir("state_machines") / "campaign.src.json"
+# the stopped-campaign state machine (benchctl.campaign.stopped), built the same way from its source
+STOPPED_ASL_PATH = data_dir("state_machines") / "stopped.asl.json"
+STOPPED_SOURCE_PATH = data_dir("state_machines") / "stopped.src.json"
+BUILT = {SOURCE_PATH: ASL_PATH, STOPPED_SOURCE_PATH: STOPPED_ASL_PATH}  # each source and its deployable build
 LAMBDA_INVOKE = "arn:aws:states:::lambda:invoke"
 LAMBDA_CALLBACK = LAMBDA_INVOKE + ".waitForTaskToken"  # the invoke resumes when the task token is answered
 # Lambda's own transient errors (AWS Step Functions developer guide, "Handling Lambda service exceptions")
@@ -187,20 +191,22 @@ def render(definition: JSON) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m benchctl.campaign.asl [--check]``: write the definition built from its source (or only check
-    that the committed one is current: exit 1 when it is not)."""
-    built = render(build(load(SOURCE_PATH)))
-    if argv == ["--check"]:
-        if text() != built:
-            print(f"{ASL_PATH} is not the build of {SOURCE_PATH}: run python -m benchctl.campaign.asl", file=sys.stderr)
-            return 1
-        return 0
-    if argv:
+    """``python -m benchctl.campaign.asl [--check]``: write each definition built from its source (:data:`BUILT`;
+    or only check that the committed ones are current: exit 1 when one is not)."""
+    if argv not in ([], ["--check"]):
         print("usage: python -m benchctl.campaign.asl [--check]", file=sys.stderr)
         return 2
-    ASL_PATH.write_text(built, encoding="utf-8")
-    print(f"wrote {ASL_PATH}")
-    return 0
+    stale = 0
+    for source, target in BUILT.items():
+        built = render(build(load(source)))
+        if argv == ["--check"]:
+            if text(target) != built:
+                print(f"{target} is not the build of {source}: run python -m benchctl.campaign.asl", file=sys.stderr)
+                stale += 1
+            continue
+        target.write_text(built, encoding="utf-8")
+        print(f"wrote {target}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

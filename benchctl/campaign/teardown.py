@@ -168,7 +168,9 @@ def abort_campaign(p: Providers, ctx: Ctx, task: Task, *, wait_gone: bool = Fals
         c.finish()
         return {"done": False, "error": name, "cause": cause, "waiting_for": waiting}
     failure = c.attempt("read failure", p.state.failure)
-    status = "aborted" if name == "Aborted" or (failure is not None and failure.error == "Aborted") else "failed"
+    first = failure.error if failure is not None else None
+    status = ("aborted" if "Aborted" in (name, first)
+              else "stopped" if {name, first} & {"ExecutionStopped", "ExecutionTimedOut"} else "failed")
     if failure is not None and failure.error and failure.error != name:
         # the Catch payload is the LAST failure (e.g. a cleanup state that failed too); the lake
         # keeps the first one, which started it all, and names the later one in the timeline

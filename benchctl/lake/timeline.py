@@ -71,6 +71,8 @@ SUCCEEDED = Event("succeeded", "the campaign ended well", scope="campaign")
 FAILED = Event("failed", "the campaign failed (after teardown)", ("error", "cause", "state"), scope="campaign")
 ABORTED = Event("aborted", "the campaign was aborted (after teardown)", ("error", "cause", "state"),
                 scope="campaign")
+STOPPED = Event("stopped", "the campaign's execution was stopped from outside (Stop execution, or its timeout), "
+                "then torn down by the stopped-campaign state machine", ("error", "cause", "state"), scope="campaign")
 RECEIPT = Event("teardown_receipt", "one resource the experiment created or changed, read back after its teardown "
                 "(benchctl.campaign.receipt): the action taken, its state now, and for a pool when billing ended",
                 ("kind", "name", "action", "recorded", "now", "state", "why", "billing", "read_at", "pid"),
@@ -81,10 +83,10 @@ EVENTS: tuple[Event, ...] = (
     PLANNED, SCALE_REQUESTED, NODES_READY, DEPLOY_APPLIED, READY, SMOKE_OK, QUALITY_SCORED, NETWORK_OBSERVED,
     LOAD_START, LOAD_END, LOAD_STOPPED,
     INGESTED, BUDGET_EXCEEDED, TEARDOWN_START, TEARDOWN_DONE, POOL_HANDED_OVER, POOL_RESTORED, EXPERIMENT_FAILED,
-    CLEANUP_ERROR, CLEANUP_FAILED, SUCCEEDED, FAILED, ABORTED, RECEIPT, SWEPT,
+    CLEANUP_ERROR, CLEANUP_FAILED, SUCCEEDED, FAILED, ABORTED, STOPPED, RECEIPT, SWEPT,
 )
 # the campaign-level event that ends a campaign, by its final status
-CAMPAIGN_END: dict[str, Event] = {"succeeded": SUCCEEDED, "failed": FAILED, "aborted": ABORTED}
+CAMPAIGN_END: dict[str, Event] = {"succeeded": SUCCEEDED, "failed": FAILED, "aborted": ABORTED, "stopped": STOPPED}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ ENDINGS = {
     "succeeded": "SUCCEEDED",
     "failed": "FAILED",
     "aborted": "ABORTED",
+    "stopped": "STOPPED FROM OUTSIDE (Step Functions' Stop execution, or the execution's timeout)",
     "failed-untorn": "FAILED, AND ITS TEARDOWN FAILED",
     "running": "NOT ENDED (still running, or its runner died: `benchctl sweep` ends it)",
 }

@@ -241,13 +241,14 @@ def gpu_nodes(api: FakeKubeApi, spec: CampaignSpec) -> None:
 
 
 @contextmanager
-def moto_eks(spec: CampaignSpec) -> Iterator[Any]:
-    """moto EKS with the cluster and the spec's node groups (scaled to zero); DescribeUpdate answered."""
+def moto_eks(spec: CampaignSpec, config: Any = None) -> Iterator[Any]:
+    """moto EKS with the cluster and the spec's node groups (scaled to zero); DescribeUpdate answered.
+    ``config``: moto's (e.g. Step Functions executing its state machines)."""
     import boto3
     from botocore.awsrequest import AWSResponse
     from moto import mock_aws
 
-    with mock_aws():
+    with mock_aws(config=config):
         session = boto3.Session(aws_access_key_id="a", aws_secret_access_key="b", region_name="us-east-1")
         eks = session.client("eks")
         eks.create_cluster(name=CLUSTER, roleArn=_ROLE_ARN, resourcesVpcConfig={})

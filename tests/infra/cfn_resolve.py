@@ -49,6 +49,7 @@ def _getatt(kind: str, lid: str, attr: str) -> str:
             "AWS::SNS::Topic": _arn("sns", lid),
             "AWS::Events::Rule": _arn("events", f"rule/{lid}"),
             "AWS::StepFunctions::StateMachine": _arn("states", f"stateMachine:{lid}"),
+            "AWS::SQS::Queue": _arn("sqs", lid),
         }[kind]
     if attr == "Name":
         return lid

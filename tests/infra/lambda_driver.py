@@ -55,6 +55,8 @@ def main(config_path):
             out["calls"].append({"handler": handler, "state": event.get("state"), "result": result})
             return result
 
+        call.as_role = as_role  # for what the driver calls directly, as a function's role
+
         start = {"spec_uri": cfg["spec_uri"], "campaign_id": cfg["campaign_id"], "poll_seconds": 30,
                  **({"fail_at": cfg["fail_at"]} if cfg.get("fail_at") else {})}
         plan = call("lambdas.plan.handler", {
@@ -70,13 +72,16 @@ def main(config_path):
             out["reused_id"] = f"{type(err).__name__}: {err}"
         exp = plan["experiments"][0]["name"]
         step = next(s for s in plan["experiments"][0]["steps"] if s == cfg["step"])
-        if cfg.get("fail_at"):  # a failed execution: scaled, deployed, the step launched, then a state fails
+        if cfg.get("fail_at") or cfg.get("stop"):  # scaled, deployed, the step launched, then it fails or stops
             call("lambdas.pools.handler", {"action": "scale", "state": "ScalePools", "ctx": ctx, "experiment": exp})
         call("lambdas.serving.handler", {"action": "deploy", "state": "Deploy", "ctx": ctx, "experiment": exp})
         # the seed plan prefetches the model: CheckReady applies the deployment once the prefetch Job is done
         call("lambdas.serving.handler", {"action": "check", "state": "CheckReady", "ctx": ctx, "experiment": exp})
         call("lambdas.load.handler", {"action": "launch", "state": "LaunchLoad", "ctx": ctx, "experiment": exp,
                                       "step": step})
+        if cfg.get("stop"):  # stopped from outside while AwaitLoadEnd waits: its runner never wrote an end
+            _stopped_path(call, out, cfg, start)
+            return _finish(out, cfg)
         # the workload's runner Job (not running here) took the step's request and wrote its end record
         import boto3
 
@@ -150,6 +155,37 @@ def _failed_path(call, out, cfg, start, ctx, exp, step):
     execution_state = {**start, "plan": {"ctx": ctx}, "error": error, "abort": abort, "ending": "failed"}
     call("lambdas.report.handler", {"action": "report_failure", "state": "ReportFailure", "input": execution_state,
                                     "ending": "failed", "execution": cfg["execution"]})
+
+
+def _stopped_path(call, out, cfg, start):
+    """What the stopped-campaign state machine does with the execution's status-change event (EventBridge's,
+    as documented): ResolveStopped, AbortCampaign (until done), ReportFailure (ending "stopped"); then the same
+    event again (a duplicate delivery), and the hourly sweeper."""
+    name = cfg["execution"].rsplit(":", 1)[-1]
+    event = {"version": "0", "id": "e1", "detail-type": "Step Functions Execution Status Change",
+             "source": "aws.states", "account": cfg["execution"].split(":")[4], "time": "2026-12-05T16:00:00Z",
+             "region": cfg["execution"].split(":")[3], "resources": [cfg["execution"]],
+             "detail": {"executionArn": cfg["execution"], "name": name, "status": cfg["stop"],
+                        "stateMachineArn": cfg["execution"].replace(":execution:", ":stateMachine:").rsplit(":", 1)[0],
+                        "startDate": 1764950000000, "stopDate": 1764950400000, "input": json.dumps(start),
+                        "inputDetails": {"included": True}}}
+    for delivery in ("first", "duplicate"):
+        resolved = call("lambdas.teardown.handler", {"action": "stopped", "state": "ResolveStopped", "event": event})
+        out.setdefault("resolved", {})[delivery] = resolved
+        if not resolved["todo"]:
+            continue
+        for _ in range(20):
+            abort = call("lambdas.teardown.handler", {"action": "campaign", "state": "AbortCampaign",
+                                                      "ctx": resolved["ctx"], "error": resolved["error"]})
+            if abort["done"]:
+                break
+        call("lambdas.report.handler", {"action": "report_failure", "state": "ReportFailure", "ctx": resolved["ctx"],
+                                        "ending": "stopped"})
+    # the hourly sweeper afterwards, as its role (a dry run: the other cases' campaigns are the tests')
+    from benchctl.aws.sweep import aws_sweep
+
+    call.as_role("lambdas.sweep.handler")
+    out["sweep"] = [line for line in aws_sweep(dry_run=True) if line["campaign_id"] == cfg["campaign_id"]]
 
 
 def _finish(out, cfg):

@@ -169,6 +169,7 @@ class Case:
     experiment: str
     step: str
     fail_at: str | None = None  # a failed execution: this state fails, then the state machine's failure path
+    stop: str | None = None  # stopped from outside while its load runs (ABORTED, TIMED_OUT): the stopped-campaign path
 
     @property
     def path(self) -> Path:
@@ -180,6 +181,9 @@ SEED = Case("seed-plan", CID, EXPERIMENT, STEP)
 REHEARSAL = Case("aws-rehearsal", "aws-rehearsal-lambda-env", "agg", "prefix-cache-p100-r0")
 # a failed execution of it: CheckLoad fails, TeardownAfterFailure, AbortCampaign, ReportFailure
 FAILED = Case("aws-rehearsal", "aws-rehearsal-failed", "agg", "prefix-cache-p100-r0", fail_at="CheckLoad")
+# executions stopped from outside while AwaitLoadEnd waits (Stop execution; the execution's timeout)
+STOPPED = Case("aws-rehearsal", "aws-rehearsal-stopped", "agg", "prefix-cache-p100-r0", stop="ABORTED")
+TIMED_OUT = Case("aws-rehearsal", "aws-rehearsal-timed-out", "agg", "prefix-cache-p100-r0", stop="TIMED_OUT")
 NODEGROUPS = (NODEGROUP, "benchctl-rehearsal")
 
 
@@ -239,7 +243,7 @@ def _aws_world(client: Any, api: Any, tmp: Path, cases: tuple[Case, ...]) -> Non
 
 @pytest.fixture(scope="module")
 def runs(default_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
-    yield from _drive(default_out, tmp_path_factory.mktemp("lambda-env"), (SEED, REHEARSAL, FAILED))
+    yield from _drive(default_out, tmp_path_factory.mktemp("lambda-env"), (SEED, REHEARSAL, FAILED, STOPPED, TIMED_OUT))
 
 
 @pytest.fixture(scope="module")
@@ -348,7 +352,7 @@ def _run_driver(default_out: Path, tmp: Path, case: Case, url: str, credentials:
         "spec_uri": f"s3://{BUCKET}/specs/{case.spec}.yaml", "campaign_id": case.cid, "step": case.step,
         "execution": f"arn:aws:states:{REGION}:{ACCOUNT}:execution:benchctl-campaign:{case.cid}",
         "bucket": BUCKET, "dataset_name": dataset.name, "result": str(tmp / "result.json"),
-        "credentials": credentials, "fail_at": case.fail_at,
+        "credentials": credentials, "fail_at": case.fail_at, "stop": case.stop,
     }
     (tmp / "config.json").write_text(json.dumps(config))
     proc = subprocess.run([str(python), "-I", "-S", "-B", str(DRIVER), str(tmp / "config.json")],
@@ -494,6 +498,8 @@ UNNAMED = {"dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "eks:D
            "glue:BatchGetPartition", "glue:UpdateTable", "glue:CreateTable", "athena:StartQueryExecution",
            "athena:GetQueryExecution", "athena:GetQueryResults", "athena:GetWorkGroup",
            "states:SendTaskSuccess",
+           # the sweeper's reads after a stopped campaign (its lock table, the recorded execution's status)
+           "dynamodb:Scan", "states:DescribeExecution",
            # Plan's preflight reads of the EC2 quotas and capacity (stacks/control_plane.py QUOTA_ACTIONS; none of
            # them names a resource of this stack: granted on *)
            "servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota", "ec2:DescribeInstanceTypes",
@@ -573,11 +579,7 @@ def test_a_failed_execution_writes_its_report_to_s3_and_its_receipt_reads_every_
     text = json.dumps(rule["Properties"]["Targets"])
     assert re.search(r"reports/<[^>]*name>/report\.html", text) and "teardown receipt" in text, text
     # the receipt in the lake: the node group restored, every object of the deployment gone
-    rows = []
-    for key in failed["keys"]:
-        if key.startswith(f"lake/timeline/campaign_id={case.cid}/") and "/teardown_receipt-" in key:
-            (row,) = pq.read_table(io.BytesIO(failed["get"](key))).to_pylist()
-            rows.append(json.loads(row["detail_json"]))
+    rows = _receipt(failed, case.cid)
     kinds = {r["kind"]: r for r in rows}
     assert kinds["node group"]["name"] == "benchctl-rehearsal" and kinds["node group"]["state"] == "restored", rows
     assert kinds["node group"]["now"] == kinds["node group"]["recorded"], rows
@@ -588,6 +590,18 @@ def test_a_failed_execution_writes_its_report_to_s3_and_its_receipt_reads_every_
     assert (campaign_row["status"], campaign_row["failed_state"], campaign_row["error"]) == (
         "failed", "CheckLoad", "InjectedFailure")
     assert failed["iam"].problems == []
+
+
+def _receipt(run: dict[str, Any], cid: str) -> list[dict[str, Any]]:
+    """The campaign's teardown receipt rows, as the lake holds them (the timeline's teardown_receipt events)."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for key in run["keys"]:
+        if key.startswith(f"lake/timeline/campaign_id={cid}/") and "/teardown_receipt-" in key:
+            (row,) = pq.read_table(io.BytesIO(run["get"](key))).to_pylist()
+            rows.append(json.loads(row["detail_json"]))
+    return rows
 
 
 def _resources_of(templates: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -605,10 +619,43 @@ def test_each_campaigns_runner_identity_is_made_by_plan_and_its_association_remo
     for r in runs.values():
         cid = r["case"].cid
         sa = kube.stored("ServiceAccount", cid, NS)
-        if r["case"].fail_at:  # the failure path (AbortCampaign) removes the service account too
+        if r["case"].fail_at or r["case"].stop:  # the failure path (AbortCampaign) removes the service account too
             assert sa is None, sa
         else:
             assert sa is not None and sa["metadata"]["labels"]["benchctl.io/campaign"] == cid
     passed = [(a, res) for who, a, res in run["iam"].checked if a == "iam:PassRole"]
     assert passed and {res for _, res in passed} == {_load_role_arn(default_out)}
 
+
+
+@pytest.mark.parametrize("case", [STOPPED, TIMED_OUT], ids=["stopped", "timed out"])
+def test_a_stopped_execution_is_torn_down_reported_in_s3_and_left_nothing_for_the_sweeper(runs, case):
+    """Stopped while AwaitLoadEnd waits (no end record): the event's path, each task as its function's role
+    under IAM enforcement: ResolveStopped and AbortCampaign (Teardown), ReportFailure (Report), then a duplicate
+    event (nothing to do) and the hourly sweeper (nothing to do). The report, ending STOPPED FROM OUTSIDE, is
+    in S3 where the status message links it; the receipt reads every object back gone and the node group
+    restored to its recorded size."""
+    import pyarrow.parquet as pq
+
+    from benchctl.aws.athena import report_key
+
+    r = runs[case.cid]
+    resolved = r["result"]["resolved"]
+    assert resolved["first"]["todo"] and resolved["first"]["error"]["Error"] == {
+        "ABORTED": "ExecutionStopped", "TIMED_OUT": "ExecutionTimedOut"}[case.stop]
+    assert not resolved["duplicate"]["todo"] and "ended already (stopped)" in resolved["duplicate"]["why"]
+    (report,) = _calls(r, "ReportFailure")
+    assert report.get("report_error") is None and report["ending"] == "stopped", report
+    assert report["report"] == f"s3://{BUCKET}/{report_key(case.cid)}", report
+    html = r["get"](report_key(case.cid)).decode()  # (moto's Athena runs no SQL: its content is the lake's, below)
+    assert '<section id="ending"' in html and '<section id="receipt"' in html
+    # the sweeper afterwards: nothing of this campaign left to sweep
+    assert [line for line in r["result"]["sweep"] if line.get("action") != "nothing left"] == [], r["result"]["sweep"]
+    rows = _receipt(r, case.cid)
+    kinds = {row["kind"]: row for row in rows}
+    assert kinds["node group"]["state"] == "restored" and kinds["node group"]["now"] == kinds["node group"]["recorded"]
+    assert {"DynamoGraphDeployment", "Job"} <= set(kinds) and all(x["state"] in ("gone", "restored") for x in rows)
+    (campaign_row,) = pq.read_table(io.BytesIO(r["get"](
+        f"lake/campaigns/campaign_id={case.cid}/campaign.parquet"))).to_pylist()
+    assert (campaign_row["status"], campaign_row["error"]) == ("stopped", resolved["first"]["error"]["Error"])
+    assert r["iam"].problems == []

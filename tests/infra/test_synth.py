@@ -44,9 +44,16 @@ def _one(t: dict[str, Any], kind: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------- state machine
 
 
+def _campaign_machine(cp: dict[str, Any]) -> dict[str, Any]:
+    """The campaign state machine's properties (beside it: the stopped-campaign state machine)."""
+    (props,) = [r["Properties"] for k, r in _resources(cp, "AWS::StepFunctions::StateMachine").items()
+                if k.startswith("Campaign")]
+    return props
+
+
 def test_state_machine_is_the_asl_file_with_substitutions(templates):
     cp = templates[CP]
-    props = _one(cp, "AWS::StepFunctions::StateMachine")
+    props = _campaign_machine(cp)
     text = props["DefinitionString"]
     asl = json.loads((ROOT / "state_machines" / "campaign.asl.json").read_text())
     assert json.loads(text) == asl  # the very file
@@ -249,7 +256,8 @@ def test_schedule_is_off_unless_set(default_out, templates):
     s = _one(templates[CP], "AWS::Scheduler::Schedule")
     assert s["ScheduleExpression"] == "cron(0 3 ? * SUN *)" and s["ScheduleExpressionTimezone"] == "Europe/Berlin"
     target = s["Target"]
-    assert target["Arn"] == {"Ref": next(iter(_resources(templates[CP], "AWS::StepFunctions::StateMachine")))}
+    assert target["Arn"] == {"Ref": next(k for k in _resources(templates[CP], "AWS::StepFunctions::StateMachine")
+                                         if k.startswith("Campaign"))}
     assert "specs/seed-plan.yaml" in json.dumps(target["Input"])
     role = next(r for k, r in _resources(templates[CP], "AWS::IAM::Policy").items() if k.startswith("ScheduleRole"))
     (stmt,) = role["Properties"]["PolicyDocument"]["Statement"]
@@ -309,7 +317,7 @@ def test_execution_status_rule_notifies_an_encrypted_topic(templates):
     pattern = rule["EventPattern"]
     assert pattern["source"] == ["aws.states"]
     assert pattern["detail-type"] == ["Step Functions Execution Status Change"]
-    assert set(pattern["detail"]["status"]) == {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+    assert set(pattern["detail"]["status"]) == {"SUCCEEDED", "FAILED"}  # a stopped one: the stopped-campaign machine
     topic_id = next(iter(_resources(cp, "AWS::SNS::Topic")))
     assert rule["Targets"][0]["Arn"] == {"Ref": topic_id}
     message = json.dumps(rule["Targets"][0]["InputTransformer"])
@@ -697,3 +705,74 @@ def test_the_deployment_ceilings_are_recorded_on_the_plan_and_pools_functions_on
 def test_malformed_ceilings_stop_synth_naming_the_key(tmp_path):
     bad = synth(tmp_path / "bad", {**CONTEXT, "benchctl:ceilings": {"instance_types": {"p4d.24xlarge": 0}}})
     assert bad.returncode != 0 and "benchctl:ceilings" in bad.stderr and "instance_types" in bad.stderr
+
+
+def test_a_stopped_execution_starts_the_stopped_campaign_machine_with_a_dead_letter_queue(templates):
+    """Stop execution and the execution's timeout run no state of the campaign: a rule on exactly this state
+    machine's ABORTED and TIMED_OUT events starts the stopped-campaign machine with the event (at once; a
+    delivery that fails lands in an encrypted dead-letter queue), and that machine may invoke only the Teardown
+    and Report functions and publish only to the status topic."""
+    cp = templates[CP]
+    machines = _resources(cp, "AWS::StepFunctions::StateMachine")
+    campaign = next(k for k in machines if k.startswith("Campaign"))
+    stopped = next(k for k in machines if k.startswith("StoppedCampaign"))
+    rule = next(r["Properties"] for k, r in _resources(cp, "AWS::Events::Rule").items()
+                if k.startswith("StoppedCampaignRule"))
+    assert rule["EventPattern"] == {"source": ["aws.states"], "detail-type": ["Step Functions Execution Status Change"],
+                                    "detail": {"stateMachineArn": [{"Ref": campaign}], "status": ["ABORTED", "TIMED_OUT"]}}
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Ref": stopped} and "Input" not in target and "InputTransformer" not in target
+    dlq = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
+    queue = _resources(cp, "AWS::SQS::Queue")[dlq]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] == 8
+    props = machines[stopped]["Properties"]
+    asl = json.loads((ROOT / "state_machines" / "stopped.asl.json").read_text())
+    assert json.loads(props["DefinitionString"]) == asl  # the very file
+    subs = props["DefinitionSubstitutions"]
+    assert set(subs) == {"TeardownFunctionArn", "ReportFunctionArn", "StatusTopicArn", "ReportsUri"}
+    fns = _resources(cp, "AWS::Lambda::Function")
+    assert {fns[subs[v]["Fn::GetAtt"][0]]["Properties"]["Handler"] for v in ("TeardownFunctionArn", "ReportFunctionArn")
+            } == {"lambdas.teardown.handler", "lambdas.report.handler"}
+    role = props["RoleArn"]["Fn::GetAtt"][0]
+    policy = next(p["Properties"]["PolicyDocument"] for p in _resources(cp, "AWS::IAM::Policy").values()
+                  if {"Ref": role} in p["Properties"]["Roles"])
+    actions = {a for st in policy["Statement"] for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert {"lambda:InvokeFunction", "sns:Publish"} <= actions
+    assert not {a for a in actions if a.startswith(("states:", "eks:", "s3:", "iam:"))}  # only through the functions
+    assert props["TracingConfiguration"] == {"Enabled": True}
+
+
+def test_the_stopped_campaign_roles_reach_exactly_the_teardown_and_report_functions_and_the_topic(templates):
+    """IAM's decision (tests/fakes/moto_iam.evaluate) over the synthesized policies: the rule's role may start
+    only the stopped-campaign machine (never the campaign machine: an event cannot start a campaign), and that
+    machine's role may invoke only the Teardown and Report functions (any version) and publish only to the
+    status topic."""
+    from tests.fakes.moto_iam import evaluate, role_documents
+
+    cp = templates[CP]
+    r = Resolver({k: v for k, v in templates.items() if not k.startswith("_")})
+    machines = _resources(cp, "AWS::StepFunctions::StateMachine")
+    arn = {k: r.resolve({"Ref": k}, CP) for k in machines}
+    stopped = next(k for k in machines if k.startswith("StoppedCampaign"))
+    campaign = next(k for k in machines if k.startswith("Campaign"))
+    rule = next(v["Properties"] for k, v in _resources(cp, "AWS::Events::Rule").items()
+                if k.startswith("StoppedCampaignRule"))
+    rule_role = rule["Targets"][0]["RoleArn"]["Fn::GetAtt"][0]
+    docs = role_documents(templates, CP, rule_role)
+    assert evaluate(docs, "states:StartExecution", arn[stopped], {}) == "Allow"
+    assert evaluate(docs, "states:StartExecution", arn[campaign], {}) is None
+    trust = cp["Resources"][rule_role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"] for s in trust] == [{"Service": "events.amazonaws.com"}]
+    docs = role_documents(templates, CP, machines[stopped]["Properties"]["RoleArn"]["Fn::GetAtt"][0])
+    fns = {f["Properties"]["Handler"]: r.resolve({"Fn::GetAtt": [k, "Arn"]}, CP)
+           for k, f in _resources(cp, "AWS::Lambda::Function").items()}
+    for handler, fn in fns.items():
+        want = "Allow" if handler in ("lambdas.teardown.handler", "lambdas.report.handler") else None
+        assert evaluate(docs, "lambda:InvokeFunction", fn, {}) == want, handler
+        assert evaluate(docs, "lambda:InvokeFunction", fn + ":7", {}) == want, handler
+    topic = r.resolve({"Ref": next(iter(_resources(cp, "AWS::SNS::Topic")))}, CP)
+    assert evaluate(docs, "sns:Publish", topic, {}) == "Allow"
+    assert evaluate(docs, "sns:Publish", topic + "-other", {}) is None
+    for action in ("s3:GetObject", "eks:UpdateNodegroupConfig", "states:StartExecution", "iam:PassRole"):
+        assert evaluate(docs, action, "*", {}) is None, action

@@ -179,7 +179,7 @@ def test_run_store_keys_are_named_only_by_the_run_state() -> None:
 
 # Event names that are also ordinary words of other vocabularies (a campaign's status, a sweep's action):
 # a literal equal to one of these is not necessarily an event.
-STATUS_WORDS = {"succeeded", "failed", "aborted", "swept", "ready"}
+STATUS_WORDS = {"succeeded", "failed", "aborted", "stopped", "swept", "ready"}
 
 
 def test_timeline_event_names_are_named_only_by_the_timeline() -> None:

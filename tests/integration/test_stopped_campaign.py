@@ -1,0 +1,225 @@
+"""An execution stopped from outside (Step Functions' Stop execution, or its timeout) runs no state of its own:
+its status-change event starts the stopped-campaign state machine (``state_machines/stopped.asl.json``), whose
+tasks are the failure path's own (benchctl.campaign.stopped).
+
+Here the definition runs in moto's Step Functions interpreter (the one the local engine runs the campaign
+with), each Lambda task dispatched to its real handler (``lambdas.teardown``, ``lambdas.report``), its SNS task
+to moto's SNS; the campaign is an EKS one on the fake cluster API (RBAC and the admission policies enforced,
+Kubernetes' deletion semantics: a deleted object lingers until its dependents are gone) and moto's EKS node
+groups, stopped while its first load step's runner Job runs (AwaitLoadEnd). Every Kubernetes call is made as
+the function whose task makes it. The event is the one EventBridge delivers (Step Functions developer guide,
+"Step Functions Execution Status Change"; its fields as documented)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchctl import campaign
+from benchctl.campaign import Task, asl
+from benchctl.campaign.context import Ctx
+from benchctl.campaign.sweep import sweep
+from benchctl.local.engine import ACCOUNT, REGION, Dispatcher, Progress, function_arn
+from benchctl.planning.plan import plan_campaign
+from lambdas import FUNCTIONS
+from tests.aws_checks import upstream_api
+from tests.fakes import eks_world
+from tests.fakes.eks_world import CID
+
+SFN = {"stepfunctions": {"execute_state_machine": True}}
+CAMPAIGN_MACHINE = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:benchctl-campaign"
+EXECUTION = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:benchctl-campaign:{CID}"
+
+
+def status_event(status: str, *, execution: str = EXECUTION, name: str = CID) -> dict[str, Any]:
+    """The event EventBridge delivers when an execution of the campaign state machine stops."""
+    return {
+        "version": "0", "id": "315c1398-40ff-a850-213b-158f73e60175", "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states", "account": ACCOUNT, "time": "2026-12-05T16:00:00Z", "region": REGION,
+        "resources": [execution],
+        "detail": {"executionArn": execution, "stateMachineArn": CAMPAIGN_MACHINE, "name": name, "status": status,
+                   "startDate": 1764950000000, "stopDate": 1764950400000,
+                   "input": json.dumps({"spec_uri": "s3://results-bucket/specs/example.yaml", "campaign_id": CID,
+                                        "poll_seconds": 1}),
+                   "inputDetails": {"included": True}, "output": None, "outputDetails": None},
+    }
+
+
+class _Engine:
+    """The AWS engine's shape around the campaign's providers (the functions share them here)."""
+
+    name = "aws"
+
+    def __init__(self, p: Any, ctx: Ctx) -> None:
+        self.p, self.runs_uri, self.lake_uri = p, str(Path(ctx.run_uri).parent), ctx.lake_uri
+
+    def providers(self, ctx: Ctx) -> Any:
+        assert ctx.campaign_id == CID, ctx
+        return self.p
+
+
+@contextmanager
+def stopped_while_loading(tmp: Path) -> Iterator[dict[str, Any]]:
+    """One experiment of the smoke example up to its first step's running load (each state as its function);
+    the execution then stopped (nothing of the campaign state machine runs after it)."""
+    spec = eks_world.example_specs()["smoke[managed-nodegroup]"]
+    exp = plan_campaign(spec, "aws").experiments[0]
+    e, step = Task(exp.name), exp.steps[0].step_id
+    with upstream_api() as api, eks_world.moto_eks(spec, SFN) as session:
+        eks_world.cluster_prerequisites(api, spec)
+        eks_world.dynamo_operator(api)
+        eks_world.job_controller(api)
+        eks_world.daemonset_controller(api)
+        eks_world.gpu_nodes(api, spec)
+        caller = eks_world.Caller()
+        p, ctx, _ = eks_world.providers(spec, caller.client(api), tmp, session)
+        campaign.plan(p, ctx, Task(state="Plan", execution=EXECUTION))
+        caller.function = "Pools"
+        campaign.scale_pools(p, ctx, e)
+        assert campaign.check_capacity(p, ctx, e)["done"]
+        caller.function = "Serving"
+        campaign.deploy(p, ctx, e)
+        assert campaign.check_ready(p, ctx, e)["done"]
+        caller.function = "Load"
+        campaign.launch_step(p, ctx, Task(exp.name, step))
+        rec = p.state.load(exp.name, step)
+        assert rec is not None and rec.running  # AwaitLoadEnd waits on it
+        nodegroup = str(spec.pools[0].nodegroup)
+        eks = session.client("eks")
+        assert eks.describe_nodegroup(clusterName=eks_world.CLUSTER, nodegroupName=nodegroup)[
+            "nodegroup"]["scalingConfig"]["desiredSize"] > 0
+        caller.function = "Teardown"  # every task of the stopped-campaign machine: Teardown's, then Report's
+        yield {"api": api, "session": session, "p": p, "ctx": ctx, "experiment": exp.name, "step": step,
+               "nodegroup": nodegroup, "caller": caller}
+
+
+def run_stopped_machine(world: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
+    """The stopped-campaign definition as CDK deploys it (its substitutions), one execution with ``event``."""
+    import boto3
+
+    from lambdas._runtime import use_engine
+
+    session = world["session"]
+    topic = session.client("sns").create_topic(Name="benchctl-status")["TopicArn"]
+    queue = session.client("sqs").create_queue(QueueName="status")["QueueUrl"]
+    arn = session.client("sqs").get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"]
+    session.client("sns").subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn)
+    definition = asl.substitute({**{var: function_arn(var) for var in FUNCTIONS}, "StatusTopicArn": topic,
+                                 "ReportsUri": "s3://results-bucket/reports"}, asl.STOPPED_ASL_PATH)
+    boto3.setup_default_session(aws_access_key_id="a", aws_secret_access_key="b", region_name=REGION)
+    assert boto3.DEFAULT_SESSION is not None
+    dispatcher = Dispatcher(Progress(out=open("/dev/null", "w")))  # noqa: SIM115 (closed with the process)
+    invoked: list[str] = []
+
+    def watched(params: dict[str, Any], model: Any, **kw: Any) -> Any:
+        invoked.append(json.loads(params.get("body") or b"{}").get("action"))
+        world["caller"].function = "Report" if invoked[-1] == "report_failure" else "Teardown"
+        return dispatcher(params, model, **kw)
+
+    boto3.DEFAULT_SESSION.events.register("before-call.lambda.Invoke", watched)
+    use_engine(_Engine(world["p"], world["ctx"]))  # type: ignore[arg-type]
+    try:
+        sfn = session.client("stepfunctions")
+        machine = sfn.create_state_machine(name=f"stopped-{len(invoked)}-{time.monotonic_ns()}", definition=definition,
+                                           roleArn=f"arn:aws:iam::{ACCOUNT}:role/stopped")["stateMachineArn"]
+        started = time.monotonic()
+        execution = sfn.start_execution(stateMachineArn=machine, input=json.dumps(event))["executionArn"]
+        while (desc := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+            assert time.monotonic() - started < 120, "the stopped-campaign execution still runs"
+            time.sleep(0.1)
+        took = time.monotonic() - started
+        history = sfn.get_execution_history(executionArn=execution)["events"]
+    finally:
+        use_engine(None)
+        boto3.DEFAULT_SESSION.events.unregister("before-call.lambda.Invoke", watched)
+    messages = [json.loads(m["Body"])["Message"] for m in
+                session.client("sqs").receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])]
+    return {"status": desc["status"], "invoked": invoked, "messages": messages, "took": took,
+            "states": [e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e]}
+
+
+def _deleted(api: Any, plural: str) -> list[int]:
+    return [i for i, (method, path) in enumerate(api.requests) if method == "DELETE" and f"/{plural}/" in path]
+
+
+@pytest.mark.parametrize("status", ["ABORTED", "TIMED_OUT"])
+def test_a_campaign_stopped_while_its_load_runs_is_torn_down_reported_and_announced(tmp_path: Path,
+                                                                                     status: str) -> None:
+    """The runner Job is stopped before the deployment is deleted, the node group is back at its recorded size,
+    the campaign ends ``stopped`` with its error and receipt, the status topic names the report; a duplicate
+    event and the hourly sweeper afterwards find nothing to do."""
+    with stopped_while_loading(tmp_path) as w:
+        api, p, ctx = w["api"], w["p"], w["ctx"]
+        first = run_stopped_machine(w, status_event(status))
+        assert first["status"] == "SUCCEEDED", first
+        assert first["states"][:2] == ["ResolveStopped", "Todo?"] and "AbortCampaign" in first["states"]
+        assert first["states"][-2:] == ["NotifyStopped", "Stopped"], first["states"]
+        assert first["invoked"][0] == "stopped" and first["invoked"][-1] == "report_failure"
+        # the load first: its runner Job deleted before the DynamoGraphDeployment
+        jobs, dgds = _deleted(api, "jobs"), _deleted(api, "dynamographdeployments")
+        assert jobs and dgds and min(jobs) < min(dgds), api.requests
+        load = p.state.load(w["experiment"], w["step"])
+        assert load is not None and load.stopped
+        # the node group back at its recorded size (0), through the EKS API
+        eks = w["session"].client("eks")
+        assert eks.describe_nodegroup(clusterName=eks_world.CLUSTER, nodegroupName=w["nodegroup"])[
+            "nodegroup"]["scalingConfig"]["desiredSize"] == 0
+        assert not [o for kind in ("DynamoGraphDeployment", "Job", "DaemonSet") for o in api.all_stored(kind)
+                    if (o["metadata"].get("labels") or {}).get("benchctl.io/campaign") == CID]
+        rec = p.state.campaign()
+        error = {"ABORTED": "ExecutionStopped", "TIMED_OUT": "ExecutionTimedOut"}[status]
+        assert rec is not None and (rec.status, rec.error) == ("stopped", error), rec
+        assert "while the load of" in str(rec.cause) and w["step"] in str(rec.cause)
+        # the report (the Report function's code, over the campaign's lake with DuckDB) says how it ended
+        from benchctl.local.report import write_report
+
+        html = write_report(tmp_path / "lake", CID, tmp_path / "report.html", "html").read_text()
+        ending = html[html.index('<section id="ending"'):]
+        assert ending.startswith('<section id="ending" class="bad" data-status="stopped"'), ending[:300]
+        assert "STOPPED FROM OUTSIDE" in ending[:400] and "in state" not in ending[:400], ending[:400]
+        (message,) = first["messages"]
+        assert f"benchctl campaign {CID} ended: {status} (stopped from outside) and torn down" in message
+        assert f"s3://results-bucket/reports/{CID}/report.html" in message and EXECUTION in message
+        # the receipt: every resource read back gone, the node group restored to its recorded size (its nodes
+        # draining: the fake cluster never removes a node, so billing is not judged here)
+        from benchctl.campaign.receipt import campaign_receipt
+
+        rows = campaign_receipt(p, ctx, why_unread="unread")
+        kinds = {r["kind"]: r for r in rows}
+        assert {"DynamoGraphDeployment", "DaemonSet", "Job", "node group"} <= set(kinds), rows
+        assert all(r["state"] in ("gone", "restored") for r in rows), rows
+        assert kinds["node group"]["now"] == kinds["node group"]["recorded"], rows
+        # a second delivery of the event (or the other stop status): nothing to do, nothing touched
+        before = len(api.requests)
+        again = run_stopped_machine(w, status_event(status))
+        assert again["status"] == "SUCCEEDED" and again["states"][-1] == "NothingToDo", again
+        assert again["invoked"] == ["stopped"] and again["messages"] == []
+        assert [r for r in api.requests[before:] if r[0] != "GET"] == []
+        # the hourly sweeper afterwards: nothing left to tear down
+        (line,) = sweep([CID], lambda cid: (p, ctx), lambda cid: False)
+        assert line["experiments"] == [] and line.get("action") != "swept", line
+
+
+def test_an_event_of_another_execution_of_the_same_campaign_id_touches_nothing(tmp_path: Path) -> None:
+    """A reused campaign id: the stopped execution is not the one the run record names, so the campaign (another
+    execution's, still running) is left alone; so is an event whose status is not a stop (refused by name)."""
+    from benchctl.campaign.stopped import resolve_stopped
+
+    with stopped_while_loading(tmp_path) as w:
+        api = w["api"]
+        before = len(api.requests)
+        other = EXECUTION.replace(f":{CID}", ":another-execution")
+        out = run_stopped_machine(w, status_event("ABORTED", execution=other))
+        assert out["status"] == "SUCCEEDED" and out["states"][-1] == "NothingToDo" and out["messages"] == []
+        assert [r for r in api.requests[before:] if r[0] != "GET"] == []
+        rec = w["p"].state.campaign()
+        assert rec is not None and rec.status == "running" and w["p"].state.failure() is None
+        with pytest.raises(ValueError, match=r"detail.status 'SUCCEEDED' is not a stop"):
+            resolve_stopped(_Engine(w["p"], w["ctx"]), status_event("SUCCEEDED"))  # type: ignore[arg-type]
