@@ -651,6 +651,15 @@ def test_a_stopped_execution_is_torn_down_reported_in_s3_and_left_nothing_for_th
     assert '<section id="ending"' in html and '<section id="receipt"' in html
     # the sweeper afterwards: nothing of this campaign left to sweep
     assert [line for line in r["result"]["sweep"] if line.get("action") != "nothing left"] == [], r["result"]["sweep"]
+    # the load first: the campaign's runner Job deleted before its DynamoGraphDeployment (every object of the
+    # campaign ends in its hash, benchctl.spec.names.object_name)
+    from benchctl.spec.names import dgd_name
+
+    suffix = "-" + dgd_name(case.cid, case.experiment).rsplit("-", 1)[1]
+    deletes = [path.split("?")[0] for method, path in r["kube"].requests if method == "DELETE"]
+    jobs = [i for i, path in enumerate(deletes) if "/jobs/" in path and path.endswith(suffix)]
+    dgds = [i for i, path in enumerate(deletes) if "/dynamographdeployments/" in path and path.endswith(suffix)]
+    assert jobs and dgds and min(jobs) < min(dgds), deletes
     rows = _receipt(r, case.cid)
     kinds = {row["kind"]: row for row in rows}
     assert kinds["node group"]["state"] == "restored" and kinds["node group"]["now"] == kinds["node group"]["recorded"]
