@@ -44,6 +44,9 @@ from typing import Any
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_efs as efs
+from aws_cdk import (
+    aws_eks as eks_l1,  # the CloudFormation resources (CfnAddon, ...): in aws_eks in every release
+)
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -76,6 +79,10 @@ EFA_INTERFACES = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "g6e
                   "g6e.24xlarge": 2, "g6e.48xlarge": 4, "g6e.8xlarge": 1, "g6e.16xlarge": 1}
 GPU_ROOT_GIB = 200  # the Dynamo vLLM runtime image alone is ~20 GB compressed; room for two versions and logs
 CPU_ROOT_GIB = 100
+# IMDS: one hop on GPU nodes (no pod there needs it; host-network DaemonSets are one hop away): no pod takes the node
+# role. The CPU group keeps EKS's 2: the EFS CSI controller there reads its region from IMDS (aws-efs-csi-driver #362)
+GPU_IMDS_HOP_LIMIT = 1
+HELM_TIMEOUT = Duration.minutes(10)  # below the kubectl handler's 900 s: a timed-out chart fails, never hangs CFN
 CPU_NODEGROUP = "benchctl-cpu"
 
 
@@ -278,7 +285,7 @@ class PlatformStack(Stack):
             data: dict[str, Any] = {
                 "placement": ec2.CfnLaunchTemplate.PlacementProperty(group_name=pg.ref),
                 "metadata_options": ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_tokens="required", http_put_response_hop_limit=2),
+                    http_tokens="required", http_put_response_hop_limit=GPU_IMDS_HOP_LIMIT),
                 "block_device_mappings": [ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                     device_name="/dev/xvda", ebs=ec2.CfnLaunchTemplate.EbsProperty(
                         volume_size=GPU_ROOT_GIB, volume_type="gp3", encrypted=True, delete_on_termination=True))],
@@ -300,8 +307,9 @@ class PlatformStack(Stack):
     # ------------------------------------------------------------------------------------------ add-ons
 
     def _addons(self) -> None:
+        agent: Construct | None = None
         if not self.auto_mode and POD_IDENTITY_ADDON not in self.skip:
-            eks.Addon(self, "PodIdentityAgent", cluster=self.cluster, addon_name=POD_IDENTITY_ADDON)
+            agent = eks.Addon(self, "PodIdentityAgent", cluster=self.cluster, addon_name=POD_IDENTITY_ADDON)
         self.efs_addon: Construct | None = None
         if "aws-efs-csi-driver" in self.skip:
             return
@@ -312,13 +320,15 @@ class PlatformStack(Stack):
         _nag(role, ("AwsSolutions-IAM4", "AmazonEFSCSIDriverPolicy, AWS's managed policy for the EFS CSI driver "
                     "(EKS user guide, 'Store an elastic file system with Amazon EFS'); its access-point actions are "
                     "conditioned on the driver's own tags"))
-        addon = eks.CfnAddon(self, "EfsCsiDriver", cluster_name=self.cluster.cluster_name, addon_name=EFS_CSI_ADDON,
+        addon = eks_l1.CfnAddon(self, "EfsCsiDriver", cluster_name=self.cluster.cluster_name, addon_name=EFS_CSI_ADDON,
                              resolve_conflicts="OVERWRITE", pod_identity_associations=[
-                                 eks.CfnAddon.PodIdentityAssociationProperty(role_arn=role.role_arn,
+                                 eks_l1.CfnAddon.PodIdentityAssociationProperty(role_arn=role.role_arn,
                                                                              service_account=EFS_CSI_SA)])
         self._after_cluster(addon)
         for dep in self.capacity:  # its controller is a Deployment: without a node the add-on stays DEGRADED
             addon.node.add_dependency(dep)
+        if agent is not None:  # its controller's credentials come from the Pod Identity agent
+            addon.node.add_dependency(agent)
         self.efs_addon = addon
 
     def _pod_identity_role(self, cid: str, what: str) -> iam.Role:
@@ -366,7 +376,7 @@ class PlatformStack(Stack):
     def _token_sync(self) -> None:
         role = self._pod_identity_role("HfTokenReaderRole", f"the {TOKEN_SYNC} CronJob: reads the HF token secret")
         self.token_secret.grant_read(role)
-        assoc = eks.CfnPodIdentityAssociation(self, "HfTokenSyncIdentity", cluster_name=self.cluster.cluster_name,
+        assoc = eks_l1.CfnPodIdentityAssociation(self, "HfTokenSyncIdentity", cluster_name=self.cluster.cluster_name,
                                               namespace=self.namespace, service_account=TOKEN_SYNC,
                                               role_arn=role.role_arn)
         self._after_cluster(assoc)
@@ -381,7 +391,7 @@ class PlatformStack(Stack):
         self.charts: dict[str, eks.HelmChart] = {}
         for release in charts.helm_releases(self.settings):
             cid = "".join(p.capitalize() for p in release["chart"].split("-")) + "Chart"
-            chart = eks.HelmChart(self, cid, cluster=self.cluster, wait=True, timeout=Duration.minutes(15), **release)
+            chart = eks.HelmChart(self, cid, cluster=self.cluster, wait=True, timeout=HELM_TIMEOUT, **release)
             for dep in previous:
                 chart.node.add_dependency(dep)
             previous = [chart]

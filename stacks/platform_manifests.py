@@ -3,6 +3,7 @@ claim, the model download Job, the Grafana dashboards' ConfigMaps, the KVBM PodM
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +78,20 @@ def model_download_job(s: PlatformSettings) -> JSON:
     """The one-time download of the pinned revision onto the claim: exactly the campaign's prefetch Job
     (:func:`benchctl.aws.k8s.prefetch.render_prefetch_job`: token from the campaign's secret as a read-only file,
     pinned huggingface_hub, fails unless the snapshot of that commit is where the workers serve it from), with
-    :data:`PLATFORM_ID` in place of a campaign id, off the GPU node groups."""
+    :data:`PLATFORM_ID` in place of a campaign id, off the GPU node groups. Its name ends in a hash of its spec:
+    a Job's pod template is immutable, so a changed download (another revision, image, node group) is a new Job
+    beside the finished one (which its TTL removes), not a replace that the API server refuses ("field is
+    immutable") and that would roll the platform's update back."""
+    import hashlib
+
     from benchctl.aws.k8s.prefetch import render_prefetch_job
 
     if not s.model.revision:
         raise PlatformValuesError("model.revision: the platform downloads a pinned commit; give the 40-hex commit")
-    return render_prefetch_job(s.model, s.kubernetes(), PLATFORM_ID, pools=_gpu_pools(s))
+    job = render_prefetch_job(s.model, s.kubernetes(), PLATFORM_ID, pools=_gpu_pools(s))
+    digest = hashlib.sha256(json.dumps(job["spec"], sort_keys=True).encode()).hexdigest()[:10]
+    job["metadata"]["name"] = f"{job['metadata']['name']}-{digest}"
+    return job
 
 
 def _gpu_pools(s: PlatformSettings) -> list[Any]:

@@ -6,7 +6,10 @@ never by a GET per object, which RBAC does not grant for DaemonSets) and every h
 selected by our own labels only, never by ``app.kubernetes.io/managed-by`` (which others may set or
 overwrite).
 A campaign is running when the execution recorded in its run store (``campaign.json``) is RUNNING;
-with no recorded execution it is left alone (never guess). Each campaign that is not running is torn
+with no recorded execution it is left alone (never guess), but for one kind that has no run record by design:
+``benchctl doctor``'s own runner identity (campaign id ``doctor-…``), which the doctor removes itself when it
+ends, is ended once every object of it is older than :data:`DOCTOR_TTL_S` (a doctor killed mid-run left it: its
+service account and its Pod Identity association with the load Job role). Each campaign that is not running is torn
 down from its run-store records (``benchctl.campaign.sweep``), then any object still carrying its label is
 deleted.
 """
@@ -14,6 +17,8 @@ deleted.
 from __future__ import annotations
 
 import os
+import time
+from datetime import datetime
 from typing import Any
 
 from benchctl.aws.k8s.client import KubeClient, NotFound
@@ -22,6 +27,9 @@ from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import JSON, Providers
 from benchctl.campaign.runstate import RunState
 from benchctl.campaign.sweep import sweep
+
+DOCTOR_TTL_S = 3600  # the doctor's runner Job check ends within minutes (its --job-timeout); an hour is abandoned
+DOCTOR_PREFIX = "doctor-"  # benchctl.aws.selftest names its runner identity's campaign doctor-<UTC time>
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
          ("apps/v1", "DaemonSet", True), ("v1", "ServiceAccount", True),  # a campaign's runner identity
@@ -57,8 +65,18 @@ def campaign_ids(kube: KubeClient, namespace: str) -> set[str]:
             if (o["metadata"].get("labels") or {}).get(LABEL_CAMPAIGN)}
 
 
+def abandoned_doctor(kube: KubeClient, namespace: str, campaign_id: str, now: float) -> bool:
+    """Whether ``campaign_id`` is a ``benchctl doctor`` runner identity whose every labelled object is older than
+    :data:`DOCTOR_TTL_S` (a doctor that ended removed it; one killed mid-run did not)."""
+    if not campaign_id.startswith(DOCTOR_PREFIX):
+        return False
+    stamps = [datetime.fromisoformat(str(o["metadata"]["creationTimestamp"]).replace("Z", "+00:00")).timestamp()
+              for _, _, o, _ in _listed(kube, namespace, campaign_id) if o["metadata"].get("creationTimestamp")]
+    return bool(stamps) and now - max(stamps) > DOCTOR_TTL_S
+
+
 def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: KubeClient | None = None,
-              dry_run: bool = False) -> list[dict[str, Any]]:
+              dry_run: bool = False, clock: Any = time.time) -> list[dict[str, Any]]:
     import boto3
 
     from benchctl.aws.eks_token import kube_for_cluster
@@ -86,8 +104,8 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
     def is_running(cid: str) -> bool:
         record = RunState(store(cid)).campaign()
         execution = record.execution if record is not None else None
-        if not execution:
-            return True  # unknown: never tear down what we cannot prove has ended
+        if not execution:  # unknown: never tear down what we cannot prove has ended, but an abandoned doctor's
+            return record is not None or not abandoned_doctor(kube, namespace, cid, clock())  # runner identity
         try:
             return bool(sfn.describe_execution(executionArn=execution)["status"] == "RUNNING")
         except sfn.exceptions.ExecutionDoesNotExist:

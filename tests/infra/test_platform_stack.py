@@ -7,6 +7,7 @@ platform creates and the control plane it configures, with no name edited."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -138,6 +139,7 @@ def test_gpu_node_groups_are_named_from_context_start_empty_and_launch_with_ever
                                                    "ClusterSecurityGroupId"]}] for n in nics)
         assert data["Placement"]["GroupName"]["Ref"] in placement
         assert data["MetadataOptions"]["HttpTokens"] == "required"
+        assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1  # no pod reaches the node role
     assert EFA_INTERFACES["p4d.24xlarge"] == 4  # FACTS: p4d.24xlarge has 4 EFA interfaces
     cpu = groups["benchctl-cpu"]
     assert cpu["InstanceTypes"] == ["m7i.4xlarge"] and cpu["ScalingConfig"]["DesiredSize"] == 1
@@ -151,6 +153,8 @@ def test_add_ons_pod_identity_agent_and_efs_csi_driver_with_its_pod_identity_rol
     cpu = next(k for k, r in _of(t, "AWS::EKS::Nodegroup").items() if r["Properties"]["NodegroupName"] == "benchctl-cpu")
     (efs,) = [r for r in _of(t, "AWS::EKS::Addon").values() if r["Properties"]["AddonName"] == "aws-efs-csi-driver"]
     assert cpu in efs["DependsOn"]  # its controller needs a node, or the add-on stays DEGRADED
+    agent = next(k for k, r in _of(t, "AWS::EKS::Addon").items() if r["Properties"]["AddonName"] == "eks-pod-identity-agent")
+    assert agent in efs["DependsOn"]  # and its credentials come through the Pod Identity agent
     (assoc,) = addons["aws-efs-csi-driver"]["PodIdentityAssociations"]
     assert assoc["ServiceAccount"] == "efs-csi-controller-sa"
     role = t["Resources"][assoc["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
@@ -174,6 +178,14 @@ def test_the_charts_are_the_pinned_ones_in_the_plans_order_with_their_checked_va
             pin.repository, pin.version, pin.release, pin.namespace)
         assert json.loads(p["Values"]) == pv.chart_values(key, settings), key
     assert got["dynamo-platform"]["Version"] == "1.6.1"  # the release the runtime images are
+    # each chart's wait ends well before the kubectl handler's Lambda would be killed (which would leave the
+    # custom resource unanswered and CloudFormation waiting an hour): a timed-out chart fails at once
+    handlers = [r["Properties"] for r in _of(t, "AWS::Lambda::Function").values()
+                if "KubectlProvider" in json.dumps(r.get("Metadata", {})) or r["Properties"].get("Handler") in
+                ("index.handler", "framework.onEvent")]
+    limit = min(int(h["Timeout"]) for h in handlers)
+    assert limit == 900 and all(int(p["Timeout"].removesuffix("s")) <= limit - 300 for p in got.values()), (
+        limit, [p["Timeout"] for p in got.values()])
     # each chart after the one before (the Dynamo chart's PodMonitors need the monitoring CRDs)
     ids = {p["Properties"]["Chart"]: lid for lid, p in _of(t, "Custom::AWSCDK-EKS-HelmChart").items()}
     for before, after in itertools.pairwise(keys):
@@ -209,6 +221,12 @@ def test_model_storage_is_an_encrypted_retained_file_system_with_the_claim_and_t
     settings = _settings(nodegroups, SEED, gpu_nodegroups=tuple(CONTEXT["benchctl:nodegroups"]))
     job = pm.model_download_job(settings)
     assert docs[("Job", job["metadata"]["name"])] == json.loads(json.dumps(job))
+    # named by its content (a Job's template is immutable: a changed download is a new Job, never a refused
+    # replace that rolls the update back); the same content, the same name
+    assert pm.model_download_job(settings)["metadata"]["name"] == job["metadata"]["name"]
+    other = dataclasses.replace(settings, model=SEED.model.model_copy(update={"revision": "0" * 40}))
+    assert pm.model_download_job(other)["metadata"]["name"] != job["metadata"]["name"]
+    assert len(job["metadata"]["name"]) <= 63
     # the claim, class and Job once the file system's mount targets and the CSI driver exist
     (storage,) = [r for r in _of(t, "Custom::AWSCDK-EKS-KubernetesResource").values()
                   if "StorageClass" in json.dumps(r["Properties"]["Manifest"])]

@@ -109,3 +109,35 @@ def test_one_campaign_whose_sweep_raises_is_reported_and_the_others_are_still_sw
     metrics = [m["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]
                for m in (json.loads(line) for line in out.splitlines() if '"_aws"' in line)]
     assert metrics == ["CampaignsSwept", "SweepFailed"]
+
+
+def test_a_doctors_runner_identity_abandoned_for_an_hour_is_ended_and_a_fresh_one_left(aws, cluster):  # noqa: F811
+    """A ``benchctl doctor`` killed mid-run leaves its runner identity (service account, Pod Identity association
+    with the load Job role) and has no run record: once every object of it is older than an hour the sweeper
+    removes it; a doctor's still running (younger) and a campaign with no record that is not a doctor's are
+    left alone (never guess)."""
+    from datetime import UTC, datetime, timedelta
+
+    from benchctl.aws.runner_identity import RunnerIdentity
+    from benchctl.aws.sweep import DOCTOR_TTL_S, aws_sweep
+
+    kube = KubeClient(cluster.url, token=lambda: "test-token")
+    eks = boto3.session.Session().client("eks")  # a session made after the fake Pod Identity calls were installed
+    now = datetime(2026, 12, 5, 16, 0, tzinfo=UTC)
+    for cid, age_s in (("doctor-20261205-140000", DOCTOR_TTL_S + 60), ("doctor-20261205-155500", 300),
+                       ("unrecorded-1", DOCTOR_TTL_S * 5)):
+        RunnerIdentity(lambda: kube, lambda: eks, cluster="bench", namespace="dynamo-bench",
+                       role_arn=os.environ["BENCHCTL_LOAD_ROLE_ARN"], campaign_id=cid).ensure()
+        sa = cluster.stored("ServiceAccount", cid, "dynamo-bench")
+        sa["metadata"]["creationTimestamp"] = (now - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cluster.put(sa)
+    env = {**os.environ, "BENCHCTL_NAMESPACE": "dynamo-bench"}
+    report = {r["campaign_id"]: r for r in aws_sweep(env, kube=kube, clock=now.timestamp)}
+    old = report["doctor-20261205-140000"]
+    assert old["action"] == "swept" and old["identity_released"][-1] == "ServiceAccount/doctor-20261205-140000", old
+    assert cluster.stored("ServiceAccount", "doctor-20261205-140000", "dynamo-bench") is None
+    assert {a["serviceAccount"] for a in cluster.pod_identity.associations.values()} == {
+        "doctor-20261205-155500", "unrecorded-1"}
+    assert report["doctor-20261205-155500"]["action"] == "left alone: still running"
+    assert report["unrecorded-1"]["action"] == "left alone: still running"
+    assert cluster.stored("ServiceAccount", "unrecorded-1", "dynamo-bench") is not None

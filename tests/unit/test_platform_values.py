@@ -237,7 +237,9 @@ def test_the_download_job_is_the_campaigns_prefetch_of_the_pinned_commit() -> No
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert {"key": "eks.amazonaws.com/nodegroup", "operator": "NotIn", "values": ["g6e-b", "p4d-a"]} \
         in terms[0]["matchExpressions"]
-    assert job == render_prefetch_job(MODEL, k, pv.PLATFORM_ID, pools=pm._gpu_pools(MANAGED))
+    prefetch = render_prefetch_job(MODEL, k, pv.PLATFORM_ID, pools=pm._gpu_pools(MANAGED))
+    name = job["metadata"].pop("name")  # the prefetch's, then a hash of its spec (a changed download: a new Job)
+    assert name.startswith(prefetch["metadata"].pop("name") + "-") and job == prefetch
     with pytest.raises(pv.PlatformValuesError, match=r"model\.revision"):
         pm.model_download_job(pv.PlatformSettings(cluster_name="c", region="r", model=ModelSpec(name=MODEL.name),
                                                   efs_file_system_id="fs-1"))
