@@ -80,7 +80,7 @@ EFA_INTERFACES = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "g6e
 GPU_ROOT_GIB = 200  # the Dynamo vLLM runtime image alone is ~20 GB compressed; room for two versions and logs
 CPU_ROOT_GIB = 100
 # IMDS: one hop on GPU nodes (no pod there needs it; host-network DaemonSets are one hop away): no pod takes the node
-# role. The CPU group keeps EKS's 2: the EFS CSI controller there reads its region from IMDS (aws-efs-csi-driver #362)
+# role. The CPU group keeps EKS's default: the EFS CSI controller there reads its region from IMDS (aws-efs-csi-driver #362)
 GPU_IMDS_HOP_LIMIT = 1
 HELM_TIMEOUT = Duration.minutes(10)  # below the kubectl handler's 900 s: a timed-out chart fails, never hangs CFN
 CPU_NODEGROUP = "benchctl-cpu"
