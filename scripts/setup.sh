@@ -32,6 +32,17 @@ fi
 # What the Lambda functions get on AWS besides their code (our layer) and the environment the tests run
 # them in: scripts/build_lambda.sh (pip --platform wheels, no Docker; rebuilt only when its inputs change)
 bash "$root/scripts/build_lambda.sh"
+# The oldest aws-cdk-lib requirements-dev.txt admits, beside the venv's (tests/infra/test_cdk_lower_bound.py
+# synthesizes the app with it): installed once into build/, so no test downloads anything
+cdk_low=$(sed -n 's/^aws-cdk-lib>=\([0-9.]*\),<3.*/\1/p' requirements-dev.txt)
+case "$cdk_low" in *.*.*) ;; *) cdk_low="$cdk_low.0" ;; esac
+if [ ! -d "$root/build/aws-cdk-lib-$cdk_low/aws_cdk/aws_eks_v2" ]; then
+  echo "[setup] installing aws-cdk-lib $cdk_low (the lower bound) into build/aws-cdk-lib-$cdk_low"
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps \
+    --target "$root/build/aws-cdk-lib-$cdk_low" "aws-cdk-lib==$cdk_low" 2>&1 | grep -v '^WARNING: Location' || true
+  [ -d "$root/build/aws-cdk-lib-$cdk_low/aws_cdk/aws_eks_v2" ] ||
+    { echo "[setup] aws-cdk-lib $cdk_low could not be installed into build/" >&2; exit 1; }
+fi
 # Node.js tools, project-local (scripts/node/node_modules, from its package-lock.json): AWS's States
 # Language checker @wmfs/statelint (tests/infra) and the CDK CLI (`cdk synth/deploy -c benchctl:...`)
 node_dir="$root/scripts/node"
