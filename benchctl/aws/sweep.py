@@ -23,13 +23,14 @@ from typing import Any
 
 from benchctl.aws.k8s.client import KubeClient, NotFound
 from benchctl.aws.k8s.common import LABEL_CAMPAIGN
+from benchctl.aws.selftest import DOCTOR
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import JSON, Providers
 from benchctl.campaign.runstate import RunState
 from benchctl.campaign.sweep import sweep
 
 DOCTOR_TTL_S = 3600  # the doctor's runner Job check ends within minutes (its --job-timeout); an hour is abandoned
-DOCTOR_PREFIX = "doctor-"  # benchctl.aws.selftest names its runner identity's campaign doctor-<UTC time>
+DOCTOR_PREFIX = f"{DOCTOR}-"  # benchctl.aws.selftest names its runner identity's campaign doctor-<UTC time>
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
          ("apps/v1", "DaemonSet", True), ("v1", "ServiceAccount", True),  # a campaign's runner identity

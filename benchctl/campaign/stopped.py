@@ -15,13 +15,14 @@ state machine's own ending) are left alone. May import the foundation and the co
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 from benchctl import logtext
 from benchctl.campaign.base import record_failure
-from benchctl.campaign.context import Ctx, StartInput, check_campaign_id, start_context
+from benchctl.campaign.context import Ctx, StartInput, start_context
 from benchctl.campaign.ports import JSON, Engine
 
 # the EventBridge event (Step Functions developer guide, "Automating Step Functions event delivery with
@@ -68,17 +69,11 @@ def event_context(event: Any, *, runs_uri: str, lake_uri: str) -> tuple[Ctx, str
     name = _field(detail, "name", "detail")
     raw = detail.get("input")
     try:  # the execution's input, when the event carries it (inputDetails.included); else its name alone
-        inp = StartInput.parse(json.loads(raw)) if isinstance(raw, str) and raw.strip() else None
+        inp = StartInput.parse(json.loads(raw)) if isinstance(raw, str) and raw.strip() else StartInput(spec_uri="")
     except ValueError:
-        inp = None  # an input its own Plan refused: the execution's name is what it went by
-    if inp is None or not inp.campaign_id:
-        cid = check_campaign_id(name, "stopped-execution event: detail.name (the execution's name)")
-        ctx = Ctx(campaign_id=cid, run_uri=f"{runs_uri.rstrip('/')}/{cid}", lake_uri=lake_uri,
-                  poll_seconds=inp.poll_seconds if inp is not None else 30, fail_at=None)
-    else:
-        ctx = start_context(inp, arn, runs_uri=runs_uri, lake_uri=lake_uri)
-        ctx = Ctx(ctx.campaign_id, ctx.run_uri, ctx.lake_uri, ctx.poll_seconds, None)  # no injected failure now
-    return ctx, status, arn
+        inp = StartInput(spec_uri="")  # an input its own Plan refused: the execution's name is what it went by
+    ctx = start_context(inp, f"{arn.rsplit(':', 1)[0]}:{name}", runs_uri=runs_uri, lake_uri=lake_uri)
+    return dataclasses.replace(ctx, fail_at=None), status, arn  # no injected failure in a teardown
 
 
 def resolve_stopped(engine: Engine, event: Any) -> JSON:
