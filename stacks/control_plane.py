@@ -59,7 +59,6 @@ from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_stepfunctions as sfn
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
@@ -202,23 +201,9 @@ class ControlPlaneStack(ControlPlaneOperations):
             self.functions[var] = fn
             self.roles[name] = role
 
-        # Under /aws/vendedlogs/ (Step Functions' log delivery then needs no per-group resource policy, whose
-        # size is limited); the stack's own id in the name, so a redeploy after a destroy (the group is
-        # retained) does not collide with the old group
-        sm_logs = logs.LogGroup(
-            self, "CampaignLogs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=RemovalPolicy.RETAIN,
-            log_group_name=Fn.join("", [f"/aws/vendedlogs/states/benchctl-{config.env_name}-campaign-",
-                                        Fn.select(2, Fn.split("/", self.stack_id))]))
-        self.state_machine = sfn.StateMachine(
-            self,
-            "Campaign",
-            definition_body=sfn.DefinitionBody.from_string(asl.text()),
-            definition_substitutions={var: fn.function_arn for var, fn in self.functions.items()},
-            tracing_enabled=True,
-            # every event, but without its input and output: they carry task tokens (an AwaitLoadEnd's
-            # $$.Task.Token), which answer a step (Step Functions developer guide, "Log levels")
-            logs=sfn.LogOptions(destination=sm_logs, level=sfn.LogLevel.ALL, include_execution_data=False),
-        )  # the 48 h timeout is the ASL's own TimeoutSeconds: CDK applies timeout= only to chain definitions
+        self.state_machine = self._state_machine(
+            "Campaign", config, "campaign", asl.text(),
+            {var: fn.function_arn for var, fn in self.functions.items()})
         for fn in self.functions.values():
             fn.grant_invoke(self.state_machine)
         NagSuppressions.add_resource_suppressions(self.state_machine, [

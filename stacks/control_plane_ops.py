@@ -126,19 +126,10 @@ class ControlPlaneOperations(ControlPlaneGrants):
         fails after EventBridge's retries lands in a dead-letter queue (the hourly sweeper still ends the
         campaign)."""
         functions = {var: self.functions[var] for var in ("TeardownFunctionArn", "ReportFunctionArn")}
-        sm_logs = logs.LogGroup(
-            self, "StoppedCampaignLogs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=RemovalPolicy.RETAIN,
-            log_group_name=Fn.join("", [f"/aws/vendedlogs/states/benchctl-{config.env_name}-stopped-",
-                                        Fn.select(2, Fn.split("/", self.stack_id))]))
-        self.stopped_machine = machine = sfn.StateMachine(
-            self, "StoppedCampaign",
-            definition_body=sfn.DefinitionBody.from_string(asl.text(asl.STOPPED_ASL_PATH)),
-            definition_substitutions={**{var: fn.function_arn for var, fn in functions.items()},
-                                      "StatusTopicArn": self.topic.topic_arn,
-                                      "ReportsUri": f"s3://{results.bucket.bucket_name}/{REPORTS_PREFIX}"},
-            tracing_enabled=True,
-            logs=sfn.LogOptions(destination=sm_logs, level=sfn.LogLevel.ALL, include_execution_data=False),
-        )  # its 2 h timeout is the ASL's own TimeoutSeconds
+        self.stopped_machine = machine = self._state_machine(
+            "StoppedCampaign", config, "stopped", asl.text(asl.STOPPED_ASL_PATH),
+            {**{var: fn.function_arn for var, fn in functions.items()}, "StatusTopicArn": self.topic.topic_arn,
+             "ReportsUri": f"s3://{results.bucket.bucket_name}/{REPORTS_PREFIX}"})
         for fn in functions.values():
             fn.grant_invoke(machine)
         self.topic.grant_publish(machine)
@@ -165,6 +156,23 @@ class ControlPlaneOperations(ControlPlaneGrants):
                                              max_event_age=Duration.hours(2))],
         )
         CfnOutput(self, "StoppedCampaignStateMachineArn", value=machine.state_machine_arn)
+
+    def _state_machine(self, cid: str, config: Config, log_name: str, definition: str,
+                       substitutions: dict[str, str]) -> sfn.StateMachine:
+        """A state machine of this stack: ``definition`` (an ASL file's text, its timeout its own TimeoutSeconds:
+        CDK applies timeout= only to chain definitions) with its substitutions, traced, logging every event but
+        without input and output (they carry task tokens, an AwaitLoadEnd's $$.Task.Token, which answer a step:
+        Step Functions developer guide, "Log levels"). Its log group is under /aws/vendedlogs/ (Step Functions'
+        log delivery then needs no per-group resource policy, whose size is limited), named with the stack's own
+        id so that a redeploy after a destroy (the group is retained) does not collide with the old group."""
+        sm_logs = logs.LogGroup(
+            self, f"{cid}Logs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=RemovalPolicy.RETAIN,
+            log_group_name=Fn.join("", [f"/aws/vendedlogs/states/benchctl-{config.env_name}-{log_name}-",
+                                        Fn.select(2, Fn.split("/", self.stack_id))]))
+        return sfn.StateMachine(
+            self, cid, definition_body=sfn.DefinitionBody.from_string(definition),
+            definition_substitutions=substitutions, tracing_enabled=True,
+            logs=sfn.LogOptions(destination=sm_logs, level=sfn.LogLevel.ALL, include_execution_data=False))
 
     def _sweep_alarm(self, config: Config) -> None:
         """An alarm on the sweeper's errors, to the status topic: it raises (SweepIncomplete) after sweeping
