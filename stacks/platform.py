@@ -9,7 +9,8 @@ cluster, in the plan's installation order, as code: base resources (namespace, S
   ``benchctl:gpu_instance_types``; the EKS accelerated AL2023 NVIDIA AMI; a launch template with every EFA
   interface the type has, in a cluster placement group, one subnet; 0 nodes until a campaign scales it, at
   most ``ceilings.max_nodes_per_pool``) plus a CPU node group (``benchctl:cpu_instance_type``, one node)
-  for the platform's pods and the load Jobs; or ``auto-mode``: EKS Auto Mode with its built-in ``system``
+  for the platform's pods and the load Jobs, and the rehearsal's CPU node group (0 nodes until the rehearsal
+  scales it; :mod:`stacks.platform_nodes`); or ``auto-mode``: EKS Auto Mode with its built-in ``system``
   and ``general-purpose`` NodePools and ``default`` NodeClass (the campaign creates its own GPU NodePools
   of that NodeClass per pool, ``benchctl.aws.k8s``), which brings the NVIDIA and EFA device plugins and
   the Pod Identity Agent itself.
@@ -60,6 +61,7 @@ from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.planning.placement import load_placeable_spec
 from benchctl.spec.model import CampaignSpec
 from stacks import platform_manifests as pm
+from stacks import platform_nodes as nodes
 from stacks import platform_values as charts
 from stacks.cluster_objects import (
     ROOT,
@@ -73,17 +75,7 @@ from stacks.config import Config, ConfigError
 # layer (aws-cdk.lambda-layer-kubectl-v35, requirements-dev.txt) is within one minor version of it
 KUBERNETES_VERSION = eks.KubernetesVersion.V1_35
 EFS_CSI_ADDON, EFS_CSI_SA = "aws-efs-csi-driver", "efs-csi-controller-sa"
-# EFA interfaces per instance type, one per network card (EC2 user guide, "Supported instance types" for
-# EFA; p4d.24xlarge: 4 network cards, g6e.12xlarge: 1): a launch template gets one efa interface per card
-EFA_INTERFACES = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "g6e.12xlarge": 1,
-                  "g6e.24xlarge": 2, "g6e.48xlarge": 4, "g6e.8xlarge": 1, "g6e.16xlarge": 1}
-GPU_ROOT_GIB = 200  # the Dynamo vLLM runtime image alone is ~20 GB compressed; room for two versions and logs
-CPU_ROOT_GIB = 100
-# IMDS: one hop on GPU nodes (no pod there needs it; host-network DaemonSets are one hop away): no pod takes the node
-# role. The CPU group keeps EKS's default: the EFS CSI controller there reads its region from IMDS (aws-efs-csi-driver #362)
-GPU_IMDS_HOP_LIMIT = 1
 HELM_TIMEOUT = Duration.minutes(10)  # below the kubectl handler's 900 s: a timed-out chart fails, never hangs CFN
-CPU_NODEGROUP = "benchctl-cpu"
 
 
 @dataclass(frozen=True)
@@ -92,7 +84,7 @@ class PlatformOutputs:
 
     cluster_name: str
     namespace: str
-    nodegroups: tuple[str, ...]  # the GPU node groups the functions may scale (none on Auto Mode)
+    nodegroups: tuple[str, ...]  # the node groups the functions may scale: GPU and the rehearsal's (none on Auto Mode)
     hf_token_secret: str  # the Kubernetes secret with key HF_TOKEN
     model_pvc: str  # the ReadWriteMany claim of the model cache
     capacity: str  # nodegroups | auto-mode | existing
@@ -156,16 +148,16 @@ class PlatformStack(Stack):
             self.vpc, self.subnets = self._given_network()
             self.cluster = self._existing_cluster()
             cluster_sg = config.cluster_security_group_id or ""
-        gpu_nodegroups: tuple[str, ...] = ()
+        scalable: tuple[str, ...] = ()  # the node groups the functions may scale: the GPU groups, the rehearsal's
         if config.platform == "new" and not self.auto_mode:
-            gpu_nodegroups = self._nodegroups()
+            scalable = self._nodegroups()
         self._addons()
         self.token_secret = self._secret()
         self.fs = None if "model-storage" in self.skip else self._file_system(cluster_sg)
         self.settings = charts.settings_from_spec(
             self.spec, cluster_name=config.cluster_name, region=self.region,
             efs_file_system_id=self.fs.file_system_id if self.fs else "-", hf_secret_arn=self.token_secret.secret_arn,
-            auto_mode=self.auto_mode, gpu_nodegroups=gpu_nodegroups or tuple(config.nodegroups),
+            auto_mode=self.auto_mode, gpu_nodegroups=tuple(config.nodegroups),
             skip_charts=frozenset(self.skip & set(charts.CHARTS)),
             model_reclaim_policy="Retain" if config.model_fs_removal == "retain" else "Delete")
         # the plan's order: base resources -> GPU device plugins -> monitoring -> Dynamo -> model weights
@@ -180,7 +172,7 @@ class PlatformStack(Stack):
             self._model_storage()
         self.outputs = PlatformOutputs(
             cluster_name=config.cluster_name, namespace=self.namespace,
-            nodegroups=gpu_nodegroups if config.platform == "new" else tuple(config.nodegroups),
+            nodegroups=scalable if config.platform == "new" else tuple(config.nodegroups),
             hf_token_secret=self.spec.kubernetes.hf_token_secret, model_pvc=self.spec.kubernetes.model_pvc,
             capacity=config.platform_capacity if config.platform == "new" else "existing")
         for name, value in (("ClusterName", self.outputs.cluster_name), ("Namespace", self.outputs.namespace),
@@ -266,43 +258,10 @@ class PlatformStack(Stack):
         return imported
 
     def _nodegroups(self) -> tuple[str, ...]:
-        c = self.config
-        cluster = self.cluster
-        assert isinstance(cluster, eks.Cluster)
-        cpu = cluster.add_nodegroup_capacity(
-            "CpuNodes", nodegroup_name=CPU_NODEGROUP, instance_types=[ec2.InstanceType(c.cpu_instance_type)],
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD, min_size=1, desired_size=1, max_size=2,
-            disk_size=CPU_ROOT_GIB, subnets=ec2.SubnetSelection(subnets=self.subnets),
-            labels={"benchctl.io/pool": "cpu"})
-        self.capacity.append(cpu)
-        # one subnet (AZ) for the GPU groups: a cluster placement group is in one AZ, EFA traffic stays in it
-        gpu_subnet = ec2.SubnetSelection(subnets=self.subnets[:1])
-        for name in c.nodegroups:
-            itype = c.gpu_instance_types[name]
-            cid = "".join(p.capitalize() for p in name.split("-"))
-            pg = ec2.CfnPlacementGroup(self, f"{cid}Placement", strategy="cluster")
-            efa = EFA_INTERFACES.get(itype, 0)
-            data: dict[str, Any] = {
-                "placement": ec2.CfnLaunchTemplate.PlacementProperty(group_name=pg.ref),
-                "metadata_options": ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_tokens="required", http_put_response_hop_limit=GPU_IMDS_HOP_LIMIT),
-                "block_device_mappings": [ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                    device_name="/dev/xvda", ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                        volume_size=GPU_ROOT_GIB, volume_type="gp3", encrypted=True, delete_on_termination=True))],
-            }
-            if efa:  # EKS: interfaces in the template must name the cluster security group themselves
-                data["network_interfaces"] = [ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
-                    device_index=0 if i == 0 else 1, network_card_index=i, interface_type="efa",
-                    groups=[cluster.cluster_security_group_id], delete_on_termination=True) for i in range(efa)]
-            lt = ec2.CfnLaunchTemplate(self, f"{cid}LaunchTemplate", launch_template_data=ec2.CfnLaunchTemplate.
-                                       LaunchTemplateDataProperty(**data))
-            cluster.add_nodegroup_capacity(
-                f"{cid}Nodes", nodegroup_name=name, instance_types=[ec2.InstanceType(itype)],
-                ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA, min_size=0, desired_size=0,
-                max_size=c.ceilings.max_nodes_per_pool, subnets=gpu_subnet,
-                launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
-                labels={"benchctl.io/pool": name, "benchctl.io/efa": str(efa > 0).lower()})
-        return tuple(c.nodegroups)
+        """The managed node groups (:mod:`stacks.platform_nodes`): the GPU groups', then the rehearsal's name."""
+        assert isinstance(self.cluster, eks.Cluster)
+        self.capacity += nodes.make_nodegroups(self, self.cluster, self.config, self.subnets)
+        return (*self.config.nodegroups, nodes.rehearsal_nodegroup())
 
     # ------------------------------------------------------------------------------------------ add-ons
 

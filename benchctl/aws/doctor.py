@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchctl.aws.selftest import SELF_TEST, checks_for
+from benchctl.aws.selftest import KUBERNETES_FUNCTIONS, SELF_TEST, checks_for
 from benchctl.campaign import asl
 
 JSON = dict[str, Any]
@@ -67,12 +67,13 @@ def _invoke(lam: Any, arn: str, payload: JSON) -> tuple[JSON | None, str | None]
     return data, None
 
 
-def _function_checks(session: Any, functions: dict[str, str]) -> Iterator[Check]:
+def _function_checks(session: Any, functions: dict[str, str], spec: JSON | None = None) -> Iterator[Check]:
     lam = lambda_client(session)
     for name in sorted(functions):
-        checks = checks_for(name)
+        checks = checks_for(name, spec=spec is not None)
+        event: JSON = {"action": SELF_TEST, "function": name, "checks": checks, **({"spec": spec} if spec else {})}
         try:
-            answer, failed = _invoke(lam, functions[name], {"action": SELF_TEST, "function": name, "checks": checks})
+            answer, failed = _invoke(lam, functions[name], event)
         except Exception as err:  # the invocation itself (permissions, throttling): that function's line
             answer, failed = None, f"could not invoke {functions[name]}: {type(err).__name__}: {err}"
         if failed is not None or answer is None:
@@ -80,7 +81,14 @@ def _function_checks(session: Any, functions: dict[str, str]) -> Iterator[Check]
             continue
         for check in checks:
             got = (answer.get("checks") or {}).get(check) or {"ok": False, "detail": "not answered"}
-            yield Check(f"{name} {check}", bool(got.get("ok")), str(got.get("detail")))
+            problems = got.get("problems") or []
+            if problems:  # one line per verb refused, each with its fix
+                yield from (Check(f"{name} {check}", False, str(p)) for p in problems)
+            else:
+                yield Check(f"{name} {check}", bool(got.get("ok")), str(got.get("detail")))
+        if spec is None and name in KUBERNETES_FUNCTIONS:
+            yield Check(f"{name} verbs", False, "not checked: give --spec (its objects are dry-run through the "
+                                                "admission policies as this function creates them)")
 
 
 def spec_images(spec_path: Path | None, load_image: str) -> dict[str, str]:
@@ -124,6 +132,33 @@ def _image_checks(session: Any, images: dict[str, str],
         except Exception as err:
             ok, how = False, f"{type(err).__name__}: {err}"
         yield Check(f"{role} {image}", ok, how)
+
+
+def nodegroup_checks(session: Any, spec_path: Path, load_env: dict[str, str]) -> Iterator[Check]:
+    """Which node group each of the spec's node-group pools runs on (the rehearsal's CPU pool among them): one
+    this deployment may scale (``BENCHCTL_NODEGROUPS``), found in the cluster, with what it launches."""
+    from benchctl.planning.placement import load_placeable_spec
+
+    cluster = load_env.get("BENCHCTL_CLUSTER", "")
+    scalable = [n for n in load_env.get("BENCHCTL_NODEGROUPS", "").split(",") if n]
+    for pool in load_placeable_spec(spec_path).pools:
+        if pool.provider != "managed-nodegroup":
+            continue
+        name = f"node group of pool {pool.name}"
+        if pool.nodegroup not in scalable:
+            yield Check(name, False, f"{pool.nodegroup!r} is not one this deployment may scale ({scalable}): name it "
+                                     "in CDK context benchctl:nodegroups and deploy again (benchctl:platform=new "
+                                     "makes the rehearsal's, benchctl-rehearsal, itself)")
+            continue
+        try:
+            ng = session.client("eks").describe_nodegroup(clusterName=cluster, nodegroupName=pool.nodegroup)["nodegroup"]
+        except Exception as err:
+            yield Check(name, False, f"{pool.nodegroup} in cluster {cluster}: {type(err).__name__}: {err}")
+            continue
+        size = ng.get("scalingConfig") or {}
+        yield Check(name, True, f"{pool.nodegroup}: {','.join(ng.get('instanceTypes') or [])} "
+                                f"({ng.get('amiType', '?')}), {size.get('desiredSize', '?')} of at most "
+                                f"{size.get('maxSize', '?')} nodes now; this deployment may scale it")
 
 
 def quota_checks(session: Any, spec_path: Path, cluster: str) -> Iterator[Check]:
@@ -183,20 +218,23 @@ def checks(state_machine_arn: str, *, spec_path: Path | None = None, session: An
                                                  f"(runs under {load_env.get('BENCHCTL_RUNS_URI')}) in this Region")
         else:
             functions = {**functions, "Sweep": sweeper}
-    yield from _function_checks(session, functions)
+    data: JSON | None = None
+    if spec_path is not None:
+        from benchctl.spec.model import load_spec_text
+        from benchctl.spec.text import spec_data
+
+        data = spec_data(load_spec_text(spec_path), str(spec_path))  # size-capped, no YAML aliases
+    yield from _function_checks(session, functions, data)
     look = lookup or (lambda image: image_exists(image, session=session))
     yield from _image_checks(session, spec_images(spec_path, load_env.get("BENCHCTL_LOAD_IMAGE", "")), look)
     if spec_path is not None:
+        yield from nodegroup_checks(session, spec_path, load_env)
         yield from quota_checks(session, spec_path, load_env.get("BENCHCTL_CLUSTER", ""))
     if runner_job and "Load" in functions:
-        if spec_path is None:
+        if data is None:
             yield Check("load runner Job", False, "give --spec: the Job runs with a spec's Kubernetes settings "
                                                   "(namespace, images, service account, sizes)")
         else:
-            from benchctl.spec.model import load_spec_text
-            from benchctl.spec.text import spec_data
-
-            data = spec_data(load_spec_text(spec_path), str(spec_path))  # size-capped, no YAML aliases
             yield from _runner_job(session, functions["Load"], data, timeout_s=job_timeout_s, poll_s=poll_s,
                                    sleep=sleep)
 

@@ -13,6 +13,9 @@ Checks (``CHECKS``; the doctor picks them per function, ``checks_for``):
 * ``parquet``: one timeline row written by the lake writer (awswrangler, pyarrow) under the scratch prefix
   ``<runs_uri>/_doctor/<function>/`` and read back;
 * ``eks``: the cluster's API as this function's identity (access entry, RBAC, network): the namespace read;
+* ``verbs`` (with the event's spec): every verb the function uses on the cluster, as its identity
+  (:mod:`benchctl.aws.verbs`): its creates as server-side dry runs through the admission policies, the rest as
+  access reviews, the node groups it scales read; one problem per verb, each with its fix;
 * ``athena``: one view's DDL in the workgroup (what the Report state runs first);
 * ``runner_job`` (the Load function): the load role's real path as a tiny load runner Job, started the way
   LaunchLoad starts one (``EksLoad.launch``) for one step whose AIPerf argv is ``--version``: the pod's
@@ -38,7 +41,8 @@ from benchctl.campaign.runstate import runner_key
 
 SELF_TEST = "self_test"  # the event's action
 DOCTOR_PREFIX = "_doctor"  # the scratch prefix under the run store's root
-CHECKS = ("imports", "datetime64", "parquet", "eks", "athena", "runner_job", "runner_job_result", "runner_job_stop")
+CHECKS = ("imports", "datetime64", "parquet", "eks", "verbs", "athena", "runner_job", "runner_job_result",
+          "runner_job_stop")
 DOCTOR = "doctor"  # the runner Job's experiment, workload and step name
 # The functions whose roles call Kubernetes (held to stacks/function_needs.py's FUNCTION_NEEDS by a test; the
 # scheduled sweeper, outside the state machine, too)
@@ -47,11 +51,12 @@ KUBERNETES_FUNCTIONS = ("Plan", "Pools", "Serving", "Load", "Teardown", "Sweep")
 JSON = dict[str, Any]
 
 
-def checks_for(function: str) -> list[str]:
-    """The checks that apply to one function (its name as in ``lambdas.FUNCTIONS`` without ``FunctionArn``)."""
+def checks_for(function: str, *, spec: bool = False) -> list[str]:
+    """The checks that apply to one function (its name as in ``lambdas.FUNCTIONS`` without ``FunctionArn``);
+    ``spec``: the event carries a spec (the ``verbs`` check needs one)."""
     out = ["imports", "datetime64", "parquet"]
     if function in KUBERNETES_FUNCTIONS:
-        out.append("eks")
+        out += ["eks", "verbs"] if spec else ["eks"]
     if function == "Report":
         out.append("athena")
     return out
@@ -190,6 +195,24 @@ def _runner_job(env: LambdaEnv, function: str, session: Any, event: Mapping[str,
             "job": {"campaign_id": cid, "state": state}}
 
 
+def _verbs(env: LambdaEnv, function: str, session: Any, event: Mapping[str, Any]) -> JSON:
+    from benchctl.aws.eks_token import kube_for_cluster
+    from benchctl.aws.preflight import with_load_image
+    from benchctl.aws.verbs import NODEGROUP_FUNCTIONS, check_verbs
+    from benchctl.spec.model import parse_spec
+
+    if not isinstance(event.get("spec"), dict):
+        raise ValueError("the verbs check needs the spec whose objects it dry-runs (event 'spec'; benchctl doctor --spec)")
+    spec = with_load_image(parse_spec(event["spec"]), env.load_image)
+    cid = f"{DOCTOR}-verbs-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"  # no campaign's; nothing is stored
+    eks = session.client("eks") if function in NODEGROUP_FUNCTIONS else None
+    problems, proven = check_verbs(function, spec, kube_for_cluster(env.cluster, session), cid, eks=eks,
+                                   cluster=env.cluster, nodegroups=env.nodegroups, region=session.region_name or "",
+                                   lake_uri=env.lake_uri, runs_uri=env.runs_uri)
+    detail = f"{len(proven)} proven as this function's identity: {', '.join(proven)}"
+    return {"ok": not problems, "problems": problems, "detail": "; ".join(problems) if problems else detail}
+
+
 def _uploaded_runner_record(env: LambdaEnv, session: Any, campaign_id: str) -> JSON | None:
     """The runner's own record of the doctor's step (``runner-record.json``) as the Job uploaded it, or None."""
     import json
@@ -251,13 +274,13 @@ _CHECKS: dict[str, Check] = {
     "imports": _imports, "datetime64": _datetime64, "parquet": _parquet, "eks": _eks, "athena": _athena}
 # checks that read the event and answer more than a line (runner_job's Job, runner_job_result's pending)
 _EVENT_CHECKS: dict[str, Callable[[LambdaEnv, str, Any, Mapping[str, Any]], JSON]] = {
-    "runner_job": _runner_job, "runner_job_result": _runner_job_result, "runner_job_stop": _runner_job_stop}
+    "verbs": _verbs, "runner_job": _runner_job, "runner_job_result": _runner_job_result, "runner_job_stop": _runner_job_stop}
 
 
 def self_test(event: Mapping[str, Any], environ: Mapping[str, str], *, session: Any = None) -> JSON:
     """Run the event's ``checks`` (default: all that apply to ``function``) and say how each went."""
     function = str(event.get("function") or "")
-    checks = list(event.get("checks") or checks_for(function))
+    checks = list(event.get("checks") or checks_for(function, spec=isinstance(event.get("spec"), dict)))
     unknown = sorted(set(checks) - set(CHECKS))
     if unknown:
         raise ValueError(f"self-test checks {unknown} are not among {list(CHECKS)}")

@@ -19,6 +19,9 @@ It implements what our code relies on, not all of Kubernetes:
   when enforced. ``delete_gets`` (per kind: :meth:`set_delete_gets`) adds a finalizer of the kind's own
   controller that holds the object for that many more requests once nothing else does. :meth:`settle`
   runs the world until nothing lingers;
+* server-side dry run of a create (``dryRun=All``): RBAC, field validation, admission and AlreadyExists as for a
+  create, nothing stored, no hook run; ``SelfSubjectAccessReview`` (any authenticated user, as the bootstrap
+  ``system:basic-user`` role allows) answered by the same RBAC evaluation;
 * bearer-token check (401 otherwise), pod logs (``/log`` with ``container`` and ``tailLines``), ``/version``;
 * optionally RBAC as the API server does it (:meth:`enforce_rbac`: Roles, ClusterRoles and their
   bindings from a manifest file; the request's attributes derived like apiserver's RequestInfo, e.g. a
@@ -200,6 +203,9 @@ class FakeKubeApi:
         # (role key, rule index, verb, resource, name) of every request RBAC allowed
         self.authorized: list[tuple[tuple[str, str], int, str, str, str]] = []
         self.denied: list[str] = []
+        self.dry_runs: list[tuple[str, str, str]] = []  # (kind, namespace, name) of every dryRun=All create admitted
+        # (groups, verb, API group, resource, namespace, name, allowed) of every SelfSubjectAccessReview
+        self.reviews: list[tuple[tuple[str, ...], str, str, str, str, str, bool]] = []
         self.validators: dict[str, Validator] = {}
         self._objects: dict[Key, JSON] = {}
         self._logs: dict[tuple[str, str, str], str] = {}
@@ -509,6 +515,8 @@ class FakeKubeApi:
                 return 200, {"kind": f"{r.kind}List", "apiVersion": r.api_version, "items": items,
                              "metadata": {"resourceVersion": str(next(self._rv))}}
             if method == "POST" and name is None:
+                if query.get("dryRun") == "All":  # authorized, validated and admitted above: nothing persisted
+                    return self._dry_create(r, ns, body)
                 return self._create(r, ns, body)
             if name is None:
                 raise HttpError(405, "MethodNotAllowed", f"{method} on a collection")
@@ -556,7 +564,25 @@ class FakeKubeApi:
             raise HttpError(code, reason, message)
         self.admitted += 1
 
-    def _create(self, r: Resource, ns: str | None, body: JSON) -> tuple[int, JSON]:
+    def _dry_create(self, r: Resource, ns: str | None, body: JSON) -> tuple[int, JSON]:
+        """A create with ``dryRun=All``: every check a create makes (AlreadyExists included), no write, no hook."""
+        self._check_create(r, ns, body)
+        self.dry_runs.append((r.kind, ns or "", body["metadata"]["name"]))
+        return 201, copy.deepcopy(body)
+
+    def access_review(self, body: JSON, groups: frozenset[str]) -> JSON:
+        """A SelfSubjectAccessReview answered by the same RBAC evaluation as a request (allowed when RBAC is off)."""
+        attrs = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
+        group, ns = attrs.get("group", ""), attrs.get("namespace", "")
+        info = RequestInfo("GET", ["api", "v1", "x"])  # then the review's own attributes, as the authorizer gets them
+        info.verb, info.api_group, info.namespace = attrs.get("verb", ""), group, ns
+        info.resource, info.name, info.subresource = attrs.get("resource", ""), attrs.get("name", ""), attrs.get("subresource", "")
+        allowed = self.rbac is None or self.rbac.allowing_rule(info, groups) is not None
+        self.reviews.append((tuple(sorted(groups)), info.verb, group, info.key()[2], ns, attrs.get("name", ""), allowed))
+        return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": body.get("spec"),
+                "status": {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule allows it"})}}
+
+    def _check_create(self, r: Resource, ns: str | None, body: JSON) -> Key:
         meta = body.get("metadata") or {}
         if body.get("kind") != r.kind or body.get("apiVersion") != r.api_version:
             raise HttpError(400, "BadRequest", f"body is {body.get('apiVersion')}/{body.get('kind')}, path is {r.kind}")
@@ -567,6 +593,11 @@ class FakeKubeApi:
         key = self._key(r, ns, meta["name"])
         if key in self._objects:
             raise HttpError(409, "AlreadyExists", f'{r.plural} "{meta["name"]}" already exists')
+        return key
+
+    def _create(self, r: Resource, ns: str | None, body: JSON) -> tuple[int, JSON]:
+        key = self._check_create(r, ns, body)
+        meta = body.get("metadata") or {}
         obj = {k: v for k, v in copy.deepcopy(body).items() if k != "status"}
         obj["metadata"] = {k: v for k, v in meta.items() if k not in ("uid", "resourceVersion", "generation")}
         if r.namespaced:
@@ -656,6 +687,8 @@ class _Handler(BaseHTTPRequestHandler):
             parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
             if method in ("POST", "PUT"):
                 self.fake.bodies.append((method, self.path, json.loads(raw) if raw else {}))
+            if parts == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] and method == "POST":
+                return self._send(201, self.fake.access_review(body, groups))  # system:basic-user: everyone may
             self.fake.authorize(method, parts, groups)
             if parts == ["version"] and method == "GET":
                 return self._send(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})

@@ -124,9 +124,10 @@ def main(config_path):
         # what `benchctl doctor` asks of every deployed function: its self-test on these layers, as its role
         from lambdas import FUNCTIONS
 
-        for var, handler in FUNCTIONS.items():
-            call(handler, {"action": "self_test", "function": var.removesuffix("FunctionArn")})
-        call("lambdas.sweep.handler", {"action": "self_test", "function": "Sweep"})  # the scheduled sweeper
+        for var, handler in FUNCTIONS.items():  # with the campaign's spec, as `benchctl doctor --spec` sends it
+            call(handler, {"action": "self_test", "function": var.removesuffix("FunctionArn"), "spec": cfg["spec_data"]})
+        call("lambdas.sweep.handler", {"action": "self_test", "function": "Sweep",  # the scheduled sweeper
+                                       "spec": cfg["spec_data"]})
     except BaseException as err:  # report it to the test, with where it happened
         out["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
     return _finish(out, cfg)

@@ -47,7 +47,8 @@ from benchctl.analysis.views import athena_view_ddl
 from benchctl.campaign import step_dataset
 from benchctl.lake import schema
 from benchctl.planning.plan import plan_campaign
-from benchctl.spec.model import load_spec
+from benchctl.spec.model import load_spec, load_spec_text
+from benchctl.spec.text import spec_data
 from stacks import layers
 from tests.fakes.eks_world import EFA_DEVICE_PLUGIN
 from tests.fakes.ports import write_sample_artifacts
@@ -353,6 +354,7 @@ def _run_driver(default_out: Path, tmp: Path, case: Case, url: str, credentials:
         "execution": f"arn:aws:states:{REGION}:{ACCOUNT}:execution:benchctl-campaign:{case.cid}",
         "bucket": BUCKET, "dataset_name": dataset.name, "result": str(tmp / "result.json"),
         "credentials": credentials, "fail_at": case.fail_at, "stop": case.stop,
+        "spec_data": spec_data(load_spec_text(case.path), str(case.path)),  # what the doctor sends with --spec
     }
     (tmp / "config.json").write_text(json.dumps(config))
     proc = subprocess.run([str(python), "-I", "-S", "-B", str(DRIVER), str(tmp / "config.json")],
@@ -449,7 +451,8 @@ def test_report_creates_every_view_and_writes_the_report(run):
 def test_every_function_passes_the_doctors_self_test_on_these_layers(run):
     """``benchctl doctor``'s self-test, as each deployed function runs it: imports with the layers' versions,
     pandas datetime64 through the lake writer, parquet written and read back under the scratch prefix, the
-    cluster's API with the function's EKS token (the functions that call Kubernetes), one view's DDL (Report)."""
+    cluster's API with the function's EKS token and every verb it uses there (the functions that call
+    Kubernetes: their creates dry-run, the node groups read with their IAM roles), one view's DDL (Report)."""
     from benchctl.aws.selftest import checks_for
 
     answers = {c["result"]["function"]: c["result"]["checks"] for c in run["result"]["calls"]
@@ -457,10 +460,14 @@ def test_every_function_passes_the_doctors_self_test_on_these_layers(run):
     assert set(answers) == {"Plan", "Pools", "Serving", "Load", "Ingest", "Teardown", "Report", "Sweep"}
     pins = dict(r.split("==") for r in layers.PARTS["sdk-pandas"])
     for fn, checks in answers.items():
-        assert list(checks) == checks_for(fn), fn
+        assert list(checks) == checks_for(fn, spec=True), fn
         assert all(c["ok"] for c in checks.values()), (fn, checks)
         assert f"pandas {pins['pandas']}" in checks["imports"]["detail"] and "python 3.13" in checks["imports"]["detail"]
     assert "namespace dynamo-bench" in answers["Plan"]["eks"]["detail"]
+    # every verb on the cluster as the function's identity; the node groups read with its own IAM role
+    assert "create DynamoGraphDeployment x" in answers["Serving"]["verbs"]["detail"]
+    assert all(f"node group {ng} read" in answers[fn]["verbs"]["detail"] for fn in ("Pools", "Teardown")
+               for ng in NODEGROUPS)
     assert "CREATE OR REPLACE VIEW" in answers["Report"]["athena"]["detail"]
     ddl = [q for q in run["queries"] if q.startswith("CREATE OR REPLACE VIEW")]
     assert athena_view_ddl()[0][1] in ddl  # the self-test ran the real DDL of one view

@@ -25,7 +25,7 @@ from stacks import platform_manifests as pm
 from stacks import platform_values as pv
 from stacks.cluster_objects import KUBERNETES_DIR, TOKEN_SYNC
 from stacks.config import PLATFORM_PIECES
-from stacks.platform import EFA_INTERFACES
+from stacks.platform_nodes import EFA_INTERFACES
 from tests import crd_schemas
 from tests.aws_checks import job_problems
 from tests.infra.cfn_resolve import Resolver
@@ -121,7 +121,7 @@ def test_gpu_node_groups_are_named_from_context_start_empty_and_launch_with_ever
     t = nodegroups[PF]
     groups = {p["NodegroupName"]: p for p in _props(t, "AWS::EKS::Nodegroup")}
     gpu_types = {"gpu-p4d": "p4d.24xlarge", "gpu-g6e": "g6e.12xlarge"}
-    assert set(groups) == {*CONTEXT["benchctl:nodegroups"], "benchctl-cpu"}
+    assert set(groups) == {*CONTEXT["benchctl:nodegroups"], "benchctl-cpu", "benchctl-rehearsal"}
     templates = _of(t, "AWS::EC2::LaunchTemplate")
     placement = _of(t, "AWS::EC2::PlacementGroup")
     assert {p["Properties"]["Strategy"] for p in placement.values()} == {"cluster"}
@@ -416,6 +416,29 @@ class _Eks:
         return {"addon": {"addonName": addonName}}
 
 
+def _platform_world(templates: dict[str, Any]) -> tuple[_Eks, list[dict[str, Any]]]:
+    """The cluster as the platform leaves it: EKS (its node groups and add-ons, from the template) and the
+    Kubernetes objects the preflight reads (what the stack applies, the token filled as the sync leaves it,
+    what the charts install that the preflight looks for)."""
+    pf = templates[PF]
+    (cluster,) = _props(pf, "AWS::EKS::Cluster")
+    groups = {p["NodegroupName"] for p in _props(pf, "AWS::EKS::Nodegroup")}
+    eks = _Eks(cluster["Name"], groups, {p["AddonName"] for p in _props(pf, "AWS::EKS::Addon")})
+    docs = [d for ds in applied(templates).values() for d in ds]
+    for d in docs:
+        if d["kind"] == "Secret":  # as the token-sync CronJob leaves it once the user filled the secret
+            d["data"] = {HF_TOKEN_KEY: "aGZfdGVzdA=="}
+    # what the charts install that the preflight looks for: the Dynamo CRD (the operator applies it) and the EFA
+    # device plugin's DaemonSet, with the image of the chart's own default values at the pinned version
+    docs.append({"kind": "CustomResourceDefinition", "metadata": {"name": "dynamographdeployments.nvidia.com"}})
+    assert {"dynamo-platform", "aws-efa-k8s-device-plugin"} <= set(charts_of(pf))
+    efa = pv.CHARTS["aws-efa-k8s-device-plugin"]
+    image = pv.reference_defaults(efa.key)["image"]["repository"]
+    docs.append({"kind": "DaemonSet", "metadata": {"name": efa.release, "namespace": efa.namespace},
+                 "spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": f"{image}:v0.5.20"}]}}}})
+    return eks, docs
+
+
 def test_the_seed_plan_runs_against_the_new_platforms_outputs_with_no_name_edited(nodegroups):
     """The control plane's configuration came from the platform's outputs (app.py), and the seed plan as
     shipped passes the deployment preflight (its node groups may be scaled, the Pod Identity Agent is there)
@@ -431,6 +454,7 @@ def test_the_seed_plan_runs_against_the_new_platforms_outputs_with_no_name_edite
     assert env.cluster == outputs["ClusterName"] == cluster["Name"]
     assert env.namespace == outputs["Namespace"] == SEED.kubernetes.namespace
     assert set(env.nodegroups) == set(outputs["Nodegroups"].split(",")) == groups - {"benchctl-cpu"}
+    assert "benchctl-rehearsal" in env.nodegroups  # the rehearsal's: the functions may scale it
     assert (outputs["HfTokenKubernetesSecret"], outputs["ModelClaim"]) == (SEED.kubernetes.hf_token_secret,
                                                                           SEED.kubernetes.model_pvc)
     # the control plane's access entries and load Job role name the platform's cluster and namespace
@@ -441,21 +465,8 @@ def test_the_seed_plan_runs_against_the_new_platforms_outputs_with_no_name_edite
 
     plan = plan_campaign(SEED, "aws")
     assert plan.experiments
-    addons = {p["AddonName"] for p in _props(pf, "AWS::EKS::Addon")}
-    eks = _Eks(cluster["Name"], groups, addons)
+    eks, docs = _platform_world(nodegroups)
     assert deployment_preflight(SEED, env.nodegroups, env.cluster, eks) == []
-    docs = [d for ds in applied(nodegroups).values() for d in ds]
-    for d in docs:
-        if d["kind"] == "Secret":  # as the token-sync CronJob leaves it once the user filled the secret
-            d["data"] = {HF_TOKEN_KEY: "aGZfdGVzdA=="}
-    # what the charts install that the preflight looks for: the Dynamo CRD (the operator applies it) and the EFA
-    # device plugin's DaemonSet, with the image of the chart's own default values at the pinned version
-    docs.append({"kind": "CustomResourceDefinition", "metadata": {"name": "dynamographdeployments.nvidia.com"}})
-    assert {"dynamo-platform", "aws-efa-k8s-device-plugin"} <= set(charts_of(pf))
-    efa = pv.CHARTS["aws-efa-k8s-device-plugin"]
-    image = pv.reference_defaults(efa.key)["image"]["repository"]
-    docs.append({"kind": "DaemonSet", "metadata": {"name": efa.release, "namespace": efa.namespace},
-                 "spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": f"{image}:v0.5.20"}]}}}})
     assert preflight(SEED, cast(Any, _Kube(docs)), eks=eks, cluster_name=env.cluster) == []
     # rendered as the AWS engine renders it (with the control plane's load image): every namespace, claim,
     # secret and node group it names is the platform's, and every image is one the platform's admission
@@ -495,6 +506,37 @@ def test_the_seed_plan_runs_against_the_new_platforms_outputs_with_no_name_edite
     # held: the same preflight names what a platform without the claim would lack
     bare = cast(Any, _Kube([d for d in docs if d["kind"] != "PersistentVolumeClaim"]))
     assert any("model-cache" in p for p in preflight(SEED, bare, eks=eks, cluster_name=env.cluster))
+
+
+
+def test_the_rehearsal_finds_its_cpu_node_group_on_the_new_platform_and_passes_plans_preflight(nodegroups):
+    """The README's path on a new platform: deploy, doctor, then the rehearsal (examples/aws-rehearsal.yaml, as
+    shipped) passes Plan's preflight (deployment and cluster) against the node groups the platform synthesizes:
+    its CPU group exists with the standard AMI, no placement group, the root volume the Dynamo image needs,
+    empty until the rehearsal scales it, and the functions may scale it."""
+    from benchctl.aws.preflight import deployment_preflight, preflight
+    from stacks.platform_nodes import REHEARSAL_ROOT_GIB, REHEARSAL_SPEC
+
+    rehearsal = load_spec(ROOT / REHEARSAL_SPEC)
+    (pool,) = rehearsal.pools
+    groups = {p["NodegroupName"]: p for p in _props(nodegroups[PF], "AWS::EKS::Nodegroup")}
+    group = groups[pool.nodegroup]
+    assert group["InstanceTypes"] == [pool.instance_type] and group["AmiType"] == "AL2023_x86_64_STANDARD"
+    assert group["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": pool.max_nodes}
+    assert group["DiskSize"] == REHEARSAL_ROOT_GIB and "LaunchTemplate" not in group  # no placement group
+    assert len(group["Subnets"]) == 2 and group["Labels"] == {"benchctl.io/pool": pool.name}
+    env = _env(nodegroups)
+    eks, docs = _platform_world(nodegroups)
+    assert deployment_preflight(rehearsal, env.nodegroups, env.cluster, eks) == []
+    assert preflight(rehearsal, cast(Any, _Kube(docs)), eks=eks, cluster_name=env.cluster) == []
+    # held: a platform without the group (the state before this one) fails the same preflight naming it
+    eks.nodegroups.discard(pool.nodegroup)
+    gone = tuple(n for n in env.nodegroups if n != pool.nodegroup)
+    assert deployment_preflight(rehearsal, gone, env.cluster, eks) == [
+        f"pool {pool.name}: node group {pool.nodegroup!r} is not one this deployment may scale (CDK context "
+        f"benchctl:nodegroups = {list(gone)}); add it there and deploy again, or use one of those"]
+    assert preflight(rehearsal, cast(Any, _Kube(docs)), eks=eks, cluster_name=env.cluster) == [
+        f"pool {pool.name}: node group {pool.nodegroup!r} not found in cluster {env.cluster!r}"]
 
 
 # ------------------------------------------------------------------------------------------ bad context

@@ -35,7 +35,7 @@ RBAC = [d for d in yaml.safe_load_all((ROOT / "stacks" / "kubernetes" / "benchct
 LOAD_IMAGE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/cdk-assets:load"
 ENV = {"BENCHCTL_BUCKET": BUCKET, "BENCHCTL_LAKE_URI": f"s3://{BUCKET}/lake", "BENCHCTL_RUNS_URI": f"s3://{BUCKET}/runs",
        "BENCHCTL_DATABASE": DATABASE, "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER,
-       "BENCHCTL_NODEGROUPS": "gpu-ng", "BENCHCTL_NAMESPACE": NS, "BENCHCTL_LOCK_TABLE": "locks",
+       "BENCHCTL_NODEGROUPS": "gpu-ng,benchctl-rehearsal", "BENCHCTL_NAMESPACE": NS, "BENCHCTL_LOCK_TABLE": "locks",
        "BENCHCTL_LOAD_IMAGE": LOAD_IMAGE, "BENCHCTL_LOAD_ROLE_ARN": f"arn:aws:iam::{ACCOUNT}:role/load-job",
        "POWERTOOLS_LOG_LEVEL": "WARNING"}
 
@@ -154,6 +154,7 @@ class Invoker:
             with self.monkeypatch.context() as mp:
                 for k, v in self.env.items():
                     mp.setenv(k, v)
+                mp.setenv("AWS_LAMBDA_FUNCTION_NAME", name.rsplit(":", 1)[-1])  # as Lambda sets it
                 try:
                     raw = json.dumps(self.by_arn[name](event, None)).encode()
                 except Exception as exc:
@@ -184,6 +185,10 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
             "ResultConfiguration": {"OutputLocation": f"s3://{BUCKET}/athena-results/"}})
         eks = boto3.client("eks")
         eks.create_cluster(name=CLUSTER, roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig={})
+        for group, itype in (("gpu-ng", "p4d.24xlarge"), ("benchctl-rehearsal", "m7i.2xlarge")):  # BENCHCTL_NODEGROUPS
+            eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=group, nodeRole=f"arn:aws:iam::{ACCOUNT}:role/node",
+                                 subnets=["subnet-1"], instanceTypes=[itype],
+                                 scalingConfig={"minSize": 0, "desiredSize": 0, "maxSize": 2})
         api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         # the access entries' groups, bound by our RBAC file (the functions run here in one process, one token)
         api.enforce_rbac(RBAC, set(FUNCTION_GROUPS.values()))
@@ -239,9 +244,16 @@ def test_every_function_is_found_from_the_deployed_definition(account):
 
 
 def test_a_healthy_deployment_passes_every_check(account):
-    checks = _run(account)
+    checks = {c.name: c for c in doctor(account["arn"], spec_path=ROOT / "examples" / "aws-rehearsal.yaml",
+                                        session=account["session"], lookup=lambda image: (True, "stubbed"),
+                                        runner_job=False)}
     failed = [c.line() for c in checks.values() if not c.ok]
     assert failed == []
+    assert checks["Pools verbs"].ok and "node group benchctl-rehearsal read" in checks["Pools verbs"].detail
+    assert checks["node group of pool cpu-rehearsal"].ok
+    # without a spec the doctor cannot dry-run what the functions create: it says so, as a failure
+    bare = _run(account)
+    assert sorted(c.name for c in bare.values() if not c.ok) == sorted(f"{fn} verbs" for fn in KUBERNETES_FUNCTIONS)
     names = set(checks)
     for var in [*FUNCTIONS, "SweepFunctionArn"]:  # the scheduled sweeper too, found by its handler and run store
         fn = var.removesuffix("FunctionArn")
@@ -368,7 +380,7 @@ def test_the_load_roles_path_runs_as_a_tiny_runner_job_that_ends_with_its_end_re
     assert "AIPerf ran as uid 10001" in job.detail and "uploaded to the raw area" in job.detail
     # started as LaunchLoad starts one: a runner Job of the doctor's own campaign id, its step's request
     # asking AIPerf for its version; deleted once judged
-    posted = [b for m, _, b in account["api"].bodies if m == "POST" and b.get("kind") == "Job"]
+    posted = [b for m, path, b in account["api"].bodies if m == "POST" and b.get("kind") == "Job" and "dryRun" not in path]
     (body,) = posted
     cid = body["metadata"]["labels"]["benchctl.io/campaign"]
     assert cid.startswith("doctor-")
@@ -408,7 +420,7 @@ def test_a_runner_job_the_doctor_stops_waiting_for_is_deleted(account):
     _runner_world(account, None, None)
     job = _job_check(account, job_timeout_s=5)
     assert not job.ok
-    (body,) = [b for m, _, b in account["api"].bodies if m == "POST" and b.get("kind") == "Job"]
+    (body,) = [b for m, path, b in account["api"].bodies if m == "POST" and b.get("kind") == "Job" and "dryRun" not in path]
     stored = account["api"].stored("Job", body["metadata"]["name"], NS)
     assert stored is None or stored["metadata"].get("deletionTimestamp")  # not left to run to its deadline
 

@@ -159,9 +159,24 @@ class KubeClient:
 
     # ------------------------------------------------------------ calls
 
-    def create(self, obj: JSON) -> JSON:
+    def create(self, obj: JSON, *, dry_run: bool = False) -> JSON:
+        """Create ``obj``; ``dry_run``: the server authorizes, validates and admits it and persists nothing."""
         r, name, ns = self._parts(obj)
-        return dict(self._request("POST", r.path(ns), _what(r.kind, name, ns), query=FIELD_VALIDATION, body=obj))
+        query = {**FIELD_VALIDATION, **({"dryRun": "All"} if dry_run else {})}
+        return dict(self._request("POST", r.path(ns), _what(r.kind, name, ns), query=query, body=obj))
+
+    def can_i(self, verb: str, group: str, resource: str, *, namespace: str = "", name: str = "",
+              subresource: str = "") -> tuple[bool, str]:
+        """(allowed, the authorizer's reason) for this client's own identity: a SelfSubjectAccessReview, what
+        ``kubectl auth can-i`` sends (every authenticated user may create one)."""
+        attrs = {k: v for k, v in (("verb", verb), ("group", group), ("resource", resource), ("namespace", namespace),
+                                   ("name", name), ("subresource", subresource)) if v or k == "group"}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attrs}}
+        out = self._request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                            f"SelfSubjectAccessReview {verb} {resource}", body=body)
+        status = out.get("status") or {}
+        return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> JSON:
         r = self._resource(api_version, kind, namespace)
