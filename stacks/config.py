@@ -157,6 +157,7 @@ class Config:
     platform_skip: tuple[str, ...] = ()
     cluster_security_group_id: str | None = None
     platform_spec: str = DEFAULT_PLATFORM_SPEC
+    platform_provenance: str = ""  # the platform stack's monitoring (scrape interval, dashboards' hash): JSON
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -155,7 +155,7 @@ class ControlPlaneStack(ControlPlaneOperations):
             bucket=bucket.bucket_name, database=results.database_name, workgroup=results.workgroup_name,
             cluster=config.cluster_name, nodegroups=tuple(config.nodegroups), namespace=config.namespace,
             lock_table=self.lock_table.table_name, load_image=load_image_uri,
-            load_role_arn=self.load_job_role.role_arn, log_level="INFO")
+            load_role_arn=self.load_job_role.role_arn, log_level="INFO", platform_json=config.platform_provenance)
         env = self.lambda_env.to_env()
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}

@@ -88,6 +88,7 @@ class PlatformOutputs:
     hf_token_secret: str  # the Kubernetes secret with key HF_TOKEN
     model_pvc: str  # the ReadWriteMany claim of the model cache
     capacity: str  # nodegroups | auto-mode | existing
+    provenance: str = ""  # JSON: the monitoring it installed (scrape interval, the dashboards' content hash)
 
 
 def _nag(scope: IConstruct, *rules: tuple[str, str], applies_to: list[Any] | None = None) -> None:
@@ -174,7 +175,8 @@ class PlatformStack(Stack):
             cluster_name=config.cluster_name, namespace=self.namespace,
             nodegroups=scalable if config.platform == "new" else tuple(config.nodegroups),
             hf_token_secret=self.spec.kubernetes.hf_token_secret, model_pvc=self.spec.kubernetes.model_pvc,
-            capacity=config.platform_capacity if config.platform == "new" else "existing")
+            capacity=config.platform_capacity if config.platform == "new" else "existing",
+            provenance=pm.monitoring_provenance(self.settings))
         for name, value in (("ClusterName", self.outputs.cluster_name), ("Namespace", self.outputs.namespace),
                             ("Nodegroups", ",".join(self.outputs.nodegroups) or "-"),
                             ("HfTokenKubernetesSecret", self.outputs.hf_token_secret),
@@ -405,4 +407,4 @@ def control_plane_config(config: Config, outputs: PlatformOutputs) -> Config:
     cluster, the node groups the functions may scale (none on Auto Mode) and the namespace. Nothing else
     changes (a spec's ``kubernetes.hf_token_secret``/``model_pvc`` defaults are the platform's names)."""
     return dataclasses.replace(config, cluster_name=outputs.cluster_name, nodegroups=outputs.nodegroups,
-                               namespace=outputs.namespace)
+                               namespace=outputs.namespace, platform_provenance=outputs.provenance)

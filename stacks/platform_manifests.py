@@ -160,6 +160,17 @@ def platform_manifests(s: PlatformSettings) -> list[JSON]:
     return out
 
 
+def monitoring_provenance(s: PlatformSettings) -> str:
+    """What the control plane records of the platform's monitoring in every campaign (BENCHCTL_PLATFORM_JSON):
+    Prometheus' scrape interval and the provisioned dashboards' content hash; "{}" without the chart."""
+    from benchctl.campaign.provenance import dashboards_sha256
+
+    if "kube-prometheus-stack" not in charts_to_install(s):
+        return "{}"
+    return json.dumps({"scrape_interval": s.scrape_interval, "dashboards_sha256": dashboards_sha256(DASHBOARDS_DIR)},
+                      sort_keys=True, separators=(",", ":"))
+
+
 def platform_provenance(s: PlatformSettings) -> JSON:
     """What a campaign records as the platform it ran on: each installed chart (repository, name, version,
     release, namespace, values and their sha256), the EKS add-ons, the scrape intervals, the model download."""

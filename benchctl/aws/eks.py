@@ -185,13 +185,19 @@ class EksServing(_Kube):
                                 f"{status.get('conditions')}")
 
     def versions(self, state: JSON) -> JSON:
-        """Image digests actually running (the pods' ``imageID``), per container image; the precision each
-        worker's vLLM engine logged running (:func:`engine_precision`: dtype, quantization, KV cache dtype); with a
+        """Image digests actually running (the pods' ``imageID``), per container image; the engine's packages,
+        the Kubernetes version and the workers' nodes' NVIDIA drivers (``benchctl.aws.engine_provenance``); the
+        precision each worker's vLLM engine logged running (:func:`engine_precision`: dtype, quantization, KV cache dtype); with a
         model prefetch, its own duration from the Job's start and completion times (apart from start-up)."""
+        from benchctl.aws.engine_provenance import cluster_provenance
+
         sel = selector(selection(self.campaign_id, state["deployment_id"]))
         digests: dict[str, str] = {}
         precision: JSON = {}
-        for pod in sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"]):
+        pods = sorted(self.kube.list("v1", "Pod", state["namespace"], sel), key=lambda o: o["metadata"]["name"])
+        workers = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+                   in ("worker", "prefill", "decode")]
+        for pod in pods:
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
                 if cs.get("image") and cs.get("imageID"):
                     digests[str(cs["image"])] = str(cs["imageID"])
@@ -204,7 +210,8 @@ class EksServing(_Kube):
                     precision[name] = f"unknown ({err})"
                     continue
                 precision[name] = found or "not logged: no vLLM engine configuration line in the worker's log"
-        out: JSON = {"images": digests}
+        out: JSON = {"images": digests, **cluster_provenance(self.kube, self.campaign_id, state["deployment_id"],
+                                                              state["namespace"], workers)}
         if state.get("worker_engine") == "mocker":
             out["precision"] = MOCKER_PRECISION
         elif precision:

@@ -29,6 +29,8 @@ VARIABLES: dict[str, str] = {
     "load_image": "BENCHCTL_LOAD_IMAGE",  # the deployment's load image (AIPerf 0.13.0)
     "load_role_arn": "BENCHCTL_LOAD_ROLE_ARN",  # the load Job role each campaign's runner service account gets
     "log_level": "POWERTOOLS_LOG_LEVEL",  # read by Powertools' Logger itself (lambdas/_runtime.py)
+    # the platform stack's monitoring as the run record's provenance (scrape interval, dashboards' hash): JSON
+    "platform_json": "BENCHCTL_PLATFORM_JSON",
 }
 
 
@@ -49,6 +51,7 @@ class LambdaEnv:
     load_image: str = ""
     load_role_arn: str = ""
     log_level: str = "INFO"
+    platform_json: str = ""
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> LambdaEnv:

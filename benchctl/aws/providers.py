@@ -10,6 +10,7 @@ report through Athena (``benchctl.aws.athena``). May import the core and ``bench
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -172,9 +173,19 @@ class AwsEngine:
             locks=DynamoLocks(env.lock_table, session=session) if env.lock_table else None,
             callbacks=RunnerCallbacks(control, lambda: session.client("stepfunctions")),
             identity=identity,
-            versions={"benchctl_engine": "aws", **({"load_image": env.load_image} if env.load_image else {})},
+            versions={"benchctl_engine": "aws", **({"load_image": env.load_image} if env.load_image else {}),
+                      **_platform(env)},
             ceilings=self.ceilings,
         )
+
+
+def _platform(env: LambdaEnv) -> JSON:
+    """The platform stack's monitoring provenance (BENCHCTL_PLATFORM_JSON), when a platform stack made it."""
+    try:
+        data = json.loads(env.platform_json) if env.platform_json else None
+    except ValueError:
+        return {"platform": {"error": f"BENCHCTL_PLATFORM_JSON is not JSON: {env.platform_json[:200]}"}}
+    return {"platform": data} if isinstance(data, dict) else {}
 
 
 _ENGINES: dict[tuple[tuple[str, str], ...], AwsEngine] = {}

@@ -14,6 +14,7 @@ from typing import Any
 from benchctl import logtext
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
+from benchctl.campaign.provenance import provenance
 from benchctl.campaign.records import CampaignRecord, FailureRecord
 from benchctl.errors import Aborted, CampaignIdInUse, InjectedFailure, NotReadyYet
 from benchctl.lake import timeline
@@ -161,8 +162,17 @@ def write_campaign(p: Providers, ctx: Ctx, status: str, *, failed_state: str | N
         "versions_json": json.dumps(rec.versions or {}, sort_keys=True),
         "pricing_json": json.dumps(rec.pricing or {}, sort_keys=True),
         "lake_uri": ctx.lake_uri,
+        **provenance(rec.versions or {}, _spec_or_none(p), p.engine),  # never blank (benchctl.campaign.provenance)
     }
     p.lake.write("campaigns", [row], part_name="campaign")
+
+
+def _spec_or_none(p: Providers) -> Any:
+    """The campaign's spec when its run state holds one (a campaign refused at Plan may have none)."""
+    try:
+        return p.state.spec()
+    except Exception:  # no spec stored yet, or unreadable: the provenance says "not known"
+        return None
 
 
 def record_failure(p: Providers, state: str | None, exc: BaseException) -> None:

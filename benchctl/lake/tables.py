@@ -59,6 +59,17 @@ TABLES: dict[str, Table] = {
             versions_json string
             pricing_json string
             lake_uri string
+            dynamo_version string
+            vllm_version string
+            torch_version string
+            cuda_version string
+            nixl_version string
+            kubernetes_version string
+            gpu_driver string
+            server_metrics_interval_s string
+            prometheus_scrape_interval string
+            dashboards_sha256 string
+            nixl_registration string
             """,
         ),
         _table(

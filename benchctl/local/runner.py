@@ -41,12 +41,17 @@ from benchctl.spec.text import read_capped
 def versions() -> dict[str, object]:
     from importlib.metadata import PackageNotFoundError, version
 
+    from benchctl.campaign.provenance import dashboards_sha256
+
     out: dict[str, object] = {}
     for pkg in ("aiperf", "ai-dynamo", "ai-dynamo-runtime", "benchctl", "moto", "duckdb", "pyarrow"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
             out[pkg] = "not installed"
+    dashboards = Path(__file__).resolve().parents[2] / "dashboards"  # what this checkout ships (and provisions)
+    if dashboards.is_dir():
+        out["dashboards_sha256"] = dashboards_sha256(dashboards)
     return out
 
 

@@ -27,9 +27,10 @@ reported apart instead of loading the first experiment's $/1M (``fees_json``):
   comparisons use; the cold start is reported beside it.
 
 What is included and what is not is written into every row (``fees_json.scope`` / ``.excluded`` /
-``.scope_text``): GPU nodes and the EKS cluster fee share are; storage (EBS, the model-cache volume,
-S3), network (data transfer, NAT, load balancers), support, and the EKS Auto Mode per-node
-management fee (the spec has no price for it) are not.
+``.scope_text``, and item by item, priced or excluded with why, ``.scope_items``; the node-hour price by part
+in ``.node_price_parts``): the nodes (instance, root EBS volume, EKS Auto Mode's fee where the spec prices it;
+:mod:`benchctl.planning.node_price`) and the EKS cluster fee share are; the model-cache volume and S3 (the
+platform's), network, support and discounts are not.
 
 Row conventions (one row per experiment x pool, ``costs`` table):
 
@@ -54,6 +55,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benchctl.lake import timeline as tl
+from benchctl.planning.node_price import node_price, node_price_parts, scope_items
 from benchctl.planning.plan import OVERHEADS, CampaignPlan, ExperimentPlan
 from benchctl.spec.model import CampaignSpec
 
@@ -61,12 +63,13 @@ JSON = dict[str, Any]
 
 SCOPE_INCLUDED = (
     "GPU nodes allocated to the experiment (scale request to pool restore), on-demand price of the spec",
+    "their root EBS volumes (gp3, pricing.ebs_gp3_usd_per_gb_month)",
+    "EKS Auto Mode's management fee where the spec prices it (pricing.auto_mode_fee_usd_per_hour)",
     "EKS cluster fee share (the experiment's wall time)",
 )
 SCOPE_EXCLUDED = (
-    "storage (EBS volumes, model-cache volume, S3 results)",
-    "network (data transfer, NAT gateway, load balancers)",
-    "EKS Auto Mode per-node management fee (not priced in the spec)",
+    "the model-cache volume (EFS) and S3 results: the platform's, kept between campaigns",
+    "network (cross-AZ transfer: KV transfer stays in one AZ; NAT gateway; no load balancer is made)",
     "support plan, taxes, discounts (savings plans, reserved or spot capacity)",
 )
 SCOPE_TEXT = "included: " + "; ".join(SCOPE_INCLUDED) + ". not included: " + "; ".join(SCOPE_EXCLUDED) + "."
@@ -202,9 +205,9 @@ def load_windows(plan: CampaignPlan, timeline: list[JSON], experiment: str) -> d
 
 
 def price(spec: CampaignSpec, pool: str) -> float | None:
-    """The spec's on-demand $/node-hour of ``pool``'s instance type, or None when unpriced."""
-    p = spec.pricing.instances.get(spec.pool(pool).instance_type)
-    return None if p is None else p.usd_per_hour
+    """The all-in $/node-hour of ``pool`` (on-demand instance, root volume, Auto Mode fee where priced:
+    :func:`benchctl.planning.node_price.node_price`), or None when the instance is unpriced."""
+    return node_price(spec, pool)
 
 
 def price_source(spec: CampaignSpec) -> str:
@@ -306,6 +309,8 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
                 "scope": list(SCOPE_INCLUDED),
                 "excluded": list(SCOPE_EXCLUDED),
                 "scope_text": SCOPE_TEXT,
+                "node_price_parts": node_price_parts(spec, w.pool),  # $/node-hour: instance, root_volume, auto_mode_fee
+                "scope_items": scope_items(spec, [x.pool for x in mine]),
             }
             rows.append({
                 "campaign_id": campaign_id,

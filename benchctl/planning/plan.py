@@ -13,6 +13,7 @@ from typing import Any
 
 from benchctl.planning import placement, tune
 from benchctl.planning.cache_state import step_seed
+from benchctl.planning.node_price import node_price
 from benchctl.spec.deployment import Experiment
 from benchctl.spec.model import CampaignSpec, spec_hash
 from benchctl.spec.workloads import ConcurrencySweep, MultiTurn, PrefixCache, SequenceDistribution
@@ -268,11 +269,11 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
         for pool, nh in node_hours.items():
             p = spec.pool(pool)
             gpu_hours += nh * p.gpus_per_node
-            price = spec.pricing.instances.get(p.instance_type)
+            price = node_price(spec, pool)  # instance, root volume, Auto Mode fee (benchctl.planning.node_price)
             if price is None:
                 priced = False
             else:
-                usd += nh * price.usd_per_hour
+                usd += nh * price
         total_s += est
         experiments.append(
             ExperimentPlan(

@@ -353,6 +353,10 @@ def provenance_items(data: ReportData) -> list[tuple[str, str]]:
         ("pricing as of", fmt_value(pricing.get("as_of")) or "not given"),
         ("lake", fmt_value(c.get("lake_uri")) or data.source),
     ]
+    from benchctl.campaign.provenance import FIELDS
+
+    # what it ran on (benchctl.campaign.provenance): a lake written before these columns has none to show
+    items += [(name, fmt_value(c.get(name))) for name in FIELDS if c.get(name)]
     for k in ("failed_state", "error", "cause"):
         if c.get(k):
             items.append((k, fmt_value(c[k])))

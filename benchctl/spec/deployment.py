@@ -50,6 +50,10 @@ class PoolSpec(Strict):
     provider: Literal["managed-nodegroup", "auto-mode", "local"] = "managed-nodegroup"
     nodegroup: NodegroupName | None = Field(default=None, description="EKS managed node group name")
     network: PoolNetwork = PoolNetwork()
+    root_volume_gib: int | None = Field(
+        default=None, gt=0, le=16384, description="each node's root EBS volume (gp3), priced with "
+        "pricing.ebs_gp3_usd_per_gb_month; default: what benchctl's platform gives the pool (200 GiB on a GPU "
+        "node group, 100 on a CPU one, Auto Mode's NodeClass default 80), 0 nothing when provider is local")
 
     def efa_interfaces(self) -> int:
         """EFA interfaces per node (0 without EFA)."""

@@ -99,6 +99,11 @@ class Pricing(Strict):
     as_of: Annotated[str, Text(64)] | None = Field(default=None, description="date the prices were read")
     instances: dict[str, PoolPrice] = Field(default_factory=dict, description="instance type -> price")
     eks_cluster_usd_per_hour: float = Field(default=0.10, ge=0)
+    # EBS gp3 storage, us-east-1 list price (https://aws.amazon.com/ebs/pricing/, read 2026-11-01)
+    ebs_gp3_usd_per_gb_month: float = Field(default=0.08, ge=0, description="the nodes' root volumes (gp3)")
+    auto_mode_fee_usd_per_hour: dict[str, float] = Field(
+        default_factory=dict, description="instance type -> EKS Auto Mode's management fee per instance-hour "
+        "(https://aws.amazon.com/eks/pricing/); an Auto Mode pool whose type has none is named unpriced in the costs")
 
 
 class Budget(Strict):

@@ -15,8 +15,11 @@ the S3 lake), so no S3 is needed for manifests.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -203,9 +206,21 @@ def job_controller(api: FakeKubeApi, fail_steps: tuple[str, ...] = ()) -> None:
     api.on_create("Job", on_create)
 
 
+@functools.lru_cache(maxsize=1)
+def _engine_packages_log() -> str:
+    """What a pre-pull container prints: its real script, run here (this environment's packages stand in for
+    the image's: ai-dynamo 1.6.1, no vLLM, no torch)."""
+    from benchctl.aws.k8s.nodepool import ENGINE_PACKAGES_SCRIPT
+
+    return subprocess.run([sys.executable, "-c", ENGINE_PACKAGES_SCRIPT], capture_output=True, text=True,
+                          timeout=60, check=True).stdout
+
+
 def daemonset_controller(api: FakeKubeApi) -> None:
     """On a DaemonSet create: a Running pod (owned by it, its template's labels) on every node its
-    ``nodeSelector`` matches, as the DaemonSet controller places them."""
+    ``nodeSelector`` matches, as the DaemonSet controller places them; a pre-pull container's log is what its
+    command prints (:func:`_engine_packages_log`)."""
+    from benchctl.aws.k8s.nodepool import PREPULL_COMMAND
 
     def on_create(fake: FakeKubeApi, ds: dict[str, Any]) -> None:
         tmpl = ds["spec"]["template"]
@@ -217,7 +232,12 @@ def daemonset_controller(api: FakeKubeApi) -> None:
                                    labels=dict(tmpl["metadata"]["labels"]), owner=ds,
                                    containers=tuple(c["name"] for c in tmpl["spec"]["containers"]))
                 pod["spec"]["nodeName"] = node["metadata"]["name"]
+                pod["spec"]["containers"] = [{"name": c["name"], "image": c["image"]} for c in tmpl["spec"]["containers"]]
                 fake.put(pod)
+                for c in tmpl["spec"]["containers"]:
+                    if c.get("command") == PREPULL_COMMAND:
+                        fake.set_logs(ds["metadata"]["namespace"], pod["metadata"]["name"], _engine_packages_log(),
+                                      c["name"])
 
     api.on_create("DaemonSet", on_create)
 

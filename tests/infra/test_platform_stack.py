@@ -455,6 +455,11 @@ def test_the_seed_plan_runs_against_the_new_platforms_outputs_with_no_name_edite
     assert env.namespace == outputs["Namespace"] == SEED.kubernetes.namespace
     assert set(env.nodegroups) == set(outputs["Nodegroups"].split(",")) == groups - {"benchctl-cpu"}
     assert "benchctl-rehearsal" in env.nodegroups  # the rehearsal's: the functions may scale it
+    # the run record's provenance of the platform's monitoring, in every function's environment
+    from benchctl.campaign.provenance import dashboards_sha256
+
+    assert json.loads(env.platform_json) == {"scrape_interval": pv.DEFAULT_SCRAPE_INTERVAL,
+                                             "dashboards_sha256": dashboards_sha256(ROOT / "dashboards")}
     assert (outputs["HfTokenKubernetesSecret"], outputs["ModelClaim"]) == (SEED.kubernetes.hf_token_secret,
                                                                           SEED.kubernetes.model_pvc)
     # the control plane's access entries and load Job role name the platform's cluster and namespace

@@ -161,8 +161,39 @@ def test_versions_are_the_pods_image_digests_found_by_our_labels_though_grove_ov
     pod["status"]["containerStatuses"] = [{"name": "main", "image": "img:1.6.1", "imageID": "img@sha256:abc"}]
     api.put(pod)
     assert s.versions(st) == {"images": {"img:1.6.1": "img@sha256:abc"},  # no engine line logged yet
-                              "precision": {"w-0": "not logged: no vLLM engine configuration line in the worker's log"}}
+                              "precision": {"w-0": "not logged: no vLLM engine configuration line in the worker's log"},
+                              # no pre-pull pod, the worker on no node yet; the API server's own version
+                              "engine_packages": {}, "gpu_drivers": {}, "kubernetes": "v1.31.0-fake"}
     assert all(LABEL_MANAGED not in path for _, path in api.requests)  # never selected by managed-by
+
+
+def test_versions_read_the_engine_packages_the_prepull_printed_and_the_workers_nodes_drivers(api):
+    from benchctl.aws.k8s.nodepool import PREPULL_COMMAND, render_prepull
+    from tests.fakes.eks_world import _engine_packages_log, daemonset_controller
+
+    s = serving(api)
+    st = deploy(s, "agg")
+    daemonset_controller(api)  # the pre-pull pods, their containers' logs what PREPULL_COMMAND prints
+    api.add_node("ip-10-0-0-1", {"eks.amazonaws.com/nodegroup": "gpu-ng",
+                                 "nvidia.com/cuda.driver-version.full": "580.95.05"})
+    api.add_node("ip-10-0-0-9", {"nvidia.com/cuda.driver-version.full": "570.1"})  # nobody of ours on it
+    spec = _spec()
+    target = deployment_request(spec, CID, "agg").target
+    assert target is not None
+    for pool in {g.pool for g in target.experiment.workers}:
+        ds = render_prepull(target, CID, pool)
+        assert ds["spec"]["template"]["spec"]["containers"][0]["command"] == PREPULL_COMMAND
+        ds["spec"]["template"]["spec"].pop("affinity", None)
+        ds["spec"]["template"]["spec"]["nodeSelector"] = {"eks.amazonaws.com/nodegroup": "gpu-ng"}
+        kube_of(api).create(ds)
+    pod = grove_pod(api, api.stored("DynamoGraphDeployment", st["name"], NS), 1, "w-0")
+    pod["spec"]["nodeName"] = "ip-10-0-0-1"
+    api.put(pod)
+    got = s.versions(st)
+    image = spec.kubernetes.dynamo_image
+    printed = json.loads(_engine_packages_log().split(" ", 1)[1])
+    assert got["engine_packages"] == {image: printed} and printed["ai-dynamo"]
+    assert got["gpu_drivers"] == {"ip-10-0-0-1": "580.95.05"}
 
 
 # vLLM's engine configuration line as its EngineCore logs it at start-up (vllm/config VllmConfig.__str__; the

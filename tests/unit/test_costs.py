@@ -16,7 +16,9 @@ from benchctl.planning.plan import CampaignPlan, plan_campaign
 from benchctl.spec.model import CampaignSpec, parse_spec
 
 C = "camp-cost"
-P4D, G6E, EKS = 21.96, 10.49, 0.10
+LIST_P4D, LIST_G6E, EKS = 21.96, 10.49, 0.10  # the instances' list prices
+ROOT_H = 200 * 0.08 / 730  # each GPU node's 200 GiB gp3 root volume at $0.08/GB-month, per hour
+P4D, G6E = LIST_P4D + ROOT_H, LIST_G6E + ROOT_H  # a node-hour, all in
 SWEEP = ("concurrency-sweep-c1-r0", "concurrency-sweep-c4-r0")
 
 
@@ -24,9 +26,9 @@ def make_spec(*, priced_g6e: bool = True, budget: dict[str, float] | None = None
     def workers(*groups: tuple[str, str, int]) -> list[dict[str, Any]]:
         return [{"role": r, "pool": p, "replicas": n, "tensor_parallel": 4} for r, p, n in groups]
 
-    instances = {"p4d.24xlarge": {"usd_per_hour": P4D}}
+    instances = {"p4d.24xlarge": {"usd_per_hour": LIST_P4D}}
     if priced_g6e:
-        instances["g6e.12xlarge"] = {"usd_per_hour": G6E}
+        instances["g6e.12xlarge"] = {"usd_per_hour": LIST_G6E}
     return parse_spec({
         "name": "cost-test",
         "model": {"name": "Qwen/Qwen3-30B-A3B", "revision": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"},
@@ -110,20 +112,27 @@ def test_cost_rows_allocation_period_price_fee_and_tokens(spec: CampaignSpec, pl
     assert len(rows) == 1
     r = rows[0]
     fees = json.loads(r["fees_json"])
-    # 2 nodes from 10:00 to 12:30 = 2.5 h at $21.96, plus the EKS fee for the 2.5 h the experiment ran
-    assert fees["node_usd"] == pytest.approx(2 * 2.5 * 21.96, rel=1e-12)
+    # 2 nodes from 10:00 to 12:30 = 2.5 h at $21.96 (and its root volume), plus the EKS fee for the 2.5 h the experiment ran
+    assert fees["node_usd"] == pytest.approx(2 * 2.5 * P4D, rel=1e-12)
     assert fees["eks_cluster_usd"] == pytest.approx(0.10 * 2.5, rel=1e-12)
-    assert r["cost_usd"] == pytest.approx(2 * 2.5 * 21.96 + 0.10 * 2.5, rel=1e-12)
+    assert r["cost_usd"] == pytest.approx(2 * 2.5 * P4D + 0.10 * 2.5, rel=1e-12)
     assert (r["pool"], r["nodes"], r["node_hours"], r["gpu_hours"]) == ("p4d", 2, 5.0, 40.0)
-    assert (r["gpu_kind"], r["instance_type"], r["price_per_node_hour_usd"]) == ("A100-40GB", "p4d.24xlarge", 21.96)
+    assert (r["gpu_kind"], r["instance_type"], r["price_per_node_hour_usd"]) == ("A100-40GB", "p4d.24xlarge", P4D)
     assert r["price_source"] == "test list price (as of 2026-01-01)"
     # only the succeeded steps of this experiment count
     assert r["successful_output_tokens"] == 4000
-    assert r["usd_per_1m_output_tokens"] == pytest.approx((2 * 2.5 * 21.96 + 0.25) / 4000 * 1e6, rel=1e-12)
+    assert r["usd_per_1m_output_tokens"] == pytest.approx((2 * 2.5 * P4D + 0.25) / 4000 * 1e6, rel=1e-12)
     # usage: the two 2-minute load windows (warm-up excluded) x 2 nodes x price
-    assert fees["usage_based_usd"] == pytest.approx(2 * (4 / 60) * 21.96, rel=1e-12)
+    assert fees["usage_based_usd"] == pytest.approx(2 * (4 / 60) * P4D, rel=1e-12)
     assert fees["period_end_event"] == "pool_restored"
-    assert "storage" in fees["scope_text"] and any("network" in x for x in fees["excluded"])
+    assert "root EBS volumes" in fees["scope_text"] and any("network" in x for x in fees["excluded"])
+    # the node-hour by part, and every scope item priced or excluded with why
+    assert fees["node_price_parts"] == {"instance": LIST_P4D, "root_volume": pytest.approx(ROOT_H), "auto_mode_fee": 0.0}
+    items = {i["item"]: i for i in fees["scope_items"]}
+    assert items["root EBS volumes"]["status"] == "priced" and "p4d 200 GiB" in items["root EBS volumes"]["how"]
+    assert all(i["status"] == "priced" or i.get("why") for i in items.values())
+    assert items["EKS Auto Mode management fee"] == {"item": "EKS Auto Mode management fee", "status": "excluded",
+                                                      "why": "not applicable: no Auto Mode pool"}
     assert r["simulated"] is False
     assert costs.usage_cost(spec, plan, agg_timeline(), "agg") == pytest.approx(fees["usage_based_usd"])
 
@@ -148,13 +157,13 @@ def test_cost_rows_per_pool_and_experiment_totals(spec: CampaignSpec, plan: Camp
     assert [(r["pool"], r["gpu_kind"], r["nodes"]) for r in rows] == [("g6e", "L40S-48GB", 2), ("p4d", "A100-40GB", 1)]
     g6e, p4d = rows
     # the cluster fee (1.5 h of wall time) is on the experiment's first pool row only
-    assert g6e["cost_usd"] == pytest.approx(2 * 1.5 * 10.49 + 0.10 * 1.5)
-    assert p4d["cost_usd"] == pytest.approx(1 * 1.0 * 21.96)
+    assert g6e["cost_usd"] == pytest.approx(2 * 1.5 * G6E + 0.10 * 1.5)
+    assert p4d["cost_usd"] == pytest.approx(1 * 1.0 * P4D)
     assert json.loads(p4d["fees_json"])["eks_cluster_usd"] == 0.0
     total = costs.experiment_totals(rows)["hetero"]
-    expected = 2 * 1.5 * 10.49 + 0.10 * 1.5 + 21.96
+    expected = 2 * 1.5 * G6E + 0.10 * 1.5 + P4D
     assert total["cost_usd"] == pytest.approx(expected)
-    assert total["gpu_usd_per_hour"] == pytest.approx(2 * 10.49 + 21.96)
+    assert total["gpu_usd_per_hour"] == pytest.approx(2 * G6E + P4D)
     assert total["usd_per_1m_output_tokens"] == pytest.approx(expected / 6600 * 1e6)
     # the rows' $/1M are each pool's share: they add up to the experiment's
     assert sum(r["usd_per_1m_output_tokens"] for r in rows) == pytest.approx(total["usd_per_1m_output_tokens"])
@@ -167,16 +176,16 @@ def test_unpriced_pool_has_no_cost(plan: CampaignPlan) -> None:
     assert (g6e["price_per_node_hour_usd"], g6e["cost_usd"], g6e["usd_per_1m_output_tokens"]) == (None, None, None)
     assert g6e["price_source"] == "unpriced"
     assert g6e["node_hours"] == pytest.approx(3.0)  # still recorded
-    assert p4d["cost_usd"] == pytest.approx(21.96) and p4d["price_source"] != "unpriced"
+    assert p4d["cost_usd"] == pytest.approx(P4D) and p4d["price_source"] != "unpriced"
     assert costs.experiment_totals(rows)["hetero"]["usd_per_1m_output_tokens"] is None
     assert costs.usage_cost(spec, plan, hetero_timeline(), "hetero") is None
 
 
 def test_step_costs_use_load_time_only(spec: CampaignSpec, plan: CampaignPlan) -> None:
     out = costs.step_costs(spec, plan, [step("agg", SWEEP[0], 1000), step("agg", SWEEP[1], 50, status="failed")])
-    assert out[0]["usd_per_hour"] == pytest.approx(2 * 21.96)
-    assert out[0]["cost_usd"] == pytest.approx(2 * 21.96 * 120 / 3600)
-    assert out[0]["usd_per_1m_output_tokens"] == pytest.approx(2 * 21.96 * 120 / 3600 / 1000 * 1e6)
+    assert out[0]["usd_per_hour"] == pytest.approx(2 * P4D)
+    assert out[0]["cost_usd"] == pytest.approx(2 * P4D * 120 / 3600)
+    assert out[0]["usd_per_1m_output_tokens"] == pytest.approx(2 * P4D * 120 / 3600 / 1000 * 1e6)
     assert out[1]["usd_per_1m_output_tokens"] is None
 
 
@@ -186,10 +195,10 @@ def test_step_costs_use_load_time_only(spec: CampaignSpec, plan: CampaignPlan) -
 def test_accrued_counts_restored_and_held_pools_up_to_now(spec: CampaignSpec, plan: CampaignPlan) -> None:
     tl = [*agg_timeline(), *experiment_events("disagg", {"p4d": (2, "13:00", None)}, [])]
     got = costs.accrued_usd(spec, plan, tl, at("14:00"))
-    assert got == pytest.approx(2 * 2.5 * 21.96 + 2 * 1.0 * 21.96 + 0.10 * (2.5 + 1.0))
+    assert got == pytest.approx(2 * 2.5 * P4D + 2 * 1.0 * P4D + 0.10 * (2.5 + 1.0))
     # earlier "now": the held pool counts only up to it
     assert costs.accrued_usd(spec, plan, tl, at("13:30")) == pytest.approx(
-        2 * 2.5 * 21.96 + 2 * 0.5 * 21.96 + 0.10 * (2.5 + 0.5))
+        2 * 2.5 * P4D + 2 * 0.5 * P4D + 0.10 * (2.5 + 0.5))
 
 
 def test_remaining_from_the_plan_estimates(spec: CampaignSpec, plan: CampaignPlan) -> None:
@@ -203,7 +212,7 @@ def test_remaining_from_the_plan_estimates(spec: CampaignSpec, plan: CampaignPla
     rest = everything - {("agg", SWEEP[1])}
     assert costs.remaining_hours(plan, rest) == pytest.approx((agg.steps[1].est_s + 180.0) / 3600)
     assert costs.remaining_usd(spec, plan, rest) == pytest.approx((agg.steps[1].est_s + 180.0) / 3600
-                                                                  * (2 * 21.96 + 0.10))
+                                                                  * (2 * P4D + 0.10))
 
 
 def test_budget_problem_names_the_figures_and_the_next_step() -> None:
@@ -275,12 +284,12 @@ def test_cost_efficiency_view_categories_and_figures(tmp_path: Path, spec: Campa
     assert (h["gpus"], h["gpus_allocated"], h["gpu_kinds"], h["nodes"]) == (16, 16, "A100-40GB+L40S-48GB", 3)
     # by hand from the timeline: p4d 1 node 13:00-14:00, g6e 2 nodes 13:00-14:30, cluster fee for 1.5 h;
     # tokens from the two succeeded steps
-    cost = 1 * 1.0 * 21.96 + 2 * 1.5 * 10.49 + 0.10 * 1.5
+    cost = 1 * 1.0 * P4D + 2 * 1.5 * G6E + 0.10 * 1.5
     assert h["cost_usd"] == pytest.approx(cost)
     assert h["successful_output_tokens"] == 6600
     assert h["usd_per_1m_output_tokens"] == pytest.approx(cost / (2500 + 4100) * 1e6)
-    assert h["gpu_usd_per_hour"] == pytest.approx(21.96 + 2 * 10.49)
-    assert h["usage_cost_usd"] == pytest.approx((21.96 + 2 * 10.49) * 4 / 60)
+    assert h["gpu_usd_per_hour"] == pytest.approx(P4D + 2 * G6E)
+    assert h["usage_cost_usd"] == pytest.approx((P4D + 2 * G6E) * 4 / 60)
     assert h["output_tokens_per_s"] == pytest.approx(6600 / 240)
     assert h["sweep_peak_output_tokens_per_s"] == pytest.approx(34.0)
     assert h["tokens_per_usd"] == pytest.approx(6600 / cost)
@@ -290,7 +299,7 @@ def test_cost_efficiency_view_categories_and_figures(tmp_path: Path, spec: Campa
     assert a["successful_output_tokens"] == 4000 and (a["n_steps_succeeded"], a["n_steps_failed"]) == (2, 1)
     assert a["goodput_ratio"] == pytest.approx((1.0 + 0.75) / 2)
     assert a["goodput_per_s"] == pytest.approx(3 / 120)
-    assert a["goodput_per_usd_hour"] == pytest.approx(3 / 120 / (2 * 21.96))
+    assert a["goodput_per_usd_hour"] == pytest.approx(3 / 120 / (2 * P4D))
     assert rows["disagg"]["goodput_per_usd_hour"] is None  # no SLO on its steps
 
 
@@ -302,7 +311,7 @@ def test_a_pool_handed_over_is_paid_once_by_each_holder_in_turn(spec: CampaignSp
           *experiment_events("disagg", {"p4d": (2, "12:31", None)}, [])]
     got = costs.accrued_usd(spec, plan, tl, at("14:00"))
     held_h = 2.5 + (14 * 60 - (12 * 60 + 31)) / 60
-    assert got == pytest.approx(2 * held_h * 21.96 + 0.10 * held_h)
+    assert got == pytest.approx(2 * held_h * P4D + 0.10 * held_h)
     rows = costs.cost_rows(C, spec, plan, tl, [], simulated=False)
     agg = next(r for r in rows if r["experiment"] == "agg")
     fees = json.loads(agg["fees_json"])
@@ -350,3 +359,24 @@ def test_cold_start_is_reported_apart_and_the_steady_state_per_1m_leaves_it_out(
         assert v["cold_start_share"] == pytest.approx(t["cold_start_usd"] / t["cost_usd"])
         assert v["usd_per_1m_output_tokens"] == pytest.approx(t["usd_per_1m_output_tokens"])  # allocation, beside
     assert view["agg"]["cold_start_share"] > view["disagg"]["cold_start_share"]
+
+
+def test_an_auto_mode_pool_pays_its_management_fee_where_priced_and_is_named_unpriced_where_not():
+    from benchctl.planning.node_price import node_price, node_price_parts, scope_items
+
+    data = make_spec().model_dump(mode="json", exclude_none=True)
+    data["pools"][0].update(provider="auto-mode", root_volume_gib=100)
+    spec = parse_spec(data)
+    assert node_price_parts(spec, "p4d") == {"instance": LIST_P4D, "root_volume": pytest.approx(100 * 0.08 / 730),
+                                             "auto_mode_fee": None}
+    assert node_price(spec, "p4d") == pytest.approx(LIST_P4D + 100 * 0.08 / 730)  # the unpriced fee left out...
+    (fee,) = [i for i in scope_items(spec, ["p4d"]) if "Auto Mode" in i["item"]]
+    assert fee["status"] == "excluded" and "['p4d.24xlarge']" in fee["why"]  # ...and named
+    data["pricing"]["auto_mode_fee_usd_per_hour"] = {"p4d.24xlarge": 2.5}
+    spec = parse_spec(data)
+    assert node_price(spec, "p4d") == pytest.approx(LIST_P4D + 100 * 0.08 / 730 + 2.5)
+    (fee,) = [i for i in scope_items(spec, ["p4d"]) if "Auto Mode" in i["item"]]
+    assert fee["status"] == "priced"
+    plan = plan_campaign(spec, "aws")
+    bare = plan_campaign(parse_spec({**data, "pricing": {**data["pricing"], "auto_mode_fee_usd_per_hour": {}}}), "aws")
+    assert plan.est_usd is not None and bare.est_usd is not None and plan.est_usd > bare.est_usd  # the plan prices it too

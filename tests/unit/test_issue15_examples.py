@@ -98,7 +98,7 @@ def test_hetero_cost_row_is_in_the_disaggregated_heterogeneous_category_and_pays
     assert h["category"] == "disaggregated heterogeneous"
     assert (h["gpus"], h["gpu_kinds"]) == (16, "A100-40GB+L40S-48GB")
     # one p4d node and two g6e nodes for an hour: equal money is judged per dollar, not per GPU
-    assert h["gpu_usd_per_hour"] == pytest.approx(21.96 + 2 * 10.49)
+    assert h["gpu_usd_per_hour"] == pytest.approx(21.96 + 2 * 10.49 + 3 * 200 * 0.08 / 730)  # and 3 root volumes
     assert h["tokens_per_usd"] == pytest.approx(100_000 / h["cost_usd"])
     # H4 without idle GPUs: each side pays for exactly the GPUs its workers use, at nearly the same money
     (a,) = [r for r in rows.values() if r["category"] == "aggregated same-GPU baseline"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any
 
 from benchctl.aws.k8s.admission import node_capacity
@@ -31,6 +32,24 @@ JSON = dict[str, Any]
 # profile; with :func:`container_security`, Pod Security "restricted"
 PREPULL_SECURITY = {"runAsUser": 65534, "runAsGroup": 65534, "runAsNonRoot": True,
                     "seccompProfile": {"type": "RuntimeDefault"}}
+
+# What a pre-pull container prints once, in the image it holds, before it sleeps: the engine's own package
+# versions (the installed distributions' metadata: nothing is imported, no GPU is touched) and the image's CUDA
+# (NVIDIA's CUDA base images set CUDA_VERSION), one line Serving reads back from the pod's log as the run's
+# provenance (``benchctl.campaign.provenance``). Any failure prints nothing and the pull still holds.
+ENGINE_PACKAGES_MARKER = "BENCHCTL_ENGINE_PACKAGES "
+ENGINE_PACKAGES = ("ai-dynamo", "ai-dynamo-runtime", "vllm", "torch", "nixl", "nixl-cu12", "nixl-cu13")
+ENGINE_PACKAGES_SCRIPT = (
+    "import importlib.metadata as m, json, os\n"
+    "out = {}\n"
+    f"for name in {ENGINE_PACKAGES!r}:\n"
+    "    try:\n"
+    "        out[name] = m.version(name)\n"
+    "    except Exception:\n"
+    "        pass\n"
+    "out['CUDA_VERSION'] = os.environ.get('CUDA_VERSION', '')\n"
+    f"print({ENGINE_PACKAGES_MARKER!r} + json.dumps(out, sort_keys=True), flush=True)\n")
+PREPULL_COMMAND = ["sh", "-c", f"python3 -c {shlex.quote(ENGINE_PACKAGES_SCRIPT)} || true; exec sleep infinity"]
 
 
 def consolidate_after(spec: CampaignSpec, pool_name: str) -> str:
@@ -72,14 +91,15 @@ def render_prepull(target: DeploymentTarget, campaign_id: str, pool_name: str) -
     work is to have the experiment's runtime images on each node as soon as it joins: the ~20 GB pull
     overlaps the other nodes' boot and the GPU device plugin's start instead of following Deploy. Created
     by ScalePools before the pool is scaled, deleted with the experiment (our labels). Its containers hold
-    the images with ``sleep`` (no registry besides the runtime image's own), request no GPU and almost no
-    CPU or memory, and mount no API token. They meet Pod Security "restricted" as ``nobody``
-    (:data:`PREPULL_SECURITY`): ``sleep`` needs no user of the image's own, so no image's USER is assumed."""
+    the images with ``sleep`` (no registry besides the runtime image's own), after printing the image's engine
+    package versions once (:data:`ENGINE_PACKAGES_SCRIPT`), request no GPU and almost no CPU or memory, and
+    mount no API token. They meet Pod Security "restricted" as ``nobody`` (:data:`PREPULL_SECURITY`): neither
+    needs a user of the image's own, so no image's USER is assumed."""
     experiment = target.experiment.name
     lbl = labels(campaign_id, experiment, f"prepull-{pool_name}")
-    small = {"cpu": "10m", "memory": "32Mi"}
-    containers = [{"name": f"image-{i}", "image": image, "command": ["sleep", "infinity"],
-                   "resources": {"requests": dict(small), "limits": dict(small)},
+    small, most = {"cpu": "10m", "memory": "32Mi"}, {"cpu": "100m", "memory": "128Mi"}  # one python3 at start
+    containers = [{"name": f"image-{i}", "image": image, "command": list(PREPULL_COMMAND),
+                   "resources": {"requests": dict(small), "limits": dict(most)},
                    "securityContext": container_security()}
                   for i, image in enumerate(prepull_images(target, pool_name))]
     return {
