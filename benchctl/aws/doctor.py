@@ -136,12 +136,19 @@ def _image_checks(session: Any, images: dict[str, str],
 
 def nodegroup_checks(session: Any, spec_path: Path, load_env: dict[str, str]) -> Iterator[Check]:
     """Which node group each of the spec's node-group pools runs on (the rehearsal's CPU pool among them): one
-    this deployment may scale (``BENCHCTL_NODEGROUPS``), found in the cluster, with what it launches."""
+    this deployment may scale (``BENCHCTL_NODEGROUPS``), found in the cluster, with what it launches; an Auto
+    Mode pool is said to be the NodePool the campaign makes."""
     from benchctl.planning.placement import load_placeable_spec
 
     cluster = load_env.get("BENCHCTL_CLUSTER", "")
     scalable = [n for n in load_env.get("BENCHCTL_NODEGROUPS", "").split(",") if n]
-    for pool in load_placeable_spec(spec_path).pools:
+    spec = load_placeable_spec(spec_path)
+    for pool in spec.pools:
+        if pool.provider == "auto-mode":
+            yield Check(f"node pool of pool {pool.name}", True, f"an EKS Auto Mode NodePool the campaign creates and "
+                        f"deletes ({pool.instance_type}, NodeClass {spec.kubernetes.node_class}; the functions' "
+                        "verbs above prove they may, the admission policies that they may only so)")
+            continue
         if pool.provider != "managed-nodegroup":
             continue
         name = f"node group of pool {pool.name}"

@@ -41,7 +41,9 @@ SCALE_REQUESTED = Event("scale_requested", "a pool was asked to hold the experim
 NODES_READY = Event("nodes_ready", "the pool's nodes are ready", ("nodes", "simulated"), key="pool")
 DEPLOY_APPLIED = Event("deploy_applied", "the deployment was started/applied", ("mode", "router", "groups"))
 READY = Event("ready", "the deployment answers (with what it runs: the precision each worker's engine logged; "
-              "on EKS: image digests, model prefetch)", ("startup_s", "images", "model_prefetch", "precision"))
+              "on EKS: image digests, model prefetch, the engine's packages, the Kubernetes version, the workers' "
+              "nodes' GPU drivers)", ("startup_s", "images", "model_prefetch", "precision", "engine_packages",
+                                      "kubernetes", "gpu_drivers"))
 SMOKE_OK = Event("smoke_ok", "the smoke requests succeeded (detail: the smoke port's result)", None)
 QUALITY_SCORED = Event("quality_scored", "the output-quality questions were answered and scored (benchctl.analysis.quality); "
                        "gate: passed | failed | not applied (SIMULATED)",

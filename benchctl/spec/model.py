@@ -199,10 +199,9 @@ class CampaignSpec(Strict):
             if why:
                 problems.append(f"experiments[{i}].name: {why}")
         for i, pool in enumerate(self.pools):
-            if pool.gpus_per_node == 0 and (pool.pods_per_node is None or pool.network.efa
-                                            or pool.provider == "auto-mode"):
+            if pool.gpus_per_node == 0 and (pool.pods_per_node is None or pool.network.efa):
                 problems.append(f"pools[{i}]: a CPU pool (gpus_per_node 0) needs pods_per_node (mocker workers per "
-                                "node), no network.efa, and provider managed-nodegroup (or local)")
+                                "node) and no network.efa")
             if pool.network.efa and pool.efa_interfaces() == 0:
                 problems.append(
                     f"pools[{i}].network.efa_interfaces: required for instance type {pool.instance_type!r} "

@@ -416,7 +416,7 @@ class _Eks:
         return {"addon": {"addonName": addonName}}
 
 
-def _platform_world(templates: dict[str, Any]) -> tuple[_Eks, list[dict[str, Any]]]:
+def _platform_world(templates: dict[str, Any], *, efa: bool = True) -> tuple[_Eks, list[dict[str, Any]]]:
     """The cluster as the platform leaves it: EKS (its node groups and add-ons, from the template) and the
     Kubernetes objects the preflight reads (what the stack applies, the token filled as the sync leaves it,
     what the charts install that the preflight looks for)."""
@@ -431,11 +431,13 @@ def _platform_world(templates: dict[str, Any]) -> tuple[_Eks, list[dict[str, Any
     # what the charts install that the preflight looks for: the Dynamo CRD (the operator applies it) and the EFA
     # device plugin's DaemonSet, with the image of the chart's own default values at the pinned version
     docs.append({"kind": "CustomResourceDefinition", "metadata": {"name": "dynamographdeployments.nvidia.com"}})
-    assert {"dynamo-platform", "aws-efa-k8s-device-plugin"} <= set(charts_of(pf))
-    efa = pv.CHARTS["aws-efa-k8s-device-plugin"]
-    image = pv.reference_defaults(efa.key)["image"]["repository"]
-    docs.append({"kind": "DaemonSet", "metadata": {"name": efa.release, "namespace": efa.namespace},
-                 "spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": f"{image}:v0.5.20"}]}}}})
+    assert "dynamo-platform" in charts_of(pf)
+    if efa:
+        assert "aws-efa-k8s-device-plugin" in charts_of(pf)
+        plugin = pv.CHARTS["aws-efa-k8s-device-plugin"]
+        image = pv.reference_defaults(plugin.key)["image"]["repository"]
+        docs.append({"kind": "DaemonSet", "metadata": {"name": plugin.release, "namespace": plugin.namespace},
+                     "spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": f"{image}:v0.5.20"}]}}}})
     return eks, docs
 
 
@@ -542,6 +544,54 @@ def test_the_rehearsal_finds_its_cpu_node_group_on_the_new_platform_and_passes_p
         f"benchctl:nodegroups = {list(gone)}); add it there and deploy again, or use one of those"]
     assert preflight(rehearsal, cast(Any, _Kube(docs)), eks=eks, cluster_name=env.cluster) == [
         f"pool {pool.name}: node group {pool.nodegroup!r} not found in cluster {env.cluster!r}"]
+
+
+
+def test_the_rehearsal_on_auto_mode_is_a_cpu_nodepool_the_platform_admits_and_plans_preflight_passes(auto_mode):
+    """On an Auto Mode platform the rehearsal's CPU pool is a NodePool the campaign makes (examples/
+    aws-rehearsal-auto-mode.yaml): Plan's preflight passes against what the platform and Auto Mode provide (the
+    Karpenter CRD, the default NodeClass), and every object each function creates for it, the CPU NodePool
+    included, is admitted by the platform's own admission policies and parameters, as that function."""
+    from benchctl.aws.k8s.admission import FUNCTION_GROUPS
+    from benchctl.aws.preflight import deployment_preflight, preflight, with_load_image
+    from benchctl.aws.verbs import created_objects
+    from tests.fakes.admission import Admission
+
+    rehearsal = load_spec(ROOT / "examples" / "aws-rehearsal-auto-mode.yaml")
+    (pool,) = rehearsal.pools
+    assert (pool.provider, pool.gpus_per_node) == ("auto-mode", 0)
+    env = _env(auto_mode)
+    eks, docs = _platform_world(auto_mode, efa=False)
+    docs += [{"kind": "CustomResourceDefinition", "metadata": {"name": "nodepools.karpenter.sh"}},  # Auto Mode's own
+             {"kind": "NodeClass", "metadata": {"name": rehearsal.kubernetes.node_class}}]
+    assert deployment_preflight(rehearsal, env.nodegroups, env.cluster, eks) == []
+    assert preflight(rehearsal, cast(Any, _Kube(docs)), eks=eks, cluster_name=env.cluster) == []
+    (params,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "benchctl-admission"]
+    policies = [d for ds in applied(auto_mode).values() for d in ds
+                if d["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
+    admission = Admission(policies, [params])
+    spec = with_load_image(rehearsal, env.load_image)
+    made: dict[str, int] = {}
+    for fn in ("Plan", "Pools", "Serving", "Load"):
+        for obj in created_objects(fn, spec, "aws-rehearsal-auto-mode-20261205-101010"):
+            from benchctl.aws.k8s.client import resource
+
+            r = resource(obj["apiVersion"], obj["kind"])
+            refused = admission.admit(operation="CREATE", api_version=r.api_version, plural=r.plural,
+                                      namespace=obj["metadata"].get("namespace", ""), groups=[FUNCTION_GROUPS[fn]],
+                                      obj=obj, old=None)
+            assert refused == [], (fn, obj["kind"], obj["metadata"]["name"], refused)
+            made[obj["kind"]] = made.get(obj["kind"], 0) + 1
+    assert made["NodePool"] == 1 and made["DaemonSet"] >= 1 and made["DynamoGraphDeployment"] == 2
+    # held: the same admission refuses the CPU NodePool without its taint, or of a type the ceilings do not list
+    (nodepool,) = [o for o in created_objects("Pools", spec, "aws-rehearsal-auto-mode-20261205-101010")
+                   if o["kind"] == "NodePool"]
+    for change in (lambda o: o["spec"]["template"]["spec"].pop("taints"),
+                   lambda o: o["spec"]["template"]["spec"]["requirements"][0].update(values=["m7i.48xlarge"])):
+        bad = json.loads(json.dumps(nodepool))
+        change(bad)
+        assert admission.admit(operation="CREATE", api_version="karpenter.sh/v1", plural="nodepools", namespace="",
+                               groups=[FUNCTION_GROUPS["Pools"]], obj=bad, old=None) != []
 
 
 # ------------------------------------------------------------------------------------------ bad context

@@ -85,7 +85,7 @@ def test_a_mocker_campaign_prefetches_the_config_and_tokenizer_only():
 
 @pytest.mark.parametrize(("change", "message"), [
     (lambda d: d["pools"][0].pop("pods_per_node"), "needs pods_per_node"),
-    (lambda d: d["pools"][0].update(provider="auto-mode"), "provider managed-nodegroup"),
+    (lambda d: d["pools"][0].update(network={"efa": True, "efa_interfaces": 1}), "no network.efa"),
     (lambda d: d["experiments"][0].update(engine="vllm"), "experiments[0].engine: 'vllm' with pool 'cpu-rehearsal'"),
     (lambda d: d["pools"][0].update(gpus_per_node=8, gpu_kind="A100-40GB"), "the mocker runs on CPU pools"),
     (lambda d: d["experiments"][1].update(engine="vllm"), "engine: mocker and vllm in one campaign"),
