@@ -55,7 +55,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benchctl.lake import timeline as tl
-from benchctl.planning.node_price import node_price, node_price_parts, scope_items
+from benchctl.planning.node_price import node_price, node_price_parts, scope_items, scope_text
 from benchctl.planning.plan import OVERHEADS, CampaignPlan, ExperimentPlan
 from benchctl.spec.model import CampaignSpec
 
@@ -72,7 +72,6 @@ SCOPE_EXCLUDED = (
     "network (cross-AZ transfer: KV transfer stays in one AZ; NAT gateway; no load balancer is made)",
     "support plan, taxes, discounts (savings plans, reserved or spot capacity)",
 )
-SCOPE_TEXT = "included: " + "; ".join(SCOPE_INCLUDED) + ". not included: " + "; ".join(SCOPE_EXCLUDED) + "."
 
 _END_OF_LOAD = tuple(e.name for e in tl.LOAD_ENDS)
 _SCALED, _RESTORED, _HANDED = tl.SCALE_REQUESTED.name, tl.POOL_RESTORED.name, tl.POOL_HANDED_OVER.name
@@ -287,6 +286,8 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
             node_hours = w.nodes * _hours(w.start, end)
             node_usd = None if p is None else node_hours * p
             fee = eks_usd if i == 0 else 0.0
+            parts = node_price_parts(spec, w.pool)  # $/node-hour: instance, root_volume, auto_mode_fee (None: unpriced)
+            items = scope_items(spec, [x.pool for x in mine])
             cost = None if node_usd is None else node_usd + fee
             cold_h = _hours(w.start, min(cold_end, end))
             cold = None if p is None else w.nodes * cold_h * p + (cold_fee if i == 0 else 0.0)
@@ -308,9 +309,11 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
                 "period_end_event": w.end_event if w.end is not None else "latest_event",
                 "scope": list(SCOPE_INCLUDED),
                 "excluded": list(SCOPE_EXCLUDED),
-                "scope_text": SCOPE_TEXT,
-                "node_price_parts": node_price_parts(spec, w.pool),  # $/node-hour: instance, root_volume, auto_mode_fee
-                "scope_items": scope_items(spec, [x.pool for x in mine]),
+                "scope_text": scope_text(items),
+                "node_price_parts": parts,
+                "root_volume_usd": node_hours * float(parts["root_volume"] or 0.0),
+                "auto_mode_fee_usd": None if parts["auto_mode_fee"] is None else node_hours * parts["auto_mode_fee"],
+                "scope_items": items,
             }
             rows.append({
                 "campaign_id": campaign_id,

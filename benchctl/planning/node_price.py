@@ -81,3 +81,10 @@ def scope_items(spec: Any, pools: list[str]) -> list[dict[str, str]]:
                 "created); list prices only"},
     ]
     return out
+
+
+def scope_text(items: list[dict[str, str]]) -> str:
+    """The scope in one line: what is priced, then each exclusion with why."""
+    priced = "; ".join(i["item"] for i in items if i["status"] == "priced")
+    excluded = "; ".join(f"{i['item']} ({i['why']})" for i in items if i["status"] != "priced")
+    return f"priced: {priced}. not included: {excluded}."

@@ -47,7 +47,10 @@
 --                         dollar per hour of GPU nodes buys
 --   n_steps_succeeded, n_steps_failed   the steps behind the figures
 --   price_source          where the prices came from (spec pricing.source, as of); 'unpriced' if none
---   scope                 what the cost includes and what it does not (storage, network, ...)
+--   root_volume_usd       the part of cost_usd the nodes' root EBS volumes cost (gp3, their node-hours)
+--   auto_mode_fee_usd     the part of cost_usd EKS Auto Mode's management fee cost; 0 without Auto Mode
+--                         pools, NULL when one's fee is unpriced (then it is not in cost_usd: scope says so)
+--   scope                 what the cost includes and what it does not, item by item, with why
 --   simulated             true for the local engine (mocker): simulated numbers, illustrative prices
 -- The costs rows are written at Report; without them the cost columns are NULL.
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
@@ -79,6 +82,11 @@ WITH pools AS (
             THEN sum(cast(json_extract_scalar(fees_json, '$.steady_state_usd') AS double))
         END AS steady_state_cost_usd,
         array_join(array_sort(array_agg(DISTINCT price_source)), '; ') AS price_source,
+        sum(cast(json_extract_scalar(fees_json, '$.root_volume_usd') AS double)) AS root_volume_usd,
+        CASE
+            WHEN count(json_extract_scalar(fees_json, '$.auto_mode_fee_usd')) = count(*)
+            THEN sum(cast(json_extract_scalar(fees_json, '$.auto_mode_fee_usd') AS double))
+        END AS auto_mode_fee_usd,
         max(json_extract_scalar(fees_json, '$.scope_text')) AS scope,
         bool_or(simulated) AS simulated
     FROM costs
@@ -180,6 +188,8 @@ SELECT
     coalesce(t.n_steps_succeeded, 0) AS n_steps_succeeded,
     coalesce(t.n_steps_failed, 0) AS n_steps_failed,
     p.price_source,
+    p.root_volume_usd,
+    p.auto_mode_fee_usd,
     p.scope,
     coalesce(p.simulated, c.simulated) AS simulated
 FROM base b

@@ -126,6 +126,8 @@ def test_cost_rows_allocation_period_price_fee_and_tokens(spec: CampaignSpec, pl
     assert fees["usage_based_usd"] == pytest.approx(2 * (4 / 60) * P4D, rel=1e-12)
     assert fees["period_end_event"] == "pool_restored"
     assert "root EBS volumes" in fees["scope_text"] and any("network" in x for x in fees["excluded"])
+    assert "; model-cache file system (EFS) and S3 results (the platform's, kept between" in fees["scope_text"]
+    assert fees["root_volume_usd"] == pytest.approx(2 * 2.5 * ROOT_H) and fees["auto_mode_fee_usd"] == 0.0
     # the node-hour by part, and every scope item priced or excluded with why
     assert fees["node_price_parts"] == {"instance": LIST_P4D, "root_volume": pytest.approx(ROOT_H), "auto_mode_fee": 0.0}
     items = {i["item"]: i for i in fees["scope_items"]}
