@@ -152,7 +152,7 @@ def _function_env(out: Path, url: str) -> dict[str, str]:
               "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER, "BENCHCTL_NODEGROUPS": ",".join(NODEGROUPS),
               "BENCHCTL_LOCK_TABLE": LOCKS, "BENCHCTL_LOAD_IMAGE": "123456789012.dkr.ecr.us-east-1.amazonaws.com/load:1",
               "BENCHCTL_LOAD_ROLE_ARN": _load_role_arn(out), "POWERTOOLS_LOG_LEVEL": "INFO",
-              "BENCHCTL_CEILINGS": ceilings}
+              "BENCHCTL_CEILINGS": ceilings, "BENCHCTL_PLATFORM_JSON": PLATFORM_JSON}
     assert set(names) == set(values), f"the stack's function variables changed: {sorted(names)}"
     return {**values,  # what the Lambda service itself sets, and where "AWS" is
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -186,6 +186,8 @@ FAILED = Case("aws-rehearsal", "aws-rehearsal-failed", "agg", "prefix-cache-p100
 STOPPED = Case("aws-rehearsal", "aws-rehearsal-stopped", "agg", "prefix-cache-p100-r0", stop="ABORTED")
 TIMED_OUT = Case("aws-rehearsal", "aws-rehearsal-timed-out", "agg", "prefix-cache-p100-r0", stop="TIMED_OUT")
 NODEGROUPS = (NODEGROUP, "benchctl-rehearsal")
+# what a platform stack gives the functions (stacks.platform_manifests.monitoring_provenance)
+PLATFORM_JSON = '{"dashboards_sha256":"' + "ab" * 32 + '","scrape_interval":"15s"}'
 
 
 def _aws_world(client: Any, api: Any, tmp: Path, cases: tuple[Case, ...]) -> None:
@@ -561,6 +563,15 @@ def test_the_aws_rehearsal_runs_through_the_aws_engine_with_mocker_workers_and_a
     (row,) = pq.read_table(io.BytesIO(rehearsal["get"](
         f"lake/campaigns/campaign_id={case.cid}/campaign.parquet"))).to_pylist()
     assert row["engine"] == "aws" and row["simulated"] is True
+    # what it ran on (benchctl.campaign.provenance), never blank: the platform's monitoring from the functions'
+    # environment; what the cluster reports is read at CheckReady, which this path does not reach (the DGD is
+    # never Ready here: tests/unit/test_aws_k8s.py holds that reading), and says so
+    from benchctl.campaign.provenance import FIELDS
+
+    assert all(row[f] for f in FIELDS), {f: row[f] for f in FIELDS}
+    assert (row["prometheus_scrape_interval"], row["dashboards_sha256"]) == ("15s", "ab" * 32)
+    assert row["dynamo_version"] == row["kubernetes_version"] == "not read: no experiment became ready"
+    assert row["gpu_driver"] == "not applicable: CPU pools only"
     assert rehearsal["iam"].problems == []
     assert {a for _, a, _ in rehearsal["iam"].denied} <= {"s3:ListBucket (a missing key's 404)"}
 
