@@ -98,13 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_status)
 
     p = sub.add_parser("doctor", help="AWS: prove a deployment for cents before any GPU: each function's self-test on "
-                                      "its deployed layers, the load role's path as a tiny Job, the images exist, the "
+                                      "its deployed layers (every verb it uses on the cluster, as its own identity: "
+                                      "its creates dry-run through the admission policies), the load role's path as "
+                                      "a tiny Job, the images exist, the node group of each node-group pool, the "
                                       "spec's EC2 vCPU quotas (P, G/VT) and the capacity options of its P pools")
     p.add_argument("--state-machine-arn", help="default $BENCHCTL_STATE_MACHINE_ARN (stack output StateMachineArn)")
-    p.add_argument("--spec", required=True, help="the spec you will run: its images are looked up, its GPU pools' "
-                                                 "quotas read (your credentials: servicequotas:GetServiceQuota, "
-                                                 "ec2:Describe*), and the runner Job check runs with its Kubernetes "
-                                                 "settings")
+    p.add_argument("--spec", required=True, help="the spec you will run: the objects each function creates for it "
+                                                 "are dry-run, its images looked up, its node groups read, its GPU "
+                                                 "pools' quotas read (your credentials: servicequotas:GetServiceQuota, "
+                                                 "ec2:Describe*, eks:DescribeNodegroup), and the runner Job check "
+                                                 "runs with its Kubernetes settings")
     p.add_argument("--no-job", action="store_true", help="skip the load runner Job (it needs a CPU node)")
     p.add_argument("--job-timeout", type=float, default=900.0,
                    help="seconds to wait for the runner Job (a CPU node may have to start; default 900)")
