@@ -49,7 +49,7 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
         "category", "experiment", "gpus", "gpu_kinds", "gpu_usd_per_hour", "cost_usd", "output_tokens_per_s",
         "usd_per_1m_output_tokens", "steady_state_usd_per_1m_output_tokens", "cold_start_usd",
         "usage_usd_per_1m_output_tokens", "tokens_per_usd", "goodput_per_usd_hour",
-        "simulated", "scope",
+        "root_volume_usd", "auto_mode_fee_usd", "simulated", "scope",
     ),
     "v_pareto": (
         "workload", "experiment", "variant", "gpus", "output_tokens_per_s_per_gpu", "ttft_p50_ms", "on_frontier",
