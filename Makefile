@@ -1,7 +1,7 @@
 # One gate: `make test` is exactly what CI runs (.ci/run runs `make smoke`, then `make test`).
 # Each tier ends with its slowest tests (15 of those over 5 s): where the time budget goes, in every CI log.
 # Every target sets up .venv first if needed (scripts/setup.sh is idempotent).
-.PHONY: setup smoke test unit integration e2e infra lint docs bench synth clean
+.PHONY: setup engine-env smoke test unit integration e2e infra lint docs bench synth clean
 
 PYTEST = .venv/bin/python -m pytest -p no:dash -q --durations=15 --durations-min=5
 # infra is CPU-bound (synth, cfn-lint, node) and times nothing: on both cores, a file per worker (its cached synth)
@@ -9,6 +9,11 @@ INFRA = $(PYTEST) -n 2 --dist loadfile tests/infra
 
 setup:
 	@bash scripts/setup.sh
+
+# Dynamo 1.6.1's vLLM worker with vLLM 0.31's CPU build, apart from .venv (3.8 GB, about 2 minutes the first
+# time): the integration tier parses every rendered worker argv with it (tests/integration/test_worker_argv.py)
+engine-env: setup
+	@bash scripts/setup_engine.sh
 
 smoke: setup
 	.venv/bin/benchctl run examples/smoke.yaml
@@ -22,7 +27,7 @@ lint: setup
 unit: setup
 	$(PYTEST) -n 2 --dist worksteal tests/unit
 
-integration: setup
+integration: setup engine-env
 	$(PYTEST) tests/integration
 
 e2e: setup
@@ -31,7 +36,7 @@ e2e: setup
 infra: setup
 	$(INFRA)
 
-test: setup lint unit
+test: setup lint unit engine-env
 	$(PYTEST) tests/integration tests/e2e
 	$(INFRA)
 
