@@ -127,5 +127,7 @@ def provenance(versions: JSON, spec: Any, engine: str) -> dict[str, str]:
         "not known: the cluster's own Prometheus (no benchctl platform stack)")
     out["dashboards_sha256"] = str(versions.get("dashboards_sha256") or platform.get("dashboards_sha256") or
                                    "not known: no benchctl platform stack provisioned dashboards")
-    out["nixl_registration"] = _nixl_registration(spec) if spec is not None else "not known: no spec"
+    out["nixl_registration"] = (
+        "not applicable: the local engine's mocker workers model the KV transfer (no NIXL)" if local else
+        _nixl_registration(spec) if spec is not None else "not known: no spec")
     return out

@@ -80,6 +80,8 @@ def test_local_fields_say_what_does_not_apply_and_never_blank():
     assert all(got[f] for f in FIELDS)
     assert got["dynamo_version"] == "1.6.1 (the mocker workers' package)"
     assert got["vllm_version"].startswith("not applicable:") and got["gpu_driver"].startswith("not applicable:")
+    # the smoke spec has a disaggregated experiment, but locally the mocker models the transfer: no NIXL
+    assert got["nixl_registration"].startswith("not applicable: the local engine's mocker")
     assert got["dashboards_sha256"] == dashboards_sha256(ROOT / "dashboards") and len(got["dashboards_sha256"]) == 64
 
 
