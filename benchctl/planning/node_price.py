@@ -56,7 +56,9 @@ def scope_items(spec: Any, pools: list[str]) -> list[dict[str, str]]:
            {"item": "EKS cluster fee", "status": "priced", "how": "its hourly fee x the experiment's wall time"},
            {"item": "root EBS volumes", "status": "priced",
             "how": f"gp3 at ${spec.pricing.ebs_gp3_usd_per_gb_month:g}/GB-month x each pool's root_volume_gib "
-                   f"({', '.join(f'{p} {root_volume_gib(spec.pool(p))} GiB' for p in pools)}) x node-hours"}]
+                   f"({', '.join(f'{p} {root_volume_gib(spec.pool(p))} GiB' for p in pools)}) x node-hours"}
+           if any(spec.pool(p).provider != "local" for p in pools) else
+           {"item": "root EBS volumes", "status": "excluded", "why": "not applicable: local pools (no EBS)"}]
     auto = [p for p in pools if spec.pool(p).provider == "auto-mode"]
     unpriced = [p for p in auto if spec.pricing.auto_mode_fee_usd_per_hour.get(spec.pool(p).instance_type) is None]
     if auto and not unpriced:

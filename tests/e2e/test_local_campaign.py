@@ -289,7 +289,9 @@ def test_cost_efficiency_has_the_plans_rows_with_cost_and_scope(smoke_run):
     assert rows["disagg"]["category"] == "disaggregated same GPU total"
     for r in rows.values():
         assert r["cost_usd"] > 0 and r["usd_per_1m_output_tokens"] > 0 and r["output_tokens_per_s"] > 0
-        assert r["simulated"] is True and "GPU nodes" in r["scope"]
+        assert r["simulated"] is True and r["scope"].startswith("priced: GPU and CPU nodes of the experiment's pools")
+        assert "root EBS volumes" in r["scope"] and "not included: " in r["scope"]  # each exclusion with its why
+        assert r["root_volume_usd"] == 0 and r["auto_mode_fee_usd"] == 0  # the smoke's pools are local: no EBS, no Auto Mode
     assert "\nv_cost_efficiency (SIMULATED)" in res.stdout
 
 
