@@ -613,6 +613,11 @@ def test_the_rehearsal_on_auto_mode_is_a_cpu_nodepool_the_platform_admits_and_pl
      "'benchctl:cpu_instance_type': 'm7i.2xlarge' is not valid"),
     ({"benchctl:platform": "new", "benchctl:namespace": "bench"}, "its kubernetes.namespace 'dynamo-bench' is not "
      "benchctl:namespace 'bench'"),
+    ({"benchctl:platform": "new", "benchctl:nodegroups": ["gpu-p4d", "gpu-g6e", "benchctl-rehearsal"],
+      "benchctl:gpu_instance_types": {"gpu-p4d": "p4d.24xlarge", "gpu-g6e": "g6e.12xlarge",
+                                      "benchctl-rehearsal": "g6e.12xlarge"}},
+     "'benchctl-rehearsal' is the rehearsal's CPU node group (examples/aws-rehearsal.yaml), which the platform makes "
+     "itself"),
     ({"benchctl:platform": "new", "benchctl:nodegroups": ["gpu-g6e"]}, "pool p4d names node group 'gpu-p4d', not "
      "one of benchctl:nodegroups ['gpu-g6e']"),
     ({"benchctl:platform": "new", "benchctl:platform_spec": "../etc/spec.yaml"}, "'benchctl:platform_spec'"),
