@@ -210,8 +210,7 @@ class EksServing(_Kube):
                     precision[name] = f"unknown ({err})"
                     continue
                 precision[name] = found or "not logged: no vLLM engine configuration line in the worker's log"
-        out: JSON = {"images": digests, **cluster_provenance(self.kube, self.campaign_id, state["deployment_id"],
-                                                              state["namespace"], workers)}
+        out: JSON = {"images": digests, **cluster_provenance(self.kube, state["namespace"], pods, workers)}
         if state.get("worker_engine") == "mocker":
             out["precision"] = MOCKER_PRECISION
         elif precision:

@@ -15,21 +15,21 @@ import json
 from typing import Any
 
 from benchctl.aws.k8s.client import ApiError, KubeClient
-from benchctl.aws.k8s.common import LABEL_STEP, selection, selector
+from benchctl.aws.k8s.common import LABEL_STEP
 from benchctl.aws.k8s.nodepool import ENGINE_PACKAGES_MARKER
+from benchctl.aws.pool_nodes import DRIVER_LABELS
 
 JSON = dict[str, Any]
-DRIVER_FULL_LABELS = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver-version.major",
-                      "nvidia.com/cuda.driver.major")
+DRIVER_FULL_LABELS = ("nvidia.com/cuda.driver-version.full", *DRIVER_LABELS)  # the full version where labelled
 
 
-def engine_packages(kube: KubeClient, campaign_id: str, experiment: str, namespace: str) -> JSON:
-    """image -> the packages its pre-pull container printed (the first node's answer per image)."""
-    sel = selector(selection(campaign_id, experiment))
+def engine_packages(kube: KubeClient, pods: list[JSON], namespace: str) -> JSON:
+    """image -> the packages its pre-pull container printed (the first node's answer per image), from the
+    pre-pull pods among the experiment's ``pods``."""
     out: JSON = {}
-    pods = [p for p in kube.list("v1", "Pod", namespace, sel)
-            if str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_STEP, "")).startswith("prepull-")]
-    for pod in sorted(pods, key=lambda o: o["metadata"]["name"]):
+    prepull = [p for p in pods
+               if str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_STEP, "")).startswith("prepull-")]
+    for pod in sorted(prepull, key=lambda o: o["metadata"]["name"]):
         for c in (pod.get("spec") or {}).get("containers") or []:
             if c.get("image") in out:
                 continue
@@ -59,12 +59,12 @@ def node_drivers(kube: KubeClient, node_names: set[str]) -> dict[str, str]:
     return out
 
 
-def cluster_provenance(kube: KubeClient, campaign_id: str, experiment: str, namespace: str,
-                       worker_pods: list[JSON]) -> JSON:
-    """``engine_packages``, ``kubernetes`` and ``gpu_drivers`` of the experiment (see the module doc)."""
+def cluster_provenance(kube: KubeClient, namespace: str, pods: list[JSON], worker_pods: list[JSON]) -> JSON:
+    """``engine_packages``, ``kubernetes`` and ``gpu_drivers`` of the experiment whose ``pods`` (found by our
+    labels) and ``worker_pods`` among them are given (see the module doc)."""
     out: JSON = {}
     try:
-        out["engine_packages"] = engine_packages(kube, campaign_id, experiment, namespace)
+        out["engine_packages"] = engine_packages(kube, pods, namespace)
     except ApiError as err:
         out["engine_packages"] = {"error": f"not read: {err}"}
     try:
