@@ -1,7 +1,7 @@
 # One gate: `make test` is exactly what CI runs (.ci/run runs `make smoke`, then `make test`).
 # Each tier ends with its slowest tests (15 of those over 5 s): where the time budget goes, in every CI log.
 # Every target sets up .venv first if needed (scripts/setup.sh is idempotent).
-.PHONY: setup engine-env smoke test unit integration e2e infra lint docs bench synth clean
+.PHONY: setup engine-env smoke test unit integration e2e engine infra lint docs bench synth clean
 
 PYTEST = .venv/bin/python -m pytest -p no:dash -q --durations=15 --durations-min=5
 # infra is CPU-bound (synth, cfn-lint, node) and times nothing: on both cores, a file per worker (its cached synth)
@@ -33,11 +33,16 @@ integration: setup engine-env
 e2e: setup
 	$(PYTEST) tests/e2e
 
+# The CPU engine (examples/engine-cpu.yaml): Dynamo's real vLLM worker from the rendered argv, on vLLM's CPU
+# build with a tiny random-weight model, aggregated and disaggregated (NIXL), checked figure by figure
+engine: setup engine-env
+	$(PYTEST) tests/engine
+
 infra: setup
 	$(INFRA)
 
 test: setup lint unit engine-env
-	$(PYTEST) tests/integration tests/e2e
+	$(PYTEST) tests/integration tests/e2e tests/engine
 	$(INFRA)
 
 # The generated references of the manual (docs/reference/spec.md, cli.md, spec.schema.json), from the spec's

@@ -43,6 +43,7 @@ FIELDS: dict[str, str] = {
     "prometheus_scrape_interval": "the platform Prometheus' scrape interval (what the dashboards show)",
     "dashboards_sha256": "the content hash of the dashboards provisioned (dashboards/*.json)",
     "nixl_registration": "what NIXL registers for the prefill -> decode KV transfer",
+    "worker_engine": "what served the requests: vLLM on GPUs, or what stood for it (SIMULATED)",
 }
 ENGINE_FIELDS = {"dynamo_version": ("ai-dynamo",), "vllm_version": ("vllm",), "torch_version": ("torch",),
                  "cuda_version": ("CUDA_VERSION",), "nixl_version": ("nixl", "nixl-cu12", "nixl-cu13")}
@@ -98,6 +99,7 @@ def provenance(versions: JSON, spec: Any, engine: str) -> dict[str, str]:
     platform = versions.get("platform") or {}
     out: dict[str, str] = {}
     local = engine == "local"
+    found_any = any((r or {}).get("engine_packages") for r in experiments.values())
     for field, names in ENGINE_FIELDS.items():
         found = _engine(experiments, names)
         if found:
@@ -105,7 +107,8 @@ def provenance(versions: JSON, spec: Any, engine: str) -> dict[str, str]:
         elif local and field == "dynamo_version" and versions.get("ai-dynamo"):
             out[field] = f"{versions['ai-dynamo']} (the mocker workers' package)"
         elif local:
-            out[field] = "not applicable: the local engine runs Dynamo's mocker workers (no vLLM, torch, CUDA or NIXL)"
+            out[field] = ("not applicable: the local engine runs Dynamo's mocker workers (no vLLM, torch, CUDA or NIXL)"
+                          if not found_any else "not applicable: the CPU engine (no CUDA, no NIXL)")
         elif experiments:
             out[field] = "not read: no pre-pull container printed it (an image without it, or its log was gone)"
         else:
@@ -128,6 +131,22 @@ def provenance(versions: JSON, spec: Any, engine: str) -> dict[str, str]:
     out["dashboards_sha256"] = str(versions.get("dashboards_sha256") or platform.get("dashboards_sha256") or
                                    "not known: no benchctl platform stack provisioned dashboards")
     out["nixl_registration"] = (
-        "not applicable: the local engine's mocker workers model the KV transfer (no NIXL)" if local else
+        "not applicable: the local engine's mocker workers model the KV transfer (no NIXL)" if local and not found_any
+        else "not applicable: the CPU engine runs aggregated experiments only (no NIXL)" if local else
         _nixl_registration(spec) if spec is not None else "not known: no spec")
+    out["worker_engine"] = _worker_engine(experiments, spec, local)
     return out
+
+
+def _worker_engine(experiments: JSON, spec: Any, local: bool) -> str:
+    """What the experiments' serving port said ran (``versions.experiments.<e>.worker_engine``, the local CPU
+    engine's label), else what the spec asked for."""
+    said = {e: str(r["worker_engine"]) for e, r in experiments.items() if (r or {}).get("worker_engine")}
+    if said:
+        return _distinct(said)
+    if local:
+        return "Dynamo mocker workers (SIMULATED)"
+    if spec is None:
+        return "not known: no spec"
+    mocker = any(e.engine == "mocker" for e in spec.experiments)
+    return "Dynamo mocker workers on CPU nodes (SIMULATED)" if mocker else "vLLM (Dynamo's vLLM worker) on GPUs"

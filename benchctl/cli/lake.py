@@ -28,13 +28,17 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path, query: Any = None
     from benchctl.local.query import QueryEngine
 
     engine = query() if query is not None else QueryEngine(lake)  # the run's own engine
-    print("\nAll figures below are SIMULATED: Dynamo mocker workers on CPU, not GPU measurements.")
+    from benchctl.report.chartkit import sim_label
+
+    _, found = engine.run(f"SELECT worker_engine FROM campaigns WHERE campaign_id = '{campaign_id}'")  # noqa: S608
+    tag, text = sim_label(str(found[0][0]) if found and found[0][0] else None)
+    print(f"\nAll figures below are {tag}: {text.replace(' — ', ', ')}.")
     for view, columns in REPORT_VIEWS.items():
         if view == "v_feature_ladder":
             _, rows = engine.run(f"SELECT 1 FROM {view} WHERE campaign_id = '{campaign_id}'")  # noqa: S608
             if not rows:
                 continue  # not a ladder campaign
-        print(f"\n{view} (SIMULATED)")
+        print(f"\n{view} ({tag})")
         _print_table(engine, view, campaign_id, columns)
     report = run_dir / "report" / "report.html"
     if report.is_file():

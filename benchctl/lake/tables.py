@@ -70,6 +70,7 @@ TABLES: dict[str, Table] = {
             prometheus_scrape_interval string
             dashboards_sha256 string
             nixl_registration string
+            worker_engine string
             """,
         ),
         _table(

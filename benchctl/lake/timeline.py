@@ -42,8 +42,9 @@ NODES_READY = Event("nodes_ready", "the pool's nodes are ready", ("nodes", "simu
 DEPLOY_APPLIED = Event("deploy_applied", "the deployment was started/applied", ("mode", "router", "groups"))
 READY = Event("ready", "the deployment answers (with what it runs: the precision each worker's engine logged; "
               "on EKS: image digests, model prefetch, the engine's packages, the Kubernetes version, the workers' "
-              "nodes' GPU drivers)", ("startup_s", "images", "model_prefetch", "precision", "engine_packages",
-                                      "kubernetes", "gpu_drivers"))
+              "nodes' GPU drivers; the local CPU engine: its label and what differs from EKS)",
+              ("startup_s", "images", "model_prefetch", "precision", "engine_packages", "kubernetes", "gpu_drivers",
+               "worker_engine", "cpu_engine_changes"))
 SMOKE_OK = Event("smoke_ok", "the smoke requests succeeded (detail: the smoke port's result)", None)
 QUALITY_SCORED = Event("quality_scored", "the output-quality questions were answered and scored (benchctl.analysis.quality); "
                        "gate: passed | failed | not applied (SIMULATED)",

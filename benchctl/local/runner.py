@@ -236,12 +236,17 @@ def run_campaign(
         cid = str(prepared.campaign_id)
         start = StartInput(spec_uri=prepared.spec_uri, campaign_id=cid, poll_seconds=poll_seconds, fail_at=fail_at)
         progress = progress or Progress()
-        if not interrupts.count:
-            write_predictions(spec, out, cid, progress)
-        if not interrupts.count:
-            from benchctl.local.twins import write_twins
+        from benchctl.local.cpu_engine import any_cpu_engine
 
-            write_twins(spec, out.resolve(), cid, progress)  # the mocker workers' timing, named before they start
+        if any_cpu_engine(spec.experiments, {p.name: p for p in spec.pools}):  # no GPU to predict, no mocker to time
+            progress.note("the CPU engine: Dynamo's vLLM worker on vLLM's CPU build, a tiny random-weight model "
+                          "(SIMULATED (CPU engine)); no GPU predictions, no twins")
+        elif not interrupts.count:
+            write_predictions(spec, out, cid, progress)
+            if not interrupts.count:
+                from benchctl.local.twins import write_twins
+
+                write_twins(spec, out.resolve(), cid, progress)  # the mocker workers' timing, named before they start
         engine = LocalEngine(out, notify=progress.note, ceilings=ceilings)
         run_dir = engine.run_dir(cid)
         progress.note(f"campaign {cid}: run state in {run_dir}, results in {engine.lake_uri}")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -43,7 +44,7 @@ from typing import Any
 from benchctl.atomic import atomic_write
 from benchctl.campaign.ports import JSON, DeploymentRequest, WorkerGroupSpec
 from benchctl.errors import ServingFailed
-from benchctl.local import loopback, modeldir, processes
+from benchctl.local import cpu_engine, engine_model, loopback, modeldir, processes
 from benchctl.local.serving_checks import (
     _describe_dead,
     _free_ports,
@@ -108,16 +109,23 @@ class LocalServing:
         discovery.mkdir(parents=True)
         logs.mkdir(parents=True, exist_ok=True)
         model_dir = modeldir.ensure_model_dir()
-        knobs, twins = self._twin_knobs(spec)
+        cpu = spec.target is not None and cpu_engine.is_cpu_engine(spec.target.experiment,
+                                                                     {p.name: p for p in spec.target.pools})
+        try:
+            engine_dir = engine_model.ensure() if cpu else None
+        except (OSError, RuntimeError) as e:
+            raise ServingFailed(f"deploy {spec.deployment_id}: the CPU engine's model: {e}") from e
+        knobs, twins = ({}, {}) if cpu else self._twin_knobs(spec)
 
         workers: list[tuple[str, WorkerGroupSpec]] = []
         for g in spec.groups:
             workers += [(g.role, g)] * g.replicas
-        n_prefill = sum(1 for role, _ in workers if role == "prefill")
+        n_prefill = 0 if cpu else sum(1 for role, _ in workers if role == "prefill")  # the mocker's bootstrap ports
         # the twin's dispatch hold (benchctl.local.hold): the frontend's response-stream port and the hold's
         hold_ms = {r: float(t["dispatch_ms"]) for r, t in twins.items() if t.get("dispatch_ms")}
         delay_ms = max(hold_ms.values(), default=0.0)
-        ports = _free_ports(1 + len(workers) + n_prefill + (2 if delay_ms else 0))
+        ports = _free_ports(1 + len(workers) + n_prefill + (2 if delay_ms else 0) + (len(workers) if cpu else 0))
+        cpu_ports = iter(ports[1 + len(workers):] if cpu else [])  # each CPU engine worker's KV events
         http_port, system_ports, bootstrap_ports = (
             ports[0],
             ports[1 : 1 + len(workers)],
@@ -159,6 +167,7 @@ class LocalServing:
             "started_at": time.time(),
             "torn_down": False,
             "twins": twins,
+            "worker_engine": cpu_engine.LABEL if cpu else "Dynamo mocker (SIMULATED)",
         }
         try:
             if held:
@@ -187,11 +196,6 @@ class LocalServing:
                 idx = counters.get(role, 0)
                 counters[role] = idx + 1
                 name = f"{role}-{idx}"
-                argv = [
-                    sys.executable, "-m", "dynamo.mocker",
-                    "--model-path", str(model_dir), "--model-name", spec.model_name,
-                    *common, *mocker_flags(knobs, role),
-                ]  # fmt: skip
                 component: JSON = {
                     "name": name,
                     "role": role,
@@ -199,13 +203,26 @@ class LocalServing:
                     "system_port": sys_port,
                     "tensor_parallel": group.tensor_parallel,
                 }
-                if role == "prefill":
-                    bport = next(bootstrap_iter)
-                    argv += ["--disaggregation-mode", "prefill", "--bootstrap-ports", str(bport)]
-                    component["bootstrap_port"] = bport
-                elif role == "decode":
-                    argv += ["--disaggregation-mode", "decode"]
-                env = {**base_env, "DYN_SYSTEM_PORT": str(sys_port)}
+                extra: dict[str, str] = {}
+                if cpu and spec.target is not None and engine_dir is not None:  # Dynamo's vLLM worker, on CPU
+                    events = next(cpu_ports)
+                    argv, extra = cpu_engine.process(spec.target, role, group.pool, model_dir=engine_dir,
+                                                     kv_events_port=events,
+                                                     core=len(state["components"]) % (os.cpu_count() or 1))
+                    component["kv_events_port"] = events
+                else:
+                    argv = [
+                        sys.executable, "-m", "dynamo.mocker",
+                        "--model-path", str(model_dir), "--model-name", spec.model_name,
+                        *common, *mocker_flags(knobs, role),
+                    ]  # fmt: skip
+                    if role == "prefill":
+                        bport = next(bootstrap_iter)
+                        argv += ["--disaggregation-mode", "prefill", "--bootstrap-ports", str(bport)]
+                        component["bootstrap_port"] = bport
+                    elif role == "decode":
+                        argv += ["--disaggregation-mode", "decode"]
+                env = {**base_env, "DYN_SYSTEM_PORT": str(sys_port), **extra}
                 if role in hold_ms:  # its answers reach the frontend through the hold
                     env.update(loopback.redirect_env(held))
                     component["dispatch_ms"] = hold_ms[role]
@@ -250,6 +267,7 @@ class LocalServing:
             raise ServingFailed(f"deployment {state['deployment_id']} was torn down")
         self.check_alive(state)
         url = state["url"]
+        cpu = state.get("worker_engine") == cpu_engine.LABEL
         try:
             status, raw = loopback_http("GET", url + "/health", None, _HTTP_TIMEOUT_S)
             if status != 200:
@@ -271,7 +289,8 @@ class LocalServing:
                 "messages": [{"role": "user", "content": "ping"}],
                 "max_tokens": 2,
             }
-            status, raw = loopback_http("POST", url + "/v1/chat/completions", body, _CHAT_TIMEOUT_S)
+            status, raw = loopback_http("POST", url + "/v1/chat/completions", body,
+                                        cpu_engine.FIRST_ANSWER_S if cpu else _CHAT_TIMEOUT_S)
             if status != 200:
                 return False
             parse_completion(raw)
@@ -281,8 +300,13 @@ class LocalServing:
 
     def versions(self, state: JSON) -> JSON:
         """Processes, not images: nothing beyond the run's package versions (``runner.versions``); the precision
-        run is not applicable (the mocker loads no weights and computes nothing)."""
-        return {"precision": MOCKER_PRECISION}
+        run is not applicable (the mocker loads no weights and computes nothing). The CPU engine: the engine
+        environment's packages (as the pre-pull container reports an image's on EKS) and what differs from EKS."""
+        if state.get("worker_engine") != cpu_engine.LABEL:
+            return {"precision": MOCKER_PRECISION}
+        return {"precision": cpu_engine.PRECISION, "worker_engine": cpu_engine.LABEL,
+                "cpu_engine_changes": cpu_engine.changes_text(),
+                "engine_packages": {"local .venv-engine": cpu_engine.packages(engine_model.ENGINE_PYTHON)}}
 
     def metrics_urls(self, state: JSON) -> dict[str, str]:
         """The frontend's and every worker's ``/metrics``, by component name."""

@@ -76,7 +76,7 @@ class ExperimentPlan:
     feature: str | None = None  # ... and the one feature it changes
     # pools the NEXT experiment also uses: kept warm at its end instead of restored and booted again
     handover: dict[str, int] = field(default_factory=dict)
-    serving_engine: str = "vllm"  # what its workers run on EKS: vllm, or the mocker on CPU nodes (SIMULATED)
+    serving_engine: str = "vllm"  # vllm, mocker on CPU nodes (SIMULATED), or cpu: the local CPU engine (SIMULATED)
     step_timing: str = GUESS  # how request-count steps were timed: the guess, or the twin (its label)
     tune: dict[str, Any] = field(default_factory=dict)  # the tune phase (benchctl.planning.tune.Run.tune); {}: none
 
@@ -290,7 +290,8 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
                 handover=handover,
                 base=exp.base,
                 feature=exp.feature,
-                serving_engine=exp.engine,
+                serving_engine=("cpu" if exp.engine == "vllm" and all(spec.pool(g.pool).local_cpu for g in exp.workers)
+                                else exp.engine),
                 step_timing=GUESS if timer is None else str(getattr(timer, "label", "the twin")),
                 tune=tuning,
             )
@@ -334,6 +335,8 @@ def format_plan(plan: CampaignPlan) -> str:
         lines.append(
             f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, "
             + (f"{e.gpus} GPUs on {nodes}; " if e.serving_engine == "vllm" else
+               f"Dynamo's vLLM worker on vLLM's CPU build, {nodes} (SIMULATED (CPU engine)); "
+               if e.serving_engine == "cpu" else
                f"Dynamo mocker workers standing for {e.gpus} GPUs, on CPU nodes {nodes} (SIMULATED); ") +
             f"{len(e.steps)} steps, est. {e.est_s / 60:.1f} min{ladder}; request-count steps timed by "
             f"{e.step_timing}"

@@ -13,6 +13,16 @@ from typing import Any
 
 SIM_TAG = "SIMULATED"
 SIM_TEXT = "Dynamo mocker on CPU — not GPU measurements"
+CPU_ENGINE_TAG = "SIMULATED (CPU engine)"  # benchctl.local.cpu_engine.LABEL
+CPU_ENGINE_TEXT = ("Dynamo's vLLM worker on vLLM's CPU build serving a tiny random-weight model — not GPU "
+                   "measurements")
+
+
+def sim_label(worker_engine: str | None) -> tuple[str, str]:
+    """(tag, text) of a simulated campaign by what served it (the campaigns row's ``worker_engine``)."""
+    if worker_engine and CPU_ENGINE_TAG in worker_engine:
+        return CPU_ENGINE_TAG, CPU_ENGINE_TEXT
+    return SIM_TAG, SIM_TEXT
 
 MODE_COLORS = {"aggregated": "#1f77b4", "disaggregated": "#d62728"}
 OTHER_COLOR = "#2ca02c"

@@ -20,7 +20,7 @@ from benchctl.analysis.views import REPORT_VIEWS
 from benchctl.lake import schema, timeline
 from benchctl.lake.paths import check_path_value
 from benchctl.lake.query import QueryPort
-from benchctl.report.chartkit import SIM_TEXT, duration
+from benchctl.report.chartkit import duration, sim_label
 from benchctl.report.client import client_query, client_rows
 from benchctl.report.tuning import tuning_query
 
@@ -87,6 +87,14 @@ class ReportData:
     twins: list[dict[str, Any]] = field(default_factory=list)  # what timed the mocker workers (lake table twins)
     client: list[dict[str, Any]] = field(default_factory=list)  # per step: did the load generator keep up
     tuning: list[dict[str, Any]] = field(default_factory=list)  # the tune phase's candidates (report.tuning)
+
+    @property
+    def sim_tag(self) -> str:
+        return sim_label(self.campaign.get("worker_engine"))[0]
+
+    @property
+    def sim_text(self) -> str:
+        return sim_label(self.campaign.get("worker_engine"))[1]
 
     @property
     def campaign_id(self) -> str:
@@ -346,7 +354,7 @@ def provenance_items(data: ReportData) -> list[tuple[str, str]]:
         ("campaign_id", data.campaign_id), ("status", fmt_value(c.get("status"))),
         ("spec_name", fmt_value(c.get("spec_name"))), ("spec_hash", fmt_value(c.get("spec_hash"))),
         ("model", fmt_value(c.get("model"))), ("engine", fmt_value(c.get("engine"))),
-        ("simulated", f"true — {SIM_TEXT}" if data.simulated else "false"),
+        ("simulated", f"true — {data.sim_text}" if data.simulated else "false"),
         *([("timed by", twin_text(data))] if data.twins else []),
         ("started_at (UTC)", fmt_value(started)), ("ended_at (UTC)", fmt_value(ended) + (f" ({took})" if took else "")),
         ("pricing source", fmt_value(pricing.get("source")) or "not given"),

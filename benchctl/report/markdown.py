@@ -13,7 +13,7 @@ from typing import Any
 from benchctl.report import client, tuning
 from benchctl.report.answers import ANSWERS_INTRO, answers
 from benchctl.report.calibration import description, mape_columns
-from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
+from benchctl.report.chartkit import SIM_TAG
 from benchctl.report.data import (
     ReportData,
     fmt_value,
@@ -56,7 +56,7 @@ def render_markdown(data: ReportData) -> str:
     tag = f" ({SIM_TAG})" if data.simulated else ""
     out = [f"# benchctl report: campaign {md_text(data.campaign_id)}{tag}", ""]
     if data.simulated:
-        out += [f"> **{SIM_TAG}: {SIM_TEXT}.** Every figure comes from the local engine; prices are illustrative.",
+        out += [f"> **{data.sim_tag}: {data.sim_text}.** Every figure comes from the local engine; prices are illustrative.",
                 *([f"> Timed by: {md_text(twin_text(data))}."] if data.twins else []), ""]
     caveat = client.caveat(data.client)
     out += [f"> **{md_text(caveat)}**", ""] if caveat else []

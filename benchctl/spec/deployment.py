@@ -42,7 +42,8 @@ def is_commit(revision: str | None) -> bool:
 class PoolSpec(Strict):
     name: Name
     instance_type: str = Field(min_length=1)
-    gpus_per_node: int = Field(ge=0, le=16, description="0: a CPU pool, for Dynamo mocker workers (engine: mocker)")
+    gpus_per_node: int = Field(ge=0, le=16, description="0: a CPU pool, for Dynamo mocker workers (engine: mocker) "
+                               "or, local, for the CPU engine (engine: vllm)")
     gpu_kind: Annotated[str, Text(64)] = Field(min_length=1, description="e.g. A100-40GB, L40S-48GB; none on a CPU pool")
     pods_per_node: int | None = Field(default=None, gt=0, le=100, description="a CPU pool: how many mocker worker "
                                       "pods one node holds (each asks kubernetes.mocker_cpu/mocker_memory)")
@@ -54,6 +55,11 @@ class PoolSpec(Strict):
         default=None, gt=0, le=16384, description="each node's root EBS volume (gp3), priced with "
         "pricing.ebs_gp3_usd_per_gb_month; default: what benchctl's platform gives the pool (200 GiB on a GPU "
         "node group, 100 on a CPU one, Auto Mode's NodeClass default 80), 0 nothing when provider is local")
+
+    @property
+    def local_cpu(self) -> bool:
+        """This machine's CPU: where ``engine: vllm`` is the CPU engine (``benchctl.local.cpu_engine``)."""
+        return self.provider == "local" and self.gpus_per_node == 0
 
     def efa_interfaces(self) -> int:
         """EFA interfaces per node (0 without EFA)."""
@@ -111,7 +117,9 @@ class Experiment(Strict):
     engine: Literal["vllm", "mocker"] = Field(
         default="vllm", description="what the workers run on EKS: vLLM on GPU pools, or Dynamo's mocker on CPU pools "
                                     "(gpus_per_node 0), which rehearses the whole AWS path without a GPU (SIMULATED "
-                                    "figures). The local engine always runs the mocker")
+                                    "figures). Locally, vllm runs the mocker on GPU pools (SIMULATED) and, on a local "
+                                    "pool of gpus_per_node 0, Dynamo's real vLLM worker on vLLM's CPU build with a tiny "
+                                    "random-weight model (the CPU engine, SIMULATED (CPU engine))")
     mocker: LocalMocker = LocalMocker()
     checkpoint: Checkpoint | None = Field(default=None, description="weights its workers load instead of model's, "
                                           "served under model.name (another precision of the same model)")

@@ -173,11 +173,27 @@ class CampaignSpec(Strict):
                         f"{where}.tensor_parallel: {g.tensor_parallel} exceeds pool {pool.name!r} "
                         f"gpus_per_node {pool.gpus_per_node}"
                     )
-                if (pool.gpus_per_node == 0) != (e.engine == "mocker"):
+                cpu_vllm = pool.local_cpu and e.engine == "vllm"
+                if (pool.gpus_per_node == 0) != (e.engine == "mocker") and not cpu_vllm:
                     problems.append(
                         f"experiments[{i}].engine: {e.engine!r} with pool {pool.name!r} ({pool.gpus_per_node} GPUs per "
-                        "node): the mocker runs on CPU pools (gpus_per_node 0) and vLLM on GPU pools; one engine and "
-                        "one kind of pool per experiment")
+                        "node): the mocker runs on CPU pools (gpus_per_node 0) and vLLM on GPU pools (or, locally, on "
+                        "a local CPU pool: the CPU engine); one engine and one kind of pool per experiment")
+                if cpu_vllm and e.mode == "disaggregated":
+                    problems.append(
+                        f"experiments[{i}].mode: disaggregated on the CPU engine (pool {pool.name!r}): the prefill "
+                        "worker hands its KV to decode through NIXL here, but on vLLM's CPU build about one decode in "
+                        "three then stalls ~30 s (docs/howto/engine-cpu.md); the CPU engine runs aggregated experiments")
+                if cpu_vllm and e.kv_offload is not None:
+                    problems.append(
+                        f"experiments[{i}].kv_offload: the CPU engine runs without KVBM (Dynamo's KV block manager is not "
+                        f"in the engine environment); leave kv_offload out on pool {pool.name!r}")
+        cpu = [e.name for e in self.experiments
+               if e.engine == "vllm" and all(g.pool in pools and pools[g.pool].local_cpu for g in e.workers)]
+        if cpu and len(cpu) < len(self.experiments):
+            problems.append(f"experiments: {cpu} run on the CPU engine (vLLM on a local CPU pool) and the others do not; "
+                            "its SIMULATED (CPU engine) figures never share a campaign with another engine's: run them "
+                            "as two campaigns")
         if len({e.engine for e in self.experiments}) > 1:
             problems.append("experiments: engine: mocker and vllm in one campaign; a mocker rehearsal's SIMULATED figures "
                             "never share a campaign (or its report) with GPU measurements: run them as two campaigns")

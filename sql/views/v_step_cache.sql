@@ -6,6 +6,8 @@
 --   vLLM workers (AWS)     vllm:prefix_cache_hits / vllm:prefix_cache_queries (counters, tokens) of the
 --                          workers that compute prefill: the aggregated workers, the disaggregated prefill
 --                          workers (decode workers look the prompt up again when its KV arrives: left out)
+--   the CPU engine         the same vLLM counters, from vLLM's CPU build (local, engine: vllm on a CPU pool):
+--                          SIMULATED (CPU engine); chosen wherever the counters are there
 --   the Dynamo mocker      SIMULATED: the KV router's selected prefix, router_cached_tokens / input_tokens
 --   (local engine, or      (the mocker exports no prefix-cache counter; the router's series exists in both
 --   engine: mocker)        modes, phase "aggregated" or "prefill"); NULL without the KV router
@@ -139,11 +141,12 @@ SELECT
     prefix_ratio,
     prefix_ratio_actual,
     CASE
-        WHEN NOT simulated THEN vllm_cache_hit_rate
+        WHEN NOT simulated OR vllm_prefix_queries IS NOT NULL THEN vllm_cache_hit_rate
         WHEN router IS NULL OR router = 'kv' THEN router_cache_hit_rate
     END AS cache_hit_rate,
     CASE
         WHEN NOT simulated THEN 'vllm:prefix_cache_hits/queries'
+        WHEN vllm_prefix_queries IS NOT NULL THEN 'SIMULATED (CPU engine): vllm:prefix_cache_hits/queries'
         WHEN router IS NULL OR router = 'kv' THEN 'SIMULATED: router selected prefix'
         ELSE 'none: SIMULATED without the KV router'
     END AS cache_meter,

