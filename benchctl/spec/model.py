@@ -182,8 +182,8 @@ class CampaignSpec(Strict):
                 if cpu_vllm and e.mode == "disaggregated":
                     problems.append(
                         f"experiments[{i}].mode: disaggregated on the CPU engine (pool {pool.name!r}): the prefill "
-                        "worker hands its KV to decode through NIXL here, but on vLLM's CPU build about one decode in "
-                        "three then stalls ~30 s (docs/howto/engine-cpu.md); the CPU engine runs aggregated experiments")
+                        "worker hands its KV to decode through NIXL here, but on vLLM's CPU build decode answers then "
+                        "stall for up to ~30 s (docs/howto/engine-cpu.md); the CPU engine runs aggregated experiments")
                 if cpu_vllm and e.kv_offload is not None:
                     problems.append(
                         f"experiments[{i}].kv_offload: the CPU engine runs without KVBM (Dynamo's KV block manager is not "
