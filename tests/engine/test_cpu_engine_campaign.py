@@ -95,3 +95,4 @@ def test_every_figure_is_labelled_simulated_cpu_engine_and_the_changes_are_recor
     ready = [json.loads(r["detail_json"]) for r in read_table(out / "lake", "timeline")
              if r["campaign_id"] == CID and r["event"] == "ready"]
     assert len(ready) == 1 and all(all(what in d["cpu_engine_changes"] for what, *_ in CHANGES) for d in ready), ready
+    assert all(what in html for what, *_ in CHANGES)  # the report lists each change (its provenance section)
