@@ -20,7 +20,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -80,26 +79,18 @@ def ensure(python: Path = ENGINE_PYTHON) -> Path:
         raise FileNotFoundError(f"{python} is missing: the engine environment is made by scripts/setup_engine.sh "
                                 "(make engine-env)")
     tokenizer = modeldir.ensure_model_dir()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
-    try:
+    with modeldir.staged(final) as tmp:
         for name in _TOKENIZER_FILES:
             shutil.copy2(tokenizer / name, tmp / name)
         (tmp / "config.json").write_text(json.dumps(ENGINE_MODEL_CONFIG, indent=2) + "\n")
         proc = subprocess.run([str(python), "-c", _WRITE_WEIGHTS, str(tmp), str(SEED)], check=False,
-                              capture_output=True, text=True, timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp),
-                                                           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+                              capture_output=True, text=True, timeout=600,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp), "HF_HUB_OFFLINE": "1",
+                                   "TRANSFORMERS_OFFLINE": "1"})
         if proc.returncode != 0 or not (tmp / "model.safetensors").is_file():
             raise RuntimeError(f"writing the engine model's weights failed (exit {proc.returncode}): "
                                f"{proc.stderr[-2000:]}")
         (tmp / _COMPLETE).write_text(proc.stdout.strip().splitlines()[-1] + "\n")
-        tmp.chmod(0o755)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

@@ -314,6 +314,23 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def staged(final: Path) -> Iterator[Path]:
+    """A new directory beside ``final``, renamed into place (replacing it) when the block succeeds, removed when it
+    does not: a reader never sees half of it."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o755)  # mkdtemp makes it 0700
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def ensure_model_dir() -> Path:
     """Generate the directory if it is missing (idempotent, safe against concurrent callers)."""
     if is_complete():
@@ -323,20 +340,11 @@ def ensure_model_dir() -> Path:
         if is_complete():
             return model_path()
         final = model_path()
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
-        try:
+        with staged(final) as tmp:
             _build_tokenizer(tmp)
             _write_model_files(tmp)
             verify(tmp)
             (tmp / _COMPLETE_MARKER).write_text("ok\n")
-            tmp.chmod(0o755)  # mkdtemp makes it 0700
-            if final.exists():
-                shutil.rmtree(final)
-            tmp.rename(final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / "main").write_text(REVISION)
     return final

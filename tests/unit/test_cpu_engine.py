@@ -106,3 +106,28 @@ def test_the_run_record_names_what_served_the_requests() -> None:
     mocker = provenance({"ai-dynamo": "1.6.1"}, None, "local")
     assert mocker["worker_engine"] == "Dynamo mocker workers (SIMULATED)"
     assert mocker["vllm_version"].startswith("not applicable: the local engine runs Dynamo's mocker")
+
+
+def _fake_python(tmp_path: Path, body: str) -> Path:
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\n{body}\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_the_engine_model_directory_appears_whole_or_not_at_all(tmp_path: Path, monkeypatch) -> None:
+    """The weights are written by the engine environment's interpreter (here a stand-in given the directory and the
+    seed); a failure leaves no directory and no staging leftovers, a success a complete one."""
+    from benchctl.local import engine_model
+
+    final = tmp_path / "share" / "engine-model"
+    monkeypatch.setattr(engine_model, "path", lambda: final)
+    failing = _fake_python(tmp_path, 'echo "no torch here" >&2; exit 1')
+    with pytest.raises(RuntimeError, match="no torch here"):
+        engine_model.ensure(failing)
+    assert not final.exists() and list(final.parent.iterdir()) == []
+    writing = _fake_python(tmp_path, 'test "$4" = "20261205" && : > "$3/model.safetensors" && echo "Qwen3MoeForCausalLM 1"')
+    assert engine_model.ensure(writing) == final and engine_model.is_complete()
+    written = {p.name for p in final.iterdir()}
+    assert {"config.json", "tokenizer.json", "model.safetensors"} <= written
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["Qwen3MoeForCausalLM"]
