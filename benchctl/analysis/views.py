@@ -49,7 +49,7 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
         "category", "experiment", "gpus", "gpu_kinds", "gpu_usd_per_hour", "cost_usd", "output_tokens_per_s",
         "usd_per_1m_output_tokens", "steady_state_usd_per_1m_output_tokens", "cold_start_usd",
         "usage_usd_per_1m_output_tokens", "tokens_per_usd", "goodput_per_usd_hour",
-        "root_volume_usd", "auto_mode_fee_usd", "simulated", "scope",
+        "root_volume_usd", "auto_mode_fee_usd", "j_per_output_token", "simulated", "scope",
     ),
     "v_pareto": (
         "workload", "experiment", "variant", "gpus", "output_tokens_per_s_per_gpu", "ttft_p50_ms", "on_frontier",
@@ -57,6 +57,11 @@ REPORT_VIEWS: dict[str, tuple[str, ...]] = {
     "v_kv_transfer": (
         "experiment", "mode", "workload", "variant", "concurrency", "isl", "ttft_p50_ms", "ttft_avg_ms",
         "kv_transfer_ms", "kv_transfer_share_of_ttft", "kv_transfer_source", "kv_transfer_gbps", "router_estimate_ms",
+    ),
+    "v_energy": (
+        "experiment", "mode", "workload", "variant", "energy_j", "gpus_metered", "j_per_output_token",
+        "output_tokens_per_kwh", "prefill_j_per_output_token", "decode_j_per_output_token", "idle_power_w",
+        "energy_source",
     ),
     "v_stage_queues": (
         "experiment", "mode", "workload", "variant", "concurrency", "goodput_ratio", "frontend_queued_max",

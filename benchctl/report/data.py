@@ -46,6 +46,9 @@ TABLES: tuple[tuple[str, str, str], ...] = (
      "the local engine: the mocker's transfer model, labelled so), aggregated rows for comparison."),
     ("v_stage_queues", "Stage queues and GPU use",
      "Per step: queue depth at each serving stage, GPU utilisation, memory and power (DCGM), and SLO attainment."),
+    ("v_energy", "Energy",
+     "Per step: the GPUs' energy (DCGM's energy counter, or power x time, said which), joules per output token "
+     "and output tokens per kWh, prefill and decode apart, and the idle power every metered GPU draws."),
     ("v_kv_offload", "KV offload",
      "Per step: the blocks KVBM offloaded and onboarded per tier and whether offload was used at all (counted "
      "before any offload conclusion), preemptions and how full the GPU KV cache got."),

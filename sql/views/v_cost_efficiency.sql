@@ -50,6 +50,9 @@
 --   root_volume_usd       the part of cost_usd the nodes' root EBS volumes cost (gp3, their node-hours)
 --   auto_mode_fee_usd     the part of cost_usd EKS Auto Mode's management fee cost; 0 without Auto Mode
 --                         pools, NULL when one's fee is unpriced (then it is not in cost_usd: scope says so)
+--   j_per_output_token    the GPUs' energy per successful output token over the steps that measured it
+--                         (v_energy: DCGM's energy counter, or power x time); NULL where none did
+--   energy_source         where it comes from, or why there is none ('not measured (no GPU)' locally)
 --   scope                 what the cost includes and what it does not, item by item, with why
 --   simulated             true for the local engine (mocker): simulated numbers, illustrative prices
 -- The costs rows are written at Report; without them the cost columns are NULL.
@@ -103,6 +106,18 @@ tok AS (
         sum(CASE WHEN status = 'succeeded' AND total_output_tokens IS NOT NULL THEN benchmark_duration_s END)
             AS benchmark_s
     FROM steps
+    GROUP BY campaign_id, experiment
+),
+energy AS (
+    -- the GPUs' energy over the succeeded steps that have it, per output token of those steps (v_energy)
+    SELECT
+        campaign_id,
+        experiment,
+        sum(CASE WHEN status = 'succeeded' AND energy_j IS NOT NULL THEN energy_j END)
+            / nullif(sum(CASE WHEN status = 'succeeded' AND energy_j IS NOT NULL THEN total_output_tokens END), 0)
+            AS j_per_output_token,
+        min(energy_source) AS energy_source
+    FROM v_energy
     GROUP BY campaign_id, experiment
 ),
 good AS (
@@ -190,6 +205,8 @@ SELECT
     p.price_source,
     p.root_volume_usd,
     p.auto_mode_fee_usd,
+    n.j_per_output_token,
+    n.energy_source,
     p.scope,
     coalesce(p.simulated, c.simulated) AS simulated
 FROM base b
@@ -199,5 +216,6 @@ LEFT JOIN baselines a
 LEFT JOIN tok t ON t.campaign_id = b.campaign_id AND t.experiment = b.experiment
 LEFT JOIN good g ON g.campaign_id = b.campaign_id AND g.experiment = b.experiment
 LEFT JOIN peak k ON k.campaign_id = b.campaign_id AND k.experiment = b.experiment
+LEFT JOIN energy n ON n.campaign_id = b.campaign_id AND n.experiment = b.experiment
 LEFT JOIN campaigns c ON c.campaign_id = b.campaign_id
 ORDER BY b.campaign_id, b.experiment_index, b.experiment
