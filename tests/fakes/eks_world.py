@@ -61,6 +61,13 @@ LAKE_URI = "s3://results-bucket/lake"
 _ROLE_ARN = "arn:aws:iam::123456789012:role/eks"
 
 
+def local_only(data: dict[str, Any]) -> bool:
+    """An example of the CPU engine (``engine: vllm`` on a local CPU pool): it has no EKS variant."""
+    cpu_pools = {p["name"] for p in data["pools"] if p.get("provider") == "local" and p["gpus_per_node"] == 0}
+    return any(e.get("engine", "vllm") == "vllm" and {w["pool"] for w in e.get("workers", [])} & cpu_pools
+               for e in data["experiments"])
+
+
 def example_specs() -> dict[str, CampaignSpec]:
     """Every example spec as the AWS engine would run it: pools the examples leave ``local`` become
     managed node groups in one variant and Auto Mode pools in another; the others run as written. The
@@ -69,9 +76,7 @@ def example_specs() -> dict[str, CampaignSpec]:
     for path in sorted(EXAMPLES.glob("*.yaml")):
         data = yaml_files.load(path)
         providers = {p.get("provider", "managed-nodegroup") for p in data["pools"]}
-        cpu_pools = {p["name"] for p in data["pools"] if p.get("provider") == "local" and p["gpus_per_node"] == 0}
-        if any(e.get("engine", "vllm") == "vllm" and {w["pool"] for w in e.get("workers", [])} & cpu_pools
-               for e in data["experiments"]):
+        if local_only(data):
             continue  # the CPU engine (vLLM on this machine's CPU) is local only: no EKS variant of it
         variants = ["managed-nodegroup", "auto-mode"] if "local" in providers else [None]
         for provider in variants:
