@@ -37,6 +37,7 @@ from benchctl.report.evidence import (
     UNVERIFIED,
     Answer,
     Evidence,
+    Shown,
     attainment,
     by_input,
     duration,
@@ -162,17 +163,21 @@ def _q1(ev: Evidence) -> Answer:
                                        pair.settings.slo_attainment) if has_slo(rows) else None)
             if regime is not None and pair.verified and regime.p is not None:
                 family.append(regime)
+            if regime is not None:
+                a.regimes.append((pair, regime))
             units.append((pair, ikey, keys, blocks, regime))
     settings = judge(a, pairs, family, shown_only)
     design = ""
     for pair, ikey, keys, blocks, regime in units:
         design = ev.design(pair, list(blocks.values()))
         for k in keys:
-            row = [f"{fig.label} {c.text()}" for fig in (*Q1_PRIMARY, *Q1_DESCRIPTIVE)
+            got = [c for fig in (*Q1_PRIMARY, *Q1_DESCRIPTIVE)
                    for c in of_input(blocks[fig.column], ikey) if c.load == float(k[3]) and tried(c)]
-            a.figures.append((f"{pair.label}, {input_label(ikey)}, c={fmt_value(k[3])}", "; ".join(row) or (
-                f"{NOT_MEASURED} on both sides: {len(pts_rows(ev, pair, k, BASELINE))} step(s) of {pair.baseline}, "
-                f"{len(pts_rows(ev, pair, k, TREATMENT))} of {pair.treatment}")))
+            a.effects += [Shown(f"{pair.label}, {input_label(ikey)}", f"c={fmt_value(k[3])}", c, pair) for c in got]
+            if not got:
+                a.figures.append((f"{pair.label}, {input_label(ikey)}, c={fmt_value(k[3])}", (
+                    f"{NOT_MEASURED} on both sides: {len(pts_rows(ev, pair, k, BASELINE))} step(s) of {pair.baseline}, "
+                    f"{len(pts_rows(ev, pair, k, TREATMENT))} of {pair.treatment}")))
         head = f"{pair.label}, {input_label(ikey)}: " + ("" if pair.verified else f"{UNVERIFIED}. ")
         text = [f"{fig.label}: {summarize([(c.where, c) for c in of_input(blocks[fig.column], ikey) if tried(c)])}"
                 for fig in Q1_PRIMARY if any(shown(c) for c in of_input(blocks[fig.column], ikey))]
@@ -291,9 +296,10 @@ def _q4(ev: Evidence, key: str = "q4", kind: str = "question") -> Answer:
             got = {fig.column: next((c for c in of_input(blocks[fig.column], ikey) if c.load == load), None)
                    for fig in (TTFT, ITL)}
             xs = Sample(tuple(o.value for o in observations(pts_rows_valid(ev, pair, k), XFER.column)))
-            row = [f"{fig.label} {e.text()}" for fig in (TTFT, ITL) if (e := got[fig.column]) is not None and shown(e)]
-            a.figures.append((f"{pair.label}, {input_label(ikey)}, c={fmt_value(k[3])}", "; ".join(row)
-                              + "; KV transfer per request " + (f"{fnum(xs.mean, 'ms')} ({src})" if xs.n else NOT_MEASURED)))
+            a.effects += [Shown(f"{pair.label}, {input_label(ikey)}", f"c={fmt_value(k[3])}", e, pair)
+                          for fig in (TTFT, ITL) if (e := got[fig.column]) is not None and shown(e)]
+            a.figures.append((f"{pair.label}, {input_label(ikey)}, c={fmt_value(k[3])}", "KV transfer per request "
+                              + (f"{fnum(xs.mean, 'ms')} ({src})" if xs.n else NOT_MEASURED)))
         where = f"the lightest load (c={fmt_value(keys[0][3])})"
         gap = next((c for c in of_input(blocks[TTFT.column], ikey) if c.load == float(keys[0][3])), None)
         head = f"{pair.label}, {input_label(ikey)}: "
@@ -397,7 +403,7 @@ def _q2(ev: Evidence) -> Answer:
     for pair, block, use, usable in units:
         design = ev.design(pair, [block])
         per = [(c.where, c) for c in block.effects if shown(c)]
-        a.figures += [(f"{pair.label}, {c.where}", f"$/1M output tokens {c.text()}") for _, c in per]
+        a.effects += [Shown(pair.label, c.where, c, pair) for _, c in per]
         a.figures.append((f"{pair.label}, offload use", use))
         if not pair.verified:
             parts.append(f"{pair.label}: {UNVERIFIED}; $/1M output tokens {summarize(per)}")

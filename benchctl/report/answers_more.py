@@ -28,6 +28,7 @@ from benchctl.report.evidence import (
     Answer,
     Evidence,
     Pair,
+    Shown,
     by_input,
     duration,
     failed_goodput,
@@ -134,6 +135,7 @@ def q3(ev: Evidence) -> Answer:
         units.append((pair, fb, ft, c))
     settings = judge(a, pairs, family, [u[3] for u in units if not u[0].verified])
     for pair, fb, ft, c in units:
+        a.effects.append(Shown(pair.label, "slope of hit rate over duplication ratio", c, pair))
         head = "" if pair.verified else f"{UNVERIFIED}; "
         parts.append(f"{pair.label}: {head}{pair.baseline} {fb.text('duplication ratio', 'hit rate')}; {pair.treatment} "
                      f"{ft.text('duplication ratio', 'hit rate')}; the treatment's slope minus the baseline's: {c.text()}")
@@ -201,8 +203,7 @@ def h2(ev: Evidence) -> Answer:
         design = ev.design(pair, [rec])
         per = [(c.where, c) for c in rec.effects if shown(c)]
         for c, p in zip(rec.effects, pre.effects, strict=True):
-            a.figures.append((f"{pair.label}, {c.where}", f"recomputed share of input tokens {c.text()}; preemptions "
-                                                          f"{p.text() if shown(p) else NOT_MEASURED}"))
+            a.effects += [Shown(pair.label, c.where, x, pair) for x in (c, p) if x is c or shown(x)]
         if not per:
             parts.append(f"{pair.label} ({feature}): {NOT_MEASURED} (no server-measured hit rate on its multi-turn "
                          "steps)")
@@ -372,9 +373,7 @@ def h4(ev: Evidence) -> Answer:
     for pair, block, gate, _ in units:
         design = ev.design(pair, [block])
         per_load = [(c.where, c) for c in block.effects if shown(c)]
-        for c in block.effects:
-            if shown(c):
-                a.figures.append((f"{pair.label}, {c.where}", f"goodput per $/h {c.text()}"))
+        a.effects += [Shown(pair.label, c.where, c, pair) for c in block.effects if shown(c)]
         if gate:
             parts.append(f"{pair.label}: not comparable ({gate}): goodput per $/h shown, not judged")
         elif not pair.verified:

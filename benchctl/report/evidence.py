@@ -25,6 +25,17 @@ DIRECTIONAL = "directional"
 UNVERIFIED = "inconclusive (transfer path unverified)"
 
 
+@dataclass(frozen=True)
+class Shown:
+    """One compared figure at one point, as the answer's table and forest plot show it: ``where`` the comparison
+    (and input), ``point`` the load or variant."""
+
+    where: str
+    point: str
+    c: Compared
+    pair: Pair | None = None
+
+
 @dataclass
 class Answer:
     key: str
@@ -32,7 +43,9 @@ class Answer:
     title: str
     evidence: str  # what answers it (views)
     verdict: str
-    figures: list[tuple[str, str]] = field(default_factory=list)  # (what, value)
+    figures: list[tuple[str, str]] = field(default_factory=list)  # (what, value): what is not a compared figure
+    effects: list[Shown] = field(default_factory=list)  # every compared figure, numeric (table, forest plot)
+    regimes: list[tuple[Pair, Any]] = field(default_factory=list)  # SLO limits compared (RegimeComparison)
     samples: str = ""
     status: str = NOT_MEASURED  # DIRECTIONAL | INCONCLUSIVE | NOT_MEASURED
     method: str = ""  # how it was judged: figures, family, adjustment, design

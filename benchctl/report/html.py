@@ -21,7 +21,13 @@ from benchctl.report.data import (
     versions_pretty,
 )
 from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
+from benchctl.report.evidence import Answer
 from benchctl.report.figures import figures
+from benchctl.report.glance import COLUMNS as GLANCE_COLUMNS
+from benchctl.report.glance import effect_table, forests, notes_text
+from benchctl.report.recommend import COLUMNS as REC_COLUMNS
+from benchctl.report.recommend import INTRO as REC_INTRO
+from benchctl.report.recommend import recommendations
 
 _CSS = """
 :root { color-scheme: light; }
@@ -57,6 +63,14 @@ svg.figure text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Hel
 footer { color: #777; font-size: 12px; }
 #ending.bad { border: 2px solid #b00020; }
 .partial, .billing, .client-bound, .caveat { color: #b00020; font-weight: bold; }
+#recommendations td { white-space: normal; vertical-align: top; }
+#recommendations td.long { min-width: 260px; }
+section.answer td.long { white-space: normal; }
+section.answer td:first-child { white-space: normal; max-width: 200px; }
+td.confirmed { color: #1b5e20; font-weight: bold; }
+td.refuted { color: #b00020; font-weight: bold; }
+details.method summary { cursor: pointer; color: #555; font-size: 13px; }
+@media print { details.method > * { display: block; } nav { display: none; } section { break-inside: avoid; } }
 """
 
 
@@ -96,6 +110,24 @@ def _html_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
+def _answer_html(a: Answer, data: ReportData) -> str:
+    """One answer: its verdict once, a forest plot of its tests, its figures as numbers (each reason a numbered
+    note), what was left out; the method, evidence and samples collapsed."""
+    rows, notes = effect_table(a)
+    plots = forests(a, data.simulated) if rows else []
+    return (f'<section class="answer" id="answer-{a.key}" data-measured="{str(a.measured).lower()}" '
+            f'data-status="{esc(a.status)}" data-forests="{len(plots)}">'
+            f"<h3>{esc(a.key.upper())}. {esc(a.title)}</h3><p><b>Verdict{' (' + SIM_TAG + ')' if data.simulated else ''}"
+            f" ({esc(a.status)}):</b> {esc(a.verdict)}</p>" + "\n".join(plots)
+            + (_html_table(GLANCE_COLUMNS, rows) + "".join(f'<p class="note">{esc(n)}</p>' for n in notes_text(notes))
+               if rows else "")
+            + (_html_table(["where", "figures"], [{"where": w, "figures": f} for w, f in a.figures]) if a.figures else "")
+            + (f'<p class="note excluded">Left out or unverified: {esc("; ".join(a.excluded))}.</p>' if a.excluded else "")
+            + f'<details class="method"><summary>Method, evidence and samples</summary><p class="note">Evidence: '
+            f'{esc(a.evidence)}. Samples: {esc(a.samples or "none")}.'
+            + (f" Method: {esc(a.method)}." if a.method else "") + "</p></details></section>")
+
+
 def render_html(data: ReportData) -> str:
     sim = _sim_span(data)
     c = data.campaign
@@ -106,19 +138,19 @@ def render_html(data: ReportData) -> str:
 
     toc.append(("ending", "How it ended"))
     parts.append(_ending_section(data))
+    found = answers(data)
+    recs = recommendations(data, found)
+    toc.append(("recommendations", "Recommendations"))
+    parts.append(f'<section id="recommendations" data-rows="{len(recs)}"><h2>Recommendations{sim}</h2>'
+                 f'<p class="desc">{esc(REC_INTRO)}'
+                 + (f" {esc(data.sim_text)}: they rehearse the decision, they say nothing about GPUs." if data.simulated
+                    else "") + "</p>"
+                 + _html_table(REC_COLUMNS, [r.row() for r in recs]).replace(
+                     "<td>confirmed", '<td class="confirmed">confirmed').replace(
+                     "<td>refuted", '<td class="refuted">refuted') + "</section>")
     # the plan's questions and hypotheses, answered from the views
     toc.append(("answers", "Answers"))
-    found = answers(data)
-    items = "".join(
-        f'<section class="answer" id="answer-{a.key}" data-measured="{str(a.measured).lower()}" '
-        f'data-status="{esc(a.status)}">'
-        f"<h3>{esc(a.key.upper())}. {esc(a.title)}</h3><p><b>Verdict{' (' + SIM_TAG + ')' if data.simulated else ''}"
-        f" ({esc(a.status)}):</b> {esc(a.verdict)}</p>"
-        + (_html_table(["where", "figures"], [{"where": w, "figures": f} for w, f in a.figures]) if a.figures else "")
-        + (f'<p class="note excluded">Left out or unverified: {esc("; ".join(a.excluded))}.</p>' if a.excluded else "")
-        + f'<p class="note">Evidence: {esc(a.evidence)}. Samples: {esc(a.samples or "none")}.'
-        + (f" Method: {esc(a.method)}." if a.method else "") + "</p></section>"
-        for a in found)
+    items = "".join(_answer_html(a, data) for a in found)
     parts.append(f'<section id="answers" data-rows="{len(found)}"><h2>Answers{sim}</h2><p class="desc">'
                  + esc(ANSWERS_INTRO)
                  + (f" {esc(data.sim_text)}: the verdicts rehearse the analysis, they say nothing about GPUs."

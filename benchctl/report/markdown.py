@@ -25,6 +25,11 @@ from benchctl.report.data import (
 )
 from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
 from benchctl.report.figures import figures
+from benchctl.report.glance import COLUMNS as GLANCE_COLUMNS
+from benchctl.report.glance import effect_table, notes_text
+from benchctl.report.recommend import COLUMNS as REC_COLUMNS
+from benchctl.report.recommend import INTRO as REC_INTRO
+from benchctl.report.recommend import recommendations
 
 # CommonMark's backslash escapes (any ASCII punctuation may be escaped) for the characters that start
 # inline structure: code spans, emphasis, links and images, GFM tables and strikethrough
@@ -66,10 +71,16 @@ def render_markdown(data: ReportData) -> str:
     out += ["**PARTIAL: the results below are what completed before the campaign ended.**", ""] if e.partial else []
     cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in e.receipt)]
     out += ["### Teardown receipt", "", receipt_summary(e), ""] + ([_md_table(cols, e.receipt), ""] if e.receipt else [])
+    found = answers(data)
+    out += [f"## Recommendations{tag}", "", md_text(REC_INTRO), "",
+            _md_table(REC_COLUMNS, [r.row() for r in recommendations(data, found)]), ""]
     out += [f"## Answers{tag}", "", md_text(ANSWERS_INTRO), ""]
-    for a in answers(data):
+    for a in found:
         out += [f"### {a.key.upper()}. {md_text(a.title)}", "",
                 f"**Verdict{tag} ({md_text(a.status)}):** {md_text(a.verdict)}", ""]
+        shown, notes = effect_table(a)
+        if shown:
+            out += [_md_table(GLANCE_COLUMNS, shown), ""] + [f"{md_text(n)}  " for n in notes_text(notes)] + [""]
         if a.figures:
             out += [_md_table(["where", "figures"], [{"where": w, "figures": f} for w, f in a.figures]), ""]
         if a.excluded:

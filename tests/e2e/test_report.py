@@ -159,10 +159,27 @@ def check_report_of(out: Path, tmp_path: Path) -> None:
     for needle in ("spec_hash", "aiperf", "pricing source", "succeeded"):
         assert needle in prov, needle
 
+    # the report opens with the decision: one row per scenario of the plan, each with its outcome
+    assert list(dom.sections).index("recommendations") < list(dom.sections).index("answers")
+    assert int(dom.sections["recommendations"]["data-rows"]) >= 4
+    recs = " ".join(dom.text["recommendations"])
+    for scenario in ("fewer than 8 concurrent requests", "multi-turn with a high cache hit rate",
+                     "32+ concurrent requests under a strict SLA", "cost first"):
+        assert scenario in recs, scenario
+    assert "SIMULATED" in recs and "confirmed" not in recs.replace("each confirmed", "")  # one repeat: none decided
+    # and each measured answer reads at a glance: a forest plot of its tests, its figures as numbers
+    assert int(dom.sections["answer-q1"]["data-forests"]) >= 1 and dom.svgs.get("answer-q1", 0) >= 1
+    assert dom.marks.get("answer-q1", 0) >= 3  # one mark per load of the sweep at least
+    assert "change, treatment vs baseline (%)" in q1 and "[1] one repeat per side: no interval" in q1
+
+    # the screenshot a reader would see at 1400 px, kept as an artifact of the run (runs/ is CI's log directory)
     png = tmp_path / "report.png"
     shot = _run([*base, f"--screenshot={png}", html_path.as_uri()])
     assert shot.returncode == 0, shot.stderr[-3000:]
     assert png.is_file() and png.stat().st_size > 20_000, f"screenshot too small: {png.stat().st_size if png.exists() else 0}"
+    artifacts = Path(os.environ.get("BENCHCTL_ARTIFACTS", ROOT / "runs" / "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(png, artifacts / "report-1400px.png")
 
     md_path = tmp_path / "report.md"
     res = _run([_bin("benchctl"), "report", "--lake", str(out / "lake"), "--campaign", CAMPAIGN,

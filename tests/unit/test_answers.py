@@ -39,6 +39,26 @@ def answers(c: Campaign) -> dict[str, str]:
     return {m.group(1).lower(): m.group(0) for m in re.finditer(r"### (\w+)\. .*?(?=\n### |\Z)", section, re.S)}
 
 
+def effect_rows(block: str) -> list[dict[str, str]]:
+    """The answer's table of compared figures as rows (a comparison and point written once over the rows that
+    share them are filled in; a verdict's numbered note replaced by its text)."""
+    lines = block.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| comparison | point | figure |"))
+    head = [h.strip() for h in lines[start].strip("|").split("|")]
+    notes = dict(re.findall(r"^\[(\d+)\] (.*?)\s*$", block, re.M))
+    rows, last = [], {"comparison": "", "point": ""}
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        r = dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True))
+        r["comparison"] = r["comparison"] or last["comparison"]
+        r["point"] = r["point"] or last["point"]
+        r["verdict"] = re.sub(r" \[(\d+)\]", lambda m: f" ({notes[m.group(1)]})", r["verdict"])
+        last = r
+        rows.append(r)
+    return rows
+
+
 def verdict(block: str) -> str:
     m = re.search(r"\*\*Verdict[^*]*:\*\* (.*)", block)
     assert m, block
@@ -119,7 +139,9 @@ def test_a_clear_difference_gives_its_direction_with_the_interval(tmp_path: Path
         assert float(lo) < -40.0 < float(hi) < -5.0 and float(lo) <= float(est) <= float(hi)
         assert 95.0 <= float(level) <= 100 * (1 - 0.05 / 9)
     # ITL is descriptive in Q1 (goodput holds it through the SLO): shown per load, never a verdict
-    assert "ITL p50" not in q1 and "ITL p50 descriptive: " in got["q1"]
+    itl = [r for r in effect_rows(got["q1"]) if r["figure"] == "ITL p50 (ms)"]
+    assert "ITL p50" not in q1 and len(itl) == len(LOADS)
+    assert all(r["verdict"] == "descriptive" and r["interval"] and r["level"] == "95 % unadjusted" for r in itl), itl
 
 
 def test_a_crossover_is_named_at_the_right_load(tmp_path: Path) -> None:
@@ -267,7 +289,10 @@ def test_h2_compares_recomputation_with_and_without_the_feature(tmp_path: Path) 
     assert h2.startswith("agg-kv vs agg (router round-robin -> kv): recomputation lower at multi-turn c4 (-0.4")
     assert "(-40.1" in h2 and " pp)" in h2  # a share: judged in percentage points
     # preemptions are descriptive: shown with an unadjusted interval, never in the verdict
-    assert "preemptions" not in h2 and "preemptions descriptive: 0 (0 %), 95 % unadjusted CI [" in block
+    pre = [r for r in effect_rows(block) if r["figure"].startswith("preemptions")]
+    assert "preemptions" not in h2 and len(pre) == 1, pre
+    assert pre[0]["verdict"] == "descriptive" and pre[0]["difference"] == "0" and pre[0]["change"] == "0 %"
+    assert pre[0]["interval"].startswith("[") and pre[0]["level"] == "95 % unadjusted", pre
 
 
 def test_h4_is_goodput_per_dollar_hour_at_each_load(tmp_path: Path) -> None:
@@ -352,8 +377,12 @@ def test_an_overloaded_load_is_an_slo_miss_with_its_error_rate_not_the_end_of_th
     assert "the limit lies in [c=16, c=64)" in q1
     assert "never left" not in q1 and "the highest load tried" not in q1
     # and its goodput counts (a failed request meets no SLO) while its latency percentiles do not
-    assert re.search(r"c=64 \| TTFT p50 inconclusive \(no valid step on the treatment side\): n/a; goodput "
-                     r"\(SLO-meeting requests/s\) descriptive: -[\d.]+ req/s \(-69\.\d+ %\)", got["q1"]), got["q1"]
+    at64 = {r["figure"]: r for r in effect_rows(got["q1"]) if r["point"] == "c=64"}
+    assert at64["TTFT p50 (ms)"]["verdict"] == "inconclusive (no valid step on the treatment side)", at64
+    assert at64["TTFT p50 (ms)"]["treatment"] == "" and at64["TTFT p50 (ms)"]["difference"] == ""
+    good = at64["goodput (SLO-meeting requests/s) (req/s)"]
+    assert good["verdict"].startswith("descriptive") and float(good["difference"]) < 0, good
+    assert re.fullmatch(r"-69\.\d+ %", good["change"]), good
     assert "TTFT p50: inconclusive at c=1, c=4, c=16 (" in q1 and "at c=64 (no valid step on the treatment side)" in q1
 
 

@@ -311,7 +311,7 @@ def test_fail_at_state_tears_down_and_records_the_failure(
         assert ("_campaign", "cleanup_error") in {(r["experiment"], r["event"]) for r in read_table(lake, "timeline")}
         assert "the report step did not write the report: writing it now" in log
     ending = "failed-untorn" if state in ("AbortCampaign", "RecordPlanFailure") else "failed"
-    head = html[html.index('<section id="ending"'):html.index('<section id="answers"')]
+    head = html[html.index('<section id="ending"'):html.index('<section id="recommendations"')]
     assert f'data-status="{ending}"' in head and f"in state {primary or state}" in head, head
     assert failure.error in head and "PARTIAL" in head, head
     # the receipt: every resource created, read back after teardown as gone or restored (or kept warm for the
