@@ -101,6 +101,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    from benchctl.local.query import QueryEngine
+    from benchctl.report import since
+
+    with QueryEngine(lake := _lake(args.lake)) as engine:
+        c = since.load_comparison(engine, str(lake), args.campaign, args.against)
+    if args.format == "json":
+        print(json.dumps({"before": str(c.before["campaign_id"]), "after": str(c.after["campaign_id"]),
+                          "simulated": c.simulated, "provenance": since.provenance_rows(c),
+                          "figures": [s.row(c.settings) for s in c.shifts], "points": c.point_rows(),
+                          "unmatched": c.unmatched}, indent=2, default=str))
+    else:
+        print(since.text(c))
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from benchctl.cli.calibrate import run_calibrate
     from benchctl.local.query import QueryEngine

@@ -11,7 +11,7 @@ import sys
 
 from benchctl.cli.aws import cmd_doctor, cmd_start, cmd_status
 from benchctl.cli.common import AwsUnavailable, _err
-from benchctl.cli.lake import cmd_calibrate, cmd_ingest, cmd_query, cmd_report
+from benchctl.cli.lake import cmd_calibrate, cmd_compare, cmd_ingest, cmd_query, cmd_report
 from benchctl.cli.local import cmd_run, cmd_sweep
 from benchctl.cli.planning import cmd_plan, cmd_predict, cmd_render, cmd_schema, cmd_validate
 from benchctl.errors import ArtifactError, CeilingExceeded, SpecError
@@ -27,6 +27,7 @@ EPILOG = """examples:
   benchctl render examples/seed-plan.yaml --out manifests   # Kubernetes manifests the AWS engine applies
   benchctl predict examples/seed-plan.yaml --lake runs/lake   # aiconfigurator's predictions, offline
   benchctl report --lake runs/lake --out report.html   # one self-contained HTML report (figures, tables)
+  benchctl compare --lake runs/lake                    # the latest campaign against the one before it (same spec)
   benchctl calibrate --lake runs/lake --campaign C     # fit the mocker's timing profile from a measured campaign
   benchctl schema --out spec.schema.json               # the spec's JSON Schema, for editors
 """
@@ -158,6 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-measured", metavar="CAMPAIGN", help="a simulated campaign's report: put this measured "
                    "campaign (same lake) beside the twin and the prediction per sweep step, with MAPE per pair")
     p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("compare", help="a campaign against an earlier one of the same spec (default: the latest "
+                                       "against the one before it), figure by figure and point by point, each change "
+                                       "with its interval; what differs between them (spec hash, versions, driver, "
+                                       "engine, twins) first")
+    p.add_argument("campaign", nargs="?", help="campaign id (default: the latest in the lake's campaigns table)")
+    p.add_argument("--against", metavar="CAMPAIGN", help="the campaign to compare it with (default: the latest "
+                   "earlier campaign of the same spec name)")
+    p.add_argument("--lake", default="runs/lake", help="the lake holding both (default runs/lake)")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(fn=cmd_compare)
 
     p = sub.add_parser("schema", help="print the campaign spec's JSON Schema (editors: # yaml-language-server: $schema=...)")
     p.add_argument("--out", metavar="FILE", help="write it to FILE instead (docs/reference/spec.schema.json: `make docs`)")

@@ -37,11 +37,21 @@ def experiment_twins(spec: CampaignSpec, exp: Experiment, workspace: Path) -> di
     return resolve(workspace, pools, spec.served_weights(exp).name, exp)
 
 
+def spec_overrides(exp: Experiment) -> list[str]:
+    """The mocker knobs the spec sets explicitly, which win over the twin's (benchctl.forecast.twin.mocker_knobs)."""
+    return [f"mocker.{k} {getattr(exp.mocker, k):g}" for k in ("num_gpu_blocks", "speedup_ratio")
+            if getattr(exp.mocker, k) not in (None, 1.0)]
+
+
 def twin_rows(campaign_id: str, exp: Experiment, twins: dict[str, RoleTwin]) -> list[dict[str, Any]]:
+    """The ``twins`` rows of one experiment; ``note`` also names the spec's own knobs that win over the twin's
+    (what ``benchctl compare`` lists when two campaigns' workers were timed differently)."""
+    mine = spec_overrides(exp)
     return [{"campaign_id": campaign_id, "experiment": exp.name, "role": role, "choice": exp.mocker.twin,
              "profile": t.name, "label": t.label, "num_gpu_blocks": t.num_gpu_blocks,
              "provenance_json": json.dumps(t.provenance, sort_keys=True, default=str) if t.provenance else None,
-             "note": t.note} for role, t in twins.items()]
+             "note": "; ".join(x for x in (t.note, f"the spec's {', '.join(mine)} wins" if mine else "") if x) or None}
+            for role, t in twins.items()]
 
 
 def write_twins(spec: CampaignSpec, workspace: Path, campaign_id: str, progress: Any) -> list[dict[str, Any]]:
@@ -55,8 +65,7 @@ def write_twins(spec: CampaignSpec, workspace: Path, campaign_id: str, progress:
         twins = experiment_twins(spec, exp, workspace)
         rows += twin_rows(campaign_id, exp, twins)
         # what the spec sets explicitly wins over the twin's knobs (benchctl.forecast.twin.mocker_knobs): said here
-        mine = [f"mocker.{k} {getattr(exp.mocker, k):g}" for k in ("num_gpu_blocks", "speedup_ratio")
-                if getattr(exp.mocker, k) not in (None, 1.0)]
+        mine = spec_overrides(exp)
         for role, t in twins.items():
             what = f"profile {t.name}" + (f", {t.num_gpu_blocks} KV blocks" if t.num_gpu_blocks else "")
             if t.dispatch_ms:

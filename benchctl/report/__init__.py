@@ -23,6 +23,7 @@ from pathlib import Path
 
 from benchctl.atomic import atomic_write
 from benchctl.lake.query import QueryPort
+from benchctl.report import since
 from benchctl.report.calibration import load_calibration
 from benchctl.report.chartkit import SIM_TAG, SIM_TEXT
 from benchctl.report.data import ReportData, load_report_data, report_queries
@@ -50,6 +51,7 @@ def render_report(query: QueryPort, campaign_id: str | None, fmt: str = "html", 
         raise ValueError(f"unknown report format {fmt!r}; valid: {', '.join(FORMATS)}")
     data = load_report_data(query, campaign_id, source, missing_ok=missing_ok)
     data.calibration = load_calibration(query, data.campaign, compare_measured)
+    data.since, data.since_note = since.load_since(query, source, data.campaign_id)
     return render(data, fmt)
 
 

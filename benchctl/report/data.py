@@ -90,6 +90,8 @@ class ReportData:
     twins: list[dict[str, Any]] = field(default_factory=list)  # what timed the mocker workers (lake table twins)
     client: list[dict[str, Any]] = field(default_factory=list)  # per step: did the load generator keep up
     tuning: list[dict[str, Any]] = field(default_factory=list)  # the tune phase's candidates (report.tuning)
+    since: Any = None  # the campaign against the previous one of its spec (report.since), or None
+    since_note: str = ""  # why there is none
 
     @property
     def sim_tag(self) -> str:

@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from benchctl.report import client, tuning
+from benchctl.report import client, since, tuning
 from benchctl.report.answers import ANSWERS_INTRO, answers
 from benchctl.report.calibration import description, mape_columns
 from benchctl.report.chartkit import SIM_TAG, esc
@@ -155,6 +155,8 @@ def render_html(data: ReportData) -> str:
                  + esc(ANSWERS_INTRO)
                  + (f" {esc(data.sim_text)}: the verdicts rehearse the analysis, they say nothing about GPUs."
                     if data.simulated else "") + f"</p>{items}</section>")
+    toc.append((since.SECTION_ID, since.TITLE))
+    parts.append(since.html_section(data, _html_table, esc, sim))
     toc.append((tuning.SECTION_ID, tuning.TITLE))
     parts.append(tuning.html_section(data.tuning, _html_table, esc, sim))
     # figures

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from benchctl.report import client, tuning
+from benchctl.report import client, since, tuning
 from benchctl.report.answers import ANSWERS_INTRO, answers
 from benchctl.report.calibration import description, mape_columns
 from benchctl.report.chartkit import SIM_TAG
@@ -104,6 +104,7 @@ def render_markdown(data: ReportData) -> str:
             out += [_md_table(list(dict.fromkeys(k for r in placed for k in r)), placed), ""]
     else:
         out += ["_no network observation recorded_", ""]
+    out += since.md_lines(data, _md_table, md_text, tag)
     out += tuning.md_lines(data.tuning, _md_table, md_text, tag)
     for _sid, title, rows, cols, desc in table_sections(data):
         out += [f"## {title}{tag}", "", md_text(desc), ""]
