@@ -241,9 +241,10 @@ def _key_text(k: tuple[Any, ...]) -> str:
 
 
 def _natural(k: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
-    """Step keys in reading order: numbers as numbers (c2 before c16), then text."""
+    """Step keys in reading order: experiment, workload, lengths, load (numbers as numbers: c4 before c16), then
+    the variant."""
     out: list[tuple[int, Any]] = []
-    for x in k:
+    for x in (*k[:3], *k[4:], k[3]):
         if isinstance(x, int | float) and not isinstance(x, bool):
             out.append((0, float(x)))
         else:
