@@ -9,13 +9,14 @@ import itertools
 from datetime import datetime
 from typing import Any
 
-from benchctl.analysis.history import NO_DAY, CampaignComparison, DaySpread, compare_campaigns, day_spread
+from benchctl.analysis.history import NO_DAY, CampaignComparison, compare_campaigns, day_spread
 from benchctl.analysis.verdicts import Settings
 from benchctl.lake.paths import check_path_value
 from benchctl.lake.query import QueryPort
 from benchctl.report.data import _rows, pick_campaign
 
 TITLE = "Since the previous campaign of this spec"
+HISTORY_PAIRS = 5  # the spec's earlier pairs of campaigns the day-to-day spread is measured from, at most
 SECTION_ID = "since"
 SHIFT_COLUMNS = ["figure", "points", "change", "interval", "level", "verdict"]
 POINT_COLUMNS = ["point", "figure", "before", "after", "change", "interval"]
@@ -61,15 +62,22 @@ def pick_pair(query: QueryPort, source: str, campaign_id: str | None, against: s
     return max(earlier, key=_started), after
 
 
-def _twins(query: QueryPort, cid: str) -> dict[str, str]:
-    """What timed each mocker worker (the local engine's twins table; absent elsewhere)."""
+def _ids(ids: list[str]) -> str:
+    return ", ".join(f"'{check_path_value('campaign_id', i)}'" for i in ids)  # path-safe ids: safe to quote
+
+
+def _twins(query: QueryPort, ids: list[str]) -> dict[str, dict[str, str]]:
+    """What timed each mocker worker, per campaign (the local engine's twins table; absent elsewhere)."""
     try:
-        rows = _rows(query, f"SELECT experiment, role, label, num_gpu_blocks, note FROM twins "  # noqa: S608
-                            f"WHERE campaign_id = '{cid}'").rows
+        rows = _rows(query, f"SELECT campaign_id, experiment, role, label, num_gpu_blocks, note FROM twins "  # noqa: S608
+                            f"WHERE campaign_id IN ({_ids(ids)})").rows
     except Exception:  # an AWS lake has no twins table
         return {}
-    return {f"twin.{r['experiment']}.{r['role']}": f"{r.get('label')} ({r.get('num_gpu_blocks')} KV blocks)"
-            + (f"; {r['note']}" if r.get("note") else "") for r in rows}
+    out: dict[str, dict[str, str]] = {}
+    for r in rows:
+        out.setdefault(str(r["campaign_id"]), {})[f"twin.{r['experiment']}.{r['role']}"] = (
+            f"{r.get('label')} ({r.get('num_gpu_blocks')} KV blocks)" + (f"; {r['note']}" if r.get("note") else ""))
+    return out
 
 
 def _settings(query: QueryPort, cid: str) -> Settings:
@@ -78,36 +86,33 @@ def _settings(query: QueryPort, cid: str) -> Settings:
     return Settings.from_row(rows[0]) if rows else Settings()
 
 
-def _steps(query: QueryPort, cid: str) -> list[dict[str, Any]]:
-    return _rows(query, f"SELECT * FROM v_history WHERE campaign_id = '{cid}'").rows  # noqa: S608 (a checked id)
-
-
-def _history(query: QueryPort, after: dict[str, Any], pair: tuple[str, str], settings: Settings) -> DaySpread:
-    """The day spread from the spec's earlier campaigns: each consecutive pair of them (the pair compared left
-    out) with nothing recorded differing, compared without a day spread."""
-    rows = [r for r in _rows(query, "SELECT * FROM campaigns").rows if r.get("spec_name") == after.get("spec_name")
-            and _started(r) < _started(after) and r.get("status") == "succeeded"]
-    rows.sort(key=_started)
-    history = []
-    for b, a in itertools.pairwise(rows):
-        if (b["campaign_id"], a["campaign_id"]) == pair:
-            continue
-        ids = [check_path_value("campaign_id", str(x["campaign_id"])) for x in (b, a)]
-        c = compare_campaigns(b, a, _steps(query, ids[0]), _steps(query, ids[1]), settings,
-                              extra_before=_twins(query, ids[0]), extra_after=_twins(query, ids[1]),
-                              point_intervals=False, day=NO_DAY)
-        history.append(c)
-    return day_spread(history)
+def _history(after: dict[str, Any], pair: tuple[str, str], campaigns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The spec's succeeded campaigns started before ``after`` whose consecutive pairs measure the day spread:
+    the last :data:`HISTORY_PAIRS` pairs (so that a spec run nightly costs the report a bounded read)."""
+    rows = sorted((r for r in campaigns if r.get("spec_name") == after.get("spec_name")
+                   and _started(r) < _started(after) and r.get("status") == "succeeded"), key=_started)
+    return rows[-(HISTORY_PAIRS + 1):]
 
 
 def load_comparison(query: QueryPort, source: str, campaign_id: str | None = None, against: str | None = None
                     ) -> CampaignComparison:
+    """``campaign_id`` against ``against`` (defaults: :func:`pick_pair`), with the day spread measured from the
+    spec's earlier pairs: three queries of the lake whatever its history (campaigns, v_history, twins)."""
     before, after = pick_pair(query, source, campaign_id, against)
     b, a = (check_path_value("campaign_id", str(x["campaign_id"])) for x in (before, after))
+    history = _history(after, (b, a), _rows(query, "SELECT * FROM campaigns").rows)
+    ids = list(dict.fromkeys([b, a, *(str(r["campaign_id"]) for r in history)]))
+    steps: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
+    for r in _rows(query, f"SELECT * FROM v_history WHERE campaign_id IN ({_ids(ids)})").rows:  # noqa: S608
+        steps[str(r["campaign_id"])].append(r)
+    twins = _twins(query, ids)
     settings = _settings(query, a)
-    return compare_campaigns(before, after, _steps(query, b), _steps(query, a), settings,
-                             extra_before=_twins(query, b), extra_after=_twins(query, a),
-                             day=_history(query, after, (b, a), settings))
+    earlier = [compare_campaigns(x, y, steps[str(x["campaign_id"])], steps[str(y["campaign_id"])], settings,
+                                 extra_before=twins.get(str(x["campaign_id"])),
+                                 extra_after=twins.get(str(y["campaign_id"])), point_intervals=False, day=NO_DAY)
+               for x, y in itertools.pairwise(history) if (x["campaign_id"], y["campaign_id"]) != (b, a)]
+    return compare_campaigns(before, after, steps[b], steps[a], settings, extra_before=twins.get(b),
+                             extra_after=twins.get(a), day=day_spread(earlier))
 
 
 def load_since(query: QueryPort, source: str, campaign_id: str) -> tuple[CampaignComparison | None, str]:
@@ -116,8 +121,8 @@ def load_since(query: QueryPort, source: str, campaign_id: str) -> tuple[Campaig
         return load_comparison(query, source, campaign_id), ""
     except NoEarlierCampaign as e:
         return None, str(e).split("; name one with")[0]
-    except ValueError as e:  # a campaign the campaigns table does not show yet (the Report state's missing_ok)
-        return None, f"not compared: {e}"
+    except Exception as e:
+        return None, f"not compared: {type(e).__name__}: {e}"
 
 
 def describe(c: CampaignComparison) -> str:

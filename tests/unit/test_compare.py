@@ -154,3 +154,25 @@ def test_the_report_compares_its_campaign_with_the_previous_one_of_its_spec(tmp_
     assert 'data-before="a"' in section and "higher (worse)" in section
     first = render_report(lake, "a", "md")
     assert "no earlier campaign of the same spec" in first[first.index("## Since the previous campaign"):]
+
+
+def test_a_long_history_costs_a_bounded_read(tmp_path: Path) -> None:
+    # Given nine campaigns of the spec (a nightly run), compared as the report does on every campaign
+    lake = tmp_path / "lake"
+    for i in range(9):
+        campaign(lake, f"n{i}", i + 1, seed=i)
+    sql: list[str] = []
+    with QueryEngine(lake) as engine:
+        real = engine.run
+
+        def counted(q: str) -> Any:
+            sql.append(q)
+            return real(q)
+
+        engine.run = counted  # type: ignore[method-assign]
+        c = since.load_comparison(engine, str(lake))
+    # Then the day spread comes from the last five earlier pairs, read in a fixed number of queries (Athena
+    # charges per query and per byte: not one per campaign of the history)
+    assert (c.before["campaign_id"], c.after["campaign_id"]) == ("n7", "n8")
+    assert "over 5 earlier pair(s)" in c.day.source, c.day
+    assert len(sql) <= 6 and sum("v_history" in q for q in sql) == 1, sql
