@@ -78,6 +78,27 @@ if [ ! -f "$venv/.benchctl-model-ok" ]; then
   "$venv/bin/python" -m benchctl.local.modeldir --install
   touch "$venv/.benchctl-model-ok"
 fi
+# --- prometheus (the dashboard tier) ---
+# Debian's Prometheus (2.42 on Debian 12, with promtool) evaluates every dashboard query against a local campaign
+# in tests/e2e/test_dashboards_live.py; installed when missing and we are root, like the C compiler. The package
+# would start a system service on :9090 under systemd: it is stopped and disabled at once (the tier starts its
+# own on loopback).
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing Debian's prometheus (the dashboard tier's query engine)"
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } \
+      >>"$venv/setup.log" 2>&1 || { echo "[setup] apt-get install prometheus failed; last lines of $venv/setup.log:" >&2;
+                                    tail -5 "$venv/setup.log" >&2; exit 1; }
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+      systemctl disable --now prometheus >>"$venv/setup.log" 2>&1 || true
+    fi
+  else
+    echo "[setup] note: prometheus is missing and we are not root: tests/e2e/test_dashboards_live.py fails" \
+         "until it is installed (apt-get install -y --no-install-recommends prometheus)" >&2
+  fi
+fi
+# --- end prometheus ---
 # --- chromium (report screenshot test) ---
 # Headless Chromium renders the HTML report in tests/e2e/test_report.py (screenshot + DOM). Installed
 # from Debian only when missing and we are root; a failure here never fails the set-up: that test then

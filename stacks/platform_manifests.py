@@ -15,6 +15,7 @@ from benchctl.aws.k8s.common import (
     MANAGED_BY,
     WORKER_SYSTEM_PORT,
 )
+from benchctl.monitors import KVBM
 from stacks.platform_values import (
     CHARTS,
     DASHBOARD_FOLDER,
@@ -126,22 +127,24 @@ def kvbm_pod_monitor(s: PlatformSettings) -> JSON:
     """KVBM's exporter (``DYN_KVBM_METRICS=true``, port 6880) on the campaign's worker and prefill pods (our
     ``benchctl.io/role`` label; every campaign pod also carries ``benchctl.io/campaign``). The port is not a named
     container port: keep the worker's ``system`` port target (one per pod, 9090, which the operator names) and
-    rewrite its address to 6880, as Dynamo's own dynamo-router PodMonitor does for 9090."""
+    rewrite its address to 6880, as Dynamo's own dynamo-router PodMonitor does for 9090. Rendered from
+    :data:`benchctl.monitors.KVBM`, which a local run's Prometheus configuration is written from too."""
+    m = KVBM
     return {
-        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-        "metadata": _meta("benchctl-kvbm", s.namespace),
+        "apiVersion": "monitoring.coreos.com/v1", "kind": m.kind,
+        "metadata": _meta(m.name, s.namespace),
         "spec": {
             "namespaceSelector": {"matchNames": [s.namespace]},
             "selector": {"matchExpressions": [
-                {"key": LABEL_ROLE, "operator": "In", "values": ["worker", "prefill"]},
+                {"key": LABEL_ROLE, "operator": "In", "values": list(m.roles)},
                 {"key": LABEL_CAMPAIGN, "operator": "Exists"}]},
             "podMetricsEndpoints": [{
-                "port": "system",
-                "path": "/metrics",
-                "interval": s.scrape_interval,
+                "port": m.port,
+                "path": m.path,
+                "interval": m.scrape_interval(s.scrape_interval),
                 "relabelings": [{
                     "action": "replace", "sourceLabels": ["__address__"], "regex": r"([^:]+)(?::\d+)?",
-                    "replacement": f"${{1}}:{KVBM_METRICS_PORT}", "targetLabel": "__address__"}],
+                    "replacement": f"${{1}}:{m.port_override}", "targetLabel": "__address__"}],
             }],
         },
     }

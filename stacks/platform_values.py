@@ -53,6 +53,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from benchctl import monitors
 from benchctl.spec.deployment import ModelSpec
 from benchctl.spec.model import Kubernetes
 from benchctl.spec.settings import image_tag_version
@@ -165,8 +166,9 @@ EKS_ADDONS = {
 # Names the Kubernetes objects of the platform get; the campaign's (namespace, claim, secret) come from the spec
 STORAGE_CLASS = "benchctl-efs"
 PLATFORM_ID = "platform"  # stands in for a campaign id in the download Job's name and labels (not a campaign)
-DEFAULT_SCRAPE_INTERVAL = "15s"
-DYNAMO_POD_MONITOR_INTERVAL = "5s"  # the dynamo-platform chart's own PodMonitors (templates/prometheus.yaml)
+DEFAULT_SCRAPE_INTERVAL = monitors.DEFAULT_SCRAPE_INTERVAL
+# the dynamo-platform chart's own PodMonitors (templates/prometheus.yaml)
+DYNAMO_POD_MONITOR_INTERVAL = monitors.DYNAMO_POD_MONITOR_INTERVAL
 MODEL_CLAIM_SIZE = "1Ti"  # EFS is elastic: the request is required by the API, not a limit
 DASHBOARD_LABEL = "grafana_dashboard"  # kube-prometheus-stack's grafana.sidecar.dashboards.label
 DASHBOARD_LABEL_VALUE = "1"  # ... and its labelValue

@@ -44,7 +44,7 @@ from typing import Any
 from benchctl.atomic import atomic_write
 from benchctl.campaign.ports import JSON, DeploymentRequest, WorkerGroupSpec
 from benchctl.errors import ServingFailed
-from benchctl.local import cpu_engine, engine_model, loopback, modeldir, processes
+from benchctl.local import cpu_engine, engine_model, loopback, modeldir, processes, scrape
 from benchctl.local.serving_checks import (
     _describe_dead,
     _free_ports,
@@ -243,6 +243,8 @@ class LocalServing:
             if isinstance(e, Exception):
                 raise ServingFailed(f"deploy {spec.deployment_id}: could not start processes: {e}") from e
             raise
+        namespace = spec.target.kubernetes.namespace if spec.target is not None else "local"
+        scrape.write_targets(self.workdir, spec.deployment_id, namespace, state["components"])
         self._save_state(state)
         return state
 
@@ -393,6 +395,7 @@ class LocalServing:
         disk = self.load_state(dep_id) or {}
         recs = self._records(state, disk)
         running = [r["name"] for r in recs if processes.is_alive(r)]
+        scrape.remove_targets(self.workdir, dep_id)  # before the processes go: no scrape of a dead or reused port
         killed = processes.stop([r for r in recs if r["name"] == "frontend"], grace_s=5.0)
         killed += processes.stop([r for r in recs if r["name"] != "frontend"], grace_s=5.0)
         removed = []

@@ -15,6 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from benchctl.spec.model import load_spec
+from tests import prometheus_harness
+from tests.prometheus_harness import recorded_expositions
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -86,14 +90,34 @@ SMOKE_ID = "smoke-e2e"
 
 
 @pytest.fixture(scope="session")
-def smoke_campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """`benchctl run examples/smoke.yaml` once per test session (both modes, all four workloads); every
-    e2e test that only reads a finished campaign (views, lake, report, Chromium) uses this one."""
+def _smoke(tmp_path_factory: pytest.TempPathFactory):
+    """`benchctl run examples/smoke.yaml` once per test session (both modes, all four workloads), watched by a
+    real Prometheus (Debian's) scraping it with the platform's scrape jobs, beside the recorded expositions of
+    what the local engine cannot expose (tests/prometheus_harness.py). Prometheus stays up for the session."""
     out = tmp_path_factory.mktemp("smoke")
-    bin_ = Path(sys.executable).parent / "benchctl"
-    res = subprocess.run([str(bin_), "run", "examples/smoke.yaml", "--out", str(out), "--campaign-id", SMOKE_ID],
-                         capture_output=True, text=True, cwd=ROOT, timeout=1500)
-    return res, out
+    run_dir = out / "campaigns" / SMOKE_ID
+    namespace = load_spec(ROOT / "examples" / "smoke.yaml").kubernetes.namespace
+    with prometheus_harness.running(run_dir, namespace, tmp_path_factory.mktemp("prometheus"),
+                                    recorded_expositions(namespace)) as prom:
+        bin_ = Path(sys.executable).parent / "benchctl"
+        start = time.time()
+        res = subprocess.run([str(bin_), "run", "examples/smoke.yaml", "--out", str(out), "--campaign-id", SMOKE_ID],
+                             capture_output=True, text=True, cwd=ROOT, timeout=1500)
+        prom.window = (start, time.time())
+        yield res, out, prom
+
+
+@pytest.fixture(scope="session")
+def smoke_campaign(_smoke) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The session's smoke campaign; every e2e test that only reads a finished campaign (views, lake, report,
+    Chromium, dashboards) uses this one."""
+    return _smoke[0], _smoke[1]
+
+
+@pytest.fixture(scope="session")
+def smoke_prometheus(_smoke) -> prometheus_harness.Prometheus:
+    """The Prometheus that scraped the smoke campaign (its ``window``: the campaign's start and end)."""
+    return _smoke[2]
 
 
 def wait_for(predicate, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:

@@ -11,6 +11,7 @@ so each also proves the aborted campaign before it released its pool lock.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -43,7 +44,9 @@ PHASES = {
     "between-steps": (r"\] LaunchLoad .*step 2/2", {"LaunchLoad", "AwaitLoadEnd", "CheckLoad"}),
     "teardown": (r"\] TeardownExperiment ", {"TeardownExperiment"}),
 }
-REPEATS = 2
+# Each phase once per run (CI runs the suite at every change, so the phases are retried run after run); more, to
+# hunt a race locally: BENCHCTL_INTERRUPT_REPEATS=5 make e2e
+REPEATS = int(os.environ.get("BENCHCTL_INTERRUPT_REPEATS", "1"))
 # From the first SIGINT to the run's exit: a Ctrl-C must stop promptly in every phase. Every wait of the abort
 # path is bounded well inside this (the load's stop 10 s + 5 s, each process group's 5 s + 5 s, the runner's
 # 3 s + 5 s); it normally takes about 5 s. The margin is for a loaded 2-core CI machine.

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from benchctl import monitors
 from benchctl.spec.deployment import ModelSpec, PoolSpec
 from benchctl.spec.model import Kubernetes
 from benchctl.spec.names import dgd_name, object_name
@@ -47,7 +48,7 @@ PREFLIGHT_DEADLINE_S = 600
 # internal/consts: DynamoSystemPort = 9090).
 WORKER_SYSTEM_PORT = 9090
 # KVBM's Prometheus exporter with DYN_KVBM_METRICS=true (FACTS "Dynamo on Kubernetes": port 6880).
-KVBM_METRICS_PORT = 6880
+KVBM_METRICS_PORT = monitors.KVBM_METRICS_PORT
 # Host memory of a KVBM worker besides its CPU KV cache (Python, CUDA context, NIXL staging): a stated
 # assumption; the request is this plus DYN_KVBM_CPU_CACHE_GB, so the scheduler reserves the cache.
 KVBM_BASE_MEMORY_GIB = 16
