@@ -25,7 +25,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from benchctl import monitors
+from benchctl.dashboards import HttpPrometheus
 from benchctl.local import scrape
 
 RECORDED_DIR = Path(__file__).resolve().parent / "data" / "recorded"
@@ -111,21 +112,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@dataclass
-class Prometheus:
-    url: str
-    proc: subprocess.Popen[bytes]
-    recorded: list[Recorded] = field(default_factory=list)
-    window: tuple[float, float] | None = None  # the campaign's start and end (set by whoever ran it)
+class Prometheus(HttpPrometheus):
+    """The harness's Prometheus: its API (benchctl.dashboards.HttpPrometheus), process and recorded targets."""
 
-    def get(self, path: str, **params: Any) -> Any:
-        """A GET of the HTTP API; returns the parsed body, errors included (``status: error``)."""
-        url = f"{self.url}{path}?{urllib.parse.urlencode(params, doseq=True)}"
-        try:
-            with urllib.request.urlopen(url, timeout=30) as r:
-                return json.loads(r.read())
-        except urllib.error.HTTPError as e:  # 400/422: the API's own error body
-            return json.loads(e.read())
+    def __init__(self, url: str, proc: subprocess.Popen[bytes], recorded: list[Recorded]) -> None:
+        super().__init__(url)
+        self.proc = proc
+        self.recorded = recorded
+        self.window: tuple[float, float] | None = None  # the campaign's start and end (set by whoever ran it)
 
 
 def config(run_dir: Path, namespace: str, recorded_dir: Path) -> dict[str, Any]:

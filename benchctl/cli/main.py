@@ -1,7 +1,7 @@
 """benchctl: the command line for people.
 
-Exit codes: 0 success; 1 a campaign ran and failed; 2 bad input (spec, artifacts, arguments);
-130 interrupted.
+Exit codes: 0 success; 1 a campaign ran and failed (or a dashboard query did); 2 bad input (spec, artifacts,
+arguments); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 
 from benchctl.cli.aws import cmd_doctor, cmd_start, cmd_status
 from benchctl.cli.common import AwsUnavailable, _err
+from benchctl.cli.dashboards import cmd_dashboards
 from benchctl.cli.lake import cmd_calibrate, cmd_compare, cmd_ingest, cmd_query, cmd_report
 from benchctl.cli.local import cmd_run, cmd_sweep
 from benchctl.cli.planning import cmd_plan, cmd_predict, cmd_render, cmd_schema, cmd_validate
@@ -30,6 +31,7 @@ EPILOG = """examples:
   benchctl compare --lake runs/lake                    # the latest campaign against the one before it (same spec)
   benchctl calibrate --lake runs/lake --campaign C     # fit the mocker's timing profile from a measured campaign
   benchctl schema --out spec.schema.json               # the spec's JSON Schema, for editors
+  benchctl dashboards --prometheus http://127.0.0.1:9090 --since 60   # every dashboard query, evaluated
 """
 
 
@@ -176,8 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_schema)
 
     from benchctl.cli.calibrate import add_parser as add_calibrate
+    from benchctl.cli.dashboards import add_parser as add_dashboards
 
     add_calibrate(sub).set_defaults(fn=cmd_calibrate)
+    add_dashboards(sub).set_defaults(fn=cmd_dashboards)
     return ap
 
 

@@ -1,5 +1,5 @@
 """The dashboards show data: every query of every dashboard of ``dashboards/`` evaluated on real engines against the
-session's smoke campaign (tests/dashboard_queries.py says how Grafana's variables and macros are substituted).
+session's smoke campaign (benchctl/dashboards.py says how Grafana's variables and macros are substituted).
 
 * PromQL: a real Prometheus (Debian's) scraped the campaign with the platform's own scrape jobs
   (``benchctl.monitors``: job names, labels, intervals) and the recorded expositions of what the local engine
@@ -18,13 +18,15 @@ import copy
 import json
 import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from benchctl import dashboards as dq
 from benchctl.local.query import QueryEngine
 from benchctl.spec.model import load_spec
-from tests import dashboard_queries as dq
 from tests.prometheus_harness import RECORDED_POD, Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,3 +127,29 @@ def test_a_broken_label_matcher_fails_naming_the_dashboard_panel_and_query(finis
     assert len(failures) == 1, failures
     assert failures[0].startswith("dynamo-platform.json panel 1 'Frontend request rate' query A: no data")
     assert 'model_name=~"Qwen/Qwen3-30B-A3B"}' in failures[0]
+
+
+def _benchctl(*args: str) -> subprocess.CompletedProcess[str]:
+    bin_ = Path(sys.executable).parent / "benchctl"
+    return subprocess.run([str(bin_), *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_the_command_line_check_passes_every_query_and_names_what_an_exporter_upgrade_empties(finished,
+                                                                                             tmp_path) -> None:
+    """`benchctl dashboards` (what a person runs on the cluster's Prometheus before the GPU campaign) on the same
+    Prometheus: every query passes; then the GPU dashboard as dcgm-exporter after 4.5.3-4.8.2 would need it (its
+    host label renamed `hostname`, NVIDIA/dcgm-exporter PR #655) against this exporter fails, naming each panel."""
+    _, prom, start, end = finished
+    window = ("--start", f"{start:.3f}", "--end", f"{end:.3f}")
+    res = _benchctl("dashboards", "--prometheus", prom.url, *window)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    assert "70 of 70 PromQL queries returned plausible numbers" in res.stdout
+    upgraded = tmp_path / "gpu-dcgm.json"
+    upgraded.write_text((dq.DASHBOARDS / "gpu-dcgm.json").read_text().replace(
+        'Hostname=~\\"$Hostname\\"', 'hostname=~\\"$Hostname\\"'))
+    res = _benchctl("dashboards", "--prometheus", prom.url, *window, "--dashboard", str(upgraded), "--format", "json")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr
+    body = json.loads(res.stdout)
+    failed = [r["where"] for r in body["results"] if r["failure"]]
+    assert body["queries"] == 12 and len(failed) == 12, body  # every panel of the GPU dashboard goes empty
+    assert "gpu-dcgm.json panel 4 'Total power' query A" in failed

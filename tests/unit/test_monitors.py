@@ -8,13 +8,15 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
+from benchctl import dashboards as dq
 from benchctl import monitors
+from benchctl.cli.main import main
 from benchctl.local import scrape
 from stacks import platform_manifests as pm
 from stacks import platform_values as pv
-from tests import dashboard_queries as dq
 from tests import prometheus_harness as ph
 from tests.unit.test_platform_values import MANAGED
 
@@ -94,3 +96,26 @@ def test_a_panels_unit_override_by_legend_is_the_unit_its_query_is_held_to() -> 
     assert units[(14, "B")] == "short"  # cached tokens per request: its own axis
     assert sum(1 for name in ("dynamo-platform.json", "kvbm.json", "gpu-dcgm.json", "benchctl-results.json")
                for _ in dq.targets(name, dq.load(dq.DASHBOARDS / name))) == 86
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--prometheus", "ftp://x"], "an http(s) URL"),
+    (["--prometheus", "http://127.0.0.1:1", "--var", "namespace"], "NAME=VALUE"),
+    (["--prometheus", "http://127.0.0.1:1", "--start", "10"], "--start and --end go together"),
+    (["--prometheus", "http://127.0.0.1:1", "--start", "10", "--end", "5"], "is not before --end"),
+    (["--prometheus", "http://127.0.0.1:1", "--since", "0"], "above 0"),
+    (["--prometheus", "http://127.0.0.1:1"], "cannot reach its HTTP API"),  # a closed loopback port
+])
+def test_the_dashboards_command_refuses_bad_input_with_exit_2_naming_it(args: list[str], says: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboards", *args]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_dashboards_command_names_a_dashboard_file_that_is_not_json(tmp_path: Path, monkeypatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    monkeypatch.setattr(dq.HttpPrometheus, "get", lambda self, path, **p: {"status": "success", "data": {}})
+    assert main(["dashboards", "--prometheus", "http://127.0.0.1:1", "--dashboard", str(bad)]) == 2
+    assert f"{bad}: not a dashboard JSON model" in capsys.readouterr().err

@@ -1,5 +1,6 @@
-"""Every query of every dashboard of ``dashboards/``, evaluated as Grafana would on a real engine: PromQL through a
-real Prometheus' HTTP API (``tests.prometheus_harness``), SQL through the report's DuckDB engine over a lake.
+"""Every query of the Grafana dashboards of ``dashboards/``, evaluated as Grafana would: PromQL through a real
+Prometheus' HTTP API (``benchctl dashboards`` on a cluster's Prometheus; the dashboard tier on a local campaign),
+SQL through a query engine over the lake (the report's DuckDB here, Athena's dialect).
 
 Grafana's substitutions, as its Prometheus datasource does them (public/app/plugins/datasource/prometheus:
 ``interpolateQueryExpr``, ``prometheusSpecialRegexEscape``; the ``$__rate_interval`` rule of its docs):
@@ -17,17 +18,18 @@ Each failure names the dashboard, the panel, the query's refId and its text.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from tests.prometheus_harness import Prometheus
-
-ROOT = Path(__file__).resolve().parents[1]
-DASHBOARDS = ROOT / "dashboards"
+DASHBOARDS = Path(__file__).resolve().parents[1] / "dashboards"  # the repository's (a checkout, not a wheel)
 SCRAPE_S = 15  # the Prometheus datasource's scrape interval (Grafana's default, the platform's)
 STEP_S = SCRAPE_S
 RATE_INTERVAL = f"{max(STEP_S + SCRAPE_S, 4 * SCRAPE_S)}s"
@@ -40,6 +42,30 @@ PLAUSIBLE: dict[str | None, tuple[float, float]] = {
     "suffix: MHz": (0.0, 5000.0), "currencyUSD": (0.0, 1e6), None: (0.0, 1e12),
 }
 _RE_SPECIAL = re.compile(r"([$^*{}\[\]'+?.()|])")
+
+
+class PrometheusAPI(Protocol):
+    def get(self, path: str, **params: Any) -> Any: ...
+
+
+class HttpPrometheus:
+    """Prometheus' HTTP API at ``url`` (GET only; an error answer is returned as its JSON body)."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def get(self, path: str, **params: Any) -> Any:
+        url = f"{self.url}{path}?{urllib.parse.urlencode(params, doseq=True)}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as r:  # noqa: S310 - the user's URL, http(s)
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:  # 400/422: the API's own error body
+            body = e.read()
+            try:
+                return json.loads(body)
+            except ValueError:
+                return {"status": "error", "errorType": f"HTTP {e.code}", "error": body[:300].decode(errors="replace")}
 
 
 @dataclass(frozen=True)
@@ -111,22 +137,25 @@ def substitute(text: str, values: dict[str, str], extra: dict[str, str]) -> str:
 
     def repl(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)
-        assert name in allv, f"no value for ${name} in {text!r}"
+        if name not in allv:
+            raise ValueError(f"no value for ${name} in {text!r}")
         return allv[name]
 
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", repl, text)
 
 
-def prom_values(prom: Prometheus, dash: dict[str, Any], start: float, end: float) -> dict[str, list[str]]:
+def prom_values(prom: PrometheusAPI, dash: dict[str, Any], start: float, end: float) -> dict[str, list[str]]:
     """Each query variable's values over the window, in order (a later one reads the earlier ones)."""
     chosen: dict[str, list[str]] = {}
     for var in query_variables(dash):
         q = variable_query(var)
         m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", q.strip())
-        assert m, f"{var['name']}: not a label_values() query: {q!r}"
+        if not m:
+            raise ValueError(f"variable ${var['name']}: not a label_values() query: {q!r}")
         match = substitute(m.group(1), {k: format_multi(v) for k, v in chosen.items()}, {})
         body = prom.get(f"/api/v1/label/{m.group(2)}/values", **{"match[]": match, "start": start, "end": end})
-        assert body.get("status") == "success", f"variable ${var['name']} ({q}): {body}"
+        if body.get("status") != "success":
+            raise ValueError(f"variable ${var['name']} ({q}): Prometheus answered {body.get('error') or body}")
         chosen[var["name"]] = sorted(body["data"])
     return chosen
 
@@ -141,7 +170,7 @@ def selectors(expr: str) -> set[str]:
     return {m.group(0) for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*\{[^}]*\}", expr)}
 
 
-def evaluate(prom: Prometheus, t: Target, expr: str, start: float, end: float) -> tuple[str | None, list[float]]:
+def evaluate(prom: PrometheusAPI, t: Target, expr: str, start: float, end: float) -> tuple[str | None, list[float]]:
     """(the failure or None, every number the query returned in the window)."""
     body = prom.get("/api/v1/query_range", query=expr, start=start, end=end, step=STEP_S)
     if body.get("status") != "success":
@@ -159,7 +188,7 @@ def evaluate(prom: Prometheus, t: Target, expr: str, start: float, end: float) -
     return None, finite
 
 
-def source(prom: Prometheus, expr: str, start: float, end: float) -> str:
+def source(prom: PrometheusAPI, expr: str, start: float, end: float) -> str:
     """``live`` when every selector of the query matches series of the run's own processes, ``recorded`` when
     every one matches only series served from a recorded exposition, else ``mixed``."""
     kinds = set()
@@ -180,10 +209,11 @@ class Outcome:
     numbers: int
 
 
-def check_prometheus(prom: Prometheus, name: str, dash: dict[str, Any], start: float, end: float,
-                     pinned: dict[str, list[str]] | None = None) -> list[Outcome]:
+def check_prometheus(prom: PrometheusAPI, name: str, dash: dict[str, Any], start: float, end: float,
+                     pinned: dict[str, list[str]] | None = None, classify: bool = True) -> list[Outcome]:
     """Every PromQL target of a dashboard, Grafana's variables set to their values in the window (``pinned``:
-    those values instead, e.g. the run's own namespace)."""
+    those values instead, e.g. the run's own namespace); ``classify``: also say where each query's data came
+    from (live or recorded: one series look-up per selector)."""
     values = prom_values(prom, dash, start, end)
     values.update(pinned or {})
     subs = {k: format_multi(v) for k, v in values.items() if v}
@@ -197,14 +227,13 @@ def check_prometheus(prom: Prometheus, name: str, dash: dict[str, Any], start: f
             continue
         expr = substitute(t.text, subs, macros(start, end))
         failure, numbers = evaluate(prom, t, expr, start, end)
-        out.append(Outcome(t, expr, failure, source(prom, expr, start, end), len(numbers)))
+        out.append(Outcome(t, expr, failure, source(prom, expr, start, end) if classify else "", len(numbers)))
     return out
 
 
 def athena_sql(sql: str, values: dict[str, str], start: float, end: float) -> str:
     """The Athena datasource's ``$__timeFilter(col)`` (``col BETWEEN TIMESTAMP '…' AND TIMESTAMP '…'``, UTC) and
     the variables (text, unescaped, as the plugin interpolates them)."""
-    import datetime as dt
 
     def ts(x: float) -> str:
         return dt.datetime.fromtimestamp(x, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -222,7 +251,8 @@ def check_sql(engine: Any, name: str, dash: dict[str, Any], start: float, end: f
     for var in query_variables(dash):
         sql = athena_sql(variable_query(var), values, start, end)
         _, rows = engine.run(sql)
-        assert rows, f"{name} variable ${var['name']}: no rows\n  {sql}"
+        if not rows:
+            raise ValueError(f"{name} variable ${var['name']}: no rows\n  {sql}")
         values[var["name"]] = str(rows[0][0])
     for t in targets(name, dash):
         if t.kind != "sql":
