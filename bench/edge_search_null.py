@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchctl.analysis.search import Measured, bound_level, next_load
-from benchctl.analysis.verdicts import HIGHER, LOWER, Attainment, RegimeComparison
+from benchctl.analysis.regimes import Attainment, RegimeComparison
+from benchctl.analysis.verdicts import HIGHER, LOWER
 
 TARGET, CONFIDENCE, REPEATS = 0.9, 0.95, 3
 GRID = (1, 2, 4, 8, 16, 32, 64, 256, 512, 1024, 1536)  # the seed plan's ISL 1024 sweep

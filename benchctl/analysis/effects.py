@@ -13,7 +13,10 @@ endpoint of its answer (tested) or descriptive (shown with an unadjusted interva
 :func:`effects` computes every point of one figure of one comparison together: paired by repeat when both sides
 ran the same repeats with the same seed and dataset (the same requests), else Welch; each cell's variance
 moderated across the figure's points (:mod:`benchctl.analysis.inference`), except a count's, whose variance moves with its
-level (each point keeps its own). :func:`adjust` then applies Holm's step-down
+level (each point keeps its own). The deployment is a level of its own (:mod:`benchctl.analysis.components`): with
+one deployment per side the spec's between-deployment floor (``comparison.deployment_spread_pct``) is added to each
+side's variance, assumed; with two or more the effect is judged on the deployments' means, the between-deployment
+variance measured (never below the floor) with the deployments' degrees of freedom. :func:`adjust` then applies Holm's step-down
 over an answer's family of primary effects and gives each its outcome and its interval at the level its step
 used. Pure: the standard library and the core.
 """
@@ -24,43 +27,32 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from benchctl.analysis import inference
+from benchctl.analysis.compared import (  # the figure and its comparison at a point (re-exported: callers import them here)
+    ABS,
+    COUNT,
+    DESCRIPTIVE,
+    LOG,
+    SHARE,
+    Compared,
+    Figure,
+    Judged,
+    confidence_text,
+)
+from benchctl.analysis.components import (
+    Components,
+    block_components,
+    satterthwaite,
+    spread_pct,
+    within_components,
+)
 from benchctl.analysis.inference import Prior
 from benchctl.analysis.verdicts import HIGHER, INCONCLUSIVE, LOWER, MIN_REPEATS, Sample, Settings, num_text
 
-LOG, COUNT, SHARE, ABS = "log", "count", "share", "abs"
-DESCRIPTIVE = "descriptive"
-
-
-@dataclass(frozen=True)
-class Figure:
-    column: str
-    label: str
-    unit: str
-    lower_is_better: bool
-    scale: str = LOG
-    tail: bool = False  # a tail percentile: needs min_samples_p99 requests in every step
-    threshold: float | None = None  # ABS: the practical threshold in the figure's unit
-
-    def edges(self, settings: Settings) -> tuple[float, float]:
-        """The practical threshold's two edges on the analysis scale."""
-        thr = settings.practical_threshold_pct
-        if self.scale in (LOG, COUNT):
-            return math.log(max(1e-9, 1.0 - thr / 100.0)), math.log(1.0 + thr / 100.0)
-        if self.scale == SHARE:
-            return -thr / 100.0, thr / 100.0
-        a = float(self.threshold if self.threshold is not None else thr)
-        return -a, a
-
-    def threshold_text(self, settings: Settings) -> str:
-        thr = settings.practical_threshold_pct
-        if self.scale in (LOG, COUNT):
-            return f"+/-{thr:g} % of the baseline"
-        if self.scale == SHARE:
-            return f"+/-{thr:g} percentage points"
-        return f"+/-{num_text(self.edges(settings)[1])} {self.unit}".rstrip()
+__all__ = ["ABS", "COUNT", "DESCRIPTIVE", "LOG", "SHARE", "Block", "Compared", "Family", "Figure", "Judged", "Obs",
+           "Point", "adjust", "confidence_text", "crossovers", "describe", "effects", "from_estimate", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +64,7 @@ class Obs:
     key: tuple[Any, ...] = ()
     exposure: float | None = None
     requests: int | None = None
+    unit: str | None = None  # the deployment it ran on (benchctl.spec.design; None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -107,140 +100,6 @@ def _var(xs: Sequence[float]) -> float:
     return math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
-class Judged(Protocol):
-    """What Holm's step-down decides: anything with a p-value that takes its decision."""
-
-    p: float | None
-
-    def decide(self, rejected: bool, alpha: float) -> None: ...
-
-
-@dataclass
-class Compared:
-    """One figure at one point: the raw values per side (for reading), the effect on the analysis scale with its
-    standard error and degrees of freedom, and, once :func:`adjust` or :func:`describe` ran, the interval, its
-    confidence and the outcome (LOWER / HIGHER: the treatment's figure relative to the baseline's; INCONCLUSIVE;
-    DESCRIPTIVE for a figure shown without a verdict)."""
-
-    figure: Figure
-    where: str
-    base: Sample
-    treat: Sample
-    load: float | None = None
-    group: Any = None
-    paired: bool = False
-    estimate: float | None = None
-    se: float | None = None
-    df: float | None = None
-    p: float | None = None
-    edges: tuple[float, float] = (0.0, 0.0)
-    primary: bool = True
-    outcome: str = INCONCLUSIVE
-    reason: str = ""
-    confidence: float | None = None
-    low: float | None = None
-    high: float | None = None
-    threshold_text: str = ""
-
-    @property
-    def unit(self) -> str:
-        return self.figure.unit
-
-    @property
-    def lower_is_better(self) -> bool:
-        return self.figure.lower_is_better
-
-    @property
-    def diff(self) -> float | None:
-        if self.base.mean is None or self.treat.mean is None:
-            return None
-        return self.treat.mean - self.base.mean
-
-    @property
-    def directional(self) -> bool:
-        return self.outcome in (LOWER, HIGHER)
-
-    @property
-    def better(self) -> str | None:
-        """'treatment' or 'baseline' when directional, else None."""
-        if not self.directional:
-            return None
-        return "treatment" if (self.outcome == LOWER) == self.lower_is_better else "baseline"
-
-    def decide(self, rejected: bool, alpha: float) -> None:
-        if self.estimate is None or self.se is None or self.df is None:
-            return
-        self.confidence = 1.0 - alpha
-        self.low, self.high = inference.interval(self.estimate, self.se, self.df, self.confidence)
-        if rejected:
-            self.outcome = HIGHER if self.low > self.edges[1] else LOWER
-            self.reason = ""
-        else:
-            self.outcome = INCONCLUSIVE
-            self.reason = ("the interval includes 0" if self.low <= 0.0 <= self.high else
-                           f"the interval does not clear the practical threshold of {self.threshold_text}")
-
-    # ---------------------------------------------------------------------------------- reading
-
-    def _shown(self, x: float) -> float:
-        """An analysis-scale value as read: % of the baseline (log/count), percentage points (share), unit."""
-        if self.figure.scale in (LOG, COUNT):
-            return 100.0 * math.expm1(x)
-        return 100.0 * x if self.figure.scale == SHARE else x
-
-    @property
-    def shown_unit(self) -> str:
-        return {LOG: "%", COUNT: "%", SHARE: "pp"}.get(self.figure.scale, self.unit)
-
-    @property
-    def change(self) -> float | None:
-        """The effect as read (``shown_unit``)."""
-        return None if self.estimate is None else self._shown(self.estimate)
-
-    @property
-    def change_interval(self) -> tuple[float, float] | None:
-        if self.low is None or self.high is None:
-            return None
-        return self._shown(self.low), self._shown(self.high)
-
-    def delta_text(self) -> str:
-        """'-46.3 ms (-45.4 %), 99.84 % CI [-50.1, -42.5] %': the difference of the means in the unit, the effect
-        and its interval at the level it was judged (descriptive: unadjusted)."""
-        d = self.diff
-        if d is None:
-            return "n/a"
-        out = num_text(d, self.unit, signed=True)
-        ch = self.change
-        if ch is not None and self.figure.scale != ABS:
-            out += f" ({num_text(ch, self.shown_unit, signed=True)})"
-        iv = self.change_interval
-        if iv is None or self.confidence is None:
-            return out + ", no interval"
-        unit = self.shown_unit
-        tail = f" {unit}" if unit else ""
-        level = confidence_text(self.confidence) + (" unadjusted" if self.outcome == DESCRIPTIVE else "")
-        return out + f", {level} CI [{num_text(iv[0], signed=True)}, {num_text(iv[1], signed=True)}]{tail}"
-
-    def text(self) -> str:
-        """'lower: ...', 'inconclusive (why): ...' or 'descriptive: ...'."""
-        if self.outcome == DESCRIPTIVE:  # with why it could not have been judged anyway, where it could not
-            return f"{DESCRIPTIVE}: {self.delta_text()}" + (f" ({self.reason})" if self.reason else "")
-        head = self.outcome if self.directional else f"{INCONCLUSIVE} ({self.reason})"
-        return f"{head}: {self.delta_text()}"
-
-
-def confidence_text(c: float) -> str:
-    """95 %, 99.84 %, 99.997 %: two decimals, more while they would round up to 100 %."""
-    pct = 100.0 * c
-    if abs(pct - round(pct)) < 1e-9:
-        return f"{round(pct)} %"
-    for d in range(2, 9):
-        text = f"{pct:.{d}f}"
-        if float(text) < 100.0:
-            return f"{text.rstrip('0').rstrip('.')} %"
-    return f"{pct:.9g} %"
-
-
 def _sample(obs: Sequence[Obs]) -> Sample:
     reqs = [o.requests for o in obs if o.requests is not None]
     return Sample(tuple(o.value for o in obs), min(reqs) if reqs else None)
@@ -262,17 +121,62 @@ def _pairable(points: Sequence[Point]) -> bool:
 
 @dataclass
 class Block:
-    """What :func:`effects` found for one figure of one comparison: its effects, the prior and the design."""
+    """What :func:`effects` found for one figure of one comparison: its effects, the prior of the repeats' variances,
+    the design and the variance components of each stream (``base``/``treat``, or ``paired``:
+    :mod:`benchctl.analysis.components`)."""
 
     figure: Figure
     effects: list[Compared] = field(default_factory=list)
     prior: Prior = inference.NO_PRIOR
     paired: bool = False
+    components: dict[str, Components] = field(default_factory=dict)
+
+    @property
+    def deployments(self) -> int:
+        """Deployments behind each side (the fewer of the two; 1 when the lake does not say)."""
+        return min((c.blocks for c in self.components.values()), default=1)
+
+    def components_text(self) -> str:
+        """'between deployments 3.1 % (measured over 2 deployments, 1 df), within a deployment 1.2 %: the
+        deployments dominate' (or the floor assumed): what each level contributes, as relative spreads."""
+        if not self.components or self.figure.scale not in (LOG, COUNT):
+            return ""
+        parts = []
+        for name, c in self.components.items():
+            res = sorted(v for v, _ in c.residual.values())
+            typical = res[len(res) // 2] if res else None
+            between = (f"between deployments {num_text(spread_pct(c.between), '%')} "
+                       + ("(assumed: comparison.deployment_spread_pct, one deployment)" if c.measured is None else
+                          f"(the floor comparison.deployment_spread_pct; measured {num_text(spread_pct(c.measured), '%')}"
+                          f" over {c.blocks} deployments)" if c.floor_binds else
+                          f"(measured over {c.blocks} deployments, {c.between_df:g} df)"))
+            within = ("" if typical is None else f", a deployment's mean beyond it {num_text(spread_pct(typical), '%')}")
+            parts.append(f"{name}: {between}{within}; {c.dominant} dominate")
+        return "; ".join(parts)
+
+
+def _floor2(figure: Figure, settings: Settings) -> float:
+    """The least between-deployment variance a verdict allows for, on the figure's scale: the spec's
+    ``comparison.deployment_spread_pct`` as a log-scale variance for performance figures (latency, throughput, $,
+    goodput: a deployment's speed moves them); none for shares and absolute figures (a cache hit rate or a queue
+    depth is no speed)."""
+    if figure.scale not in (LOG, COUNT):
+        return 0.0
+    return math.log1p(settings.deployment_spread_pct / 100.0) ** 2
+
+
+def _units(points: Sequence[Point], side: str) -> set[str]:
+    return {o.unit for pt in points for o in getattr(pt, side) if o.unit}
 
 
 def effects(figure: Figure, points: Sequence[Point], settings: Settings, *, primary: bool = True) -> Block:
-    """Every point of one figure of one comparison: the effect, its standard error (cell variances moderated
-    across the points' cells) and its threshold p-value; a point that cannot be judged says why."""
+    """Every point of one figure of one comparison: the effect, its standard error and its threshold p-value; a
+    point that cannot be judged says why. With one deployment per side the repeats' variances are moderated across
+    the points' cells and the between-deployment floor is added (assumed); with two or more the effect is judged
+    on the deployments' means, its variance from the measured components (:mod:`benchctl.analysis.components`)."""
+    floor2 = _floor2(figure, settings)
+    if len(_units(points, "base")) >= 2 and len(_units(points, "treat")) >= 2:
+        return _deployment_effects(figure, points, settings, floor2, primary=primary)
     paired = _pairable(points)
     cells: list[tuple[float, float]] = []
     prepared: list[tuple[Point, dict[str, list[float]], dict[str, list[Obs]]]] = []
@@ -293,6 +197,10 @@ def effects(figure: Figure, points: Sequence[Point], settings: Settings, *, prim
     # where the count is mid-range (past an SLO's knee); each point keeps its own, with the count floor
     prior = inference.variance_prior(cells) if figure.scale != COUNT else inference.NO_PRIOR
     block = Block(figure, [], prior, paired)
+    streams = ("paired",) if paired else ("base", "treat")
+    for stream in streams:  # what the report says of each level: the floor assumed, the repeats' spread
+        got = [{"d": _diffs(figure, obs)} if paired else {"d": xs[stream]} for _, xs, obs in prepared]
+        block.components[stream] = within_components(got, floor2 * (2 if paired else 1), prior)
     for pt, xs, obs in prepared:
         c = Compared(figure, pt.where, _sample(obs["base"]), _sample(obs["treat"]), load=pt.load, group=pt.group,
                      paired=paired,
@@ -308,14 +216,19 @@ def effects(figure: Figure, points: Sequence[Point], settings: Settings, *, prim
             d = _diffs(figure, obs)
             v, df = inference.moderate(max(_var(d), _floor(figure, obs["base"]) + _floor(figure, obs["treat"])),
                                        len(d) - 1, prior)
-            est, se = math.fsum(d) / len(d), math.sqrt(v / len(d))
+            est, var = math.fsum(d) / len(d), v / len(d)
         else:
             nb, nt = len(xs["base"]), len(xs["treat"])
             vb, dfb = inference.moderate(max(_var(xs["base"]), _floor(figure, obs["base"])), nb - 1, prior)
             vt, dft = inference.moderate(max(_var(xs["treat"]), _floor(figure, obs["treat"])), nt - 1, prior)
             est = math.fsum(xs["treat"]) / nt - math.fsum(xs["base"]) / nb
-            se = math.sqrt(vb / nb + vt / nt)
+            var = vb / nb + vt / nt
             df = _welch_df(vb / nb, dfb, vt / nt, dft)
+        # one deployment per side: the repeats share it, so its offset is in neither side's spread: the floor,
+        # once per side, assumed known
+        between = 2.0 * floor2
+        se = math.sqrt(var + between)
+        df = satterthwaite([(var, df), (between, math.inf)]) if var > 0 else df
         c.estimate, c.se, c.df = est, se, df
         if not se > 0:
             c.reason = "no spread: every repeat ties on both sides, so a difference has no measure of its noise"
@@ -323,6 +236,78 @@ def effects(figure: Figure, points: Sequence[Point], settings: Settings, *, prim
             continue
         c.p = inference.threshold_p(est, se, df, *c.edges)
     return block
+
+
+def _deployment_effects(figure: Figure, points: Sequence[Point], settings: Settings, floor2: float, *,
+                        primary: bool) -> Block:
+    """Two or more deployments per side: each side's (or, paired, the differences') deployment means, the effect
+    their mean's difference, its variance from the between-deployment component (shared by every point of the
+    figure: its degrees of freedom are the deployments') and the residual at the point (moderated across the
+    points; a count's kept per point)."""
+    paired = _pairable(points)
+    vals = [{side: [o for o in getattr(pt, side) if _g(figure, o) is not None] for side in ("base", "treat")}
+            for pt in points]
+    cells: dict[str, list[dict[str, list[float]]]] = {}
+    if paired:
+        stream: list[dict[str, list[float]]] = []
+        for obs in vals:
+            base = {o.key: o for o in obs["base"]}
+            blocks: dict[str, list[float]] = {}
+            for o in obs["treat"]:
+                b = base.get(o.key)
+                if b is not None:
+                    blocks.setdefault(f"{b.unit}|{o.unit}", []).append((_g(figure, o) or 0.0) - (_g(figure, b) or 0.0))
+            stream.append(blocks)
+        cells["paired"] = stream
+    else:
+        for side in ("base", "treat"):
+            cells[side] = [_by_unit(figure, obs[side]) for obs in vals]
+    block = Block(figure, [], inference.NO_PRIOR, paired)
+    for name, got in cells.items():
+        block.components[name] = block_components(got, floor2 * (2 if paired else 1), moderate=figure.scale != COUNT)
+    for i, (pt, obs) in enumerate(zip(points, vals, strict=True)):
+        c = Compared(figure, pt.where, _sample(obs["base"]), _sample(obs["treat"]), load=pt.load, group=pt.group,
+                     paired=paired, edges=figure.edges(settings), primary=primary,
+                     threshold_text=figure.threshold_text(settings))
+        block.effects.append(c)
+        means = {name: [math.fsum(v) / len(v) for v in got[i].values() if v] for name, got in cells.items()}
+        if all(means.values()):
+            c.estimate = (_mean(means["paired"]) if paired else _mean(means["treat"]) - _mean(means["base"]))
+        why = _unjudged(figure, c.base, c.treat, settings)
+        if why:
+            c.reason = why
+            continue
+        terms: list[tuple[float, float]] = []
+        for name in cells:
+            k = len(means[name])
+            got_v = block.components[name].block_variance(i)
+            if k < 2 or got_v is None:
+                c.reason = (f"fewer than 2 deployments measured this point on the {name} side: the between-deployment "
+                            "variance has no estimate here")
+                break
+            between, between_df, residual, residual_df = got_v
+            terms += [(between / k, between_df), (residual / k, residual_df)]
+        if c.reason:
+            continue
+        var = math.fsum(v for v, _ in terms)
+        c.se, c.df = math.sqrt(var), satterthwaite(terms)
+        if not c.se > 0:
+            c.reason = "no spread: every deployment ties on both sides, so a difference has no measure of its noise"
+            c.se = None
+            continue
+        c.p = inference.threshold_p(c.estimate or 0.0, c.se, c.df, *c.edges)
+    return block
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
+
+
+def _by_unit(figure: Figure, obs: Sequence[Obs]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for o in obs:
+        out.setdefault(o.unit or "", []).append(_g(figure, o) or 0.0)
+    return out
 
 
 def from_estimate(figure: Figure, where: str, base: Sample, treat: Sample, estimate: float, se: float | None,

@@ -303,12 +303,15 @@ def wilson_p_below(successes: float, n: float, target: float) -> float:
     return 1.0 - _NORMAL.cdf(z)
 
 
-def fieller(num: float, num_se: float, den: float, den_se: float, df: float, confidence: float
-            ) -> tuple[float, float] | None:
-    """Fieller's interval of num / den for two independent estimates with standard errors (t with ``df``);
-    None when the denominator is not clear of zero at that confidence (the interval is then unbounded)."""
+def fieller(num: float, num_se: float, den: float, den_se: float, df: float, confidence: float,
+            den_df: float | None = None) -> tuple[float, float] | None:
+    """Fieller's interval of num / den for two independent estimates with standard errors (t with ``df``; the
+    denominator's own ``den_df`` where it has other degrees of freedom, so that it is clear of zero here exactly
+    when its own interval at ``confidence`` is); None when the denominator is not clear of zero at that confidence
+    (the interval is then unbounded)."""
     t = quantile(0.5 + confidence / 2.0, df)
-    a = den * den - t * t * den_se * den_se
+    t_den = t if den_df is None else quantile(0.5 + confidence / 2.0, den_df)
+    a = den * den - t_den * t_den * den_se * den_se
     if a <= 0:
         return None
     b = -2.0 * num * den

@@ -113,13 +113,31 @@ def claim(p: Providers, ctx: Ctx, task: Task) -> None:
                               f"execution ({me or 'unnamed'}) touched nothing of it: start with a new campaign id")
 
 
+def lake_names(p: Providers, unit: str) -> tuple[str, str | None]:
+    """``(experiment, deployment)`` as the lake names a plan entry: one deployment of an experiment
+    (``benchctl.spec.design``) is recorded under its experiment with its own name as the deployment; a pilot, or an
+    experiment deployed once, under its own name for both; the campaign (or a name before the plan) as given, with
+    no deployment."""
+    if unit == timeline.CAMPAIGN or not p.state.has_plan():
+        return unit, None
+    try:
+        entry = p.state.plan().experiment(unit)
+    except KeyError:
+        return unit, None
+    return entry.lake_name, entry.name
+
+
 def record_event(p: Providers, campaign_id: str, experiment: str, event: timeline.Event, *, key: str = "",
                  pool: str = "", **detail: Any) -> None:
-    """Record one timeline event (idempotent per experiment/event/key: the same lake part is rewritten)."""
-    row = timeline.row(campaign_id, experiment, event, now_iso(p.clock), pool=pool, **detail)
+    """Record one timeline event of a plan entry ``experiment`` (or the campaign), idempotent per
+    entry/event/key: the same lake part is rewritten."""
+    lake_experiment, deployment = lake_names(p, experiment)
+    row = timeline.row(campaign_id, lake_experiment, event, now_iso(p.clock), pool=pool, deployment=deployment,
+                       **detail)
     if event in timeline.POOL_EVENTS:  # the budget guard's input, kept small in the run store as well
         p.state.record_pool_event(experiment, timeline.part_name(event, key), row)
-    p.lake.write("timeline", [row], part_name=timeline.part_name(event, key))
+    prefix = deployment if deployment and deployment != lake_experiment else ""
+    p.lake.write("timeline", [row], part_name=timeline.part_name(event, key, prefix))
 
 
 def simulated(p: Providers, experiment: str | None = None) -> bool:

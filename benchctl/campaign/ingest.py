@@ -19,7 +19,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from benchctl.campaign.base import JSON, Task, record_event
+from benchctl.campaign.base import JSON, Task, lake_names, record_event
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
 from benchctl.campaign.tuning import experiment_of
@@ -108,9 +108,11 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
         "search_probe": step.probe,
         "search_json": json.dumps(rec.search, sort_keys=True) if rec.search else None,
     }
+    lake_experiment, deployment = lake_names(p, experiment)
+    fields["deployment"] = deployment or lake_experiment
     sctx = StepContext(
         campaign_id=ctx.campaign_id,
-        experiment=experiment,
+        experiment=lake_experiment,
         mode=exp.mode,
         workload=step.workload,
         step_id=step_id,

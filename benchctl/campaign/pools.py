@@ -26,7 +26,7 @@ def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
         from benchctl.planning import ceilings
 
         spec = p.state.spec()
-        index = [e.name for e in spec.experiments].index(exp.tune.get("arm", experiment))  # a pilot: its arm's
+        index = [e.name for e in spec.experiments].index(exp.tune.get("arm", exp.lake_name))  # a pilot: its arm's
         over = ceilings.pool_problems(spec, exp.nodes, p.ceilings, f"experiments[{index}]")
         if over:
             raise CeilingExceeded(p.state.where("spec"), ceilings.lines(over))

@@ -23,10 +23,14 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
     """The load of probe ``step`` (``Next.load`` None: skip it) and why."""
     k = step.probe
     assert k is not None, f"step {step.step_id} is not a search probe"
-    steps = p.state.plan().experiment(experiment).steps
-    if step.repeat > 0:
-        first = next((s for s in steps if s.workload == step.workload and s.repeat == 0 and s.probe == k), None)
-        rec = p.state.load(experiment, first.step_id) if first is not None else None
+    plan = p.state.plan()
+    steps = plan.experiment(experiment).steps
+    if step.repeat > 0:  # the first repeat ran in the experiment's first deployment (design.deployments)
+        lake_name = plan.experiment(experiment).lake_name
+        every = [s for e in plan.deployments_of(lake_name) for s in e.steps]
+        first = next((s for s in every if s.workload == step.workload and s.repeat == 0 and s.probe == k), None)
+        owner = plan.unit_of_step(lake_name, first.step_id).name if first is not None else experiment
+        rec = p.state.load(owner, first.step_id) if first is not None else None
         if rec is None:
             raise RuntimeError(f"probe {step.step_id} of {experiment}: the first repeat's probe {k} is not recorded")
         if rec.concurrency is None:

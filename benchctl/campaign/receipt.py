@@ -158,7 +158,7 @@ def campaign_receipt(p: Providers, ctx: Ctx, *, why_unread: str) -> list[JSON]:
     out: list[JSON] = []
     for exp in p.state.experiment_names() if p.state.has_plan() else []:
         rows = [timeline.detail(r) for r in sorted(events, key=lambda r: str(r.get("detail_json")))
-                if r.get("experiment") == exp]
+                if (r.get("deployment") or r.get("experiment")) == exp]
         if not rows and p.state.touched(exp):
             rows = unread_rows(p, exp, why_unread)
             _record(p, ctx, exp, rows)

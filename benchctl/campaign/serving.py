@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchctl.analysis import quality
-from benchctl.campaign.base import JSON, Task, record_event, simulated
+from benchctl.campaign.base import JSON, Task, lake_names, record_event, simulated
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import DeploymentRequest, DeploymentTarget, Providers, WorkerGroupSpec
 from benchctl.campaign.records import DeploymentRecord, SmokeRecord
@@ -153,17 +153,26 @@ def score_quality(p: Providers, ctx: Ctx, experiment: str, answers: JSON | None)
     settings = {"temperature": sampling["temperature"], "top_p": sampling["top_p"],
                 "sampling_seed": sampling["seed"], "thinking": spec.thinking, "kind": spec.quality.kind,
                 "max_tokens": spec.quality.max_tokens or quality.default_max_tokens(spec.thinking, spec.quality.kind)}
-    rows = [{"campaign_id": ctx.campaign_id, "experiment": experiment, "question_id": item["id"],
+    lake_experiment, deployment = lake_names(p, experiment)
+    rows = [{"campaign_id": ctx.campaign_id, "experiment": lake_experiment, "question_id": item["id"],
              "question_index": i, "prompt": q["prompt"], "expected": item["expected"],
              "extracted": item["extracted"], "correct": item["ok"], "finish_reason": item["finish_reason"],
              "error": item["error"], "content_head": item["content_head"], "min_score": result["min_score"],
              "gate": result["gate"], "simulated": result["simulated"], "score_low": result["score_low"],
              "score_high": result["score_high"], **settings}
             for i, (q, item) in enumerate(zip(qs, result["items"], strict=True))]
-    p.lake.write("quality", rows, part_name="quality")
+    if deployment in (None, lake_experiment) or deployment == _first_deployment(p, lake_experiment):
+        # the gate holds every deployment; the lake keeps the first one's answers (the same questions again are not
+        # more evidence of the configuration's quality)
+        p.lake.write("quality", rows, part_name="quality")
     summary = {k: v for k, v in result.items() if k != "items"}
     record_event(p, ctx.campaign_id, experiment, timeline.QUALITY_SCORED, **summary, **settings)
     return summary
+
+
+def _first_deployment(p: Providers, experiment: str) -> str | None:
+    got = p.state.plan().deployments_of(experiment) if p.state.has_plan() else []
+    return got[0].name if got else None
 
 
 def check_smoke(p: Providers, ctx: Ctx, task: Task) -> JSON:

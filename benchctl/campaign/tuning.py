@@ -22,6 +22,7 @@ from benchctl.campaign.base import JSON, experiment_row
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
 from benchctl.lake.schema import json_text
+from benchctl.planning.plan import ExperimentPlan, entry_experiment
 from benchctl.spec.deployment import Experiment, WorkerGroup
 
 
@@ -92,9 +93,11 @@ def _measured(p: Providers, pilot: str) -> Measured:
     return Measured(loads)
 
 
-def choose(p: Providers, ctx: Ctx, arm: str) -> JSON | None:
-    """The tuned arm's choice, made once from its pilots' measurements and recorded (None: ``arm`` is not tuned)."""
-    info = p.state.plan().experiment(arm).tune
+def choose(p: Providers, ctx: Ctx, entry: str) -> JSON | None:
+    """The tuned arm's choice, made once from its pilots' measurements and recorded (None: ``entry`` is no
+    deployment of a tuned arm); every deployment of the arm runs the same choice."""
+    got = p.state.plan().experiment(entry)
+    info, arm = got.tune, got.lake_name
     if "searched" not in info:
         return None
     done = p.state.tuning(arm)
@@ -125,20 +128,25 @@ def tuning_row(campaign_id: str, arm: str, r: JSON) -> JSON:
 
 
 def experiment_of(p: Providers, name: str) -> Experiment:
-    """The experiment as it runs (module doc): the spec's, a pilot's, or a tuned arm's at its chosen workers."""
+    """The experiment as it runs (module doc): the spec's, a pilot's, or a tuned arm's at its chosen workers.
+    ``name``: a plan entry (one deployment of an experiment, ``benchctl.spec.design``, is named after it: the
+    experiment it returns carries that name, the DGD's) or the spec's experiment."""
     spec = p.state.spec()
     info: dict[str, Any] = {}
+    base = name
     if p.state.has_plan():
+        plan = p.state.plan()
+        entry: ExperimentPlan | None
         try:
-            info = p.state.plan().experiment(name).tune
-        except KeyError:
-            info = {}
-    if "arm" in info:
-        workers = [WorkerGroup(**g) for g in info["candidate"]["workers"]]
-        return spec.experiment(info["arm"]).model_copy(
-            update={"name": name, "workers": workers, "base": None, "change": None})
-    exp = spec.experiment(name)
-    choice = p.state.tuning(name) if "searched" in info else None
+            entry = plan.experiment(name)
+        except KeyError:  # the spec's name of an experiment deployed several times: its first deployment's
+            entry = next(iter(plan.deployments_of(name)), None)
+        if entry is not None:
+            info, base = entry.tune, entry.lake_name
+    if "arm" in info and entry is not None:
+        return entry_experiment(spec, entry)
+    exp = spec.experiment(base)
+    choice = p.state.tuning(base) if "searched" in info else None
     if choice is not None:
-        return exp.model_copy(update={"workers": [WorkerGroup(**g) for g in choice["workers"]]})
-    return exp
+        exp = exp.model_copy(update={"workers": [WorkerGroup(**g) for g in choice["workers"]]})
+    return exp if base == name else exp.model_copy(update={"name": name})

@@ -61,9 +61,11 @@ def predicted_edges(spec: CampaignSpec, plan: CampaignPlan) -> list[dict[str, An
     target, conf = spec.comparison.slo_attainment, bound_level(spec.comparison.confidence)
     arms = {e.name for e in spec.experiments}
     for ep in plan.experiments:
-        if ep.name not in arms:  # a tune pilot: its loads are the tune phase's, not a sweep's
+        # a tune pilot: its loads are the tune phase's, not a sweep's; an experiment deployed several times
+        # (design.deployments): once, over the steps of all its deployments
+        if ep.lake_name not in arms or ep.deployment > 1:
             continue
-        exp = spec.experiment(ep.name)
+        exp = spec.experiment(ep.lake_name)
         lay = _layout(spec, exp)
         model = spec.served_weights(exp).name
         for w in spec.workloads:
@@ -72,11 +74,11 @@ def predicted_edges(spec: CampaignSpec, plan: CampaignPlan) -> list[dict[str, An
             search = w.search_settings() or SweepSearch()
             measure = predicted_measure(partial(_predict_at, model, exp, lay, w.isl, w.osl, spec.slo, floor))
 
-            steps = [s for s in ep.steps if s.workload == w.name]
+            steps = [s for d in plan.deployments_of(ep.lake_name) for s in d.steps if s.workload == w.name]
             grid_h = sum(s.est_s for s in steps if s.probe is None) * ep.gpus / 3600.0
             probe_h = sum(s.est_s for s in steps if s.probe is not None) * ep.gpus / 3600.0
             probes_per_repeat = max(1, sum(1 for s in steps if s.probe is not None and s.repeat == 0))
-            row: dict[str, Any] = {"experiment": ep.name, "mode": ep.mode, "workload": w.name, "isl": w.isl,
+            row: dict[str, Any] = {"experiment": ep.lake_name, "mode": ep.mode, "workload": w.name, "isl": w.isl,
                                    "osl": w.osl, "resolution": search.resolution, "max_probes": search.max_probes,
                                    "searched": w.search_settings() is not None, "grid_gpu_hours": grid_h,
                                    "search_gpu_hours_max": probe_h, "note": None}

@@ -405,7 +405,7 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
     src = source()
     floor = frontend_floor_ms(spec)
     for ep in (e for e in plan.experiments if "arm" not in e.tune):  # tune pilots: benchctl.forecast.tune
-        exp = spec.experiment(ep.name)
+        exp = spec.experiment(ep.lake_name)
         lay = _layout(spec, exp)
         for step in ep.steps:
             if step.kind != "concurrency_sweep" or step.concurrency is None or step.isl is None or step.osl is None:
@@ -414,7 +414,7 @@ def predict_plan(spec: CampaignSpec, plan: CampaignPlan, campaign_id: str) -> li
                                     spec.slo, floor)
             rows.append({
                 "campaign_id": campaign_id,
-                "experiment": ep.name,
+                "experiment": ep.lake_name,
                 "step_id": step.step_id,
                 "workload": step.workload,
                 "concurrency": step.concurrency,

@@ -96,6 +96,7 @@ TABLES: dict[str, Table] = {
             min_samples_p99 bigint
             transfer_share_pct double
             queue_threshold double
+            deployment_spread_pct double
             """,
         ),
         _table(
@@ -141,6 +142,7 @@ TABLES: dict[str, Table] = {
             step_id string
             step_index bigint
             repeat bigint
+            deployment string
             concurrency bigint
             isl bigint
             osl bigint
@@ -269,15 +271,17 @@ TABLES: dict[str, Table] = {
             at timestamp
             pool string
             detail_json string
+            deployment string
             """,
         ),
         _table(
             "costs",
-            "experiment x pool: node-hours, price and its source, output tokens, $/1M tokens",
+            "experiment x deployment x pool: node-hours, price and its source, output tokens, $/1M tokens",
             _EXPERIMENT_PARTS,
             """
             campaign_id string
             experiment string
+            deployment string
             pool string
             gpu_kind string
             instance_type string

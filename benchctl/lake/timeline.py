@@ -116,10 +116,11 @@ POINTS: tuple[Event, ...] = (POOL_RESTORED, POOL_HANDED_OVER)  # drawn as points
 POOL_EVENTS: tuple[Event, ...] = (SCALE_REQUESTED, POOL_HANDED_OVER, POOL_RESTORED)  # what a pool costs (costs)
 
 
-def row(campaign_id: str, experiment: str, event: Event, at: str, *, pool: str = "",
+def row(campaign_id: str, experiment: str, event: Event, at: str, *, pool: str = "", deployment: str | None = None,
         **detail: Any) -> dict[str, Any]:
     """One ``timeline`` row; ValueError for an event this module does not define, a campaign-level event
-    recorded for an experiment (or the reverse), or a detail field the event does not hold."""
+    recorded for an experiment (or the reverse), or a detail field the event does not hold. ``deployment``: which
+    deployment of the experiment (``benchctl.spec.design``; the plan entry's name), None for the campaign's."""
     if event not in EVENTS:
         raise ValueError(f"timeline event {event.name!r} is not one of timeline.EVENTS")
     if event.scope != "any" and (event.scope == "campaign") != (experiment == CAMPAIGN):
@@ -137,12 +138,15 @@ def row(campaign_id: str, experiment: str, event: Event, at: str, *, pool: str =
         "at": at,
         "pool": pool or None,
         "detail_json": json.dumps(detail, sort_keys=True, default=str) if detail else None,
+        "deployment": deployment,
     }
 
 
-def part_name(event: Event, key: str = "") -> str:
-    """The lake part (file) name of an event: one per event, or per event and key (idempotent rewrites)."""
-    return (f"{event.name}-{key}" if key else event.name).replace("/", "_")
+def part_name(event: Event, key: str = "", deployment: str = "") -> str:
+    """The lake part (file) name of an event: one per event, or per event and key (idempotent rewrites); within
+    the experiment's partition, prefixed by the deployment when it is not the experiment's only one."""
+    name = f"{event.name}-{key}" if key else event.name
+    return (f"{deployment}.{name}" if deployment else name).replace("/", "_")
 
 
 def detail(r: dict[str, Any]) -> dict[str, Any]:

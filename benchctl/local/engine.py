@@ -49,7 +49,7 @@ class Progress:
     out: Any = sys.stderr
     started: float = field(default_factory=time.monotonic)
     experiments: list[str] = field(default_factory=list)
-    steps: list[str] = field(default_factory=list)
+    steps: dict[str, list[str]] = field(default_factory=dict)  # each experiment's (plan entry's) step ids
     last: str = ""
 
     def show(self, event: dict[str, Any]) -> None:
@@ -59,8 +59,9 @@ class Progress:
         where = []
         if exp and exp in self.experiments:
             where.append(f"experiment {self.experiments.index(exp) + 1}/{len(self.experiments)} {exp}")
-        if step and step in self.steps:
-            where.append(f"step {self.steps.index(step) + 1}/{len(self.steps)} {step}")
+        steps = self.steps.get(exp or "", [])
+        if step and step in steps:
+            where.append(f"step {steps.index(step) + 1}/{len(steps)} {step}")
         line = f"{state}" + (f"  [{' · '.join(where)}]" if where else "")
         if line == self.last:
             return
@@ -380,7 +381,7 @@ def _run_execution(sfn: Any, start: StartInput, ctx: Any, state: RunState, progr
             if state.has_plan():
                 plan = state.plan()
                 progress.experiments = [e.name for e in plan.experiments]
-                progress.steps = [s.step_id for s in plan.experiments[0].steps] if plan.experiments else []
+                progress.steps = {e.name: [s.step_id for s in e.steps] for e in plan.experiments}
         if worker is not None and worker.is_alive():
             worker.join(timeout=0.1)  # wakes for interrupts; costs nothing while the campaign runs
             continue

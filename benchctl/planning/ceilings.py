@@ -314,7 +314,7 @@ def check(spec: CampaignSpec, plan: CampaignPlan, c: Ceilings, poll_seconds: int
             out.append(Problem("max_nodes_per_pool", f"pools[{i}].max_nodes", pool.max_nodes,
                                f"at most {c.max_nodes_per_pool}"))
     for e in plan.experiments:
-        i = next(j for j, x in enumerate(spec.experiments) if x.name == e.tune.get("arm", e.name))  # pilot: its arm
+        i = next(j for j, x in enumerate(spec.experiments) if x.name == e.tune.get("arm", e.lake_name))  # pilot: its arm
         out += [p for p in pool_problems(spec, e.nodes, c, f"experiments[{i}]") if p.ceiling != "instance_types"]
     if spec.budget.max_usd is not None and spec.budget.max_usd > c.max_usd_per_campaign:
         out.append(Problem("max_usd_per_campaign", "budget.max_usd", spec.budget.max_usd,

@@ -36,8 +36,10 @@ Row conventions (one row per experiment x pool, ``costs`` table):
 
 - ``cost_usd``: this pool's node cost, plus the EKS fee share on the experiment's first pool row, so
   the sum over an experiment's rows is the experiment's cost (None when the pool has no price).
-- ``successful_output_tokens``: the EXPERIMENT's tokens (sum of ``total_output_tokens`` over its
-  succeeded steps), repeated on each of its rows: take it once per experiment, never sum it.
+- ``successful_output_tokens``: the deployment's tokens (sum of ``total_output_tokens`` over its
+  succeeded steps), repeated on each of its rows: take it once per deployment, never sum it over pools.
+- ``deployment``: the deployment of the experiment the row is for (``benchctl.spec.design``; one row per
+  deployment x pool, each deployment paying for its own pools' windows).
 - ``usd_per_1m_output_tokens``: this row's ``cost_usd`` / the experiment's tokens x 1e6: the pool's
   share, so the sum over the experiment's rows is the experiment's $/1M (see
   :func:`experiment_totals`).
@@ -50,13 +52,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from benchctl.lake import timeline as tl
 from benchctl.planning.node_price import node_price, node_price_parts, scope_items, scope_text
 from benchctl.planning.plan import OVERHEADS, CampaignPlan, ExperimentPlan
+from benchctl.planning.windows import (
+    _hours,
+    _latest,
+    _plan_nodes,
+    _ts,
+    _unit,
+    load_windows,
+    pool_windows,
+    ready_at,
+)
 from benchctl.spec.model import CampaignSpec
 
 JSON = dict[str, Any]
@@ -72,133 +82,6 @@ SCOPE_EXCLUDED = (
     "network (cross-AZ transfer: KV transfer stays in one AZ; NAT gateway; no load balancer is made)",
     "support plan, taxes, discounts (savings plans, reserved or spot capacity)",
 )
-
-_END_OF_LOAD = tuple(e.name for e in tl.LOAD_ENDS)
-_SCALED, _RESTORED, _HANDED = tl.SCALE_REQUESTED.name, tl.POOL_RESTORED.name, tl.POOL_HANDED_OVER.name
-_LOAD_START = tl.LOAD_START.name
-_READY = tl.READY.name
-
-
-# ------------------------------------------------------------------------------------ timeline reading
-
-
-def _ts(value: Any) -> datetime:
-    """An aware UTC datetime from ISO text, a datetime (naive = UTC) or epoch seconds."""
-    if isinstance(value, datetime):
-        out = value
-    elif isinstance(value, str):
-        try:
-            out = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValueError(f"timeline: {value!r} is not an ISO-8601 timestamp") from None
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
-    else:
-        raise ValueError(f"timeline: expected a timestamp, got {type(value).__name__} {value!r:.60}")
-    return out.replace(tzinfo=UTC) if out.tzinfo is None else out.astimezone(UTC)
-
-
-def _hours(start: datetime, end: datetime) -> float:
-    return max(0.0, (end - start).total_seconds() / 3600.0)
-
-
-@dataclass(frozen=True)
-class PoolWindow:
-    """One pool held for one experiment: from its scale request until restored or handed over to the next
-    experiment (``end`` None: still held; ``end_event`` names the event that ended it)."""
-
-    experiment: str
-    pool: str
-    nodes: int
-    start: datetime
-    end: datetime | None
-    simulated: bool = False
-    end_event: str | None = None
-
-
-def pool_windows(plan: CampaignPlan, timeline: Iterable[JSON]) -> list[PoolWindow]:
-    """Every pool an experiment scaled, in plan order (experiments, then their pools).
-
-    Nodes are the ``scale_requested`` event's ``nodes`` (what the experiment asked the pool to hold),
-    else the plan's. A pool scaled twice for one experiment counts from its first request to its last
-    restore. A pool kept warm for the next experiment (``pool_handed_over``) ends its window there: the
-    next experiment's own ``scale_requested`` starts its window, so the pool is paid for once at a time.
-    """
-    starts: dict[tuple[str, str], tuple[datetime, JSON]] = {}
-    ends: dict[tuple[str, str], tuple[datetime, str]] = {}
-    for row in timeline:
-        event, pool = row.get("event"), row.get("pool")
-        if not pool or event not in (_SCALED, _RESTORED, _HANDED):
-            continue
-        key = (str(row.get("experiment")), str(pool))
-        at = _ts(row["at"])
-        if event == _SCALED:
-            if key not in starts or at < starts[key][0]:
-                starts[key] = (at, tl.detail(row))
-        elif key not in ends or at > ends[key][0]:
-            ends[key] = (at, str(event))
-    order = {(e.name, p): (e.index, i) for e in plan.experiments for i, p in enumerate(e.nodes)}
-    out = []
-    for key in sorted(starts, key=lambda k: (*order.get(k, (len(order), 0)), *k)):
-        at, detail = starts[key]
-        experiment, pool = key
-        planned = _plan_nodes(plan, experiment).get(pool, 0)
-        nodes = detail.get("nodes", planned)
-        end, end_event = ends.get(key, (None, None))
-        ended = end is not None and end >= at
-        out.append(PoolWindow(experiment, pool, int(nodes), at, end if ended else None,
-                              bool(detail.get("simulated", False)), end_event if ended else None))
-    return out
-
-
-def _plan_nodes(plan: CampaignPlan, experiment: str) -> dict[str, int]:
-    try:
-        return dict(plan.experiment(experiment).nodes)
-    except KeyError:
-        return {}
-
-
-def _latest(timeline: Iterable[JSON], experiment: str) -> datetime | None:
-    ats = [_ts(r["at"]) for r in timeline if r.get("experiment") == experiment and r.get("at") is not None]
-    return max(ats) if ats else None
-
-
-def ready_at(timeline: Iterable[JSON], experiment: str) -> datetime | None:
-    """When the experiment's deployment first answered (its ``ready`` event), or None."""
-    ats = [_ts(r["at"]) for r in timeline if r.get("experiment") == experiment and r.get("event") == _READY]
-    return min(ats) if ats else None
-
-
-def load_windows(plan: CampaignPlan, timeline: list[JSON], experiment: str) -> dict[str, float]:
-    """``{step_id: hours of load}`` of the experiment's planned steps that started (warm-up excluded).
-
-    A window runs from ``load_start`` to ``load_end`` (or ``load_stopped``); a load with no end yet
-    runs to the experiment's latest timeline event.
-    """
-    try:
-        planned = {s.step_id for s in plan.experiment(experiment).steps}
-    except KeyError:
-        planned = set()
-    starts: dict[str, datetime] = {}
-    ends: dict[str, datetime] = {}
-    for row in timeline:
-        if row.get("experiment") != experiment or row.get("event") not in (_LOAD_START, *_END_OF_LOAD):
-            continue
-        step_id = tl.detail(row).get("step_id")
-        if not isinstance(step_id, str) or (planned and step_id not in planned) or step_id == "warmup":
-            continue
-        at = _ts(row["at"])
-        if row["event"] == _LOAD_START:
-            starts[step_id] = min(at, starts.get(step_id, at))
-        else:
-            ends[step_id] = max(at, ends.get(step_id, at))
-    latest = _latest(timeline, experiment)
-    out = {}
-    for step_id, start in starts.items():
-        end = ends.get(step_id, latest)
-        out[step_id] = _hours(start, end) if end is not None else 0.0
-    return out
-
 
 # ------------------------------------------------------------------------------------------ prices
 
@@ -232,7 +115,7 @@ def _tokens(steps: Iterable[JSON], campaign_id: str | None, experiment: str) -> 
     return sum(
         int(s.get("total_output_tokens") or 0)
         for s in steps
-        if s.get("experiment") == experiment and s.get("status") == "succeeded"
+        if _unit(s) == experiment and s.get("status") == "succeeded"
         and (campaign_id is None or s.get("campaign_id") in (None, campaign_id))
     )
 
@@ -317,7 +200,8 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
             }
             rows.append({
                 "campaign_id": campaign_id,
-                "experiment": exp_name,
+                "experiment": _lake_name(plan, exp_name),
+                "deployment": exp_name,
                 "pool": w.pool,
                 "gpu_kind": pool.gpu_kind,
                 "instance_type": pool.instance_type,
@@ -335,6 +219,14 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
     return rows
 
 
+def _lake_name(plan: CampaignPlan, unit: str) -> str:
+    """The lake's experiment of a plan entry (one of its deployments, or itself)."""
+    try:
+        return plan.experiment(unit).lake_name
+    except KeyError:
+        return unit
+
+
 def experiment_totals(rows: list[JSON]) -> dict[str, JSON]:
     """Per experiment, from its :func:`cost_rows`: cost (allocation, its cold start and steady state, usage),
     tokens, $/1M tokens (allocation, steady state, usage).
@@ -342,20 +234,29 @@ def experiment_totals(rows: list[JSON]) -> dict[str, JSON]:
     A figure is None when any of the experiment's pools is unpriced.
     """
     out: dict[str, JSON] = {}
+    rates: dict[str, dict[str, float | None]] = {}  # experiment -> deployment -> its nodes' $/h
+    tokens: dict[str, dict[str, int]] = {}  # experiment -> deployment -> its tokens (on each of its rows)
     for r in rows:
         t = out.setdefault(r["experiment"], {"cost_usd": 0.0, "usage_cost_usd": 0.0, "cold_start_usd": 0.0,
                                              "steady_state_usd": 0.0, "node_hours": 0.0,
-                                             "gpu_hours": 0.0, "gpu_usd_per_hour": 0.0,
-                                             "successful_output_tokens": r["successful_output_tokens"]})
+                                             "gpu_hours": 0.0})
         fees = json.loads(r["fees_json"])
         p = r["price_per_node_hour_usd"]
+        unit = str(r.get("deployment") or r["experiment"])
         t["node_hours"] += r["node_hours"]
         t["gpu_hours"] += r["gpu_hours"]
         for k, v in (("cost_usd", r["cost_usd"]), ("usage_cost_usd", fees.get("usage_based_usd")),
-                     ("cold_start_usd", fees.get("cold_start_usd")), ("steady_state_usd", fees.get("steady_state_usd")),
-                     ("gpu_usd_per_hour", None if p is None else r["nodes"] * p)):
+                     ("cold_start_usd", fees.get("cold_start_usd")), ("steady_state_usd", fees.get("steady_state_usd"))):
             t[k] = None if v is None or t[k] is None else t[k] + v
-    for t in out.values():
+        held = rates.setdefault(r["experiment"], {})
+        before = held.get(unit, 0.0)
+        held[unit] = None if p is None or before is None else before + r["nodes"] * p
+        tokens.setdefault(r["experiment"], {})[unit] = int(r["successful_output_tokens"] or 0)
+    for name, t in out.items():
+        # the experiment's $/h: what one of its deployments holds (they run one at a time); tokens: all of them
+        per = list(rates[name].values())
+        t["gpu_usd_per_hour"] = None if any(v is None for v in per) else max(v for v in per if v is not None)
+        t["successful_output_tokens"] = sum(tokens[name].values())
         t["usd_per_1m_output_tokens"] = _per_1m(t["cost_usd"], t["successful_output_tokens"])
         t["usage_usd_per_1m_output_tokens"] = _per_1m(t["usage_cost_usd"], t["successful_output_tokens"])
         t["steady_state_usd_per_1m_output_tokens"] = _per_1m(t["steady_state_usd"], t["successful_output_tokens"])
@@ -372,14 +273,14 @@ def step_costs(spec: CampaignSpec, plan: CampaignPlan, steps: list[JSON]) -> lis
     out = []
     for s in steps:
         try:
-            exp = plan.experiment(str(s.get("experiment")))
+            exp = plan.experiment(_unit(s))
         except KeyError:
             continue
         rate = experiment_usd_per_hour(spec, exp)
         dur = s.get("benchmark_duration_s")
         cost = None if rate is None or dur is None else rate * float(dur) / 3600.0
         tokens = int(s.get("total_output_tokens") or 0) if s.get("status") == "succeeded" else 0
-        out.append({"campaign_id": s.get("campaign_id"), "experiment": exp.name, "step_id": s.get("step_id"),
+        out.append({"campaign_id": s.get("campaign_id"), "experiment": exp.lake_name, "step_id": s.get("step_id"),
                     "usd_per_hour": rate, "cost_usd": cost, "total_output_tokens": tokens,
                     "usd_per_1m_output_tokens": _per_1m(cost, tokens)})
     return out

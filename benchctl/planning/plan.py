@@ -15,6 +15,7 @@ from benchctl.planning import placement, tune
 from benchctl.planning.cache_state import step_seed
 from benchctl.planning.node_price import node_price
 from benchctl.spec.deployment import Experiment
+from benchctl.spec.design import rounds, unit_name
 from benchctl.spec.model import CampaignSpec, spec_hash
 from benchctl.spec.workloads import ConcurrencySweep, MultiTurn, PrefixCache, SequenceDistribution
 
@@ -79,6 +80,22 @@ class ExperimentPlan:
     serving_engine: str = "vllm"  # vllm, mocker on CPU nodes (SIMULATED), or cpu: the local CPU engine (SIMULATED)
     step_timing: str = GUESS  # how request-count steps were timed: the guess, or the twin (its label)
     tune: dict[str, Any] = field(default_factory=dict)  # the tune phase (benchctl.planning.tune.Run.tune); {}: none
+    # design.deployments: this entry is deployment ``deployment`` (from 1) of ``deployments`` of ``experiment`` (the
+    # name the lake's ``experiment`` column carries; "" = ``name``); ``name`` is then the deployment's own (the run
+    # store's key, the DGD's name, the lake's ``deployment`` column: benchctl.spec.design.unit_name)
+    experiment: str = ""
+    deployment: int = 1
+    deployments: int = 1
+
+    @property
+    def lake_name(self) -> str:
+        """The experiment this entry deploys, as the lake and the comparisons name it."""
+        return self.experiment or self.name
+
+    @property
+    def repeats(self) -> list[int]:
+        """The repeats this deployment runs (numbered over the experiment's deployments)."""
+        return sorted({s.repeat for s in self.steps})
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,9 @@ class CampaignPlan:
     # the budget the guard holds the campaign to when the spec sets no budget.max_usd: the deployment's
     # max_usd_per_campaign (benchctl.planning.ceilings), set by Plan where ceilings apply; None: no such budget
     max_usd: float | None = None
+    # the design (benchctl.spec.design): deployments per experiment, repeats on each, the order's rule and seed, and
+    # the rounds as run (the experiments' names, one list per round); {}: a plan from before deployments
+    design: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,10 +127,22 @@ class CampaignPlan:
         raise KeyError(f"step {step_id!r} is not in experiment {experiment!r}")
 
     def experiment(self, name: str) -> ExperimentPlan:
+        """The plan's entry ``name`` (an experiment's deployment, or a pilot)."""
         for e in self.experiments:
             if e.name == name:
                 return e
         raise KeyError(f"experiment {name!r} is not in the plan")
+
+    def deployments_of(self, experiment: str) -> list[ExperimentPlan]:
+        """Every deployment of the lake's ``experiment``, in run order."""
+        return [e for e in self.experiments if e.lake_name == experiment]
+
+    def unit_of_step(self, experiment: str, step_id: str) -> ExperimentPlan:
+        """The deployment of the lake's ``experiment`` that runs ``step_id`` (KeyError when none does)."""
+        for e in self.deployments_of(experiment):
+            if any(s.step_id == step_id for s in e.steps):
+                return e
+        raise KeyError(f"step {step_id!r} of experiment {experiment!r} is in no deployment of the plan")
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> CampaignPlan:
@@ -119,6 +151,21 @@ class CampaignPlan:
             for e in data["experiments"]
         ]
         return CampaignPlan(**{**data, "experiments": exps})
+
+
+def entry_experiment(spec: CampaignSpec, entry: ExperimentPlan) -> Experiment:
+    """The experiment a plan entry deploys, as written (before a tuned arm's choice, which the run state holds:
+    ``benchctl.campaign.tuning.experiment_of``): a pilot's arm at its candidate's workers, or the spec's experiment,
+    named after the entry (one deployment of it: the DGD's name)."""
+    info = entry.tune
+    if "arm" in info:
+        from benchctl.spec.deployment import WorkerGroup
+
+        workers = [WorkerGroup(**g) for g in info["candidate"]["workers"]]
+        return spec.experiment(info["arm"]).model_copy(
+            update={"name": entry.name, "workers": workers, "base": None, "change": None})
+    exp = spec.experiment(entry.lake_name)
+    return exp if entry.name == exp.name else exp.model_copy(update={"name": entry.name})
 
 
 def nodes_needed(spec: CampaignSpec, exp: Experiment) -> dict[str, int]:
@@ -213,7 +260,7 @@ def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = N
     steps: list[StepPlan] = []
     setup = OVERHEADS[engine]["step_setup"]
     for w in spec.workloads:
-        for repeat in range(spec.repeats):
+        for repeat in range(spec.total_repeats):
             seed = spec.repeat_seed(repeat)
             for variant, f, est in _workload_steps(w, seed, timer):
                 steps.append(
@@ -237,6 +284,39 @@ def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = N
     return steps
 
 
+@dataclass(frozen=True)
+class Unit:
+    """One entry of the plan in run order: a tune pilot, or one deployment of an experiment (``name``: its own,
+    :func:`benchctl.spec.design.unit_name`), with the repeats it runs."""
+
+    run: tune.Run
+    name: str
+    deployment: int
+    deployments: int
+    repeats: tuple[int, ...]
+
+
+def deployment_units(spec: CampaignSpec, runs: list[tune.Run]) -> tuple[list[Unit], dict[str, Any]]:
+    """The plan's entries in run order (pilots first, then each round of deployments: every experiment once, in
+    the design's order) and the design as the plan records it."""
+    d = spec.design
+    seed = d.order_seed if d.order_seed is not None else spec.seed
+    pilots = [r for r in runs if r.loads is not None]
+    arms = {r.exp.name: r for r in runs if r.loads is None}
+    every = tuple(range(spec.total_repeats))
+    units = [Unit(r, r.exp.name, 1, 1, (0,)) for r in pilots]
+    order = rounds(list(arms), d, seed)
+    for k, names in enumerate(order, start=1):
+        repeats = tuple(r for r in every if spec.deployment_of(r) == k)
+        for name in names:
+            r = arms[name]
+            units.append(Unit(r, unit_name(name, k, d.deployments, [g.role for g in r.exp.workers]), k,
+                              d.deployments, repeats))
+    design = {"deployments": d.deployments, "repeats_per_deployment": spec.repeats, "order": d.order,
+              "order_seed": seed, "fresh_nodes": d.fresh_nodes, "rounds": order}
+    return units, design
+
+
 def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str, RequestTimer] | None = None,
                   ranker: tune.Ranker | None = None) -> CampaignPlan:
     """The plan; ``timers`` (experiment -> its twin's seconds per request, :class:`benchctl.forecast.twin.StepTimer`) time
@@ -252,17 +332,23 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
     gpu_hours = 0.0
     usd = 0.0
     priced = True
-    runs = tune.runs(spec, ranker)
-    all_nodes = [r.nodes for r in runs]
-    for i, (exp, nodes, tuning, loads) in enumerate((r.exp, r.nodes, r.tune, r.loads) for r in runs):
+    units, design = deployment_units(spec, tune.runs(spec, ranker))
+    all_nodes = [u.run.nodes for u in units]
+    fresh = spec.design.fresh_nodes
+    for i, u in enumerate(units):
+        exp, nodes, tuning, loads = u.run.exp, u.run.nodes, u.run.tune, u.run.loads
         timer = (timers or {}).get(exp.name)
         exp_steps = steps if timer is None else expand_steps(spec, engine, timer)
+        exp_steps = [s for s in exp_steps if s.repeat in u.repeats]
         if loads is not None:  # a tune pilot: one request-count load per concurrency
             exp_steps = [StepPlan(**f, est_s=round(over["step_setup"] + _count_estimate(f["request_count"], f[
                 "concurrency"], f["isl"], f["osl"], timer), 1)) for f in tune.pilot_step_fields(spec, loads)]
         following = all_nodes[i + 1] if i + 1 < len(all_nodes) else {}
-        handover = {pool: n for pool, n in nodes.items() if pool in following}
-        warm = i > 0 and bool(nodes) and all(pool in all_nodes[i - 1] for pool in nodes)  # no capacity wait
+        # design.fresh_nodes: a pool is restored after each deployment of an experiment (the next may land on other
+        # nodes); pilots still hand over to each other
+        handover = {} if fresh and u.deployments > 1 else {pool: n for pool, n in nodes.items() if pool in following}
+        # no capacity wait: the one before handed every pool over
+        warm = i > 0 and bool(nodes) and all(pool in experiments[-1].handover for pool in nodes)
         est = (0.0 if warm else over["capacity"]) + over["ready"] + over["smoke"] + warmup_s + sum(s.est_s for s in exp_steps)
         est += over["teardown"]
         node_hours = {pool: n * est / 3600.0 for pool, n in nodes.items()}
@@ -278,7 +364,7 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
         experiments.append(
             ExperimentPlan(
                 index=i,
-                name=exp.name,
+                name=u.name,
                 mode=exp.mode,
                 router=exp.router,
                 gpus=exp.gpus(),
@@ -294,6 +380,9 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
                                 else exp.engine),
                 step_timing=GUESS if timer is None else str(getattr(timer, "label", "the twin")),
                 tune=tuning,
+                experiment=exp.name if u.name != exp.name else "",
+                deployment=u.deployment,
+                deployments=u.deployments,
             )
         )
     usd += spec.pricing.eks_cluster_usd_per_hour * total_s / 3600.0
@@ -318,6 +407,7 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
         est_gpu_hours=round(gpu_hours, 4),
         est_usd=est_usd,
         budget_problems=problems,
+        design=design,
     )
 
 

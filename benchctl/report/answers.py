@@ -27,7 +27,8 @@ from benchctl.analysis.effects import (
     summarize,
 )
 from benchctl.analysis.inference import fieller
-from benchctl.analysis.verdicts import HIGHER, INCONCLUSIVE, LOWER, RegimeComparison, Sample
+from benchctl.analysis.regimes import RegimeComparison
+from benchctl.analysis.verdicts import HIGHER, INCONCLUSIVE, LOWER, Sample
 from benchctl.report.answers_more import h2, h3, h4, q3
 from benchctl.report.data import ReportData, fmt_value, num
 from benchctl.report.evidence import (
@@ -160,7 +161,8 @@ def _q1(ev: Evidence) -> Answer:
             regime = (RegimeComparison(input_label(ikey),
                                        tuple(attainment(pts[k][BASELINE], float(k[3])) for k in keys),
                                        tuple(attainment(pts[k][TREATMENT], float(k[3])) for k in keys),
-                                       pair.settings.slo_attainment) if has_slo(rows) else None)
+                                       pair.settings.slo_attainment,
+                                       spread_pct=pair.settings.deployment_spread_pct) if has_slo(rows) else None)
             if regime is not None and pair.verified and regime.p is not None:
                 family.append(regime)
             if regime is not None:
@@ -242,9 +244,12 @@ def _share(gap: Compared, xfer: Sample, threshold: float) -> tuple[str, str]:
     gap_ms, gap_se = base_gm * math.expm1(est), base_gm * math.exp(est) * se  # the delta method from the log ratio
     x_se = (xfer.sd or 0.0) / math.sqrt(xfer.n)
     conf = gap.confidence or 0.95
-    iv = fieller(xfer.mean, x_se, gap_ms, gap_se, min(df, float(xfer.n - 1)) if x_se > 0 else df, conf)
+    # the transfer's mean with its own degrees of freedom, the gap with the gap's: the gap is clear of zero here
+    # exactly when its own interval (the one printed beside) is
+    iv = fieller(xfer.mean, x_se, gap_ms, gap_se, float(xfer.n - 1) if x_se > 0 else df, conf, den_df=df)
     if iv is None or not gap_ms:
-        return INCONCLUSIVE, "but the gap is not clear of zero at this level: the transfer's share has no bounded interval"
+        return INCONCLUSIVE, (f"but the gap's {confidence_text(conf)} interval includes 0 on the ms scale: the "
+                              "transfer's share of it has no bounded interval")
     lo, hi = 100.0 * iv[0], 100.0 * iv[1]
     said = (f"the KV transfer, {fnum(xfer.mean, 'ms')} per request, is {fnum(100.0 * xfer.mean / gap_ms, '%')} of "
             f"the gap ({fnum(gap_ms, 'ms')} per request; {confidence_text(conf)} CI [{fnum(lo)}, {fnum(hi)}] %, Fieller)")

@@ -39,10 +39,16 @@ class Ending:
 
 def receipt_rows(data: ReportData) -> list[dict[str, Any]]:
     """The receipt rows of the campaign's timeline (the latest of each experiment's), in campaign order."""
-    rows = [{"experiment": ev["experiment"], **timeline.detail(ev)} for ev in data.timeline
-            if timeline.is_event(ev, timeline.RECEIPT)]
+    events = [ev for ev in data.timeline if timeline.is_event(ev, timeline.RECEIPT)]
     order = {e: i for i, e in enumerate(data.experiments)}
-    return sorted(rows, key=lambda r: order.get(r["experiment"], len(order)))
+    # each deployment of an experiment (design.deployments) is listed under its own name, in the order they ran
+    first: dict[str, int] = {}
+    for ev in sorted(events, key=lambda ev: str(ev.get("at"))):
+        first.setdefault(str(ev.get("deployment") or ev["experiment"]), len(first))
+    rows = [(order.get(ev["experiment"], len(order)), first[str(ev.get("deployment") or ev["experiment"])], i,
+             {"experiment": str(ev.get("deployment") or ev["experiment"]), **timeline.detail(ev)})
+            for i, ev in enumerate(events)]
+    return [r for *_, r in sorted(rows, key=lambda t: t[:3])]
 
 
 def ending(data: ReportData) -> Ending:

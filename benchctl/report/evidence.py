@@ -15,8 +15,9 @@ from typing import Any
 
 from benchctl.analysis.effects import Block, Compared, Family, Obs, adjust, confidence_text, describe
 from benchctl.analysis.fabric import NOT_APPLICABLE, Fabric, fabric_check
-from benchctl.analysis.verdicts import INCONCLUSIVE, Attainment, Settings, num_text
-from benchctl.lake import timeline
+from benchctl.analysis.regimes import Attainment
+from benchctl.analysis.verdicts import INCONCLUSIVE, Settings, num_text
+from benchctl.lake import client_load, timeline
 from benchctl.report.data import ReportData, Rows, fmt_value, num
 
 BASELINE, TREATMENT = "baseline", "treatment"
@@ -190,15 +191,29 @@ class Evidence:
     def invalid_steps(self, pair: Pair, kind: str | None = None) -> list[str]:
         """'experiment/step_id: why' for every step whose latency percentiles are left out."""
         def why(r: dict[str, Any]) -> str:
+            if r.get("client_bound"):
+                return str(r["invalid_reason"])
             rate, limit = num(r.get("error_rate")), num(r.get("max_error_rate"))
             if r.get("status") == "succeeded" and rate is not None and limit is not None and rate > limit:
                 return (f"error rate {round(rate, 4):g} above max_error_rate {limit:g} (its latency percentiles are left "
                         "out; its goodput and SLO attainment count)")
             return str(r.get("invalid_reason") or "invalid")
 
-        return sorted({f"{r.get('experiment')}/{r.get('step_id')}: {why(r)}"
-                       for side in (BASELINE, TREATMENT) for r in self.rows(pair, side, kind, valid=False)})
+        out = sorted({f"{r.get('experiment')}/{r.get('step_id')}: {why(r)}"
+                      for side in (BASELINE, TREATMENT) for r in self.rows(pair, side, kind, valid=False)})
+        confound = self.client_confound(pair, kind)
+        return out + ([confound] if confound else [])
 
+    def client_confound(self, pair: Pair, kind: str | None = None) -> str:
+        """A line when the load generator fell behind at different points on the two sides (a difference between
+        the modes' runs that is the client's, not the server's), '' otherwise."""
+        where = {side: sorted({f"{r.get('variant')}" for r in self.rows(pair, side, kind, valid=None)
+                               if r.get("client_bound")}) for side in (BASELINE, TREATMENT)}
+        if where[BASELINE] == where[TREATMENT]:
+            return ""
+        said = "; ".join(f"{pair.experiment(side)} at {', '.join(v) or 'no point'}" for side, v in where.items())
+        return (f"comparison {pair.name}: the load generator fell behind at different points on the two sides ({said}): "
+                "those steps are left out, so the sides rest on different repeats there")
     def points(self, pair: Pair, kind: str, key: Callable[[dict[str, Any]], Hashable], *, valid: bool | None = True
                ) -> dict[Any, dict[str, list[dict[str, Any]]]]:
         """Rows of both sides grouped by ``key`` (e.g. workload, ISL, concurrency), sorted by key."""
@@ -270,7 +285,8 @@ def observations(rows: list[dict[str, Any]], column: str, *, exposure: Callable[
         exp = [e for _, r in got if exposure is not None and (e := exposure(r)) is not None]
         reqs = [int(n) for _, r in got if (n := num(r.get("n_samples"))) is not None]
         out.append(Obs(sum(values) / len(values), pair_key(first) if len(got) == 1 else (),
-                       sum(exp) / len(exp) if exp else None, min(reqs) if reqs else None))
+                       sum(exp) / len(exp) if exp else None, min(reqs) if reqs else None,
+                       str(first.get("deployment") or first.get("experiment") or "") or None))
     return tuple(out)
 
 
@@ -289,15 +305,19 @@ def attainment(rows: list[dict[str, Any]], load: float) -> Attainment:
     """One load of one side, pooled over its attempted steps (requests, those within the SLO, errors)."""
     good = total = errors = 0.0
     failed = 0
+    runs = []
     for r in rows:
         n = num(r.get("n_requests")) or 0.0
         if r.get("status") != "succeeded" and not n:
             failed += 1
             continue
+        g = num(r.get("n_good")) or 0.0
         total += n
-        good += num(r.get("n_good")) or 0.0
+        good += g
         errors += n - (num(r.get("n_ok")) or 0.0)
-    return Attainment(load, good, total, errors, failed, len({r.get("repeat") for r in rows}))
+        if n > 0:
+            runs.append((g, n, str(r.get("deployment") or r.get("experiment") or "")))
+    return Attainment(load, good, total, errors, failed, len({r.get("repeat") for r in rows}), tuple(runs))
 
 
 def has_slo(rows: list[dict[str, Any]]) -> bool:
@@ -333,7 +353,22 @@ def evidence_of(data: ReportData) -> Evidence:
             order.append(exp)
     if not order:
         order = list(data.experiments)
-    return Evidence(pairs, data.comparison_steps, data.views, fabric, deployments, order)
+    return Evidence(pairs, [client_checked(r) for r in data.comparison_steps], data.views, fabric, deployments, order)
+
+
+CLIENT_BOUND = "client-bound"
+
+
+def client_checked(r: dict[str, Any]) -> dict[str, Any]:
+    """A step whose load generator fell behind (``benchctl.lake.client_load.verdict``: too few requests issued on
+    time, or AIPerf out of CPU) measured less than its nominal load: it counts for nothing at that load (no latency
+    test, no SLO attainment, no goodput), and says why."""
+    bound, why = client_load.verdict(r)
+    if not bound:
+        return r
+    return {**r, "valid": False, "attempted": False, "client_bound": True,
+            "invalid_reason": f"{CLIENT_BOUND}: the load generator fell behind ({why}), so the server did not see "
+                              "the nominal load: left out of every test and regime"}
 
 
 def sweep_points(ev: Evidence, pair: Pair, a: Answer, parts: list[str], samples: list[str], *,

@@ -42,6 +42,7 @@ DEFAULT_SLO_ATTAINMENT = 0.9
 DEFAULT_MIN_SAMPLES_P99 = 100
 DEFAULT_TRANSFER_SHARE_PCT = 50.0
 DEFAULT_QUEUE_THRESHOLD = 1.0
+DEFAULT_DEPLOYMENT_SPREAD_PCT = 5.0
 DIFFERENCES = ("mode", "router", "kv_offload", "gpus", "gpu_kinds", "workers")
 
 
@@ -68,6 +69,11 @@ class ComparisonSettings(Strict):
         default=DEFAULT_QUEUE_THRESHOLD, ge=0, le=100_000,
         description="H3: a difference between the stages' waiting queues is directional only beyond this many "
                     "requests")
+    deployment_spread_pct: float = Field(
+        default=DEFAULT_DEPLOYMENT_SPREAD_PCT, ge=0, le=50,
+        description="the spread (relative sd) of a figure between two fresh deployments of one configuration that "
+                    "every verdict allows for at least: assumed with one deployment per experiment (design.deployments "
+                    "1), the floor of the measured spread with more; 0 assumes deployments interchangeable")
 
 
 class Comparison(Strict):
@@ -256,7 +262,7 @@ def comparison_rows(campaign_id: str, spec: CampaignSpec) -> list[dict[str, Any]
              "source": r.source, "confidence": s.confidence, "practical_threshold_pct": s.practical_threshold_pct,
              "max_error_rate": s.max_error_rate, "slo_attainment": s.slo_attainment,
              "min_samples_p99": s.min_samples_p99, "transfer_share_pct": s.transfer_share_pct,
-             "queue_threshold": s.queue_threshold}
+             "queue_threshold": s.queue_threshold, "deployment_spread_pct": s.deployment_spread_pct}
             for i, r in enumerate(resolved(spec))]
 
 

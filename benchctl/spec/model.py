@@ -26,8 +26,10 @@ from benchctl.spec.deployment import (
     is_commit,
     transfer_path,
 )
+from benchctl.spec.design import Design, design_problems
 from benchctl.spec.fields import IMAGE_TAG_MAX, Text
 from benchctl.spec.names import dgd_name_problem
+from benchctl.spec.problems import MAX_PROBLEMS, _bulk_problems, _problems
 from benchctl.spec.settings import (  # Kubernetes and image_tag_version: here too, where callers look
     EFA_INTERFACES,
     PATH_BANDWIDTH_GBPS,
@@ -42,10 +44,9 @@ from benchctl.spec.settings import (  # Kubernetes and image_tag_version: here t
     WarmUp,
     image_tag_version,
 )
-from benchctl.spec.text import MAX_SPEC_ITEMS, MAX_SPEC_KEYS, read_capped, spec_data
+from benchctl.spec.text import read_capped, spec_data
 from benchctl.spec.tune import Tune, tune_problems, tune_value
 from benchctl.spec.workloads import (  # the workloads' models: benchctl.spec.workloads
-    WORKLOAD_KINDS,
     ConcurrencySweep,
     MultiTurn,
     Workload,
@@ -59,7 +60,10 @@ class CampaignSpec(Strict):
     pools: list[PoolSpec] = Field(min_length=1, max_length=16)
     experiments: list[Experiment] = Field(min_length=1, max_length=32)
     workloads: list[Workload] = Field(min_length=1, max_length=32)
-    repeats: int = Field(default=1, gt=0, le=20)
+    repeats: int = Field(default=1, gt=0, le=20, description="repeats of every workload on each deployment of an "
+                         "experiment (design.deployments: 1 by default, so repeats per experiment)")
+    design: Design = Field(default_factory=Design, description="deployments per experiment and their order "
+                           "(benchctl.spec.design)")
     seed: int = Field(default=42, ge=0, le=2**62, description="base random seed")
     seed_policy: Literal["per-repeat", "fixed"] = Field(
         default="per-repeat",
@@ -260,7 +264,7 @@ class CampaignSpec(Strict):
                     f"pricing.instances.{inst}: no pool uses this instance type; "
                     f"valid: {sorted({p.instance_type for p in self.pools})}"
                 )
-        problems += comparison_problems(self) + tune_problems(self)
+        problems += comparison_problems(self) + tune_problems(self) + design_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -287,6 +291,15 @@ class CampaignSpec(Strict):
             if w is not self.model and (w.name, w.revision) != (self.model.name, self.model.revision):
                 out.setdefault((w.name, w.revision), w)
         return list(out.values())
+
+    @property
+    def total_repeats(self) -> int:
+        """Repeats per experiment over all its deployments (``design.deployments x repeats``)."""
+        return self.design.deployments * self.repeats
+
+    def deployment_of(self, repeat: int) -> int:
+        """The deployment (from 1) that runs ``repeat`` (numbered over the experiment's deployments)."""
+        return repeat // self.repeats + 1
 
     def repeat_seed(self, repeat: int) -> int:
         return self.seed + repeat if self.seed_policy == "per-repeat" else self.seed
@@ -329,69 +342,6 @@ def _normal(field_name: str, value: Any) -> Any:
         return adapter.dump_python(adapter.validate_python(value), mode="json")
     except ValidationError:
         return value
-
-
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in WORKLOAD_KINDS or str(part).startswith(("function-", "list[", "literal[")):
-            continue  # discriminator or union-member tag pydantic puts into the path
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(spec)"
-
-
-def _problems(err: ValidationError) -> list[str]:
-    lines: list[str] = []
-    errors = err.errors()
-    for e in errors:
-        where = _loc(tuple(e["loc"]))
-        if any(str(x).startswith("literal[") for x in e["loc"]) and isinstance(e.get("input"), list) and any(
-                _loc(tuple(o["loc"])).startswith(where) and o is not e for o in errors):
-            continue  # a list that is not the list it should be: the list member's error says what (not 'auto')
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] in ("value_error", "assertion_error"):
-            for line in msg.splitlines():
-                lines.append(line if ":" in line.split(" ")[0] else f"{where}: {line}")
-            continue
-        value = e.get("input")
-        shown = json.dumps(value, default=str)[:80] if not isinstance(value, dict) else "{...}"
-        if e["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown field (value {shown}); remove it or check its spelling")
-        elif e["type"] == "missing":
-            lines.append(f"{where}: required field is missing")
-        else:
-            lines.append(f"{where}: {shown} is invalid: {msg}")
-    return lines
-
-
-# Lists and mappings larger than any valid spec's (benchctl.spec.text: MAX_SPEC_ITEMS, MAX_SPEC_KEYS) are
-# refused before the models see them, also in data that came from JSON or an event; at most MAX_PROBLEMS
-# problems are listed.
-MAX_PROBLEMS = 50
-
-
-def _bulk_problems(data: Any) -> list[str]:
-    """The lists and mappings of the raw data larger than any valid spec's, each named by its path."""
-    problems: list[str] = []
-    todo: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
-    while todo and len(problems) < MAX_PROBLEMS:
-        node, where = todo.pop()
-        if isinstance(node, list):
-            if len(node) > MAX_SPEC_ITEMS:
-                problems.append(f"{_loc(where) or '(spec)'}: {len(node)} items; a spec's lists hold at most "
-                                f"{MAX_SPEC_ITEMS}")
-                continue
-            todo.extend((v, (*where, i)) for i, v in enumerate(node))
-        elif isinstance(node, dict):
-            if len(node) > MAX_SPEC_KEYS:
-                problems.append(f"{_loc(where) or '(spec)'}: {len(node)} keys; a spec's mappings hold at most "
-                                f"{MAX_SPEC_KEYS}")
-                continue
-            todo.extend((v, (*where, str(k))) for k, v in node.items())
-    return problems
 
 
 def parse_spec(data: Any, source: str = "<spec>") -> CampaignSpec:

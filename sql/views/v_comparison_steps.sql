@@ -14,6 +14,10 @@
 --                         attainment count every attempted step, latency percentiles only valid ones
 --   n_requests, n_good    requests recorded / those that succeeded within the SLO (goodput's count)
 --   random_seed, dataset_sha256   what pairs a step with the other side's step of the same repeat
+--   deployment            the deployment of the experiment that ran it (design.deployments): the level
+--                         the verdicts judge a mode effect on when an experiment was deployed more than once
+--   client_*              whether the load generator kept up (v_step_stats): a client-bound step is no
+--                         measurement of its nominal load, and the verdicts leave it out
 --   search_probe          a sweep's probe number (its load chosen by the SLO-edge search from what the
 --                         sweep measured before it), NULL for a fixed load
 --   gpu_usd_per_hour      the experiment's allocated nodes x their price (costs; NULL when unpriced)
@@ -30,21 +34,31 @@
 WITH sides AS (
     SELECT campaign_id, comparison, comparison_index, questions, differs, source, confidence,
            practical_threshold_pct, max_error_rate, slo_attainment, min_samples_p99, transfer_share_pct,
-           queue_threshold, 'baseline' AS side, baseline AS experiment
+           queue_threshold, deployment_spread_pct, 'baseline' AS side, baseline AS experiment
     FROM comparisons
     UNION ALL
     SELECT campaign_id, comparison, comparison_index, questions, differs, source, confidence,
            practical_threshold_pct, max_error_rate, slo_attainment, min_samples_p99, transfer_share_pct,
-           queue_threshold, 'treatment' AS side, treatment AS experiment
+           queue_threshold, deployment_spread_pct, 'treatment' AS side, treatment AS experiment
     FROM comparisons
+),
+deployment_price AS (
+    -- each deployment's nodes x price (an experiment deployed twice holds one deployment's nodes at a time)
+    SELECT
+        campaign_id,
+        experiment,
+        coalesce(deployment, experiment) AS deployment,
+        CASE WHEN count(price_per_node_hour_usd) = count(*) THEN sum(nodes * price_per_node_hour_usd) END
+            AS gpu_usd_per_hour
+    FROM costs
+    GROUP BY campaign_id, experiment, coalesce(deployment, experiment)
 ),
 price AS (
     SELECT
         campaign_id,
         experiment,
-        CASE WHEN count(price_per_node_hour_usd) = count(*) THEN sum(nodes * price_per_node_hour_usd) END
-            AS gpu_usd_per_hour
-    FROM costs
+        CASE WHEN count(gpu_usd_per_hour) = count(*) THEN max(gpu_usd_per_hour) END AS gpu_usd_per_hour
+    FROM deployment_price
     GROUP BY campaign_id, experiment
 )
 SELECT
@@ -65,6 +79,7 @@ SELECT
     s.variant,
     s.step_id,
     s."repeat",
+    s.deployment,
     s.status,
     s.concurrency,
     s.isl,
@@ -100,6 +115,12 @@ SELECT
     s.slo_ttft_ms,
     s.slo_itl_ms,
     s.client_cache_hit_rate,
+    s.client_on_time_fraction,
+    s.client_issue_lag_p95_ms,
+    s.client_lag_budget_ms,
+    s.client_cpu_cores,
+    s.client_cpu_cores_available,
+    s.client_effective_concurrency,
     s.achievable_hit_rate,
     s.cache_state,
     p.gpu_usd_per_hour,
@@ -120,7 +141,8 @@ SELECT
     c.slo_attainment,
     c.min_samples_p99,
     c.transfer_share_pct,
-    c.queue_threshold
+    c.queue_threshold,
+    c.deployment_spread_pct
 FROM sides c
 JOIN v_step_stats s ON s.campaign_id = c.campaign_id AND s.experiment = c.experiment
 LEFT JOIN price p ON p.campaign_id = s.campaign_id AND p.experiment = s.experiment

@@ -1,19 +1,25 @@
 -- v_cost_efficiency: the seeds' cost-efficiency table. One row per campaign x experiment.
 -- Cost = the period's cost / the successful output tokens of the same period x 1,000,000, from the
--- costs rows (benchctl.costs.cost_rows: one per experiment x pool) and the steps.
+-- costs rows (benchctl.costs.cost_rows: one per experiment x deployment x pool) and the steps.
 --   category              'aggregated same-GPU baseline': aggregated, at most one GPU kind;
 --                         'disaggregated same GPU total': disaggregated on one GPU kind with the same
 --                         GPU kind and worker-GPU total (gpus) as an aggregated experiment of the
---                         campaign; 'disaggregated heterogeneous': disaggregated over pools of more than
+--                         campaign, on as many GPUs paid for (gpus_allocated); '... same GPU total, more
+--                         GPUs paid (more nodes allocated)' (or fewer) where the two sides' allocated
+--                         nodes differ (placement: e.g. prefill and decode on separate nodes), so that a
+--                         $/1M difference is read with the node counts beside it;
+--                         'disaggregated heterogeneous': disaggregated over pools of more than
 --                         one GPU kind; else 'other' (e.g. disaggregated with more or fewer GPUs than any
 --                         baseline: throughput bought with extra GPUs is not credited to disaggregation)
 --   mode, router, kv_offload   the experiment's serving settings (experiments table)
 --   gpus                  GPUs the workers use (replicas x tensor_parallel)
 --   gpus_allocated        GPUs on the nodes allocated (nodes x GPUs per node, over its pools)
 --   gpu_kinds             the pools' GPU kinds, sorted, joined with '+'
---   nodes                 nodes allocated over its pools
+--   nodes                 nodes allocated over its pools (by one deployment: they run one at a time)
 --   gpu_usd_per_hour      sum over pools of nodes x on-demand $/node-hour (the seeds' "GPU $/hr");
 --                         NULL when a pool has no price
+--   deployments           fresh deployments of the experiment (design.deployments); the costs below
+--                         add up over all of them
 --   node_hours, gpu_hours allocated node-hours and GPU-hours
 --   cost_usd              allocation-based cost: nodes from scale request to pool restore x price,
 --                         plus the EKS cluster fee share (eks_fee_usd); NULL when a pool is unpriced
@@ -57,17 +63,38 @@
 --   simulated             true for the local engine (mocker): simulated numbers, illustrative prices
 -- The costs rows are written at Report; without them the cost columns are NULL.
 -- Athena (Trino) dialect; the local engine transpiles it to DuckDB with sqlglot.
-WITH pools AS (
+WITH deployment_held AS (
+    -- what one deployment of the experiment holds (an experiment deployed several times, design.deployments,
+    -- holds one deployment's nodes at a time; its costs below add up over all of them)
+    SELECT
+        campaign_id,
+        experiment,
+        coalesce(deployment, experiment) AS deployment,
+        sum(nodes) AS nodes,
+        sum(nodes * cast(json_extract_scalar(fees_json, '$.gpus_per_node') AS bigint)) AS gpus_allocated,
+        CASE
+            WHEN count(price_per_node_hour_usd) = count(*) THEN sum(nodes * price_per_node_hour_usd)
+        END AS gpu_usd_per_hour
+    FROM costs
+    GROUP BY campaign_id, experiment, coalesce(deployment, experiment)
+),
+held AS (
+    SELECT
+        campaign_id,
+        experiment,
+        count(*) AS deployments,
+        max(nodes) AS nodes,
+        max(gpus_allocated) AS gpus_allocated,
+        CASE WHEN count(gpu_usd_per_hour) = count(*) THEN max(gpu_usd_per_hour) END AS gpu_usd_per_hour
+    FROM deployment_held
+    GROUP BY campaign_id, experiment
+),
+pools AS (
     SELECT
         campaign_id,
         experiment,
         count(DISTINCT gpu_kind) AS n_gpu_kinds,
         array_join(array_sort(array_agg(DISTINCT gpu_kind)), '+') AS gpu_kinds,
-        sum(nodes) AS nodes,
-        sum(nodes * cast(json_extract_scalar(fees_json, '$.gpus_per_node') AS bigint)) AS gpus_allocated,
-        CASE
-            WHEN count(price_per_node_hour_usd) = count(*) THEN sum(nodes * price_per_node_hour_usd)
-        END AS gpu_usd_per_hour,
         sum(node_hours) AS node_hours,
         sum(gpu_hours) AS gpu_hours,
         CASE WHEN count(cost_usd) = count(*) THEN sum(cost_usd) END AS cost_usd,
@@ -153,14 +180,18 @@ base AS (
         e.kv_offload,
         e.gpus,
         p.n_gpu_kinds,
-        p.gpu_kinds
+        p.gpu_kinds,
+        h.gpus_allocated
     FROM experiments e
     LEFT JOIN pools p ON p.campaign_id = e.campaign_id AND p.experiment = e.experiment
+    LEFT JOIN held h ON h.campaign_id = e.campaign_id AND h.experiment = e.experiment
 ),
 baselines AS (
-    SELECT DISTINCT campaign_id, gpu_kinds, gpus
+    -- an aggregated baseline per GPU kind and total: the GPUs it paid for (its allocated nodes' GPUs) beside
+    SELECT campaign_id, gpu_kinds, gpus, min(gpus_allocated) AS gpus_allocated
     FROM base
     WHERE mode = 'aggregated' AND n_gpu_kinds = 1
+    GROUP BY campaign_id, gpu_kinds, gpus
 )
 SELECT
     b.campaign_id,
@@ -169,6 +200,12 @@ SELECT
         WHEN b.mode = 'aggregated' AND coalesce(b.n_gpu_kinds, 1) <= 1 THEN 'aggregated same-GPU baseline'
         WHEN b.mode = 'disaggregated' AND b.n_gpu_kinds > 1 THEN 'disaggregated heterogeneous'
         WHEN b.mode = 'disaggregated' AND b.n_gpu_kinds = 1 AND a.gpus IS NOT NULL
+            AND b.gpus_allocated > a.gpus_allocated
+            THEN 'disaggregated same GPU total, more GPUs paid (more nodes allocated)'
+        WHEN b.mode = 'disaggregated' AND b.n_gpu_kinds = 1 AND a.gpus IS NOT NULL
+            AND b.gpus_allocated < a.gpus_allocated
+            THEN 'disaggregated same GPU total, fewer GPUs paid (fewer nodes allocated)'
+        WHEN b.mode = 'disaggregated' AND b.n_gpu_kinds = 1 AND a.gpus IS NOT NULL
             THEN 'disaggregated same GPU total'
         ELSE 'other'
     END AS category,
@@ -176,10 +213,11 @@ SELECT
     b.router,
     b.kv_offload,
     b.gpus,
-    p.gpus_allocated,
+    h.gpus_allocated,
     b.gpu_kinds,
-    p.nodes,
-    p.gpu_usd_per_hour,
+    h.nodes,
+    h.gpu_usd_per_hour,
+    h.deployments,
     p.node_hours,
     p.gpu_hours,
     p.cost_usd,
@@ -197,9 +235,9 @@ SELECT
     g.goodput_ratio,
     k.goodput_per_s,
     t.successful_output_tokens / nullif(p.cost_usd, 0) AS tokens_per_usd,
-    t.successful_output_tokens / nullif(t.benchmark_s, 0) / nullif(p.gpu_usd_per_hour, 0)
+    t.successful_output_tokens / nullif(t.benchmark_s, 0) / nullif(h.gpu_usd_per_hour, 0)
         AS output_tokens_per_s_per_usd_hour,
-    k.goodput_per_s / nullif(p.gpu_usd_per_hour, 0) AS goodput_per_usd_hour,
+    k.goodput_per_s / nullif(h.gpu_usd_per_hour, 0) AS goodput_per_usd_hour,
     coalesce(t.n_steps_succeeded, 0) AS n_steps_succeeded,
     coalesce(t.n_steps_failed, 0) AS n_steps_failed,
     p.price_source,
@@ -211,6 +249,7 @@ SELECT
     coalesce(p.simulated, c.simulated) AS simulated
 FROM base b
 LEFT JOIN pools p ON p.campaign_id = b.campaign_id AND p.experiment = b.experiment
+LEFT JOIN held h ON h.campaign_id = b.campaign_id AND h.experiment = b.experiment
 LEFT JOIN baselines a
     ON a.campaign_id = b.campaign_id AND a.gpu_kinds = b.gpu_kinds AND a.gpus = b.gpus
 LEFT JOIN tok t ON t.campaign_id = b.campaign_id AND t.experiment = b.experiment

@@ -11,6 +11,11 @@
 --                          NULL when the spec sets no SLO
 --   goodput_per_s          such requests per second of the benchmark
 --   output_tokens_per_s_per_gpu   total output tokens/s over the experiment's GPUs
+--   deployment             which deployment of the experiment ran the step (design.deployments: the
+--                          plan entry's name, e.g. agg--d2; the experiment's own with one deployment)
+--   client_on_time_fraction, client_issue_lag_p95_ms, client_lag_budget_ms, client_cpu_cores,
+--   client_cpu_cores_available, client_effective_concurrency   whether the load generator kept up
+--                          (steps; benchctl.lake.client_load judges a step client-bound from them)
 --   client_cache_hit_rate  cached prompt tokens reported to the client / input tokens (AIPerf's
 --                          usage_prompt_cache_read_tokens; stays 0 in disaggregated mode, see
 --                          v_step_cache for the server's own figures)
@@ -54,6 +59,7 @@ SELECT
     coalesce(s.variant, 'c' || cast(s.concurrency AS varchar)) AS variant,
     s.step_id,
     s."repeat",
+    coalesce(s.deployment, s.experiment) AS deployment,
     s.status,
     s.concurrency,
     s.isl,
@@ -100,7 +106,13 @@ SELECT
         WHEN s.slo_ttft_ms IS NULL AND s.slo_itl_ms IS NULL THEN NULL
         ELSE q.n_good / nullif(s.benchmark_duration_s, 0)
     END AS goodput_per_s,
-    cast(q.cached_tokens AS double) / nullif(q.input_tokens, 0) AS client_cache_hit_rate
+    cast(q.cached_tokens AS double) / nullif(q.input_tokens, 0) AS client_cache_hit_rate,
+    s.client_on_time_fraction,
+    s.client_issue_lag_p95_ms,
+    s.client_lag_budget_ms,
+    s.client_cpu_cores,
+    s.client_cpu_cores_available,
+    s.client_effective_concurrency
 FROM steps s
 LEFT JOIN req q
     ON q.campaign_id = s.campaign_id AND q.experiment = s.experiment AND q.step_id = s.step_id

@@ -31,7 +31,7 @@ def comparison_row(cid: str, name: str, baseline: str, treatment: str, questions
             "confidence": settings.confidence, "practical_threshold_pct": settings.practical_threshold_pct,
             "max_error_rate": settings.max_error_rate, "slo_attainment": settings.slo_attainment,
             "min_samples_p99": settings.min_samples_p99, "transfer_share_pct": settings.transfer_share_pct,
-            "queue_threshold": settings.queue_threshold}
+            "queue_threshold": settings.queue_threshold, "deployment_spread_pct": settings.deployment_spread_pct}
 
 
 @dataclass
@@ -41,6 +41,7 @@ class Campaign:
     simulated: bool = True
     noise: float = 0.01  # relative sd of every figure across repeats
     seed: int = 7
+    settings: Settings = DEFAULTS  # every comparison's, unless compare() is given its own
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _rng: random.Random = field(init=False)
 
@@ -68,9 +69,9 @@ class Campaign:
                            "simulated": self.simulated, "fees_json": json.dumps({"gpus_per_node": 8})})
 
     def compare(self, name: str, baseline: str, treatment: str, questions: str, differs: str = "mode,workers",
-                settings: Settings = DEFAULTS) -> None:
+                settings: Settings | None = None) -> None:
         self.add("comparisons", comparison_row(self.cid, name, baseline, treatment, questions, differs,
-                                               len(self.rows.get("comparisons", [])), settings))
+                                               len(self.rows.get("comparisons", [])), settings or self.settings))
 
     def _draw(self, mean: float) -> float:
         return mean * (1.0 + self._rng.gauss(0.0, self.noise))

@@ -121,7 +121,8 @@ def test_spec_comparisons_replace_the_default_and_carry_the_settings() -> None:
     assert row == {"campaign_id": "c1", "comparison": "router", "comparison_index": 0, "baseline": "agg-rr",
                    "treatment": "agg", "questions": "h2", "differs": "router", "source": "spec", "confidence": 0.9,
                    "practical_threshold_pct": 2.0, "max_error_rate": 0.05, "slo_attainment": 0.9,
-                   "min_samples_p99": 100, "transfer_share_pct": 50.0, "queue_threshold": 1.0}
+                   "min_samples_p99": 100, "transfer_share_pct": 50.0, "queue_threshold": 1.0,
+                   "deployment_spread_pct": 5.0}
     assert problems({**data, "comparison": {"confidence": 1.5}})[0].startswith("comparison.confidence: 1.5 is invalid")
 
 

@@ -51,6 +51,7 @@ def make_spec(*, priced_g6e: bool = True, budget: dict[str, float] | None = None
         "pricing": {"source": "test list price", "as_of": "2026-01-01", "instances": instances,
                     "eks_cluster_usd_per_hour": EKS},
         "budget": budget or {},
+        "design": {"order": "as-written"},  # the figures below follow the spec's order
     })
 
 

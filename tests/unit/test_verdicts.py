@@ -22,20 +22,17 @@ from benchctl.analysis.effects import (
     effects,
 )
 from benchctl.analysis.fabric import AS_SPECIFIED, DIFFERS, NOT_OBSERVED, fabric_check
+from benchctl.analysis.regimes import MISSED, Attainment, RegimeComparison, slo_regime
 from benchctl.analysis.verdicts import (
     HIGHER,
     INCONCLUSIVE,
     LOWER,
-    MISSED,
-    Attainment,
-    RegimeComparison,
     Settings,
     fit_line,
-    slo_regime,
     slope_se,
 )
 
-S = Settings()
+S = Settings(deployment_spread_pct=0.0)  # the repeats' level alone (deployments: tests/unit/test_components.py)
 TTFT = Figure("ttft_p50_ms", "TTFT p50", "ms", True)
 
 
@@ -122,7 +119,7 @@ def test_a_difference_inside_the_threshold_or_the_noise_is_inconclusive() -> Non
     c = _one((100.0, 100.1, 99.9), (102.0, 102.1, 101.9))  # +2 %, tight: real, within the threshold of 5 %
     assert c.outcome == INCONCLUSIVE  # type: ignore[attr-defined]
     assert c.reason == "the interval does not clear the practical threshold of +/-5 % of the baseline"  # type: ignore[attr-defined]
-    assert _one((100.0, 100.1, 99.9), (102.0, 102.1, 101.9), settings=Settings(practical_threshold_pct=1.0)
+    assert _one((100.0, 100.1, 99.9), (102.0, 102.1, 101.9), settings=Settings(practical_threshold_pct=1.0, deployment_spread_pct=0.0)
                 ).outcome == HIGHER  # type: ignore[attr-defined]
     n = _one((100.0, 110.0, 90.0), (100.01, 110.01, 90.01))
     assert (n.outcome, n.reason) == (INCONCLUSIVE, "the interval includes 0")  # type: ignore[attr-defined]

@@ -70,7 +70,7 @@ from benchctl.campaign.ports import DeploymentRequest
 from benchctl.campaign.runstate import runner_key
 from benchctl.planning import aiperf_args
 from benchctl.planning.placement import keeps_role_together
-from benchctl.planning.plan import plan_campaign
+from benchctl.planning.plan import entry_experiment, plan_campaign
 from benchctl.spec.deployment import Experiment, KvOffload, ModelSpec, PoolSpec, WorkerGroup
 from benchctl.spec.model import CampaignSpec, Kubernetes
 from benchctl.spec.names import COMPONENT, component_names, dgd_name_problem
@@ -193,12 +193,12 @@ def _component_names(exp: Experiment) -> list[str]:
     return component_names([g.role for g in exp.workers])
 
 
-def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str) -> JSON:
+def render_dgd(spec: CampaignSpec, campaign_id: str, experiment: str, exp: Experiment | None = None) -> JSON:
     """The experiment's ``DynamoGraphDeployment`` from the spec (``benchctl render``): what the campaign's
-    deployment request for it renders to."""
+    deployment request for it renders to (``exp``: the experiment as a plan entry deploys it, default the spec's)."""
     from benchctl.campaign import deployment_request
 
-    return render_deployment(deployment_request(spec, campaign_id, experiment))
+    return render_deployment(deployment_request(spec, campaign_id, experiment, exp))
 
 
 def render_deployment(request: DeploymentRequest) -> JSON:
@@ -340,12 +340,13 @@ def render_campaign(spec: CampaignSpec, campaign_id: str, *, lake_uri: str = LAK
 
     for exp_plan in plan.experiments:
         e = exp_plan.name
+        exp = entry_experiment(spec, exp_plan)  # one deployment of an experiment is named after it
         url = frontend_service_url(spec.kubernetes.namespace, campaign_id, e)
-        target = deployment_request(spec, campaign_id, e).target
+        target = deployment_request(spec, campaign_id, e, exp).target
         assert target is not None
         for pool in prepull_pools(target):  # before the pools are scaled: the images arrive with the nodes
             out.append((f"experiments/{e}/prepull-{pool}.yaml", render_prepull(target, campaign_id, pool)))
-        out.append((f"experiments/{e}/dynamographdeployment.yaml", render_dgd(spec, campaign_id, e)))
+        out.append((f"experiments/{e}/dynamographdeployment.yaml", render_dgd(spec, campaign_id, e, exp)))
         out.append((f"experiments/{e}/smoke-job.yaml", render_smoke_job(spec, campaign_id, e, url)))
         steps = exp_plan.steps
         if spec.warmup.request_count and steps:
