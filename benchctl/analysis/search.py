@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 from benchctl.analysis.inference import wilson
@@ -50,18 +51,29 @@ class Measured:
     n: int
     failed: bool = False
 
-    def state(self, target: float, confidence: float) -> str:
+    def state(self, target: float, confidence: float, spread: float = 0.0) -> str:
         """within (the Wilson lower bound reaches ``target``), missed (the upper bound is below it, or the step
-        failed) or undetermined: the report's rule (``Attainment.judged``)."""
+        failed) or undetermined: the report's rule for one run (``Attainment.judged``). ``spread``: the run-to-run
+        logit sd of attainment the search allows for (its requests are not independent coin flips: they share the
+        run), as a quasi-binomial dispersion ``1 + n spread^2 p (1 - p)`` on the requests' count."""
         if self.failed:
             return MISSED
         if self.n <= 0:
             return UNDETERMINED
-        low, high = wilson(self.good, self.n, confidence)
+        good, n = float(self.good), float(self.n)
+        if spread > 0:
+            p = (good + 0.5) / (n + 1.0)
+            n = n / (1.0 + n * spread * spread * p * (1.0 - p))
+            good = p * n
+        low, high = wilson(good, n, confidence)
         return WITHIN if low >= target else MISSED if high < target else UNDETERMINED
 
-    def within(self, target: float, confidence: float) -> bool:
-        return self.state(target, confidence) == WITHIN
+    def within(self, target: float, confidence: float, spread: float = 0.0) -> bool:
+        return self.state(target, confidence, spread) == WITHIN
+
+    @property
+    def logit(self) -> float:
+        return math.log((self.good + 0.5) / (self.n - self.good + 0.5))
 
 
 @dataclass(frozen=True)
@@ -98,11 +110,12 @@ def _too_few(points: Sequence[Measured], target: float, confidence: float) -> st
             f"{target:.0%} attainment: lengthen search.duration_s")
 
 
-def bracket(points: Sequence[Measured], target: float, confidence: float) -> tuple[int | None, int | None]:
+def bracket(points: Sequence[Measured], target: float, confidence: float, spread: float = 0.0
+            ) -> tuple[int | None, int | None]:
     """(within, past): ``within`` the highest load shown within below the first load shown to miss the SLO (a
     light load with too few requests to show anything does not hide the loads above it), ``past`` the lowest load
     above it not shown within (missed, or undetermined: the edge may lie below it)."""
-    states = sorted((p.load, p.state(target, confidence)) for p in points)
+    states = sorted((p.load, p.state(target, confidence, spread)) for p in points)
     missed = next((load for load, st in states if st == MISSED), None)
     within = max((load for load, st in states if st == WITHIN and (missed is None or load < missed)), default=None)
     past = next((load for load, st in states if st != WITHIN and (within is None or load > within)), None)
@@ -113,11 +126,25 @@ def located(within: int | None, past: int | None, resolution: float) -> bool:
     return within is not None and past is not None and (past <= within * (1 + resolution) or past - within <= 1)
 
 
+def supported(points: Sequence[Measured], within: int, past: int, confidence: float, spread: float) -> float | None:
+    """The finest bracket (past / within) the run-to-run ``spread`` supports, from the attainment the bracket's two
+    loads measured: their logits fall by ``slope`` per unit of log load, so two loads closer than ``2 z spread /
+    slope`` differ by less than two runs of one load may (None: not estimable, no spread allowed for)."""
+    by = {p.load: p for p in points if p.n > 0 and not p.failed}
+    if spread <= 0 or within not in by or past not in by or past <= within:
+        return None
+    slope = (by[within].logit - by[past].logit) / math.log(past / within)
+    if slope <= 0:
+        return None
+    return math.exp(2.0 * NormalDist().inv_cdf(confidence) * spread / slope)
+
+
 def next_load(points: Sequence[Measured], *, target: float, confidence: float, resolution: float,
-              start: int | None = None, max_load: int = 4096) -> Next:
-    """The next probe's load from ``points`` (every load measured so far in this search, fixed points too)."""
+              start: int | None = None, max_load: int = 4096, spread: float = 0.0) -> Next:
+    """The next probe's load from ``points`` (every load measured so far in this search, fixed points too);
+    ``spread``: the run-to-run logit spread of attainment it allows for (:meth:`Measured.state`, :func:`supported`)."""
     tried = {p.load for p in points}
-    within, past = bracket(points, target, confidence)
+    within, past = bracket(points, target, confidence, spread)
     if not points:
         first = min(max(1, start or DEFAULT_START), max_load)
         return Next(first, f"first probe at c={first} ({'the given start' if start else 'the default start'})",
@@ -125,6 +152,12 @@ def next_load(points: Sequence[Measured], *, target: float, confidence: float, r
     if located(within, past, resolution):
         return Next(None, f"located: within at c={within}, not shown within at c={past} (resolution "
                           f"{resolution:.0%})",
+                    within, past, located=True)
+    finest = supported(points, within, past, confidence, spread) if within is not None and past is not None else None
+    if finest is not None and within is not None and past is not None and past / within <= finest:
+        return Next(None, f"located to the resolution the run-to-run spread supports: within at c={within}, not shown "
+                          f"within at c={past} ({past / within - 1:.0%} apart; loads closer than {finest - 1:.0%} differ "
+                          f"in attainment by less than two runs of one load may, logit sd {spread:g})",
                     within, past, located=True)
     if past is None:
         assert within is not None
@@ -134,7 +167,7 @@ def next_load(points: Sequence[Measured], *, target: float, confidence: float, r
         up = min(max_load, within * 2)
         return Next(up, f"within at every load up to c={within}: ramp up to c={up}", within, past)
     if within is None:
-        states = {p.load: p.state(target, confidence) for p in points}
+        states = {p.load: p.state(target, confidence, spread) for p in points}
         missed = sorted(c for c, st in states.items() if st == MISSED)
         if not missed:  # nothing shown either way (too few requests): more load, more requests
             up = min(max_load, max(states) * 2)
@@ -164,21 +197,21 @@ def next_load(points: Sequence[Measured], *, target: float, confidence: float, r
 
 
 def run(measure: Callable[[int], Measured], points: Sequence[Measured], *, target: float, confidence: float,
-        resolution: float, max_probes: int, start: int | None = None, max_load: int = 4096
+        resolution: float, max_probes: int, start: int | None = None, max_load: int = 4096, spread: float = 0.0
         ) -> tuple[list[Measured], Next]:
     """The whole search against ``measure`` (a load -> its measurement): the probes in order and the last answer.
     What the campaign does one probe per step; the plan's prediction and the tests run it at once."""
     seen, probes = list(points), list[Measured]()
     for _ in range(max_probes):
         nxt = next_load(seen, target=target, confidence=confidence, resolution=resolution, start=start,
-                        max_load=max_load)
+                        max_load=max_load, spread=spread)
         if nxt.load is None:
             return probes, nxt
         m = measure(nxt.load)
         seen.append(m)
         probes.append(m)
     last = next_load(seen, target=target, confidence=confidence, resolution=resolution, start=start,
-                     max_load=max_load)
+                     max_load=max_load, spread=spread)
     if last.load is not None:
         last = Next(None, f"stopped at the budget line of {max_probes} probes before the edge was located to "
                           f"{resolution:.0%}: within at c={last.within}, not shown within at c={last.past}", last.within,

@@ -194,3 +194,64 @@ def slope_se(base: Fit, treat: Fit) -> tuple[float, float] | None:
     if vb + vt == 0.0:
         return 0.0, float(base.n + treat.n - 4)
     return math.sqrt(vb + vt), (vb + vt) ** 2 / (vb ** 2 / (base.n - 2) + vt ** 2 / (treat.n - 2))
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Least squares y = a + b x + c x^2 over at least three distinct x: the curvature ``c`` with its standard error
+    and degrees of freedom (n - 3): what a straight line's slope cannot see (a response that bends between its
+    ends)."""
+
+    n: int
+    curvature: float
+    curvature_se: float | None
+    df: int
+
+    def text(self) -> str:
+        se = f" (se {num_text(self.curvature_se)})" if self.curvature_se is not None else ""
+        return f"curvature {num_text(self.curvature)} per unit^2{se} over {self.n} points"
+
+
+def fit_curve(points: Sequence[tuple[float, float]]) -> Curve | None:
+    """The quadratic through every point (None with fewer than 3 distinct x); the curvature's standard error needs
+    a fourth point (n - 3 > 0)."""
+    n = len(points)
+    xs = sorted({x for x, _ in points})
+    if n < 3 or len(xs) < 3:
+        return None
+    mx = sum(x for x, _ in points) / n
+    u = [(x - mx, y) for x, y in points]  # centred: the normal equations stay well conditioned
+    s = [sum(x ** k for x, _ in u) for k in range(5)]
+    t = [sum(y * x ** k for x, y in u) for k in range(3)]
+    m = [[s[0], s[1], s[2]], [s[1], s[2], s[3]], [s[2], s[3], s[4]]]
+
+    def det(a: list[list[float]]) -> float:
+        return (a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+                + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]))
+
+    d = det(m)
+    if abs(d) < 1e-15:
+        return None
+    coef = []
+    for i in range(3):
+        mi = [row[:] for row in m]
+        for r in range(3):
+            mi[r][i] = t[r]
+        coef.append(det(mi) / d)
+    a, b, c = coef
+    ssr = sum((y - a - b * x - c * x * x) ** 2 for x, y in u)
+    if n <= 3:
+        return Curve(n, c, None, 0)
+    # the variance of c: sigma^2 x (M^-1)[2][2], the cofactor of the last diagonal element over the determinant
+    inv22 = (m[0][0] * m[1][1] - m[0][1] * m[1][0]) / d
+    return Curve(n, c, math.sqrt(max(0.0, ssr / (n - 3) * inv22)), n - 3)
+
+
+def curvature_se(base: Curve, treat: Curve) -> tuple[float, float] | None:
+    """The standard error of treat.curvature - base.curvature and its Welch-Satterthwaite degrees of freedom."""
+    if base.curvature_se is None or treat.curvature_se is None:
+        return None
+    vb, vt = base.curvature_se ** 2, treat.curvature_se ** 2
+    if vb + vt == 0.0:
+        return 0.0, float(base.df + treat.df)
+    return math.sqrt(vb + vt), (vb + vt) ** 2 / (vb ** 2 / base.df + vt ** 2 / treat.df)

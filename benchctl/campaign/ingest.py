@@ -24,7 +24,7 @@ from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
 from benchctl.campaign.tuning import experiment_of
 from benchctl.errors import LoadFailed
-from benchctl.lake import timeline
+from benchctl.lake import client_load, timeline
 
 
 def ingest_previous(p: Providers, ctx: Ctx, task: Task) -> JSON:
@@ -135,9 +135,18 @@ def ingest_step(p: Providers, ctx: Ctx, experiment: str, step_id: str) -> JSON:
     status = result.steps[0]["status"] if result.steps else "failed"
     rec.ingest_status = status
     rec.slo = slo_counts(result.requests, spec.slo.ttft_ms, spec.slo.itl_ms)
+    rec.client_bound = client_load.verdict(result.steps[0])[0] if result.steps else None
+    # overload is a measurement, not an ending: a sweep step whose every request failed (the deployment answered
+    # none at this load) is a certain miss of the SLO that ends this sweep's escalation in this repeat
+    # (load.launch_step skips its higher loads); the experiment and the campaign go on
+    rec.overloaded = (status != "succeeded" and step.kind == "concurrency_sweep" and bool(result.requests)
+                      and all(r.get("error_type") is not None or r.get("error_code") is not None
+                              for r in result.requests)) or None
     p.state.save_load(experiment, step_id, rec)
     record_event(p, ctx.campaign_id, experiment, timeline.INGESTED, key=step_id, step_id=step_id, status=status,
-                 requests=len(result.requests))
+                 requests=len(result.requests), overloaded=bool(rec.overloaded))
+    if rec.overloaded:
+        return {"status": status, "requests": len(result.requests), "overloaded": True}
     if status != "succeeded":
         raise LoadFailed(
             f"step {step_id} of {experiment}: AIPerf exit {rec.exit_code}, "

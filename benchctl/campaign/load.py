@@ -100,6 +100,21 @@ def launch_warmup(p: Providers, ctx: Ctx, task: Task) -> JSON:
     return _launch(p, ctx, experiment, WARMUP, argv_for, est_s=60.0 + spec.warmup.request_count)
 
 
+def overloaded_below(p: Providers, experiment: str, step: StepPlan) -> tuple[str, int] | None:
+    """(step id, load) of an earlier step of ``step``'s sweep and repeat that was overloaded (every request failed)
+    at a load no higher than ``step``'s, or None (not a sweep step, or none was)."""
+    if step.kind != "concurrency_sweep" or step.concurrency is None:
+        return None
+    for s in p.state.plan().experiment(experiment).steps:
+        if s.index >= step.index or s.workload != step.workload or s.repeat != step.repeat:
+            continue
+        rec = p.state.load(experiment, s.step_id)
+        load = (rec.concurrency or s.concurrency) if rec is not None else None
+        if rec is not None and rec.overloaded and load is not None and load <= step.concurrency:
+            return s.step_id, int(load)
+    return None
+
+
 def _urls(urls: dict[str, str]) -> list[str]:
     return [str(u) for u in urls.values()]
 
@@ -123,6 +138,15 @@ def launch_step(p: Providers, ctx: Ctx, task: Task) -> JSON:
                     "timeout_s": AWAIT_HEARTBEAT_S}
         step = replace(step, concurrency=int(load), variant=f"c{load}")
         rec.concurrency, rec.search = int(load), decision
+    past = None if launched else overloaded_below(p, experiment, step)
+    if past is not None:  # overload is a measurement: no higher load of this sweep's repeat runs after it
+        why = (f"the sweep's step {past[0]} at c={past[1]} answered no request (overloaded: a measured miss), so "
+               f"c={step.concurrency} is past the SLO too and is not run")
+        p.state.save_load(experiment, step_id, LoadRecord(state={"skipped": True}, launched_at=p.clock(),
+                                                          search={**(rec.search or {}), "why": why},
+                                                          concurrency=rec.concurrency))
+        return {"job": None, "skipped": True, "why": why, "callback": p.callbacks is not None,
+                "heartbeat_s": AWAIT_HEARTBEAT_S, "timeout_s": AWAIT_HEARTBEAT_S}
     if not launched:
         budget_guard(p, ctx, experiment, step_id)
     # the cache state the step starts from (benchctl.planning.cache_state): its prompts are its own

@@ -5,7 +5,9 @@ far in that repeat, fixed points included: the steps before the probe are ingest
 which IngestPreviousStep would do one step later); every later repeat runs the first repeat's probe loads again,
 in the same order, so that each located load has as many repeats as the fixed points and the report's
 verdicts judge them alike. A probe the search does not need (located, or past its budget line) is recorded as
-skipped: no load runs, nothing is spent, the ASL's Map goes on (CheckLoad finds it done).
+skipped: no load runs, nothing is spent, the ASL's Map goes on (CheckLoad finds it done). A step whose load
+generator fell behind (client-bound: ``benchctl.lake.client_load``) measured less than its load: the search never
+chooses a probe from it. The search allows for the run-to-run spread of attainment (``search.run_spread``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
             rec = p.state.load(experiment, s.step_id) or rec
         failed = failed or rec.ingest_status == "failed"
         load = rec.concurrency or s.concurrency
+        if rec.client_bound and not failed:  # the load generator fell behind: not a measurement of this load
+            continue
         if load is not None and failed:
             points.append(Measured(int(load), 0, 0, failed=True))
         elif load is not None and rec.slo is not None:
@@ -67,7 +71,7 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
                         None, None)
     return next_load(points, target=spec.comparison.slo_attainment, confidence=bound_level(spec.comparison.confidence),
                      resolution=float(search["resolution"]), start=search.get("start"),
-                     max_load=int(search["max_concurrency"]))
+                     max_load=int(search["max_concurrency"]), spread=float(search.get("run_spread") or 0.0))
 
 
 def skipped_probe(decision: Next) -> JSON:

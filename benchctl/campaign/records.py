@@ -131,6 +131,8 @@ class LoadRecord:
     concurrency: int | None = None  # a search probe's load, chosen at its launch (the plan's step has none)
     search: JSON | None = None  # a probe's decision (benchctl.analysis.search.Next: load, why, bracket)
     cache_state: str | None = None
+    client_bound: bool | None = None  # the load generator fell behind (benchctl.lake.client_load; None: not known)
+    overloaded: bool | None = None  # a sweep step whose every request failed: a measured miss (ingest_step)
 
     @staticmethod
     def from_json(data: JSON) -> LoadRecord:
@@ -141,7 +143,7 @@ class LoadRecord:
     def to_json(self) -> JSON:
         out = _json(self, drop_none=("argv", "est_s", "artifact_dir", "dataset", "metrics_sources", "running_at",
                                      "ended_at", "logs", "ingest_status", "slo",
-                                     "concurrency", "search", "cache_state"))
+                                     "concurrency", "search", "cache_state", "client_bound", "overloaded"))
         out.pop("ended")
         for key, keep in (("exit_code", self.ended), ("stopped", self.stopped)):
             out.pop(key) if not keep else None

@@ -9,14 +9,6 @@ from benchctl.spec.deployment import ModelSpec, PoolSpec
 
 VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory it may use
 
-
-# vLLM's default max_num_seqs (requests one engine runs at once) on a GPU under 70 GiB or any A100, i.e. on p4d's
-# A100-40GB and g6e's L40S-48GB: vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OPENAI_API_SERVER and
-# LLM_CLASS contexts; 1024 on larger non-A100 GPUs). Which usage context Dynamo's worker passes was not checked:
-# vLLM's SchedulerConfig falls back to 128 without one.
-VLLM_MAX_NUM_SEQS = 256
-
-
 # aiconfigurator system <- GPU named in the pool's gpu_kind, else its EC2 instance family
 _GPU_SYSTEMS = ((re.compile(r"\bA100\b"), "a100_sxm"), (re.compile(r"\bL40S\b"), "l40s"))
 

@@ -62,11 +62,11 @@ from typing import Any
 from benchctl.forecast.aic import latest_version, quiet
 from benchctl.forecast.gpus import (
     VLLM_GPU_MEMORY_UTILIZATION,
-    VLLM_MAX_NUM_SEQS,
     gpu_memory_gb,
     gpu_system,
 )
 from benchctl.planning.plan import CampaignPlan
+from benchctl.planning.reach import VLLM_MAX_NUM_SEQS
 from benchctl.spec.deployment import Experiment, PoolSpec, WorkerGroup
 from benchctl.spec.model import CampaignSpec
 from benchctl.spec.settings import Slo

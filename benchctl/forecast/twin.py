@@ -63,6 +63,7 @@ from benchctl.forecast.twin_profile import (
     read_profile,
     write_profile,
 )
+from benchctl.planning.reach import VLLM_MAX_NUM_SEQS
 
 AUTO, OFF = "auto", "off"
 PREFILL_ISL = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -71,7 +72,7 @@ AIC_CTX = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 MEM_CTX = 1024  # the context aiconfigurator's memory per GPU is read at (batch 1 and 2)
 NPZ_CTX = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 NPZ_KV = tuple(2**k for k in range(6, 23))  # 64 .. 4 Mi tokens
-MAX_NUM_SEQS = 256  # vLLM's default on A100 / L40S (benchctl.forecast.gpus.VLLM_MAX_NUM_SEQS)
+MAX_NUM_SEQS = VLLM_MAX_NUM_SEQS  # vLLM's default on A100 / L40S (benchctl.planning.reach)
 GPU_MEMORY_UTILIZATION = 0.9
 DISPATCH_ISL = 256  # where the dispatch term is read (it does not depend on the ISL: 38.4 ms at 256 and 1024)
 MAX_DISPATCH_MS = 10_000.0

@@ -56,7 +56,9 @@ NETWORK_OBSERVED = Event("network_observed", "how the deployment's workers are p
 LOAD_START = Event("load_start", "a load (a step or the warm-up) was launched", ("step_id",), key="step_id")
 LOAD_END = Event("load_end", "a load exited", ("step_id", "exit_code"), key="step_id")
 LOAD_STOPPED = Event("load_stopped", "a load was stopped (abort path)", ("step_id",), key="step_id")
-INGESTED = Event("ingested", "a step's artifacts are in the lake", ("step_id", "status", "requests"), key="step_id")
+INGESTED = Event("ingested", "a step's artifacts are in the lake (overloaded: a sweep step whose every request failed: "
+                 "a measured miss that ends the sweep's escalation)", ("step_id", "status", "requests", "overloaded"),
+                 key="step_id")
 BUDGET_EXCEEDED = Event("budget_exceeded", "the budget guard refused the next step", ("step_id", "reason"),
                         key="step_id")
 TEARDOWN_START = Event("teardown_start", "the experiment's teardown began")

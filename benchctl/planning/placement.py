@@ -276,12 +276,14 @@ def placement_problems(spec: CampaignSpec) -> list[str]:
 
 
 def feasible(spec: CampaignSpec, source: str = "<spec>") -> CampaignSpec:
-    """The spec, if every experiment can be placed safely within its pools (:func:`placement_problems`); else
+    """The spec, if every experiment can be placed safely within its pools (:func:`placement_problems`) and every
+    ``concurrency: auto`` search can reach its edge (:func:`benchctl.planning.reach.search_problems`); else
     ``SpecError`` with one line per problem. A planning check, not the spec's own: ``benchctl validate``, the
     local runner, ``benchctl start`` and the Plan state run it after the spec validates."""
     from benchctl.errors import SpecError
+    from benchctl.planning.reach import search_problems
 
-    problems = placement_problems(spec)
+    problems = placement_problems(spec) + search_problems(spec)
     if problems:
         raise SpecError(source, problems)
     return spec

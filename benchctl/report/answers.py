@@ -170,6 +170,7 @@ def _q1(ev: Evidence) -> Answer:
             units.append((pair, ikey, keys, blocks, regime))
     settings = judge(a, pairs, family, shown_only)
     design = ""
+    noted: set[tuple[str, str]] = set()
     for pair, ikey, keys, blocks, regime in units:
         design = ev.design(pair, list(blocks.values()))
         for k in keys:
@@ -181,6 +182,10 @@ def _q1(ev: Evidence) -> Answer:
                     f"{NOT_MEASURED} on both sides: {len(pts_rows(ev, pair, k, BASELINE))} step(s) of {pair.baseline}, "
                     f"{len(pts_rows(ev, pair, k, TREATMENT))} of {pair.treatment}")))
         head = f"{pair.label}, {input_label(ikey)}: " + ("" if pair.verified else f"{UNVERIFIED}. ")
+        if (paid := ev.allocation_note(pair)) and (pair.label, "allocation") not in noted:
+            noted.add((pair.label, "allocation"))
+            a.figures.append((f"{pair.label}, allocation", paid))
+            head += f"({paid}) "
         text = [f"{fig.label}: {summarize([(c.where, c) for c in of_input(blocks[fig.column], ikey) if tried(c)])}"
                 for fig in Q1_PRIMARY if any(shown(c) for c in of_input(blocks[fig.column], ikey))]
         regimes = (_regime_text(regime, pair, settings.alpha) if regime is not None
@@ -202,8 +207,10 @@ def _q1(ev: Evidence) -> Answer:
 def _searched(pts: Any, keys: list[Any], pair: Any) -> str:
     """Which loads of each side the SLO-edge search chose (from what that side measured before them), or ''."""
     out = []
+    chose = []
     for side in (BASELINE, TREATMENT):
         loads = sorted({float(k[3]) for k in keys for r in pts[k][side] if r.get("search_probe") is not None})
+        chose.append(loads)
         if loads:
             out.append(f"{pair.experiment(side)} at {', '.join(f'c={x:g}' for x in loads)}")
         else:
@@ -211,8 +218,9 @@ def _searched(pts: Any, keys: list[Any], pair: Any) -> str:
     if not any(out):
         return ""
     chosen = "; ".join(x for x in out if x)
-    return (f". Loads the SLO-edge search chose from each side's own measured attainment (so they differ between "
-            f"the sides; bisecting toward its edge): {chosen}")
+    how = ("the same loads on both sides" if chose[0] == chose[1] else
+           "they differ between the sides, each bisecting toward its own edge")
+    return f". Loads the SLO-edge search chose from each side's own measured attainment ({how}): {chosen}"
 
 
 def tried(c: Compared) -> bool:

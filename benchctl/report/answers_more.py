@@ -18,7 +18,16 @@ from benchctl.analysis.effects import (
     from_estimate,
     summarize,
 )
-from benchctl.analysis.verdicts import INCONCLUSIVE, MIN_REPEATS, Sample, fit_line, mean_interval, slope_se
+from benchctl.analysis.verdicts import (
+    INCONCLUSIVE,
+    MIN_REPEATS,
+    Sample,
+    curvature_se,
+    fit_curve,
+    fit_line,
+    mean_interval,
+    slope_se,
+)
 from benchctl.report.data import fmt_value, num
 from benchctl.report.evidence import (
     BASELINE,
@@ -62,6 +71,8 @@ def _derived(rows: list[dict[str, Any]], name: str, fn: Callable[[dict[str, Any]
 # -------------------------------------------------------------------------------------------------- Q3
 
 SLOPE = Figure("hit_rate_slope", "hit-rate slope", "", False, scale=ABS)
+CURVATURE = Figure("hit_rate_curvature", "hit-rate curvature", "", False, scale=ABS)
+BEND = 4.0  # a curvature c bends a response over ratios [0, 1] by c / 4 at the middle, from the line between its ends
 
 
 def _mean(rows: list[dict[str, Any]], column: str) -> float | None:
@@ -101,10 +112,13 @@ def q3(ev: Evidence) -> Answer:
         samples.append(samples_text(ev, pair, "prefix_cache"))
         a.excluded += ev.invalid_steps(pair, "prefix_cache")
         fits = {}
+        curves = {}
         for side, rows in sides.items():
             exp = pair.experiment(side)
-            fit = fit_line([(float(r["prefix_ratio"]), float(r["cache_hit_rate"])) for r in rows], conf)
+            pts = [(float(r["prefix_ratio"]), float(r["cache_hit_rate"])) for r in rows]
+            fit = fit_line(pts, conf)
             fits[side] = fit
+            curves[side] = fit_curve(pts)
             a.figures.append((f"{pair.label}: {exp} fit",
                               fit.text("duplication ratio", "hit rate") if fit else "fewer than 2 ratios: no fit"))
             for ratio in sorted({float(r["prefix_ratio"]) for r in rows}):
@@ -127,23 +141,47 @@ def q3(ev: Evidence) -> Answer:
         c = from_estimate(slope, pair.label, Sample((fb.slope,) * nb), Sample((ft.slope,) * nt), ft.slope - fb.slope,
                           se_df[0] if se_df else None, se_df[1] if se_df else 1.0,
                           pair.settings)
-        if nb < MIN_REPEATS or nt < MIN_REPEATS:
-            c.reason = "one repeat per side" if nb == nt == 1 else \
-                f"{nb} / {nt} repeats: at least {MIN_REPEATS} per side needed"
-            c.p = None
-        (family if pair.verified else []).append(c)
-        units.append((pair, fb, ft, c))
-    settings = judge(a, pairs, family, [u[3] for u in units if not u[0].verified])
-    for pair, fb, ft, c in units:
+        # the shape, not only the line between the ends: the curvature of each side's quadratic (three ratios or more)
+        cb, ct = curves[BASELINE], curves[TREATMENT]
+        bend: Compared | None = None
+        if cb is not None and ct is not None:
+            cse = curvature_se(cb, ct)
+            curv = Figure(CURVATURE.column, CURVATURE.label, "", False, scale=ABS,
+                          threshold=BEND * pair.settings.practical_threshold_pct / 100.0)
+            bend = from_estimate(curv, pair.label, Sample((cb.curvature,) * nb), Sample((ct.curvature,) * nt),
+                                 ct.curvature - cb.curvature, cse[0] if cse else None, cse[1] if cse else 1.0,
+                                 pair.settings)
+        tests = [c] + ([bend] if bend is not None else [])
+        for t in tests:
+            if nb < MIN_REPEATS or nt < MIN_REPEATS:
+                t.reason = "one repeat per side" if nb == nt == 1 else \
+                    f"{nb} / {nt} repeats: at least {MIN_REPEATS} per side needed"
+                t.p = None
+        (family if pair.verified else []).extend(tests)
+        units.append((pair, fb, ft, c, bend, cb, ct))
+    settings = judge(a, pairs, family, [t for u in units if not u[0].verified for t in (u[3], u[4]) if t is not None])
+    for pair, fb, ft, c, bend, cb, ct in units:
         a.effects.append(Shown(pair.label, "slope of hit rate over duplication ratio", c, pair))
         head = "" if pair.verified else f"{UNVERIFIED}; "
+        shape = ""
+        if bend is not None and cb is not None and ct is not None:
+            a.effects.append(Shown(pair.label, "curvature of hit rate over duplication ratio", bend, pair))
+            shape = (f"; {pair.baseline} {cb.text()}, {pair.treatment} {ct.text()}; the treatment's curvature minus the "
+                     f"baseline's (a bend of a quarter of it at the middle ratio): {bend.text()}")
+        else:
+            shape = "; curvature not tested (fewer than three duplication ratios on a side)"
         parts.append(f"{pair.label}: {head}{pair.baseline} {fb.text('duplication ratio', 'hit rate')}; {pair.treatment} "
-                     f"{ft.text('duplication ratio', 'hit rate')}; the treatment's slope minus the baseline's: {c.text()}")
+                     f"{ft.text('duplication ratio', 'hit rate')}; the treatment's slope minus the baseline's: {c.text()}"
+                     + shape)
     if units:
         a.method = _method(settings, "the difference of the two modes' slopes of hit rate over duplication ratio "
-                           "(least squares over every valid step, ratios x repeats), one test per comparison", a, [],
+                           "(least squares over every valid step, ratios x repeats) and, with three ratios or more, of "
+                           "their curvatures (a quadratic's, so that a response bending between its ends is seen), two "
+                           "tests per comparison", a, [],
                            "", f"a slope difference is directional beyond +/-{settings.practical_threshold_pct / 100:g} "
-                           "(hit rate per unit of duplication)")
+                           "(hit rate per unit of duplication), a curvature difference beyond "
+                           f"+/-{BEND * settings.practical_threshold_pct / 100:g} (a bend of "
+                           f"{settings.practical_threshold_pct:g} percentage points at the middle ratio)")
     return finish(a, parts, left, samples, decided=any(t.directional for t in family))
 
 

@@ -17,8 +17,9 @@ from benchctl.analysis.effects import Block, Compared, Family, Obs, adjust, conf
 from benchctl.analysis.fabric import NOT_APPLICABLE, Fabric, fabric_check
 from benchctl.analysis.regimes import Attainment
 from benchctl.analysis.verdicts import INCONCLUSIVE, Settings, num_text
-from benchctl.lake import client_load, timeline
+from benchctl.lake import timeline
 from benchctl.report.data import ReportData, Rows, fmt_value, num
+from benchctl.report.levels import client_checked, detectable
 
 BASELINE, TREATMENT = "baseline", "treatment"
 NOT_MEASURED = "not measured"
@@ -53,6 +54,7 @@ class Answer:
     excluded: list[str] = field(default_factory=list)  # what was left out (or kept unverified), and why
     tests: list[Any] = field(default_factory=list)  # the family's primary tests (Compared, RegimeComparison, ...)
     family: Family | None = None
+    mde: str = ""  # the smallest effect it could have seen (evidence.detectable)
 
     @property
     def measured(self) -> bool:
@@ -76,6 +78,7 @@ def judge(a: Answer, pairs: Sequence[Pair], family: list[Any], shown_only: Seque
     a.family = adjust(family, settings)
     describe(shown_only, settings)
     a.tests = family
+    a.mde = detectable(family, settings)
     return settings
 
 
@@ -85,6 +88,10 @@ def finish(a: Answer, parts: list[str], left: list[str], samples: list[str], *, 
     anything."""
     a.verdict = " | ".join(parts)
     a.status = DIRECTIONAL if decided else INCONCLUSIVE
+    if not decided and a.mde:  # inconclusive is not "no difference": what the campaign could have seen
+        a.verdict += f" | not a finding of no difference: {a.mde}; a smaller effect could not have been seen"
+    if a.mde and a.method:
+        a.method += f"; {a.mde}"
     if not a.tests and all(p.split(": ", 1)[-1].startswith(NOT_MEASURED) for p in parts):
         a.verdict, a.status = f"{NOT_MEASURED}: " + (a.verdict or "no comparison had the steps to answer it"), \
             NOT_MEASURED
@@ -167,6 +174,7 @@ class Evidence:
     fabric: dict[str, Fabric]
     deployments: dict[str, int] = field(default_factory=dict)  # experiment -> deployments made (deploy_applied)
     order: list[str] = field(default_factory=list)  # experiments in the order they were deployed
+    order_units: list[tuple[str, str]] = field(default_factory=list)  # (experiment, its deployment) in that order
 
     def for_question(self, q: str) -> tuple[list[Pair], list[str]]:
         """The comparisons answering ``q`` (unverified ones included: their parts say so), and one line per
@@ -228,8 +236,25 @@ class Evidence:
     def view(self, name: str) -> Rows:
         return self.views.get(name) or Rows([], [])
 
+    def allocation_note(self, pair: Pair) -> str:
+        """'' when both sides paid for as many GPUs, else what each paid for (v_cost_efficiency: the nodes one
+        deployment held and their GPUs): the same GPU total of workers is then not the same bill."""
+        cost = {str(r.get("experiment")): r for r in self.view("v_cost_efficiency").rows}
+        got = [(e, num((cost.get(e) or {}).get("gpus_allocated")), num((cost.get(e) or {}).get("nodes")))
+               for e in (pair.baseline, pair.treatment)]
+        if any(g is None for _, g, _ in got) or got[0][1] == got[1][1]:
+            return ""
+        said = ", ".join(f"{e} {g:g} GPUs on {n:g} node(s)" for e, g, n in got if g is not None and n is not None)
+        return (f"the sides pay for different allocations ({said}): the same GPU total of workers, not the same "
+                "bill; $/1M and goodput per $/h carry the difference")
+
+    def run_order(self, pair: Pair) -> list[str]:
+        """The pair's deployments in the order they ran (each deployment's own name: agg--d1, disagg--d1, ...)."""
+        return [u for e, u in self.order_units if e in (pair.baseline, pair.treatment)]
+
     def design(self, pair: Pair, blocks: Sequence[Block]) -> str:
-        """How the intervals relate to the mode effect: deployments per experiment, their order, the pairing."""
+        """How the intervals relate to the mode effect: deployments per experiment, their order, the pairing, and
+        the variance components of the primary figures (what each level contributed)."""
         paired = [b.paired for b in blocks if b.effects]
         pairing = ("paired by repeat (both sides ran the same repeats with the same seed and generated dataset)"
                    if paired and all(paired) else
@@ -237,16 +262,26 @@ class Evidence:
                    if paired and not any(paired) else
                    "paired by repeat where both sides ran the same generated dataset, else unpaired" if paired else "")
         n = {e: self.deployments.get(e, 1) for e in (pair.baseline, pair.treatment)}
-        seq = [e for e in self.order if e in n]
-        order = " then ".join(seq) if len(seq) == 2 else f"{pair.baseline} and {pair.treatment}"
+        seq = self.run_order(pair) or [e for e in self.order if e in n]
+        order = ", ".join(seq) if seq else f"{pair.baseline} and {pair.treatment}"
+        spread = pair.settings.deployment_spread_pct
         if all(v <= 1 for v in n.values()):
-            design = (f"one deployment per experiment, {order}: the intervals cover repeats on the same pods, so "
-                      "they are conditional on that one deployment per side (a difference between two deployments "
-                      "of the same configuration, or a drift over the campaign's time, is not in them)")
+            design = (f"one deployment per experiment, run in the order {order}: the repeats share their side's pods, so "
+                      "a difference between two deployments of one configuration is not in their spread; "
+                      + (f"a between-deployment spread of {spread:g} % is assumed for it (comparison."
+                         "deployment_spread_pct) and added to each side's variance: deploy each experiment twice or "
+                         "more (design.deployments) to measure it" if spread > 0 else
+                         "comparison.deployment_spread_pct is 0: the intervals are conditional on that one deployment "
+                         "per side (a difference between two deployments of the same configuration, or a drift over "
+                         "the campaign's time, is not in them)"))
         else:
-            design = (f"{pair.baseline} deployed {n[pair.baseline]} times, {pair.treatment} {n[pair.treatment]} "
-                      f"times ({', '.join(self.order)}): repeats span deployments")
-        return "; ".join(x for x in (pairing, design) if x)
+            design = (f"{pair.baseline} deployed {n[pair.baseline]} times and {pair.treatment} {n[pair.treatment]} times, "
+                      f"in the order {order}: each mode effect judged on the deployments' means, its variance between "
+                      "deployments measured (never below comparison.deployment_spread_pct "
+                      f"{spread:g} %) with the deployments' degrees of freedom")
+        primary = [b for b in blocks if b.effects and any(c.primary for c in b.effects)]
+        components = "; ".join(f"{b.figure.label}: {t}" for b in primary if (t := b.components_text()))
+        return "; ".join(x for x in (pairing, design, f"variance components ({components})" if components else "") if x)
 
 
 def _as_tuple(k: Any) -> tuple[Any, ...]:
@@ -346,29 +381,21 @@ def evidence_of(data: ReportData) -> Evidence:
             fabric=[fabric[e] for e in sides if e in fabric and fabric[e].status != NOT_APPLICABLE]))
     deployments: dict[str, int] = {}
     order: list[str] = []
-    for ev in data.timeline:
-        if timeline.is_event(ev, timeline.DEPLOY_APPLIED):
-            exp = str(ev.get("experiment"))
-            deployments[exp] = deployments.get(exp, 0) + 1
-            order.append(exp)
+    units: list[tuple[str, str]] = []
+    for ev in sorted((e for e in data.timeline if timeline.is_event(e, timeline.DEPLOY_APPLIED)),
+                     key=lambda e: str(e.get("at"))):
+        exp = str(ev.get("experiment"))
+        deployments[exp] = deployments.get(exp, 0) + 1
+        order.append(exp)
+        units.append((exp, str(ev.get("deployment") or exp)))
+    for exp in {str(r.get("experiment")) for r in data.comparison_steps}:  # a lake without deploy events says it too
+        seen = {r.get("deployment") for r in data.comparison_steps if str(r.get("experiment")) == exp
+                and r.get("deployment")}
+        deployments[exp] = max(deployments.get(exp, 1), len(seen))
     if not order:
         order = list(data.experiments)
-    return Evidence(pairs, [client_checked(r) for r in data.comparison_steps], data.views, fabric, deployments, order)
-
-
-CLIENT_BOUND = "client-bound"
-
-
-def client_checked(r: dict[str, Any]) -> dict[str, Any]:
-    """A step whose load generator fell behind (``benchctl.lake.client_load.verdict``: too few requests issued on
-    time, or AIPerf out of CPU) measured less than its nominal load: it counts for nothing at that load (no latency
-    test, no SLO attainment, no goodput), and says why."""
-    bound, why = client_load.verdict(r)
-    if not bound:
-        return r
-    return {**r, "valid": False, "attempted": False, "client_bound": True,
-            "invalid_reason": f"{CLIENT_BOUND}: the load generator fell behind ({why}), so the server did not see "
-                              "the nominal load: left out of every test and regime"}
+    return Evidence(pairs, [client_checked(r) for r in data.comparison_steps], data.views, fabric, deployments, order,
+                    units)
 
 
 def sweep_points(ev: Evidence, pair: Pair, a: Answer, parts: list[str], samples: list[str], *,

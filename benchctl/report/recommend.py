@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchctl.analysis.effects import DESCRIPTIVE, Compared, Point, adjust, crossovers, effects
-from benchctl.analysis.verdicts import HIGHER, INCONCLUSIVE, LOWER, num_text
+from benchctl.analysis.verdicts import HIGHER, INCONCLUSIVE, LOWER, Sample, mean_interval, num_text
 from benchctl.report.answers import TTFT
 from benchctl.report.data import ReportData, num
 from benchctl.report.evidence import (
@@ -139,20 +139,30 @@ def _low_load(q1: Answer, h1: Answer, modes: dict[str, str]) -> Recommendation:
 def _high_load(q1: Answer, modes: dict[str, str]) -> Recommendation:
     r = Recommendation(f"{HIGH_LOAD:g}+ concurrent requests under a strict SLA", f"{DISAGG} (stable TTFT: prefill "
                        "apart from decode)", NOT_MEASURED, "", "", "")
-    shown_ = [s for s in _mode_pairs(_primary(q1, "TTFT p50"), modes)
-              if s.c.load is not None and s.c.load >= HIGH_LOAD and shown(s.c)]
-    if not shown_:
+    every = [s for s in _mode_pairs(_primary(q1, "TTFT p50"), modes)
+             if s.c.load is not None and s.c.load >= HIGH_LOAD and shown(s.c)]
+    if not every:
         r.why = f"no load of {HIGH_LOAD:g} or more concurrent requests compared an {AGG} and a {DISAGG} experiment (Q1)"
         return r
-    tests: list[tuple[Any, Pair, str]] = [(s.c, s.pair, _said(s)) for s in shown_ if s.pair]
     regimes = [(reg, pair) for pair, reg in q1.regimes
                if {modes.get(pair.baseline), modes.get(pair.treatment)} == {AGG, DISAGG}]
+    # under a strict SLA a load that neither mode serves within the SLO is no operating point: its TTFT says which
+    # mode fails worse, not which one to run; only loads at most the higher of the two shown limits vote
+    served: dict[str, float] = {}
+    for reg, pair in regimes:
+        limits = [x.within for side in (0, 1) if (x := reg.regime(side, reg.confidence or 0.95)) is not None
+                  and x.within is not None]
+        served[f"{pair.label}, {reg.where}"] = max(limits, default=0.0)
+    shown_ = [s for s in every if s.where not in served or (s.c.load or 0.0) <= served[s.where]]
+    dropped = sorted({f"{s.point}" for s in every if s not in shown_}, key=lambda p: float(p.split("=")[-1]))
+    tests: list[tuple[Any, Pair, str]] = [(s.c, s.pair, _said(s)) for s in shown_ if s.pair]
     tests += [(reg, pair, f"SLO limit ({reg.where}): {pair.treatment}'s is {reg.outcome} than {pair.baseline}'s")
               for reg, pair in regimes]
-    r.evidence = "Q1: " + _all_said(shown_) + (
+    r.evidence = "Q1: " + (_all_said(shown_) or "no TTFT test at a load either mode serves within the SLO") + (
         "; SLO limits compared: " + "; ".join(f"{reg.where} {reg.outcome}" + (f" ({reg.reason})" if reg.reason else "")
                                               for reg, _ in regimes) if regimes
-        else "; no SLO set: judged on TTFT p50 alone, the SLA not measured")
+        else "; no SLO set: judged on TTFT p50 alone, the SLA not measured") + (
+        f"; left out: TTFT p50 at {', '.join(dropped)}, where neither mode is shown within the SLO" if dropped else "")
     r.outcome, r.recommended, r.why = _judge(tests, DISAGG, modes)
     return r
 
@@ -176,10 +186,23 @@ def _multi_turn(ev: Evidence, modes: dict[str, str]) -> Recommendation:
         r.why = f"no multi-turn step on both sides of a comparison of an {AGG} and a {DISAGG} experiment"
         return r
     rate = sum(rates) / len(rates) if rates else None
-    if rate is None or rate < HIGH_HIT_RATE:
+    # the premise from an interval, never from a point estimate: the steps' hit rates (both sides, every repeat)
+    conf = pairs[0].settings.confidence if pairs else 0.95
+    iv = mean_interval(Sample(tuple(rates)), conf) if rates else None
+    said = (f"{num_text(100 * rate, '%')}" + (f", {conf:.0%} CI [{num_text(100 * iv.low, '%')}, "
+                                            f"{num_text(100 * iv.high, '%')}] over {len(rates)} steps" if iv else
+                                            " (one step: no interval)")) if rate is not None else "not measured"
+    r.evidence = f"hit rate over the multi-turn steps of both sides: {said}"
+    if rate is None or iv is None or iv.high < HIGH_HIT_RATE:
         r.why = ("the premise does not hold: the multi-turn steps' server-measured cache hit rate is "
-                 + (f"{num_text(100 * rate, '%')}, below {HIGH_HIT_RATE:.0%}" if rate is not None else "not measured"))
-        r.evidence = f"hit rate over the multi-turn steps of both sides: {num_text(rate)}"
+                 + (f"{said}, below {HIGH_HIT_RATE:.0%}" if iv is not None else
+                    f"{said}: the premise cannot be shown (it needs an interval)" if rate is not None else said))
+        if iv is None and rate is not None:
+            r.outcome = INCONCLUSIVE
+        return r
+    if iv.low < HIGH_HIT_RATE:
+        r.outcome = INCONCLUSIVE
+        r.why = f"the premise is open: the multi-turn steps' hit rate is {said}, which straddles {HIGH_HIT_RATE:.0%}"
         return r
     tested = [s for s in found if s.pair is not None and s.pair.verified]
     if tested and tested[0].pair is not None:

@@ -47,6 +47,9 @@ class SweepSearch(Strict):
                                  description="the highest load a probe may use")
     duration_s: float | None = Field(default=None, gt=0, description="seconds of load per probe (default: the "
                                      "sweep's duration_s)")
+    run_spread: float = Field(default=0.3, ge=0, le=3, description="the run-to-run spread of a load's SLO attainment "
+                              "(logit sd) the search allows for: a probe's requests share its run, so they are no "
+                              "independent coin flips; 0.3-0.6 is what runs vary by; 0 trusts one run's requests")
 
 
 class ConcurrencySweep(Strict):
