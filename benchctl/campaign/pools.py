@@ -8,6 +8,7 @@ from benchctl.campaign.ports import Providers
 from benchctl.campaign.records import PoolsRecord
 from benchctl.errors import CeilingExceeded, DeadlineExceeded, NotReadyYet, ScaleInterrupted
 from benchctl.lake import timeline
+from benchctl.planning.plan import WARM_CAPACITY_S
 
 
 def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
@@ -95,6 +96,13 @@ def check_capacity(p: Providers, ctx: Ctx, task: Task) -> JSON:
     from benchctl.campaign.spend import budget_guard
 
     budget_guard(p, ctx, experiment, None, waiting="capacity")
+    handed = handed_over_to(p, experiment)
+    if rec.records and all(r["pool"] in handed for r in rec.records):  # kept warm: its nodes should be there at once
+        limit = min(spec.timeouts.capacity_s, WARM_CAPACITY_S)
+        if p.clock() - rec.requested_at > limit:
+            raise DeadlineExceeded(f"pools of {experiment}, kept warm by {next(iter(handed.values()))['from']}, not "
+                                   f"ready within {limit:g} s (a node of theirs went away: a warm pool waits at most "
+                                   f"{WARM_CAPACITY_S:g} s, then the teardown restores it)")
     if p.clock() - rec.requested_at > spec.timeouts.capacity_s:
         raise DeadlineExceeded(f"pools of {experiment} not ready within timeouts.capacity_s={spec.timeouts.capacity_s}")
     return {"done": False}

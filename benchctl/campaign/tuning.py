@@ -22,7 +22,8 @@ from benchctl.campaign.base import JSON, experiment_row
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
 from benchctl.lake.schema import json_text
-from benchctl.planning.plan import ExperimentPlan, entry_experiment
+from benchctl.planning.plan import ExperimentPlan
+from benchctl.planning.units import entry_experiment
 from benchctl.spec.deployment import Experiment, WorkerGroup
 
 

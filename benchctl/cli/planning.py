@@ -57,6 +57,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.engine == "aws" and not (over or problems or args.no_edges) and any(s.probe is not None for e in plan.experiments
                                                                 for s in e.steps):
         text += "\n" + _edges_text(spec, plan)  # what the search costs on GPUs beside the grid, predicted
+    if args.engine == "aws":  # deployments x repeats: what each design costs and what its verdicts can see
+        from benchctl.forecast.allocation import allocations, format_allocations
+
+        rows = allocations(spec, plan)
+        out["allocation"] = [asdict(r) for r in rows]
+        text += "\n" + format_allocations(spec, rows)
     print(json.dumps(out, indent=2) if args.json else text)
     if over:
         raise CeilingExceeded(str(args.spec), ceilings.lines(over) + problems)

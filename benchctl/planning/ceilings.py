@@ -48,7 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "require_image_digest": False,
     "instance_types": {"p4d.24xlarge": 21.96, "g6e.12xlarge": 10.49, "m7i.2xlarge": 0.4032},
     "max_nodes_per_pool": 4,
-    "max_usd_per_campaign": 1000,
+    "max_usd_per_campaign": 1500,
     "max_timeouts_s": {"capacity_s": 7200, "ready_s": 7200, "load_grace_s": 3600, "smoke_s": 3600,
                        "teardown_s": 3600},
     "max_history_events": 20_000,

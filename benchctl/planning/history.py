@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchctl.planning.plan import OVERHEADS, CampaignPlan, ExperimentPlan, StepPlan
+from benchctl.planning.plan import OVERHEADS, WARM_CAPACITY_S, CampaignPlan, ExperimentPlan, StepPlan
 from benchctl.spec.model import CampaignSpec
 
 # ---------------------------------------------------------------- what one Step Functions execution holds
@@ -85,7 +85,8 @@ def history_estimate(spec: CampaignSpec, plan: CampaignPlan, poll_seconds: int) 
                 "teardown": over["teardown"]}[kind]
 
     def worst(kind: str, e: ExperimentPlan, s: StepPlan | None) -> float:
-        return {"capacity": t.capacity_s, "ready": t.ready_s, "smoke": t.smoke_s,
+        return {"capacity": min(t.capacity_s, WARM_CAPACITY_S) if _warm(plan, e) else t.capacity_s,
+                "ready": t.ready_s, "smoke": t.smoke_s,
                 "warmup": warmup_s + t.load_grace_s, "load": (s.est_s if s else 0.0) + t.load_grace_s,
                 "teardown": t.teardown_s}[kind]
 

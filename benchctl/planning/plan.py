@@ -14,8 +14,8 @@ from typing import Any
 from benchctl.planning import placement, tune
 from benchctl.planning.cache_state import step_seed
 from benchctl.planning.node_price import node_price
+from benchctl.planning.units import deployment_units
 from benchctl.spec.deployment import Experiment
-from benchctl.spec.design import rounds, unit_name
 from benchctl.spec.model import CampaignSpec, spec_hash
 from benchctl.spec.workloads import ConcurrencySweep, MultiTurn, PrefixCache, SequenceDistribution
 
@@ -25,6 +25,9 @@ OVERHEADS = {
     "aws": {"capacity": 600.0, "ready": 900.0, "smoke": 30.0, "teardown": 180.0, "step_setup": 20.0},
     "local": {"capacity": 0.0, "ready": 12.0, "smoke": 2.0, "teardown": 2.0, "step_setup": 8.0},
 }
+# A pool the experiment before kept warm has its nodes already: CheckCapacity waits for one that went away (its node
+# group replacing it) at most this long, not timeouts.capacity_s (benchctl.campaign.pools; the history counts it)
+WARM_CAPACITY_S = 600.0
 # Request-count steps need a time guess: TTFT + OSL x ITL per request (ms), a conservative GPU figure; the
 # experiment's twin replaces it where one is given (seconds per request at concurrency, ISL, OSL: benchctl.forecast.twin)
 EST_TTFT_MS = 200.0
@@ -153,21 +156,6 @@ class CampaignPlan:
         return CampaignPlan(**{**data, "experiments": exps})
 
 
-def entry_experiment(spec: CampaignSpec, entry: ExperimentPlan) -> Experiment:
-    """The experiment a plan entry deploys, as written (before a tuned arm's choice, which the run state holds:
-    ``benchctl.campaign.tuning.experiment_of``): a pilot's arm at its candidate's workers, or the spec's experiment,
-    named after the entry (one deployment of it: the DGD's name)."""
-    info = entry.tune
-    if "arm" in info:
-        from benchctl.spec.deployment import WorkerGroup
-
-        workers = [WorkerGroup(**g) for g in info["candidate"]["workers"]]
-        return spec.experiment(info["arm"]).model_copy(
-            update={"name": entry.name, "workers": workers, "base": None, "change": None})
-    exp = spec.experiment(entry.lake_name)
-    return exp if entry.name == exp.name else exp.model_copy(update={"name": entry.name})
-
-
 def nodes_needed(spec: CampaignSpec, exp: Experiment) -> dict[str, int]:
     """Nodes per pool: the fewest on which every order kube-scheduler may place the experiment's workers
     in places them all, under the placement rules we render (``benchctl.planning.placement``)."""
@@ -284,39 +272,6 @@ def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = N
     return steps
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One entry of the plan in run order: a tune pilot, or one deployment of an experiment (``name``: its own,
-    :func:`benchctl.spec.design.unit_name`), with the repeats it runs."""
-
-    run: tune.Run
-    name: str
-    deployment: int
-    deployments: int
-    repeats: tuple[int, ...]
-
-
-def deployment_units(spec: CampaignSpec, runs: list[tune.Run]) -> tuple[list[Unit], dict[str, Any]]:
-    """The plan's entries in run order (pilots first, then each round of deployments: every experiment once, in
-    the design's order) and the design as the plan records it."""
-    d = spec.design
-    seed = d.order_seed if d.order_seed is not None else spec.seed
-    pilots = [r for r in runs if r.loads is not None]
-    arms = {r.exp.name: r for r in runs if r.loads is None}
-    every = tuple(range(spec.total_repeats))
-    units = [Unit(r, r.exp.name, 1, 1, (0,)) for r in pilots]
-    order = rounds(list(arms), d, seed)
-    for k, names in enumerate(order, start=1):
-        repeats = tuple(r for r in every if spec.deployment_of(r) == k)
-        for name in names:
-            r = arms[name]
-            units.append(Unit(r, unit_name(name, k, d.deployments, [g.role for g in r.exp.workers]), k,
-                              d.deployments, repeats))
-    design = {"deployments": d.deployments, "repeats_per_deployment": spec.repeats, "order": d.order,
-              "order_seed": seed, "fresh_nodes": d.fresh_nodes, "rounds": order}
-    return units, design
-
-
 def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str, RequestTimer] | None = None,
                   ranker: tune.Ranker | None = None) -> CampaignPlan:
     """The plan; ``timers`` (experiment -> its twin's seconds per request, :class:`benchctl.forecast.twin.StepTimer`) time
@@ -411,19 +366,37 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
     )
 
 
+def design_text(plan: CampaignPlan) -> str:
+    """'design: 2 deployments x 1 repeat per experiment, randomized (order seed 42): agg--d1, disagg--d1 |
+    disagg--d2, agg--d2; the deployments' start-up and teardown est. 12 min' (what the plan runs in which order)."""
+    d = plan.design
+    if not d:
+        return ""
+    entries = [e for e in plan.experiments if "arm" not in e.tune]
+    rounds = " | ".join(", ".join(e.name for e in entries if e.deployment == k)
+                        for k in range(1, int(d["deployments"]) + 1))
+    startup = sum(e.est_s - sum(s.est_s for s in e.steps) for e in entries)
+    return (f"design: {d['deployments']} deployment(s) x {d['repeats_per_deployment']} repeat(s) per experiment, "
+            f"{d['order']} order (seed {d['order_seed']}): {rounds}; the deployments' start-up and teardown est. "
+            f"{startup / 60:.1f} min" + ("; pools restored between deployments (fresh nodes)" if d["fresh_nodes"] else ""))
+
+
 def format_plan(plan: CampaignPlan) -> str:
     lines = [
         f"plan {plan.plan_id} (engine {plan.engine}): {len(plan.experiments)} experiments, "
         f"est. {plan.est_s / 60:.1f} min, {plan.est_gpu_hours:.2f} GPU-h"
         + (f", ${plan.est_usd:.2f}" if plan.est_usd is not None else ", cost unpriced"),
     ]
+    if plan.design:
+        lines.append("  " + design_text(plan))
     for e in plan.experiments:
         nodes = ", ".join(f"{p} x{n}" for p, n in e.nodes.items())
         ladder = f" [ladder: {e.base} + {e.feature}]" if e.base else ""
         ladder += (f" [keeps {', '.join(sorted(e.handover))} warm for the next]" if e.handover else "") + tune.note(e.tune)
         offload = ", KV offload" if e.kv_offload else ""
+        deployed = f" (deployment {e.deployment} of {e.deployments} of {e.lake_name})" if e.deployments > 1 else ""
         lines.append(
-            f"  [{e.index + 1}] {e.name}: {e.mode}, router {e.router}{offload}, "
+            f"  [{e.index + 1}] {e.name}{deployed}: {e.mode}, router {e.router}{offload}, "
             + (f"{e.gpus} GPUs on {nodes}; " if e.serving_engine == "vllm" else
                f"Dynamo's vLLM worker on vLLM's CPU build, {nodes} (SIMULATED (CPU engine)); "
                if e.serving_engine == "cpu" else

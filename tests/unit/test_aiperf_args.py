@@ -13,7 +13,7 @@ from benchctl.spec.model import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
-STEPS = {s.step_id: s for s in PLAN.experiments[0].steps}
+STEPS = {s.step_id: s for e in PLAN.deployments_of(PLAN.experiments[0].lake_name) for s in e.steps}  # every deployment
 KW = {"model": "Qwen/Qwen3-30B-A3B", "tokenizer": "Qwen/Qwen3-30B-A3B", "url": "http://127.0.0.1:8000",
       "artifact_dir": "/tmp/a"}
 

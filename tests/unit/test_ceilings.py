@@ -119,9 +119,9 @@ def test_the_history_ceiling_is_the_worst_case_at_the_poll_and_only_where_a_poll
 
     s = parse_spec(copy.deepcopy(SEED))
     plan = plan_campaign(s, "aws")
-    assert history_estimate(s, plan, 5).worst > 20_000 > history_estimate(s, plan, 5).expected
-    (p,) = ceilings.check(s, plan, ceilings.default(), 5)
-    assert p.ceiling == "max_history_events" and p.value == history_estimate(s, plan, 5).worst
+    assert history_estimate(s, plan, 15).worst > 20_000 > history_estimate(s, plan, 15).expected
+    (p,) = ceilings.check(s, plan, ceilings.default(), 15)
+    assert p.ceiling == "max_history_events" and p.value == history_estimate(s, plan, 15).worst
     assert ceilings.check(s, plan, ceilings.default(), 30) == []
     assert ceilings.check(s, plan, ceilings.default(), None) == []  # the local engine: no quota
 
@@ -133,7 +133,7 @@ def test_a_spec_without_a_budget_gets_the_ceiling_as_its_budget_which_the_guard_
     spec.pop("budget")
     s = parse_spec(spec)
     c = ceilings.parse({"max_usd_per_campaign": 100})
-    assert c.budget_usd(s) == 100 and ceilings.default().budget_usd(parse_spec(SEED)) == 650
+    assert c.budget_usd(s) == 100 and ceilings.default().budget_usd(parse_spec(SEED)) == 1300
     plan = plan_campaign(s, "aws")
     assert budget_problem(s, plan, [], set(), "2026-01-01T00:00:00+00:00") is None  # no budget: no guard
     plan = dataclasses.replace(plan, max_usd=c.budget_usd(s))
@@ -195,7 +195,7 @@ def test_scale_pools_refuses_when_the_ceilings_were_lowered_after_plan(aws, clus
     ctx = plan_handler.handler({"action": "plan", "state": "Plan", "execution": "arn:x:execution:campaign:c-8",
                                 "input": {"spec_uri": f"s3://{BUCKET}/specs/smoke.yaml"}})["ctx"]
     plan = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key="runs/c-8/plan.json")["Body"].read())
-    assert plan["max_usd"] == 1000  # smoke.yaml sets no budget.max_usd: the ceiling is its budget
+    assert plan["max_usd"] == 1500  # smoke.yaml sets no budget.max_usd: the ceiling is its budget
     monkeypatch.setenv(ceilings.ENV_VAR, json.dumps({"instance_types": {"g6e.12xlarge": 10.49}}))
     with pytest.raises(Exception, match=r"ceiling instance_types: pools\[0\].instance_type = 'p4d.24xlarge'") as err:
         pools_handler.handler({"action": "scale", "state": "ScalePools", "ctx": ctx, "experiment": "agg"})

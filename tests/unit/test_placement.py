@@ -20,6 +20,7 @@ from benchctl.aws.k8s.render import render_dgd
 from benchctl.errors import SpecError
 from benchctl.planning.placement import NodeShape, PodShape, feasible, find_deadlock
 from benchctl.planning.plan import plan_campaign
+from benchctl.planning.units import entry_experiment
 from benchctl.spec.model import CampaignSpec, parse_spec
 from tests.fakes.eks_world import example_specs
 
@@ -50,12 +51,12 @@ def _agg(name: str, *groups: tuple[int, int]) -> dict[str, Any]:
 
 def _deadlocks(spec: CampaignSpec) -> dict[str, list[str] | None]:
     """experiment -> a deadlocking order of its rendered worker pods on its planned nodes (None: none)."""
-    out = {}
-    for exp in plan_campaign(spec, "aws").experiments:
-        pods = deployment_pods(render_dgd(spec, CID, exp.name), spec.pools, CID)
-        workers = next(e for e in spec.experiments if e.name == exp.name).workers
-        assert sum(n for _, n in pods) == sum(g.replicas for g in workers)  # every worker pod is checked
-        out[exp.name] = find_deadlock(pods, planned_nodes(spec.pools, exp.nodes))
+    out: dict[str, list[str] | None] = {}
+    for entry in plan_campaign(spec, "aws").experiments:  # each deployment of each experiment
+        exp = entry_experiment(spec, entry)
+        pods = deployment_pods(render_dgd(spec, CID, entry.name, exp), spec.pools, CID)
+        assert sum(n for _, n in pods) == sum(g.replicas for g in exp.workers)  # every worker pod is checked
+        out[entry.lake_name] = out.get(entry.lake_name) or find_deadlock(pods, planned_nodes(spec.pools, entry.nodes))
     return out
 
 

@@ -18,27 +18,33 @@ def test_same_spec_same_plan_and_json_round_trip():
     b = plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
     assert a.to_json() == b.to_json()
     assert CampaignPlan.from_json(json.loads(json.dumps(a.to_json()))) == a
-    ids = [s.step_id for s in a.experiments[0].steps]
-    # 3 repeats of: 11 concurrencies at ISL 1024 + 4 search probes + 1 multi-turn step + 3 distributions + 5
+    # the seed plan deploys each experiment 5 times (design.deployments), one repeat on each: its steps, over its
+    # deployments in run order
+    agg = a.deployments_of(a.experiments[0].lake_name)
+    assert [e.deployment for e in agg] == [1, 2, 3, 4, 5] and [e.repeats for e in agg] == [[0], [1], [2], [3], [4]]
+    steps = [s for e in agg for s in e.steps]
+    ids = [s.step_id for s in steps]
+    # 5 repeats of: 11 concurrencies at ISL 1024 + 4 search probes + 1 multi-turn step + 3 distributions + 5
     # prefix ratios + 7 concurrencies at ISL 8192 + 4 probes (the long sweep, the last workload)
-    assert len(ids) == len(set(ids)) == (11 + 4 + 1 + 3 + 5 + 7 + 4) * 3
+    per = 11 + 4 + 1 + 3 + 5 + 7 + 4
+    assert len(ids) == len(set(ids)) == per * 5
     assert ids[0] == "concurrency-sweep-c1-r0" and ids[10] == "concurrency-sweep-c1536-r0"
-    assert ids[11:15] == [f"concurrency-sweep-s{k}-r0" for k in (1, 2, 3, 4)] and ids[44] == "concurrency-sweep-s4-r2"
-    assert ids[45:48] == ["multi-turn-c8-r0", "multi-turn-c8-r1", "multi-turn-c8-r2"]
-    assert ids[48:51] == [f"sequence-distribution-{d}-r0" for d in ("uniform", "zipf", "lognormal")]
-    assert ids[-9:] == [f"concurrency-sweep-long-{v}-r2" for v in ("c16", "c64", "c128", "c192", "c256", "s1", "s2",
-                                                                    "s3", "s4")]
+    assert ids[11:15] == [f"concurrency-sweep-s{k}-r0" for k in (1, 2, 3, 4)]
+    assert ids[15] == "multi-turn-c8-r0" and ids[per + 15] == "multi-turn-c8-r1"
+    assert ids[16:19] == [f"sequence-distribution-{d}-r0" for d in ("uniform", "zipf", "lognormal")]
+    assert ids[-11:] == [f"concurrency-sweep-long-{v}-r4" for v in ("c1", "c4", "c16", "c64", "c128", "c192", "c256",
+                                                                     "s1", "s2", "s3", "s4")]
     # each step's AIPerf seed: its repeat's (42, 43, ...) salted with its index, so no two steps send one prompt
-    assert [s.seed for s in a.experiments[0].steps[:16]] == [step_seed(s.kind, 42 + s.repeat, s.index)
-                                                             for s in a.experiments[0].steps[:16]]
-    assert len({s.seed for s in a.experiments[0].steps}) == len(a.experiments[0].steps)
+    assert [s.seed for s in steps] == [step_seed(s.kind, 42 + s.repeat, s.index) for s in steps]
+    assert len({s.seed for s in steps}) == len(steps)
     # every experiment runs the same steps (comparisons join on workload + variant)
-    assert [s.variant for s in a.experiments[0].steps] == [s.variant for s in a.experiments[1].steps]
+    disagg = a.deployments_of(next(e.lake_name for e in a.experiments if e.lake_name != agg[0].lake_name))
+    assert [s.variant for e in agg for s in e.steps] == [s.variant for e in disagg for s in e.steps]
 
 
 def test_step_params_carry_each_workloads_definition():
     plan = plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
-    steps = {s.step_id: s for s in plan.experiments[0].steps}
+    steps = {s.step_id: s for e in plan.deployments_of(plan.experiments[0].lake_name) for s in e.steps}
     mt = steps["multi-turn-c8-r1"]
     assert (mt.kind, mt.concurrency, mt.isl, mt.osl, mt.duration_s) == ("multi_turn", 8, 512, 256, 300)
     assert mt.params["turns"] == 5 and mt.params["dataset_conversations"] >= 8
@@ -54,7 +60,7 @@ def test_seed_plan_packs_onto_two_p4d_nodes():
     assert nodes_needed(spec, spec.experiments[0]) == {"p4d": 2}
     assert nodes_needed(spec, spec.experiments[1]) == {"p4d": 2}
     plan = plan_campaign(spec, "aws")
-    assert [e.gpus for e in plan.experiments] == [16, 16]
+    assert [e.gpus for e in plan.experiments] == [16] * 10  # 5 deployments of each
 
 
 def test_packing_does_not_split_a_worker_across_nodes():

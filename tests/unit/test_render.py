@@ -916,12 +916,13 @@ def test_cli_render_writes_the_campaign_manifests(tmp_path: Path, capsys: pytest
     steps = len(plan.experiments[0].steps)
     assert len(written) == 1 + len(plan.experiments) * (1 + 3 + workloads + 1 + steps)
     objs = dict(r.render_campaign(spec, CID))
-    assert yaml.safe_load((out / "experiments/agg-tp4x4/dynamographdeployment.yaml").read_text()) == objs[
-        "experiments/agg-tp4x4/dynamographdeployment.yaml"]
+    first = plan.experiments[0].name  # each deployment of an experiment is its own DGD (agg-tp4x4--d1, ...)
+    assert yaml.safe_load((out / f"experiments/{first}/dynamographdeployment.yaml").read_text()) == objs[
+        f"experiments/{first}/dynamographdeployment.yaml"]
     reqs = dict(r.render_requests(spec, CID))
     step = plan.experiments[0].steps[0].step_id
-    assert json.loads((out / f"experiments/agg-tp4x4/requests/{step}.json").read_text()) == reqs[
-        f"experiments/agg-tp4x4/requests/{step}.json"]
+    assert json.loads((out / f"experiments/{first}/requests/{step}.json").read_text()) == reqs[
+        f"experiments/{first}/requests/{step}.json"]
     lines = capsys.readouterr().out.splitlines()
     manifests = 1 + len(plan.experiments) * (1 + 3 + workloads)
     assert len(lines) == manifests + 1 and lines[-1].startswith(
@@ -969,9 +970,10 @@ def test_prepull_daemonset_holds_each_pools_worker_images_on_its_nodes_only(name
     if name == "seed-plan":  # disaggregated over EFA: the -efa image; aggregated: the plain one
         images = {p: {c["image"] for c in o["spec"]["template"]["spec"]["containers"]}
                   for p, o in manifests.items() if "/prepull-" in p}
-        assert images == {"experiments/agg-tp4x4/prepull-p4d.yaml": {"nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"},
-                          "experiments/disagg-2p2d-tp4/prepull-p4d.yaml": {
-                              "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1-efa"}}
+        image = {"agg-tp4x4": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1",
+                 "disagg-2p2d-tp4": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1-efa"}
+        assert images == {f"experiments/{e.name}/prepull-p4d.yaml": {image[e.lake_name]}  # each deployment's own
+                          for e in plan_campaign(spec, "aws").experiments}
 
 
 def test_cli_render_of_an_auto_mode_pool_of_unknown_size_exits_2_naming_the_type(

@@ -27,9 +27,12 @@ EPS = 1e-9
 
 
 def _example(name):
-    """An example's plan, run in the spec's order (the simulation's reordering is judged against it)."""
+    """An example's plan, run in the spec's order (the simulation's reordering is judged against it), each
+    experiment's repeats on one deployment (the simulated strategies, reordering and keeping pools warm, are judged
+    between experiments)."""
     spec = load_spec(ROOT / "examples" / name)
-    spec = spec.model_copy(update={"design": spec.design.model_copy(update={"order": "as-written"})})
+    spec = spec.model_copy(update={"repeats": spec.total_repeats, "design": spec.design.model_copy(
+        update={"order": "as-written", "deployments": 1})})
     return plan_campaign(spec, "aws"), spec
 
 
@@ -210,6 +213,7 @@ def test_order_groups_pool_sharers_and_keeps_spec_order_on_ties():
 def test_one_experiment_is_unchanged_by_reorder_and_keep_warm(warm_volume):
     data = yaml.safe_load((ROOT / "examples" / "seed-plan.yaml").read_text())
     data["experiments"] = data["experiments"][:1]
+    data["design"] = {"deployments": 1}  # one experiment deployed once: nothing to reorder or keep warm
     spec = parse_spec(data)
     plan = plan_campaign(spec, "aws")
     lat = Latencies(model_on_volume_at_start=warm_volume)

@@ -67,14 +67,15 @@ def test_the_plan_runs_pilots_first_and_sizes_the_arm_for_every_candidate():
     spec = parse_spec(_seed(pilots=3, pilot_requests=40, loads=[64, 256, 512]))
     plan = plan_campaign(spec, "aws")
     names = [e.name for e in plan.experiments]
-    assert names[-2:] == ["agg-tp4x4", "disagg-2p2d-tp4"] and len(names) == 8
+    arms = plan.experiments[6:]  # the seed plan deploys each arm 5 times (design.deployments), after every pilot
+    assert {e.lake_name for e in arms} == {"agg-tp4x4", "disagg-2p2d-tp4"} and len(names) == 6 + 10
     pilots = plan.experiments[:6]
     assert all("arm" in e.tune for e in pilots)
     assert pilots[0].name == "agg-tp4x4--tune-w4x4" and pilots[3].name == "disagg-2p2d-tp4--tune-p2x4-d2x4"
     for e in pilots:
         assert [s.concurrency for s in e.steps] == [64, 256, 512]
         assert [s.request_count for s in e.steps] == [128, 512, 1024]  # at least two waves of the load
-    arm = plan.experiment("disagg-2p2d-tp4")
+    arm = plan.deployments_of("disagg-2p2d-tp4")[0]
     assert arm.tune["searched"] == len(arm.tune["candidates"]) and arm.nodes == {"p4d": 2}
     assert "tune pilot of agg-tp4x4" in format_plan(plan) and "among 9 candidates" in format_plan(plan)
     assert plan.est_gpu_hours > plan_campaign(parse_spec(_seed(pilots=1, loads=[64])), "aws").est_gpu_hours

@@ -70,7 +70,8 @@ from benchctl.campaign.ports import DeploymentRequest
 from benchctl.campaign.runstate import runner_key
 from benchctl.planning import aiperf_args
 from benchctl.planning.placement import keeps_role_together
-from benchctl.planning.plan import entry_experiment, plan_campaign
+from benchctl.planning.plan import plan_campaign
+from benchctl.planning.units import entry_experiment
 from benchctl.spec.deployment import Experiment, KvOffload, ModelSpec, PoolSpec, WorkerGroup
 from benchctl.spec.model import CampaignSpec, Kubernetes
 from benchctl.spec.names import COMPONENT, component_names, dgd_name_problem
