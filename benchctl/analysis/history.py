@@ -113,6 +113,8 @@ class Shift:
     c: Compared
     points: int
     nominal: tuple[float, float] | None = None
+    day_assumed: bool = False  # the day spread in its interval is the assumed floor, not measured
+
 
     @property
     def figure(self) -> Figure:
@@ -153,7 +155,10 @@ class Shift:
 
     def verdict(self) -> str:
         if self.directional:
-            return f"{self.c.outcome} ({'better' if self.c.better == 'treatment' else 'worse'})"
+            said = f"{self.c.outcome} ({'better' if self.c.better == 'treatment' else 'worse'})"
+            # until the spec's earlier campaigns measure the day-to-day spread, a change this size may also be a
+            # day larger than the assumed floor: said so, not hidden
+            return said + (f", or a day-to-day effect over the assumed {DAY_SD_PCT:g} %" if self.day_assumed else "")
         if self.c.outcome == DESCRIPTIVE:
             return DESCRIPTIVE
         if self.no_change:
@@ -285,7 +290,8 @@ def _shift(fig: Figure, block: Sequence[Compared], settings: Settings, primary: 
     c = from_estimate(fig, "every point", none, none, est, math.sqrt(var), df, settings, primary=primary)
     if not primary:
         describe([c], settings)
-    return Shift(c, len(d), inference.interval(est, math.sqrt(var), df, settings.confidence))
+    return Shift(c, len(d), inference.interval(est, math.sqrt(var), df, settings.confidence),
+                 day.source.startswith("assumed"))
 
 
 def compare_campaigns(before: dict[str, Any], after: dict[str, Any], before_steps: Sequence[dict[str, Any]],

@@ -11,10 +11,11 @@ from benchctl.campaign.tuning import experiment_of
 from benchctl.errors import DeadlineExceeded, QualityGateFailed, SmokeTestFailed
 from benchctl.lake import timeline
 from benchctl.spec.deployment import Experiment
+from benchctl.spec.design import twin_speed
 from benchctl.spec.model import CampaignSpec
 
 
-def mocker_knobs(spec: CampaignSpec, exp: Experiment) -> JSON:
+def mocker_knobs(spec: CampaignSpec, exp: Experiment, speed: float = 1.0) -> JSON:
     """The local mocker's knobs; KV offload on sizes the mocker's host (CPU) block tier from its GB.
 
     Always the model's KV bytes per token (the mocker 1.6.1 computes its own from config.json's
@@ -23,6 +24,8 @@ def mocker_knobs(spec: CampaignSpec, exp: Experiment) -> JSON:
     without one the mocker models no transfer at all)."""
     knobs = {k: v for k, v in exp.mocker.model_dump().items() if v is not None and k != "twin"}  # twin: local engine
     knobs["kv_bytes_per_token"] = spec.model.kv_bytes_per_token
+    if speed != 1.0:  # this deployment's own seeded speed (design.twin_spread_pct): SIMULATED, stated in the report
+        knobs["speedup_ratio"] = float(knobs.get("speedup_ratio") or 1.0) * speed
     if exp.mode == "disaggregated":
         knobs["kv_transfer_bandwidth"] = spec.transfer(exp)["kv_transfer_bandwidth_gbps"]
     if exp.kv_offload is not None and "num_host_blocks" not in knobs:
@@ -36,6 +39,9 @@ def deployment_request(spec: CampaignSpec, campaign_id: str, experiment: str,
     """Everything the serving port needs to deploy one experiment (``exp``: as it runs, ``tuning.experiment_of``;
     default the spec's), and its cluster target."""
     exp = exp or spec.experiment(experiment)
+    seed = spec.design.order_seed if spec.design.order_seed is not None else spec.seed
+    mocked = exp.engine == "mocker" or all(spec.pool(g.pool).provider == "local" for g in exp.workers)
+    speed = twin_speed(spec.design, seed, experiment) if mocked else 1.0  # the mocker's workers only
     return DeploymentRequest(
         deployment_id=experiment,
         campaign_id=campaign_id,
@@ -44,7 +50,7 @@ def deployment_request(spec: CampaignSpec, campaign_id: str, experiment: str,
         router=exp.router,
         groups=tuple(WorkerGroupSpec(g.role, g.replicas, g.tensor_parallel, g.pool) for g in exp.workers),
         labels={"benchctl/campaign": campaign_id, "benchctl/experiment": experiment},
-        mocker=mocker_knobs(spec, exp),
+        mocker=mocker_knobs(spec, exp, speed),
         kv_offload=exp.kv_offload.model_dump(mode="json") if exp.kv_offload else None,
         target=DeploymentTarget(experiment=exp, model=spec.model,
                                 pools=tuple(spec.pool(name) for name in dict.fromkeys(g.pool for g in exp.workers)),
@@ -78,7 +84,8 @@ def deploy(p: Providers, ctx: Ctx, task: Task) -> JSON:
     state = p.serving.deploy(request)
     p.state.save_deployment(experiment, DeploymentRecord(state=state, deployed_at=p.clock()))
     record_event(p, ctx.campaign_id, experiment, timeline.DEPLOY_APPLIED, mode=request.mode, router=request.router,
-                 groups=[g.__dict__ for g in request.groups])
+                 groups=[g.__dict__ for g in request.groups],
+                 **({"speed": request.mocker["speedup_ratio"]} if "speedup_ratio" in request.mocker else {}))
     return {"deployment": state.get("deployment_id"), "reused": False}
 
 

@@ -5,8 +5,8 @@ The plan runs every tuned arm's pilots before the arms (:mod:`benchctl.planning.
 (``LoadRecord.slo``: requests, and those within every SLO bound) and picks, once (a redelivered event reads the
 recorded choice): a pilot's **measured edge** is the highest load up to which every load's attainment is shown
 to reach ``comparison.slo_attainment`` (the Wilson lower bound at ``comparison.confidence``,
-:func:`benchctl.analysis.inference.wilson`); the highest edge wins, then the higher goodput there (requests
-within the SLO per second of load), then the better prediction. The choice is kept in the run state and one
+:func:`benchctl.analysis.inference.wilson`); the highest edge wins; among those tied at it, the arm's own layout, then
+the better prediction (one pilot run's goodput at one load is its noise, not a difference). The choice is kept in the run state and one
 ``tuning`` row per candidate searched (predicted and measured figures, chosen, why) goes to the lake; the arm's
 ``experiments`` row is rewritten with the chosen workers. Everything that builds or reads an experiment at run
 time asks :func:`experiment_of`: a pilot is its arm with the candidate's workers, a tuned arm has its chosen ones.
@@ -58,8 +58,10 @@ def ranking(candidates: list[JSON], measured: dict[str, Measured], target: float
         edge, goodput, loads = measured_edge(m, target, confidence) if m is not None else (None, None, [])
         rows.append({**c, "rank_predicted": rank_predicted, "measured_edge": edge, "measured_goodput": goodput,
                      "measured_loads": loads})
+    # a tie at the measured edge is not broken by one pilot run's goodput at one load below every edge (that is the
+    # run's noise): the arm's own layout stays where it ties, else the better prediction
     piloted = sorted((r for r in rows if r["measured_edge"] is not None),
-                     key=lambda r: (-r["measured_edge"], -(r["measured_goodput"] or 0.0), r["rank_predicted"]))
+                     key=lambda r: (-r["measured_edge"], not r["given"], r["rank_predicted"]))
     rest = [r for r in rows if r["measured_edge"] is None]
     out = [{**r, "chosen": False, "why": ""} for r in piloted + rest]
     if not piloted:
@@ -71,10 +73,12 @@ def ranking(candidates: list[JSON], measured: dict[str, Measured], target: float
     why = f"the highest load within the SLO ({best['measured_edge']} concurrent requests"
     if best["measured_edge"] == 0:
         why = "no pilot held the SLO at any load: the best prediction among them"
-    elif ties and best["measured_goodput"] != ties[0]["measured_goodput"]:
-        why += f"; ties with {', '.join(t['label'] for t in ties)} broken by goodput)"
+    elif ties and best["given"]:
+        why += (f"; tied at the pilots' load resolution with {', '.join(t['label'] for t in ties)}: the arm's own layout "
+                "is kept, as no pilot measured better)")
     elif ties:
-        why += f"; ties with {', '.join(t['label'] for t in ties)} broken by the prediction)"
+        why += (f"; tied at the pilots' load resolution with {', '.join(t['label'] for t in ties)}: the better "
+                "prediction of them, not one run's goodput)")
     else:
         why += ")"
     out[0] = {**best, "chosen": True, "why": why}

@@ -39,7 +39,8 @@ PLANNED = Event("planned", "the Plan state wrote the run manifest", ("steps",), 
 SCALE_REQUESTED = Event("scale_requested", "a pool was asked to hold the experiment's nodes (prior size recorded)",
                         ("nodes", "previous", "simulated"), key="pool")
 NODES_READY = Event("nodes_ready", "the pool's nodes are ready", ("nodes", "simulated"), key="pool")
-DEPLOY_APPLIED = Event("deploy_applied", "the deployment was started/applied", ("mode", "router", "groups"))
+DEPLOY_APPLIED = Event("deploy_applied", "the deployment was started/applied (speed: the mocker's seeded speed factor "
+                       "of this deployment, design.twin_spread_pct)", ("mode", "router", "groups", "speed"))
 READY = Event("ready", "the deployment answers (with what it runs: the precision each worker's engine logged; "
               "on EKS: image digests, model prefetch, the engine's packages, the Kubernetes version, the workers' "
               "nodes' GPU drivers; the local CPU engine: its label and what differs from EKS)",

@@ -14,6 +14,7 @@ keep the enumeration's order and the plan says they were not predicted. Pure: no
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -175,9 +176,16 @@ def _loads(spec: CampaignSpec, chosen: list[Candidate]) -> list[int]:
     levels = sorted(tune_workload(spec).fixed_loads()) or (
         sorted({max(1, max(edges) // 2), max(edges), 2 * max(edges)}) if edges else [4, 16])
     if edges:
-        kept = [c for c in levels if c <= 2 * max(edges)] or levels[:1]
-        above = [c for c in levels if c > 2 * max(edges)]
+        best = max(edges)
+        kept = [c for c in levels if c <= 2 * best] or levels[:1]
+        above = [c for c in levels if c > 2 * best]
         levels = kept + above[:1]  # one level past twice the best edge: every pilot is seen leaving the SLO
+        # near the predicted edge finer than a grid's doubling, so that the pilots' edges can differ there
+        near = {max(1, round(best / math.sqrt(2.0))), best, round(best * math.sqrt(2.0))}
+        levels = sorted(set(levels) | near)
+        if len(levels) > MAX_LOADS:  # the ones nearest the predicted edge (by ratio)
+            levels = sorted(sorted(levels, key=lambda c: abs(math.log(c / best)))[:MAX_LOADS])
+        return levels
     return levels[-MAX_LOADS:]
 
 

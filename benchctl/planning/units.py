@@ -12,7 +12,6 @@ from benchctl.spec.design import rounds, unit_name
 from benchctl.spec.model import CampaignSpec
 
 
-
 class Entry(Protocol):
     """What :func:`entry_experiment` reads of a plan entry (``benchctl.planning.plan.ExperimentPlan``)."""
 

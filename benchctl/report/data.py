@@ -99,7 +99,16 @@ class ReportData:
 
     @property
     def sim_text(self) -> str:
-        return sim_label(self.campaign.get("worker_engine"))[1]
+        text = sim_label(self.campaign.get("worker_engine"))[1]
+        speeds: dict[str, set[float]] = {}
+        for ev in self.timeline:
+            if timeline.is_event(ev, timeline.DEPLOY_APPLIED) and (v := timeline.detail(ev).get("speed")) is not None:
+                speeds.setdefault(str(ev.get("experiment")), set()).add(float(v))
+        varied = {e: sorted(v) for e, v in speeds.items() if len(v) > 1}
+        if varied:  # design.twin_spread_pct: the mocker's own deployment-to-deployment spread
+            text += ("; each deployment's mocker ran at its own seeded speed (design.twin_spread_pct: "
+                     + "; ".join(f"{e} x{', x'.join(f'{s:.3g}' for s in v)}" for e, v in varied.items()) + ")")
+        return text
 
     @property
     def campaign_id(self) -> str:

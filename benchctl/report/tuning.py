@@ -1,6 +1,6 @@
 """The report's "Tuning" section: each tuned arm's candidates (predicted and measured SLO edge and goodput, the
 pilot that measured it, the choice and why) from the lake's ``tuning`` table (``benchctl.campaign.tuning``), and
-the sentence that says what the comparison compares: "each arm at the best configuration found among N", or,
+the sentence that says what the comparison compares: "each arm at the best configuration its own pilots found (per arm: the layout, how many were feasible and how many piloted)", or,
 without a tune phase (``tune: off``), that the comparison is of the given configurations."""
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ def sentence(rows: list[dict[str, Any]]) -> str:
     arms: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         arms.setdefault(str(r["experiment"]), []).append(r)
-    n = max(len(v) for v in arms.values())
     each = "; ".join(
-        f"{arm}: {next((r['candidate'] for r in v if r['chosen']), '?')} of {len(v)} searched, "
-        f"{sum(1 for r in v if r['pilot'])} piloted" for arm, v in arms.items())
-    return f"Each arm at the best configuration found among {n} ({each})."
+        f"{arm}: {next((r['candidate'] for r in v if r['chosen']), '?')}, of {len(v)} feasible layouts "
+        f"{sum(1 for r in v if r['pilot'])} piloted ({sum(1 for r in v if r['pilot']) / len(v):.0%})"
+        for arm, v in arms.items())
+    return f"Each arm at the best configuration its own pilots found ({each})."
 
 
 def html_section(rows: list[dict[str, Any]], table: Callable[[list[str], list[dict[str, Any]]], str],

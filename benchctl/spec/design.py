@@ -22,6 +22,7 @@ The analysis then estimates the variance between deployments apart from that bet
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from typing import Any, Literal
 
@@ -49,6 +50,20 @@ class Design(Strict):
     fresh_nodes: bool = Field(default=False, description="restore the pools between deployments (no warm hand-over), so "
                               "that a later deployment may land on other nodes; each deployment then waits for "
                               "capacity, which the plan prices")
+    twin_spread_pct: float = Field(default=0.0, ge=0, le=50, description="the mocker's own deployment-to-deployment "
+                                   "spread (SIMULATED): each deployment's workers run at a speed drawn from "
+                                   "exp(N(0, pct/100)), seeded by the order seed and the deployment's name, so that a "
+                                   "local A/A campaign exercises the design end to end; 0 (default): every deployment "
+                                   "alike. The report states it")
+
+
+def twin_speed(design: Design, seed: int, unit: str) -> float:
+    """The mocker speed factor of one deployment (``twin_spread_pct``; 1 when off): seeded, so a rerun draws the
+    same."""
+    if design.twin_spread_pct <= 0:
+        return 1.0
+    rng = random.Random(f"benchctl-twin-{seed}-{unit}")  # noqa: S311 - a simulated spread, not a secret
+    return round(math.exp(rng.gauss(0.0, math.log1p(design.twin_spread_pct / 100.0))), 4)
 
 
 def unit_name(experiment: str, deployment: int, deployments: int, roles: list[str] | None = None) -> str:

@@ -78,8 +78,8 @@ def test_a_twin_30_percent_slower_is_named_with_the_right_sign_and_its_knob_list
     said = {p["what"]: p for p in got["provenance"]}
     assert "spec_hash" in said and f"mocker.speedup_ratio {round(1 / SLOWER, 4):g}" in said["twin.agg.worker"]["after"]
     figures = {f["figure"]: f for f in got["figures"]}
-    assert figures["ITL p50 (ms)"]["verdict"] == "higher (worse)", figures
-    assert figures["output tokens/s (tok/s)"]["verdict"] == "lower (worse)", figures
+    assert figures["ITL p50 (ms)"]["verdict"].startswith("higher (worse)"), figures
+    assert figures["output tokens/s (tok/s)"]["verdict"].startswith("lower (worse)"), figures
     ttft = figures["TTFT p50 (ms)"]  # its fixed part (HTTP, tokenising, dispatch) is not the twin's: less than 30 %
     assert ttft["change"].startswith("+") and not ttft["verdict"].startswith("lower"), ttft
     rows = [r for r in got["points"] if r["figure"] == "ITL p50"]

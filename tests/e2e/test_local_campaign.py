@@ -286,7 +286,10 @@ def test_cost_efficiency_has_the_plans_rows_with_cost_and_scope(smoke_run):
     res, out = smoke_run
     rows = {r["experiment"]: r for r in _view(out, "v_cost_efficiency")}
     assert rows["agg"]["category"] == "aggregated same-GPU baseline"
-    assert rows["disagg"]["category"] == "disaggregated same GPU total"
+    # prefill and decode on separate nodes (over EFA) against the aggregated pair on one: the same worker GPUs, twice
+    # the GPUs paid for, and the cost view says so
+    assert rows["disagg"]["category"] == "disaggregated same GPU total, more GPUs paid (more nodes allocated)"
+    assert (rows["agg"]["gpus_allocated"], rows["disagg"]["gpus_allocated"]) == (8, 16)
     for r in rows.values():
         assert r["cost_usd"] > 0 and r["usd_per_1m_output_tokens"] > 0 and r["output_tokens_per_s"] > 0
         assert r["simulated"] is True and r["scope"].startswith("priced: GPU and CPU nodes of the experiment's pools")

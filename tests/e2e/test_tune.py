@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -112,7 +113,9 @@ def test_the_tune_phase_runs_each_arm_at_its_best_piloted_configuration(tuned):
         [("prefill", 3), ("decode", 1)], (exps["disagg"], arm)
     html = assert_report_and_receipt(out, "e2e", "succeeded")
     report = (out / "campaigns" / "e2e" / "report" / "report.html").read_text(encoding="utf-8")
-    assert "each arm at the best configuration found among" in report.lower(), html
+    assert "each arm at the best configuration its own pilots found" in report.lower(), html
+    # per arm, how many layouts were feasible and how many its pilots covered (both arms by the same rule)
+    assert re.search(r"disagg: p3x1-d1x1, of \d+ feasible layouts 3 piloted \(\d+%\)", report), html
     assert "p3x1-d1x1" in report
 
 
@@ -140,12 +143,16 @@ def test_concurrency_auto_brackets_each_modes_edge_within_its_resolution(tuned):
                        and q["ttft_ms"] <= r["slo_ttft_ms"] and q["itl_ms"] is not None
                        and q["itl_ms"] <= r["slo_itl_ms"])
             points.append(Measured(int(r["concurrency"]), good, len(rows)))
-        within, past = bracket(points, 0.9, level)
-        assert located(within, past, 0.1), (exp, within, past, [(p.load, p.good, p.n) for p in points])
         # the search stopped by itself: the probe after the last that ran says located, or the budget line was hit
         loads = out / "campaigns" / "e2e" / "loads" / exp
         skipped = [json.loads(f.read_text()) for f in sorted(loads.glob("sweep-s*-r0.json"))]
         whys = [s["search"]["why"] for s in skipped if s.get("state", {}).get("skipped")]
         assert len(probes) == MAX_PROBES or any(w.startswith("located") for w in whys), whys
+        # as the search judged them, allowing for the run-to-run spread (search.run_spread, default 0.3): located to
+        # the resolution, or to the finer of it and what that spread supports (and said so)
+        within, past = bracket(points, 0.9, level, spread=0.3)
+        supported = any(w.startswith("located to the resolution the run-to-run spread supports") for w in whys)
+        assert within is not None and past is not None and (located(within, past, 0.1) or supported), (
+            exp, within, past, [(p.load, p.good, p.n) for p in points], whys)
     report = (out / "campaigns" / "e2e" / "report" / "report.html").read_text(encoding="utf-8")
     assert "Loads the SLO-edge search chose" in report

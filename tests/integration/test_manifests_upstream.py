@@ -112,7 +112,8 @@ def test_every_deployment_and_nodepool_sent_validates_strictly_against_the_upstr
         worlds: dict[str, World], name: str) -> None:
     world = worlds[name]
     dgds, pools = sent(world, "DynamoGraphDeployment"), sent(world, "NodePool")
-    assert len({b["metadata"]["name"] for _, _, b in dgds}) == len(world.spec.experiments)
+    # one DGD per deployment of each experiment (design.deployments), each with its own name
+    assert len({b["metadata"]["name"] for _, _, b in dgds}) == len(world.spec.experiments) * world.spec.design.deployments
     auto = [p for p in world.spec.pools if p.provider == "auto-mode"]
     assert bool(pools) == bool(auto)
     for method, path, body in dgds + pools:

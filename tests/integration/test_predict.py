@@ -47,6 +47,7 @@ def _small_spec(pool: dict, workers: list[dict], concurrency: list[int], repeats
     data["experiments"] = [{"name": "e", "mode": "aggregated", "workers": workers}]
     data["workloads"] = [copy.deepcopy(data["workloads"][0]) | {"concurrency": concurrency}]
     data["repeats"] = repeats
+    data["design"] = {"deployments": 1}  # one deployment: its repeats are the rows
     data.pop("budget")
     data.pop("pricing")
     spec = parse_spec(data)
@@ -73,10 +74,10 @@ def test_gpu_system_and_memory_from_the_pool():
 def test_a_prediction_for_every_concurrency_sweep_step(seed):
     spec, plan, rows = seed
     # every fixed load of a sweep (a search probe's load is chosen at run time: predicted apart, forecast.edge)
-    want = [(e.name, s.step_id) for e in plan.experiments for s in e.steps
-            if s.kind == "concurrency_sweep" and s.probe is None]
+    want = [(e.lake_name, s.step_id) for e in plan.experiments for s in e.steps
+            if s.kind == "concurrency_sweep" and s.probe is None]  # every deployment's (its repeats): the lake's names
     assert [(r["experiment"], r["step_id"]) for r in rows] == want
-    assert len(want) == 2 * (11 + 7) * spec.repeats
+    assert len(want) == 2 * (11 + 7) * spec.total_repeats
     for r in rows:
         assert r["source"] == "aiconfigurator 0.12.0 estimate"
         assert r["system"] == "a100_sxm" and r["tp"] == 4

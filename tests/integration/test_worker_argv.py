@@ -17,6 +17,8 @@ import pytest
 
 from benchctl.aws.k8s.common import dgd_name
 from benchctl.aws.k8s.render import render_campaign
+from benchctl.planning.plan import plan_campaign
+from benchctl.planning.units import entry_experiment
 from benchctl.spec.model import load_spec
 from benchctl.spec.settings import image_tag_version
 
@@ -103,7 +105,9 @@ def test_every_rendered_worker_argv_parses_with_dynamos_own_parser_as_rendered(p
     refused = [(w["example"], w["component"], r["error"]) for w, r in zip(workers, results, strict=True) if not r["ok"]]
     assert refused == []
     for w, r in zip(workers, results, strict=True):  # what it parsed is what was meant
-        (exp,) = [e for e in w["spec"].experiments if dgd_name(CID, e.name) == w["dgd"]]
+        # each deployment of an experiment (design.deployments) is its own DGD, named after its plan entry
+        (exp,) = [entry_experiment(w["spec"], ep) for ep in plan_campaign(w["spec"], "aws").experiments
+                  if dgd_name(CID, ep.name) == w["dgd"]]
         role = {"Worker": "worker", "Prefill": "prefill", "Decode": "decode"}[w["component"]]
         group = next(g for g in exp.workers if g.role == role)
         assert r["mode"] == ("agg" if exp.mode == "aggregated" else role), (w["dgd"], r)

@@ -106,15 +106,36 @@ def _cand(label, pilot, given=False, edge=None):
     return {"label": label, "pilot": pilot, "given": given, "predicted_edge": edge, "workers": []}
 
 
-def test_the_choice_is_the_highest_measured_edge_then_goodput_then_prediction():
+def test_the_choice_is_the_highest_measured_edge_and_a_tie_keeps_the_arms_own_layout_not_one_runs_goodput():
     cands = [_cand("a", "pa", edge=30), _cand("own", "po", given=True, edge=20), _cand("b", "pb", edge=10),
              _cand("c", None, edge=5)]
     ok = [(4, 60, 60, 10.0), (8, 60, 60, 10.0)]
     measured = {"pa": Measured([*ok[:1], (8, 60, 30, 10.0)]), "po": Measured(ok), "pb": Measured(ok)}
     out = ranking(cands, measured, 0.9, 0.95)
-    assert [r["label"] for r in out][:3] == ["own", "b", "a"] and out[0]["chosen"] and "prediction" in out[0]["why"]
+    assert [r["label"] for r in out][:3] == ["own", "b", "a"] and out[0]["chosen"]
+    assert "tied at the pilots' load resolution with b: the arm's own layout is kept" in out[0]["why"]
     assert out[-1]["label"] == "c" and out[-1]["measured_edge"] is None
-    measured["pb"] = Measured([(4, 60, 60, 10.0), (8, 60, 60, 5.0)])  # same edge, twice the goodput
-    assert ranking(cands, measured, 0.9, 0.95)[0]["label"] == "b"
+    # the same edge and twice the goodput at one load below it: one run's noise, not a difference
+    measured["pb"] = Measured([(4, 60, 60, 10.0), (8, 60, 60, 5.0)])
+    assert ranking(cands, measured, 0.9, 0.95)[0]["label"] == "own"
+    # a tie the arm's own layout is not in: the better prediction of the tied
+    measured["po"] = Measured([(4, 60, 60, 10.0), (8, 60, 30, 10.0)])
+    measured["pa"] = Measured(ok)
+    got = ranking(cands, measured, 0.9, 0.95)
+    assert got[0]["label"] == "a" and "the better prediction of them, not one run's goodput" in got[0]["why"]
     nothing = ranking(cands, {}, 0.9, 0.95)
     assert next(r for r in nothing if r["chosen"])["label"] == "own"
+
+
+def test_the_pilots_load_finer_than_the_grids_doubling_near_the_predicted_edge():
+    # Given the seed plan's grid (..., 256, 512, 1024, 1536) and the pilots' best predicted edge at c=700
+    spec = parse_spec(_seed(pilots=3))
+    chosen = [tune.Candidate("agg-tp4x4", "w4x4", (), given=True, predicted_edge=700)]
+    loads = tune._loads(spec, chosen)
+    # Then the pilots measure around it a factor of sqrt(2) apart (495, 700, 990), not only the grid's 512 and
+    # 1024, and at most MAX_LOADS loads, one past twice the edge
+    assert {495, 700, 990} <= set(loads) and len(loads) <= tune.MAX_LOADS, loads
+    assert max(loads) > 2 * 700 and loads == sorted(loads)
+    # without a prediction: the grid's loads, as before
+    assert tune._loads(spec, [tune.Candidate("agg-tp4x4", "w4x4", (), given=True)]) == \
+        sorted(spec.workloads[0].concurrency)[-tune.MAX_LOADS:]
