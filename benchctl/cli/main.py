@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-file", metavar="CDK_JSON", help=CONTEXT_HELP)
     p.set_defaults(fn=cmd_validate)
 
-    p = sub.add_parser("plan", help="experiments x steps with deterministic ids, durations and cost estimate")
+    p = sub.add_parser("plan", help="experiments x steps with deterministic ids, durations and cost estimate; with "
+                       "--engine aws also the allocation table (deployments x repeats: price, error rate, power)")
     p.add_argument("spec")
     p.add_argument("--json", action="store_true", help="machine-readable plan")
     p.add_argument("--engine", choices=["local", "aws"], default="local", help="whose overheads to estimate")

@@ -89,6 +89,21 @@ def start_run(spec: Path, out: Path, *extra: str, campaign_id: str = "e2e",
 SMOKE_ID = "smoke-e2e"
 
 
+def campaign_once(spec: Path, out: Path, timeout: float):
+    """A module's campaign: ``benchctl run`` of ``spec`` into ``out`` (campaign id ``e2e``), waited for; yields
+    (exit code, output, out); afterwards kills what a failed run may have left, by its own process ids."""
+    proc = start_run(spec, out)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    yield proc.returncode, output, out
+    for rec in run_pids(out / "campaigns" / "e2e"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(rec["pid"], signal.SIGKILL)
+
+
 @pytest.fixture(scope="session")
 def _smoke(tmp_path_factory: pytest.TempPathFactory):
     """`benchctl run examples/smoke.yaml` once per test session (both modes, all four workloads), watched by a

@@ -7,16 +7,13 @@ lists every deployment."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
 
 import pytest
 
 from benchctl.local.report import render_report
-from tests.e2e.conftest import leftovers, read_table, run_pids, start_run, write_spec
+from tests.e2e.conftest import campaign_once, leftovers, read_table, write_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 SPREAD_PCT = 3.0
@@ -39,17 +36,7 @@ def _spec(tmp_path):
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("deployments")
-    out = tmp / "out"
-    proc = start_run(_spec(tmp), out)
-    try:
-        output, _ = proc.communicate(timeout=420)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    yield proc.returncode, output, out
-    for rec in run_pids(out / "campaigns" / "e2e"):  # what a failed run may have left, by its own pids
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(rec["pid"], signal.SIGKILL)
+    yield from campaign_once(_spec(tmp), tmp / "out", timeout=420)
 
 
 def test_two_deployments_per_mode_run_interleaved_and_succeed(deployed):

@@ -15,17 +15,14 @@ needs (one quality question, one smoke request, a two-request warm-up): 8 deploy
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
 
 import pytest
 
 from benchctl.analysis.search import Measured, bound_level, bracket, located
 from benchctl.forecast.twin_profile import TimingProfile, write_profile
-from tests.e2e.conftest import assert_report_and_receipt, leftovers, read_table, start_run, write_spec
+from tests.e2e.conftest import assert_report_and_receipt, campaign_once, leftovers, read_table, write_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 PROFILE = "slow-prefill-test"
@@ -66,21 +63,10 @@ def _spec(tmp_path):
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     """The campaign, run once for the module; the run directory is reaped by the module's end."""
-    from tests.e2e.conftest import run_pids
-
     tmp = tmp_path_factory.mktemp("tune")
     out = tmp / "out"
     _profile(out)
-    proc = start_run(_spec(tmp), out)
-    try:
-        output, _ = proc.communicate(timeout=540)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    yield proc.returncode, output, out
-    for rec in run_pids(out / "campaigns" / "e2e"):  # what a failed run may have left, by its own pids
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(rec["pid"], signal.SIGKILL)
+    yield from campaign_once(_spec(tmp), out, timeout=540)
 
 
 def test_the_tune_phase_runs_each_arm_at_its_best_piloted_configuration(tuned):
