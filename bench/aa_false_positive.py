@@ -1,9 +1,10 @@
 """The report's verdicts under the null, and their power: made-up campaigns in which both sides of every comparison
 are drawn from one distribution (A/A), at the seed plan's size, written through the project's lake writer
 (tests/unit/synthetic_lake.py, the schema's own row checks), read through the real SQL views (DuckDB) and the
-real ``answers()``. Per cell (relative noise per repeat x repeats per side) it prints, for each of the eight
-answers, the share of A/A campaigns that came out "directional" with its 95 % Wilson interval; then the power
-cell: a true -30 % TTFT p50 at the two highest loads (3 repeats, 10 % noise), found with the right sign.
+real ``answers()``. Per cell (a world: the idealised one, or one level of the world's variance at a time, or
+them together; at the design's deployments x repeats per side) it prints, for each of the eight answers, the share
+of A/A campaigns that came out "directional" with its 95 % Wilson interval; then the power cell: a true -30 % TTFT
+p50 at the two highest loads (the same design, 10 % noise, a 5 % deployment spread), found with the right sign.
 
 SIMULATED: no engine runs; every figure is drawn. The campaign's shape (the seed plan): an aggregated and a
 disaggregated experiment (q1, q3, q4, h1, h3), an offload rung of the disaggregated one (q2, h2) and a
@@ -11,7 +12,7 @@ heterogeneous one beside the aggregated (h4); concurrency sweeps of 9 loads at I
 requests per step (attainment falling past a knee, drawn per step); 5 prefix-duplication ratios; a multi-turn
 step; the prefill and decode waiting queues; every disaggregated transfer path verified.
 
-Usage: .venv/bin/python bench/aa_false_positive.py [--draws N] [--cells 5:2,10:3,...] [--jobs 2] [--quick]
+Usage: .venv/bin/python bench/aa_false_positive.py [--draws N] [--design 5:1] [--worlds deploy-5,...] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -261,7 +262,7 @@ WORLD_CELLS = {  # the world's levels (issue: each axis alone at each level, the
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--draws", type=int, default=300, help="A/A campaigns per cell (default 300)")
-    ap.add_argument("--design", default="4:1", help="deployments:repeats per experiment (default 4:1, the seed "
+    ap.add_argument("--design", default="5:1", help="deployments:repeats per experiment (default 5:1, the seed "
                     "plan's)")
     ap.add_argument("--noise", type=float, default=10.0, help="each step's relative noise, %% (default 10)")
     ap.add_argument("--worlds", default=",".join(["idealised", *WORLD_CELLS]),

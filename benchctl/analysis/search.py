@@ -186,14 +186,19 @@ def next_load(points: Sequence[Measured], *, target: float, confidence: float, r
                               + _too_few(points, target, confidence), within, past)
         return Next(down, f"past the SLO at c={missed[0]} and no load shown within below it: ramp down to "
                           f"c={down}" + _too_few(points, target, confidence), within, past)
-    mid = round(math.sqrt(within * past))
-    mid = min(max(mid, within + 1), past - 1)
+    top = min(past, max_load + 1)  # the bracket's part the search may use (max_load: a client's reach, say)
+    if top <= within + 1:
+        return Next(None, f"within at c={within}, the highest load the search may use below c={past}: the edge is "
+                          "between them", within, past)
+    mid = round(math.sqrt(within * top))
+    mid = min(max(mid, within + 1), top - 1)
     if mid in tried:  # an undetermined load inside the bracket: probe beside it
-        free = [c for c in range(within + 1, past) if c not in tried]
+        free = [c for c in range(within + 1, top) if c not in tried]
         if not free:
-            return Next(None, f"every load in [c={within}, c={past}) tried", within, past)
-        mid = min(free, key=lambda c: abs(math.log(c / math.sqrt(within * past))))
-    return Next(mid, f"bisect [c={within}, c={past}) at c={mid}", within, past)
+            return Next(None, f"every load in [c={within}, c={top}) tried", within, past)
+        mid = min(free, key=lambda c: abs(math.log(c / math.sqrt(within * top))))
+    return Next(mid, f"bisect [c={within}, c={past}) at c={mid}" + (f" (loads from c={top} on out of reach)"
+                                                                     if top < past else ""), within, past)
 
 
 def run(measure: Callable[[int], Measured], points: Sequence[Measured], *, target: float, confidence: float,

@@ -7,7 +7,7 @@ in the same order, so that each located load has as many repeats as the fixed po
 verdicts judge them alike. A probe the search does not need (located, or past its budget line) is recorded as
 skipped: no load runs, nothing is spent, the ASL's Map goes on (CheckLoad finds it done). A step whose load
 generator fell behind (client-bound: ``benchctl.lake.client_load``) measured less than its load: the search never
-chooses a probe from it. The search allows for the run-to-run spread of attainment (``search.run_spread``).
+chooses a probe from it, nor that load or above again (:func:`client_capped`). The search allows for the run-to-run spread of attainment (``search.run_spread``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
     search = step.params["search"]
     spec = p.state.spec()
     points: list[Measured] = []
+    behind: list[int] = []  # loads the load generator could not issue: the search stays below the lightest of them
     for s in steps:
         if s.workload != step.workload or s.repeat != 0 or s.index >= step.index:
             continue
@@ -58,6 +59,8 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
         failed = failed or rec.ingest_status == "failed"
         load = rec.concurrency or s.concurrency
         if rec.client_bound and not failed:  # the load generator fell behind: not a measurement of this load
+            if load is not None:
+                behind.append(int(load))
             continue
         if load is not None and failed:
             points.append(Measured(int(load), 0, 0, failed=True))
@@ -69,9 +72,23 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
         if prec is not None and prec.skipped:  # the search stopped: every later probe is skipped too
             return Next(None, f"the search stopped before probe {k - 1}: {(prec.search or {}).get('why', '?')}",
                         None, None)
-    return next_load(points, target=spec.comparison.slo_attainment, confidence=bound_level(spec.comparison.confidence),
-                     resolution=float(search["resolution"]), start=search.get("start"),
-                     max_load=int(search["max_concurrency"]), spread=float(search.get("run_spread") or 0.0))
+    ceiling = int(search["max_concurrency"])
+    if behind and min(behind) - 1 < ceiling:
+        ceiling = max(1, min(behind) - 1)
+    decision = next_load(points, target=spec.comparison.slo_attainment,
+                         confidence=bound_level(spec.comparison.confidence), resolution=float(search["resolution"]),
+                         start=search.get("start"), max_load=ceiling, spread=float(search.get("run_spread") or 0.0))
+    return client_capped(decision, behind, int(search["max_concurrency"]))
+
+
+def client_capped(decision: Next, behind: list[int], max_load: int) -> Next:
+    """``decision`` with the client's reach said: once the load generator fell behind at c=X the search never
+    probes X or above again (the same load would only be client-bound again, spending a probe on nothing), and a
+    search that stops at that ceiling says it is the client's, not the server's."""
+    if decision.load is not None or not behind or min(behind) - 1 >= max_load or decision.located:
+        return decision
+    return Next(None, f"{decision.why}; the load generator fell behind at c={min(behind)} (client-bound), so loads "
+                      f"from c={min(behind)} on cannot be measured with this client", decision.within, decision.past)
 
 
 def skipped_probe(decision: Next) -> JSON:

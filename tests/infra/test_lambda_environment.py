@@ -61,7 +61,11 @@ ACCOUNT, REGION = "123456789012", "us-east-1"
 BUCKET, DATABASE, WORKGROUP, LOCKS = "benchctl-dev-results", "benchctl_dev", "benchctl-dev", "benchctl-dev-locks"
 CLUSTER, NODEGROUP, NS = "bench", "gpu-p4d", "dynamo-bench"
 CID = "seed-plan-lambda-env"
-EXPERIMENT, STEP = "agg-tp4x4", "prefix-cache-p25-r0"
+# the driver follows the plan's first entry: the seed plan deploys each experiment 5 times (design.deployments) in a
+# randomized order drawn from its seed, so the first entry is one experiment's first deployment (its raw artifacts
+# and its DynamoGraphDeployment under the deployment's name, its lake rows under the experiment's)
+SEED_PLAN = plan_campaign(load_spec(ROOT / "examples" / "seed-plan.yaml"), "aws")
+UNIT, EXPERIMENT, STEP = SEED_PLAN.experiments[0].name, SEED_PLAN.experiments[0].lake_name, "prefix-cache-p25-r0"
 
 
 class EksTokens:
@@ -177,7 +181,7 @@ class Case:
         return ROOT / "examples" / f"{self.spec}.yaml"
 
 
-SEED = Case("seed-plan", CID, EXPERIMENT, STEP)
+SEED = Case("seed-plan", CID, UNIT, STEP)
 # the AWS rehearsal: Dynamo mocker workers on a CPU node group, the same functions and layers
 REHEARSAL = Case("aws-rehearsal", "aws-rehearsal-lambda-env", "agg", "prefix-cache-p100-r0")
 # a failed execution of it: CheckLoad fails, TeardownAfterFailure, AbortCampaign, ReportFailure
@@ -395,7 +399,9 @@ def test_the_environment_holds_only_what_a_function_gets(run):
 def test_plan_from_a_spec_uri_writes_the_run_store_the_lake_and_the_locks(run):
     (plan,) = _calls(run, "Plan")
     assert plan["ctx"]["campaign_id"] == CID and plan["ctx"]["run_uri"] == f"s3://{BUCKET}/runs/{CID}"
-    assert [e["name"] for e in plan["experiments"]] == ["agg-tp4x4", "disagg-2p2d-tp4"]
+    assert [e["name"] for e in plan["experiments"]] == [e.name for e in SEED_PLAN.experiments]
+    assert sorted(e["name"] for e in plan["experiments"]) == [f"{x}--d{k}" for x in ("agg-tp4x4", "disagg-2p2d-tp4")
+                                                              for k in range(1, 6)]
     keys = run["keys"]
     for key in ("spec.json", "spec_meta.json", "plan.json", "campaign.json"):
         assert f"runs/{CID}/{key}" in keys, key
@@ -410,7 +416,7 @@ def test_plan_from_a_spec_uri_writes_the_run_store_the_lake_and_the_locks(run):
 
 def test_launchload_writes_its_dataset_create_only_and_starts_a_job(run):
     ds = run["dataset"]
-    key = f"lake/raw/campaign_id={CID}/experiment={EXPERIMENT}/step_id={STEP}/inputs/{ds.name}"
+    key = f"lake/raw/campaign_id={CID}/experiment={UNIT}/step_id={STEP}/inputs/{ds.name}"
     assert run["get"](key) == ds.data  # the exact bytes the load was given, kept before it ran
     assert run["result"]["second_write"].startswith("refused:") and "never replaced" in run["result"]["second_write"]
     posted = [path for method, path in run["kube"].requests if method == "POST"]

@@ -181,8 +181,31 @@ def test_the_search_never_chooses_a_probe_from_a_step_whose_load_generator_fell_
                                                             client_bound=behind))
     first = next(s for s in p.state.plan().experiment(exp).steps if s.probe == 1)
     nxt = probe_load(p, _ctx(), exp, first)
-    # c=16 looked within, but it sent less than its load: the bracket is [4, 64), bisected at 16
-    assert (nxt.within, nxt.past, nxt.load) == (4, 64, 16), nxt
+    # c=16 looked within, but it sent less than its load: the bracket is [4, 64), and the search stays below the
+    # load the client could not issue, bisecting [4, 16) at 8 (re-probing 16 would spend a probe on nothing)
+    assert (nxt.within, nxt.past, nxt.load) == (4, 64, 8), nxt
+
+
+def test_a_search_whose_client_falls_behind_never_probes_that_load_again_and_stops_naming_the_client(
+        tmp_path: Path) -> None:
+    _, p = _probing(tmp_path)
+    exp = p.state.plan().experiments[0].name
+    steps = {s.step_id: s for s in p.state.plan().experiment(exp).steps}
+
+    def measured(sid: str, c: int, behind: bool) -> None:
+        p.state.save_load(exp, sid, LoadRecord(state={}, launched_at=0.0, ended=True, exit_code=0, concurrency=c,
+                                               ingest_status="succeeded", slo={"good": 200, "n": 200},
+                                               client_bound=behind))
+
+    measured("sweep-c4-r0", 4, False)
+    measured("sweep-c16-r0", 16, True)
+    assert probe_load(p, _ctx(), exp, steps["sweep-s1-r0"]).load == 8  # ramps up below the client's reach
+    measured("sweep-s1-r0", 8, True)
+    assert probe_load(p, _ctx(), exp, steps["sweep-s2-r0"]).load == 7  # not 8 again: a probe spent on nothing
+    measured("sweep-s2-r0", 5, True)
+    nxt = probe_load(p, _ctx(), exp, steps["sweep-s3-r0"])
+    assert nxt.load is None and not nxt.located, nxt
+    assert "the load generator fell behind at c=5 (client-bound)" in nxt.why, nxt.why
 
 
 def test_a_later_deployment_reruns_the_first_deployments_probe_loads(tmp_path: Path) -> None:

@@ -52,6 +52,14 @@ def test_a_load_whose_attainment_is_not_shown_counts_as_past() -> None:
     assert nxt.load == 11 and "bisect" in nxt.why
 
 
+def test_a_bracket_reaching_past_the_highest_usable_load_is_bisected_below_it() -> None:
+    pts = [Measured(4, 200, 200), Measured(64, 0, 200)]
+    nxt = next_load(pts, target=TARGET, confidence=CONF, resolution=0.1, max_load=15)
+    assert nxt.load == 8 and "out of reach" in nxt.why, nxt  # [4, 16) bisected, not [4, 64) at 16
+    stop = next_load(pts, target=TARGET, confidence=CONF, resolution=0.1, max_load=4)
+    assert stop.load is None and (stop.within, stop.past) == (4, 64) and "highest load the search may use" in stop.why
+
+
 def test_every_load_within_ramps_up_and_every_load_past_ramps_down_to_one() -> None:
     up = next_load([Measured(64, 200, 200)], target=TARGET, confidence=CONF, resolution=0.1, max_load=100)
     assert up.load == 100
