@@ -7,7 +7,8 @@ in the same order, so that each located load has as many repeats as the fixed po
 verdicts judge them alike. A probe the search does not need (located, or past its budget line) is recorded as
 skipped: no load runs, nothing is spent, the ASL's Map goes on (CheckLoad finds it done). A step whose load
 generator fell behind (client-bound: ``benchctl.lake.client_load``) measured less than its load: the search never
-chooses a probe from it, nor that load or above again (:func:`client_capped`). The search allows for the run-to-run spread of attainment (``search.run_spread``).
+chooses a probe from it, and once it fell behind twice at or above a load, nor that load or above again
+(:func:`out_of_reach`). The search allows for the run-to-run spread of attainment (``search.run_spread``).
 """
 
 from __future__ import annotations
@@ -72,23 +73,30 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
         if prec is not None and prec.skipped:  # the search stopped: every later probe is skipped too
             return Next(None, f"the search stopped before probe {k - 1}: {(prec.search or {}).get('why', '?')}",
                         None, None)
+    reach = out_of_reach(behind)
     ceiling = int(search["max_concurrency"])
-    if behind and min(behind) - 1 < ceiling:
-        ceiling = max(1, min(behind) - 1)
+    if reach is not None and reach - 1 < ceiling:
+        ceiling = max(1, reach - 1)
     decision = next_load(points, target=spec.comparison.slo_attainment,
                          confidence=bound_level(spec.comparison.confidence), resolution=float(search["resolution"]),
                          start=search.get("start"), max_load=ceiling, spread=float(search.get("run_spread") or 0.0))
-    return client_capped(decision, behind, int(search["max_concurrency"]))
+    return client_capped(decision, reach, int(search["max_concurrency"]))
 
 
-def client_capped(decision: Next, behind: list[int], max_load: int) -> Next:
-    """``decision`` with the client's reach said: once the load generator fell behind at c=X the search never
-    probes X or above again (the same load would only be client-bound again, spending a probe on nothing), and a
-    search that stops at that ceiling says it is the client's, not the server's."""
-    if decision.load is not None or not behind or min(behind) - 1 >= max_load or decision.located:
+def out_of_reach(behind: list[int]) -> int | None:
+    """The lightest load X at which, or above which, the load generator fell behind twice (``behind``: the loads of
+    the client-bound steps so far): the client's reach ends below X. Once is not enough: a neighbour's burst can
+    make one step client-bound, and the same load then measures well; twice, a probe there is spent on nothing."""
+    return min((x for x in set(behind) if sum(1 for b in behind if b >= x) >= 2), default=None)
+
+
+def client_capped(decision: Next, reach: int | None, max_load: int) -> Next:
+    """``decision`` with the client's reach said: the search never probes ``reach`` or above again, and a search
+    that stops at that ceiling says it is the client's, not the server's."""
+    if decision.load is not None or reach is None or reach - 1 >= max_load or decision.located:
         return decision
-    return Next(None, f"{decision.why}; the load generator fell behind at c={min(behind)} (client-bound), so loads "
-                      f"from c={min(behind)} on cannot be measured with this client", decision.within, decision.past)
+    return Next(None, f"{decision.why}; the load generator fell behind twice at or above c={reach} (client-bound), so "
+                      f"loads from c={reach} on cannot be measured with this client", decision.within, decision.past)
 
 
 def skipped_probe(decision: Next) -> JSON:
