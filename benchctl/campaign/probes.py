@@ -73,14 +73,12 @@ def probe_load(p: Providers, ctx: Ctx, experiment: str, step: StepPlan) -> Next:
         if prec is not None and prec.skipped:  # the search stopped: every later probe is skipped too
             return Next(None, f"the search stopped before probe {k - 1}: {(prec.search or {}).get('why', '?')}",
                         None, None)
-    reach = out_of_reach(behind)
-    ceiling = int(search["max_concurrency"])
-    if reach is not None and reach - 1 < ceiling:
-        ceiling = max(1, reach - 1)
+    reach, most = out_of_reach(behind), int(search["max_concurrency"])
+    ceiling = most if reach is None else max(1, min(most, reach - 1))
     decision = next_load(points, target=spec.comparison.slo_attainment,
                          confidence=bound_level(spec.comparison.confidence), resolution=float(search["resolution"]),
                          start=search.get("start"), max_load=ceiling, spread=float(search.get("run_spread") or 0.0))
-    return client_capped(decision, reach, int(search["max_concurrency"]))
+    return client_capped(decision, reach, most)
 
 
 def out_of_reach(behind: list[int]) -> int | None:
