@@ -86,3 +86,26 @@ class BudgetExceeded(BenchError):
 class CeilingExceeded(SpecError):
     """A spec asks for more than the deployment's ceilings allow (``benchctl.planning.ceilings``: images, instance types
     and prices, nodes, dollars, timeouts, worst-case history). One line per problem names the ceiling."""
+
+
+class CapacityUnavailable(BenchError):
+    """A pool's nodes cannot be had: EC2 or EKS reported a capacity or launch failure for them (a node group's
+    health issue, a Karpenter NodeClaim that could not launch). Names the instance type, the zone, the code that
+    EC2/EKS reported and how many nodes launched of how many; the campaign ends (teardown restores the pool)
+    instead of waiting out ``timeouts.capacity_s`` while what did launch bills."""
+
+    def __init__(self, pool: str, *, instance_type: str, zone: str, code: str, launched: int, requested: int,
+                 detail: str = "", where: str = "") -> None:
+        self.pool, self.instance_type, self.zone, self.code = pool, instance_type, zone, code
+        self.launched, self.requested, self.detail, self.where = launched, requested, detail, where
+        super().__init__(
+            f"pool {pool!r}{f' ({where})' if where else ''}: {launched} of {requested} {instance_type} node(s) "
+            f"launched in {zone}; {code}{': ' + detail.rstrip('.') if detail else ''}. The campaign ends here and its "
+            "teardown gives the pool back; to run it, use capacity that exists: another zone that offers the type "
+            "(aws ec2 describe-instance-type-offerings --location-type availability-zone), a capacity reservation "
+            "or Capacity Block for it (the pool's capacity), or fewer nodes")
+
+
+class CampaignNotRunning(BenchError):
+    """A state that scales or deploys ran for a campaign that is no longer running (stopped meanwhile, or a
+    redriven execution of a campaign that ended)."""

@@ -16,7 +16,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     from benchctl.aws.sweep import aws_sweep
     from benchctl.campaign.sweep import failed
 
-    report = aws_sweep(dry_run=bool((event or {}).get("dry_run")))
+    report = aws_sweep(dry_run=bool((event or {}).get("dry_run")), watchdog=bool((event or {}).get("watchdog")))
     swept = [r for r in report if r.get("action") == "swept"]
     for r in swept:
         logger.warning("swept a campaign its execution left behind", extra={"sweep": r})

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from benchctl.planning import ceilings as ceiling_rules
 from benchctl.planning.ceilings import Ceilings
-from stacks import layers
+from stacks import gpu_capacity, layers
+from stacks.gpu_capacity import GPU_CAPACITY, GpuCapacity
 
 if TYPE_CHECKING:  # a type only: importing constructs starts its jsii (Node.js) kernel
     from constructs import Node
@@ -62,7 +63,6 @@ _SPEC_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*\.(yaml|yml|json)\Z
 DEFAULT_GPU_INSTANCE_TYPES = {"gpu-p4d": "p4d.24xlarge", "gpu-g6e": "g6e.12xlarge"}
 _INSTANCE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+\Z")
 _SG = re.compile(r"^sg-[0-9a-f]{8,17}\Z")
-
 # every key benchctl reads, with what it takes (the text of an error names it)
 KEYS: dict[str, str] = {
     "env_name": "lowercase letters, digits and '-', 1..31 characters (default dev)",
@@ -114,6 +114,7 @@ KEYS: dict[str, str] = {
                      "and model claim are created, its node-group pools must be the platform's",
     "cluster_security_group_id": "null, or the existing cluster's security group (sg-...), admitted to the model "
                                  "file system's NFS port (platform=existing with model-storage)",
+    "gpu_capacity": GPU_CAPACITY,
 }
 
 
@@ -157,6 +158,7 @@ class Config:
     platform_skip: tuple[str, ...] = ()
     cluster_security_group_id: str | None = None
     platform_spec: str = DEFAULT_PLATFORM_SPEC
+    gpu_capacity: dict[str, GpuCapacity] = field(default_factory=dict)  # benchctl:gpu_capacity
     platform_provenance: str = ""  # the platform stack's monitoring (scrape interval, dashboards' hash): JSON
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -295,6 +297,16 @@ def _ceilings(ctx: _Context) -> Ceilings:
         raise ConfigError(str(err)) from None
 
 
+def _gpu_capacity(ctx: _Context, platform: str, capacity: str, nodegroups: tuple[str, ...], vpc_id: str | None,
+                  subnets: tuple[str, ...]) -> dict[str, GpuCapacity]:
+    """``benchctl:gpu_capacity`` (``stacks.gpu_capacity``), each entry checked against the platform it shapes."""
+    try:
+        return gpu_capacity.parse(ctx.json("gpu_capacity"), platform=platform, capacity=capacity, nodegroups=nodegroups,
+                                  vpc_id=vpc_id, subnets=subnets)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def _platform(ctx: _Context, cluster: str, vpc_id: str | None, subnets: tuple[str, ...]) -> dict[str, Any]:
     """The platform stack's keys, checked together: they only mean something with platform new or existing."""
     platform = ctx.choice("platform", PLATFORMS, "none")
@@ -317,6 +329,7 @@ def _platform(ctx: _Context, cluster: str, vpc_id: str | None, subnets: tuple[st
            "cpu_instance_type": ctx.choice("cpu_instance_type", CPU_INSTANCE_TYPES, "m7i.4xlarge"),
            "model_fs_removal": ctx.choice("model_fs_removal", ("retain", "destroy"), "retain"),
            "platform_skip": skip, "cluster_security_group_id": sg, "platform_spec": spec_path}
+    out["gpu_capacity"] = _gpu_capacity(ctx, platform, capacity, ctx.names("nodegroups", _CLUSTER), vpc_id, subnets)
     if platform == "none":
         return out
     if skip and platform != "existing":

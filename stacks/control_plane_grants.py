@@ -44,7 +44,13 @@ RUNTIME_REASON = {
 # the endings the status rule announces; a stopped execution's (Stop execution, its timeout) are announced by the
 # stopped-campaign state machine once it has torn the campaign down (benchctl.campaign.stopped)
 EXECUTION_STATUSES = ["SUCCEEDED", "FAILED"]
-STOPPED_STATUSES = ["ABORTED", "TIMED_OUT"]
+# the endings that start the stopped-campaign state machine: a stop, a timeout, and FAILED (States.Runtime,
+# States.DataLimitExceeded and the 25,000-event history limit end an execution FAILED without running its own
+# failure path: Step Functions developer guide, "Handling errors in Step Functions workflows"); a FAILED one whose
+# failure path ran has a run record that is no longer running, which the machine leaves alone
+STOPPED_STATUSES = ["ABORTED", "TIMED_OUT", "FAILED"]
+# the endings of the stopped-campaign machine's own executions that the status topic announces
+STOPPED_MACHINE_FAILURES = ["FAILED", "TIMED_OUT", "ABORTED"]
 
 
 @jsii.implements(events.IRuleTarget)

@@ -1,5 +1,6 @@
-"""What runs beside the campaigns: the sweeper, the notifications of a campaign's end, the teardown of a stopped
-execution's campaign, the sweep alarm and the schedule."""
+"""What runs beside the campaigns: the sweeper and its watchdog, the notifications of a campaign's end, the teardown
+of a stopped execution's campaign (with an alarm on its dead-letter queue and a notification when that machine
+itself fails), the sweep alarm and the schedule."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from stacks.control_plane_grants import (
     EXECUTION_STATUSES,
     RUNTIME,
     RUNTIME_REASON,
+    STOPPED_MACHINE_FAILURES,
     STOPPED_STATUSES,
     ControlPlaneGrants,
     _grant_handover,
@@ -38,6 +40,11 @@ from stacks.control_plane_grants import (
     _wildcard_reason,
 )
 from stacks.results import ResultsStack
+
+# how often the sweeper's watchdog asks Step Functions whether each pool lock's execution still runs (a lost
+# stopped-execution event is then caught within minutes, not at the hourly sweep); with no lock held it reads
+# the lock table only (benchctl.aws.sweep.aws_sweep, watchdog=True)
+WATCHDOG_SCHEDULE = "rate(5 minutes)"
 
 
 class ControlPlaneOperations(ControlPlaneGrants):
@@ -81,6 +88,12 @@ class ControlPlaneOperations(ControlPlaneGrants):
         events.Rule(self, "SweepSchedule", description="benchctl sweeper: ended campaigns' leftovers",
                     schedule=events.Schedule.expression(config.sweep_schedule),
                     targets=[targets.LambdaFunction(self.sweep_function)])
+        self.watchdog_rule = events.Rule(
+            self, "SweepWatchdogSchedule", schedule=events.Schedule.expression(WATCHDOG_SCHEDULE),
+            description="benchctl sweeper's watchdog: while a pool lock is held, whether its campaign's execution "
+                        "still runs (one whose stopped-execution event was lost is torn down within minutes)",
+            targets=[targets.LambdaFunction(self.sweep_function,
+                                            event=events.RuleTargetInput.from_object({"watchdog": True}))])
 
     def _notifications(self, config: Config, results: ResultsStack) -> None:
         # the rule's name is fixed so that the key and topic policies can name it (aws:SourceArn) without a
@@ -119,8 +132,8 @@ class ControlPlaneOperations(ControlPlaneGrants):
         CfnOutput(self, "StatusTopicArn", value=self.topic.topic_arn)
 
     def _stopped_campaigns(self, config: Config, results: ResultsStack) -> None:
-        """An execution stopped from outside (Stop execution, or its timeout) runs no state of its own: the rule
-        on its status change starts the stopped-campaign state machine (``state_machines/stopped.asl.json``,
+        """An execution stopped from outside (Stop execution, or its timeout), or ended FAILED by an error no Catch
+        takes, runs no state of its own: the rule on its status change starts the stopped-campaign state machine (``state_machines/stopped.asl.json``,
         ``benchctl.campaign.stopped``) at once with the event, which tears exactly that campaign down with the
         failure path's own functions (Teardown, Report) and announces it on the status topic. A delivery that
         fails after EventBridge's retries lands in a dead-letter queue (the hourly sweeper still ends the
@@ -147,8 +160,8 @@ class ControlPlaneOperations(ControlPlaneGrants):
              "rule's target (EventBridge deliveries that failed)"}])
         self.stopped_rule = events.Rule(
             self, "StoppedCampaignRule",
-            description="benchctl campaign executions stopped from outside (Stop execution, timeout): tear the "
-                        "campaign down at once",
+            description="benchctl campaign executions that ended without their own teardown (Stop execution, "
+                        "timeout, FAILED by an uncatchable error): tear the campaign down at once",
             event_pattern=events.EventPattern(
                 source=["aws.states"], detail_type=["Step Functions Execution Status Change"],
                 detail={"stateMachineArn": [self.state_machine.state_machine_arn], "status": STOPPED_STATUSES}),
@@ -156,6 +169,38 @@ class ControlPlaneOperations(ControlPlaneGrants):
                                              max_event_age=Duration.hours(2))],
         )
         CfnOutput(self, "StoppedCampaignStateMachineArn", value=machine.state_machine_arn)
+        self._stopped_path_alarms(config, machine, dlq)
+
+    def _stopped_path_alarms(self, config: Config, machine: sfn.StateMachine, dlq: sqs.Queue) -> None:
+        """The stop path's own failures, to the status topic: an event EventBridge could not deliver to the
+        stopped-campaign machine (a message in its dead-letter queue: an alarm on
+        ``ApproximateNumberOfMessagesVisible`` > 0, the SQS metric CloudWatch publishes every minute for an active
+        queue), and that machine's own executions ending FAILED, TIMED_OUT or ABORTED (a second rule on its
+        status-change events). Their names are fixed so that the topic and key policies can name them
+        (aws:SourceArn) without a reference cycle."""
+        self.stopped_dlq_alarm = self._topic_alarm(
+            "StoppedCampaignDeadLetterAlarm", f"benchctl-{config.env_name}-stopped-campaign-undelivered",
+            "benchctl: a stopped campaign execution's event could not start the stopped-campaign state machine (it "
+            "is in the dead-letter queue): its campaign may still hold GPUs; run benchctl sweep",
+            dlq.metric_approximate_number_of_messages_visible(period=Duration.minutes(1), statistic="Maximum"),
+            0, cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD)
+        rule_name = f"benchctl-{config.env_name}-stopped-campaign-status"
+        rule_arn = f"arn:{self.partition}:events:{self.region}:{self.account}:rule/{rule_name}"
+        self.topic_key.add_to_resource_policy(iam.PolicyStatement(  # EventBridge publishing to the encrypted topic
+            actions=["kms:Decrypt", "kms:GenerateDataKey*"], principals=[iam.ServicePrincipal("events.amazonaws.com")],
+            resources=["*"], conditions={"StringEquals": {"aws:SourceAccount": self.account},
+                                         "ArnLike": {"aws:SourceArn": rule_arn}}))
+        message = events.RuleTargetInput.from_text(
+            f"benchctl: the stopped-campaign state machine's execution {events.EventField.from_path('$.detail.name')} "
+            f"ended {events.EventField.from_path('$.detail.status')}: the stopped campaign it was tearing down may "
+            f"still hold GPUs; run benchctl sweep. Execution: {events.EventField.from_path('$.detail.executionArn')}")
+        self.stopped_status_rule = events.Rule(
+            self, "StoppedCampaignStatusRule", rule_name=rule_name,
+            description="benchctl stopped-campaign state machine executions that failed, timed out or were stopped",
+            event_pattern=events.EventPattern(
+                source=["aws.states"], detail_type=["Step Functions Execution Status Change"],
+                detail={"stateMachineArn": [machine.state_machine_arn], "status": STOPPED_MACHINE_FAILURES}),
+            targets=[cast(events.IRuleTarget, _TopicTarget(self.topic, message, rule_arn, self.account))])
 
     def _state_machine(self, cid: str, config: Config, log_name: str, definition: str,
                        substitutions: dict[str, str]) -> sfn.StateMachine:
@@ -179,14 +224,20 @@ class ControlPlaneOperations(ControlPlaneGrants):
         every other campaign when one campaign's cleanup raised, so that campaign's GPUs get a person. Its
         name is fixed so that the topic and key policies can name it (aws:SourceArn) without a reference
         cycle (alarm -> topic -> key -> alarm)."""
-        alarm_name = f"benchctl-{config.env_name}-sweep-failed"
+        self._topic_alarm(
+            "SweepFailedAlarm", f"benchctl-{config.env_name}-sweep-failed", "benchctl sweeper: a campaign's cleanup "
+            "raised (the other campaigns were swept); its log names the campaign and the error",
+            self.sweep_function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+            1, cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
+
+    def _topic_alarm(self, cid: str, alarm_name: str, description: str, metric: cloudwatch.IMetric, threshold: float,
+                     comparison: cloudwatch.ComparisonOperator) -> cloudwatch.Alarm:
+        """An alarm (one period; no data is not breaching) that publishes to the status topic, the topic and its
+        key admitting CloudWatch for this alarm alone (aws:SourceArn, by the alarm's fixed name)."""
         alarm_arn = f"arn:{self.partition}:cloudwatch:{self.region}:{self.account}:alarm:{alarm_name}"
         alarm = cloudwatch.Alarm(
-            self, "SweepFailedAlarm", alarm_name=alarm_name, alarm_description="benchctl sweeper: a campaign's cleanup raised (the other "
-            "campaigns were swept); its log names the campaign and the error",
-            metric=self.sweep_function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
-            threshold=1, evaluation_periods=1, comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+            self, cid, alarm_name=alarm_name, alarm_description=description, metric=metric, threshold=threshold,
+            evaluation_periods=1, comparison_operator=comparison, treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
         alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
         conditions = {"StringEquals": {"aws:SourceAccount": self.account}, "ArnLike": {"aws:SourceArn": alarm_arn}}
         self.topic.add_to_resource_policy(iam.PolicyStatement(
@@ -195,6 +246,7 @@ class ControlPlaneOperations(ControlPlaneGrants):
         self.topic_key.add_to_resource_policy(iam.PolicyStatement(  # CloudWatch publishing to the encrypted topic
             actions=["kms:Decrypt", "kms:GenerateDataKey*"], principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
             resources=["*"], conditions=conditions))
+        return alarm
 
     def _schedule(self, config: Config, results: ResultsStack) -> None:
         assert config.schedule is not None

@@ -37,13 +37,16 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
     "Serving": FunctionNeeds(kubernetes=True),
     "Load": FunctionNeeds(kubernetes=True, task_tokens=True, handover="write", runner_identity="create"),  # the doctor's runner Job
     "Ingest": FunctionNeeds(lake_tables_only=True, memory_mb=1024),  # parses what load pods wrote
-    "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=_RELEASE, runner_identity="remove",
+    # Teardown takes a lock again (PutItem) only in the stopped-campaign machine's second pass (benchctl.campaign.stopped)
+    "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=(*_RELEASE, "dynamodb:PutItem"), runner_identity="remove",
                               handover="read"),
     "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024, runner_identity="remove"),
 }
 # what the preflight reads of the account's EC2 vCPU quotas and capacity (benchctl.aws.quotas), all read-only
 QUOTA_ACTIONS = ("servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota",
                  "ec2:DescribeInstanceTypes", "ec2:DescribeInstances", "ec2:DescribeCapacityReservations",
-                 "ec2:DescribeLaunchTemplateVersions")
+                 "ec2:DescribeLaunchTemplateVersions",
+                 # the zone offerings and node group subnets of the capacity check (benchctl.aws.capacity_checks)
+                 "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeSubnets")
 CEILINGS_FUNCTIONS = ("Plan", "Pools")  # BENCHCTL_CEILINGS (benchctl.planning.ceilings): Plan and ScalePools refuse past them
 K8S_FUNCTIONS = {name for name, needs in FUNCTION_NEEDS.items() if needs.kubernetes}  # + the sweeper

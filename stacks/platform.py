@@ -14,6 +14,15 @@ cluster, in the plan's installation order, as code: base resources (namespace, S
   and ``general-purpose`` NodePools and ``default`` NodeClass (the campaign creates its own GPU NodePools
   of that NodeClass per pool, ``benchctl.aws.k8s``), which brings the NVIDIA and EFA device plugins and
   the Pod Identity Agent itself.
+  ``benchctl:gpu_capacity`` (:mod:`stacks.platform_nodes`) places GPU groups by subnet or zone and buys them
+  On-Demand, from a targeted ODCR or from a Capacity Block. A zone is a name the stack cannot look up (it is
+  environment-agnostic: ``Fn::GetAZs`` is resolved at deploy), so a new VPC is made in the zones named (plus,
+  when one is named, a second zone that differs from it, chosen at deploy) and each zone's subnet is known; a
+  given VPC's subnets are named by id. On Auto Mode a reservation becomes the NodeClass
+  :data:`stacks.config.RESERVED_NODE_CLASS` (its ``capacityReservationSelectorTerms``; EKS user guide, "Control
+  deployment of workloads into Capacity Reservations with EKS Auto Mode"), the node role the stack gives Auto
+  Mode, the nodes' subnets (the zone's, when named) and the cluster security group; the campaign's NodePools use
+  it when the spec's ``kubernetes.node_class`` names it (the platform spec must).
 * ``existing``: the cluster ``benchctl:cluster_name`` is imported; the stack's kubectl handler gets an
   access entry (cluster admin) on it, and everything below is installed except the pieces named in
   ``benchctl:platform_skip`` (``stacks.config.PLATFORM_PIECES``).
@@ -61,6 +70,7 @@ from benchctl.constants import POD_IDENTITY_ADDON
 from benchctl.planning.placement import load_placeable_spec
 from benchctl.spec.model import CampaignSpec
 from stacks import platform_manifests as pm
+from stacks import platform_network as network
 from stacks import platform_nodes as nodes
 from stacks import platform_values as charts
 from stacks.cluster_objects import (
@@ -70,6 +80,7 @@ from stacks.cluster_objects import (
     token_sync_manifests,
 )
 from stacks.config import Config, ConfigError
+from stacks.gpu_capacity import RESERVED_NODE_CLASS
 
 # EKS standard support for 1.35 runs into 2027 (EKS Kubernetes version calendar); kubectl of the handler's
 # layer (aws-cdk.lambda-layer-kubectl-v35, requirements-dev.txt) is within one minor version of it
@@ -111,6 +122,11 @@ def platform_spec(config: Config) -> CampaignSpec:
     if k.namespace != config.namespace:
         raise ConfigError(f"{where}: its kubernetes.namespace {k.namespace!r} is not benchctl:namespace "
                           f"{config.namespace!r}; give them one name")
+    reserved = config.gpu_capacity.get(RESERVED_NODE_CLASS)
+    if reserved is not None and config.platform_capacity == "auto-mode" and k.node_class != RESERVED_NODE_CLASS:
+        raise ConfigError(f"{where}: benchctl:gpu_capacity makes the NodeClass {RESERVED_NODE_CLASS!r} for reservation "
+                          f"{reserved.reservation_id}, but the spec's kubernetes.node_class is {k.node_class!r}: name "
+                          f"{RESERVED_NODE_CLASS!r} there, or its NodePools never draw from the reservation")
     for pool in spec.pools:
         if pool.provider == "auto-mode" and config.platform == "new" and config.platform_capacity != "auto-mode":
             raise ConfigError(f"{where}: pool {pool.name} is an auto-mode pool; the platform makes node groups "
@@ -141,18 +157,21 @@ class PlatformStack(Stack):
         self.spec = platform_spec(config)
         self.kubectl_layer = KubectlV35Layer(self, "KubectlLayer")
         self.capacity: list[Construct] = []  # what the charts' pods need first (a node to run on, the access)
+        self.zone_subnets: dict[str, ec2.ISubnet] = {}  # a new VPC's subnet in each zone gpu_capacity names
         if config.platform == "new":
-            self.vpc, self.subnets = self._network()
+            self.vpc, self.subnets, self.zone_subnets = network.new_network(self, config)
             self.cluster: Any = self._new_cluster()  # eks.Cluster | eks.ICluster (imported)
             cluster_sg = self.cluster.cluster_security_group_id
         else:
-            self.vpc, self.subnets = self._given_network()
+            self.vpc, self.subnets = network.given_network(self, config)
             self.cluster = self._existing_cluster()
             cluster_sg = config.cluster_security_group_id or ""
         scalable: tuple[str, ...] = ()  # the node groups the functions may scale: the GPU groups, the rehearsal's
         if config.platform == "new" and not self.auto_mode:
             scalable = self._nodegroups()
         self._addons()
+        if self.auto_mode and RESERVED_NODE_CLASS in config.gpu_capacity:
+            self._reserved_node_class()
         self.token_secret = self._secret()
         self.fs = None if "model-storage" in self.skip else self._file_system(cluster_sg)
         self.settings = charts.settings_from_spec(
@@ -186,36 +205,13 @@ class PlatformStack(Stack):
                   description="fill it: aws secretsmanager put-secret-value --secret-id <this> --secret-string hf_...")
         self._cdk_owned(self.cluster if isinstance(self.cluster, eks.Cluster) else self.node.find_child("KubectlProvider"))
 
-    # ------------------------------------------------------------------------------------------ network
-
-    def _network(self) -> tuple[ec2.IVpc, list[ec2.ISubnet]]:
-        if self.config.vpc_id:
-            return self._given_network()
-        vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=1, subnet_configuration=[
-            ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
-            ec2.SubnetConfiguration(name="nodes", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=19)])
-        flow_logs = logs.LogGroup(self, "VpcFlowLogs", retention=logs.RetentionDays.ONE_MONTH,
-                                  removal_policy=RemovalPolicy.DESTROY)
-        vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
-                         traffic_type=ec2.FlowLogTrafficType.REJECT)
-        return vpc, list(vpc.private_subnets)
-
-    def _given_network(self) -> tuple[ec2.IVpc, list[ec2.ISubnet]]:
-        c = self.config
-        if not c.vpc_id:
-            return None, []  # type: ignore[return-value]  # existing cluster, model storage skipped
-        vpc = ec2.Vpc.from_vpc_attributes(self, "GivenVpc", vpc_id=c.vpc_id,
-                                          availability_zones=[f"az{i}" for i in range(len(c.subnet_ids))],
-                                          private_subnet_ids=list(c.subnet_ids))
-        return vpc, [ec2.Subnet.from_subnet_id(self, f"GivenSubnet{i}", s) for i, s in enumerate(c.subnet_ids)]
-
     # ------------------------------------------------------------------------------------------ cluster
 
     def _new_cluster(self) -> eks.Cluster:
         c = self.config
         capacity: dict[str, Any] = (
             {"default_capacity_type": eks.DefaultCapacityType.AUTOMODE,
-             "compute": eks.ComputeConfig(node_pools=["system", "general-purpose"])}
+             "compute": eks.ComputeConfig(node_pools=["system", "general-purpose"], **self._auto_node_role())}
             if self.auto_mode else {"default_capacity_type": eks.DefaultCapacityType.NODEGROUP, "default_capacity": 0})
         cluster = eks.Cluster(
             self, "Cluster", cluster_name=c.cluster_name, version=KUBERNETES_VERSION, vpc=self.vpc,
@@ -262,8 +258,32 @@ class PlatformStack(Stack):
     def _nodegroups(self) -> tuple[str, ...]:
         """The managed node groups (:mod:`stacks.platform_nodes`): the GPU groups', then the rehearsal's name."""
         assert isinstance(self.cluster, eks.Cluster)
-        self.capacity += nodes.make_nodegroups(self, self.cluster, self.config, self.subnets)
+        self.capacity += nodes.make_nodegroups(self, self.cluster, self.config, self.subnets, self.zone_subnets)
         return (*self.config.nodegroups, nodes.rehearsal_nodegroup())
+
+    def _auto_node_role(self) -> dict[str, Any]:
+        """With a reserved NodeClass to make, the Auto Mode node role is the stack's own (the policies CDK gives
+        the one it would generate), so that the NodeClass can name it: a NodeClass's ``role`` needs an access
+        entry, which EKS makes for the cluster's Auto Mode node role (EKS user guide, "Create a Node Class")."""
+        self.auto_node_role: iam.Role | None = None
+        if RESERVED_NODE_CLASS not in self.config.gpu_capacity:
+            return {}
+        role = iam.Role(self, "AutoModeNodeRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+                        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(n) for n in (
+                            "AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")])
+        _nag(role, ("AwsSolutions-IAM4", "the EKS node role's AWS managed policies (AmazonEKSWorkerNodePolicy, "
+                    "AmazonEC2ContainerRegistryReadOnly), as aws-cdk-lib gives the Auto Mode node role it generates"))
+        self.auto_node_role = role
+        return {"node_role": role}
+
+    def _reserved_node_class(self) -> None:
+        """The Auto Mode NodeClass that draws from ``benchctl:gpu_capacity``'s reservation (:data:`RESERVED_NODE_CLASS`)."""
+        cap = self.config.gpu_capacity[RESERVED_NODE_CLASS]
+        assert self.auto_node_role is not None and cap.reservation_id
+        subnets = [self.zone_subnets[cap.zone]] if cap.zone else self.subnets
+        self._manifest("ReservedNodeClass", [pm.reserved_node_class(
+            RESERVED_NODE_CLASS, role=self.auto_node_role.role_name, subnet_ids=[s.subnet_id for s in subnets],
+            security_group_id=self.cluster.cluster_security_group_id, reservation_id=cap.reservation_id)])
 
     # ------------------------------------------------------------------------------------------ add-ons
 

@@ -1,5 +1,6 @@
 """The Kubernetes objects the platform stack applies beside its charts: the namespace, the EFS storage class and model
-claim, the model download Job, the Grafana dashboards' ConfigMaps, the KVBM PodMonitor; and the platform's provenance."""
+claim, the model download Job, the Grafana dashboards' ConfigMaps, the KVBM PodMonitor, Auto Mode's reserved NodeClass;
+and the platform's provenance."""
 
 from __future__ import annotations
 
@@ -43,6 +44,25 @@ def _meta(name: str, namespace: str | None = None, labels: dict[str, str] | None
         meta["namespace"] = namespace
     meta["labels"] = {LABEL_MANAGED: MANAGED_BY, "benchctl.io/component": "platform", **(labels or {})}
     return meta
+
+
+def reserved_node_class(name: str, *, role: str, subnet_ids: list[str], security_group_id: str,
+                        reservation_id: str) -> JSON:
+    """An EKS Auto Mode NodeClass (``eks.amazonaws.com/v1``) whose nodes come from one capacity reservation, an ODCR
+    or a Capacity Block (EKS user guide, "Control deployment of workloads into Capacity Reservations with EKS Auto
+    Mode": ``capacityReservationSelectorTerms`` by ``id``; nodes launched from it are labelled
+    ``karpenter.sh/capacity-type: reserved``, and a Capacity Block is used only when a NodeClass selects it). With
+    these terms on any NodeClass, Auto Mode stops launching into open ODCRs for every NodeClass of the cluster. A
+    NodeClass other than ``default`` names its node role, subnets and security groups itself ("Create a Node
+    Class"): the Auto Mode node role, the reservation zone's subnets, the cluster security group. A NodePool that
+    must run only on the reservation requires ``karpenter.sh/capacity-type`` ``In [reserved]``."""
+    return {
+        "apiVersion": "eks.amazonaws.com/v1", "kind": "NodeClass", "metadata": _meta(name),
+        "spec": {"role": role,
+                 "subnetSelectorTerms": [{"id": s} for s in subnet_ids],
+                 "securityGroupSelectorTerms": [{"id": security_group_id}],
+                 "capacityReservationSelectorTerms": [{"id": reservation_id}]},
+    }
 
 
 def namespace_manifest(s: PlatformSettings) -> JSON:

@@ -29,6 +29,12 @@ API (``stacks/platform.py`` consumes it):
   the in-cluster Service URLs (a spec's ``kubernetes.dcgm_exporter_urls``; the Dynamo operator's
   ``prometheusEndpoint``).
 
+Placement: GPU nodes carry the taint ``nvidia.com/gpu:NoSchedule``. The DaemonSets GPU nodes need (NVIDIA and EFA
+device plugins, dcgm-exporter; the node exporter and the EFS CSI node plugin by their own defaults) tolerate it;
+every other pod of the platform (Prometheus and its operator, Grafana, the Dynamo operator; kube-state-metrics and
+the EFS CSI controller by their defaults) does not, and is kept on the CPU pool by a node affinity
+(:func:`benchctl.aws.k8s.common.cpu_node_affinity`). :data:`PLACED_PODS` says where each chart's pods take theirs.
+
 Scraping: Prometheus (kube-prometheus-stack) selects every PodMonitor and ServiceMonitor in the cluster
 (``*SelectorNilUsesHelmValues: false``). The Dynamo frontend and workers are scraped by the PodMonitors the
 ``dynamo-platform`` chart itself renders (``dynamo-frontend``: port ``http``; ``dynamo-worker``: port ``system``;
@@ -57,6 +63,7 @@ from benchctl import monitors
 from benchctl.spec.deployment import ModelSpec
 from benchctl.spec.model import Kubernetes
 from benchctl.spec.settings import image_tag_version
+from stacks import platform_placement as placement
 
 JSON = dict[str, Any]
 
@@ -258,42 +265,29 @@ def dcgm_exporter_url() -> str:
 # ------------------------------------------------------------------------------------------- chart values
 
 
-def _gpu_node_affinity(settings: PlatformSettings) -> JSON:
-    """Nodes with NVIDIA GPUs, whoever labels them: our managed GPU node groups, GPU feature discovery's
-    ``nvidia.com/gpu.present``, Auto Mode's ``eks.amazonaws.com/instance-gpu-manufacturer`` (terms are ORed)."""
-    terms: list[JSON] = []
-    if settings.gpu_nodegroups:
-        terms.append({"matchExpressions": [{"key": "eks.amazonaws.com/nodegroup", "operator": "In",
-                                            "values": list(settings.gpu_nodegroups)}]})
-    terms.append({"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]})
-    terms.append({"matchExpressions": [{"key": "eks.amazonaws.com/instance-gpu-manufacturer", "operator": "In",
-                                        "values": ["nvidia"]}]})
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
-
-
-GPU_TOLERATION: JSON = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-EFA_TOLERATION: JSON = {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"}
-
-
 def _values_nvidia_device_plugin(s: PlatformSettings) -> JSON:
     # the chart's default affinity needs node feature discovery labels (nfd is off by default): our GPU nodes
-    return {"affinity": _gpu_node_affinity(s),
-            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, dict(GPU_TOLERATION)],
+    return {"affinity": placement.gpu_node_affinity(s.gpu_nodegroups),
+            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, dict(placement.GPU_TOLERATION)],
             "gfd": {"enabled": False}}
 
 
 def _values_efa(s: PlatformSettings) -> JSON:
     # the chart's own node affinity keeps it to EFA-capable instance types (p4d.24xlarge and g6e are listed)
-    return {"tolerations": [dict(GPU_TOLERATION), dict(EFA_TOLERATION)]}
+    return {"tolerations": [dict(placement.GPU_TOLERATION), dict(placement.EFA_TOLERATION)]}
 
 
 def _values_kps(s: PlatformSettings) -> JSON:
     return {
         "alertmanager": {"enabled": False},  # nothing routes alerts in this stack
-        # Prometheus keeps its series on an emptyDir (storageSpec left empty): no EBS volume outlives the stack
+        "prometheusOperator": {"affinity": placement.cpu_node_affinity(s.gpu_nodegroups),
+                               "admissionWebhooks": {"patch": {"affinity": placement.cpu_node_affinity(s.gpu_nodegroups)}}},
+        # Prometheus keeps its series on an emptyDir (storageSpec left empty): no EBS volume outlives the stack;
+        # on the CPU pool, no GPU pool's scale-in evicts it
         "prometheus": {
             "service": {"type": "ClusterIP"},
             "prometheusSpec": {
+                "affinity": placement.cpu_node_affinity(s.gpu_nodegroups),
                 "scrapeInterval": s.scrape_interval,
                 "evaluationInterval": s.scrape_interval,
                 # every PodMonitor/ServiceMonitor (the Dynamo chart's, ours, dcgm-exporter's), not only this release's
@@ -303,6 +297,7 @@ def _values_kps(s: PlatformSettings) -> JSON:
             },
         },
         "grafana": {
+            "affinity": placement.cpu_node_affinity(s.gpu_nodegroups),
             "service": {"type": "ClusterIP"},
             "sidecar": {"dashboards": {
                 "enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
@@ -316,8 +311,8 @@ def _values_dcgm(s: PlatformSettings) -> JSON:
     return {
         "service": {"type": "ClusterIP"},
         "serviceMonitor": {"enabled": True, "interval": s.scrape_interval},
-        "affinity": _gpu_node_affinity(s),
-        "tolerations": [dict(GPU_TOLERATION)],
+        "affinity": placement.gpu_node_affinity(s.gpu_nodegroups),
+        "tolerations": [dict(placement.GPU_TOLERATION)],
         # the GPU -> pod mapping (the `pod` label docs/METRICS.md attributes a stage's GPU use by) is the
         # chart's default: the kubelet's pod-resources socket (kubeletPath)
     }
@@ -334,7 +329,7 @@ def _values_dynamo(s: PlatformSettings) -> JSON:
         "dynamo-operator": {
             "enabled": True,
             "upgradeCRD": True,  # the operator applies the release's CRDs (crd-apply init container)
-            "controllerManager": {"manager": {"image": {"tag": DYNAMO_RELEASE}}},
+            "controllerManager": {"affinity": placement.cpu_node_affinity(s.gpu_nodegroups), "manager": {"image": {"tag": DYNAMO_RELEASE}}},
             "dynamo": {"metrics": {"prometheusEndpoint": prometheus_url()}},
         },
     }

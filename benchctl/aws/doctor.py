@@ -7,8 +7,9 @@ under a scratch prefix, the cluster's API as its own identity (the functions tha
 view's Athena DDL (Report); the load role's real path runs as a tiny runner Job (``benchctl.aws.eks_load``:
 the load image and the AWS CLI image as the pod runs them, a recursive copy of an empty prefix, a file written
 as the load image's user into the shared directory, the upload and the end record); and every image the
-spec names exists in its registry (``benchctl.aws.images``); and the spec's EC2 vCPU quotas, with the capacity
-options of its P pools (``benchctl.aws.quotas``; the cluster's egress to the registries is the preflight's
+spec names exists in its registry (``benchctl.aws.images``); the spec's EC2 vCPU quotas, with the capacity
+options of its P pools (``benchctl.aws.quotas``); and each GPU pool's zone offering its type and its reservation or
+Capacity Block able to give the plan's nodes (``benchctl.aws.capacity_checks``; the cluster's egress to the registries is the preflight's
 AIPerf Job's, from inside the cluster). One line per check; exit 0 when all pass.
 
 An adapter (boto3): May import the core and ``benchctl.aws``.
@@ -19,24 +20,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchctl.aws.doctor_check import Check, lambda_client
 from benchctl.aws.selftest import KUBERNETES_FUNCTIONS, SELF_TEST, checks_for
 from benchctl.campaign import asl
 
 JSON = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-    def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
 
 
 def deployed_functions(definition: JSON) -> dict[str, str]:
@@ -183,17 +174,25 @@ def quota_checks(session: Any, spec_path: Path, cluster: str) -> Iterator[Check]
         yield Check(ln.name, ln.ok, ln.detail)
 
 
+def capacity_checks(session: Any, spec_path: Path, cluster: str) -> Iterator[Check]:
+    """Each GPU pool's zone offers its instance type (else the zones that do) and its reservation or Capacity Block
+    can give the plan's nodes (``benchctl.aws.capacity_checks``), as the preflight judges them, with the doctor's
+    own credentials; an answer it cannot read fails here."""
+    from benchctl.aws.capacity_checks import check
+    from benchctl.planning.placement import load_placeable_spec
+
+    try:
+        lines = list(check(load_placeable_spec(spec_path), session, cluster))
+    except Exception as err:  # a client that cannot be made, throttling: this check's line, not a crash
+        yield Check("capacity", False, f"{type(err).__name__}: {err}")
+        return
+    for ln in lines:
+        yield Check(ln.name, ln.ok, ln.detail)
+
+
 def doctor(state_machine_arn: str, **kw: Any) -> list[Check]:
     """Every check of the deployment behind ``state_machine_arn`` (see :func:`checks`)."""
     return list(checks(state_machine_arn, **kw))
-
-
-def lambda_client(session: Any) -> Any:
-    """Lambda as the doctor invokes it: a self-test may take minutes (Athena's DDL, a slow cold start), and an
-    invocation retried on a read timeout would run it twice."""
-    from botocore.config import Config
-
-    return session.client("lambda", config=Config(read_timeout=900, connect_timeout=30, retries={"max_attempts": 0}))
 
 
 def checks(state_machine_arn: str, *, spec_path: Path | None = None, session: Any = None,
@@ -232,11 +231,14 @@ def checks(state_machine_arn: str, *, spec_path: Path | None = None, session: An
 
         data = spec_data(load_spec_text(spec_path), str(spec_path))  # size-capped, no YAML aliases
     yield from _function_checks(session, functions, data)
+    from benchctl.aws import doctor_stop  # the stop path and the scaling verbs (IAM policy simulation)
+    yield from doctor_stop.checks(session, state_machine_arn, functions)
     look = lookup or (lambda image: image_exists(image, session=session))
     yield from _image_checks(session, spec_images(spec_path, load_env.get("BENCHCTL_LOAD_IMAGE", "")), look)
     if spec_path is not None:
         yield from nodegroup_checks(session, spec_path, load_env)
         yield from quota_checks(session, spec_path, load_env.get("BENCHCTL_CLUSTER", ""))
+        yield from capacity_checks(session, spec_path, load_env.get("BENCHCTL_CLUSTER", ""))
     if runner_job and "Load" in functions:
         if data is None:
             yield Check("load runner Job", False, "give --spec: the Job runs with a spec's Kubernetes settings "

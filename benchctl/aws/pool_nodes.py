@@ -1,9 +1,12 @@
 """What the GPU pool adapters share: the labels they select nodes by, a node's GPUs and driver, the pool a request
-names, and the scaling error."""
+names, the scaling error, and how a capacity or launch failure is read from what EKS and Karpenter report (a node
+group's health issues, a NodeClaim's ``Launched`` condition). Pure functions; no boto3 here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from benchctl.aws.k8s.client import KubeClient
@@ -116,3 +119,141 @@ def _check_nodes(spec: PoolSpec, nodes: int) -> None:
 
 def _error_code(err: Exception) -> str:
     return str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
+
+
+# ---------------------------------------------------------------- capacity and launch failures
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+# A node group's health issues (DescribeNodegroup: nodegroup.health.issues[], each {code, message, resourceIds}), as
+# the EKS API reference's "Issue" data type lists their codes
+# (https://docs.aws.amazon.com/eks/latest/APIReference/API_Issue.html; botocore's enum NodegroupIssueCode). Which end
+# the wait for capacity:
+# * CAPACITY_ISSUES: the instances cannot be had. EC2's own launch error (InsufficientInstanceCapacity, VcpuLimitExceeded,
+#   ReservationCapacityExceeded, ...) is not an issue code of its own: EKS reports it as AsgInstanceLaunchFailures with
+#   EC2's message ("Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have
+#   sufficient p4d.24xlarge capacity in the Availability Zone you requested (us-east-1a)...", as quoted in
+#   aws/containers-roadmap#2204). The Auto Scaling group keeps retrying, but a scarce GPU type in one zone rarely
+#   comes within the capacity deadline, and what did launch bills meanwhile: the campaign ends (CapacityUnavailable).
+# * BROKEN_LAUNCH_ISSUES: the node group cannot launch or join any node until a person fixes it (a launch template,
+#   subnet, role, AMI or Auto Scaling group missing or misconfigured; nodes that never register): PoolScalingFailed.
+# * Every other code does not end the wait: transient (ClusterUnreachable, InternalFailure, IamThrottling,
+#   AutoScalingGroupRateLimitExceeded, AccessDenied while access entries propagate, Unknown), about scale-in and
+#   clean-up (NodeTerminationFailure, PodEvictionFailure, Ec2SecurityGroupDeletionFailure,
+#   Ec2LaunchTemplateDeletionFailure), another update in progress (AutoScalingGroupInstanceRefreshActive) or limits
+#   of creating/updating the group itself (IamLimitExceeded, LimitExceeded, Ec2LaunchTemplateMaxLimitExceeded,
+#   Ec2LaunchTemplateVersionMaxLimitExceeded, Ec2SubnetListTooLong, KubernetesLabelInvalid); timeouts.capacity_s
+#   still bounds them.
+CAPACITY_ISSUES = frozenset({"AsgInstanceLaunchFailures", "InstanceLimitExceeded", "InsufficientFreeAddresses",
+                             "Ec2InstanceTypeDoesNotExist"})
+BROKEN_LAUNCH_ISSUES = frozenset({
+    "AmiIdNotFound", "AutoScalingGroupInvalidConfiguration", "AutoScalingGroupNotFound", "AutoScalingGroupOptInRequired",
+    "Ec2LaunchTemplateInvalidConfiguration", "Ec2LaunchTemplateNotFound", "Ec2LaunchTemplateVersionMismatch",
+    "Ec2SecurityGroupNotFound", "Ec2SubnetInvalidConfiguration", "Ec2SubnetMissingIpv6Assignment", "Ec2SubnetNotFound",
+    "IamInstanceProfileNotFound", "IamNodeRoleNotFound", "NodeCreationFailure", "SourceEc2LaunchTemplateNotFound"})
+
+# EC2 launch error codes that mean "this capacity cannot be had now" (EC2 API reference, "Error codes": capacity and
+# limit errors). Karpenter's AWS provider turns the capacity ones into an InsufficientCapacityError and deletes the
+# NodeClaim (kubernetes-sigs/karpenter pkg/controllers/nodeclaim/lifecycle/launch.go); any other launch error leaves
+# the NodeClaim with Launched=False, reason LaunchFailed and the error as its message, and is retried.
+EC2_CAPACITY_CODES = frozenset({
+    "InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
+    "InsufficientReservedInstanceCapacity", "InsufficientCapacityError", "ReservationCapacityExceeded",
+    "InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded", "UnfulfillableCapacity",
+    "InsufficientFreeAddressesInSubnet", "Unsupported"})
+
+_AZ = re.compile(r"\b([a-z]{2}(?:-gov)?-[a-z]+-\d[a-z])\b")  # us-east-1a, eu-west-2c, us-gov-west-1a
+_EC2_CODE = re.compile(r"\b([A-Z][A-Za-z0-9]+(?:\.[A-Za-z0-9]+)?)\s+-\s")  # "InsufficientInstanceCapacity - We ..."
+STALE_ISSUE_GRACE_S = 600.0  # an issue already there before our request: judged only after this (a p4d boots and joins)
+
+
+@dataclass(frozen=True)
+class LaunchProblem:
+    """One capacity or launch failure, read from what EKS or Karpenter reported."""
+
+    code: str  # the most specific code known: EC2's (from the message) or EKS's / Karpenter's
+    source: str  # "EKS AsgInstanceLaunchFailures", "NodeClaim gpu-abc12 Launched=False (LaunchFailed)"
+    message: str
+    zone: str | None  # the zone the message names, if any
+    capacity: bool  # True: the capacity cannot be had (CapacityUnavailable); False: a broken node group
+
+
+def ec2_code(message: str) -> str | None:
+    """EC2's error code in an ASG/EKS/Karpenter launch message ("... InsufficientInstanceCapacity - We currently ...",
+    or any known capacity code it names)."""
+    m = _EC2_CODE.search(message or "")
+    if m:
+        return m.group(1)
+    return next((c for c in sorted(EC2_CAPACITY_CODES, key=len, reverse=True) if c in (message or "")), None)
+
+
+def zone_in(message: str) -> str | None:
+    m = _AZ.search(message or "")
+    return m.group(1) if m else None
+
+
+def issue_key(issue: JSON) -> str:
+    return f"{issue.get('code')}: {issue.get('message')}"
+
+
+def nodegroup_problem(nodegroup: JSON, *, known_before: Iterable[str] = (), stale_ok: bool = True) -> LaunchProblem | None:
+    """The node group's health issue that ends the wait for capacity, or None. ``known_before``: the issues (
+    :func:`issue_key`) the group already reported when we asked for nodes; those count only once ``stale_ok`` is
+    False (a degraded group stays DEGRADED with its old issue until a scale-out succeeds: aws/containers-roadmap#2326)."""
+    before = set(known_before)
+    for issue in ((nodegroup.get("health") or {}).get("issues") or []):
+        code = str(issue.get("code") or "")
+        if code not in CAPACITY_ISSUES | BROKEN_LAUNCH_ISSUES or (stale_ok and issue_key(issue) in before):
+            continue
+        message = str(issue.get("message") or "")
+        detailed = ec2_code(message) if code == "AsgInstanceLaunchFailures" else None
+        resources = ", ".join(str(r) for r in issue.get("resourceIds") or [])
+        return LaunchProblem(code=detailed or code, source=f"EKS health issue {code}" + (f" on {resources}" if resources else ""),
+                             message=message, zone=zone_in(message), capacity=code in CAPACITY_ISSUES)
+    return None
+
+
+def nodeclaim_problem(claims: Iterable[JSON]) -> LaunchProblem | None:
+    """The first NodeClaim whose ``Launched`` condition is False for a capacity reason, or None. Karpenter's v1
+    NodeClaim status: conditions[] with type, status, reason, message (kubernetes-sigs/karpenter
+    pkg/apis/v1/nodeclaim_status.go, ConditionTypeLaunched). A LaunchFailed for another reason (throttling, a
+    NodeClass not ready) is retried by Karpenter and does not end the wait here."""
+    for claim in claims:
+        for c in ((claim.get("status") or {}).get("conditions") or []):
+            if c.get("type") != "Launched" or c.get("status") != "False":
+                continue
+            reason, message = str(c.get("reason") or ""), str(c.get("message") or "")
+            code = ec2_code(message)
+            capacity_reason = "InsufficientCapacity" in reason
+            if not capacity_reason and code not in EC2_CAPACITY_CODES:
+                continue
+            name = (claim.get("metadata") or {}).get("name")
+            return LaunchProblem(code=code or reason, source=f"NodeClaim {name} Launched=False ({reason})",
+                                 message=message, zone=zone_in(message) or _claim_zone(claim), capacity=True)
+    return None
+
+
+def _claim_zone(claim: JSON) -> str | None:
+    labels = (claim.get("metadata") or {}).get("labels") or {}
+    if labels.get(ZONE_LABEL):
+        return str(labels[ZONE_LABEL])
+    for req in ((claim.get("spec") or {}).get("requirements") or []):
+        if req.get("key") == ZONE_LABEL and req.get("operator") == "In" and len(req.get("values") or []) == 1:
+            return str(req["values"][0])
+    return None
+
+
+def node_zones(nodes: Iterable[JSON]) -> list[str]:
+    """The zones (``topology.kubernetes.io/zone``) of ``nodes``, sorted, without repeats."""
+    return sorted({str(z) for n in nodes if (z := ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL))})
+
+
+def launch_zone(problem: LaunchProblem, spec: PoolSpec | None, nodes: list[JSON], otherwise: str) -> str:
+    """The zone to name: the one EC2's message names, else the pool's capacity zone, else the launched nodes'."""
+    if problem.zone:
+        return problem.zone
+    capacity = getattr(spec, "capacity", None)
+    if capacity is not None and getattr(capacity, "zone", None):
+        return str(capacity.zone)
+    zones = node_zones(nodes)
+    return ", ".join(zones) if zones else otherwise

@@ -13,24 +13,28 @@ Ready means more than ACTIVE: ``requested`` nodes of the pool are Ready, schedul
 ``nvidia.com/gpu`` >= the pool's ``gpus_per_node`` (device plugin up), and none of them reports an NVIDIA
 driver older than the Dynamo image needs (GPU feature discovery's label, where present).
 
+Not ready because the nodes cannot be had ends the wait at once (``CapacityUnavailable``: type, zone, the EC2/EKS
+code, how many launched of how many) instead of waiting out ``timeouts.capacity_s``: a node group's health issues
+(``nodegroup.health.issues``, e.g. AsgInstanceLaunchFailures carrying EC2's InsufficientInstanceCapacity) and, on
+Auto Mode, our NodePool's NodeClaims whose ``Launched`` condition is False for a capacity reason
+(``benchctl.aws.pool_nodes`` says which codes end the wait and why; ``AutoModePools`` is in ``benchctl.aws.auto_mode_pools``).
+
 moto note: moto's EKS does not implement ``describe_update``; the tests answer that one call.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from benchctl.aws.k8s.client import Conflict, KubeClient, NotFound
+from benchctl.aws.auto_mode_pools import AutoModePools
+from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.pool_nodes import (
-    CAMPAIGN_LABEL,
     JSON,
     NODEGROUP_LABEL,
-    NODEPOOL_LABEL,
-    POOL_LABEL,
     SCALING_KEYS,
+    STALE_ISSUE_GRACE_S,
     BeforeChange,
     KubeSource,
     PoolScalingFailed,
@@ -38,9 +42,12 @@ from benchctl.aws.pool_nodes import (
     _error_code,
     _LazyKube,
     _pool_spec,
+    issue_key,
+    launch_zone,
+    nodegroup_problem,
     ready_gpu_nodes,
 )
-from benchctl.errors import NotReadyYet
+from benchctl.errors import CapacityUnavailable, NotReadyYet
 from benchctl.spec.deployment import PoolSpec
 from benchctl.spec.model import CampaignSpec
 
@@ -131,6 +138,8 @@ class ManagedNodeGroupPools:
             "owner": owner,
             "requested_at": self.clock(),
             "simulated": False,
+            # what the group already reported before we asked (a DEGRADED group keeps its old issue): judged later
+            "issues_before": [issue_key(i) for i in (ng.get("health") or {}).get("issues") or []],
         }
         if target != previous:
             if before_change is not None:
@@ -147,11 +156,14 @@ class ManagedNodeGroupPools:
         return record
 
     def ready(self, record: JSON) -> bool:
+        """The requested nodes are up (see the module's docstring); CapacityUnavailable (or PoolScalingFailed for a
+        broken node group) when the group's health says they will not come."""
         pool, nodegroup = record["pool"], record["nodegroup"]
         ng = self._describe(pool, nodegroup)
         if ng is None:
             raise PoolScalingFailed(f"pool {pool!r}: node group {nodegroup!r} disappeared from cluster "
                                     f"{self.cluster_name!r} while scaling")
+        self._raise_if_unobtainable(record, ng)
         if ng.get("status") != "ACTIVE":
             return False
         if record.get("update_id"):
@@ -166,6 +178,34 @@ class ManagedNodeGroupPools:
         gpus = int(record.get("gpus_per_node") or self.pool_specs[pool].gpus_per_node)
         nodes = ready_gpu_nodes(self.kube(), f"{NODEGROUP_LABEL}={nodegroup}", gpus, self.min_gpu_driver)
         return len(nodes) >= int(record["requested"])
+
+    def _raise_if_unobtainable(self, record: JSON, ng: JSON) -> None:
+        """CapacityUnavailable / PoolScalingFailed when the node group reports a capacity or launch failure while
+        fewer nodes than requested are up. An issue the group already had before our request counts only after
+        STALE_ISSUE_GRACE_S (a successful scale-out clears it; one that stays means this launch failed too)."""
+        if (ng.get("health") or {}).get("issues") in (None, []):
+            return
+        pool, nodegroup = record["pool"], record["nodegroup"]
+        stale_ok = self.clock() - float(record.get("requested_at") or 0) < STALE_ISSUE_GRACE_S
+        problem = nodegroup_problem(ng, known_before=record.get("issues_before") or [], stale_ok=stale_ok)
+        if problem is None:
+            return
+        nodes = self.kube().list("v1", "Node", label_selector=f"{NODEGROUP_LABEL}={nodegroup}")
+        requested = int(record["requested"])
+        if len(nodes) >= requested:
+            return  # the nodes are there (an issue about others, or cleared on the next describe)
+        spec = self.pool_specs.get(pool)
+        instance_type = (spec.instance_type if spec is not None
+                         else ",".join(ng.get("instanceTypes") or []) or "unknown type")
+        zone = launch_zone(problem, spec, nodes, f"a zone of the node group's subnets {', '.join(ng.get('subnets') or [])}")
+        if not problem.capacity:
+            raise PoolScalingFailed(f"pool {pool!r}: node group {nodegroup!r} cannot launch nodes ({problem.source}: "
+                                    f"{problem.message}); {len(nodes)} of {requested} {instance_type} node(s) up in "
+                                    f"{zone}. Fix the node group (its launch template, subnets, IAM role) in the "
+                                    "platform stack; the teardown restores its size")
+        raise CapacityUnavailable(pool, instance_type=instance_type, zone=zone, code=problem.code, launched=len(nodes),
+                                  requested=requested, detail=f"{problem.source}: {problem.message}",
+                                  where=f"node group {nodegroup} of cluster {self.cluster_name}")
 
     def restore(self, record: JSON) -> JSON:
         """Put back exactly ``record["previous"]``; no call when the node group already has it."""
@@ -213,126 +253,6 @@ class ManagedNodeGroupPools:
                                      "restore did not run)"}
 
 
-# ---------------------------------------------------------------- EKS Auto Mode
-
-
-class AutoModePools:
-    """Pools on EKS Auto Mode: one Karpenter NodePool per pool, created and deleted by us.
-
-    ``render_nodepool(pool, nodes)`` renders the NodePool holding ``nodes`` nodes of the pool (its GPU
-    limit is nodes x gpus_per_node: ``benchctl.aws.k8s.render.render_nodepool``).
-    """
-
-    provider = "auto-mode"
-
-    def __init__(self, cluster_name: str, pool_specs: Mapping[str, PoolSpec], campaign_id: str, *,
-                 kube: KubeSource, render_nodepool: Callable[[str, int], JSON]) -> None:
-        self.cluster_name = cluster_name
-        self.pool_specs = dict(pool_specs)
-        self.campaign_id = campaign_id
-        self.render_nodepool = render_nodepool
-
-        def no_kube() -> KubeClient:
-            raise ValueError("AutoModePools needs a KubeClient (or a callable returning one)")
-
-        self.kube = _LazyKube(kube, no_kube)
-
-    def _ours(self, obj: JSON) -> bool:
-        return ((obj.get("metadata") or {}).get("labels") or {}).get(CAMPAIGN_LABEL) == self.campaign_id
-
-    def scale(self, pool: str, nodes: int, owner: str, *, before_change: BeforeChange = None) -> JSON:
-        spec = _pool_spec(self.pool_specs, pool, self.provider)
-        _check_nodes(spec, nodes)
-        obj = copy.deepcopy(self.render_nodepool(pool, nodes))
-        if obj.get("kind") != "NodePool" or obj.get("apiVersion") != "karpenter.sh/v1":
-            raise ValueError(f"pool {pool!r}: render_nodepool returned {obj.get('apiVersion')}/{obj.get('kind')}, "
-                             "expected karpenter.sh/v1 NodePool")
-        meta = obj.setdefault("metadata", {})
-        name = meta.get("name")
-        if not name:
-            raise ValueError(f"pool {pool!r}: the rendered NodePool has no metadata.name")
-        meta.setdefault("labels", {}).update({CAMPAIGN_LABEL: self.campaign_id, POOL_LABEL: pool})
-        kube = self.kube()
-        created = True
-        if before_change is not None:  # recorded first: a crash after the create still gets it deleted
-            before_change({"pool": pool, "provider": self.provider, "cluster": self.cluster_name, "nodepool": name,
-                           "campaign_id": self.campaign_id, "requested": nodes, "previous": None,
-                           "owner": owner, "simulated": False})
-        try:
-            kube.create(obj)
-        except Conflict:
-            created = False
-            existing = kube.get("karpenter.sh/v1", "NodePool", name)
-            if not self._ours(existing):
-                owner_label = ((existing.get("metadata") or {}).get("labels") or {}).get(CAMPAIGN_LABEL)
-                raise ValueError(f"pool {pool!r}: NodePool {name!r} already exists and is not this campaign's "
-                                 f"({CAMPAIGN_LABEL}={owner_label!r}, want {self.campaign_id!r}); refusing to "
-                                 "touch it") from None
-            if existing["metadata"].get("deletionTimestamp"):
-                raise NotReadyYet(f"pool {pool!r}: NodePool {name!r} of this campaign is still being deleted") from None
-            if existing.get("spec") != obj.get("spec"):  # ours, from an earlier experiment: make it what we need
-                meta["resourceVersion"] = existing["metadata"]["resourceVersion"]
-                kube.replace(obj)
-        return {
-            "pool": pool,
-            "provider": self.provider,
-            "cluster": self.cluster_name,
-            "nodepool": name,
-            "campaign_id": self.campaign_id,
-            "requested": nodes,
-            "gpus_per_node": spec.gpus_per_node,
-            "previous": None,
-            "created": created,
-            "owner": owner,
-            "simulated": False,
-        }
-
-    def ready(self, record: JSON) -> bool:
-        """Our NodePool is accepted (its ``Ready`` condition is True).
-
-        Not "N GPU nodes are up": Karpenter launches nodes only for pending pods, so on Auto Mode the
-        nodes arrive when the deployment's workers are scheduled, and the deployment's readiness wait
-        (``timeouts.ready_s``) covers their start-up. Waiting for nodes here would wait forever.
-        """
-        try:
-            pool = self.kube().get("karpenter.sh/v1", "NodePool", record["nodepool"])
-        except NotFound:
-            raise PoolScalingFailed(f"NodePool {record['nodepool']} disappeared while waiting for it") from None
-        conditions = {c.get("type"): c.get("status") for c in (pool.get("status") or {}).get("conditions") or []}
-        return conditions.get("Ready") == "True"
-
-    def restore(self, record: JSON) -> JSON:
-        """Delete our NodePool (Karpenter drains its nodes); already gone is fine; never others'."""
-        name = record["nodepool"]
-        kube = self.kube()
-        try:
-            existing = kube.get("karpenter.sh/v1", "NodePool", name)
-        except NotFound:
-            return {"deleted": name, "already_gone": True}
-        if not self._ours(existing):
-            return {"deleted": None, "kept": name, "note": f"NodePool {name} is not this campaign's; left alone"}
-        kube.delete("karpenter.sh/v1", "NodePool", name)
-        return {"deleted": name}
-
-    def observe(self, record: JSON) -> JSON:
-        """Read our NodePool back (the teardown receipt): gone, or still there (being deleted or not), and the
-        nodes Karpenter still runs for it (``karpenter.sh/nodepool``): billed until there are none."""
-        name = record["nodepool"]
-        kube = self.kube()
-        nodes = len(kube.list("v1", "Node", label_selector=f"{NODEPOOL_LABEL}={name}"))
-        billing = "ended" if nodes == 0 else f"still billing: {nodes} node(s) of NodePool {name} up"
-        try:
-            existing = kube.get("karpenter.sh/v1", "NodePool", name)
-        except NotFound:
-            return {"kind": "NodePool", "name": name, "state": "gone", "now": None, "nodes": nodes, "billing": billing,
-                    "why": ""}
-        meta = existing.get("metadata") or {}
-        why = ("being deleted (Karpenter drains its nodes)" if meta.get("deletionTimestamp")
-               else "not this campaign's: left alone" if not self._ours(existing) else "not deleted")
-        return {"kind": "NodePool", "name": name, "state": "still there", "now": {"deleting": bool(
-            meta.get("deletionTimestamp"))}, "nodes": nodes, "billing": billing, "why": why}
-
-
 # ---------------------------------------------------------------- one PoolPort for a campaign
 
 
@@ -362,6 +282,11 @@ class EksPools:
 
     def ready(self, record: JSON) -> bool:
         return bool(self._adapter(record["pool"], record.get("provider")).ready(record))
+
+    def launches(self, record: JSON) -> None:
+        adapter = self._adapter(record["pool"], record.get("provider"))
+        if getattr(adapter, "watch_launches", False):  # Auto Mode: its nodes come for the workers' pending pods
+            adapter.raise_if_unobtainable(record)
 
     def restore(self, record: JSON) -> JSON:
         return dict(self._adapter(record["pool"], record.get("provider")).restore(record))

@@ -1,8 +1,9 @@
 """The preflight on EKS: before anything is scaled, every prerequisite of a campaign checked and each missing
 one named, including one short CPU Job per image (AIPerf's version and the cluster's egress to the registries
 and the Hub; the uploader's AWS CLI, its identity and every call a load runner makes with it), what this
-deployment itself allows (its node groups, the Pod Identity Agent add-on) and the account's EC2 vCPU quotas
-for the GPU pools (``benchctl.aws.quotas``).
+deployment itself allows (its node groups, the Pod Identity Agent add-on), the account's EC2 vCPU quotas
+for the GPU pools (``benchctl.aws.quotas``) and whether EC2 can give them their nodes where they launch: the
+type offered in the pool's zone, its reservation or Capacity Block usable (``benchctl.aws.capacity_checks``).
 """
 
 from __future__ import annotations
@@ -299,12 +300,15 @@ class EksPreflight:
         self.where = {"run_uri": run_uri, "lake_uri": lake_uri, "region": session.region_name or ""}
 
     def check(self, spec: CampaignSpec) -> list[str]:
+        from benchctl.aws import capacity_checks
         from benchctl.aws.quotas import preflight_problems
 
         eks = self.session.client("eks")
         allowed = _allowed_pools_only(spec, self.nodegroups)
         return (deployment_preflight(spec, self.nodegroups, self.cluster, eks)
                 + preflight_problems(allowed, self.session, self.cluster)  # EC2 vCPU quotas of the GPU pools
+                # each GPU pool's zone offers its type; its reservation or block can give the plan's nodes
+                + capacity_checks.preflight_problems(allowed, self.session, self.cluster)
                 + preflight(with_load_image(_allowed_pools_only(spec, self.nodegroups), self.load_image), self.kube(),
                             eks=eks, cluster_name=self.cluster, campaign_id=self.campaign_id, identity=self.identity,
                             **self.where))

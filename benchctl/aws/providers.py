@@ -86,6 +86,9 @@ class _LazyPools:
     def ready(self, record: JSON) -> bool:
         return self.real().ready(record)
 
+    def launches(self, record: JSON) -> None:
+        self.real().launches(record)
+
     def restore(self, record: JSON) -> JSON:
         return self.real().restore(record)
 

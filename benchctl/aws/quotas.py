@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchctl.planning.quotas import (
+    CAPACITY_BLOCK,
     NODEGROUP_CAPACITY,
     ON_DEMAND,
     SERVICE_CODE,
@@ -82,7 +83,8 @@ def pool_facts(spec: CampaignSpec, eks: Any, cluster: str) -> Pools:
     out = Pools()
     for pool in spec.pools:
         if pool.provider != "managed-nodegroup" or not pool.nodegroup:
-            out.capacity[pool.name] = ON_DEMAND  # Auto Mode: our NodePools ask for on-demand
+            # Auto Mode: our NodePools ask for on-demand, or reserved capacity where the spec names a block
+            out.capacity[pool.name] = CAPACITY_BLOCK if pool.capacity.purchase == CAPACITY_BLOCK else ON_DEMAND
             continue
         try:
             ng = eks.describe_nodegroup(clusterName=cluster, nodegroupName=pool.nodegroup)["nodegroup"]

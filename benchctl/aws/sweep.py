@@ -12,13 +12,20 @@ ends, is ended once every object of it is older than :data:`DOCTOR_TTL_S` (a doc
 service account and its Pod Identity association with the load Job role). Each campaign that is not running is torn
 down from its run-store records (``benchctl.campaign.sweep``), then any object still carrying its label is
 deleted.
+
+The watchdog (the same function every few minutes, event ``{"watchdog": true}``: ``stacks/control_plane_ops.py``)
+looks only at the holders of pool locks, and at nothing at all while no lock is held (one Scan of the lock
+table). A holder whose execution ended more than :data:`WATCHDOG_GRACE_S` ago (its status-change event should
+have started the stopped-campaign machine by then; Step Functions delivers those events best-effort) is torn
+down as the hourly sweep would, once the watchdog holds the campaign's stop claim (``RunState.claim_stop``,
+create-only): a stop that the stopped-campaign machine claimed is left to it, so one stop runs one teardown.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from benchctl.aws.k8s.client import KubeClient, NotFound
@@ -30,7 +37,9 @@ from benchctl.campaign.runstate import RunState
 from benchctl.campaign.sweep import sweep
 
 DOCTOR_TTL_S = 3600  # the doctor's runner Job check ends within minutes (its --job-timeout); an hour is abandoned
-DOCTOR_PREFIX = f"{DOCTOR}-"  # benchctl.aws.selftest names its runner identity's campaign doctor-<UTC time>
+DOCTOR_PREFIX = f"{DOCTOR}-"
+WATCHDOG_GRACE_S = 300  # an ended execution's own stopped-campaign machine claims its campaign within seconds
+WATCHDOG = "benchctl-sweeper-watchdog"  # the watchdog's name in a stop claim  # benchctl.aws.selftest names its runner identity's campaign doctor-<UTC time>
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
          ("apps/v1", "DaemonSet", True), ("v1", "ServiceAccount", True),  # a campaign's runner identity
@@ -76,8 +85,26 @@ def abandoned_doctor(kube: KubeClient, namespace: str, campaign_id: str, now: fl
     return bool(stamps) and now - max(stamps) > DOCTOR_TTL_S
 
 
+def watchdog_verdict(record_execution: str | None, execution: JSON | None, now: float) -> str | None:
+    """Why the watchdog leaves a lock holder alone (None: its execution ended long enough ago to tear it down).
+    ``execution``: DescribeExecution's answer (None: the execution does not exist)."""
+    if not record_execution:
+        return "left alone: no execution recorded (the hourly sweep decides)"
+    if execution is None:
+        return None
+    if execution.get("status") == "RUNNING":
+        return "left alone: still running"
+    stop = execution.get("stopDate")
+    ended = stop.timestamp() if isinstance(stop, datetime) else float(stop) if isinstance(stop, int | float) else None
+    if ended is not None and now - ended < WATCHDOG_GRACE_S:
+        return f"left alone: ended {execution.get('status')} {now - ended:.0f} s ago (its stopped-campaign machine first)"
+    return None
+
+
 def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: KubeClient | None = None,
-              dry_run: bool = False, clock: Any = time.time) -> list[dict[str, Any]]:
+              dry_run: bool = False, clock: Any = time.time, watchdog: bool = False) -> list[dict[str, Any]]:
+    """The sweep of every campaign found by what it left (hourly), or with ``watchdog`` of the pool locks'
+    holders only (every few minutes; nothing but one Scan while no lock is held)."""
     import boto3
 
     from benchctl.aws.eks_token import kube_for_cluster
@@ -87,15 +114,18 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
 
     config = LambdaEnv.from_env(os.environ if env is None else env)
     session = session or boto3.session.Session()
+    holders: set[str] = set()
+    if config.lock_table:
+        ddb = session.client("dynamodb")
+        for page in ddb.get_paginator("scan").paginate(TableName=config.lock_table):
+            holders.update(i["campaign_id"]["S"] for i in page.get("Items", []) if "campaign_id" in i)
+    if watchdog and not holders:
+        return []
     kube = kube or kube_for_cluster(config.cluster, session)
     namespace = config.namespace
     engine = AwsEngine(config, session=session)
     runs_uri, lake_uri = engine.runs_uri, engine.lake_uri
-    ids = campaign_ids(kube, namespace)
-    if config.lock_table:
-        ddb = session.client("dynamodb")
-        for page in ddb.get_paginator("scan").paginate(TableName=config.lock_table):
-            ids.update(i["campaign_id"]["S"] for i in page.get("Items", []) if "campaign_id" in i)
+    ids = set(holders) if watchdog else campaign_ids(kube, namespace) | holders
     sfn = session.client("stepfunctions")
 
     def store(cid: str) -> S3RunStore:
@@ -112,6 +142,29 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
         except sfn.exceptions.ExecutionDoesNotExist:
             return False
 
+    why: dict[str, str] = {}
+
+    def watchdog_running(cid: str) -> bool:
+        """Left alone unless its execution ended over WATCHDOG_GRACE_S ago and the watchdog took its stop claim."""
+        state = RunState(store(cid))
+        record = state.campaign()
+        execution = record.execution if record is not None else None
+        desc = None
+        if execution:
+            try:
+                desc = sfn.describe_execution(executionArn=execution)
+            except sfn.exceptions.ExecutionDoesNotExist:
+                desc = None
+        verdict = watchdog_verdict(execution, desc, clock())
+        if verdict is None and not dry_run:
+            at = datetime.fromtimestamp(clock(), UTC).isoformat(timespec="seconds")
+            held = state.claim_stop(WATCHDOG, at, str((desc or {}).get("status") or "GONE"))
+            if held is not None:
+                verdict = f"left alone: its teardown was claimed by {held.get('claimant')} at {held.get('claimed_at')}"
+        if verdict is not None:
+            why[cid] = verdict
+        return verdict is not None
+
     def providers_for(cid: str) -> tuple[Providers, Ctx]:
         ctx = Ctx(campaign_id=cid, run_uri=f"{runs_uri}/{cid}", lake_uri=lake_uri, poll_seconds=30, fail_at=None)
         return engine.providers(ctx), ctx
@@ -123,4 +176,6 @@ def aws_sweep(env: dict[str, str] | None = None, *, session: Any = None, kube: K
                 deleted.append(f"{kind}/{name}")
         return deleted
 
-    return sweep(ids, providers_for, is_running, dry_run=dry_run, extra=delete_labelled)
+    report = sweep(ids, providers_for, watchdog_running if watchdog else is_running, dry_run=dry_run,
+                   extra=delete_labelled)
+    return [{**line, "action": why[line["campaign_id"]]} if line["campaign_id"] in why else line for line in report]

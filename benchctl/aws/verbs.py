@@ -71,7 +71,7 @@ FUNCTION_VERBS: dict[str, tuple[Verb, ...]] = {
              *_v("list", "DaemonSet", scope=KUBE_SYSTEM)),
     # the model prefetch Job, the image pre-pull DaemonSets, Auto Mode NodePools (made, read, resized)
     "Pools": (*_NS, *_v("create", "Job"), *_v("create", "DaemonSet"), *_NODES,
-              *_v("create get update", "NodePool", scope="cluster")),
+              *_v("create get update", "NodePool", scope="cluster"), *_v("list", "NodeClaim", scope="cluster")),
     # the smoke Job (and a checkpoint's prefetch), the DGD; its pods and nodes; the EFA plugin
     "Serving": (*_NS, *_LOGS, *_v("create get", "Job"), *_v("create get", "DynamoGraphDeployment"), *_NODES,
                 *_v("list", "DaemonSet", scope=KUBE_SYSTEM)),

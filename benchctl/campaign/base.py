@@ -16,7 +16,7 @@ from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
 from benchctl.campaign.provenance import provenance
 from benchctl.campaign.records import CampaignRecord, FailureRecord
-from benchctl.errors import Aborted, CampaignIdInUse, InjectedFailure, NotReadyYet
+from benchctl.errors import Aborted, CampaignIdInUse, CampaignNotRunning, InjectedFailure, NotReadyYet
 from benchctl.lake import timeline
 from benchctl.lake.schema import json_text
 from benchctl.spec.deployment import Experiment
@@ -295,3 +295,14 @@ def experiment_row(campaign_id: str, index: int, e: Experiment, spec: CampaignSp
         "changed_feature": e.feature,
         "mocker_json": json_text(e.mocker.model_dump(mode="json", exclude_none=True)),
     }
+
+
+def require_running(p: Providers, state: str) -> None:
+    """Raise :class:`CampaignNotRunning` unless the campaign's run record is ``running`` (no record: a campaign
+    whose Plan has not written it, which nothing can have stopped)."""
+    rec = p.state.campaign()
+    if rec is not None and rec.status != "running":
+        raise CampaignNotRunning(
+            f"{state}: campaign {rec.campaign_id} is {rec.status!r}, not 'running' (run record "
+            f"{p.state.where('campaign')}): an execution stopped meanwhile, or redriven after its campaign ended, "
+            "scales and deploys nothing. Start a new campaign instead of redriving this execution")

@@ -44,7 +44,7 @@ def plan(p: Providers, ctx: Ctx, task: Task) -> JSON:
             raise FileNotFoundError(f"{p.state.where('spec')} is missing and the task has no execution input")
         _import_spec(p, StartInput.parse(task.input).spec_uri)
     spec = p.state.spec()
-    the_plan = plan_campaign(spec, p.engine, ranker=p.ranker)
+    the_plan = plan_campaign(spec, p.engine, ranker=p.ranker, start=p.clock())  # start: a Capacity Block's window
     problems = list(the_plan.budget_problems)
     if p.engine == "aws":  # one Step Functions execution: its history quota and timeout (started from a
         problems += aws_limits(spec, the_plan, ctx.poll_seconds)[1]  # console or schedule, nothing checked them)

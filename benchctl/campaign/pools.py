@@ -13,7 +13,18 @@ from benchctl.planning.plan import WARM_CAPACITY_S
 
 def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
     """Scale each pool the experiment needs. The prior size is persisted BEFORE each change (the pool
-    adapter calls back first), so a crash at any point leaves teardown what to restore."""
+    adapter calls back first), so a crash at any point leaves teardown what to restore.
+
+    Only for a running campaign (``base.require_running``): first, so a redriven execution of a campaign that
+    ended scales nothing; and again after each pool's change, because StopExecution does not cancel this
+    invocation: a stop's teardown that read the pools before they were recorded would miss the change, so
+    the pools scaled here are restored here (a pool still busy with the change is left recorded: the
+    stopped-campaign machine's second pass restores it) and :class:`~benchctl.errors.CampaignNotRunning`
+    is raised."""
+    from benchctl.campaign.base import require_running
+    from benchctl.errors import CampaignNotRunning
+
+    require_running(p, task.state or "ScalePools")
     experiment = task.exp
     existing = p.state.pools(experiment)
     if existing is not None:
@@ -67,6 +78,20 @@ def scale_pools(p: Providers, ctx: Ctx, task: Task) -> JSON:
         persist()
         record_event(p, ctx.campaign_id, experiment, timeline.SCALE_REQUESTED, key=pool, pool=pool,
                      nodes=nodes, previous=rec["previous"], simulated=rec.get("simulated", False))
+        try:
+            require_running(p, task.state or "ScalePools")
+        except CampaignNotRunning as stopped:
+            undone: list[JSON] = []
+            for r in records:
+                try:
+                    undone.append({"pool": r["pool"], "now": p.pools.restore(r)})
+                except NotReadyYet:
+                    continue  # still changing: recorded unrestored, the second abort pass restores it
+            p.state.save_pools(experiment, PoolsRecord(records=records, requested_at=p.clock(), complete=True,
+                                                       restored=undone))
+            raise CampaignNotRunning(f"{stopped} (stopped while ScalePools of {experiment} ran: restored "
+                                     f"{sorted(u['pool'] for u in undone) or 'nothing yet'} of "
+                                     f"{sorted(r['pool'] for r in records)})") from None
     persist(complete=True)
     return {"pools": records, "reused": False}
 
@@ -83,12 +108,18 @@ def handed_over_to(p: Providers, experiment: str) -> JSON:
 
 
 def check_capacity(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """CheckCapacity: ``done`` once every pool of the experiment is ready. A pool adapter raises (CapacityUnavailable,
+    PoolScalingFailed) when its nodes will not come, which ends the experiment through its teardown at this poll;
+    otherwise the wait is bounded by ``timeouts.capacity_s`` (a warm pool's by WARM_CAPACITY_S)."""
     experiment = task.exp
     rec = p.state.pools(experiment)
     if rec is None:
         raise FileNotFoundError(f"the pools of {experiment} are not recorded: ScalePools did not run")
     spec = p.state.spec()
-    if all(p.pools.ready(r) for r in rec.records):
+    # every pool asked at every poll (not all() over a generator, which stops at the first one still booting): a pool
+    # whose nodes cannot be had raises CapacityUnavailable at this poll even while another pool is still coming up
+    ready = [p.pools.ready(r) for r in rec.records]
+    if all(ready):
         for r in rec.records:
             record_event(p, ctx.campaign_id, experiment, timeline.NODES_READY, key=r["pool"], pool=r["pool"],
                          nodes=r["requested"], simulated=r.get("simulated", False))

@@ -131,6 +131,9 @@ class PoolPort(Protocol):
               before_change: Callable[[JSON], None] | None = None) -> JSON:
         """Scale ``pool`` to hold ``nodes``; call ``before_change(record)`` before changing anything."""
     def ready(self, record: JSON) -> bool: ...
+    def launches(self, record: JSON) -> None:
+        """While the deployment waits for the pool's nodes (CheckReady): raise ``CapacityUnavailable`` when they
+        cannot be had (EKS Auto Mode: a NodeClaim that could not launch); nothing when the pool says nothing."""
     def restore(self, record: JSON) -> JSON: ...
     def observe(self, record: JSON) -> JSON:
         """Read the pool back after teardown (the receipt; never changes anything): ``kind``, ``name``,

@@ -5,6 +5,7 @@ the plan at most once per invocation. Its records, one JSON object each (the sto
 an S3 prefix on AWS)::
 
     claim.json                         the execution owning the campaign id (created once: ``campaign.claim``)
+    stop_claim.json                    who tears a stopped execution's campaign down (created once: ``stopped``)
     spec.json, spec_meta.json          the validated spec, and its source URI and text (Plan)
     plan.json                          the deterministic plan (Plan)
     preflight.json                     the engine's prerequisites were all there (Plan)
@@ -173,6 +174,11 @@ class RunState:
     def claim(self, execution: str, at: str) -> JSON | None:
         """Create ``claim.json`` for ``execution``, create-only: None when created, else the claim already there."""
         return self.store.create_json(_CLAIM, {"execution": execution, "claimed_at": at})
+
+    def claim_stop(self, claimant: str, at: str, status: str) -> JSON | None:
+        """Create ``stop_claim.json`` for ``claimant`` (the stopped-campaign execution, or the sweeper's watchdog)
+        tearing down an execution that ended ``status``, create-only: None when created, else the claim there."""
+        return self.store.create_json("stop_claim.json", {"claimant": claimant, "claimed_at": at, "status": status})
 
     def claimed(self) -> bool:
         return self.store.exists(_CLAIM)

@@ -74,6 +74,9 @@ def record_intent(p: Providers, request: DeploymentRequest, *, prepared: bool = 
 
 
 def deploy(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    from benchctl.campaign.base import require_running
+
+    require_running(p, task.state or "Deploy")  # a redriven or stopped execution deploys nothing
     experiment = task.exp
     existing = p.state.deployment(experiment)
     if existing is not None and not existing.state.get("prepared"):
@@ -115,6 +118,9 @@ def check_ready(p: Providers, ctx: Ctx, task: Task) -> JSON:
         return {"done": True}
     from benchctl.campaign.spend import budget_guard
 
+    pools = p.state.pools(experiment)
+    for r in pools.records if pools is not None else []:  # EKS Auto Mode: nodes launch for the pending workers
+        p.pools.launches(r)
     budget_guard(p, ctx, experiment, None, waiting="readiness")
     if p.clock() - d.deployed_at > spec.timeouts.ready_s:
         raise DeadlineExceeded(f"deployment of {experiment} not Ready within timeouts.ready_s={spec.timeouts.ready_s}")

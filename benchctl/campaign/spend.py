@@ -24,10 +24,10 @@ def budget_guard(p: Providers, ctx: Ctx, experiment: str, step_id: str | None, *
     timeline table (hundreds of objects on S3 by the end of a long campaign). What is done follows from the
     plan's order: experiments run one at a time and steps in order, and a failed step or experiment ends the
     campaign, so every step before this one is done."""
-    from benchctl.planning.budget import budget_problem
+    from benchctl.planning.budget import budget_problem, guarded
 
     spec, plan = p.state.spec(), p.state.plan()
-    if spec.budget.max_usd is None and plan.max_usd is None and spec.budget.max_hours is None:
+    if not guarded(spec, plan):  # no budget, no Capacity Block's end to keep
         return
     rows, done, now = _budget_inputs(p, ctx, experiment, step_id)
     ran_s: dict[tuple[str, str], float] = {}
@@ -65,11 +65,11 @@ def await_timeout_s(p: Providers, ctx: Ctx, experiment: str, step_id: str, est_s
     """AwaitLoadEnd's ``TimeoutSecondsPath``: nobody polls the budget while a task token waits (AWS), so the
     wait itself ends where the guard would refuse: the step's estimate plus the budget's slack at the pools'
     rate now (``budget.budget_slack_s``); Step Functions' largest timeout without a budget."""
-    from benchctl.planning.budget import budget_slack_s
+    from benchctl.planning.budget import budget_slack_s, guarded
 
     spec, plan = p.state.spec(), p.state.plan()
     slack = None
-    if not (spec.budget.max_usd is None and plan.max_usd is None and spec.budget.max_hours is None):
+    if guarded(spec, plan):
         slack = budget_slack_s(spec, plan, *_budget_inputs(p, ctx, experiment, step_id))
     if slack is None:
         return AWAIT_TIMEOUT_MAX_S

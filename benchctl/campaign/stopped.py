@@ -1,7 +1,8 @@
-"""A campaign whose execution was stopped from outside: the console's (or the API's) Stop execution, or the
-execution's own timeout. No state of the campaign runs after such a stop, so nothing inside the state machine
-can tear it down: the execution's status-change event (EventBridge, ``ABORTED`` or ``TIMED_OUT``) starts the
-stopped-campaign state machine (``state_machines/stopped.asl.json``), whose first state is
+"""A campaign whose execution ended without its own teardown: the console's (or the API's) Stop execution, the
+execution's own timeout, or an error no Catch can take (``States.Runtime``, ``States.DataLimitExceeded``, the
+25,000-event history limit: the execution ends FAILED without running another state). No state of the campaign
+runs after such an end, so nothing inside the state machine can tear it down: the execution's status-change event
+(EventBridge, ``ABORTED``, ``TIMED_OUT`` or ``FAILED``) starts the stopped-campaign state machine (``state_machines/stopped.asl.json``), whose first state is
 :func:`resolve_stopped` and whose others are the campaign's own failure path: AbortCampaign (the load first,
 then serving, then the pools back to their recorded sizes, locks and runner identity released), then
 ReportFailure with the ending ``stopped``.
@@ -10,7 +11,17 @@ ReportFailure with the ending ``stopped``.
 input's ``campaign_id``, else its name) and says whether there is anything to do: only for the campaign whose
 run record names exactly this execution and is still ``running``. Another execution's campaign (a reused id),
 one whose Plan recorded nothing, and one that ended already (a duplicate event, the hourly sweeper first, the
-state machine's own ending) are left alone. May import the foundation and the core.
+state machine's own ending, a FAILED execution whose own failure path ran) are left alone.
+
+One stop runs one teardown: :func:`resolve_stopped` takes a create-only claim (``RunState.claim_stop``: S3's
+conditional PUT, ``If-None-Match: *``) naming the stopped-campaign execution that tears the campaign down; a
+duplicate event's execution (EventBridge targets are at-least-once), or the sweeper's watchdog, finds it taken
+and does nothing. Before it returns it marks the run record ``stopping``, so that a ScalePools or Deploy still in
+flight (StopExecution does not cancel a running Lambda invocation) sees the campaign is no longer running
+(:func:`benchctl.campaign.base.require_running`), undoes what it scaled and raises :class:`CampaignNotRunning`; the same check refuses a
+redriven execution (same ARN, its campaign no longer running). :func:`abort_again` is the machine's second pass,
+after the longest function timeout (:data:`RECHECK_S`): whatever an invocation in flight left is torn down then.
+May import the foundation and the core.
 """
 
 from __future__ import annotations
@@ -21,9 +32,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benchctl import logtext
-from benchctl.campaign.base import record_failure
+from benchctl.campaign.base import Operation, Task, record_failure
 from benchctl.campaign.context import Ctx, StartInput, start_context
-from benchctl.campaign.ports import JSON, Engine
+from benchctl.campaign.ports import JSON, Engine, Providers
 
 # the EventBridge event (Step Functions developer guide, "Automating Step Functions event delivery with
 # EventBridge": source aws.states, detail-type "Step Functions Execution Status Change", detail with
@@ -31,9 +42,16 @@ from benchctl.campaign.ports import JSON, Engine
 SOURCE = "aws.states"
 DETAIL_TYPE = "Step Functions Execution Status Change"
 # the status of a stopped execution -> the error its campaign ends with (the campaigns row's error)
-STOPPED_ERRORS = {"ABORTED": "ExecutionStopped", "TIMED_OUT": "ExecutionTimedOut"}
+STOPPED_ERRORS = {"ABORTED": "ExecutionStopped", "TIMED_OUT": "ExecutionTimedOut", "FAILED": "ExecutionFailed"}
 HOW = {"ABORTED": "its execution was stopped from outside (Step Functions' Stop execution)",
-       "TIMED_OUT": "its execution reached its timeout (the state machine's TimeoutSeconds)"}
+       "TIMED_OUT": "its execution reached its timeout (the state machine's TimeoutSeconds)",
+       "FAILED": "its execution ended FAILED without running its own failure path (an error no Catch takes: "
+                 "States.Runtime, States.DataLimitExceeded or the 25,000-event history limit)"}
+# the run record's status between ResolveStopped and the end of AbortCampaign: no longer running
+STOPPING = "stopping"
+# the second abort pass waits this long after the first: longer than the longest function timeout (15 min,
+# stacks.function_needs and the sweeper), so every invocation in flight at the stop has ended by then
+RECHECK_S = 16 * 60
 
 
 class ExecutionStopped(Exception):
@@ -42,6 +60,10 @@ class ExecutionStopped(Exception):
 
 class ExecutionTimedOut(Exception):
     """The campaign's execution reached its timeout."""
+
+
+class ExecutionFailed(Exception):
+    """The campaign's execution ended FAILED without running its own failure path."""
 
 
 def _field(obj: Any, key: str, where: str) -> str:
@@ -76,29 +98,72 @@ def event_context(event: Any, *, runs_uri: str, lake_uri: str) -> tuple[Ctx, str
     return dataclasses.replace(ctx, fail_at=None), status, arn  # no injected failure in a teardown
 
 
-def resolve_stopped(engine: Engine, event: Any) -> JSON:
-    """The first state of the stopped-campaign state machine: ``{"todo", "why", "ctx", "error"}``. With ``todo``
-    the campaign's failure is recorded (the error :data:`STOPPED_ERRORS` names, its cause saying how and where it
-    stopped) and ``ctx``/``error`` are what AbortCampaign takes; without it nothing was read or written but
-    the campaign's run record. Every key is always present (the state's ResultSelector reads them all)."""
+def resolve_stopped(engine: Engine, event: Any, claimant: str = "") -> JSON:
+    """The first state of the stopped-campaign state machine: ``{"todo", "why", "ctx", "error", "recheck_s"}``.
+    ``claimant`` is the stopped-campaign execution asking (``$$.Execution.Id``; default the stopped execution's
+    ARN). With ``todo`` this claimant holds the campaign's stop claim, the campaign's failure is recorded (the
+    error :data:`STOPPED_ERRORS` names, its cause saying how and where it stopped), its run record says
+    ``stopping``, and ``ctx``/``error`` are what AbortCampaign takes; a retry by the same claimant goes on. Without
+    it nothing was written. Every key is always present (the state's ResultSelector reads them all)."""
     ctx, status, arn = event_context(event, runs_uri=engine.runs_uri, lake_uri=engine.lake_uri)
     p = engine.providers(ctx)
+    claimant = claimant or arn
     rec = p.state.campaign()
-    skip = {"todo": False, "ctx": ctx.to_json(), "error": None}
+    skip = {"todo": False, "ctx": ctx.to_json(), "error": None, "recheck_s": RECHECK_S}
     if rec is None:
         return {**skip, "why": f"campaign {ctx.campaign_id}: no run record (its Plan created nothing): nothing to do"}
     if rec.execution != arn:
         return {**skip, "why": f"campaign {ctx.campaign_id} belongs to execution {rec.execution}, not {arn}: "
                                "left alone"}
-    if rec.status != "running":
+    if rec.status not in ("running", STOPPING):
         return {**skip, "why": f"campaign {ctx.campaign_id} ended already ({rec.status}): nothing to do"}
+    now = datetime.fromtimestamp(p.clock(), UTC).isoformat(timespec="seconds")
+    held = p.state.claim_stop(claimant, now, status)
+    if held is not None and held.get("claimant") != claimant:
+        return {**skip, "why": f"campaign {ctx.campaign_id}: its teardown was claimed by {held.get('claimant')} at "
+                               f"{held.get('claimed_at')} (a duplicate event, or the sweeper's watchdog): nothing "
+                               "to do"}
     running = [f"{exp}/{step}" for exp in p.state.experiment_names() for step, load in p.state.loads(exp)
                if load.running]
     stop = (event.get("detail") or {}).get("stopDate")  # epoch milliseconds
     when = datetime.fromtimestamp(stop / 1000, UTC).isoformat(timespec="seconds") if isinstance(stop, int) else None
     cause = HOW[status] + (f" at {when}" if when else "") + (
         f", while the load of {', '.join(running)} ran" if running else "")
-    exc = (ExecutionStopped if status == "ABORTED" else ExecutionTimedOut)(cause)
+    exc = {"ABORTED": ExecutionStopped, "TIMED_OUT": ExecutionTimedOut, "FAILED": ExecutionFailed}[status](cause)
     record_failure(p, None, exc)
-    return {"todo": True, "why": cause, "ctx": ctx.to_json(),
+    if rec.status == "running":  # what is in flight (ScalePools, Deploy) sees it is no longer running
+        rec.status = STOPPING
+        p.state.save_campaign(rec)
+    return {"todo": True, "why": cause, "ctx": ctx.to_json(), "recheck_s": RECHECK_S,
             "error": {"Error": STOPPED_ERRORS[status], "Cause": logtext.readable(cause)}}
+
+
+def leftovers_after_stop(p: Providers) -> list[str]:
+    """What an invocation in flight at the stop may have left after the first abort pass: the experiments with a
+    pool nobody restored, a deployment not torn down, or a load still running (``benchctl.campaign.sweep``)."""
+    from benchctl.campaign.sweep import leftovers
+
+    return leftovers(p)
+
+
+def abort_again(p: Providers, ctx: Ctx, task: Task) -> JSON:
+    """The stopped-campaign machine's second pass (AbortAgain, :data:`RECHECK_S` after the first): a ScalePools
+    or Deploy in flight at the stop that wrote after the first pass read is torn down now. Nothing left: ``done``
+    and nothing touched. Else the locks of the pools left scaled are taken again first (the first pass released
+    them; a pool another campaign took meanwhile is not restored under it: ``LockHeld`` names the holder, and
+    the state's Catch says the teardown failed), then the same abort as the first pass (``abort_campaign``)."""
+    from benchctl.campaign.teardown import abort_campaign, unrestored_pools
+
+    left = leftovers_after_stop(p)
+    if not left:
+        return {"done": True, "left": [], "error": None, "cause": None}
+    pools = set().union(*unrestored_pools(p).values())
+    if pools and p.locks is not None and p.state.has_spec():
+        from benchctl.campaign.locks import lock_keys
+
+        p.locks.acquire(lock_keys(p.state.spec(), pools), ctx.campaign_id, RECHECK_S)
+    out = abort_campaign(p, ctx, task, wait_gone=True)
+    return {**out, "left": left}
+
+
+ABORT_AGAIN = Operation(abort_again, cleanup=True)  # lambdas.teardown's action "stopped_again"

@@ -30,6 +30,9 @@ class LocalPool:
     def ready(self, record: dict[str, Any]) -> bool:
         return self._sizes.get(record["pool"], 0) >= record["requested"]
 
+    def launches(self, record: dict[str, Any]) -> None:
+        """Simulated nodes are always had."""
+
     def restore(self, record: dict[str, Any]) -> dict[str, Any]:
         self._sizes[record["pool"]] = record["previous"]["desired"]
         return self.current(record["pool"])

@@ -55,6 +55,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from benchctl.planning.capacity import block_cost, block_nodes, block_pools, instance_price, purchase_text
 from benchctl.planning.node_price import node_price, node_price_parts, scope_items, scope_text
 from benchctl.planning.plan import OVERHEADS, CampaignPlan, ExperimentPlan
 from benchctl.planning.windows import (
@@ -72,15 +73,20 @@ from benchctl.spec.model import CampaignSpec
 JSON = dict[str, Any]
 
 SCOPE_INCLUDED = (
-    "GPU nodes allocated to the experiment (scale request to pool restore), on-demand price of the spec",
+    "GPU nodes allocated to the experiment (scale request to the restore request), at the price they were bought "
+    "at (on-demand, or the spec's reservation or Capacity Block price: pools[].capacity)",
     "their root EBS volumes (gp3, pricing.ebs_gp3_usd_per_gb_month)",
     "EKS Auto Mode's management fee where the spec prices it (pricing.auto_mode_fee_usd_per_hour)",
     "EKS cluster fee share (the experiment's wall time)",
 )
 SCOPE_EXCLUDED = (
     "the model-cache volume (EFS) and S3 results: the platform's, kept between campaigns",
-    "network (cross-AZ transfer: KV transfer stays in one AZ; NAT gateway; no load balancer is made)",
-    "support plan, taxes, discounts (savings plans, reserved or spot capacity)",
+    "nodes draining after the restore request (they bill until terminated; not recorded)",
+    "network (cross-AZ transfer: KV transfer stays in one AZ; the NAT gateway's hours; its per-GB processing of "
+    "each node boot's image pull, attributable but not measured; no load balancer is made)",
+    "support plan, taxes, discounts (savings plans, spot capacity)",
+    "a Capacity Block's idle hours: the campaign's (capacity_block_idle_usd on the block pool's first row), not "
+    "an experiment's",
 )
 
 # ------------------------------------------------------------------------------------------ prices
@@ -151,6 +157,7 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
     """
     timeline = [r for r in timeline if r.get("campaign_id") in (None, campaign_id)]
     windows = pool_windows(plan, timeline)
+    blocks = block_usage(spec, plan, timeline)
     rows: list[JSON] = []
     for exp_name in dict.fromkeys(w.experiment for w in windows):
         mine = [w for w in windows if w.experiment == exp_name]
@@ -197,7 +204,12 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
                 "root_volume_usd": node_hours * float(parts["root_volume"] or 0.0),
                 "auto_mode_fee_usd": None if parts["auto_mode_fee"] is None else node_hours * parts["auto_mode_fee"],
                 "scope_items": items,
+                "purchase": pool.capacity.purchase,
+                "reservation_id": pool.capacity.reservation_id,
+                "purchase_text": purchase_text(pool),
             }
+            if w.pool in blocks and not any(r["pool"] == w.pool for r in rows):  # once per block: the campaign's
+                fees.update(blocks[w.pool])
             rows.append({
                 "campaign_id": campaign_id,
                 "experiment": _lake_name(plan, exp_name),
@@ -217,6 +229,31 @@ def cost_rows(campaign_id: str, spec: CampaignSpec, plan: CampaignPlan, timeline
                 "simulated": simulated or w.simulated,
             })
     return rows
+
+
+def block_usage(spec: CampaignSpec, plan: CampaignPlan, timeline: list[JSON]) -> dict[str, JSON]:
+    """Per pool on a Capacity Block: what the block cost (paid up front for its whole window: ``nodes`` x its hours x
+    the price as bought), the instance cost of the windows the campaign held it (``pool_windows``; a window still
+    open counts to the latest event), and the rest, its idle hours, a cost of the campaign (never below 0)."""
+    windows = pool_windows(plan, timeline)
+    latest = max((_ts(r["at"]) for r in timeline if r.get("at") is not None), default=None)
+    out: dict[str, JSON] = {}
+    for pool in block_pools(spec):
+        mine = [w for w in windows if w.pool == pool.name]
+        nodes = max([block_nodes(pool.name, (e.nodes for e in plan.experiments)), *(w.nodes for w in mine)])
+        total, price = block_cost(spec, pool, nodes), instance_price(spec, pool)
+        used_h = sum(w.nodes * _hours(w.start, w.end or latest or w.start) for w in mine)
+        used = None if price is None else used_h * price
+        out[pool.name] = {"capacity_block_nodes": nodes, "capacity_block_hours": pool.capacity.block_hours,
+                          "capacity_block_usd": total, "capacity_block_used_usd": used,
+                          "capacity_block_idle_usd": None if total is None or used is None else max(0.0, total - used)}
+    return out
+
+
+def campaign_block_idle_usd(rows: list[JSON]) -> float:
+    """The campaign's cost beyond its experiments' rows: the idle hours of its Capacity Blocks (from
+    :func:`cost_rows`)."""
+    return sum(float(json.loads(r["fees_json"]).get("capacity_block_idle_usd") or 0.0) for r in rows)
 
 
 def _lake_name(plan: CampaignPlan, unit: str) -> str:

@@ -1,4 +1,5 @@
-"""What one node of a pool costs per hour, all in: the instance's on-demand price, its root EBS volume and, on
+"""What one node of a pool costs per hour, all in: the instance's price as bought (on-demand, or the spec's price of
+its reservation or Capacity Block: ``benchctl.planning.capacity``), its root EBS volume and, on
 EKS Auto Mode, the management fee per instance; and the cost scope every ``costs`` row carries, each item
 priced or named excluded with why. The plan's estimate, the running spend and the ``costs`` rows all price
 a node-hour here.
@@ -9,6 +10,8 @@ Pure: the spec model only.
 from __future__ import annotations
 
 from typing import Any
+
+from benchctl.planning.capacity import CAPACITY_BLOCK, ON_DEMAND, instance_price, purchase_text
 
 HOURS_PER_MONTH = 730.0  # AWS prices storage per GB-month; its calculators take a month as 730 hours
 # the root volume a pool's nodes have when the spec does not say (pools[].root_volume_gib): what benchctl's platform
@@ -31,11 +34,10 @@ def node_price_parts(spec: Any, pool_name: str) -> dict[str, float | None]:
     """$/node-hour of ``pool_name`` by part: ``instance`` (None: unpriced), ``root_volume``, ``auto_mode_fee``
     (None: an Auto Mode pool whose type has no fee in the spec; 0 elsewhere)."""
     pool = spec.pool(pool_name)
-    listed = spec.pricing.instances.get(pool.instance_type)
     fee: float | None = 0.0
     if pool.provider == "auto-mode":
         fee = spec.pricing.auto_mode_fee_usd_per_hour.get(pool.instance_type)
-    return {"instance": None if listed is None else listed.usd_per_hour,
+    return {"instance": instance_price(spec, pool),  # as bought: a reservation's or block's price where the spec gives it
             "root_volume": root_volume_gib(pool) * spec.pricing.ebs_gp3_usd_per_gb_month / HOURS_PER_MONTH,
             "auto_mode_fee": fee}
 
@@ -51,8 +53,15 @@ def node_price(spec: Any, pool_name: str) -> float | None:
 
 def scope_items(spec: Any, pools: list[str]) -> list[dict[str, str]]:
     """Each item of the cost scope for these pools: ``priced`` (in ``cost_usd``) or ``excluded``, with how or why."""
-    out = [{"item": "GPU and CPU nodes of the experiment's pools", "status": "priced",
-            "how": "on-demand instance price of the spec x node-hours (scale request to pool restore)"},
+    bought = [spec.pool(p) for p in pools if spec.pool(p).capacity.purchase != ON_DEMAND]
+    how = "instance price as bought x node-hours (scale request to the pool's restore request)"
+    if bought:
+        how += "; " + "; ".join(purchase_text(p) for p in bought) + (
+            " (a reservation without usd_per_node_hour: the on-demand price, which an ODCR bills at)")
+        if any(p.capacity.purchase == CAPACITY_BLOCK for p in bought):
+            how += ("; a Capacity Block is paid for its whole window: its idle hours are in the campaign's "
+                    "capacity_block_idle_usd, not in an experiment's cost")
+    out = [{"item": "GPU and CPU nodes of the experiment's pools", "status": "priced", "how": how},
            {"item": "EKS cluster fee", "status": "priced", "how": "its hourly fee x the experiment's wall time"},
            {"item": "root EBS volumes", "status": "priced",
             "how": f"gp3 at ${spec.pricing.ebs_gp3_usd_per_gb_month:g}/GB-month x each pool's root_volume_gib "
@@ -78,9 +87,15 @@ def scope_items(spec: Any, pools: list[str]) -> list[dict[str, str]]:
         {"item": "cross-AZ data transfer", "status": "excluded",
          "why": "prefill -> decode KV transfer stays in one AZ (benchctl's GPU node groups are in one placement "
                 "group's AZ); the load Job's requests to the frontend may cross AZs and are not metered here"},
-        {"item": "NAT gateway, load balancers, support, taxes, discounts", "status": "excluded",
-         "why": "not attributable to an experiment (NAT and its traffic are the platform's; no load balancer is "
-                "created); list prices only"},
+        {"item": "nodes draining after the restore request", "status": "excluded",
+         "why": "instances bill until they are terminated, minutes after the scale-in request the allocation ends "
+                "at; no event records when the last one went (a Capacity Block's are in its whole-window price)"},
+        {"item": "NAT gateway data processing of image pulls", "status": "excluded",
+         "why": "attributable (each node boot pulls the Dynamo image, tens of GB, through the platform's NAT "
+                "gateway, billed per GB processed) but not measured: the image size per boot is not recorded"},
+        {"item": "NAT gateway hours, load balancers, support, taxes, discounts", "status": "excluded",
+         "why": "the NAT gateway's hours are the platform's, kept between campaigns; no load balancer is created; "
+                "list prices (or the spec's reservation or block price) only"},
     ]
     return out
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from benchctl.planning import placement, tune
+from benchctl.planning import capacity, placement, tune
 from benchctl.planning.cache_state import step_seed
 from benchctl.planning.node_price import node_price
 from benchctl.planning.units import deployment_units
@@ -118,6 +119,8 @@ class CampaignPlan:
     # the design (benchctl.spec.design): deployments per experiment, repeats on each, the order's rule and seed, and
     # the rounds as run (the experiments' names, one list per round); {}: a plan from before deployments
     design: dict[str, Any] = field(default_factory=dict)
+    # how each pool not bought On-Demand is bought (benchctl.planning.capacity.purchase_text); []: all On-Demand
+    capacity: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -273,9 +276,12 @@ def expand_steps(spec: CampaignSpec, engine: str, timer: RequestTimer | None = N
 
 
 def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str, RequestTimer] | None = None,
-                  ranker: tune.Ranker | None = None) -> CampaignPlan:
+                  ranker: tune.Ranker | None = None, start: datetime | float | None = None) -> CampaignPlan:
     """The plan; ``timers`` (experiment -> its twin's seconds per request, :class:`benchctl.forecast.twin.StepTimer`) time
-    its request-count steps; ``ranker`` ranks the tune candidates (:mod:`benchctl.planning.tune`: pilots first)."""
+    its request-count steps; ``ranker`` ranks the tune candidates (:mod:`benchctl.planning.tune`: pilots first);
+    ``start`` (a datetime or epoch seconds: the Plan state's clock) places the plan in time, so that a pool's
+    Capacity Block is checked against its start and end (:func:`benchctl.planning.capacity.window_problems`;
+    without it, only against its length)."""
     if engine not in OVERHEADS:
         raise ValueError(f"engine {engine!r} is not one of {sorted(OVERHEADS)}")
     over = OVERHEADS[engine]
@@ -341,8 +347,11 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
             )
         )
     usd += spec.pricing.eks_cluster_usd_per_hour * total_s / 3600.0
+    usd += sum(capacity.block_idle_usd(spec, experiments).values())  # a block is paid for its whole window
     est_usd = round(usd, 2) if priced else None
     problems: list[str] = []
+    when = datetime.fromtimestamp(start, UTC) if isinstance(start, int | float) else start
+    problems += capacity.window_problems(spec, experiments, when)
     if spec.budget.max_hours is not None and total_s / 3600.0 > spec.budget.max_hours:
         problems.append(
             f"budget.max_hours: estimated {total_s / 3600.0:.2f} h exceeds {spec.budget.max_hours} h"
@@ -363,6 +372,7 @@ def plan_campaign(spec: CampaignSpec, engine: str = "local", timers: Mapping[str
         est_usd=est_usd,
         budget_problems=problems,
         design=design,
+        capacity=[capacity.purchase_text(p) for p in spec.pools if p.capacity.purchase != capacity.ON_DEMAND],
     )
 
 
@@ -389,6 +399,7 @@ def format_plan(plan: CampaignPlan) -> str:
     ]
     if plan.design:
         lines.append("  " + design_text(plan))
+    lines += [f"  capacity: {text}" for text in plan.capacity]
     for e in plan.experiments:
         nodes = ", ".join(f"{p} x{n}" for p, n in e.nodes.items())
         ladder = f" [ladder: {e.base} + {e.feature}]" if e.base else ""

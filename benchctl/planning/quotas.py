@@ -24,7 +24,9 @@ check names the two ways to hold capacity (EC2 user guide, "Capacity Reservation
 Reservation (ODCR) the account already has for the type (an ``open`` one is used by any matching launch in its
 zone, a ``targeted`` one only by launches that name it, e.g. the node group's launch template), and EC2
 Capacity Blocks for ML (reserved for a future window; an EKS managed node group uses one with capacity type
-``CAPACITY_BLOCK``). The spec cannot name a reservation: the node group's launch template does.
+``CAPACITY_BLOCK``). A pool that names its reservation or block (``pools[].capacity``) is judged apart
+(``benchctl.planning.capacity``: its state, type, zone and free count); the options here are for pools that name
+none.
 """
 
 from __future__ import annotations

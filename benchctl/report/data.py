@@ -92,6 +92,7 @@ class ReportData:
     tuning: list[dict[str, Any]] = field(default_factory=list)  # the tune phase's candidates (report.tuning)
     since: Any = None  # the campaign against the previous one of its spec (report.since), or None
     since_note: str = ""  # why there is none
+    purchases: list[str] = field(default_factory=list)  # per pool: how its nodes were bought (costs.fees_json)
 
     @property
     def sim_tag(self) -> str:
@@ -239,7 +240,27 @@ def load_report_data(query: QueryPort, campaign_id: str | None, source: str, *,
         data.tuning = _rows(query, tuning_query(cid)).rows
     except Exception:
         data.tuning = []
+    data.purchases = _load_purchases(query, cid)
     return data
+
+
+def _load_purchases(query: QueryPort, cid: str) -> list[str]:
+    """How each pool's nodes were bought (on-demand, an ODCR, a Capacity Block: the ``purchase_text`` its costs
+    rows carry, ``benchctl.planning.costs``); none for a lake whose rows predate it or that has no costs table."""
+    try:
+        rows = _rows(query, f"SELECT pool, fees_json FROM costs WHERE campaign_id = '{cid}' "  # noqa: S608 (known id)
+                            "ORDER BY pool").rows
+    except Exception:
+        return []
+    out: dict[str, str] = {}
+    for r in rows:
+        try:
+            text = json.loads(r.get("fees_json") or "{}").get("purchase_text")
+        except ValueError:
+            continue
+        if text:
+            out.setdefault(str(r["pool"]), str(text))
+    return list(out.values())
 
 
 def _load_twins(query: QueryPort, cid: str) -> list[dict[str, Any]]:
@@ -373,6 +394,7 @@ def provenance_items(data: ReportData) -> list[tuple[str, str]]:
         ("started_at (UTC)", fmt_value(started)), ("ended_at (UTC)", fmt_value(ended) + (f" ({took})" if took else "")),
         ("pricing source", fmt_value(pricing.get("source")) or "not given"),
         ("pricing as of", fmt_value(pricing.get("as_of")) or "not given"),
+        ("purchase option", "; ".join(data.purchases) or "not recorded (on-demand prices of the spec)"),
         ("lake", fmt_value(c.get("lake_uri")) or data.source),
     ]
     from benchctl.campaign.provenance import FIELDS

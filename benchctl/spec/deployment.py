@@ -4,9 +4,10 @@ experiments that place them. Pure: may import only pydantic and the standard lib
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from benchctl.spec.base import Name, Strict
 from benchctl.spec.fields import HfRepoId, HfRevision, NodegroupName, Text, TwinChoice
@@ -39,6 +40,71 @@ def is_commit(revision: str | None) -> bool:
     return revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision) is not None
 
 
+# EC2's ids and zone names (EC2 API reference, CapacityReservation.CapacityReservationId "cr-" + 17 hex digits;
+# an Availability Zone is its Region's name and a letter, a Local Zone's name is longer: both allowed)
+RESERVATION_ID_RE = r"^cr-[0-9a-f]{8}([0-9a-f]{9})?$"
+ZONE_RE = r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]?(-[a-z0-9]+)*[a-z]$"
+PURCHASES = ("on-demand", "reservation", "capacity-block")
+
+
+class PoolCapacity(Strict):
+    """How a pool's GPUs are bought: On-Demand (default), a targeted On-Demand Capacity Reservation (ODCR), or a
+    Capacity Block for ML with its window (EC2 user guide, "Capacity Reservations" and "Capacity Blocks for ML")."""
+
+    purchase: Literal["on-demand", "reservation", "capacity-block"] = Field(
+        default="on-demand", description="on-demand; reservation: a targeted On-Demand Capacity Reservation (ODCR) the "
+        "pool's launches name; capacity-block: a Capacity Block for ML (paid up front for its whole window)")
+    reservation_id: str | None = Field(default=None, pattern=RESERVATION_ID_RE, description="the reservation or "
+                                       "block, cr-<hex>: required unless purchase is on-demand")
+    zone: str | None = Field(default=None, pattern=ZONE_RE, description="the Availability Zone the pool's nodes must "
+                             "be in (the reservation's), e.g. us-east-1a; default: its node group's subnets' zone")
+    block_start: datetime | None = Field(default=None, description="capacity-block: the block's start, ISO-8601 with "
+                                         "a UTC offset (e.g. 2026-12-08T11:30:00Z)")
+    block_end: datetime | None = Field(default=None, description="capacity-block: the block's end (EC2 reclaims its "
+                                       "instances from 30 min before it); the campaign must end before it")
+    usd_per_node_hour: float | None = Field(default=None, gt=0, le=10000, description="what the reservation or block "
+                                            "costs per node-hour (a block: its upfront price / (its hours x nodes)); "
+                                            "default: the on-demand price of pricing.instances")
+
+    @field_validator("block_start", "block_end")
+    @classmethod
+    def _utc(cls, v: datetime | None, info: Any) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            raise ValueError(f"{info.field_name} {v.isoformat()} has no UTC offset: give one, e.g. "
+                             f"{v.isoformat()}Z (a block's times are UTC)")
+        return None if v is None else v.astimezone(UTC)
+
+    @model_validator(mode="after")
+    def _purchase_fields(self) -> PoolCapacity:
+        if self.purchase != "on-demand" and self.reservation_id is None:
+            raise ValueError(f"purchase {self.purchase!r} needs reservation_id (the cr-... id EC2 gave the "
+                             "reservation or block)")
+        if self.purchase == "on-demand" and self.reservation_id is not None:
+            raise ValueError(f"reservation_id {self.reservation_id!r} is given but purchase is 'on-demand': set "
+                             "purchase to 'reservation' or 'capacity-block'")
+        if self.purchase != "capacity-block":
+            given = [f for f in ("block_start", "block_end") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)} only apply to purchase 'capacity-block' (purchase is "
+                                 f"{self.purchase!r}): remove them or set purchase to 'capacity-block'")
+            return self
+        if self.block_start is None or self.block_end is None:
+            missing = [f for f in ("block_start", "block_end") if getattr(self, f) is None]
+            raise ValueError(f"purchase 'capacity-block' needs {' and '.join(missing)} (the block's window, as "
+                             "EC2 lists it: aws ec2 describe-capacity-reservations, StartDate and EndDate)")
+        if self.block_end <= self.block_start:
+            raise ValueError(f"block_end {self.block_end.isoformat()} is not after block_start "
+                             f"{self.block_start.isoformat()}")
+        return self
+
+    @property
+    def block_hours(self) -> float:
+        """A Capacity Block's whole window in hours (0 for other purchases)."""
+        if self.block_start is None or self.block_end is None:
+            return 0.0
+        return (self.block_end - self.block_start).total_seconds() / 3600.0
+
+
 class PoolSpec(Strict):
     name: Name
     instance_type: str = Field(min_length=1)
@@ -55,6 +121,21 @@ class PoolSpec(Strict):
         default=None, gt=0, le=16384, description="each node's root EBS volume (gp3), priced with "
         "pricing.ebs_gp3_usd_per_gb_month; default: what benchctl's platform gives the pool (200 GiB on a GPU "
         "node group, 100 on a CPU one, Auto Mode's NodeClass default 80), 0 nothing when provider is local")
+    capacity: PoolCapacity = Field(default=PoolCapacity(), description="how the pool's GPUs are bought: on-demand "
+                                   "(default), an ODCR or a Capacity Block, and the zone they are in")
+
+    @model_validator(mode="after")
+    def _reserved_gpu_pool(self) -> PoolSpec:
+        c = self.capacity
+        if c.purchase == "on-demand":
+            return self
+        if self.gpus_per_node == 0:
+            raise ValueError(f"capacity.purchase {c.purchase!r} needs a GPU pool: only a GPU pool (gpus_per_node > 0) takes a "
+                             "reservation or a Capacity Block; this pool has gpus_per_node 0")
+        if self.provider == "local":
+            raise ValueError(f"capacity.purchase {c.purchase!r} needs an EKS pool: provider 'local' buys nothing; valid providers "
+                             "for a reservation or a Capacity Block: managed-nodegroup, auto-mode")
+        return self
 
     @property
     def local_cpu(self) -> bool:

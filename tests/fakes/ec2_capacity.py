@@ -9,7 +9,16 @@ moto server started here serves them, behind moto's own authentication and IAM c
   quota is not retrieved"); an unknown quota code is ``NoSuchResourceException`` for both calls, as AWS.
 * EC2 DescribeCapacityReservations (moto has none): the reservations a test gives, filtered by
   ``instance-type`` and ``state`` as EC2 filters them; any other filter name is refused (InvalidParameterValue),
-  stricter than EC2, so a filter the code relies on cannot pass here unevaluated.
+  stricter than EC2, so a filter the code relies on cannot pass here unevaluated. ``CapacityReservationId.N``
+  selects by id; an id the account does not have is ``InvalidCapacityReservationId.NotFound`` (EC2's error-code
+  pattern for a missing resource id; the adapter takes an empty answer the same way). Items carry ``StartDate`` and
+  ``EndDate`` where the test gives them.
+* EC2 DescribeInstanceTypeOfferings: moto answers from its own table of offerings per Region and zone, and takes an
+  unknown filter name as matching nothing. Here, as the EC2 API reference (DescribeInstanceTypeOfferings) defines
+  the call: ``LocationType`` must be ``region``, ``availability-zone``, ``availability-zone-id`` or ``outpost``
+  and the only filters are ``instance-type`` and ``location`` (anything else: InvalidParameterValue); and a test's
+  ``offerings`` (instance type -> the zones that offer it) replace moto's table for those types, so a test says
+  which zones offer a type instead of depending on moto's copy of AWS's.
 """
 
 from __future__ import annotations
@@ -31,10 +40,18 @@ def _quota(region: str, code: str, value: float) -> dict[str, Any]:
             "Value": value, "Unit": "None", "Adjustable": True, "GlobalQuota": False}
 
 
+LOCATION_TYPES = ("region", "availability-zone", "availability-zone-id", "outpost")
+OFFERING_FILTERS = ("instance-type", "location")
+
+
 @contextlib.contextmanager
-def ec2_capacity(applied: dict[str, float], reservations: list[dict[str, Any]] | None = None) -> Iterator[None]:
-    """moto with EC2's GPU quotas (``applied``: quota code -> the account's applied value) and the account's
-    Capacity Reservations (DescribeCapacityReservations items); both undone on exit."""
+def ec2_capacity(applied: dict[str, float], reservations: list[dict[str, Any]] | None = None,
+                 offerings: dict[str, list[str]] | None = None) -> Iterator[None]:
+    """moto with EC2's GPU quotas (``applied``: quota code -> the account's applied value), the account's
+    Capacity Reservations (DescribeCapacityReservations items) and, for the types in ``offerings``, the zones that
+    offer them; all undone on exit."""
+    from moto.ec2.exceptions import InvalidParameterValueError
+    from moto.ec2.models.instance_types import InstanceTypeOfferingBackend
     from moto.ec2.responses import EC2Response
     from moto.servicequotas.exceptions import NoSuchResource
     from moto.servicequotas.models import ServiceQuotasBackend
@@ -56,20 +73,45 @@ def ec2_capacity(applied: dict[str, float], reservations: list[dict[str, Any]] |
             raise NoSuchResource
         return json.dumps({"Quota": _quota(self.region, code, 0.0)})
 
+    original_offerings = InstanceTypeOfferingBackend.describe_instance_type_offerings
+
+    def describe_instance_type_offerings(self: Any, location_type: str | None = None,
+                                         filters: dict[str, Any] | None = None) -> list[Any]:
+        if location_type is not None and location_type not in LOCATION_TYPES:
+            raise InvalidParameterValueError(f"LocationType {location_type!r}")
+        unknown = set(filters or {}) - set(OFFERING_FILTERS)
+        if unknown:
+            raise InvalidParameterValueError(f"filter {sorted(unknown)}")
+        found = [o for o in original_offerings(self, location_type, filters)
+                 if o.get("InstanceType") not in (offerings or {})]
+        if offerings and (location_type or "region") == "availability-zone":
+            wanted = dict(filters or {})
+            found += [{"InstanceType": t, "LocationType": "availability-zone", "Location": z}
+                      for t, zones in sorted(offerings.items()) for z in zones
+                      if t in wanted.get("instance-type", [t]) and z in wanted.get("location", [z])]
+        return found
+
     def describe_capacity_reservations(self: Any) -> str:
         filters = self._filters_from_querystring()  # moto's own parse of Filter.N.Name / Filter.N.Value.M
         unknown = set(filters) - {"instance-type", "state"}
         if unknown:
-            from moto.ec2.exceptions import InvalidParameterValueError
-
             raise InvalidParameterValueError(f"filter {sorted(unknown)}")
         keys = {"instance-type": "InstanceType", "state": "State"}
+        ids = self._get_param("CapacityReservationIds") or []  # moto's parse of CapacityReservationId.N
+        known = {r["CapacityReservationId"] for r in reservations or []}
+        if set(ids) - known:
+            from moto.ec2.exceptions import EC2ClientError
+
+            raise EC2ClientError("InvalidCapacityReservationId.NotFound",
+                                 f"The capacity reservation ID '{sorted(set(ids) - known)[0]}' does not exist")
         items = [r for r in reservations or []
-                 if all(r.get(keys[f]) in values for f, values in filters.items())]
+                 if all(r.get(keys[f]) in values for f, values in filters.items())
+                 and (not ids or r["CapacityReservationId"] in ids)]
         fields = {"CapacityReservationId": "capacityReservationId", "InstanceType": "instanceType",
                   "AvailabilityZone": "availabilityZone", "State": "state",
                   "InstanceMatchCriteria": "instanceMatchCriteria", "ReservationType": "reservationType",
-                  "TotalInstanceCount": "totalInstanceCount", "AvailableInstanceCount": "availableInstanceCount"}
+                  "TotalInstanceCount": "totalInstanceCount", "AvailableInstanceCount": "availableInstanceCount",
+                  "StartDate": "startDate", "EndDate": "endDate"}
         body = "".join("<item>" + "".join(f"<{tag}>{escape(str(r[k]))}</{tag}>" for k, tag in fields.items() if k in r)
                        + "</item>" for r in items)
         return ('<DescribeCapacityReservationsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
@@ -79,9 +121,11 @@ def ec2_capacity(applied: dict[str, float], reservations: list[dict[str, Any]] |
     ServiceQuotasBackend.get_service_quota = get_service_quota  # type: ignore[method-assign]
     ServiceQuotasResponse.get_aws_default_service_quota = get_default  # type: ignore[attr-defined]
     EC2Response.describe_capacity_reservations = describe_capacity_reservations  # type: ignore[attr-defined]
+    InstanceTypeOfferingBackend.describe_instance_type_offerings = describe_instance_type_offerings  # type: ignore[method-assign]
     try:
         yield
     finally:
+        InstanceTypeOfferingBackend.describe_instance_type_offerings = original_offerings  # type: ignore[method-assign]
         ServiceQuotasBackend.get_service_quota = original  # type: ignore[method-assign]
         del ServiceQuotasResponse.get_aws_default_service_quota  # type: ignore[attr-defined]
         del EC2Response.describe_capacity_reservations  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ import itertools
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,6 +269,65 @@ def gpu_nodes(api: FakeKubeApi, spec: CampaignSpec) -> None:
                          allocatable_gpus=pool.gpus_per_node, allocatable_efa=pool.efa_interfaces())
 
 
+# EC2's answer when an Availability Zone has no capacity for a type (the message EKS passes on in the node group's
+# AsgInstanceLaunchFailures issue, as quoted in aws/containers-roadmap#2204)
+ICE_MESSAGE = ("Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have "
+               "sufficient {type} capacity in the Availability Zone you requested ({zone}). Our system will be working "
+               "on provisioning additional capacity. You can currently get {type} capacity by not specifying an "
+               "Availability Zone in your request or choosing {others}. Launching EC2 instance failed.")
+
+
+def _moto_nodegroup(session: Any, nodegroup: str) -> Any:
+    """moto's own node group object (its backend), for what moto cannot be asked to do through the API."""
+    from moto.eks.models import eks_backends
+
+    region = session.region_name
+    account = session.client("sts").get_caller_identity()["Account"]
+    return eks_backends[account][region].clusters[CLUSTER].nodegroups[nodegroup]
+
+
+def set_nodegroup_health(session: Any, nodegroup: str, issues: list[dict[str, Any]], status: str) -> None:
+    """What EKS reports of a node group's health (DescribeNodegroup: ``health.issues[]`` of {code, message,
+    resourceIds}, and ``status``), set on moto's node group, which never reports any. As strict as the API: each code
+    is one of EKS's NodegroupIssueCode values and the status one of its NodegroupStatus values (botocore's service
+    model, which follows the EKS API reference's "Issue" and "Nodegroup" data types)."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("eks")
+    codes, statuses = model.shape_for("NodegroupIssueCode").enum, model.shape_for("NodegroupStatus").enum
+    bad = [i.get("code") for i in issues if i.get("code") not in codes]
+    assert not bad, f"not EKS NodegroupIssueCode values: {bad} (valid: {codes})"
+    assert status in statuses, f"{status!r} is not an EKS NodegroupStatus ({statuses})"
+    ng = _moto_nodegroup(session, nodegroup)
+    ng.health = {"issues": [dict(i) for i in issues]}  # a new dict: moto's default health is shared by every group
+    ng.status = status
+
+
+def capacity_runs_out(world: World, pool_name: str, *, launched: int = 1, zone: str = "us-east-1a",
+                      others: str = "us-east-1b, us-east-1c") -> dict[str, Any]:
+    """A scale-up of ``pool_name``'s node group that EC2 can only partly serve, as EKS shows it: ``launched`` nodes
+    join the cluster (Ready, their GPUs, in ``zone``), the rest cannot be launched; the group reports the health issue
+    ``AsgInstanceLaunchFailures`` carrying EC2's ``InsufficientInstanceCapacity`` message (its resource: the group's
+    Auto Scaling group), its status turns ``DEGRADED`` (it stays so until a scale-out succeeds: aws/containers-
+    roadmap#2326) and its scaling config is left as asked (the ASG's desired size stays; EKS does not lower it).
+    The scale-up must have been requested first."""
+    pool = next(p for p in world.spec.pools if p.name == pool_name)
+    assert pool.provider == "managed-nodegroup" and pool.nodegroup, pool
+    ng = _moto_nodegroup(world.providers_session, str(pool.nodegroup))
+    desired = int(ng.scaling_config["desiredSize"])
+    assert launched < desired, f"node group {pool.nodegroup}: desired size {desired}: no scale-up of more than {launched}"
+    for i in range(launched):
+        world.api.add_node(f"{pool.nodegroup}-{i}", {"eks.amazonaws.com/nodegroup": str(pool.nodegroup),
+                                                    "topology.kubernetes.io/zone": zone,
+                                                    "node.kubernetes.io/instance-type": pool.instance_type,
+                                                    "nvidia.com/cuda.driver-version.major": "580"},
+                           allocatable_gpus=pool.gpus_per_node, allocatable_efa=pool.efa_interfaces())
+    issue = {"code": "AsgInstanceLaunchFailures", "resourceIds": [ng.resources["autoScalingGroups"][0]["name"]],
+             "message": ICE_MESSAGE.format(type=pool.instance_type, zone=zone, others=others)}
+    set_nodegroup_health(world.providers_session, str(pool.nodegroup), [issue], "DEGRADED")
+    return issue
+
+
 @contextmanager
 def moto_eks(spec: CampaignSpec, config: Any = None) -> Iterator[Any]:
     """moto EKS with the cluster and the spec's node groups (scaled to zero); DescribeUpdate answered.
@@ -305,6 +364,23 @@ class World:
     lake: S3NamedLake
     argv: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (experiment, step) -> AIPerf argv
     pods: list[dict[str, Any]] = field(default_factory=list)  # what the operator created
+    providers_session: Any = None  # the boto3 session of moto's EKS
+    capacity_polls: dict[str, int] = field(default_factory=dict)  # experiment -> CheckCapacity calls
+    failed: Failed | None = None  # with ``failure_path``: the state that failed and the failure path's answers
+
+
+@dataclass
+class Failed:
+    """A run that ended through the failure path, as the state machine runs it: the failing state, its error (the
+    Lambda's errorType and message), TeardownAfterFailure's, AbortCampaign's and ReportFailure's answers."""
+
+    state: str
+    experiment: str
+    error: str
+    message: str
+    teardown: dict[str, Any] = field(default_factory=dict)
+    abort: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
 
 
 class _Preflight:
@@ -362,49 +438,117 @@ def function_tokens(api: FakeKubeApi) -> None:
         api.add_token(token, {FUNCTION_GROUPS[fn]})
 
 
+CapacityPoll = Callable[["World", str, int], None]
+
+
 def run_campaign(spec: CampaignSpec, api: FakeKubeApi, tmp: Path, session: Any, *,
-                 fail_steps: tuple[str, ...] = ()) -> World:
+                 fail_steps: tuple[str, ...] = (), failure_path: bool = False,
+                 before_capacity_poll: CapacityPoll | None = None) -> World:
     """Plan (preflight included), then every experiment: scale, capacity, deploy, ready, smoke, warm-up,
-    every step (launch, check), teardown with hand-over; the last one restores its pools."""
+    every step (launch, check), teardown with hand-over; the last one restores its pools.
+
+    CheckCapacity is polled as the state machine polls it (``before_capacity_poll(world, experiment, n)`` runs before
+    the n-th poll, n from 1: what the cluster does in between), at most ``timeouts.capacity_s / poll_seconds`` + 1
+    times. With ``failure_path``, a state of an experiment that raises ends the run as the ASL's Catch does: the
+    first failure recorded (``lambdas._runtime.run``), TeardownAfterFailure until done, AbortCampaign until done,
+    ReportFailure (``world.failed``); without it, the error propagates."""
     caller = Caller()
     kube = caller.client(api)
     p, ctx, lake = providers(spec, kube, tmp, session)
-    world = World(api, spec, p, ctx, lake)
+    world = World(api, spec, p, ctx, lake, providers_session=session)
     caller.function = "Plan"
     campaign.plan(p, ctx, Task(state="Plan"))
     plan = plan_campaign(spec, "aws")
     for i, exp in enumerate(plan.experiments):
-        e = Task(exp.name)
-        caller.function = "Pools"
-        campaign.scale_pools(p, ctx, e)
-        assert campaign.check_capacity(p, ctx, e)["done"], e
-        caller.function = "Serving"
-        campaign.deploy(p, ctx, e)
-        assert campaign.check_ready(p, ctx, e)["done"], e
-        campaign.smoke(p, ctx, e)
-        caller.function = "Load"
-        for step_id in (["warmup"] if spec.warmup.request_count else []) + [s.step_id for s in exp.steps]:
-            if step_id == "warmup":
-                campaign.launch_warmup(p, ctx, e)
-                end_runner_step(p, exp.name, step_id, 0)
-                campaign.check_warmup(p, ctx, e)
-            else:
-                if campaign.launch_step(p, ctx, Task(exp.name, step_id)).get("skipped"):
-                    continue  # a search probe the search did not need: no request, no Job, no argv
-                end_runner_step(p, exp.name, step_id, 1 if step_id in fail_steps else 0)
-                campaign.check_load(p, ctx, Task(exp.name, step_id))
-            rec = p.state.load(exp.name, step_id)
-            assert rec is not None and rec.argv is not None
-            if step_id != "warmup" and rec.ingest_status is None and step_id not in fail_steps:
-                # what ingesting it records (no artifacts here): every request within the SLO up to c=16, none
-                # past it, so that a sweep's search probes choose loads and run
-                load = rec.concurrency or plan.step(exp.name, step_id).concurrency or 1
-                rec.ingest_status, rec.slo = "succeeded", {"n": 100, "good": 100 if load <= 16 else 0}
-                p.state.save_load(exp.name, step_id, rec)
-            world.argv[(exp.name, step_id)] = list(rec.argv)
-        caller.function = "Teardown"
-        teardown(p, ctx, e, handover=i + 1 < len(plan.experiments))
+        state = "ScalePools"
+        try:
+            caller.function = "Pools"
+            campaign.scale_pools(p, ctx, Task(exp.name, state=state))
+            state = "CheckCapacity"
+            _await_capacity(world, exp.name, before_capacity_poll)
+            state = "Deploy"
+            _run_experiment(world, caller, exp, plan, i + 1 < len(plan.experiments), fail_steps)
+        except Exception as exc:
+            if not failure_path:
+                raise
+            world.failed = failure(world, caller, state, exp.name, exc)
+            return world
     return world
+
+
+def _await_capacity(world: World, experiment: str, before_poll: CapacityPoll | None) -> None:
+    """CheckCapacity, then WaitForCapacity (``ctx.poll_seconds``) while not done, as the ASL loops."""
+    p, ctx = world.providers, world.ctx
+    limit = int(world.spec.timeouts.capacity_s // max(1, ctx.poll_seconds)) + 1
+    for n in range(1, limit + 1):
+        if before_poll is not None:
+            before_poll(world, experiment, n)
+        world.capacity_polls[experiment] = n
+        if campaign.check_capacity(p, ctx, Task(experiment, state="CheckCapacity"))["done"]:
+            return
+    raise AssertionError(f"CheckCapacity of {experiment} still waiting after {limit} polls (timeouts.capacity_s)")
+
+
+def failure(world: World, caller: Caller, state: str, experiment: str, exc: Exception) -> Failed:
+    """The ASL's failure path after ``state`` of ``experiment`` raised ``exc``: what Lambda reports (errorType, the
+    Catch's {Error, Cause}), the first failure recorded as the runtime records it, then TeardownAfterFailure and
+    AbortCampaign (each called again while they answer not done, as their Choice/Wait loops do) and ReportFailure."""
+    p, ctx = world.providers, world.ctx
+    name = type(exc).__name__
+    campaign.record_failure(p, state, exc)  # lambdas._runtime.run: before the error leaves the function
+    error = {"Error": name, "Cause": json.dumps({"errorMessage": str(exc), "errorType": name})}
+    caller.function = "Teardown"
+    torn = _until_done(lambda: campaign.experiment_failed(p, ctx, Task(experiment, state="TeardownAfterFailure",
+                                                                         error=error), wait_gone=True))
+    # ExperimentFailed (Fail: its Error/Cause from the teardown's answer) -> the Map's Catch -> AbortCampaign
+    map_error = {"Error": torn["error"], "Cause": torn["cause"]}
+    aborted = _until_done(lambda: campaign.abort_campaign(p, ctx, Task(state="AbortCampaign", error=map_error),
+                                                          wait_gone=True))
+    caller.function = "Report"
+    reported = campaign.report_ending(p, ctx, Task(state="ReportFailure", ending="failed"))
+    return Failed(state=state, experiment=experiment, error=name, message=str(exc), teardown=torn, abort=aborted,
+                  report=reported)
+
+
+def _until_done(call: Callable[[], dict[str, Any]], attempts: int = 50) -> dict[str, Any]:
+    for _ in range(attempts):
+        out = call()
+        if out["done"]:
+            return out
+    raise AssertionError(f"still not done after {attempts} calls: {out}")
+
+
+def _run_experiment(world: World, caller: Caller, exp: Any, plan: Any, handover: bool,
+                    fail_steps: tuple[str, ...]) -> None:
+    """Deploy to the experiment's teardown (its pools already Ready)."""
+    p, ctx, spec = world.providers, world.ctx, world.spec
+    e = Task(exp.name)
+    caller.function = "Serving"
+    campaign.deploy(p, ctx, e)
+    assert campaign.check_ready(p, ctx, e)["done"], e
+    campaign.smoke(p, ctx, e)
+    caller.function = "Load"
+    for step_id in (["warmup"] if spec.warmup.request_count else []) + [s.step_id for s in exp.steps]:
+        if step_id == "warmup":
+            campaign.launch_warmup(p, ctx, e)
+            end_runner_step(p, exp.name, step_id, 0)
+            campaign.check_warmup(p, ctx, e)
+        else:
+            if campaign.launch_step(p, ctx, Task(exp.name, step_id)).get("skipped"):
+                continue  # a search probe the search did not need: no request, no Job, no argv
+            end_runner_step(p, exp.name, step_id, 1 if step_id in fail_steps else 0)
+            campaign.check_load(p, ctx, Task(exp.name, step_id))
+        rec = p.state.load(exp.name, step_id)
+        assert rec is not None and rec.argv is not None
+        if step_id != "warmup" and rec.ingest_status is None and step_id not in fail_steps:
+            # what ingesting it records (no artifacts here): every request within the SLO up to c=16, none
+            # past it, so that a sweep's search probes choose loads and run
+            load = rec.concurrency or plan.step(exp.name, step_id).concurrency or 1
+            rec.ingest_status, rec.slo = "succeeded", {"n": 100, "good": 100 if load <= 16 else 0}
+            p.state.save_load(exp.name, step_id, rec)
+        world.argv[(exp.name, step_id)] = list(rec.argv)
+    caller.function = "Teardown"
+    teardown(p, ctx, e, handover=handover)
 
 
 def teardown(p: Providers, ctx: Ctx, task: Task, *, handover: bool = False) -> dict[str, Any]:

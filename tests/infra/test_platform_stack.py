@@ -42,6 +42,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
                   "benchctl:platform_spec": "examples/auto-mode.yaml"},
     "existing": {"benchctl:platform": "existing", **GIVEN_VPC,
                  "benchctl:platform_skip": ["eks-pod-identity-agent", "nvidia-device-plugin", "rbac"]},
+    # benchctl:gpu_capacity (tests/infra/test_gpu_capacity_synth.py holds what each makes)
+    "odcr": {"benchctl:platform": "new", "benchctl:gpu_capacity": {"gpu-p4d": {
+        "zone": "us-east-1b", "purchase": "reservation", "reservation_id": "cr-0123456789abcdef0"}}},
+    "capacity-block": {"benchctl:platform": "new", "benchctl:gpu_capacity": {"gpu-p4d": {
+        "zone": "us-east-1a", "purchase": "capacity-block", "reservation_id": "cr-0fedcba9876543210"}}},
+    "auto-mode-reserved": {"benchctl:platform": "new", "benchctl:platform_capacity": "auto-mode",
+                           "benchctl:platform_spec": "tests/infra/specs/auto-mode-reserved.yaml",
+                           "benchctl:gpu_capacity": {"benchctl-reserved": {
+                               "zone": "us-east-1a", "purchase": "reservation",
+                               "reservation_id": "cr-0123456789abcdef0"}}},
 }
 SEED = load_spec(ROOT / "examples" / "seed-plan.yaml")
 

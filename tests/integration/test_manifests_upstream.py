@@ -278,3 +278,35 @@ def test_load_jobs_carry_no_api_token_so_aiperf_cannot_list_other_campaigns_pods
     for _, _, job in sent(worlds["auto-mode"], "Job"):
         assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_the_frontend_and_jobs_sent_never_tolerate_the_gpu_taint_and_every_gpu_worker_sent_does(
+        worlds: dict[str, World], name: str) -> None:
+    """What the adapters actually sent to the cluster (not a second rendering): the Frontend and every Job's pod
+    never tolerate ``nvidia.com/gpu:NoSchedule`` and are admitted by the platform's CPU node group, every GPU
+    worker tolerates it, and every NodePool sent carries it (the scheduler's rules as
+    ``tests/unit/test_gpu_taint_placement.py`` states them, from the Kubernetes "Taints and Tolerations" page)."""
+    from tests.unit.test_gpu_taint_placement import CPU_NODES, GPU_TAINT, admits, tolerates
+
+    world = worlds[name]
+    cpu = CPU_NODES["the platform's CPU node group"]
+    kinds = set()
+    for _, _, dgd in sent(world, "DynamoGraphDeployment"):
+        for c in dgd["spec"]["components"]:
+            pod = c["podTemplate"]["spec"]
+            gpus = sum(int((ct.get("resources") or {}).get("requests", {}).get("nvidia.com/gpu", 0))
+                       for ct in pod["containers"])
+            where = f"{dgd['metadata']['name']}/{c['name']}"
+            if c["type"] == "frontend":
+                kinds.add("frontend")
+                assert not tolerates(pod.get("tolerations"), GPU_TAINT) and admits(pod, cpu), where
+            elif gpus:
+                kinds.add("gpu-worker")
+                assert tolerates(pod.get("tolerations"), GPU_TAINT), where
+    for _, _, job in sent(world, "Job"):
+        pod = job["spec"]["template"]["spec"]
+        assert not tolerates(pod.get("tolerations"), GPU_TAINT) and admits(pod, cpu), job["metadata"]["name"]
+    for _, _, np in sent(world, "NodePool"):
+        assert GPU_TAINT in np["spec"]["template"]["spec"]["taints"], np["metadata"]["name"]
+    assert "frontend" in kinds

@@ -219,7 +219,7 @@ def test_every_rule_is_used_by_the_code_and_nothing_else_is_granted(apis: list[F
     assert unused == [], "granted but never used by the code: remove from stacks/kubernetes/benchctl-rbac.yaml"
 
 
-def test_each_function_has_its_own_group_and_cluster_rights_only_for_nodes_nodepools_crds_and_nodeclasses() -> None:
+def test_each_function_has_its_own_group_and_cluster_rights_only_for_nodes_nodepools_nodeclaims_crds_and_nodeclasses() -> None:
     roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in DOCS
              if d["kind"] in ("Role", "ClusterRole")}
     bindings = [d for d in DOCS if d["kind"].endswith("Binding")]
@@ -239,7 +239,10 @@ def test_each_function_has_its_own_group_and_cluster_rights_only_for_nodes_nodep
             assert not any("*" in v for v in rule.values())
             for resource in rule["resources"]:
                 if kind == "ClusterRole":
-                    assert resource in {"nodes", "nodepools", "customresourcedefinitions", "nodeclasses"}, (name, resource)
+                    assert resource in {"nodes", "nodepools", "customresourcedefinitions", "nodeclasses",
+                                        "nodeclaims"}, (name, resource)
+                    if resource == "nodeclaims":  # read only, by the function that waits for capacity
+                        assert (name, rule["verbs"]) == ("benchctl-pools", ["list"]), (name, rule)
                 elif ns == "kube-system":  # the one read outside our namespace: DaemonSets listed, never changed
                     assert (resource, rule["verbs"], rule["apiGroups"]) == ("daemonsets", ["list"], ["apps"])
                 elif resource == "namespaces":  # the namespace's own object, and only ours

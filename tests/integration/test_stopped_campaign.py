@@ -101,6 +101,12 @@ def stopped_while_loading(tmp: Path) -> Iterator[dict[str, Any]]:
 
 def run_stopped_machine(world: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
     """The stopped-campaign definition as CDK deploys it (its substitutions), one execution with ``event``."""
+    return run_stopped_machines(world, [event])[0]
+
+
+def run_stopped_machines(world: dict[str, Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """As :func:`run_stopped_machine`, one execution per event, all started before any is waited for (EventBridge
+    delivering a duplicate while the first delivery's execution runs). ``invoked`` and ``messages`` are shared."""
     import boto3
 
     from lambdas._runtime import use_engine
@@ -130,19 +136,25 @@ def run_stopped_machine(world: dict[str, Any], event: dict[str, Any]) -> dict[st
         machine = sfn.create_state_machine(name=f"stopped-{len(invoked)}-{time.monotonic_ns()}", definition=definition,
                                            roleArn=f"arn:aws:iam::{ACCOUNT}:role/stopped")["stateMachineArn"]
         started = time.monotonic()
-        execution = sfn.start_execution(stateMachineArn=machine, input=json.dumps(event))["executionArn"]
-        while (desc := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
-            assert time.monotonic() - started < 120, "the stopped-campaign execution still runs"
-            time.sleep(0.1)
-        took = time.monotonic() - started
-        history = sfn.get_execution_history(executionArn=execution)["events"]
+        executions = [sfn.start_execution(stateMachineArn=machine, name=f"delivery-{i}",  # EventBridge names each
+                                          input=json.dumps(event))["executionArn"] for i, event in enumerate(events)]
+        out = []
+        for execution in executions:
+            while (desc := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+                assert time.monotonic() - started < 120, "the stopped-campaign execution still runs"
+                time.sleep(0.1)
+            took = time.monotonic() - started
+            history = sfn.get_execution_history(executionArn=execution)["events"]
+            out.append({"status": desc["status"], "invoked": invoked, "took": took, "execution": execution,
+                        "output": json.loads(desc.get("output") or "null"),
+                        "states": [e["stateEnteredEventDetails"]["name"] for e in history
+                                   if "stateEnteredEventDetails" in e]})
     finally:
         use_engine(None)
         boto3.DEFAULT_SESSION.events.unregister("before-call.lambda.Invoke", watched)
     messages = [json.loads(m["Body"])["Message"] for m in
                 session.client("sqs").receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])]
-    return {"status": desc["status"], "invoked": invoked, "messages": messages, "took": took,
-            "states": [e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e]}
+    return [{**o, "messages": messages} for o in out]
 
 
 def _deleted(api: Any, plural: str) -> list[int]:
@@ -150,18 +162,25 @@ def _deleted(api: Any, plural: str) -> list[int]:
 
 
 @pytest.mark.parametrize("status", ["ABORTED", "TIMED_OUT"])
-def test_a_campaign_stopped_while_its_load_runs_is_torn_down_reported_and_announced(tmp_path: Path,
-                                                                                     status: str) -> None:
+def test_a_campaign_stopped_while_its_load_runs_is_torn_down_reported_and_announced(tmp_path: Path, status: str,
+                                                                                     monkeypatch: Any) -> None:
     """The runner Job is stopped before the deployment is deleted, the node group is back at its recorded size,
-    the campaign ends ``stopped`` with its error and receipt, the status topic names the report; a duplicate
-    event and the hourly sweeper afterwards find nothing to do."""
+    the campaign ends ``stopped`` with its error and receipt, the status topic names the report; the second pass,
+    after the longest function timeout, finds nothing left; a duplicate event and the hourly sweeper afterwards
+    find nothing to do."""
+    from benchctl.campaign.stopped import RECHECK_S
+    from tests.fakes.ports import record_asl_waits
+
+    waited = record_asl_waits(monkeypatch)
     with stopped_while_loading(tmp_path) as w:
         api, p, ctx = w["api"], w["p"], w["ctx"]
         first = run_stopped_machine(w, status_event(status))
         assert first["status"] == "SUCCEEDED", first
         assert first["states"][:2] == ["ResolveStopped", "Todo?"] and "AbortCampaign" in first["states"]
-        assert first["states"][-2:] == ["NotifyStopped", "Stopped"], first["states"]
-        assert first["invoked"][0] == "stopped" and first["invoked"][-1] == "report_failure"
+        assert first["states"][-5:] == ["NotifyStopped", "WaitForInFlight", "AbortAgain", "AgainDone?", "Stopped"], \
+            first["states"]
+        assert RECHECK_S in waited and first["invoked"].count("stopped_again") == 1
+        assert first["invoked"][0] == "stopped" and first["invoked"][-2:] == ["report_failure", "stopped_again"]
         # the load first: its runner Job deleted before the DynamoGraphDeployment
         jobs, dgds = _deleted(api, "jobs"), _deleted(api, "dynamographdeployments")
         assert jobs and dgds and min(jobs) < min(dgds), api.requests
@@ -185,7 +204,7 @@ def test_a_campaign_stopped_while_its_load_runs_is_torn_down_reported_and_announ
         assert ending.startswith('<section id="ending" class="bad" data-status="stopped"'), ending[:300]
         assert "STOPPED FROM OUTSIDE" in ending[:400] and "in state" not in ending[:400], ending[:400]
         (message,) = first["messages"]
-        assert f"benchctl campaign {CID} ended: {status} (stopped from outside) and torn down" in message
+        assert f"benchctl campaign {CID} ended: {status} (its execution " in message and "and torn down" in message
         assert f"s3://results-bucket/reports/{CID}/report.html" in message and EXECUTION in message
         # the receipt: every resource read back gone, the node group restored to its recorded size (its nodes
         # draining: the fake cluster never removes a node, so billing is not judged here)
@@ -223,3 +242,235 @@ def test_an_event_of_another_execution_of_the_same_campaign_id_touches_nothing(t
         assert rec is not None and rec.status == "running" and w["p"].state.failure() is None
         with pytest.raises(ValueError, match=r"detail.status 'SUCCEEDED' is not a stop"):
             resolve_stopped(_Engine(w["p"], w["ctx"]), status_event("SUCCEEDED"))  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ a stop that misses nothing (issue: stop path)
+
+
+class _TableLocks:
+    """The pool-lock table as DynamoDB answers ``benchctl.aws.locks.DynamoLocks``: a put succeeds only when the
+    item is absent, expired or already this campaign's (``ConditionExpression``; DynamoDB developer guide,
+    "Condition expressions": a failed condition writes nothing), a delete only for the holder."""
+
+    def __init__(self, clock: Any) -> None:
+        self.items: dict[str, tuple[str, float]] = {}
+        self.clock = clock
+
+    def acquire(self, keys: list[str], campaign_id: str, ttl_s: float) -> None:
+        from benchctl.campaign.locks import LockHeld, held_message
+
+        now, taken = self.clock(), list[str]()
+        for key in keys:
+            holder = self.items.get(key)
+            if holder is not None and holder[1] >= now and holder[0] != campaign_id:
+                for k in taken:
+                    self.items.pop(k, None)
+                raise LockHeld(held_message(key, holder[0], holder[1], now))
+            self.items[key] = (campaign_id, now + ttl_s)
+            taken.append(key)
+
+    def release(self, keys: list[str], campaign_id: str) -> list[str]:
+        out = [k for k in keys if self.items.get(k, ("",))[0] == campaign_id]
+        for k in out:
+            del self.items[k]
+        return out
+
+
+@contextmanager
+def planned(tmp: Path) -> Iterator[dict[str, Any]]:
+    """The smoke example's campaign after its Plan (pool locks taken, nothing scaled yet), as the next state,
+    ScalePools, is about to run."""
+    spec = eks_world.example_specs()["smoke[managed-nodegroup]"]
+    exp = plan_campaign(spec, "aws").experiments[0]
+    with upstream_api() as api, eks_world.moto_eks(spec, SFN) as session:
+        eks_world.cluster_prerequisites(api, spec)
+        eks_world.dynamo_operator(api)
+        eks_world.job_controller(api)
+        eks_world.daemonset_controller(api)
+        eks_world.gpu_nodes(api, spec)
+        caller = eks_world.Caller()
+        p, ctx, _ = eks_world.providers(spec, caller.client(api), tmp, session)
+        p.locks = _TableLocks(p.clock)
+        campaign.plan(p, ctx, Task(state="Plan", execution=EXECUTION))
+        assert p.locks.items, "Plan took the pool locks"
+        yield {"api": api, "session": session, "p": p, "ctx": ctx, "experiment": exp.name,
+               "nodegroup": str(spec.pools[0].nodegroup), "caller": caller}
+
+
+def _desired(w: dict[str, Any]) -> int:
+    eks = w["session"].client("eks")
+    return int(eks.describe_nodegroup(clusterName=eks_world.CLUSTER, nodegroupName=w["nodegroup"])[
+        "nodegroup"]["scalingConfig"]["desiredSize"])
+
+
+def test_a_failed_execution_that_ran_no_state_is_torn_down(tmp_path: Path, monkeypatch: Any) -> None:
+    """States.Runtime / States.DataLimitExceeded / the history limit end an execution FAILED without its Catch:
+    its run record still says running, so the FAILED event tears it down (the campaign ends failed, its error
+    ExecutionFailed) and announces it."""
+    from tests.fakes.ports import record_asl_waits
+
+    record_asl_waits(monkeypatch)
+    with stopped_while_loading(tmp_path) as w:
+        out = run_stopped_machine(w, status_event("FAILED"))
+        assert out["status"] == "SUCCEEDED" and "AbortCampaign" in out["states"], out
+        assert _desired(w) == 0
+        rec = w["p"].state.campaign()
+        assert rec is not None and (rec.status, rec.error) == ("failed", "ExecutionFailed"), rec
+        assert "without running its own failure path" in str(rec.cause)
+        (message,) = out["messages"]
+        assert f"benchctl campaign {CID} ended: FAILED (its execution ended FAILED without running" in message
+
+
+def test_a_failed_execution_whose_own_teardown_ran_is_left_alone(tmp_path: Path, monkeypatch: Any) -> None:
+    """A FAILED execution whose failure path ran (its run record says failed) is not torn down again: nothing
+    but reads, no report, no message."""
+    from tests.fakes.ports import record_asl_waits
+
+    record_asl_waits(monkeypatch)
+    with stopped_while_loading(tmp_path) as w:
+        campaign.mark_campaign(w["p"], w["ctx"], "failed", error="LoadFailed", cause="its own failure path ran")
+        before = len(w["api"].requests)
+        out = run_stopped_machine(w, status_event("FAILED"))
+        assert out["status"] == "SUCCEEDED" and out["states"][-1] == "NothingToDo", out
+        assert out["invoked"] == ["stopped"] and out["messages"] == []
+        assert [r for r in w["api"].requests[before:] if r[0] != "GET"] == []
+        assert _desired(w) > 0  # what the campaign's own teardown would have restored is not touched here
+
+
+def test_two_duplicate_events_run_one_teardown_and_one_report(tmp_path: Path, monkeypatch: Any) -> None:
+    """EventBridge targets are at-least-once: the same event delivered twice starts two executions at once. The
+    create-only stop claim lets one tear down and report; the other finds the claim and does nothing."""
+    from tests.fakes.ports import record_asl_waits
+
+    record_asl_waits(monkeypatch)
+    with stopped_while_loading(tmp_path) as w:
+        event = status_event("ABORTED")
+        a, b = run_stopped_machines(w, [event, event])
+        assert a["status"] == b["status"] == "SUCCEEDED", (a, b)
+        torn = [o for o in (a, b) if "AbortCampaign" in o["states"]]
+        idle = [o for o in (a, b) if o["states"][-1] == "NothingToDo"]
+        assert len(torn) == 1 and len(idle) == 1, (a["states"], b["states"])
+        assert a["invoked"].count("report_failure") == 1 and a["invoked"].count("stopped") == 2
+        assert len(a["messages"]) == 1 and "and torn down" in a["messages"][0]
+        assert "claimed by " + torn[0]["execution"] in idle[0]["output"]["stopped"]["why"]
+        assert _desired(w) == 0
+
+
+def test_a_stop_racing_an_in_flight_scale_pools_leaves_no_group_scaled(tmp_path: Path, monkeypatch: Any) -> None:
+    """StopExecution does not cancel the ScalePools invocation in flight. Here the whole stop (first pass,
+    report, second pass) runs after ScalePools recorded nothing and before it scales: the invocation's re-check
+    after its change finds the campaign no longer running, restores the group itself and raises
+    CampaignNotRunning. No group stays scaled and no lock stays held."""
+    from benchctl.errors import CampaignNotRunning
+    from tests.fakes.ports import record_asl_waits
+
+    record_asl_waits(monkeypatch)
+    with planned(tmp_path) as w:
+        p = w["p"]
+        real_scale = p.pools.scale
+        stops: list[dict[str, Any]] = []
+
+        def scale_after_a_stop(*args: Any, **kw: Any) -> Any:
+            if not stops:
+                stops.append(run_stopped_machine(w, status_event("ABORTED")))
+            return real_scale(*args, **kw)
+
+        monkeypatch.setattr(p.pools, "scale", scale_after_a_stop)
+        updates: list[str] = []  # the hook the redrive test counts on, seen to count here
+        w["session"].events.register("before-call.eks.UpdateNodegroupConfig", lambda **kw: updates.append("u"))
+        w["caller"].function = "Pools"
+        with pytest.raises(CampaignNotRunning, match=r"stopped while ScalePools of .* ran: restored"):
+            campaign.scale_pools(p, w["ctx"], Task(w["experiment"], state="ScalePools"))
+        (stop,) = stops
+        assert stop["status"] == "SUCCEEDED" and "AbortCampaign" in stop["states"], stop
+        assert len(updates) == 2  # scaled by the invocation in flight, then restored by it
+        assert _desired(w) == 0
+        assert campaign.unrestored_pools(p) == {}
+        assert p.locks.items == {}
+
+
+def test_a_scale_pools_that_died_after_its_change_is_restored_by_the_second_pass(tmp_path: Path,
+                                                                                monkeypatch: Any) -> None:
+    """An in-flight ScalePools whose re-check never ran (it scaled, then its invocation ended: a timeout) and
+    whose record the first pass did not see: the second pass, after the longest function timeout, finds the
+    group recorded unrestored, takes its lock again and restores it."""
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+    from benchctl.campaign import base, stopped
+
+    with planned(tmp_path) as w:
+        p = w["p"]
+        waited: list[int] = []
+
+        def in_flight_scale_pools_ends_during_the_wait(self: Any, env: Any, wait_seconds: int) -> None:
+            waited.append(wait_seconds)
+            if wait_seconds == stopped.RECHECK_S:  # the invocation that passed its first check before the stop
+                with monkeypatch.context() as m:
+                    m.setattr(base, "require_running", lambda p, state: None)  # died before its re-check
+                    w["caller"].function = "Pools"
+                    campaign.scale_pools(p, w["ctx"], Task(w["experiment"], state="ScalePools"))
+                    w["caller"].function = "Teardown"
+                assert _desired(w) > 0
+
+        monkeypatch.setattr(WaitFunction, "_wait_interval", in_flight_scale_pools_ends_during_the_wait)
+        w["caller"].function = "Teardown"
+        out = run_stopped_machine(w, status_event("ABORTED"))
+        assert stopped.RECHECK_S in waited
+        assert out["status"] == "SUCCEEDED" and out["states"][-3:] == ["AbortAgain", "AgainDone?", "Stopped"], out
+        assert _desired(w) == 0
+        assert campaign.unrestored_pools(p) == {} and p.locks.items == {}
+        rec = p.state.campaign()
+        assert rec is not None and rec.status == "stopped"
+
+
+def test_a_redriven_stopped_campaign_scales_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """Redrive restarts a stopped execution where it stopped, same ARN; its campaign was torn down and its locks
+    released. ScalePools and Deploy refuse it (CampaignNotRunning, naming the status and the run record), and
+    no node group update is made."""
+    from benchctl.errors import CampaignNotRunning
+    from tests.fakes.ports import record_asl_waits
+
+    record_asl_waits(monkeypatch)
+    with planned(tmp_path) as w:
+        p, ctx, e = w["p"], w["ctx"], Task(w["experiment"], state="ScalePools")
+        assert run_stopped_machine(w, status_event("ABORTED"))["status"] == "SUCCEEDED"
+        updates: list[str] = []  # every EKS write the pool adapter makes, seen as it leaves the client
+        for op in ("UpdateNodegroupConfig", "UpdateNodegroupVersion", "CreateNodegroup"):
+            w["session"].events.register(f"before-call.eks.{op}", lambda op=op, **kw: updates.append(op))
+        before = len(w["api"].requests)
+        with pytest.raises(CampaignNotRunning, match=r"ScalePools: campaign .* is 'stopped', not 'running'"):
+            campaign.scale_pools(p, ctx, e)
+        with pytest.raises(CampaignNotRunning, match=r"Deploy: campaign .* is 'stopped'"):
+            campaign.deploy(p, ctx, Task(w["experiment"], state="Deploy"))
+        assert updates == []
+        assert [r for r in w["api"].requests[before:] if r[0] != "GET"] == []
+        assert _desired(w) == 0 and p.state.pools(w["experiment"]) is None
+
+
+def test_the_second_pass_never_restores_a_pool_another_campaign_took_meanwhile(tmp_path: Path,
+                                                                                monkeypatch: Any) -> None:
+    """The first pass released the locks; another campaign took the pool before the second pass. The second
+    pass refuses to restore under it (LockHeld, naming the holder), the machine ends failed and says so on the
+    status topic, and the other campaign's lock and group are as it left them."""
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+    from benchctl.campaign import base, stopped
+    from benchctl.campaign.locks import lock_keys
+
+    with planned(tmp_path) as w:
+        p = w["p"]
+
+        def another_campaign_takes_the_pool(self: Any, env: Any, wait_seconds: int) -> None:
+            if wait_seconds == stopped.RECHECK_S:
+                with monkeypatch.context() as m:
+                    m.setattr(base, "require_running", lambda p, state: None)
+                    w["caller"].function = "Pools"
+                    campaign.scale_pools(p, w["ctx"], Task(w["experiment"], state="ScalePools"))
+                    w["caller"].function = "Teardown"
+                p.locks.acquire(lock_keys(p.state.spec()), "other-campaign", 3600)
+
+        monkeypatch.setattr(WaitFunction, "_wait_interval", another_campaign_takes_the_pool)
+        out = run_stopped_machine(w, status_event("ABORTED"))
+        assert out["status"] == "FAILED" and out["states"][-2:] == ["NotifyAgainFailed", "StoppedUntorn"], out
+        assert any("second teardown pass after its stop FAILED" in m for m in out["messages"]), out["messages"]
+        assert _desired(w) > 0 and {h for h, _ in p.locks.items.values()} == {"other-campaign"}

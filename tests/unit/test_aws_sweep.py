@@ -4,6 +4,7 @@ people's objects are left alone."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import boto3
@@ -141,3 +142,82 @@ def test_a_doctors_runner_identity_abandoned_for_an_hour_is_ended_and_a_fresh_on
     assert report["doctor-20261205-155500"]["action"] == "left alone: still running"
     assert report["unrecorded-1"]["action"] == "left alone: still running"
     assert cluster.stored("ServiceAccount", "unrecorded-1", "dynamo-bench") is not None
+
+
+# ------------------------------------------------------------------------------------------------ the watchdog
+
+
+def _lock_table(monkeypatch) -> None:
+    """The control-plane stack's pool-lock table (key ``pool``) in moto's DynamoDB, named to every function."""
+    from benchctl.constants import LOCK_KEY_ATTRIBUTE
+
+    boto3.client("dynamodb").create_table(
+        TableName="benchctl-locks", BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": LOCK_KEY_ATTRIBUTE, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": LOCK_KEY_ATTRIBUTE, "AttributeType": "S"}])
+    monkeypatch.setenv("BENCHCTL_LOCK_TABLE", "benchctl-locks")
+    monkeypatch.setenv("BENCHCTL_NAMESPACE", "dynamo-bench")
+
+
+def test_the_watchdog_tears_down_a_lock_holder_whose_stop_event_was_lost(aws, cluster, monkeypatch):  # noqa: F811
+    """A campaign stopped from outside whose status-change event never started the stopped-campaign machine
+    (best-effort delivery): its pool lock is still held. Within the grace period the watchdog leaves it to that
+    machine; after it, the watchdog claims the stop (create-only) and tears it down as the sweep does; a late
+    event's machine then finds nothing to do."""
+    import time
+
+    from benchctl.aws.sweep import WATCHDOG, WATCHDOG_GRACE_S, aws_sweep
+    from benchctl.campaign.stopped import resolve_stopped
+    from lambdas._runtime import current_engine
+
+    _lock_table(monkeypatch)
+    sfn = boto3.client("stepfunctions")
+    _campaign(sfn, aws, "dead-1", stop=True)
+    assert _scaling()["desiredSize"] == 1
+    assert boto3.client("dynamodb").scan(TableName="benchctl-locks")["Items"], "Plan took the pool lock"
+    kube = KubeClient(cluster.url, token=lambda: "test-token")
+    env = dict(os.environ)
+
+    (early,) = aws_sweep(env, kube=kube, watchdog=True)
+    assert early["action"].startswith("left alone: ended ABORTED") and _scaling()["desiredSize"] == 1, early
+    (line,) = aws_sweep(env, kube=kube, watchdog=True, clock=lambda: time.time() + WATCHDOG_GRACE_S + 60)
+    assert line["action"] == "swept", line
+    assert _scaling()["desiredSize"] == 0
+    assert boto3.client("dynamodb").scan(TableName="benchctl-locks")["Items"] == []
+    claim = RunState(S3RunStore(BUCKET, "runs/dead-1")).store.read_json("stop_claim.json")
+    assert claim is not None and claim["claimant"] == WATCHDOG and claim["status"] == "ABORTED"
+    # the lost event, delivered late: its machine finds the watchdog's claim
+    record = RunState(S3RunStore(BUCKET, "runs/dead-1")).campaign()
+    assert record is not None and record.execution
+    ex = sfn.describe_execution(executionArn=record.execution)
+    event = {"source": "aws.states", "detail-type": "Step Functions Execution Status Change",
+             "detail": {"executionArn": ex["executionArn"], "name": "dead-1", "status": "ABORTED",
+                        "input": json.dumps({"spec_uri": f"s3://{BUCKET}/specs/dead-1.yaml"})}}
+    out = resolve_stopped(current_engine(), event, "arn:aws:states:us-east-1:123456789012:execution:stopped:late")
+    assert not out["todo"] and "ended already (failed)" in out["why"], out  # swept, and claimed by the watchdog
+
+
+def test_the_watchdog_leaves_a_stop_its_machine_claimed_and_reads_nothing_while_no_lock_is_held(
+        aws, cluster, monkeypatch):  # noqa: F811
+    import time
+
+    from benchctl.aws import eks_token
+    from benchctl.aws.sweep import WATCHDOG_GRACE_S, aws_sweep
+
+    _lock_table(monkeypatch)
+    later = lambda: time.time() + WATCHDOG_GRACE_S + 60  # noqa: E731
+    kube = KubeClient(cluster.url, token=lambda: "test-token")
+    sfn = boto3.client("stepfunctions")
+    _campaign(sfn, aws, "dead-1", stop=True)
+    RunState(S3RunStore(BUCKET, "runs/dead-1")).claim_stop("arn:aws:states:::execution:stopped:first", "t", "ABORTED")
+    (line,) = aws_sweep(dict(os.environ), kube=kube, watchdog=True, clock=later)
+    assert line["action"] == "left alone: its teardown was claimed by arn:aws:states:::execution:stopped:first at t"
+    assert _scaling()["desiredSize"] == 1
+    boto3.client("dynamodb").delete_table(TableName="benchctl-locks")
+    _lock_table(monkeypatch)  # empty: no lock held
+
+    def no_cluster(*a, **kw):
+        raise AssertionError("the watchdog reached for the cluster while no lock is held")
+
+    monkeypatch.setattr(eks_token, "kube_for_cluster", no_cluster)
+    assert aws_sweep(dict(os.environ), watchdog=True, clock=later) == []

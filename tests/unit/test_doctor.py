@@ -26,7 +26,7 @@ from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.selftest import KUBERNETES_FUNCTIONS, checks_for
 from benchctl.campaign import asl
 from lambdas import FUNCTIONS
-from tests.fakes import pod_identity
+from tests.fakes import pod_identity, stop_path_world
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION, ACCOUNT = "us-east-1", "123456789012"
@@ -187,7 +187,7 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
         eks.create_cluster(name=CLUSTER, roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig={})
         for group, itype in (("gpu-ng", "p4d.24xlarge"), ("benchctl-rehearsal", "m7i.2xlarge")):  # BENCHCTL_NODEGROUPS
             eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=group, nodeRole=f"arn:aws:iam::{ACCOUNT}:role/node",
-                                 subnets=["subnet-1"], instanceTypes=[itype],
+                                 subnets=[_subnet()], instanceTypes=[itype],
                                  scalingConfig={"minSize": 0, "desiredSize": 0, "maxSize": 2})
         api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         # the access entries' groups, bound by our RBAC file (the functions run here in one process, one token)
@@ -219,6 +219,8 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
             name="campaign", definition=asl.substitute({v: a for v, a in arns.items() if v in FUNCTIONS}),
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/sfn")
         session = boto3.session.Session(region_name=REGION)
+        stop_path_world.install(session, sm["stateMachineArn"], arns, cluster=CLUSTER,  # benchctl.aws.doctor_stop
+                                nodegroups=("gpu-ng", "benchctl-rehearsal"))
         invoker = Invoker(monkeypatch, arns)
         session.events.register("before-call.lambda.Invoke", invoker)
         yield {"arn": sm["stateMachineArn"], "session": session, "invoker": invoker, "api": api, "arns": arns,
@@ -485,6 +487,29 @@ def test_the_doctor_waits_on_its_own_machine_until_the_jobs_identity_has_settled
     assert pods.calls.count("CreatePodIdentityAssociation") == 1  # the same campaign id asked again
 
 
+def test_the_doctor_names_each_pools_zone_offering_and_reservation(account):
+    """The doctor reads, for each of the spec's EKS pools, whether its node group's zone offers its type and what
+    reservation it names (benchctl.aws.capacity_checks; test_pool_capacity.py holds the refusals)."""
+    from tests.fakes.ec2_capacity import ec2_capacity
+
+    spec = ROOT / "examples" / "aws-rehearsal.yaml"
+    with ec2_capacity({}, offerings={"m7i.2xlarge": [f"{REGION}a"]}):
+        checks = _run(account, spec=spec)
+    offering, reservation = checks["offering of pool cpu-rehearsal"], checks["reservation of pool cpu-rehearsal"]
+    assert offering.ok and f"m7i.2xlarge is offered in {REGION}a" in offering.detail
+    assert reservation.ok and "On-Demand" in reservation.detail
+    with ec2_capacity({}, offerings={"m7i.2xlarge": [f"{REGION}c"]}):
+        line = _run(account, spec=spec)["offering of pool cpu-rehearsal"].line()
+    assert line.startswith("FAIL offering of pool cpu-rehearsal: ") and f"offer it: {REGION}c" in line
+
+
+def _subnet() -> str:
+    """A subnet of the account's VPC in the Region's first zone (a node group's ``subnets``: where its nodes launch)."""
+    ec2 = boto3.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    return str(ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"])
+
+
 def test_the_specs_gpu_quotas_are_a_line_each_and_one_past_its_value_fails_naming_the_increase(account):
     """The doctor reads the spec's EC2 vCPU quotas as the preflight judges them (tests/fakes/ec2_capacity.py:
     moto's EC2 quotas), with the capacity options of its P pools, one line each."""
@@ -492,7 +517,7 @@ def test_the_specs_gpu_quotas_are_a_line_each_and_one_past_its_value_fails_namin
 
     eks, iam = boto3.client("eks"), boto3.client("iam")
     role = iam.create_role(RoleName="nodes", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-    eks.create_nodegroup(clusterName=CLUSTER, nodegroupName="gpu-p4d", nodeRole=role, subnets=["subnet-1"],
+    eks.create_nodegroup(clusterName=CLUSTER, nodegroupName="gpu-p4d", nodeRole=role, subnets=[_subnet()],
                          instanceTypes=["p4d.24xlarge"])
     seed = ROOT / "examples" / "seed-plan.yaml"
     with ec2_capacity({"L-417A185B": 384.0}):

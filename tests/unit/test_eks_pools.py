@@ -18,11 +18,13 @@ from moto import mock_aws
 
 from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.k8s.common import nodepool_name
-from benchctl.aws.pool_nodes import CAMPAIGN_LABEL, NODEGROUP_LABEL, PoolScalingFailed
+from benchctl.aws.pool_nodes import CAMPAIGN_LABEL, NODEGROUP_LABEL, STALE_ISSUE_GRACE_S, PoolScalingFailed
 from benchctl.aws.pools import ManagedNodeGroupPools, pools_for
+from benchctl.errors import CapacityUnavailable
 from benchctl.spec.deployment import PoolSpec
 from benchctl.spec.model import parse_spec
 from tests import crd_schemas
+from tests.fakes.eks_world import ICE_MESSAGE, set_nodegroup_health
 from tests.fakes.k8s_api import FakeKubeApi
 
 CLUSTER = "bench"
@@ -314,3 +316,166 @@ def test_the_receipt_reads_our_nodepool_back_and_its_nodes(api: FakeKubeApi) -> 
     assert seen["state"] == "gone" and seen["billing"] == f"still billing: 1 node(s) of NodePool {NAME} up"
     api.remove("Node", "k1")
     assert pools.observe(rec)["billing"] == "ended"
+
+
+# ---------------------------------------------------------------- capacity failures end the wait
+
+
+class Clock:
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ice_issue(zone: str = "us-east-1a") -> dict[str, Any]:
+    """AsgInstanceLaunchFailures as EKS reports EC2's InsufficientInstanceCapacity (eks_world.ICE_MESSAGE)."""
+    return {"code": "AsgInstanceLaunchFailures", "resourceIds": ["eks-gpu-ng-asg"],
+            "message": ICE_MESSAGE.format(type="g6e.12xlarge", zone=zone, others="us-east-1b")}
+
+
+def clocked(aws: Aws, api: FakeKubeApi, clock: Clock) -> ManagedNodeGroupPools:
+    s = pool_spec()
+    return ManagedNodeGroupPools(CLUSTER, {s.name: s}, session=aws.session, kube=kube_of(api), clock=clock)
+
+
+def test_a_node_group_out_of_capacity_raises_capacity_unavailable_naming_type_zone_code_and_launched(
+        aws: Aws, api: FakeKubeApi) -> None:
+    # Given a scale-up to 2 of which one node joined, and the group reporting EC2's InsufficientInstanceCapacity
+    pools = managed(aws, api)
+    rec = pools.scale("gpu", 2, owner="o")
+    assert pools.ready(rec) is False  # launching: nothing reported yet
+    api.add_node("n1", {NODEGROUP_LABEL: "gpu-ng"}, allocatable_gpus=4)
+    set_nodegroup_health(aws.session, "gpu-ng", [ice_issue("us-east-1d")], "DEGRADED")
+    # Then the next check ends the wait, naming what a person needs
+    with pytest.raises(CapacityUnavailable) as caught:
+        pools.ready(rec)
+    err = caught.value
+    assert (err.instance_type, err.zone, err.code, err.launched, err.requested) == (
+        "g6e.12xlarge", "us-east-1d", "InsufficientInstanceCapacity", 1, 2)
+    assert "1 of 2 g6e.12xlarge node(s) launched in us-east-1d" in str(err) and "gpu-ng" in str(err)
+    assert "AsgInstanceLaunchFailures on eks-gpu-ng-asg" in str(err)
+
+
+def test_the_zone_of_a_capacity_failure_comes_from_the_launched_nodes_when_the_message_names_none(
+        aws: Aws, api: FakeKubeApi) -> None:
+    pools = managed(aws, api)
+    rec = pools.scale("gpu", 3, owner="o")
+    api.add_node("n1", {NODEGROUP_LABEL: "gpu-ng", "topology.kubernetes.io/zone": "us-east-1f"}, allocatable_gpus=4)
+    set_nodegroup_health(aws.session, "gpu-ng", [{"code": "InstanceLimitExceeded", "resourceIds": [],
+                                                  "message": "vCPU limit of the account reached"}], "DEGRADED")
+    with pytest.raises(CapacityUnavailable, match=r"1 of 3 g6e.12xlarge node\(s\) launched in us-east-1f; "
+                                                  r"InstanceLimitExceeded"):
+        pools.ready(rec)
+
+
+def test_a_capacity_issue_does_not_end_the_wait_once_the_requested_nodes_are_up(aws: Aws, api: FakeKubeApi) -> None:
+    pools = managed(aws, api)
+    rec = pools.scale("gpu", 1, owner="o")
+    api.add_node("n1", {NODEGROUP_LABEL: "gpu-ng"}, allocatable_gpus=4)
+    set_nodegroup_health(aws.session, "gpu-ng", [ice_issue()], "ACTIVE")
+    assert pools.ready(rec) is True
+
+
+def test_transient_health_issues_do_not_end_the_wait(aws: Aws, api: FakeKubeApi) -> None:
+    pools = managed(aws, api)
+    rec = pools.scale("gpu", 2, owner="o")
+    for code in ("ClusterUnreachable", "InternalFailure", "AutoScalingGroupRateLimitExceeded", "PodEvictionFailure"):
+        set_nodegroup_health(aws.session, "gpu-ng", [{"code": code, "message": "m", "resourceIds": []}], "ACTIVE")
+        assert pools.ready(rec) is False, code
+
+
+def test_a_node_group_that_cannot_launch_at_all_fails_as_a_broken_node_group(aws: Aws, api: FakeKubeApi) -> None:
+    pools = managed(aws, api)
+    rec = pools.scale("gpu", 2, owner="o")
+    set_nodegroup_health(aws.session, "gpu-ng", [{"code": "Ec2LaunchTemplateNotFound", "resourceIds": ["lt-1"],
+                                                  "message": "launch template lt-1 not found"}], "DEGRADED")
+    with pytest.raises(PoolScalingFailed, match=r"gpu-ng.*Ec2LaunchTemplateNotFound.*lt-1 not found.*0 of 2"):
+        pools.ready(rec)
+
+
+def test_an_issue_the_group_had_before_the_request_is_judged_only_after_the_grace(aws: Aws, api: FakeKubeApi) -> None:
+    # Given a group left DEGRADED by an earlier scale-out that failed (EKS keeps the issue until one succeeds)
+    set_nodegroup_health(aws.session, "gpu-ng", [ice_issue()], "DEGRADED")
+    clock = Clock(1000.0)
+    pools = clocked(aws, api, clock)
+    rec = pools.scale("gpu", 2, owner="o")
+    assert rec["issues_before"] == [f"AsgInstanceLaunchFailures: {ice_issue()['message']}"]
+    # Then the old issue does not end this wait at once (this launch may succeed and clear it) ...
+    clock.now += STALE_ISSUE_GRACE_S - 1
+    assert pools.ready(rec) is False
+    # ... but a new issue does, and the old one does once the grace is over with the nodes still missing
+    set_nodegroup_health(aws.session, "gpu-ng", [ice_issue("us-east-1c")], "DEGRADED")
+    with pytest.raises(CapacityUnavailable, match="us-east-1c"):
+        pools.ready(rec)
+    set_nodegroup_health(aws.session, "gpu-ng", [ice_issue()], "DEGRADED")
+    clock.now += 2
+    with pytest.raises(CapacityUnavailable, match="us-east-1a"):
+        pools.ready(rec)
+
+
+def nodeclaim(name: str, launched: dict[str, str] | None, nodepool: str = NAME) -> dict[str, Any]:
+    """A Karpenter v1 NodeClaim of ``nodepool`` with its Launched condition (status, reason, message)."""
+    conditions = [{"type": "Launched", "lastTransitionTime": "2026-12-07T00:00:00Z", "observedGeneration": 1,
+                   **launched}] if launched else []
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": nodepool}},
+            "spec": {"nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": "default"},
+                     "requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                       "values": ["us-east-1b"]}]},
+            "status": {"conditions": conditions}}
+
+
+def test_an_auto_mode_nodeclaim_that_cannot_launch_for_capacity_raises_capacity_unavailable(api: FakeKubeApi) -> None:
+    pools = auto(api)
+    pools.watch_launches = True  # benchctl.aws.auto_mode_pools.READ_NODECLAIMS: on once RBAC grants list nodeclaims
+    rec = pools.scale("gpu", 2, owner="o")
+    api.set_status("NodePool", None, NAME, {"conditions": [{"type": "Ready", "status": "True"}]})
+    api.put(nodeclaim(f"{NAME}-aaaaa", {"status": "True", "reason": "Launched", "message": ""}))
+    api.put(nodeclaim(f"{NAME}-bbbbb", {"status": "False", "reason": "LaunchFailed", "message":
+                                        "creating instance, RequestLimitExceeded: Request limit exceeded."}))
+    api.put(nodeclaim("someone-elses-ccccc", {"status": "False", "reason": "InsufficientCapacityError", "message": "x"},
+                      nodepool="someone-else"))
+    assert pools.ready(rec) is True  # throttling is retried by Karpenter; another NodePool's claim is not ours
+    api.put(nodeclaim(f"{NAME}-ddddd", {"status": "False", "reason": "LaunchFailed", "message":
+                                        "creating instance, InsufficientInstanceCapacity - We currently do not have "
+                                        "sufficient p4d.24xlarge capacity"}))
+    with pytest.raises(CapacityUnavailable) as caught:
+        pools.ready(rec)
+    err = caught.value
+    assert (err.instance_type, err.zone, err.code, err.launched, err.requested) == (
+        "p4d.24xlarge", "us-east-1b", "InsufficientInstanceCapacity", 1, 2)
+    assert f"NodeClaim {NAME}-ddddd Launched=False (LaunchFailed)" in str(err)
+
+
+def test_the_readiness_wait_of_an_auto_mode_deployment_ends_when_its_nodeclaim_cannot_launch(
+        api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Auto Mode the nodes launch for the workers' pending pods, after Deploy: CheckReady asks the pools."""
+    from types import SimpleNamespace
+
+    from benchctl.campaign import spend
+    from benchctl.campaign.base import Task
+    from benchctl.campaign.context import Ctx
+    from benchctl.campaign.records import PoolsRecord
+    from benchctl.campaign.serving import check_ready
+
+    spec = auto_spec()
+    eks_pools = pools_for(spec, CAMPAIGN, cluster_name=CLUSTER, kube=kube_of(api))
+    rec = eks_pools.scale("gpu", 2, owner="o")
+    api.set_status("NodePool", None, NAME, {"conditions": [{"type": "Ready", "status": "True"}]})
+    waits: list[str] = []
+    state = SimpleNamespace(deployment=lambda exp: SimpleNamespace(pending=False, state={}, deployed_at=0.0),
+                            spec=lambda: spec, pools=lambda exp: PoolsRecord(records=[rec], requested_at=0.0))
+    p: Any = SimpleNamespace(state=state, pools=eks_pools, clock=lambda: 10.0,
+                             serving=SimpleNamespace(probe_ready=lambda s: waits.append("probe") or False))
+    monkeypatch.setattr(spend, "budget_guard", lambda *a, **k: None)  # no budget here (its own tests: test_budget_guard)
+    ctx, task = Ctx(CAMPAIGN, "/tmp/run", "/tmp/lake", 30, None), Task("agg", state="CheckReady")
+    api.put(nodeclaim(f"{NAME}-aaaaa", {"status": "True", "reason": "Launched", "message": ""}))
+    assert check_ready(p, ctx, task) == {"done": False}  # one node launched, the other still coming: wait
+    api.put(nodeclaim(f"{NAME}-bbbbb", {"status": "False", "reason": "LaunchFailed", "message":
+                                        "creating instance, InsufficientInstanceCapacity - We currently do not have "
+                                        "sufficient p4d.24xlarge capacity"}))
+    with pytest.raises(CapacityUnavailable, match=r"1 of 2 p4d\.24xlarge"):
+        check_ready(p, ctx, task)
+    assert waits == ["probe", "probe"]

@@ -82,3 +82,64 @@ def test_only_the_running_campaign_of_this_very_execution_is_torn_down(tmp_path:
     p.state.save_campaign(CampaignRecord(campaign_id="seed-1", execution=ARN + "seed-1", status="stopped"))
     out = resolve_stopped(engine, _event())  # type: ignore[arg-type]
     assert not out["todo"] and "ended already (stopped)" in out["why"]
+
+
+def test_a_failed_execution_is_a_stop_only_while_its_campaign_still_runs(tmp_path: Path) -> None:
+    """FAILED is in the rule (an error no Catch takes ends an execution FAILED without its failure path): torn
+    down while the run record still says running; one whose own failure path ran (failed) is left alone."""
+    engine = _Engine(tmp_path)
+    resolve_stopped(engine, _event("FAILED"))  # type: ignore[arg-type]
+    p = engine.providers(engine.seen[-1])
+    p.state.save_campaign(CampaignRecord(campaign_id="seed-1", execution=ARN + "seed-1", status="failed"))
+    out = resolve_stopped(engine, _event("FAILED"))  # type: ignore[arg-type]
+    assert not out["todo"] and "ended already (failed)" in out["why"] and p.state.failure() is None
+    p.state.save_campaign(CampaignRecord(campaign_id="seed-1", execution=ARN + "seed-1"))
+    out = resolve_stopped(engine, _event("FAILED"))  # type: ignore[arg-type]
+    assert out["todo"] and out["error"]["Error"] == "ExecutionFailed" and "States.Runtime" in out["why"]
+
+
+def test_one_stop_is_claimed_once_and_a_retry_of_the_claimant_goes_on(tmp_path: Path) -> None:
+    """Two deliveries of one event (two stopped-campaign executions): the first claims the teardown (create-only)
+    and marks the campaign stopping; the second finds the claim and does nothing; the first's own retry (its
+    ResolveStopped retried after a transient error) goes on."""
+    from benchctl.campaign.stopped import STOPPING
+
+    engine = _Engine(tmp_path)
+    resolve_stopped(engine, _event())  # type: ignore[arg-type]
+    p = engine.providers(engine.seen[-1])
+    p.state.save_campaign(CampaignRecord(campaign_id="seed-1", execution=ARN + "seed-1"))
+    first = resolve_stopped(engine, _event(), "exec:stopped:a")  # type: ignore[arg-type]
+    rec = p.state.campaign()
+    assert first["todo"] and rec is not None and rec.status == STOPPING
+    second = resolve_stopped(engine, _event(), "exec:stopped:b")  # type: ignore[arg-type]
+    assert not second["todo"] and "claimed by exec:stopped:a" in second["why"]
+    assert resolve_stopped(engine, _event(), "exec:stopped:a")["todo"]  # type: ignore[arg-type]
+
+
+def test_a_state_that_scales_or_deploys_refuses_a_campaign_that_is_not_running(tmp_path: Path) -> None:
+    from benchctl.campaign.base import require_running
+    from benchctl.errors import CampaignNotRunning
+
+    p = providers_for_test(tmp_path / "run", LocalLake(str(tmp_path / "lake")))
+    require_running(p, "ScalePools")  # no record yet: nothing stopped it
+    p.state.save_campaign(CampaignRecord(campaign_id="seed-1", execution=ARN + "seed-1"))
+    require_running(p, "ScalePools")
+    for status in ("stopping", "stopped", "failed", "succeeded"):
+        p.state.save_campaign(CampaignRecord(campaign_id="seed-1", execution=ARN + "seed-1", status=status))
+        with pytest.raises(CampaignNotRunning, match=rf"Deploy: campaign seed-1 is '{status}'.*campaign\.json"):
+            require_running(p, "Deploy")
+
+
+def test_the_second_abort_pass_waits_longer_than_any_function_can_run() -> None:
+    """An invocation in flight at the stop has ended when AbortAgain runs: RECHECK_S exceeds every function's
+    timeout (the stack's rows, and the sweeper's 15 minutes), and the machine waits exactly that long."""
+    from benchctl.campaign import asl
+    from benchctl.campaign.stopped import RECHECK_S
+    from stacks.function_needs import FUNCTION_NEEDS
+
+    longest = max([n.timeout_minutes for n in FUNCTION_NEEDS.values()] + [15]) * 60
+    assert longest < RECHECK_S
+    definition = asl.load(asl.STOPPED_ASL_PATH)
+    wait = definition["States"]["WaitForInFlight"]
+    assert wait["SecondsPath"] == "$.stopped.recheck_s" and wait["Next"] == "AbortAgain"
+    assert definition["States"]["ResolveStopped"]["ResultSelector"]["recheck_s.$"] == "$.Payload.recheck_s"

@@ -55,6 +55,7 @@ RESOURCES: dict[str, Resource] = {
         Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False),
         Resource("nvidia.com/v1beta1", "DynamoGraphDeployment", "dynamographdeployments", True),
         Resource("karpenter.sh/v1", "NodePool", "nodepools", False),
+        Resource("karpenter.sh/v1", "NodeClaim", "nodeclaims", False),  # read only: a launch's failure (pools)
         Resource("eks.amazonaws.com/v1", "NodeClass", "nodeclasses", False),
     )
 }

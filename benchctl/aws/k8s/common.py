@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from benchctl import monitors
@@ -239,17 +240,82 @@ def json_arg(obj: JSON) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+# ------------------------------------------------------------------------------------------ placement
+#
+# GPU nodes carry the taint nvidia.com/gpu:NoSchedule: the platform's GPU managed node groups
+# (stacks/platform_nodes.py) and every Karpenter NodePool a campaign creates (benchctl.aws.k8s.nodepool; the
+# admission policy benchctl-nodepools refuses one without it). Only what must run there tolerates it: the GPU
+# workers, the mocker workers of an Auto Mode pool (their NodePool carries the taint too) and the pre-pull
+# DaemonSets (:func:`scheduling`). Everything else of a campaign (the Frontend, the load runner, smoke, prefetch
+# and preflight Jobs) and of the platform (Prometheus, Grafana, the operators) runs on the CPU pool
+# (:func:`cpu_node_affinity`) and never tolerates it: a pod there is not evicted when a GPU pool scales in.
+
+GPU_TOLERATION: JSON = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+POOL_LABEL = "benchctl.io/pool"  # on the platform's managed node groups (stacks/platform_nodes.py)
+CPU_POOL = "cpu"  # the platform's CPU node group's benchctl.io/pool (benchctl-cpu): platform pods, Frontend, Jobs
+# EKS Auto Mode's built-in NodePool for general workloads (EKS user guide, "Enable or Disable Built-in NodePools":
+# system, tainted CriticalAddonsOnly, and general-purpose); Karpenter labels its nodes karpenter.sh/nodepool
+AUTO_MODE_CPU_NODEPOOL = "general-purpose"
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+
+
+def tolerates_gpu_taint(pool: PoolSpec) -> bool:
+    """Whether a pod pinned to this pool's nodes must tolerate the GPU taint: a GPU pool's, and any Auto Mode
+    pool's (every NodePool a campaign creates carries the taint, a CPU one included). A CPU managed node group
+    (the rehearsal's) is not tainted: its mocker workers need no toleration."""
+    return pool.gpus_per_node > 0 or pool.provider == "auto-mode"
+
+
 def scheduling(campaign_id: str, pool: PoolSpec) -> JSON:
-    """Where a worker of this pool may run: its node group or NodePool, tolerating the GPU taint."""
+    """Where a worker of this pool may run: its node group or NodePool, tolerating the GPU taint where the
+    pool's nodes carry it (:func:`tolerates_gpu_taint`)."""
     out: JSON = {}
     if pool.provider == "managed-nodegroup":
         if not pool.nodegroup:
             raise ValueError(f"pools.{pool.name}.nodegroup: required for provider managed-nodegroup "
                              f"(the EKS managed node group its workers are pinned to)")
-        out["nodeSelector"] = {"eks.amazonaws.com/nodegroup": pool.nodegroup}
+        out["nodeSelector"] = {NODEGROUP_LABEL: pool.nodegroup}
     elif pool.provider == "auto-mode":
-        out["nodeSelector"] = {"karpenter.sh/nodepool": nodepool_name(campaign_id, pool.name)}
+        out["nodeSelector"] = {NODEPOOL_LABEL: nodepool_name(campaign_id, pool.name)}
     # provider "local" (a spec written for the local engine): no node pinning; any GPU node will do
-    out["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    if tolerates_gpu_taint(pool):
+        out["tolerations"] = [dict(GPU_TOLERATION)]
     return out
+
+
+def cpu_node_affinity(nodegroups: Sequence[str] = (), nodepools: Sequence[str] = ()) -> JSON:
+    """The node affinity of a pod that belongs on the CPU pool (it never tolerates the GPU taint).
+
+    Required, either term: the platform's CPU node group (``benchctl.io/pool=cpu``), or a node of no benchctl
+    pool at all (an existing cluster's nodes, Auto Mode's general-purpose NodePool); and in both, no GPU node
+    whoever labels it (GPU feature discovery's ``nvidia.com/gpu.present``, Auto Mode's
+    ``eks.amazonaws.com/instance-gpu-manufacturer``), no node of a NodePool a campaign created
+    (``benchctl.io/campaign``, its template's label), none of ``nodegroups`` / ``nodepools`` (the campaign's
+    own pools). ``NotIn`` and ``DoesNotExist`` hold for a node without the label (Kubernetes "Assigning Pods to
+    Nodes", node affinity operators). Preferred: the CPU node group, or Auto Mode's general-purpose NodePool
+    (each term matches only on its kind of platform). Not a hard nodeSelector on the CPU pool: a cluster the
+    platform did not make has no such label, and the pods must still run there."""
+    common: list[JSON] = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]},
+                          {"key": "eks.amazonaws.com/instance-gpu-manufacturer", "operator": "NotIn",
+                           "values": ["nvidia"]},
+                          {"key": LABEL_CAMPAIGN, "operator": "DoesNotExist"}]
+    common += [{"key": key, "operator": "NotIn", "values": sorted(set(values))}
+               for key, values in ((NODEGROUP_LABEL, nodegroups), (NODEPOOL_LABEL, nodepools)) if values]
+    return {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [CPU_POOL]}, *common]},
+            {"matchExpressions": [{"key": POOL_LABEL, "operator": "DoesNotExist"}, *common]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": [
+                {"key": POOL_LABEL, "operator": "In", "values": [CPU_POOL]}]}},
+            {"weight": 100, "preference": {"matchExpressions": [
+                {"key": NODEPOOL_LABEL, "operator": "In", "values": [AUTO_MODE_CPU_NODEPOOL]}]}}]}}
+
+
+def off_campaign_pools(pools: Sequence[PoolSpec], campaign_id: str) -> JSON:
+    """:func:`cpu_node_affinity` off these pools' nodes (their node groups and this campaign's NodePools)."""
+    nodegroups = [p.nodegroup for p in pools if p.provider == "managed-nodegroup" and p.nodegroup]
+    nodepools = [nodepool_name(campaign_id, p.name) for p in pools if p.provider == "auto-mode"]
+    return cpu_node_affinity(nodegroups, nodepools)
 

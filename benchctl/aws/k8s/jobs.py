@@ -20,7 +20,7 @@ from benchctl.aws.k8s.common import (
     labels,
     meta,
     model_volume,
-    nodepool_name,
+    off_campaign_pools,
     runner_service_account,
 )
 from benchctl.spec.deployment import PoolSpec
@@ -93,19 +93,11 @@ def container_security() -> JSON:
 
 
 def off_gpu_pools(pools: Sequence[PoolSpec], campaign_id: str) -> JSON:
-    """A required node affinity that keeps a CPU pod (load runner, smoke test, preflight) off this campaign's
-    GPU pools: not on their managed node groups (``eks.amazonaws.com/nodegroup``), not on our Auto Mode
-    NodePools (``karpenter.sh/nodepool``; they also carry the GPU taint). ``NotIn`` also matches a node
-    without the label, so every other node (whoever runs it) stays eligible."""
-    nodegroups = sorted({p.nodegroup for p in pools if p.provider == "managed-nodegroup" and p.nodegroup})
-    nodepools = sorted({nodepool_name(campaign_id, p.name) for p in pools if p.provider == "auto-mode"})
-    # and no node GPU feature discovery labels as having NVIDIA GPUs (another team's GPU nodes)
-    terms = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
-    terms += [{"key": key, "operator": "NotIn", "values": values}
-              for key, values in (("eks.amazonaws.com/nodegroup", nodegroups), ("karpenter.sh/nodepool", nodepools))
-              if values]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+    """The node affinity that keeps a CPU pod (load runner, smoke test, prefetch, preflight, the Frontend) on the
+    CPU pool and off this campaign's pools: not on their managed node groups (``eks.amazonaws.com/nodegroup``),
+    not on any campaign's Auto Mode NodePool, not on a GPU node whoever runs it
+    (:func:`benchctl.aws.k8s.common.cpu_node_affinity`). Such a pod never tolerates the GPU taint."""
+    return off_campaign_pools(pools, campaign_id)
 
 
 def cpu_pod(spec: CampaignSpec, campaign_id: str, pod_spec: JSON) -> JSON:

@@ -23,6 +23,7 @@ from benchctl.aws.k8s.efa import (
 from benchctl.aws.k8s.jobs import container_security
 from benchctl.campaign.ports import DeploymentTarget
 from benchctl.planning.plan import plan_campaign
+from benchctl.spec.deployment import PoolSpec
 from benchctl.spec.model import CampaignSpec
 
 JSON = dict[str, Any]
@@ -116,6 +117,46 @@ def render_prepull(target: DeploymentTarget, campaign_id: str, pool_name: str) -
     }
 
 
+# The NodeClass the platform makes for reservations (stacks.config.RESERVED_NODE_CLASS, from benchctl:gpu_capacity):
+# its ``capacityReservationSelectorTerms`` name the reservation or Capacity Block. Auto Mode labels a node launched
+# into a reservation its NodeClass selects ``karpenter.sh/capacity-type: reserved``, and uses a Capacity Block only
+# through such a NodeClass (EKS user guide, "Control deployment of workloads into Capacity Reservations with EKS Auto
+# Mode", https://docs.aws.amazon.com/eks/latest/userguide/auto-odcr.html). Auto Mode's built-in NodeClass
+# (AUTO_MODE_DEFAULT_NODE_CLASS) cannot be changed, so it never selects one.
+RESERVED_NODE_CLASS = "benchctl-reserved"
+AUTO_MODE_DEFAULT_NODE_CLASS = "default"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def nodepool_node_class(spec: CampaignSpec, pool: PoolSpec) -> str:
+    """The NodeClass a pool's NodePool names: the spec's ``kubernetes.node_class`` (the one the deployment's
+    admission policy allows). A pool bought as a reservation or a Capacity Block needs a NodeClass that selects
+    it: refused on Auto Mode's built-in ``default``, which selects none (its NodePool would never launch)."""
+    k = spec.kubernetes
+    if pool.capacity.purchase != "on-demand" and k.node_class == AUTO_MODE_DEFAULT_NODE_CLASS:
+        raise ValueError(
+            f"pools.{pool.name}.capacity.purchase {pool.capacity.purchase!r} on Auto Mode: kubernetes.node_class is "
+            f"{k.node_class!r}, Auto Mode's built-in NodeClass, which selects no capacity reservation, so the pool's "
+            f"NodePool (karpenter.sh/capacity-type reserved) could launch nothing; set kubernetes.node_class to the "
+            f"NodeClass that selects {pool.capacity.reservation_id} ({RESERVED_NODE_CLASS!r}, which the platform makes "
+            f"from benchctl:gpu_capacity)")
+    return k.node_class
+
+
+def nodepool_requirements(pool: PoolSpec) -> list[JSON]:
+    """What a node of the pool must be (Karpenter v1 ``spec.template.spec.requirements``): its instance type; the
+    capacity type ``on-demand``, or ``reserved`` for a reservation or a Capacity Block (so Karpenter never falls
+    back to On-Demand outside it); and its zone when ``capacity.zone`` names one (the reservation's)."""
+    reserved = pool.capacity.purchase != "on-demand"
+    out: list[JSON] = [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [pool.instance_type]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved" if reserved else "on-demand"]},
+    ]
+    if pool.capacity.zone:
+        out.append({"key": ZONE_LABEL, "operator": "In", "values": [pool.capacity.zone]})
+    return out
+
+
 def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes: int) -> JSON:
     """An EKS Auto Mode (Karpenter) ``NodePool`` for one pool, room for ``nodes`` nodes of its instance type.
 
@@ -124,7 +165,9 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes:
     (8 GPUs) -> ``nvidia.com/gpu: "8"``, and those nodes' cpu and memory (``cpu: "96"``, ``memory: 1152Gi``;
     ``admission.NODE_CAPACITY``). ``WhenEmpty`` consolidation after :func:`consolidate_after`; a disruption
     budget forbids replacing drifted nodes (Auto Mode replaces nodes when their AMI or NodeClass changes),
-    and the DGD's pods carry ``karpenter.sh/do-not-disrupt`` as well.
+    and the DGD's pods carry ``karpenter.sh/do-not-disrupt`` as well. Its nodes carry the GPU taint (only the
+    pool's workers and pre-pull DaemonSets tolerate it); a pool bought as a reservation or a Capacity Block takes
+    reserved capacity only, in its zone (:func:`nodepool_requirements`, :func:`nodepool_node_class`).
     """
     pool = spec.pool(pool_name)
     if nodes <= 0:
@@ -139,11 +182,11 @@ def render_nodepool(spec: CampaignSpec, campaign_id: str, pool_name: str, nodes:
             "template": {
                 "metadata": {"labels": dict(lbl)},
                 "spec": {
-                    "nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": spec.kubernetes.node_class},
-                    "requirements": [
-                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [pool.instance_type]},
-                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                    ],
+                    "nodeClassRef": {"group": "eks.amazonaws.com", "kind": "NodeClass",
+                                     "name": nodepool_node_class(spec, pool)},
+                    "requirements": nodepool_requirements(pool),
+                    # every NodePool of ours, a CPU one included (the admission policy benchctl-nodepools
+                    # refuses one without it): only our workers and pre-pull DaemonSets land on its nodes
                     "taints": [{"key": GPU, "effect": "NoSchedule"}],
                 },
             },

@@ -52,6 +52,7 @@ from benchctl.aws.k8s.efa import (
     efa_per_worker,
 )
 from benchctl.aws.k8s.jobs import (
+    off_gpu_pools,
     raw_prefix,
     render_runner_job,
     render_smoke_job,
@@ -212,14 +213,18 @@ def render_deployment(request: DeploymentRequest) -> JSON:
     lbl = labels(campaign_id, experiment)
     version = runtime_version(k)
     # The frontend reads the model card's files (tokenizer, config, chat template) where the workers published
-    # them, the snapshot directory on the volume: mounted at the same path, offline, as Dynamo's AWS recipes do
+    # them, the snapshot directory on the volume: mounted at the same path, offline, as Dynamo's AWS recipes do.
+    # It runs on the CPU pool, off the experiment's pools, and does not tolerate the GPU taint (common: placement):
+    # a GPU pool's scale-in never evicts it. The operator copies podTemplate.spec onto the pod (the DGD CRD's
+    # components[].podTemplate.spec is a PodSpec: affinity included).
     frontend: JSON = {
         "name": COMPONENT["frontend"],
         "type": "frontend",
         "replicas": 1,
         "podTemplate": {
             "metadata": {"labels": {**lbl, LABEL_ROLE: "frontend"}, "annotations": dict(DO_NOT_DISRUPT)},
-            "spec": {"volumes": [model_volume(k)], "containers": [{
+            "spec": {"affinity": off_gpu_pools(request.target.pools, campaign_id),
+                     "volumes": [model_volume(k)], "containers": [{
                 "name": "main",
                 "image": k.dynamo_image,
                 "command": ["python3", "-m", "dynamo.frontend"],
