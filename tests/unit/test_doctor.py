@@ -339,6 +339,26 @@ def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(account, mon
     assert all(line.startswith(("ok   ", "FAIL ")) for line in out[:-1]) and "failed" in out[-1]
 
 
+def test_the_doctor_on_the_rehearsal_prints_the_stop_path_scaling_verbs_offering_and_reservation_lines(
+        account, monkeypatch, capsys):
+    from benchctl.aws import doctor as module
+    from benchctl.cli import main as cli
+
+    real = module.checks
+    monkeypatch.setattr(module, "checks", lambda arn, **kw: real(
+        arn, **{**kw, "session": account["session"], "lookup": lambda image: (True, "stubbed")}))
+    rc = cli.main(["doctor", "--state-machine-arn", account["arn"], "--spec", "examples/aws-rehearsal.yaml",
+                   "--no-job"])
+    out = capsys.readouterr().out.splitlines()
+    printed = {line[5:].split(":", 1)[0]: line for line in out if line.startswith(("ok   ", "FAIL "))}
+    new_lines = ("stop rule", "stop path failure rule", "stop dead-letter queue", "stop path", "Pools scaling verbs",
+                 "Teardown scaling verbs", "offering of pool cpu-rehearsal", "reservation of pool cpu-rehearsal")
+    assert [name for name in new_lines if name not in printed] == [], out
+    assert [printed[name] for name in new_lines if not printed[name].startswith("ok   ")] == []
+    assert "eks:UpdateNodegroupConfig" in printed["Pools scaling verbs"] and "nothing to do" in printed["stop path"]
+    assert rc == 0, out
+
+
 def test_the_cli_refuses_a_missing_state_machine_arn_with_exit_2(monkeypatch, capsys):
     from benchctl.cli import main as cli
 
