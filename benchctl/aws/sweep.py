@@ -37,9 +37,9 @@ from benchctl.campaign.runstate import RunState
 from benchctl.campaign.sweep import sweep
 
 DOCTOR_TTL_S = 3600  # the doctor's runner Job check ends within minutes (its --job-timeout); an hour is abandoned
-DOCTOR_PREFIX = f"{DOCTOR}-"
+DOCTOR_PREFIX = f"{DOCTOR}-"  # benchctl.aws.selftest names its runner identity's campaign doctor-<UTC time>
 WATCHDOG_GRACE_S = 300  # an ended execution's own stopped-campaign machine claims its campaign within seconds
-WATCHDOG = "benchctl-sweeper-watchdog"  # the watchdog's name in a stop claim  # benchctl.aws.selftest names its runner identity's campaign doctor-<UTC time>
+WATCHDOG = "benchctl-sweeper-watchdog"  # the watchdog's name in a stop claim
 
 KINDS = (("nvidia.com/v1beta1", "DynamoGraphDeployment", True), ("batch/v1", "Job", True),
          ("apps/v1", "DaemonSet", True), ("v1", "ServiceAccount", True),  # a campaign's runner identity
