@@ -20,7 +20,7 @@ from benchctl.report.data import (
     twin_text,
     versions_pretty,
 )
-from benchctl.report.ending import RECEIPT_COLUMNS, ending, receipt_summary
+from benchctl.report.ending import RECEIPT_COLUMNS, Ending, ending, receipt_summary
 from benchctl.report.evidence import Answer
 from benchctl.report.figures import figures
 from benchctl.report.glance import COLUMNS as GLANCE_COLUMNS
@@ -78,17 +78,26 @@ def _ending_section(data: ReportData) -> str:
     """How the campaign ended, first thing: the ending, the state and why, whether what follows is partial,
     and the teardown receipt (each resource read back; a pool still billing in red)."""
     e = ending(data)
-    rows = [{**r, "billing": r.get("billing") or ""} for r in e.receipt]
-    cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in rows)]
-    table = _html_table(cols, rows).replace("<td>still billing", '<td class="billing">still billing') if rows else ""
     return (f'<section id="ending" class="{"bad" if e.partial else "ok"}" data-status="{esc(e.status)}" '
             f'data-receipt-complete="{str(e.receipt_complete).lower()}"><h2>How it ended: {esc(e.headline)}'
             f"{_sim_span(data)}</h2>"
             + (f"<pre class=\"cause\">{esc(e.cause)}</pre>" if e.cause else "")
             + ('<p class="partial">PARTIAL: the results below are what completed before the campaign ended.</p>'
                if e.partial else "")
-            + f'<section id="receipt" data-rows="{len(rows)}"><h3>Teardown receipt</h3>'
-            f'<p class="desc">{esc(receipt_summary(e))}</p>{table}</section></section>')
+            + receipt_section(e) + "</section>")
+
+
+def receipt_section(e: Ending) -> str:
+    """The teardown receipt: its one-line summary, then its rows. A campaign that succeeded with every resource
+    read back gone, restored or handed over shows the summary alone, the rows folded under it (the decision
+    follows at once); any other ending shows them open, a pool still billing in red."""
+    rows = [{**r, "billing": r.get("billing") or ""} for r in e.receipt]
+    cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in rows)]
+    table = _html_table(cols, rows).replace("<td>still billing", '<td class="billing">still billing') if rows else ""
+    if table and e.status == "succeeded" and e.receipt_complete and not e.partial:
+        table = f'<details id="receipt-rows"><summary>the {len(rows)} rows read back</summary>{table}</details>'
+    return (f'<section id="receipt" data-rows="{len(rows)}"><h3>Teardown receipt</h3>'
+            f'<p class="desc">{esc(receipt_summary(e))}</p>{table}</section>')
 
 
 def _sim_span(data: ReportData) -> str:

@@ -160,12 +160,14 @@ def reaper():
 
 def assert_report_and_receipt(out: Path, cid: str, status: str) -> list[dict]:
     """Every ending has its report: ``<run dir>/report/report.html`` says how the campaign ended first, and its
-    teardown receipt reads every resource back gone or restored: each process by its pid, not running (checked
+    teardown receipt reads every resource back gone or restored (its rows folded when the campaign succeeded): each process by its pid, not running (checked
     here again against ``/proc``). The receipt rows (the lake's ``teardown_receipt`` events)."""
     run_dir = out / "campaigns" / cid
     html = (run_dir / "report" / "report.html").read_text(encoding="utf-8")
     head = html[html.index('<section id="ending"'):html.index('<section id="answers"')]
     assert f'data-status="{status}"' in head and 'data-receipt-complete="true"' in head, head
+    # ended well: the receipt is its one-line summary, the rows folded under it; any other ending shows them open
+    assert ('<details id="receipt-rows">' in head) == (status == "succeeded"), head
     rows = [{"experiment": r["experiment"], **json.loads(r["detail_json"])} for r in read_table(out / "lake", "timeline")
             if r["campaign_id"] == cid and r["event"] == "teardown_receipt"]
     assert rows and all(r["state"] in ("gone", "restored", "handed over") for r in rows), rows

@@ -451,3 +451,20 @@ def test_the_report_names_the_twin_that_timed_each_role(lake: LocalLake) -> None
     assert "(no twin) (mocker.twin: off)." in shown
     html = render_report(lake.root, C)
     assert f"<dt>timed by</dt><dd>agg worker: {html_escape(label)}" in html
+
+
+def test_the_receipt_of_a_campaign_that_ended_well_is_one_line_with_its_rows_folded_and_any_other_shows_them_open():
+    from benchctl.report.ending import Ending
+    from benchctl.report.html import receipt_section
+
+    settled = [{"experiment": "agg", "kind": "process", "name": "frontend", "state": "gone", "billing": ""},
+               {"experiment": "agg", "kind": "pool (simulated)", "name": "gpu", "state": "restored", "billing": "ended"}]
+    billing = [settled[0], {**settled[1], "state": "still there", "billing": "still billing (simulated)"}]
+    well = receipt_section(Ending("succeeded", "SUCCEEDED", "", False, settled, True))
+    assert '<details id="receipt-rows"><summary>the 2 rows read back</summary>' in well
+    assert well.index('<p class="desc">2 resource(s) read back after teardown: every one gone') < well.index("<details")
+    for e in (Ending("failed", "FAILED in state CheckReady: InjectedFailure", "x", True, settled, True),
+              Ending("succeeded", "SUCCEEDED", "", False, billing, False)):
+        html = receipt_section(e)
+        assert "<details" not in html and "<table>" in html and 'data-rows="2"' in html, html
+    assert '<td class="billing">still billing' in receipt_section(Ending("succeeded", "SUCCEEDED", "", False, billing, False))
