@@ -323,17 +323,22 @@ def test_every_image_the_spec_names_is_looked_up_and_a_missing_one_fails(account
     assert not up.ok and "aws-cli:9.9.9" in up.detail
 
 
-def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(account, monkeypatch, capsys):
+def _cli_doctor(account, monkeypatch, capsys) -> tuple[int, list[str]]:
+    """``benchctl doctor --spec examples/aws-rehearsal.yaml --no-job`` on the account: (exit code, lines printed)."""
     from benchctl.aws import doctor as module
     from benchctl.cli import main as cli
 
-    account["invoker"].env["BENCHCTL_WORKGROUP"] = "no-such-workgroup"
     real = module.checks
     monkeypatch.setattr(module, "checks", lambda arn, **kw: real(
         arn, **{**kw, "session": account["session"], "lookup": lambda image: (True, "stubbed")}))
     rc = cli.main(["doctor", "--state-machine-arn", account["arn"], "--spec", "examples/aws-rehearsal.yaml",
                    "--no-job"])
-    out = capsys.readouterr().out.splitlines()
+    return rc, capsys.readouterr().out.splitlines()
+
+
+def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(account, monkeypatch, capsys):
+    account["invoker"].env["BENCHCTL_WORKGROUP"] = "no-such-workgroup"
+    rc, out = _cli_doctor(account, monkeypatch, capsys)
     assert rc == 1
     assert any(line.startswith("FAIL Report athena:") for line in out)
     assert all(line.startswith(("ok   ", "FAIL ")) for line in out[:-1]) and "failed" in out[-1]
@@ -341,15 +346,7 @@ def test_the_cli_prints_one_line_per_check_and_exits_1_on_a_failure(account, mon
 
 def test_the_doctor_on_the_rehearsal_prints_the_stop_path_scaling_verbs_offering_and_reservation_lines(
         account, monkeypatch, capsys):
-    from benchctl.aws import doctor as module
-    from benchctl.cli import main as cli
-
-    real = module.checks
-    monkeypatch.setattr(module, "checks", lambda arn, **kw: real(
-        arn, **{**kw, "session": account["session"], "lookup": lambda image: (True, "stubbed")}))
-    rc = cli.main(["doctor", "--state-machine-arn", account["arn"], "--spec", "examples/aws-rehearsal.yaml",
-                   "--no-job"])
-    out = capsys.readouterr().out.splitlines()
+    rc, out = _cli_doctor(account, monkeypatch, capsys)
     printed = {line[5:].split(":", 1)[0]: line for line in out if line.startswith(("ok   ", "FAIL "))}
     new_lines = ("stop rule", "stop path failure rule", "stop dead-letter queue", "stop path", "Pools scaling verbs",
                  "Teardown scaling verbs", "offering of pool cpu-rehearsal", "reservation of pool cpu-rehearsal")
