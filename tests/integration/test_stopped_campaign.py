@@ -65,12 +65,12 @@ class _Engine:
 
 
 @contextmanager
-def stopped_while_loading(tmp: Path) -> Iterator[dict[str, Any]]:
-    """One experiment of the smoke example up to its first step's running load (each state as its function);
-    the execution then stopped (nothing of the campaign state machine runs after it)."""
+def smoke_world(tmp: Path) -> Iterator[tuple[Any, Any, Any, Any, Any, Any, Any]]:
+    """The smoke example on EKS node groups in the rehearsal world (moto's Step Functions and EKS, the fake cluster
+    with its operator, Job and DaemonSet controllers and GPU nodes), nothing run yet: (spec, its first experiment's
+    plan entry, api, session, caller, providers, ctx)."""
     spec = eks_world.example_specs()["smoke[managed-nodegroup]"]
     exp = plan_campaign(spec, "aws").experiments[0]
-    e, step = Task(exp.name), exp.steps[0].step_id
     with upstream_api() as api, eks_world.moto_eks(spec, SFN) as session:
         eks_world.cluster_prerequisites(api, spec)
         eks_world.dynamo_operator(api)
@@ -79,6 +79,15 @@ def stopped_while_loading(tmp: Path) -> Iterator[dict[str, Any]]:
         eks_world.gpu_nodes(api, spec)
         caller = eks_world.Caller()
         p, ctx, _ = eks_world.providers(spec, caller.client(api), tmp, session)
+        yield spec, exp, api, session, caller, p, ctx
+
+
+@contextmanager
+def stopped_while_loading(tmp: Path) -> Iterator[dict[str, Any]]:
+    """One experiment of the smoke example up to its first step's running load (each state as its function);
+    the execution then stopped (nothing of the campaign state machine runs after it)."""
+    with smoke_world(tmp) as (spec, exp, api, session, caller, p, ctx):
+        e, step = Task(exp.name), exp.steps[0].step_id
         campaign.plan(p, ctx, Task(state="Plan", execution=EXECUTION))
         caller.function = "Pools"
         campaign.scale_pools(p, ctx, e)
@@ -280,16 +289,7 @@ class _TableLocks:
 def planned(tmp: Path) -> Iterator[dict[str, Any]]:
     """The smoke example's campaign after its Plan (pool locks taken, nothing scaled yet), as the next state,
     ScalePools, is about to run."""
-    spec = eks_world.example_specs()["smoke[managed-nodegroup]"]
-    exp = plan_campaign(spec, "aws").experiments[0]
-    with upstream_api() as api, eks_world.moto_eks(spec, SFN) as session:
-        eks_world.cluster_prerequisites(api, spec)
-        eks_world.dynamo_operator(api)
-        eks_world.job_controller(api)
-        eks_world.daemonset_controller(api)
-        eks_world.gpu_nodes(api, spec)
-        caller = eks_world.Caller()
-        p, ctx, _ = eks_world.providers(spec, caller.client(api), tmp, session)
+    with smoke_world(tmp) as (spec, exp, api, session, caller, p, ctx):
         p.locks = _TableLocks(p.clock)
         campaign.plan(p, ctx, Task(state="Plan", execution=EXECUTION))
         assert p.locks.items, "Plan took the pool locks"
