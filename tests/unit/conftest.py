@@ -6,8 +6,12 @@ holds the real one. Nor does it wait on the disk: ``os.fsync`` checks its descri
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from benchctl.forecast import twin
 
@@ -31,6 +35,15 @@ def _no_disk_flush_in_the_unit_tier(monkeypatch: pytest.MonkeyPatch) -> None:
     subject, and thousands of them waited on the disk in every run. A test of what happens when it fails sets
     its own (tests/unit/test_bad_input.py)."""
     monkeypatch.setattr(os, "fsync", os.fstat)  # an invalid descriptor still raises OSError (EBADF)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """moto (every service, us-east-1) and a session on it; a module that needs another world defines its own."""
+    for k, v in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    with mock_aws():
+        yield boto3.session.Session(region_name="us-east-1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

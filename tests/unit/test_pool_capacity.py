@@ -12,10 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import yaml
-from moto import mock_aws
 
 from benchctl.errors import SpecError
 from benchctl.planning.budget import budget_problem, budget_slack_s, guarded
@@ -227,14 +225,6 @@ def test_the_cost_scope_names_the_drain_and_the_nat_image_pulls_as_not_measured(
 
 
 # ------------------------------------------------------------------------------------------ EC2, on moto
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
-    for k, v in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    with mock_aws():
-        yield boto3.session.Session(region_name="us-east-1")
 
 
 def _cluster(session: Any, zone: str = "us-east-1b") -> None:

@@ -7,10 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import yaml
-from moto import mock_aws
 
 from benchctl.planning.quotas import (
     CAPACITY_BLOCK,
@@ -122,14 +120,6 @@ def test_the_cluster_must_reach_each_registry_of_the_campaigns_images_and_the_hu
 
 
 # ------------------------------------------------------------------------------------------ the edge, on moto
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
-    for k, v in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    with mock_aws():
-        yield boto3.session.Session(region_name="us-east-1")
 
 
 def _cluster(session: Any, capacity: str = "ON_DEMAND", template: str | None = None) -> None:
