@@ -14,6 +14,17 @@ Grafana's substitutions, as its Prometheus datasource does them (public/app/plug
 A query fails when Prometheus answers an error (it does not parse, or cannot run), when it returns no series
 with a number in the window, or when a number lies outside what the panel's unit allows (:data:`PLAUSIBLE`).
 Each failure names the dashboard, the panel, the query's refId and its text.
+
+The Prometheus is a server on the other end of a port-forward, so its answers are held to what its HTTP API
+documents (prometheus.io/docs/prometheus/latest/querying/api: "Every successful API request returns a 2xx status
+code"; the envelope ``{"status": "success"|"error", "data": ..., "errorType", "error"}``; ``query_range`` data
+``{"resultType": "matrix", "result": [{"metric": {..}, "values": [[t, "v"], ..]}]}``, label values a list of
+strings, series a list of label sets). :class:`HttpPrometheus` follows no redirect (the API never needs one; a
+3xx, e.g. to the instance metadata address, is an error naming where it pointed), reads at most
+:data:`MAX_BODY_BYTES`, parses with :func:`benchctl.strict_json.loads_strict` (no NaN literal,
+duplicate key or nesting deeper than 64) and checks the answer's shape; any of these is a
+:class:`PrometheusAnswerError` naming the endpoint and the query, its remote text made inert
+(:func:`benchctl.logtext.inert`).
 """
 
 from __future__ import annotations
@@ -27,7 +38,11 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
+
+from benchctl.errors import ArtifactError
+from benchctl.logtext import inert
+from benchctl.strict_json import loads_strict
 
 DASHBOARDS = Path(__file__).resolve().parents[1] / "dashboards"  # the repository's (a checkout, not a wheel)
 SCRAPE_S = 15  # the Prometheus datasource's scrape interval (Grafana's default, the platform's)
@@ -44,28 +59,130 @@ PLAUSIBLE: dict[str | None, tuple[float, float]] = {
 _RE_SPECIAL = re.compile(r"([$^*{}\[\]'+?.()|])")
 
 
+# The most one answer may hold: a 60-minute query_range at a 15 s step is 240 points a series, ~10 kB; 32 MiB is
+# some 3,000 series of it, far beyond any dashboard query here, and bounded memory against a hostile server.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
 class PrometheusAPI(Protocol):
     def get(self, path: str, **params: Any) -> Any: ...
 
 
-class HttpPrometheus:
-    """Prometheus' HTTP API at ``url`` (GET only; an error answer is returned as its JSON body)."""
+class PrometheusAnswerError(ValueError):
+    """A Prometheus answer that is not what its HTTP API documents (names the endpoint and the query)."""
 
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+
+class _Redirected(Exception):
+    def __init__(self, code: int, to: str) -> None:
+        super().__init__(code, to)
+        self.code, self.to = code, to
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Every 3xx refused: the API answers 2xx or its JSON error (a redirect could send the query anywhere)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> NoReturn:
+        raise _Redirected(code, newurl)
+
+
+def _where(url: str, path: str, params: dict[str, Any]) -> str:
+    query = params.get("query") or params.get("match[]")
+    return f"{url}{path}" + (f" (query {inert(str(query))!r})" if query else "")
+
+
+def _bad(where: str, what: str) -> NoReturn:
+    raise PrometheusAnswerError(f"{where}: {what}")
+
+
+def _sample(where: str, at: str, pair: Any) -> None:
+    if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int | float)
+            and not isinstance(pair[0], bool) and isinstance(pair[1], str)):
+        _bad(where, f"{at}: expected a [unix time, \"value\"] pair, got {inert(repr(pair))[:80]}")
+    try:
+        float(pair[1])  # Prometheus writes "NaN", "+Inf", "-Inf" as strings: still numbers
+    except ValueError:
+        _bad(where, f"{at}: {inert(pair[1])[:40]!r} is not a number")
+
+
+def check_answer(where: str, path: str, body: Any) -> dict[str, Any]:
+    """``body`` held to the API's envelope and, on success, to the shape of ``path``'s data."""
+    if not isinstance(body, dict):
+        _bad(where, f"expected a JSON object (the API's envelope), got a JSON {type(body).__name__}")
+    status = body.get("status")
+    if status == "error":
+        for key in ("errorType", "error"):
+            if not isinstance(body.get(key, ""), str):
+                _bad(where, f"{key}: expected a string")
+        return {**body, "errorType": inert(body.get("errorType", "")), "error": inert(body.get("error", ""))}
+    if status != "success":
+        _bad(where, f"status: expected 'success' or 'error', got {inert(repr(status))[:60]}")
+    if "data" not in body:
+        _bad(where, "no 'data' in a 'success' answer")
+    data = body["data"]
+    if path.startswith("/api/v1/label/"):
+        if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+            _bad(where, "data: expected a list of label values (strings)")
+    elif path == "/api/v1/series":
+        if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
+            _bad(where, "data: expected a list of series (label sets)")
+    elif path == "/api/v1/query_range":
+        if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+            _bad(where, "data: expected {'resultType': 'matrix', 'result': [...]}")
+        for i, series in enumerate(data["result"]):
+            if not isinstance(series, dict) or not isinstance(series.get("values"), list):
+                _bad(where, f"data.result[{i}]: expected a series with a 'values' list")
+            for j, pair in enumerate(series["values"]):
+                _sample(where, f"data.result[{i}].values[{j}]", pair)
+    elif not isinstance(data, dict):
+        _bad(where, f"data: expected a JSON object, got a JSON {type(data).__name__}")
+    return body
+
+
+class HttpPrometheus:
+    """Prometheus' HTTP API at ``url`` (GET only; an error answer is returned as its JSON body, checked), a careful
+    client: no redirect, at most ``max_bytes`` read, the answer's shape checked (the module's docstring)."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0, max_bytes: int = MAX_BODY_BYTES) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self._opener = urllib.request.build_opener(_NoRedirect)
+
+    def _read(self, where: str, r: Any) -> bytes:
+        length = r.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) > self.max_bytes:
+            _bad(where, f"answer of {int(length)} bytes (Content-Length) is over the {self.max_bytes}-byte cap")
+        body: bytes = r.read(self.max_bytes + 1)
+        if len(body) > self.max_bytes:
+            _bad(where, f"answer is over the {self.max_bytes}-byte cap; benchctl stopped reading it")
+        return body
+
+    def _parse(self, where: str, body: bytes) -> Any:
+        try:
+            return loads_strict(body.decode("utf-8"), where)
+        except ArtifactError as e:
+            _bad(where, f"not an answer of the Prometheus HTTP API ({inert(str(e).removeprefix(where + ': '))})")
+        except ValueError as e:  # not UTF-8, not JSON
+            _bad(where, f"not JSON ({inert(str(e))[:120]})")
 
     def get(self, path: str, **params: Any) -> Any:
         url = f"{self.url}{path}?{urllib.parse.urlencode(params, doseq=True)}"
+        where = _where(self.url, path, params)
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as r:  # noqa: S310 - the user's URL, http(s)
-                return json.loads(r.read())
-        except urllib.error.HTTPError as e:  # 400/422: the API's own error body
-            body = e.read()
+            with self._opener.open(url, timeout=self.timeout_s) as r:
+                return check_answer(where, path, self._parse(where, self._read(where, r)))
+        except _Redirected as e:
+            _bad(where, f"answered HTTP {e.code} redirecting to {inert(e.to)[:200]!r}; the Prometheus HTTP API never "
+                        "redirects, and benchctl follows no redirect: give --prometheus the API's own base URL")
+        except urllib.error.HTTPError as e:  # 400/422/503: the API's own error body
+            with e:
+                body = self._read(where, e)
             try:
-                return json.loads(body)
-            except ValueError:
-                return {"status": "error", "errorType": f"HTTP {e.code}", "error": body[:300].decode(errors="replace")}
+                return check_answer(where, path, self._parse(where, body))
+            except PrometheusAnswerError:
+                text = inert(body[:300].decode(errors="replace"))
+                return {"status": "error", "errorType": f"HTTP {e.code}", "error": text}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ _ESCAPES = re.compile(
     r"|\x1b[ -/]*[0-~]"
 )
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")  # keeps \t and \n
+# every C0 control but tab and newline, DEL, and every C1 control (ECMA-48 section 5.2: 0x80-0x9F; U+009B is a
+# one-character CSI, U+009D an OSC)
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _ERRORISH = re.compile(r"Traceback|\b(?:ERROR|Error|error|FATAL|fatal|panic|Killed|exception|Exception)\b")
 MAX_LINES = 12
 MAX_LINE_CHARS = 400
@@ -35,6 +38,13 @@ def strip_escapes(text: str) -> str:
     out = "\n".join(line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r")
                     for line in out.split("\n"))
     return _CONTROL.sub("", out)
+
+
+def inert(text: str) -> str:
+    """``text`` safe to print to a terminal as it is: every C0 control but tab and newline, DEL and every C1
+    control written as its visible escape (``\\x1b``), so a lake string or a remote body cannot clear the
+    screen, draw a fake link or write the clipboard (OSC 52); everything else is left as it was."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def tail(text: str, n: int = MAX_LINES) -> str:

@@ -12,7 +12,9 @@ their end (an EventBridge rule on execution status changes -> an SNS topic).
   database, except Ingest, which parses what load pods wrote: it puts only lake tables (not ``lake/raw/``)
   and the run store's load and first-failure records; beyond
   that: Plan reads and lists ``specs/`` and checks the cluster's node groups and Pod Identity Agent
-  add-on; Pools and Teardown describe/update the configured node groups of the one cluster; the
+  add-on; Pools and Teardown describe/update the configured node groups of the one cluster; Teardown
+  describes the campaign state machine's executions (a stop event verified before any teardown: the machine's
+  name is fixed, ``benchctl-<env>-campaign``, so its ARN reaches the functions without a reference cycle); the
   functions that call Kubernetes describe the cluster (endpoint + CA; the token is a presigned
   ``sts:GetCallerIdentity``, which needs no IAM permission); Plan takes the pool locks, Teardown and
   Report release them; Report runs Athena queries in the workgroup and creates the views; Plan (and Load,
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from aws_cdk import CfnMapping, CfnOutput, CfnRule, Duration, Fn, RemovalPolicy
@@ -59,6 +61,7 @@ from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
@@ -76,7 +79,7 @@ from benchctl.planning import ceilings
 from lambdas import FUNCTIONS
 from stacks import layers as managed
 from stacks.config import Config, ConfigError
-from stacks.control_plane_grants import RUNTIME, RUNTIME_REASON, _wildcard_reason
+from stacks.control_plane_grants import RUNTIME, RUNTIME_REASON, _wildcard_reason, campaign_machine_name
 from stacks.control_plane_ops import ControlPlaneOperations
 from stacks.function_needs import (
     CEILINGS_FUNCTIONS,
@@ -155,7 +158,9 @@ class ControlPlaneStack(ControlPlaneOperations):
             bucket=bucket.bucket_name, database=results.database_name, workgroup=results.workgroup_name,
             cluster=config.cluster_name, nodegroups=tuple(config.nodegroups), namespace=config.namespace,
             lock_table=self.lock_table.table_name, load_image=load_image_uri,
-            load_role_arn=self.load_job_role.role_arn, log_level="INFO", platform_json=config.platform_provenance)
+            load_role_arn=self.load_job_role.role_arn, log_level="INFO", platform_json=config.platform_provenance,
+            campaign_machine_arn=f"arn:{self.partition}:states:{self.region}:{self.account}:stateMachine:"
+                                 f"{campaign_machine_name(config)}")
         env = self.lambda_env.to_env()
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
@@ -192,7 +197,8 @@ class ControlPlaneStack(ControlPlaneOperations):
             NagSuppressions.add_resource_suppressions(fn, [RUNTIME_REASON])
             NagSuppressions.add_resource_suppressions(role, [
                 _wildcard_reason("lake/* and runs/* objects", "runner/* objects (Load)", "Glue tables of this database",
-                                 "node-group update ids", "the add-on's id"),
+                                 "node-group update ids", "the add-on's id",
+                                 "executions of the campaign state machine (Teardown: a stop event verified)"),
                 {"id": "AwsSolutions-IAM5", "reason": "X-Ray PutTraceSegments/PutTelemetryRecords"
                  + (" and states:SendTaskSuccess" if needs.task_tokens else "") + " support no "
                  "resource-level permissions", "appliesTo": ["Resource::*"]},
@@ -204,6 +210,8 @@ class ControlPlaneStack(ControlPlaneOperations):
         self.state_machine = self._state_machine(
             "Campaign", config, "campaign", asl.text(),
             {var: fn.function_arn for var, fn in self.functions.items()})
+        # its name fixed, as the functions' environment (BENCHCTL_CAMPAIGN_MACHINE_ARN) and Teardown's role name it
+        cast(sfn.CfnStateMachine, self.state_machine.node.default_child).state_machine_name = campaign_machine_name(config)
         for fn in self.functions.values():
             fn.grant_invoke(self.state_machine)
         NagSuppressions.add_resource_suppressions(self.state_machine, [

@@ -70,6 +70,12 @@ class _TopicTarget:
         return events.RuleTargetConfig(arn=self.topic.topic_arn, input=self.message)
 
 
+def campaign_machine_name(config: Config) -> str:
+    """The campaign state machine's name, fixed so that a function's environment and role can name it (its ARN,
+    its executions) without a reference cycle (state machine -> function -> role policy -> state machine)."""
+    return f"benchctl-{config.env_name}-campaign"
+
+
 def _wildcard_reason(*what: str) -> dict[str, object]:
     return {
         "id": "AwsSolutions-IAM5",
@@ -138,6 +144,10 @@ class ControlPlaneGrants(Stack):
             _grant_handover(role, bucket, write=needs.handover == "write")
         if needs.runner_identity:
             self._grant_runner_identity(role, config, cluster_arn, create=needs.runner_identity == "create")
+        if needs.stop_events:  # DescribeExecution of the campaign state machine's executions only (by its fixed name)
+            role.add_to_policy(iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[
+                f"arn:{self.partition}:states:{self.region}:{self.account}:execution:"
+                f"{campaign_machine_name(config)}:*"]))
 
     def _grant_runner_identity(self, role: iam.Role, config: Config, cluster_arn: str, *, create: bool) -> None:
         """A campaign's runner identity (benchctl.aws.runner_identity): list, describe and delete the Pod Identity

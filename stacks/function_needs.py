@@ -25,6 +25,9 @@ class FunctionNeeds:
     # the campaign's runner identity (benchctl.aws.runner_identity): "create" makes its Pod Identity association
     # (iam:PassRole of the load Job role only) and removes it, "remove" only removes it
     runner_identity: str = ""
+    # reads the campaign state machine's executions (states:DescribeExecution): a stop event is verified against
+    # Step Functions before anything is torn down (benchctl.campaign.stopped)
+    stop_events: bool = False
     timeout_minutes: int = 5
     memory_mb: int = 512
 
@@ -39,7 +42,7 @@ FUNCTION_NEEDS: dict[str, FunctionNeeds] = {  # one row per handler of lambdas.F
     "Ingest": FunctionNeeds(lake_tables_only=True, memory_mb=1024),  # parses what load pods wrote
     # Teardown takes a lock again (PutItem) only in the stopped-campaign machine's second pass (benchctl.campaign.stopped)
     "Teardown": FunctionNeeds(kubernetes=True, nodegroups=True, locks=(*_RELEASE, "dynamodb:PutItem"), runner_identity="remove",
-                              handover="read"),
+                              handover="read", stop_events=True),
     "Report": FunctionNeeds(locks=_RELEASE, report=True, timeout_minutes=15, memory_mb=1024, runner_identity="remove"),
 }
 # what the preflight reads of the account's EC2 vCPU quotas and capacity (benchctl.aws.quotas), all read-only

@@ -22,6 +22,7 @@ from tests.fakes.k8s_api import FakeKubeApi
 ROOT = Path(__file__).resolve().parents[1]
 RBAC_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-rbac.yaml"
 ADMISSION_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-admission.yaml"
+IDENTITIES_FILE = ROOT / "stacks" / "kubernetes" / "benchctl-identities.yaml"  # the runner grants' policies
 K8S_VERSION = "1.33"
 FAILED_STEP = "concurrency-sweep-c1-r0"  # made to fail in every campaign: its log tails are collected
 
@@ -45,11 +46,20 @@ def admission() -> Admission:
     return Admission(yaml_files.load_all(ADMISSION_FILE), [admission_params(allow)])
 
 
+@functools.cache
+def cluster_admission() -> Admission:
+    """Every admission policy a cluster applies: :func:`admission`'s and stacks/kubernetes/benchctl-identities.yaml's
+    (which service account a Job may run as: the runner grants, read live from the API server's ConfigMap)."""
+    allow = allow_list_from_ceilings(ceilings.default(), load_image_registry=LOAD_IMAGE.split("/")[0] + "/")
+    return Admission(yaml_files.load_all(ADMISSION_FILE) + yaml_files.load_all(IDENTITIES_FILE),
+                     [admission_params(allow)])
+
+
 def upstream_api() -> FakeKubeApi:
     """The fake API server validating strictly like the real one (vendored CRDs, Kubernetes' Job schema),
     authorizing every request with stacks/kubernetes/benchctl-rbac.yaml as the calling function's group
     (``eks_world.FUNCTION_TOKENS``; the test token is in no group) and admitting every write through
-    stacks/kubernetes/benchctl-admission.yaml."""
+    stacks/kubernetes/benchctl-admission.yaml and benchctl-identities.yaml (its runner grants stored empty)."""
     api = FakeKubeApi(TOKEN)
     api.validate_with("DynamoGraphDeployment", crd_schemas.problems)
     api.validate_with("NodePool", crd_schemas.problems)
@@ -57,7 +67,8 @@ def upstream_api() -> FakeKubeApi:
     api.validate_with("DaemonSet", job_problems)  # the same: Kubernetes' own schema, strict
     api.enforce_rbac(yaml_files.load_all(RBAC_FILE), groups=set())
     eks_world.function_tokens(api)
-    api.enforce_admission(admission())
+    api.enforce_admission(cluster_admission())
+    api.put(eks_world.runner_grants(eks_world.NS))  # applied with the policies that read it, no grant yet
     return api
 
 

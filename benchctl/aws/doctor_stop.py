@@ -7,8 +7,9 @@ The stop path (``stacks/control_plane_ops.py``, ``benchctl.campaign.stopped``), 
 * ``stop path failure rule``: the rule on that machine's own FAILED/TIMED_OUT/ABORTED endings is ENABLED;
 * ``stop dead-letter queue``: it holds no message (each one is a stopped campaign nothing tore down);
 * ``stop path``: the Teardown function, invoked as ResolveStopped invokes it with a synthetic status-change event of
-  a campaign that does not exist, answers "nothing to do" (its code, its layers and its run-store read work, and it
-  writes nothing: no run record, no claim).
+  a campaign that does not exist, answers "nothing to do" (its code, its layers, its environment's campaign machine
+  ARN and its ``states:DescribeExecution`` right work: the execution is described, found not to exist and the
+  event refused; it writes nothing: no run record, no claim).
 
 The scaling verbs: IAM's policy simulator (``iam:SimulatePrincipalPolicy``, IAM API reference) asked, for the role of
 each function that scales or restores node groups (Pools, Teardown, the sweeper), whether it may

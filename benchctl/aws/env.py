@@ -31,6 +31,8 @@ VARIABLES: dict[str, str] = {
     "log_level": "POWERTOOLS_LOG_LEVEL",  # read by Powertools' Logger itself (lambdas/_runtime.py)
     # the platform stack's monitoring as the run record's provenance (scrape interval, dashboards' hash): JSON
     "platform_json": "BENCHCTL_PLATFORM_JSON",
+    # the campaign state machine's ARN: a stop event is verified against it (benchctl.campaign.stopped)
+    "campaign_machine_arn": "BENCHCTL_CAMPAIGN_MACHINE_ARN",
 }
 
 
@@ -52,6 +54,7 @@ class LambdaEnv:
     load_role_arn: str = ""
     log_level: str = "INFO"
     platform_json: str = ""
+    campaign_machine_arn: str = ""
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> LambdaEnv:

@@ -14,10 +14,20 @@ Associations are eventually consistent ("may take several seconds to be effectiv
 returns", CreatePodIdentityAssociation in the EKS API reference): :meth:`RunnerIdentity.ensure` returns the
 association's age, and the preflight waits until it is :data:`SETTLE_S` old before it starts a pod with it.
 
+The grant: a Job's own label cannot choose its service account (any writer of Jobs sets that label). Once the
+service account and its association are checked to be this campaign's, :meth:`RunnerIdentity.ensure` adds the
+campaign's entry to the grants ConfigMap (``k8s.common.RUNNER_GRANTS``: campaign id -> its runner account, one key
+per campaign, by JSON merge patch so that concurrent campaigns do not race); the admission policy
+benchctl-runner-identities (stacks/kubernetes/benchctl-identities.yaml) admits a Job that names a service account
+only when its campaign's grant names that account, and benchctl-runner-grants holds who may change which grant
+(Plan adds and removes; Teardown and the sweeper only remove; the Load function only its doctor's ``doctor-…``
+grant). :meth:`RunnerIdentity.release` removes the grant before the service account.
+
 EKS calls (``eks`` client): CreatePodIdentityAssociation (with iam:PassRole of the load Job role), List- and
 DescribePodIdentityAssociation, DeletePodIdentityAssociation. Kubernetes (``kube``, optional for
 :meth:`release`: the Report function has none, the sweeper removes a service account left behind by its
-campaign label): create, get and delete of ServiceAccounts in the namespace.
+campaign label, and its grant): create, get and delete of ServiceAccounts in the namespace; a merge patch of the
+grants ConfigMap.
 """
 
 from __future__ import annotations
@@ -27,8 +37,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchctl.aws.k8s.client import Conflict, NotFound
-from benchctl.aws.k8s.common import LABEL_CAMPAIGN, labels, meta, runner_service_account
+from benchctl.aws.k8s.client import ApiError, Conflict, NotFound
+from benchctl.aws.k8s.common import (
+    LABEL_CAMPAIGN,
+    RUNNER_GRANTS,
+    labels,
+    meta,
+    runner_grant_patch,
+    runner_service_account,
+)
 from benchctl.campaign.ports import JSON
 
 SETTLE_S = 15.0  # how old an association must be before a pod is started with it (see the docstring)
@@ -121,12 +138,47 @@ class RunnerIdentity:
                     raise RunnerIdentityError(f"service account {self.where}: an association exists that the "
                                               "listing does not show yet; Plan retries") from None
                 return self.ensure(again=False)
+        self.grant(kube)
         return max(0.0, self.clock() - created.timestamp())
+
+    @property
+    def grants_where(self) -> str:
+        return f"ConfigMap {self.namespace}/{RUNNER_GRANTS}"
+
+    def grant(self, kube: Any) -> None:
+        """Add this campaign's grant (its runner service account) to the grants ConfigMap, after :meth:`ensure`
+        checked that the account and its association are this campaign's. :class:`RunnerIdentityError` naming
+        what to do when the ConfigMap is missing or the grant was refused."""
+        try:
+            found = kube.merge_patch("v1", "ConfigMap", RUNNER_GRANTS, self.namespace,
+                                     runner_grant_patch(self.campaign_id, granted=True))
+        except NotFound:
+            raise RunnerIdentityError(
+                f"{self.grants_where} does not exist: the runner grants the admission policy "
+                "benchctl-runner-identities reads (without it every runner Job is refused); apply "
+                "stacks/kubernetes/benchctl-identities.yaml (the platform stack applies it)") from None
+        except ApiError as err:
+            raise RunnerIdentityError(f"{self.grants_where}: the grant of campaign {self.campaign_id} to service "
+                                      f"account {self.service_account} was refused: {err}") from None
+        if ((found.get("data") or {}).get(self.campaign_id)) != self.service_account:
+            raise RunnerIdentityError(f"{self.grants_where}: campaign {self.campaign_id} is granted "
+                                      f"{(found.get('data') or {}).get(self.campaign_id)!r}, not its own runner "
+                                      f"service account {self.service_account}")
+
+    def revoke(self, kube: Any) -> str | None:
+        """Remove this campaign's grant (idempotent: removing an absent key changes nothing); what it names, or
+        None when there are no grants at all."""
+        try:
+            kube.merge_patch("v1", "ConfigMap", RUNNER_GRANTS, self.namespace,
+                             runner_grant_patch(self.campaign_id, granted=False))
+        except NotFound:  # no grants at all: nothing to remove
+            return None
+        return f"grant of campaign {self.campaign_id} in {self.grants_where}"
 
     def release(self, service_account: bool = True) -> list[str]:
         """Delete the association(s) of the campaign's service account with the load Job role, then (unless
-        ``service_account`` is False: a function that calls no Kubernetes) the service account when it is ours;
-        what was removed. Idempotent."""
+        ``service_account`` is False: a function that calls no Kubernetes) the campaign's grant and the service
+        account when it is ours; what was removed. Idempotent."""
         removed = []
         eks = self._eks()
         for a in self._associations():
@@ -139,10 +191,11 @@ class RunnerIdentity:
             return removed
         try:  # without its association the service account grants nothing: one this function may not reach
             kube = self._kube()  # (the Report function calls no Kubernetes) is the sweeper's, by its label
-            found = kube.get("v1", "ServiceAccount", self.service_account, self.namespace)
+            revoked = self.revoke(kube)  # the grant first (always: idempotent), so that it never outlives the
+            found = kube.get("v1", "ServiceAccount", self.service_account, self.namespace)  # account the sweeper finds
             if ((found.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN) == self.campaign_id:
                 kube.delete("v1", "ServiceAccount", self.service_account, self.namespace)
-                removed.append(f"ServiceAccount/{self.service_account}")
+                removed += [*([revoked] if revoked else []), f"ServiceAccount/{self.service_account}"]
         except NotFound:
             pass
         except Exception as err:

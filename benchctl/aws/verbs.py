@@ -20,6 +20,7 @@ Each failure names the function, the verb, the object and the fix. May import th
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -60,11 +61,13 @@ def _v(verbs: str, kind: str, **kw: str) -> tuple[Verb, ...]:
 _NS = _v("get", "Namespace", name="<namespace>")  # the self-test's own read, and every function's first
 _LOGS = (*_v("list", "Pod"), *_v("get", "Pod", subresource="log"))  # a failed pod's logs, named in the error
 _NODES = _v("list", "Node", scope="cluster")
+# the runner grants (benchctl.aws.runner_identity, stacks/kubernetes/benchctl-identities.yaml): a merge patch by name
+_GRANTS = _v("patch", "ConfigMap", name="benchctl-runner-grants")
 FUNCTION_VERBS: dict[str, tuple[Verb, ...]] = {
     # preflight: the token secret, the claim, the CRDs and Auto Mode's NodeClass by name, the nodes' drivers,
     # the EFA plugin; the image-check Jobs (created, followed, deleted) and the runner's service account
     "Plan": (*_NS, *_v("get", "Secret", name="<secret>"), *_v("get", "PersistentVolumeClaim", name="<claim>"),
-             *_v("create get", "ServiceAccount"), *_LOGS, *_v("create get delete", "Job"), *_NODES,
+             *_v("create get", "ServiceAccount"), *_GRANTS, *_LOGS, *_v("create get delete", "Job"), *_NODES,
              *_v("get", "CustomResourceDefinition", scope="cluster", name="dynamographdeployments.nvidia.com"),
              *_v("get", "CustomResourceDefinition", scope="cluster", name="nodepools.karpenter.sh"),
              *_v("get", "NodeClass", scope="cluster", name="default"),
@@ -77,14 +80,14 @@ FUNCTION_VERBS: dict[str, tuple[Verb, ...]] = {
                 *_v("list", "DaemonSet", scope=KUBE_SYSTEM)),
     # the runner Jobs and the runner's service account (the doctor's too); the DGD's frontend
     "Load": (*_NS, *_v("get", "DynamoGraphDeployment"), *_LOGS, *_v("create get delete", "Job"),
-             *_v("create get delete", "ServiceAccount")),
+             *_v("create get delete", "ServiceAccount"), *_GRANTS),
     # everything of a campaign, by its label, and the runner's service account by name
     "Teardown": (*_NS, *_LOGS, *_v("get list delete", "Job"), *_v("list delete", "DynamoGraphDeployment"),
-                 *_v("list delete", "DaemonSet"), *_v("get delete", "ServiceAccount"),
+                 *_v("list delete", "DaemonSet"), *_v("get delete", "ServiceAccount"), *_GRANTS,
                  *_v("get delete", "NodePool", scope="cluster"), *_NODES),
     # the same for every campaign whose end is overdue, found by listing
     "Sweep": (*_NS, *_LOGS, *_v("get list delete", "Job"), *_v("list delete", "DynamoGraphDeployment"),
-              *_v("list delete", "DaemonSet"), *_v("list delete", "ServiceAccount"),
+              *_v("list delete", "DaemonSet"), *_v("get list delete", "ServiceAccount"), *_GRANTS,
               *_v("get list delete", "NodePool", scope="cluster"), *_NODES),
 }
 NODEGROUP_FUNCTIONS = ("Pools", "Teardown")  # scale and restore the configured node groups (stacks/function_needs.py)
@@ -157,6 +160,7 @@ def check_verbs(function: str, spec: Any, kube: Any, campaign_id: str, *, eks: A
     problems: list[str] = []
     proven: list[str] = []
     objects = created_objects(function, spec, campaign_id, **where)
+    granted = _grant_for_dry_runs(function, kube, ns, campaign_id)
     for v in FUNCTION_VERBS.get(function, ()):
         target = f"{v.kind}" + (f" {names.get(v.name, v.name)}" if v.name else "")
         made = [o for o in objects if o["kind"] == v.kind] if v.verb == "create" else []
@@ -180,6 +184,8 @@ def check_verbs(function: str, spec: Any, kube: Any, campaign_id: str, *, eks: A
         else:
             problems.append(f"{function}: may not {v.verb} {target}" + (f" in namespace {scope_ns}" if scope_ns else "")
                             + (f" ({reason})" if reason else "") + f"; fix: {_fix_rbac(function, v, ns)}")
+    if granted:
+        _revoke_after_dry_runs(kube, ns, campaign_id)
     if function in NODEGROUP_FUNCTIONS and eks is not None:
         for group in nodegroups:
             try:
@@ -192,3 +198,24 @@ def check_verbs(function: str, spec: Any, kube: Any, campaign_id: str, *, eks: A
     return problems, proven
 
 
+def _grant_for_dry_runs(function: str, kube: Any, ns: str, campaign_id: str) -> bool:
+    """Plan's and Load's runner Jobs run as their campaign's granted account (the admission policy
+    benchctl-runner-identities, stacks/kubernetes/benchctl-identities.yaml): the doctor's campaign id (``doctor-…``,
+    a grant both functions may change) is granted its own account before they are dry-run
+    (:func:`_revoke_after_dry_runs` after). Whether it was; one refused is left to the dry runs to name."""
+    from benchctl.aws.k8s.common import RUNNER_GRANTS, runner_grant_patch
+
+    if function not in ("Plan", "Load"):
+        return False
+    try:
+        kube.merge_patch("v1", "ConfigMap", RUNNER_GRANTS, ns, runner_grant_patch(campaign_id, granted=True))
+    except ApiError:
+        return False
+    return True
+
+
+def _revoke_after_dry_runs(kube: Any, ns: str, campaign_id: str) -> None:
+    from benchctl.aws.k8s.common import RUNNER_GRANTS, runner_grant_patch
+
+    with contextlib.suppress(ApiError):
+        kube.merge_patch("v1", "ConfigMap", RUNNER_GRANTS, ns, runner_grant_patch(campaign_id, granted=False))

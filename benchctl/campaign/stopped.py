@@ -7,8 +7,13 @@ runs after such an end, so nothing inside the state machine can tear it down: th
 then serving, then the pools back to their recorded sizes, locks and runner identity released), then
 ReportFailure with the ending ``stopped``.
 
-:func:`resolve_stopped` finds the campaign the event names (the campaign id as the execution derived it: its
-input's ``campaign_id``, else its name) and says whether there is anything to do: only for the campaign whose
+:func:`resolve_stopped` first verifies the event, which is only a pointer (whoever may start the stopped-campaign
+machine or invoke Teardown can write one): its execution ARN must have the execution ARN format and name an
+execution of the campaign state machine (``BENCHCTL_CAMPAIGN_MACHINE_ARN``), and Step Functions' DescribeExecution
+must say that execution belongs to that machine and ended ABORTED, TIMED_OUT or FAILED (RUNNING, SUCCEEDED,
+PENDING_REDRIVE, an unknown execution: refused, nothing torn down, the refusal logged and returned). It then finds
+the campaign the DESCRIBED execution ran (its input's ``campaign_id``, else its name; never the event's input) and
+says whether there is anything to do: only for the campaign whose
 run record names exactly this execution and is still ``running``. Another execution's campaign (a reused id),
 one whose Plan recorded nothing, and one that ended already (a duplicate event, the hourly sweeper first, the
 state machine's own ending, a FAILED execution whose own failure path ran) are left alone.
@@ -28,8 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from benchctl import logtext
 from benchctl.campaign.base import Operation, Task, record_failure
@@ -66,6 +74,37 @@ class ExecutionFailed(Exception):
     """The campaign's execution ended FAILED without running its own failure path."""
 
 
+# an execution ARN (Step Functions API reference, DescribeExecution ``executionArn``, 1..256 characters;
+# StartExecution ``name`` and CreateStateMachine ``name``: 1..80 characters, no white space, no brackets < > { } [ ],
+# no wildcard ? *, none of " # % \\ ^ | ~ ` $ & , ; : /, no control character U+0000-001F, U+007F-009F):
+# arn:<partition>:states:<region>:<account>:execution:<stateMachineName>:<executionName>
+_NAME = r"[^\s<>{}\[\]?*\"#%\\^|~`$&,;:/\x00-\x1f\x7f-\x9f]{1,80}"
+EXECUTION_ARN = re.compile(rf"arn:(aws[a-z-]*):states:([a-z]{{2}}(?:-[a-z]+)+-\d+):(\d{{12}}):execution:({_NAME}):({_NAME})")
+MAX_ARN = 256
+# DescribeExecution's errors that mean "no such execution here": the event names none, so it is refused
+NO_SUCH_EXECUTION = ("ExecutionDoesNotExist", "InvalidArn")
+
+
+class ExecutionReader(Protocol):
+    """What the stop path reads of Step Functions: boto3's ``stepfunctions`` client has this method (an unknown
+    execution raises ``ExecutionDoesNotExist``, a malformed ARN ``InvalidArn``, both ``ClientError``s)."""
+
+    def describe_execution(self, *, executionArn: str) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class StopVerifier:
+    """How a stop event is checked before anything is torn down: the campaign state machine's ARN (the
+    function's ``BENCHCTL_CAMPAIGN_MACHINE_ARN``) and a reader of its executions (``benchctl.aws.executions``)."""
+
+    machine_arn: str
+    executions: ExecutionReader
+
+
+class StopRefused(ValueError):
+    """A stop event that does not name an ended execution of the campaign state machine."""
+
+
 def _field(obj: Any, key: str, where: str) -> str:
     value = obj.get(key) if isinstance(obj, dict) else None
     if not isinstance(value, str) or not value:
@@ -74,10 +113,10 @@ def _field(obj: Any, key: str, where: str) -> str:
     return value
 
 
-def event_context(event: Any, *, runs_uri: str, lake_uri: str) -> tuple[Ctx, str, str]:
-    """(campaign context, status, execution ARN) of a stopped execution's status-change event, the campaign
-    id derived as the execution derived it (``context.start_context``). ValueError naming the field that is
-    not what such an event holds."""
+def claimed_execution(event: Any) -> str:
+    """The execution ARN a stopped-execution event names: only that is taken from the event (its status, name
+    and input are whatever its sender wrote; :func:`verified_execution` reads them from Step Functions).
+    ValueError naming the field that is not what such an event holds."""
     if not isinstance(event, dict) or event.get("source") != SOURCE or event.get("detail-type") != DETAIL_TYPE:
         raise ValueError(f"stopped-execution event: expected source {SOURCE!r} and detail-type {DETAIL_TYPE!r}, got "
                          f"{(event or {}).get('source')!r} and {(event or {}).get('detail-type')!r}"
@@ -87,29 +126,90 @@ def event_context(event: Any, *, runs_uri: str, lake_uri: str) -> tuple[Ctx, str
     if status not in STOPPED_ERRORS:
         raise ValueError(f"stopped-execution event: detail.status {status!r} is not a stop: expected one of "
                          f"{sorted(STOPPED_ERRORS)}")
-    arn = _field(detail, "executionArn", "detail")
-    name = _field(detail, "name", "detail")
-    raw = detail.get("input")
-    try:  # the execution's input, when the event carries it (inputDetails.included); else its name alone
+    return _field(detail, "executionArn", "detail")
+
+
+def check_execution_arn(arn: str, machine_arn: str) -> None:
+    """StopRefused unless ``arn`` has the execution ARN format and names an execution of ``machine_arn`` (same
+    partition, Region, account and state machine name)."""
+    m = EXECUTION_ARN.fullmatch(arn) if len(arn) <= MAX_ARN else None
+    if m is None:
+        raise StopRefused(f"detail.executionArn {arn[:300]!r} is not a Step Functions execution ARN "
+                          "(arn:<partition>:states:<region>:<account>:execution:<stateMachineName>:<executionName>)")
+    partition, region, account, machine, _ = m.groups()
+    if f"arn:{partition}:states:{region}:{account}:stateMachine:{machine}" != machine_arn:
+        raise StopRefused(f"execution {arn} is not an execution of the campaign state machine {machine_arn}")
+
+
+def verified_execution(verifier: StopVerifier, arn: str) -> Mapping[str, Any]:
+    """Step Functions' own answer for ``arn`` (DescribeExecution), held to the campaign state machine and a
+    terminal status; StopRefused saying which check failed. Any other error of the call (throttling, access)
+    is raised: the state's Retry, then its Catch, handle it."""
+    if not verifier.machine_arn:
+        raise ValueError("this function's environment has no BENCHCTL_CAMPAIGN_MACHINE_ARN (the campaign state "
+                         "machine's ARN; the control-plane stack sets it): no stop can be verified")
+    check_execution_arn(arn, verifier.machine_arn)
+    try:
+        desc = verifier.executions.describe_execution(executionArn=arn)
+    except Exception as err:
+        code = str(((getattr(err, "response", None) or {}).get("Error") or {}).get("Code") or "")
+        if code in NO_SUCH_EXECUTION:
+            raise StopRefused(f"DescribeExecution of {arn}: {code} (no such execution)") from err
+        raise
+    machine, status = desc.get("stateMachineArn"), desc.get("status")
+    if machine != verifier.machine_arn:
+        raise StopRefused(f"execution {arn} belongs to state machine {machine!r}, not the campaign state machine "
+                          f"{verifier.machine_arn}")
+    if desc.get("executionArn") != arn:
+        raise StopRefused(f"DescribeExecution of {arn} answered for {desc.get('executionArn')!r}")
+    if status not in STOPPED_ERRORS:
+        raise StopRefused(f"execution {arn} is {status}, not ended by a stop (one of {', '.join(STOPPED_ERRORS)})")
+    return desc
+
+
+def execution_context(desc: Mapping[str, Any], *, runs_uri: str, lake_uri: str) -> tuple[Ctx, str, str]:
+    """(campaign context, status, execution ARN) of a DescribeExecution answer, the campaign id derived as the
+    execution derived it (``context.start_context``: its input's ``campaign_id``, else its name)."""
+    arn, name, raw = str(desc["executionArn"]), str(desc.get("name") or ""), desc.get("input")
+    try:  # the execution's input as Step Functions holds it; an input its own Plan refused: its name alone
         inp = StartInput.parse(json.loads(raw)) if isinstance(raw, str) and raw.strip() else StartInput(spec_uri="")
     except ValueError:
-        inp = StartInput(spec_uri="")  # an input its own Plan refused: the execution's name is what it went by
+        inp = StartInput(spec_uri="")
     ctx = start_context(inp, f"{arn.rsplit(':', 1)[0]}:{name}", runs_uri=runs_uri, lake_uri=lake_uri)
-    return dataclasses.replace(ctx, fail_at=None), status, arn  # no injected failure in a teardown
+    return dataclasses.replace(ctx, fail_at=None), str(desc["status"]), arn  # no injected failure in a teardown
 
 
-def resolve_stopped(engine: Engine, event: Any, claimant: str = "") -> JSON:
-    """The first state of the stopped-campaign state machine: ``{"todo", "why", "ctx", "error", "recheck_s"}``.
-    ``claimant`` is the stopped-campaign execution asking (``$$.Execution.Id``; default the stopped execution's
-    ARN). With ``todo`` this claimant holds the campaign's stop claim, the campaign's failure is recorded (the
-    error :data:`STOPPED_ERRORS` names, its cause saying how and where it stopped), its run record says
-    ``stopping``, and ``ctx``/``error`` are what AbortCampaign takes; a retry by the same claimant goes on. Without
-    it nothing was written. Every key is always present (the state's ResultSelector reads them all)."""
-    ctx, status, arn = event_context(event, runs_uri=engine.runs_uri, lake_uri=engine.lake_uri)
+def _stopped_at(desc: Mapping[str, Any]) -> str | None:
+    stop = desc.get("stopDate")  # boto3: a datetime; epoch seconds or milliseconds from other readers
+    if isinstance(stop, datetime):
+        return stop.astimezone(UTC).isoformat(timespec="seconds")
+    if isinstance(stop, int | float) and not isinstance(stop, bool):
+        return datetime.fromtimestamp(stop / 1000 if stop > 1e11 else stop, UTC).isoformat(timespec="seconds")
+    return None
+
+
+def resolve_stopped(engine: Engine, event: Any, claimant: str = "", *, verifier: StopVerifier) -> JSON:
+    """The first state of the stopped-campaign state machine: ``{"todo", "why", "ctx", "error", "recheck_s",
+    "refused"}``. The event is only a pointer: its execution ARN must have the execution ARN format and name an
+    execution of the campaign state machine, and DescribeExecution must say that execution belongs to it and
+    ended ABORTED, TIMED_OUT or FAILED; the campaign, status and stop time are then the described execution's
+    (its input, its name), never the event's. A refused event (``refused`` says why) tears nothing down and
+    writes nothing. ``claimant`` is the stopped-campaign execution asking (``$$.Execution.Id``; default the
+    stopped execution's ARN). With ``todo`` this claimant holds the campaign's stop claim, the campaign's failure
+    is recorded (the error :data:`STOPPED_ERRORS` names, its cause saying how and where it stopped), its run
+    record says ``stopping``, and ``ctx``/``error`` are what AbortCampaign takes; a retry by the same claimant
+    goes on. Without it nothing was written. Every key is always present (the state's ResultSelector reads them)."""
+    arn = claimed_execution(event)
+    try:
+        desc = verified_execution(verifier, arn)
+    except StopRefused as refused:
+        return {"todo": False, "ctx": None, "error": None, "recheck_s": RECHECK_S, "refused": str(refused),
+                "why": f"stop event refused: {refused}; nothing torn down, nothing to do"}
+    ctx, status, arn = execution_context(desc, runs_uri=engine.runs_uri, lake_uri=engine.lake_uri)
     p = engine.providers(ctx)
     claimant = claimant or arn
     rec = p.state.campaign()
-    skip = {"todo": False, "ctx": ctx.to_json(), "error": None, "recheck_s": RECHECK_S}
+    skip = {"todo": False, "ctx": ctx.to_json(), "error": None, "recheck_s": RECHECK_S, "refused": None}
     if rec is None:
         return {**skip, "why": f"campaign {ctx.campaign_id}: no run record (its Plan created nothing): nothing to do"}
     if rec.execution != arn:
@@ -125,8 +225,7 @@ def resolve_stopped(engine: Engine, event: Any, claimant: str = "") -> JSON:
                                "to do"}
     running = [f"{exp}/{step}" for exp in p.state.experiment_names() for step, load in p.state.loads(exp)
                if load.running]
-    stop = (event.get("detail") or {}).get("stopDate")  # epoch milliseconds
-    when = datetime.fromtimestamp(stop / 1000, UTC).isoformat(timespec="seconds") if isinstance(stop, int) else None
+    when = _stopped_at(desc)
     cause = HOW[status] + (f" at {when}" if when else "") + (
         f", while the load of {', '.join(running)} ran" if running else "")
     exc = {"ABORTED": ExecutionStopped, "TIMED_OUT": ExecutionTimedOut, "FAILED": ExecutionFailed}[status](cause)
@@ -134,7 +233,7 @@ def resolve_stopped(engine: Engine, event: Any, claimant: str = "") -> JSON:
     if rec.status == "running":  # what is in flight (ScalePools, Deploy) sees it is no longer running
         rec.status = STOPPING
         p.state.save_campaign(rec)
-    return {"todo": True, "why": cause, "ctx": ctx.to_json(), "recheck_s": RECHECK_S,
+    return {"todo": True, "why": cause, "ctx": ctx.to_json(), "recheck_s": RECHECK_S, "refused": None,
             "error": {"Error": STOPPED_ERRORS[status], "Cause": logtext.readable(cause)}}
 
 

@@ -74,8 +74,9 @@ def _sweep_one(cid: str, providers_for: Callable[[str], tuple[Providers, Ctx]], 
     entry["identity_released"] = campaign.release_identity(p, ctx)
     if extra is not None:
         entry["labelled_objects_deleted"] = extra(cid)
-    # a finished campaign's inert runner service account (Report removes its association) is only tidied
-    credentials = [r for r in entry["identity_released"] if not r.startswith("ServiceAccount/")]
+    # a finished campaign's inert runner service account and its grant (Report removes its association) are only
+    # tidied
+    credentials = [r for r in entry["identity_released"] if not r.startswith(("ServiceAccount/", "grant of "))]
     if todo or entry["locks_released"] or credentials or entry.get("labelled_objects_deleted"):
         entry["action"] = "swept"
         campaign.record_event(p, cid, timeline.CAMPAIGN, timeline.SWEPT, experiments=todo)

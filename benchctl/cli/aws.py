@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from benchctl.cli.common import _aws, _ceilings, _path
+from benchctl.cli.common import _aws, _ceilings, _path, say
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -40,7 +40,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     width = max(len(k) for k in st)
     for k, v in st.items():
         if v is not None:
-            print(f"{k:<{width}}  {v}")
+            say(f"{k:<{width}}  {v}")  # the execution's error and cause as AWS returns them
     return 0
 
 

@@ -10,7 +10,16 @@ from typing import Any
 
 
 def _err(msg: str) -> None:
-    print(f"benchctl: {msg}", file=sys.stderr)
+    say(f"benchctl: {msg}", file=sys.stderr)
+
+
+def say(text: str, file: Any = None) -> None:
+    """Print ``text`` (lake strings, remote bodies, AWS answers) inert: its C0/C1 control characters shown as
+    visible escapes (``benchctl.logtext.inert``), so it cannot clear the screen, draw a link or write the
+    clipboard of the terminal it lands on."""
+    from benchctl import logtext
+
+    print(logtext.inert(text), file=file)
 
 
 def _path(arg: str) -> Path:

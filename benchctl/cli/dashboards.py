@@ -1,6 +1,8 @@
 """``benchctl dashboards``: evaluate every PromQL query of the Grafana dashboards against a Prometheus, as Grafana
 would (``benchctl.dashboards``): on the cluster's Prometheus (port-forwarded) after the rehearsal and before the GPU
-campaign, it says which panels would be empty or wrong, with the dashboard, panel and query of each."""
+campaign, it says which panels would be empty or wrong, with the dashboard, panel and query of each. An answer the
+Prometheus HTTP API does not give (a redirect, a body over ``benchctl.dashboards.MAX_BODY_BYTES``, a wrong shape) is
+bad input: exit 2 naming the endpoint and the query; every line printed goes through ``benchctl.logtext.inert``."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl import dashboards as dq
-from benchctl.cli.common import _path
+from benchctl.cli.common import _path, say
 
 HELP = ("evaluate every PromQL query of the Grafana dashboards against a Prometheus over a time window, as Grafana "
         "would (its variables set to every value in the window, $__rate_interval at a 15 s scrape): each must parse, "
@@ -90,15 +92,15 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
             outcomes += dq.check_prometheus(prom, path.name, dash, start, end, pinned=pinned, classify=False)
     failed = [o for o in outcomes if o.failure]
     if args.format == "json":
-        print(json.dumps({"prometheus": args.prometheus, "version": (built.get("data") or {}).get("version"),
-                          "window": [start, end], "queries": len(outcomes), "failed": len(failed),
-                          "results": [{"where": o.target.where(), "expr": o.expr, "numbers": o.numbers,
-                                       "failure": o.failure} for o in outcomes]}, indent=2))
+        say(json.dumps({"prometheus": args.prometheus, "version": (built.get("data") or {}).get("version"),
+                        "window": [start, end], "queries": len(outcomes), "failed": len(failed),
+                        "results": [{"where": o.target.where(), "expr": o.expr, "numbers": o.numbers,
+                                     "failure": o.failure} for o in outcomes]}, indent=2))
     else:
         for o in outcomes:
-            print(f"{'ok  ' if not o.failure else 'FAIL'} {o.target.where()}: {o.numbers} numbers")
-        print(f"\n{len(outcomes) - len(failed)} of {len(outcomes)} PromQL queries returned plausible numbers "
-              f"({args.prometheus}, {end - start:.0f} s window)")
-        for o in failed:
-            print(f"\n{o.failure}")
+            say(f"{'ok  ' if not o.failure else 'FAIL'} {o.target.where()}: {o.numbers} numbers")
+        say(f"\n{len(outcomes) - len(failed)} of {len(outcomes)} PromQL queries returned plausible numbers "
+            f"({args.prometheus}, {end - start:.0f} s window)")
+        for o in failed:  # Prometheus' error text and the label values in the query: remote, printed inert
+            say(f"\n{o.failure}")
     return 1 if failed else 0

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from benchctl.cli.common import _lake, _path
+from benchctl.cli.common import _lake, _path, say
 from benchctl.errors import ArtifactError
 
 
@@ -19,7 +19,7 @@ def _print_table(query: Any, view: str, campaign_id: str | None, columns: tuple[
     select = ", ".join(columns) if columns else "*"
     sql = f"SELECT {select} FROM {view}" + (f" WHERE campaign_id = '{campaign_id}'" if campaign_id else "")  # noqa: S608
     cols, rows = query.run(sql)
-    print(format_result(cols, rows, "table"))
+    say(format_result(cols, rows, "table"))
     return len(rows)
 
 
@@ -32,7 +32,7 @@ def _print_report(lake: Path, campaign_id: str, run_dir: Path, query: Any = None
 
     _, found = engine.run(f"SELECT worker_engine FROM campaigns WHERE campaign_id = '{campaign_id}'")  # noqa: S608
     tag, text = sim_label(str(found[0][0]) if found and found[0][0] else None)
-    print(f"\nAll figures below are {tag}: {text.replace(' — ', ', ')}.")
+    say(f"\nAll figures below are {tag}: {text.replace(' — ', ', ')}.")
     for view, columns in REPORT_VIEWS.items():
         if view == "v_feature_ladder":
             _, rows = engine.run(f"SELECT 1 FROM {view} WHERE campaign_id = '{campaign_id}'")  # noqa: S608
@@ -84,10 +84,10 @@ def cmd_query(args: argparse.Namespace) -> int:
         labelled = label_simulated(cols, rows, simulated_campaigns(engine))
     if args.format == "table":  # the mark above the table; CSV and JSON carry it as a column/field
         if labelled.header:
-            print(labelled.header)
-        print(format_result(cols, rows, "table"))
-    else:
-        print(format_result(labelled.columns, labelled.rows, args.format))
+            say(labelled.header)
+        say(format_result(cols, rows, "table"))
+    else:  # CSV too: a control character in a lake string is shown as its escape, never sent raw
+        say(format_result(labelled.columns, labelled.rows, args.format))
     return 0
 
 
@@ -110,12 +110,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with QueryEngine(lake := _lake(args.lake)) as engine:
         c = since.load_comparison(engine, str(lake), args.campaign, args.against)
     if args.format == "json":
-        print(json.dumps({"before": str(c.before["campaign_id"]), "after": str(c.after["campaign_id"]),
-                          "simulated": c.simulated, "provenance": since.provenance_rows(c),
-                          "figures": [s.row(c.settings) for s in c.shifts], "points": c.point_rows(),
-                          "unmatched": c.unmatched}, indent=2, default=str))
+        say(json.dumps({"before": str(c.before["campaign_id"]), "after": str(c.after["campaign_id"]),
+                        "simulated": c.simulated, "provenance": since.provenance_rows(c),
+                        "figures": [s.row(c.settings) for s in c.shifts], "points": c.point_rows(),
+                        "unmatched": c.unmatched}, indent=2, default=str))
     else:
-        print(since.text(c))
+        say(since.text(c))
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchctl.cli.common import _ceilings, _err, _path
+from benchctl.cli.common import _ceilings, _err, _path, say
 from benchctl.cli.lake import _print_report
 
 
@@ -19,7 +19,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  results (parquet lake): {result.lake}")
     print(f"  run state, raw spec, report: {result.run_dir}")
     if result.status != "SUCCEEDED":
-        print(f"  error: {result.error}: {result.cause}")
+        say(f"  error: {result.error}: {result.cause}")
         report = result.run_dir / "report" / "report.html"
         if report.is_file():  # every ending has its report: how it ended, the receipt, what completed
             print(f"  report (how it ended, the teardown receipt, what completed): {report}")

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from benchctl.cli.aws import cmd_doctor, cmd_start, cmd_status
-from benchctl.cli.common import AwsUnavailable, _err
+from benchctl.cli.common import AwsUnavailable, _err, say
 from benchctl.cli.dashboards import cmd_dashboards
 from benchctl.cli.lake import cmd_calibrate, cmd_compare, cmd_ingest, cmd_query, cmd_report
 from benchctl.cli.local import cmd_run, cmd_sweep
@@ -194,12 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         _err(f"{err.source}: outside the deployment's ceilings (CDK context benchctl:ceilings of "
              "--context-file, default the project's cdk.json):")
         for line in err.problems:
-            print(f"  {line}", file=sys.stderr)
+            say(f"  {line}", file=sys.stderr)
         return 2
     except SpecError as err:
         _err(f"invalid spec {err.source}:")
         for line in err.problems:
-            print(f"  {line}", file=sys.stderr)
+            say(f"  {line}", file=sys.stderr)
         return 2
     except (ArtifactError, FileExistsError, FileNotFoundError, ValueError, AwsUnavailable) as err:  # CeilingsError too
         _err(str(err))

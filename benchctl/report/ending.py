@@ -5,6 +5,7 @@ May import the standard library and the core."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,17 @@ class Ending:
     partial: bool  # what the report shows is what completed before the end
     receipt: list[dict[str, Any]]
     receipt_complete: bool  # every row read back gone/restored/handed over, no pool still billing
+    # the headline's parts: what ENDINGS says (the report's own words), and the lake's failed state and error
+    what: str = ""
+    failed_state: str = ""
+    error: str = ""
+
+    def headline_in(self, esc: Callable[[str], str]) -> str:
+        """The headline with the lake's words (the failed state, the error, a status ENDINGS does not know)
+        through ``esc`` (a format's escaper: Markdown's ``md_text``), the report's own words as they are."""
+        what = self.what if self.status in ENDINGS else esc(self.what)
+        return what + (f" in state {esc(self.failed_state)}" if self.failed_state else "") + (
+            f": {esc(self.error)}" if self.error else "")
 
     @property
     def still_billing(self) -> list[dict[str, Any]]:
@@ -56,14 +68,17 @@ def ending(data: ReportData) -> Ending:
     status = str(c.get("status") or "running")
     what = ENDINGS.get(status, status.upper())
     state, error = c.get("failed_state"), c.get("error")
-    headline = what + (f" in state {state}" if state else "") + (f": {error}" if error and status != "succeeded" else "")
+    shown_error = str(error) if error and status != "succeeded" else ""
+    headline = what + (f" in state {state}" if state else "") + (f": {shown_error}" if shown_error else "")
     rows = receipt_rows(data)
     done = all(r.get("state") in SETTLED and not str(r.get("billing") or "").startswith("still billing") for r in rows)
     return Ending(status=status, headline=headline, cause=str(c.get("cause") or "") if status != "succeeded" else "",
-                  partial=status != "succeeded", receipt=rows, receipt_complete=done)
+                  partial=status != "succeeded", receipt=rows, receipt_complete=done, what=what,
+                  failed_state=str(state or ""), error=shown_error)
 
 
-def receipt_summary(e: Ending) -> str:
+def receipt_summary(e: Ending, esc: Callable[[str], str] = str) -> str:
+    """What the receipt says in one paragraph; the lake's resource names through ``esc`` (a format's escaper)."""
     if not e.receipt:
         return "The campaign created nothing that needed tearing down (or recorded no receipt)."
     bad = [r for r in e.receipt if r.get("state") not in SETTLED]
@@ -71,5 +86,5 @@ def receipt_summary(e: Ending) -> str:
             + ("every one gone, restored to its recorded size or handed over." if not bad else
                f"{len(bad)} NOT confirmed gone or restored (see why; `benchctl sweep` cleans up)."))
     if e.still_billing:
-        text += f" STILL BILLING: {', '.join(str(r['name']) for r in e.still_billing)}."
+        text += f" STILL BILLING: {', '.join(esc(str(r['name'])) for r in e.still_billing)}."
     return text

@@ -66,11 +66,11 @@ def render_markdown(data: ReportData) -> str:
     caveat = client.caveat(data.client)
     out += [f"> **{md_text(caveat)}**", ""] if caveat else []
     e = ending(data)
-    out += [f"## How it ended: {e.headline}{tag}", ""]
-    out += ["```text", e.cause, "```", ""] if e.cause else []
+    out += [f"## How it ended: {e.headline_in(md_text)}{tag}", ""]  # the lake's failed state and error escaped
+    out += [*md_code_block(e.cause, "text"), ""] if e.cause else []  # a fence longer than any backtick run in it
     out += ["**PARTIAL: the results below are what completed before the campaign ended.**", ""] if e.partial else []
     cols = [c for c in RECEIPT_COLUMNS if any(r.get(c) for r in e.receipt)]
-    out += ["### Teardown receipt", "", receipt_summary(e), ""] + ([_md_table(cols, e.receipt), ""] if e.receipt else [])
+    out += ["### Teardown receipt", "", receipt_summary(e, md_text), ""] + ([_md_table(cols, e.receipt), ""] if e.receipt else [])
     found = answers(data)
     out += [f"## Recommendations{tag}", "", md_text(REC_INTRO), "",
             _md_table(REC_COLUMNS, [r.row() for r in recommendations(data, found)]), ""]

@@ -46,7 +46,8 @@ def _items(annotation: Any) -> Any | None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # floats are finite: NaN and infinity are refused in every field (benchctl.spec.bounds)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

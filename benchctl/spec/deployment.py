@@ -10,6 +10,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from benchctl.spec.base import Name, Strict
+from benchctl.spec.bounds import (
+    MAX_BANDWIDTH_GBPS,
+    MAX_BLOCK_SIZE,
+    MAX_CONTEXT,
+    MAX_KV_BLOCKS,
+    MAX_KV_BYTES_PER_TOKEN,
+    MAX_SPEEDUP_RATIO,
+    MAX_WEIGHTS_GB,
+)
 from benchctl.spec.fields import HfRepoId, HfRevision, NodegroupName, Text, TwinChoice
 from benchctl.spec.settings import (  # Kubernetes and image_tag_version: here too, where callers look
     EFA_INTERFACES,
@@ -20,10 +29,14 @@ from benchctl.spec.settings import (  # Kubernetes and image_tag_version: here t
 
 class ModelSpec(Strict):
     name: HfRepoId = Field(description="served model name, a Hugging Face repo id, e.g. Qwen/Qwen3-30B-A3B")
-    max_context: int = Field(default=40960, gt=0, description="model context length in tokens")
+    max_context: int = Field(default=40960, gt=0, le=MAX_CONTEXT, description="model context length in tokens (at "
+                             "most 1,048,576: the longest any served model has; a local pool serves at most its "
+                             "generated model's, benchctl.spec.bounds)")
     # Qwen3-30B-A3B: 48 layers x 4 KV heads x 128 head_dim x (K, V) x 2 bytes (BF16) = 98,304 B/token.
-    kv_bytes_per_token: int = Field(default=98304, gt=0, description="KV cache bytes per token")
-    weights_gb: float | None = Field(default=None, gt=0, description="the checkpoint's weights on the GPUs, GB (1e9 "
+    kv_bytes_per_token: int = Field(default=98304, gt=0, le=MAX_KV_BYTES_PER_TOKEN,
+                                    description="KV cache bytes per token")
+    weights_gb: float | None = Field(default=None, gt=0, le=MAX_WEIGHTS_GB,
+                                     description="the checkpoint's weights on the GPUs, GB (1e9 "
                                      "bytes; Qwen3-30B-A3B in BF16: 61.1): the KV-capacity arithmetic "
                                      "(benchctl.forecast.gpus.gpu_kv_capacity_tokens)")
     revision: HfRevision | None = Field(
@@ -160,20 +173,23 @@ class LocalMocker(Strict):
     """How the local engine's Dynamo mocker imitates the hardware (simulated numbers)."""
 
     twin: TwinChoice = Field(default="auto", description="the timing profile (benchctl.forecast.twin): auto, off or a name")
-    speedup_ratio: float = Field(default=1.0, ge=0)
-    block_size: int = Field(default=64, gt=0)
-    num_gpu_blocks: int | None = Field(default=None, gt=0)
-    kv_transfer_bandwidth: float | None = Field(default=None, gt=0, description="GB/s, prefill -> decode")
-    num_host_blocks: int | None = Field(default=None, gt=0, description="CPU KV tier size (offload)")
-    host_offload_d2h_bandwidth_gbps: float | None = Field(default=None, gt=0)
-    host_offload_h2d_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    speedup_ratio: float = Field(default=1.0, gt=0, le=MAX_SPEEDUP_RATIO, description="simulated time runs this "
+                                 "many times faster (0, the mocker's no-delay mode, is refused: its figures would "
+                                 "measure no time)")
+    block_size: int = Field(default=64, gt=0, le=MAX_BLOCK_SIZE)
+    num_gpu_blocks: int | None = Field(default=None, gt=0, le=MAX_KV_BLOCKS)
+    kv_transfer_bandwidth: float | None = Field(default=None, gt=0, le=MAX_BANDWIDTH_GBPS, description="GB/s, prefill -> decode")
+    num_host_blocks: int | None = Field(default=None, gt=0, le=MAX_KV_BLOCKS, description="CPU KV tier size (offload)")
+    host_offload_d2h_bandwidth_gbps: float | None = Field(default=None, gt=0, le=MAX_BANDWIDTH_GBPS)
+    host_offload_h2d_bandwidth_gbps: float | None = Field(default=None, gt=0, le=MAX_BANDWIDTH_GBPS)
 
 
 class KvOffload(Strict):
     """KV cache offload (KVBM): GPU -> CPU (-> disk). Locally the mocker's host block tier models it."""
 
-    cpu_cache_gb: float = Field(default=16.0, gt=0, description="DYN_KVBM_CPU_CACHE_GB per worker")
-    disk_cache_gb: float | None = Field(default=None, gt=0, description="DYN_KVBM_DISK_CACHE_GB per worker (the SSD "
+    # per worker: a p5.48xlarge host has 2,048 GiB of memory, its local NVMe 30.4 TB
+    cpu_cache_gb: float = Field(default=16.0, gt=0, le=4096, description="DYN_KVBM_CPU_CACHE_GB per worker")
+    disk_cache_gb: float | None = Field(default=None, gt=0, le=65536, description="DYN_KVBM_DISK_CACHE_GB per worker (the SSD "
                                         "tier, on an emptyDir of the node's disk; not modelled by the local mocker)")
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from benchctl.spec.deployment import (
     transfer_path,
 )
 from benchctl.spec.design import Design, design_problems
+from benchctl.spec.engine_limits import engine_limit_problems
 from benchctl.spec.fields import IMAGE_TAG_MAX, Text
 from benchctl.spec.names import dgd_name_problem
 from benchctl.spec.problems import MAX_PROBLEMS, _bulk_problems, _problems
@@ -265,6 +266,7 @@ class CampaignSpec(Strict):
                     f"valid: {sorted({p.instance_type for p in self.pools})}"
                 )
         problems += comparison_problems(self) + tune_problems(self) + design_problems(self)
+        problems += engine_limit_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -12,6 +12,17 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from benchctl.spec.base import Name, Strict
+from benchctl.spec.bounds import (
+    MAX_CAMPAIGN_HOURS,
+    MAX_REQUESTS,
+    MAX_SEED_31,
+    MAX_SLO_MS,
+    MAX_STEP_SECONDS,
+    MAX_USD,
+    MAX_USD_PER_HOUR,
+    MAX_WAIT_SECONDS,
+    MAX_WEIGHTS_GB,
+)
 from benchctl.spec.fields import (
     CpuQuantity,
     HfRepoId,
@@ -71,18 +82,18 @@ class Checkpoint(Strict):
         default=None,
         description="its commit: required when the experiment runs on EKS (the workers serve its snapshot directory "
                     "from the model volume, which the model prefetch fills too)")
-    weights_gb: float | None = Field(default=None, gt=0, description="its weights on the GPUs, GB (as model.weights_gb)")
+    weights_gb: float | None = Field(default=None, gt=0, le=MAX_WEIGHTS_GB, description="its weights on the GPUs, GB (as model.weights_gb)")
 
 
 class Slo(Strict):
     """Per-request service level: goodput is the share of requests meeting every bound that is set."""
 
-    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token bound")
-    itl_ms: float | None = Field(default=None, gt=0, description="mean inter-token latency bound")
+    ttft_ms: float | None = Field(default=None, gt=0, le=MAX_SLO_MS, description="time to first token bound")
+    itl_ms: float | None = Field(default=None, gt=0, le=MAX_SLO_MS, description="mean inter-token latency bound")
 
 
 class WarmUp(Strict):
-    request_count: int = Field(default=0, ge=0, description="warm-up requests, excluded from results")
+    request_count: int = Field(default=0, ge=0, le=MAX_REQUESTS, description="warm-up requests, excluded from results")
 
 
 class SmokeTest(Strict):
@@ -91,30 +102,30 @@ class SmokeTest(Strict):
 
 
 class PoolPrice(Strict):
-    usd_per_hour: float = Field(ge=0)
+    usd_per_hour: float = Field(ge=0, le=MAX_USD_PER_HOUR)
 
 
 class Pricing(Strict):
     source: Annotated[str, Text(200)] = Field(default="spec", description="where the prices come from")
     as_of: Annotated[str, Text(64)] | None = Field(default=None, description="date the prices were read")
     instances: dict[str, PoolPrice] = Field(default_factory=dict, description="instance type -> price")
-    eks_cluster_usd_per_hour: float = Field(default=0.10, ge=0)
+    eks_cluster_usd_per_hour: float = Field(default=0.10, ge=0, le=MAX_USD_PER_HOUR)
     # EBS gp3 storage, us-east-1 list price (https://aws.amazon.com/ebs/pricing/, read 2026-11-01)
-    ebs_gp3_usd_per_gb_month: float = Field(default=0.08, ge=0, description="the nodes' root volumes (gp3)")
-    auto_mode_fee_usd_per_hour: dict[str, float] = Field(
+    ebs_gp3_usd_per_gb_month: float = Field(default=0.08, ge=0, le=100, description="the nodes' root volumes (gp3)")
+    auto_mode_fee_usd_per_hour: dict[str, Annotated[float, Field(ge=0, le=MAX_USD_PER_HOUR)]] = Field(
         default_factory=dict, description="instance type -> EKS Auto Mode's management fee per instance-hour "
         "(https://aws.amazon.com/eks/pricing/); an Auto Mode pool whose type has none is named unpriced in the costs")
 
 
 class Budget(Strict):
-    max_usd: float | None = Field(default=None, gt=0)
-    max_hours: float | None = Field(default=None, gt=0)
+    max_usd: float | None = Field(default=None, gt=0, le=MAX_USD)
+    max_hours: float | None = Field(default=None, gt=0, le=MAX_CAMPAIGN_HOURS)
 
 
 class Timeouts(Strict):
-    capacity_s: float = Field(default=1800, gt=0)
-    ready_s: float = Field(default=1800, gt=0)
-    load_grace_s: float = Field(default=600, ge=0, description="allowed beyond a step's estimate")
+    capacity_s: float = Field(default=1800, gt=0, le=MAX_WAIT_SECONDS)
+    ready_s: float = Field(default=1800, gt=0, le=MAX_STEP_SECONDS)
+    load_grace_s: float = Field(default=600, ge=0, le=MAX_STEP_SECONDS, description="allowed beyond a step's estimate")
     smoke_s: float = Field(default=300, gt=0, le=3600, description="for the smoke requests to finish")
     teardown_s: float = Field(default=240, ge=0, le=3600,
                               description="waited for a deleted deployment's pods to be gone before pools are restored")
@@ -140,7 +151,7 @@ class Quality(Strict):
                            "95 % Wilson interval narrows with more: about +-0.07 at 200 and a score of 0.5); at "
                            "most 300: the AWS smoke Job carries them in one environment variable, which Linux "
                            "caps at 128 KiB")
-    seed: int = Field(default=15, ge=0, description="the question set's seed (same seed, same questions)")
+    seed: int = Field(default=15, ge=0, le=MAX_SEED_31, description="the question set's seed (same seed, same questions)")
     min_score: float = Field(default=0.9, ge=0, le=1,
                              description="correct share below which the experiment fails before load (real "
                                          "models only: on the local mocker the score is SIMULATED and not gated)")
@@ -186,7 +197,7 @@ class Kubernetes(Strict):
     node_class: K8sObjectName = Field(default="default",
                             description="EKS Auto Mode NodeClass (eks.amazonaws.com) of our NodePools")
     min_gpu_driver: int = Field(
-        default=580, gt=0,
+        default=580, gt=0, le=9999,
         description="NVIDIA driver major version the Dynamo image needs (1.6 images: CUDA 13.0, driver 580+); "
                     "checked on GPU nodes that report it (GPU feature discovery labels)")
     hf_token_secret: K8sObjectName = Field(default="hf-token", description="Secret with key HF_TOKEN")

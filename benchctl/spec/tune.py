@@ -70,9 +70,14 @@ def tune_problems(spec: Any) -> list[str]:
     elif t.workload is not None and t.workload not in sweeps:
         problems.append(f"tune.workload: {t.workload!r} is not a concurrency_sweep workload; valid: {sweeps}")
     names = [e.name for e in spec.experiments]
-    for arm in t.experiments or []:
+    seen: set[str] = set()
+    for i, arm in enumerate(t.experiments or []):
         if arm not in names:
-            problems.append(f"tune.experiments: {arm!r} is not an experiment; valid: {names}")
+            problems.append(f"tune.experiments[{i}]: {arm!r} is not an experiment; valid: {names}")
+        elif arm in seen:
+            problems.append(f"tune.experiments[{i}]: {arm!r} is named twice; each arm is tuned once: name each "
+                            "experiment at most once")
+        seen.add(arm)
     if spec.slo.ttft_ms is None and spec.slo.itl_ms is None:
         problems.append("tune: the search ranks configurations by the load they hold within the SLO; set slo.ttft_ms "
                         "and/or slo.itl_ms")

@@ -8,11 +8,22 @@ standard library only.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from benchctl.spec.base import Name, Strict
+from benchctl.spec.bounds import (
+    MAX_CONTEXT,
+    MAX_DATASET,
+    MAX_LOGNORMAL_SIGMA,
+    MAX_REQUESTS,
+    MAX_STEP_SECONDS,
+    MAX_ZIPF_EXPONENT,
+)
+
+Length = Annotated[int, Field(gt=0, le=MAX_CONTEXT)]  # tokens: no request is longer than the longest context
 
 
 def _one_stop_rule(duration_s: float | None, request_count: int | None) -> None:
@@ -45,11 +56,19 @@ class SweepSearch(Strict):
                               "predicted edge to start from); later probes ramp x2 or bisect")
     max_concurrency: int = Field(default=MAX_CONCURRENCY, gt=0, le=MAX_CONCURRENCY,
                                  description="the highest load a probe may use")
-    duration_s: float | None = Field(default=None, gt=0, description="seconds of load per probe (default: the "
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_STEP_SECONDS, description="seconds of load per probe (default: the "
                                      "sweep's duration_s)")
     run_spread: float = Field(default=0.3, ge=0, le=3, description="the run-to-run spread of a load's SLO attainment "
                               "(logit sd) the search allows for: a probe's requests share its run, so they are no "
                               "independent coin flips; 0.3-0.6 is what runs vary by; 0 trusts one run's requests")
+
+
+    @model_validator(mode="after")
+    def _start_within_max(self) -> SweepSearch:
+        if self.start is not None and self.start > self.max_concurrency:
+            raise ValueError(f"start {self.start} exceeds max_concurrency {self.max_concurrency}; valid: a first probe "
+                             f"of 1..{self.max_concurrency} (or raise max_concurrency, at most {MAX_CONCURRENCY})")
+        return self
 
 
 class ConcurrencySweep(Strict):
@@ -61,10 +80,10 @@ class ConcurrencySweep(Strict):
     concurrency: list[Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)]] | Literal["auto"] = Field(
         description="the fixed loads (descriptive points, each run every repeat), or 'auto': only the search's "
                     "probes (search: defaults)")
-    isl: int = Field(gt=0)
-    osl: int = Field(gt=0)
-    duration_s: float | None = Field(default=None, gt=0, description="seconds of load per step")
-    request_count: int | None = Field(default=None, gt=0, description="requests per step")
+    isl: int = Field(gt=0, le=MAX_CONTEXT)
+    osl: int = Field(gt=0, le=MAX_CONTEXT)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_STEP_SECONDS, description="seconds of load per step")
+    request_count: int | None = Field(default=None, gt=0, le=MAX_REQUESTS, description="requests per step")
     search: SweepSearch | None = Field(default=None, description="locate the SLO edge with measured probes (needs "
                                        "an SLO; with concurrency 'auto' the defaults)")
 
@@ -105,13 +124,13 @@ class MultiTurn(Strict):
     name: Name = "multi-turn"
     conversations: int = Field(gt=0, le=1024, description="concurrent conversations (AIPerf --concurrency)")
     turns: int = Field(gt=0, le=100, description="turns per conversation")
-    isl: int = Field(gt=0, description="new input tokens per turn")
-    osl: int = Field(gt=0)
-    turn_delay_ms: float = Field(default=0.0, ge=0, description="think time between turns")
-    duration_s: float | None = Field(default=None, gt=0)
-    request_count: int | None = Field(default=None, gt=0)
+    isl: int = Field(gt=0, le=MAX_CONTEXT, description="new input tokens per turn")
+    osl: int = Field(gt=0, le=MAX_CONTEXT)
+    turn_delay_ms: float = Field(default=0.0, ge=0, le=600_000, description="think time between turns (at most 10 min)")
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_STEP_SECONDS)
+    request_count: int | None = Field(default=None, gt=0, le=MAX_REQUESTS)
     dataset_conversations: int | None = Field(
-        default=None, gt=0, description="distinct conversations AIPerf generates (default: enough for the step)"
+        default=None, gt=0, le=MAX_DATASET, description="distinct conversations AIPerf generates (default: enough for the step)"
     )
 
     @model_validator(mode="after")
@@ -142,12 +161,12 @@ class SequenceDistribution(Strict):
     kind: Literal["sequence_distribution"] = "sequence_distribution"
     name: Name = "sequence-distribution"
     distributions: list[Literal["uniform", "zipf", "lognormal"]] = Field(min_length=1)
-    isl_range: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]]
-    osl_range: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]]
+    isl_range: tuple[Length, Length]
+    osl_range: tuple[Length, Length]
     concurrency: int = Field(gt=0, le=4096)
-    requests: int = Field(gt=0, le=100_000, description="dataset lines = requests per step")
-    zipf_exponent: float = Field(default=1.1, gt=0)
-    lognormal_sigma: float | None = Field(default=None, gt=0, description="default ln(hi/lo)/4")
+    requests: int = Field(gt=0, le=MAX_DATASET, description="dataset lines = requests per step")
+    zipf_exponent: float = Field(default=1.1, gt=0, le=MAX_ZIPF_EXPONENT)
+    lognormal_sigma: float | None = Field(default=None, gt=0, le=MAX_LOGNORMAL_SIGMA, description="default ln(hi/lo)/4")
 
     @field_validator("distributions")
     @classmethod
@@ -161,8 +180,56 @@ class SequenceDistribution(Strict):
             raise ValueError(f"range [{v[0]}, {v[1]}] is reversed; give [low, high]")
         return v
 
+    @model_validator(mode="after")
+    def _lognormal_draws_land(self) -> SequenceDistribution:
+        if "lognormal" not in self.distributions:
+            return self
+        for what, (lo, hi) in (("isl_range", self.isl_range), ("osl_range", self.osl_range)):
+            sigma = self.lognormal_sigma if self.lognormal_sigma is not None else default_lognormal_sigma(lo, hi)
+            share = lognormal_acceptance(lo, hi, sigma)
+            if self.requests > share * MAX_LOGNORMAL_DRAWS:
+                given = "lognormal_sigma" if self.lognormal_sigma is not None else "the default lognormal_sigma"
+                draws = f"{self.requests / share:.3g}" if share > 0 else "endless"
+                raise ValueError(
+                    f"{given} {sigma:g} lands only {share:.2g} of the draws inside {what} [{lo}, {hi}] (the dataset "
+                    f"redraws the rest): {draws} draws for {self.requests} requests, at most {MAX_LOGNORMAL_DRAWS:,}; "
+                    f"valid for this range and requests: at most {max_lognormal_sigma(lo, hi, self.requests):.4g}, "
+                    "or a wider range")
+        return self
+
     def max_lengths(self) -> tuple[int, int]:
         return self.isl_range[1], self.osl_range[1]
+
+
+# A lognormal length is drawn until it rounds into the range (benchctl.planning.datasets.sample_lengths): a dataset
+# may take at most this many draws per side (about 5 s here), however narrow the range or wide the sigma.
+MAX_LOGNORMAL_DRAWS = 10_000_000
+
+
+def default_lognormal_sigma(lo: int, hi: int) -> float:
+    """The sigma a lognormal dataset uses when the spec gives none (benchctl.planning.datasets, held equal by
+    tests/unit/test_spec_bounds.py)."""
+    return max(math.log(hi / lo) / 4.0, 1e-3) if hi > lo else 1e-3
+
+
+def lognormal_acceptance(lo: int, hi: int, sigma: float) -> float:
+    """The share of ``lognormvariate(mu, sigma)`` draws (mu: the log-midpoint of [lo, hi]) that round into [lo, hi]."""
+    mu = 0.5 * (math.log(lo) + math.log(hi))
+
+    def cdf(x: float) -> float:
+        return 0.5 * (1.0 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2.0))))
+    return cdf(hi + 0.5) - cdf(lo - 0.5)
+
+
+def max_lognormal_sigma(lo: int, hi: int, requests: int) -> float:
+    """The largest sigma (to 0.01 %) at which ``requests`` lengths in [lo, hi] take at most MAX_LOGNORMAL_DRAWS draws."""
+    low, high = 1e-12, 1e3
+    for _ in range(200):
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if requests <= lognormal_acceptance(lo, hi, mid) * MAX_LOGNORMAL_DRAWS else (low, mid)
+        if high / low < 1.0001:
+            break
+    return low
 
 
 class PrefixCache(Strict):
@@ -173,15 +240,15 @@ class PrefixCache(Strict):
     kind: Literal["prefix_cache"] = "prefix_cache"
     name: Name = "prefix-cache"
     ratios: list[Annotated[float, Field(ge=0, le=1)]] = Field(min_length=1, max_length=32)
-    isl: int = Field(gt=0)
-    osl: int = Field(gt=0)
+    isl: int = Field(gt=0, le=MAX_CONTEXT)
+    osl: int = Field(gt=0, le=MAX_CONTEXT)
     concurrency: int = Field(gt=0, le=4096)
-    requests: int = Field(gt=0, le=100_000, description="requests per ratio")
+    requests: int = Field(gt=0, le=MAX_DATASET, description="requests per ratio")
     block_size: int = Field(default=64, gt=0, le=4096, description="tokens per hash block (AIPerf --isl-block-size)")
     duplication: Literal["requests", "tokens"] = Field(
         default="requests", description="requests: the share of requests that contain the shared prefix (the plan's "
                                         "definition); tokens: the share of every request's tokens that is shared")
-    prefix_tokens: int | None = Field(default=None, gt=0, description="duplication requests: the shared prefix's "
+    prefix_tokens: int | None = Field(default=None, gt=0, le=MAX_CONTEXT, description="duplication requests: the shared prefix's "
                                       "length (default: half the ISL, to whole blocks)")
 
     @model_validator(mode="after")

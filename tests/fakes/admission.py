@@ -21,13 +21,15 @@ cel-go ext/strings.go) and ``quantity(string)`` with ``isGreaterThan`` / ``isLes
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import celpy
+import re2
 from celpy import celtypes
 
 JSON = dict[str, Any]
@@ -84,13 +86,82 @@ def _is_less_than(a: Any, b: Any) -> celtypes.BoolType:
     return celtypes.BoolType(_compare(a, b) < 0)
 
 
+def _short_circuit(operator: str, absorbing: bool) -> Any:
+    """``a || b`` / ``a && b`` that skips ``b`` when ``a`` alone decides (true / false). CEL's logical operators are
+    commutative over errors (cel-spec langdef.md "Logical Operators": ``true || error`` is true, whichever side
+    errs), so the result is the one cel-python's both-sides evaluation gives; only the work differs (a policy's
+    guards then spare every later evaluation, as cel-go's evaluation does)."""
+    original = getattr(celpy.evaluation.Evaluator, operator)
+
+    def evaluate(self: Any, tree: Any) -> Any:
+        if len(tree.children) != 2:
+            return original(self, tree)
+        left = self.visit(tree.children[0])
+        if isinstance(left, (bool, celtypes.BoolType)) and bool(left) is absorbing:
+            return celtypes.BoolType(absorbing)
+        right = self.visit(tree.children[1])
+        func = self.activation.resolve_function("_||_" if absorbing else "_&&_")
+        try:
+            return func(left, right)
+        except TypeError as ex:
+            return celpy.CELEvalError(f"found no matching overload for {'_||_' if absorbing else '_&&_'} applied to "
+                                      f"'({type(left)}, {type(right)})'", ex.__class__, ex.args, tree=tree)
+
+    return evaluate
+
+
+celpy.evaluation.Evaluator.conditionalor = _short_circuit("conditionalor", True)  # type: ignore[method-assign]
+celpy.evaluation.Evaluator.conditionaland = _short_circuit("conditionaland", False)  # type: ignore[method-assign]
+
+
+@functools.lru_cache(maxsize=4096)
+def _regex(pattern: str) -> Any:
+    return re2.compile(pattern)
+
+
+def _matches(text: Any, pattern: Any) -> Any:
+    """CEL's ``matches`` as cel-python defines it (``re2.search``: RE2, the API server's engine, a partial match),
+    with each pattern compiled once."""
+    try:
+        return celtypes.BoolType(_regex(str(pattern)).search(str(text)) is not None)
+    except re2.error as ex:
+        return celpy.CELEvalError("match error", ex.__class__, ex.args)
+
+
 FUNCTIONS: dict[str, Any] = {
+    "matches": _matches,
     "split": _split,
     "quantity": _quantity,
     "compareTo": _compare_to,
     "isGreaterThan": _is_greater_than,
     "isLessThan": _is_less_than,
 }
+
+
+class _LazyVariables(celtypes.MapType):
+    """A policy's ``variables``, each evaluated when an expression first reads it and then kept for the request,
+    as the API server does (k8s.io/apiserver pkg/admission/plugin/cel: "variables are lazily evaluated"; the
+    ValidatingAdmissionPolicy docs: "a variable is evaluated at most once per request, when first used"). A
+    variable whose expression errs is absent: an expression reading it errs in turn (``no such member``)."""
+
+    def __init__(self, expressions: dict[str, str], cel: Cel, activation: dict[str, Any]) -> None:
+        super().__init__({})
+        self._expressions, self._cel, self._activation = expressions, cel, activation
+
+    def __getitem__(self, key: Any) -> Any:
+        name = celtypes.StringType(str(key))
+        if not dict.__contains__(self, name):
+            if str(key) not in self._expressions:
+                raise KeyError(key)
+            try:
+                value = self._cel.evaluate(self._expressions[str(key)], {**self._activation, "variables": self})
+            except celpy.CELEvalError:
+                raise KeyError(key) from None
+            dict.__setitem__(self, name, value)
+        return dict.__getitem__(self, name)
+
+    def __contains__(self, key: object) -> bool:
+        return str(key) in self._expressions
 
 
 class Cel:
@@ -194,22 +265,45 @@ class Admission:
                 self.cel.program(item["expression"])
 
     def admit(self, *, operation: str, api_version: str, plural: str, namespace: str, groups: list[str],
-              obj: JSON | None, old: JSON | None, username: str = "benchctl") -> list[tuple[int, str, str]]:
+              obj: JSON | None, old: JSON | None, username: str = "benchctl",
+              stored: Callable[[str, str], JSON | None] | None = None) -> list[tuple[int, str, str]]:
         """Every denial of the request as (HTTP code, reason, message); [] when admitted. A pure function of
-        the request and the policies: the same request (many are, as the same campaigns are run in each state)
-        is answered from a memo of this Admission's."""
+        the request, the policies and their parameters: the same request (many are, as the same campaigns are
+        run in each state) is answered from a memo of this Admission's. ``stored`` (namespace, name -> the
+        ConfigMap as the API server stores it now, or None): parameters read live, as the API server reads a
+        binding's paramRef at each request (a parameter another request changes, the runner grants); a name it
+        does not know falls back to the ``params`` given at construction."""
         import json
 
-        key = json.dumps([operation, api_version, plural, namespace, sorted(groups), obj, old, username],
-                         sort_keys=True, default=str)
+        live = self._live_params(stored)
+        key = json.dumps([operation, api_version, plural, namespace, sorted(groups), obj, old, username,
+                          sorted(live.items(), key=str)], sort_keys=True, default=str)
         if key not in self._verdicts:
             self._verdicts[key] = self._admit(operation=operation, api_version=api_version, plural=plural,
                                               namespace=namespace, groups=groups, obj=obj, old=old,
-                                              username=username)
+                                              username=username, params={**self.params, **live})
         return list(self._verdicts[key])
 
+    def _live_params(self, stored: Callable[[str, str], JSON | None] | None) -> dict[tuple[str, str], JSON]:
+        """The bindings' parameter objects that ``stored`` holds now (ConfigMaps: their data only matters)."""
+        if stored is None:
+            return {}
+        out = {}
+        for binding in self.bindings:
+            ref = binding["spec"].get("paramRef")
+            if ref:
+                where = (ref.get("namespace", ""), ref["name"])
+                found = stored(*where)
+                if found is not None:
+                    out[where] = {"apiVersion": found.get("apiVersion", "v1"), "kind": found.get("kind", "ConfigMap"),
+                                  "metadata": {k: found["metadata"][k] for k in ("name", "namespace")
+                                               if k in found["metadata"]},
+                                  **({"data": found["data"]} if "data" in found else {})}
+        return out
+
     def _admit(self, *, operation: str, api_version: str, plural: str, namespace: str, groups: list[str],
-               obj: JSON | None, old: JSON | None, username: str) -> list[tuple[int, str, str]]:
+               obj: JSON | None, old: JSON | None, username: str,
+               params: dict[tuple[str, str], JSON] | None = None) -> list[tuple[int, str, str]]:
         group, _, version = api_version.rpartition("/")
         request = {"operation": operation, "namespace": namespace,
                    "userInfo": {"username": username, "groups": list(groups)},
@@ -221,11 +315,29 @@ class Admission:
             policy = self.policies.get(binding["spec"]["policyName"])
             if policy is None:
                 continue
-            out += self._evaluate(policy, binding, dict(base), group, version, plural, operation)
+            out += self._evaluate(policy, binding, dict(base), group, version, plural, operation,
+                                  self.params if params is None else params)
+            if out and self._stop_at_first:
+                break
         return out
 
+    def first_denial(self, *, operation: str, api_version: str, plural: str, namespace: str, groups: list[str],
+                     obj: JSON | None, old: JSON | None = None) -> str | None:
+        """The message of the first validation that denies the request (None: admitted), without evaluating the
+        rest: the same verdict as :meth:`admit` (a request is refused when any validation denies it), for
+        callers that ask only whether and by which rule (the mutation suite)."""
+        self._stop_at_first = True
+        try:
+            out = self._admit(operation=operation, api_version=api_version, plural=plural, namespace=namespace,
+                              groups=groups, obj=obj, old=old, username="benchctl")
+        finally:
+            self._stop_at_first = False
+        return out[0][2] if out else None
+
+    _stop_at_first = False
+
     def _evaluate(self, policy: JSON, binding: JSON, activation: dict[str, Any], group: str, version: str,
-                  plural: str, operation: str) -> list[tuple[int, str, str]]:
+                  plural: str, operation: str, params: dict[tuple[str, str], JSON]) -> list[tuple[int, str, str]]:
         spec = policy["spec"]
         rules = (spec.get("matchConstraints") or {}).get("resourceRules") or []
         if not any(_matches_rule(r, group, version, plural, operation) for r in rules):
@@ -240,19 +352,15 @@ class Admission:
             return [(422, "Invalid", prefix + f"matchCondition error: {err}")] if fail else []
         ref = binding["spec"].get("paramRef")
         if spec.get("paramKind") and ref:
-            param = self.params.get((ref.get("namespace", ""), ref["name"]))
+            param = params.get((ref.get("namespace", ""), ref["name"]))
             if param is None:
                 if ref.get("parameterNotFoundAction", "Deny") == "Deny":
                     return [(422, "Invalid", prefix + f"no params found for policy binding with `Deny` "
                                                       f"parameterNotFoundAction ({ref.get('namespace')}/{ref['name']})")]
                 return []
             activation["params"] = celpy.json_to_cel(param)
-        variables: dict[str, Any] = {}
-        for v in spec.get("variables") or []:
-            activation["variables"] = celtypes.MapType({celtypes.StringType(k): x for k, x in variables.items()})
-            with contextlib.suppress(celpy.CELEvalError):  # an expression that reads it errors in turn
-                variables[v["name"]] = self.cel.evaluate(v["expression"], activation)
-        activation["variables"] = celtypes.MapType({celtypes.StringType(k): x for k, x in variables.items()})
+        activation["variables"] = _LazyVariables(
+            {v["name"]: v["expression"] for v in spec.get("variables") or []}, self.cel, activation)
         out = []
         for val in spec.get("validations") or []:
             reason = val.get("reason", "Invalid")
@@ -262,9 +370,13 @@ class Admission:
             except celpy.CELEvalError as err:
                 if fail:
                     out.append((code, reason, prefix + f"expression '{val['expression'][:80]}' resulted in error: {err}"))
+                    if self._stop_at_first:
+                        break
                 continue
             if not ok:
                 out.append((code, reason, prefix + (val.get("message") or f"failed expression: {val['expression']}")))
+                if self._stop_at_first:
+                    break
         if "Deny" not in (binding["spec"].get("validationActions") or []):
             return []
         return out

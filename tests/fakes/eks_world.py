@@ -35,6 +35,7 @@ from benchctl.aws.k8s.client import KubeClient
 from benchctl.aws.k8s.common import LABEL_MANAGED, LABEL_STEP
 from benchctl.aws.pools import pools_for
 from benchctl.aws.preflight import preflight
+from benchctl.aws.runner_identity import RunnerIdentity
 from benchctl.campaign import Task
 from benchctl.campaign.context import Ctx
 from benchctl.campaign.ports import Providers
@@ -44,6 +45,7 @@ from benchctl.local.runstore import LocalRunStore
 from benchctl.planning.plan import plan_campaign
 from benchctl.spec.model import CampaignSpec, parse_spec
 from tests import yaml_files
+from tests.fakes import pod_identity
 from tests.fakes.k8s_api import FakeKubeApi
 from tests.fakes.ports import arithmetic
 
@@ -141,8 +143,17 @@ def cluster_prerequisites(api: FakeKubeApi, spec: CampaignSpec) -> None:
         {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": k.model_pvc, "namespace": k.namespace},
          "spec": {"accessModes": ["ReadWriteMany"]}},
         EFA_DEVICE_PLUGIN,
+        runner_grants(k.namespace),
     ):
         api.put(obj)
+
+
+def runner_grants(namespace: str) -> dict[str, Any]:
+    """The runner grants ConfigMap as stacks/kubernetes/benchctl-identities.yaml applies it (no grant yet)."""
+    from benchctl.aws.k8s.common import RUNNER_GRANTS
+
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": RUNNER_GRANTS, "namespace": namespace, "labels": {LABEL_MANAGED: "benchctl"}}}
 
 
 def dynamo_operator(api: FakeKubeApi) -> list[dict[str, Any]]:
@@ -349,6 +360,7 @@ def moto_eks(spec: CampaignSpec, config: Any = None) -> Iterator[Any]:
             return AWSResponse("", 200, {}, None), {"update": {"id": "u", "status": "Successful", "errors": []}}
 
         session.events.register("before-call.eks.DescribeUpdate", describe_update)
+        pod_identity.install(session, CLUSTER)  # the runner identity's calls (moto has none of them)
         yield session
 
 
@@ -384,11 +396,30 @@ class Failed:
 
 
 class _Preflight:
-    def __init__(self, kube: KubeClient, session: Any) -> None:
-        self.kube, self.session = kube, session
+    def __init__(self, kube: KubeClient, session: Any, identity: RunnerIdentity | None = None) -> None:
+        self.kube, self.session, self.identity = kube, session, identity
 
     def check(self, spec: CampaignSpec) -> list[str]:
-        return preflight(spec, self.kube, eks=self.session.client("eks"), cluster_name=CLUSTER, campaign_id=CID)
+        """Plan's preflight; its runner identity made first (``identity``, else the campaign's: :func:`runner_identity`)."""
+        identity = self.identity or runner_identity(spec, self.kube, self.session)
+        return preflight(spec, self.kube, eks=self.session.client("eks"), cluster_name=CLUSTER, campaign_id=CID,
+                         identity=identity)
+
+
+LOAD_JOB_ROLE = "arn:aws:iam::123456789012:role/benchctl-load-job"  # the role every runner identity is associated with
+
+
+def runner_identity(spec: CampaignSpec, kube: KubeClient, session: Any) -> RunnerIdentity:
+    """The campaign's runner identity as the AWS providers build it (benchctl.aws.providers): made by Plan's
+    preflight (its service account, Pod Identity association and grant), removed on the end paths. Its clock is
+    the association's creation plus SETTLE_S: the preflight's wait for it to settle is the state machine's, not
+    this world's."""
+    from benchctl.aws.runner_identity import SETTLE_S
+
+    created = pod_identity.PodIdentity().now.timestamp()  # the fake's fixed "now" (tests/fakes/pod_identity.py)
+    return RunnerIdentity(lambda: kube, lambda: session.client("eks"), cluster=CLUSTER,
+                          namespace=spec.kubernetes.namespace, role_arn=LOAD_JOB_ROLE, campaign_id=CID,
+                          clock=lambda: created + SETTLE_S)
 
 
 def end_runner_step(p: Providers, experiment: str, step_id: str, exit_code: int) -> None:
@@ -416,7 +447,8 @@ def providers(spec: CampaignSpec, kube: KubeClient, tmp: Path, session: Any) -> 
         serving=EksServing(kube, CID, sleep=no_sleep), load=EksLoad(kube, spec, CID, control=store, region="us-east-1"),
         smoke=EksSmoke(kube, spec, CID, sleep=no_sleep), lake=lake, read_uri=lambda uri: b"",
         tokenizer="",  # as benchctl.aws: the model's own tokenizer, offline from the model volume
-        preflight=_Preflight(kube, session),
+        preflight=_Preflight(kube, session, identity := runner_identity(spec, kube, session)),
+        identity=identity,
     )
     return p, ctx, lake
 

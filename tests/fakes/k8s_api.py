@@ -29,7 +29,8 @@ It implements what our code relies on, not all of Kubernetes:
   denied request is 403 Forbidden), recording which rule allowed each request (``authorized``);
 * tokens of users in groups (:meth:`add_token`, as EKS access entries map roles to Kubernetes groups);
 * optionally validating admission (:meth:`enforce_admission`): ValidatingAdmissionPolicies and their
-  bindings evaluated with a CEL interpreter (tests/fakes/admission.py), a denial a 422 Invalid;
+  bindings evaluated with a CEL interpreter (tests/fakes/admission.py), a denial a 422 Invalid; a binding's
+  parameter ConfigMap stored here is read at each request (the runner grants), else the one given to it;
 * optionally strict field validation of created and replaced objects (:meth:`validate_with`): with
   ``fieldValidation=Strict`` in the query, a validator's problems are a 422 Invalid, as on a real server.
 
@@ -557,12 +558,20 @@ class FakeKubeApi:
         if new is not None and r.namespaced:
             new.setdefault("metadata", {})["namespace"] = ns
         problems = self.admission.admit(operation=operation, api_version=r.api_version, plural=r.plural,
-                                        namespace=ns or "", groups=sorted(groups), obj=new, old=old)
+                                        namespace=ns or "", groups=sorted(groups), obj=new, old=old,
+                                        stored=self._stored_param)
         if problems:
             code, reason, message = problems[0]
             self.refused.append(message)
             raise HttpError(code, reason, message)
         self.admitted += 1
+
+    def _stored_param(self, namespace: str, name: str) -> JSON | None:
+        """A policy binding's parameter as stored now (a ConfigMap), read at each request as the API server does:
+        the runner grants change while campaigns run (stacks/kubernetes/benchctl-identities.yaml)."""
+        with self.lock:
+            found = self._objects.get(("ConfigMap", namespace, name))
+            return copy.deepcopy(found) if found is not None else None
 
     def _dry_create(self, r: Resource, ns: str | None, body: JSON) -> tuple[int, JSON]:
         """A create with ``dryRun=All``: every check a create makes (AlreadyExists included), no write, no hook."""

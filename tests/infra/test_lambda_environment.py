@@ -50,7 +50,7 @@ from benchctl.planning.plan import plan_campaign
 from benchctl.spec.model import load_spec, load_spec_text
 from benchctl.spec.text import spec_data
 from stacks import layers
-from tests.fakes.eks_world import EFA_DEVICE_PLUGIN
+from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, runner_grants
 from tests.fakes.ports import write_sample_artifacts
 from tests.infra.conftest import CP, ROOT, load_templates
 
@@ -107,7 +107,9 @@ def _world_names(templates: dict[str, Any]) -> dict[str, str]:
     env = Resolver(templates).resolve(fn["Environment"]["Variables"], CP)
     assert (env["BENCHCTL_DATABASE"], env["BENCHCTL_WORKGROUP"]) == (DATABASE, WORKGROUP)
     assert set(env["BENCHCTL_NODEGROUPS"].split(",")) >= {NODEGROUP}
+    machine = env["BENCHCTL_CAMPAIGN_MACHINE_ARN"].rsplit(":", 1)[1]  # the campaign state machine's fixed name
     return {f"arn:aws:s3:::{env['BENCHCTL_BUCKET']}": f"arn:aws:s3:::{BUCKET}",
+            f":execution:{machine}:": f":execution:{CAMPAIGN_MACHINE_NAME}:",
             f":table/{env['BENCHCTL_LOCK_TABLE']}": f":table/{LOCKS}",
             f":cluster/{env['BENCHCTL_CLUSTER']}": f":cluster/{CLUSTER}",
             f":podidentityassociation/{env['BENCHCTL_CLUSTER']}/": f":podidentityassociation/{CLUSTER}/",
@@ -156,7 +158,8 @@ def _function_env(out: Path, url: str) -> dict[str, str]:
               "BENCHCTL_WORKGROUP": WORKGROUP, "BENCHCTL_CLUSTER": CLUSTER, "BENCHCTL_NODEGROUPS": ",".join(NODEGROUPS),
               "BENCHCTL_LOCK_TABLE": LOCKS, "BENCHCTL_LOAD_IMAGE": "123456789012.dkr.ecr.us-east-1.amazonaws.com/load:1",
               "BENCHCTL_LOAD_ROLE_ARN": _load_role_arn(out), "POWERTOOLS_LOG_LEVEL": "INFO",
-              "BENCHCTL_CEILINGS": ceilings, "BENCHCTL_PLATFORM_JSON": PLATFORM_JSON}
+              "BENCHCTL_CEILINGS": ceilings, "BENCHCTL_PLATFORM_JSON": PLATFORM_JSON,
+              "BENCHCTL_CAMPAIGN_MACHINE_ARN": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{CAMPAIGN_MACHINE_NAME}"}
     assert set(names) == set(values), f"the stack's function variables changed: {sorted(names)}"
     return {**values,  # what the Lambda service itself sets, and where "AWS" is
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -192,6 +195,33 @@ TIMED_OUT = Case("aws-rehearsal", "aws-rehearsal-timed-out", "agg", "prefix-cach
 NODEGROUPS = (NODEGROUP, "benchctl-rehearsal")
 # what a platform stack gives the functions (stacks.platform_manifests.monitoring_provenance)
 PLATFORM_JSON = '{"dashboards_sha256":"' + "ab" * 32 + '","scrape_interval":"15s"}'
+
+
+CAMPAIGN_MACHINE_NAME = "benchctl-campaign"  # the executions the driver's cases name (config "execution")
+
+
+def _stopped_executions(client: Any, cases: tuple[Case, ...]) -> None:
+    """The campaign state machine's execution of each stopped case, ended as the case says: ResolveStopped
+    describes it (DescribeExecution, as the Teardown role) before it tears anything down. moto, not running
+    definitions here, ends an execution ABORTED on StopExecution; TIMED_OUT, which only a running definition
+    reaches, is set on its backend record (moto answers DescribeExecution from it)."""
+    from moto.stepfunctions.models import stepfunctions_backends
+
+    stopped = [case for case in cases if case.stop]
+    if not stopped:
+        return
+    sfn = client("stepfunctions")
+    machine = sfn.create_state_machine(
+        name=CAMPAIGN_MACHINE_NAME, roleArn=f"arn:aws:iam::{ACCOUNT}:role/campaign",
+        definition=json.dumps({"StartAt": "Run", "States": {"Run": {"Type": "Pass", "End": True}}}))["stateMachineArn"]
+    for case in stopped:
+        arn = sfn.start_execution(stateMachineArn=machine, name=case.cid, input=json.dumps(
+            {"spec_uri": f"s3://{BUCKET}/specs/{case.spec}.yaml", "campaign_id": case.cid, "poll_seconds": 30}))[
+            "executionArn"]
+        sfn.stop_execution(executionArn=arn)
+        if case.stop == "TIMED_OUT":
+            stepfunctions_backends[ACCOUNT][REGION].describe_execution(arn).status = "TIMED_OUT"
+        assert sfn.describe_execution(executionArn=arn)["status"] == case.stop
 
 
 def _aws_world(client: Any, api: Any, tmp: Path, cases: tuple[Case, ...]) -> None:
@@ -233,7 +263,8 @@ def _aws_world(client: Any, api: Any, tmp: Path, cases: tuple[Case, ...]) -> Non
                 {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": NS},
                  "data": {"HF_TOKEN": "aGY="}},
                 {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache", "namespace": NS}},
-                EFA_DEVICE_PLUGIN):  # the seed plan's p4d pool asks for EFA
+                EFA_DEVICE_PLUGIN,  # the seed plan's p4d pool asks for EFA
+                runner_grants(NS)):  # applied with stacks/kubernetes/benchctl-identities.yaml; Plan adds each grant
         api.put(obj)
     api.on_create("Job", lambda a, obj: a.set_status("Job", NS, obj["metadata"]["name"], {"succeeded": 1}))
     # the step's AIPerf artifacts, as its Job would upload them (real AIPerf 0.13.0 samples, one record per
@@ -309,6 +340,7 @@ def _drive(default_out: Path, tmp: Path, cases: tuple[Case, ...]) -> Iterator[di
                 return session.client(service, endpoint_url=url)
 
             _aws_world(client, api, tmp, cases)
+            _stopped_executions(client, cases)
             # every actor with its own synthesized role, and the test itself as an administrator from here on
             iam = client("iam")
             arns: dict[str, str] = {}

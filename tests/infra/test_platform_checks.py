@@ -91,6 +91,10 @@ FALSE_POSITIVES: dict[tuple[str, str, str, str], str] = {
         "DescribeExecution is authorized on Standard (execution:) and Express (express:) execution ARNs; "
         "parliament wants the Express form too, but the campaign state machine is a Standard one, so only its "
         "execution ARNs are named.",
+    (CP, "TeardownRoleDefaultPolicy", "RESOURCE_MISMATCH", "states:DescribeExecution"):
+        "Teardown describes the execution a stop event names before it tears anything down (the event is verified, "
+        "benchctl.campaign.stopped); the campaign state machine is a Standard one, so only its execution: ARNs are "
+        "named, as for the sweeper (above).",
     (CP, "LoadJobRoleDefaultPolicy", "RESOURCE_MISMATCH", "arn:*:s3:::*/*"):
         "the load Job role names its objects by the policy variable ${aws:PrincipalTag/kubernetes-service-account} "
         "(IAM User Guide, 'IAM policy elements: Variables and tags': variables may stand in a Resource ARN); "

@@ -285,7 +285,11 @@ def test_our_rbac_and_admission_are_applied_as_the_files_say_with_the_load_image
     assert registry in params["data"]["imagePrefixes"].split()
     assert rbac == [params if d["kind"] == "ConfigMap" and d["metadata"]["name"] == params["metadata"]["name"]
                     else d for d in files]
-    assert sum(d["kind"] == "ConfigMap" for d in rbac) == 1
+    # the allow-list and the runner grants (empty: Plan adds each campaign's), nothing else
+    assert sorted(d["metadata"]["name"] for d in rbac if d["kind"] == "ConfigMap") == [
+        "benchctl-admission", "benchctl-runner-grants"]
+    (grants,) = [d for d in rbac if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "benchctl-runner-grants"]
+    assert not grants.get("data")
 
 
 def test_every_manifest_the_platform_applies_passes_the_campaigns_strict_validation(nodegroups, auto_mode, existing):
@@ -579,7 +583,10 @@ def test_the_rehearsal_on_auto_mode_is_a_cpu_nodepool_the_platform_admits_and_pl
     (params,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "benchctl-admission"]
     policies = [d for ds in applied(auto_mode).values() for d in ds
                 if d["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
-    admission = Admission(policies, [params])
+    # the runner grants as applied, with the campaign's grant Plan adds (stacks/kubernetes/benchctl-identities.yaml)
+    (grants,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "benchctl-runner-grants"]
+    cid = "aws-rehearsal-auto-mode-20261205-101010"
+    admission = Admission(policies, [params, {**grants, "data": {cid: cid}}])
     spec = with_load_image(rehearsal, env.load_image)
     made: dict[str, int] = {}
     for fn in ("Plan", "Pools", "Serving", "Load"):

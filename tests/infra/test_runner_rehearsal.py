@@ -728,6 +728,7 @@ def test_the_doctors_runner_job_runs_the_load_roles_real_path(account: Account, 
     from benchctl.aws import selftest
     from benchctl.aws.k8s.client import KubeClient
     from tests.aws_checks import RBAC_FILE
+    from tests.fakes.eks_world import runner_grants
     from tests.fakes.k8s_api import FakeKubeApi
 
     spec = yaml.safe_load((ROOT / "examples" / "aws-rehearsal.yaml").read_text())
@@ -747,6 +748,7 @@ def test_the_doctors_runner_job_runs_the_load_roles_real_path(account: Account, 
         with FakeKubeApi() as api:
             api.enforce_rbac([d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d],
                              {"benchctl-load"})  # the Load role's group
+            api.put(runner_grants(NS))  # stacks/kubernetes/benchctl-identities.yaml: the doctor's grant goes here
             monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
                                 lambda name, session=None, **_: KubeClient(api.url, token=lambda: "test-token"))
             started = selftest.self_test({"function": "Load", "checks": ["runner_job"], "spec": spec,

@@ -99,3 +99,37 @@ def test_the_sweepers_watchdog_runs_every_five_minutes_with_its_own_input(templa
                    if r["Properties"]["Handler"] == "lambdas.sweep.handler")
     assert target["Arn"] == {"Fn::GetAtt": [sweeper, "Arn"]}
     assert json.loads(target["Input"]) == {"watchdog": True}
+
+
+def test_only_teardown_may_describe_the_campaign_machines_executions_and_knows_its_arn(templates):
+    """ResolveStopped verifies a stop event with DescribeExecution (benchctl.campaign.stopped): the campaign state
+    machine has a fixed name, every function's BENCHCTL_CAMPAIGN_MACHINE_ARN is that machine's ARN, and Teardown's
+    role (alone of the functions') may DescribeExecution on that machine's executions only (Step Functions'
+    service authorization reference: DescribeExecution's resource is the execution ARN)."""
+    from tests.fakes.moto_iam import function_roles, role_documents
+
+    cp = templates[CP]
+    r = Resolver({k: v for k, v in templates.items() if not k.startswith("_")})
+    (campaign,) = [v["Properties"] for k, v in _resources(cp, "AWS::StepFunctions::StateMachine").items()
+                   if k.startswith("Campaign")]
+    name = campaign["StateMachineName"]
+    assert name == "benchctl-dev-campaign"
+    machine_arn = f"arn:aws:states:us-east-1:123456789012:stateMachine:{name}"
+    envs = {f["Properties"]["Handler"]: r.resolve(f["Properties"]["Environment"]["Variables"], CP)
+            for f in _resources(cp, "AWS::Lambda::Function").values()}
+    assert {h: e.get("BENCHCTL_CAMPAIGN_MACHINE_ARN") for h, e in envs.items() if not h.startswith("lambdas.sweep")} \
+        == {h: machine_arn.replace("us-east-1", r.resolve({"Ref": "AWS::Region"}, CP)).replace(
+            "123456789012", r.resolve({"Ref": "AWS::AccountId"}, CP)) for h in envs if not h.startswith("lambdas.sweep")}
+    roles = function_roles(templates, CP)
+    describing = {}
+    for handler, rid in roles.items():
+        if handler == "runner" or handler.startswith("lambdas.sweep"):
+            continue
+        resources = [res for doc in role_documents(templates, CP, rid) for st in doc["Statement"]
+                     if "states:DescribeExecution" in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+                     for res in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])]
+        if resources:
+            describing[handler] = resources
+    assert list(describing) == ["lambdas.teardown.handler"], describing
+    (resource,) = describing["lambdas.teardown.handler"]
+    assert resource.endswith(f":execution:{name}:*") and ":states:" in resource, resource

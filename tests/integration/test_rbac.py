@@ -23,7 +23,7 @@ import yaml
 from benchctl import campaign
 from benchctl.aws.k8s.admission import FUNCTION_GROUPS
 from benchctl.aws.k8s.client import RESOURCES, ApiError, KubeClient
-from benchctl.aws.k8s.common import LABEL_CAMPAIGN
+from benchctl.aws.k8s.common import LABEL_CAMPAIGN, RUNNER_GRANTS
 from benchctl.aws.pools import pools_for
 from benchctl.aws.sweep import campaign_ids, labelled
 from benchctl.campaign import Task
@@ -130,6 +130,10 @@ def _a_running_load_stopped_by(function: str, tmp: Path, example: str) -> FakeKu
             for _ in range(20):
                 if campaign.teardown_experiment(p, ctx, e, wait_gone=True)["done"]:
                     break
+            if function == "Sweep":  # then the campaign's runner identity, its grant first (campaign.sweep)
+                assert (api.stored("ConfigMap", RUNNER_GRANTS, NS) or {}).get("data") == {CID: CID}
+                campaign.release_identity(p, ctx)
+                assert (api.stored("ConfigMap", RUNNER_GRANTS, NS) or {}).get("data") == {}
         rec = p.state.load(exp.name, step)
         assert rec is not None and rec.stopped and rec.logs is not None
     return api
@@ -162,10 +166,12 @@ def _every_functions_self_test_reads_the_namespace(monkeypatch: pytest.MonkeyPat
     return api
 
 
-def _a_campaigns_runner_identity_made_again_and_removed(maker: str = "Plan", remover: str = "Teardown") -> FakeKubeApi:
-    """Plan's preflight makes the campaign's runner service account (and, again on a retried Plan, finds it);
-    the end of the campaign removes it (benchctl.aws.runner_identity; EKS as tests/fakes/pod_identity.py).
-    ``maker="Load", remover="Load"``: the doctor's runner Job check, which makes and removes its own."""
+def _a_campaigns_runner_identity_made_again_and_removed(maker: str = "Plan", remover: str = "Teardown",
+                                                       cid: str = CID) -> FakeKubeApi:
+    """Plan's preflight makes the campaign's runner service account and its grant (and, again on a retried Plan,
+    finds them); the end of the campaign removes them (benchctl.aws.runner_identity; EKS as
+    tests/fakes/pod_identity.py). ``maker="Load", remover="Load"``: the doctor's runner Job check, which makes and
+    removes its own (a ``doctor-…`` campaign id: the only grant the Load function may change)."""
     import boto3
     from moto import mock_aws
 
@@ -177,11 +183,13 @@ def _a_campaigns_runner_identity_made_again_and_removed(maker: str = "Plan", rem
         pod_identity.install(session, "bench")
         caller = [maker]
         ident = RunnerIdentity(lambda: _kube(api, caller[0]), lambda: session.client("eks"), cluster="bench",
-                               namespace=NS, role_arn="arn:aws:iam::123456789012:role/load-job", campaign_id=CID)
+                               namespace=NS, role_arn="arn:aws:iam::123456789012:role/load-job", campaign_id=cid)
         ident.ensure()
         ident.ensure()
+        assert (api.stored("ConfigMap", RUNNER_GRANTS, NS) or {}).get("data") == {cid: cid}
         caller[0] = remover  # the end of the campaign (AbortCampaign, a failed Plan's cleanup), or the doctor
-        assert ident.release()[-1] == f"ServiceAccount/{CID}"
+        assert ident.release()[-2:] == [f"grant of campaign {cid} in ConfigMap {NS}/{RUNNER_GRANTS}",
+                                        f"ServiceAccount/{cid}"]
     return api
 
 
@@ -192,7 +200,7 @@ def apis(aws_worlds: dict[str, World], tmp_path_factory: pytest.TempPathFactory)
     return [w.api for w in aws_worlds.values()] + [self_tests,
         _replace_then_restore_a_nodepool(), _sweeper_finds_and_deletes_by_our_label(), _a_failed_image_check(),
         _a_campaigns_runner_identity_made_again_and_removed(),
-        _a_campaigns_runner_identity_made_again_and_removed("Load", "Load"),
+        _a_campaigns_runner_identity_made_again_and_removed("Load", "Load", "doctor-20261201-000000"),
         *(_a_running_load_stopped_by(fn, tmp_path_factory.mktemp(fn), example) for fn, example in (
             ("Load", "smoke[managed-nodegroup]"), ("Teardown", "smoke[managed-nodegroup]"),
             ("Sweep", "smoke[auto-mode]")))]  # the sweeper restores an Auto Mode pool too: our NodePool goes

@@ -30,6 +30,7 @@ from benchctl.planning.plan import plan_campaign
 from lambdas import FUNCTIONS
 from tests.aws_checks import upstream_api
 from tests.fakes import eks_world
+from tests.fakes.campaign_executions import campaign_execution
 from tests.fakes.eks_world import CID
 
 SFN = {"stepfunctions": {"execute_state_machine": True}}
@@ -45,8 +46,7 @@ def status_event(status: str, *, execution: str = EXECUTION, name: str = CID) ->
         "resources": [execution],
         "detail": {"executionArn": execution, "stateMachineArn": CAMPAIGN_MACHINE, "name": name, "status": status,
                    "startDate": 1764950000000, "stopDate": 1764950400000,
-                   "input": json.dumps({"spec_uri": "s3://results-bucket/specs/example.yaml", "campaign_id": CID,
-                                        "poll_seconds": 1}),
+                   "input": json.dumps(CAMPAIGN_INPUT),
                    "inputDetails": {"included": True}, "output": None, "outputDetails": None},
     }
 
@@ -108,6 +108,18 @@ def stopped_while_loading(tmp: Path) -> Iterator[dict[str, Any]]:
                "nodegroup": nodegroup, "caller": caller}
 
 
+CAMPAIGN_INPUT = {"spec_uri": "s3://results-bucket/specs/example.yaml", "campaign_id": CID, "poll_seconds": 1}
+
+
+def end_campaign_execution(world: dict[str, Any], end: str, *, name: str = CID,
+                           machine: str = "benchctl-campaign") -> str:
+    """The campaign's execution in moto's Step Functions (what ResolveStopped describes), brought to ``end``."""
+    ended = world.setdefault("executions", {})
+    if (machine, name) not in ended:
+        ended[(machine, name)] = campaign_execution(world["session"], machine, name, end, CAMPAIGN_INPUT)
+    return str(ended[(machine, name)])
+
+
 def run_stopped_machine(world: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
     """The stopped-campaign definition as CDK deploys it (its substitutions), one execution with ``event``."""
     return run_stopped_machines(world, [event])[0]
@@ -116,11 +128,16 @@ def run_stopped_machine(world: dict[str, Any], event: dict[str, Any]) -> dict[st
 def run_stopped_machines(world: dict[str, Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """As :func:`run_stopped_machine`, one execution per event, all started before any is waited for (EventBridge
     delivering a duplicate while the first delivery's execution runs). ``invoked`` and ``messages`` are shared."""
+    import os
+
     import boto3
 
     from lambdas._runtime import use_engine
 
     session = world["session"]
+    for event in events:  # the execution each event names ended as it says, unless a test made it otherwise
+        if event["detail"]["executionArn"] == EXECUTION:
+            end_campaign_execution(world, event["detail"]["status"])
     topic = session.client("sns").create_topic(Name="benchctl-status")["TopicArn"]
     queue = session.client("sqs").create_queue(QueueName="status")["QueueUrl"]
     arn = session.client("sqs").get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][
@@ -140,6 +157,11 @@ def run_stopped_machines(world: dict[str, Any], events: list[dict[str, Any]]) ->
 
     boto3.DEFAULT_SESSION.events.register("before-call.lambda.Invoke", watched)
     use_engine(_Engine(world["p"], world["ctx"]))  # type: ignore[arg-type]
+    env_before = {k: os.environ.get(k) for k in ("BENCHCTL_CAMPAIGN_MACHINE_ARN", "BENCHCTL_RUNS_URI",
+                                                 "BENCHCTL_LAKE_URI")}
+    os.environ.update({"BENCHCTL_CAMPAIGN_MACHINE_ARN": CAMPAIGN_MACHINE,  # as the stack sets them on Teardown
+                       "BENCHCTL_RUNS_URI": str(Path(world["ctx"].run_uri).parent),
+                       "BENCHCTL_LAKE_URI": world["ctx"].lake_uri})
     try:
         sfn = session.client("stepfunctions")
         machine = sfn.create_state_machine(name=f"stopped-{len(invoked)}-{time.monotonic_ns()}", definition=definition,
@@ -159,6 +181,11 @@ def run_stopped_machines(world: dict[str, Any], events: list[dict[str, Any]]) ->
                         "states": [e["stateEnteredEventDetails"]["name"] for e in history
                                    if "stateEnteredEventDetails" in e]})
     finally:
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         use_engine(None)
         boto3.DEFAULT_SESSION.events.unregister("before-call.lambda.Invoke", watched)
     messages = [json.loads(m["Body"])["Message"] for m in
@@ -238,19 +265,63 @@ def test_a_campaign_stopped_while_its_load_runs_is_torn_down_reported_and_announ
 def test_an_event_of_another_execution_of_the_same_campaign_id_touches_nothing(tmp_path: Path) -> None:
     """A reused campaign id: the stopped execution is not the one the run record names, so the campaign (another
     execution's, still running) is left alone; so is an event whose status is not a stop (refused by name)."""
-    from benchctl.campaign.stopped import resolve_stopped
+    from benchctl.campaign.stopped import StopVerifier, resolve_stopped
 
     with stopped_while_loading(tmp_path) as w:
         api = w["api"]
         before = len(api.requests)
-        other = EXECUTION.replace(f":{CID}", ":another-execution")
+        other = end_campaign_execution(w, "ABORTED", name="another-execution")  # its input names CID too
+        assert other == EXECUTION.replace(f":{CID}", ":another-execution")
         out = run_stopped_machine(w, status_event("ABORTED", execution=other))
         assert out["status"] == "SUCCEEDED" and out["states"][-1] == "NothingToDo" and out["messages"] == []
         assert [r for r in api.requests[before:] if r[0] != "GET"] == []
         rec = w["p"].state.campaign()
         assert rec is not None and rec.status == "running" and w["p"].state.failure() is None
         with pytest.raises(ValueError, match=r"detail.status 'SUCCEEDED' is not a stop"):
-            resolve_stopped(_Engine(w["p"], w["ctx"]), status_event("SUCCEEDED"))  # type: ignore[arg-type]
+            resolve_stopped(_Engine(w["p"], w["ctx"]), status_event("SUCCEEDED"),
+                            verifier=StopVerifier(CAMPAIGN_MACHINE, w["session"].client("stepfunctions")))
+
+
+def _untouched_since(w: dict[str, Any], before: int) -> None:
+    """Nothing torn down or written: only reads of the cluster, the node group still scaled, the campaign's
+    objects still there, its run record running, no failure recorded, no stop claimed."""
+    api, p = w["api"], w["p"]
+    assert [r for r in api.requests[before:] if r[0] != "GET"] == []
+    assert _desired(w) > 0
+    assert [o for o in api.all_stored("DynamoGraphDeployment")
+            if (o["metadata"].get("labels") or {}).get("benchctl.io/campaign") == CID]
+    rec = p.state.campaign()
+    assert rec is not None and rec.status == "running" and p.state.failure() is None
+    assert p.state.store.read_json("stop_claim.json") is None
+
+
+def test_a_forged_stop_event_tears_nothing_down(tmp_path: Path, monkeypatch: Any) -> None:
+    """Whoever may start the stopped-campaign machine can write any event. An ABORTED event for the campaign's
+    execution while Step Functions says it is RUNNING; the same campaign's id run by another state machine's
+    execution; a non-ARN: each is refused by ResolveStopped (its why says which check), the machine ends
+    NothingToDo, and the running campaign keeps its deployment, node group, load and records."""
+    from tests.fakes.ports import record_asl_waits
+
+    record_asl_waits(monkeypatch)  # a teardown that wrongly starts fails here at once, not after a real wait
+    with stopped_while_loading(tmp_path) as w:
+        end_campaign_execution(w, "RUNNING")  # the campaign's execution still runs
+        other = end_campaign_execution(w, "ABORTED", machine="another-machine")
+        before = len(w["api"].requests)
+        cases = {
+            "running": (status_event("ABORTED"), f"execution {EXECUTION} is RUNNING, not ended by a stop"),
+            "another machine": (status_event("ABORTED", execution=other),
+                                f"execution {other} is not an execution of the campaign state machine"),
+            "not an ARN": (status_event("ABORTED", execution=CID), f"detail.executionArn {CID!r} is not a Step "
+                                                                   "Functions execution ARN"),
+        }
+        outs = run_stopped_machines(w, [event for event, _ in cases.values()])
+        for (case, (_, why)), out in zip(cases.items(), outs, strict=True):
+            assert out["status"] == "SUCCEEDED" and out["states"][-1] == "NothingToDo", (case, out)
+            assert out["output"]["stopped"]["why"].startswith(f"stop event refused: {why}"), (case, out["output"])
+        assert outs[0]["invoked"] == ["stopped"] * 3 and outs[0]["messages"] == []
+        _untouched_since(w, before)
+        load = w["p"].state.load(w["experiment"], w["step"])
+        assert load is not None and load.running and not load.stopped
 
 
 # ------------------------------------------------------------------ a stop that misses nothing (issue: stop path)

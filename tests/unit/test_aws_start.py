@@ -43,7 +43,7 @@ def aws(monkeypatch: pytest.MonkeyPatch):
 def cluster(aws, monkeypatch):
     """A moto EKS cluster with node group gpu-ng (0/4/0) and a fake Kubernetes API with the prerequisites."""
     from benchctl.aws.k8s.client import KubeClient
-    from tests.fakes.eks_world import EFA_DEVICE_PLUGIN
+    from tests.fakes.eks_world import EFA_DEVICE_PLUGIN, runner_grants
     from tests.fakes.k8s_api import FakeKubeApi
     from tests.fakes.pod_identity import install_everywhere
 
@@ -60,7 +60,8 @@ def cluster(aws, monkeypatch):
                      "data": {"HF_TOKEN": "aGY="}},
                     {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                      "metadata": {"name": "model-cache", "namespace": "dynamo-bench"}},
-                    EFA_DEVICE_PLUGIN):  # the smoke spec's p4d pool asks for EFA
+                    EFA_DEVICE_PLUGIN,  # the smoke spec's p4d pool asks for EFA
+                    runner_grants("dynamo-bench")):  # stacks/kubernetes/benchctl-identities.yaml's runner grants
             api.put(obj)
         # every call is authorized as the benchctl group by the RBAC file docs/howto/aws-existing-cluster.md has people apply
         # every function's group: the functions run here in one process, with one token

@@ -193,7 +193,10 @@ def test_the_watchdog_tears_down_a_lock_holder_whose_stop_event_was_lost(aws, cl
     event = {"source": "aws.states", "detail-type": "Step Functions Execution Status Change",
              "detail": {"executionArn": ex["executionArn"], "name": "dead-1", "status": "ABORTED",
                         "input": json.dumps({"spec_uri": f"s3://{BUCKET}/specs/dead-1.yaml"})}}
-    out = resolve_stopped(current_engine(), event, "arn:aws:states:us-east-1:123456789012:execution:stopped:late")
+    from benchctl.aws.executions import stop_verifier_from_env
+
+    out = resolve_stopped(current_engine(), event, "arn:aws:states:us-east-1:123456789012:execution:stopped:late",
+                          verifier=stop_verifier_from_env({**os.environ, "BENCHCTL_CAMPAIGN_MACHINE_ARN": aws}))
     assert not out["todo"] and "ended already (failed)" in out["why"], out  # swept, and claimed by the watchdog
 
 

@@ -172,6 +172,7 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The deployment as the stacks create it (bucket, Glue database, Athena workgroup, functions with their
     variables, the state machine naming them, the load image in ECR), a cluster whose API is the strict fake."""
     from benchctl.aws.k8s.client import KubeClient
+    from tests.fakes.eks_world import runner_grants
     from tests.fakes.k8s_api import FakeKubeApi
 
     for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -190,6 +191,7 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
                                  subnets=[_subnet()], instanceTypes=[itype],
                                  scalingConfig={"minSize": 0, "desiredSize": 0, "maxSize": 2})
         api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        api.put(runner_grants(NS))  # stacks/kubernetes/benchctl-identities.yaml's runner grants, none yet
         # the access entries' groups, bound by our RBAC file (the functions run here in one process, one token)
         api.enforce_rbac(RBAC, set(FUNCTION_GROUPS.values()))
         monkeypatch.setattr("benchctl.aws.eks_token.kube_for_cluster",
@@ -222,6 +224,7 @@ def account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
         stop_path_world.install(session, sm["stateMachineArn"], arns, cluster=CLUSTER,  # benchctl.aws.doctor_stop
                                 nodegroups=("gpu-ng", "benchctl-rehearsal"))
         invoker = Invoker(monkeypatch, arns)
+        invoker.env["BENCHCTL_CAMPAIGN_MACHINE_ARN"] = sm["stateMachineArn"]  # as the stack sets it (stop events)
         session.events.register("before-call.lambda.Invoke", invoker)
         yield {"arn": sm["stateMachineArn"], "session": session, "invoker": invoker, "api": api, "arns": arns,
                "pods": pods}

@@ -22,7 +22,9 @@ def test_the_stop_path_and_the_scaling_verbs_pass_on_a_healthy_deployment(accoun
     lines = _lines(account)
     assert [c.line() for c in lines.values() if not c.ok] == []
     assert "matches ABORTED, TIMED_OUT, FAILED" in lines["stop rule"].detail
-    assert "no run record" in lines["stop path"].detail and "nothing to do" in lines["stop path"].detail
+    # the synthetic execution does not exist: Teardown described it (states:DescribeExecution allowed, the
+    # campaign machine's ARN in its environment) and refused the event, tearing nothing down
+    assert "ExecutionDoesNotExist" in lines["stop path"].detail and "nothing to do" in lines["stop path"].detail
     assert {"Pools scaling verbs", "Teardown scaling verbs", "Sweep scaling verbs"} <= set(lines)
     assert "eks:UpdateNodegroupConfig" in lines["Pools scaling verbs"].detail
     # the synthetic event wrote nothing: no run record, no stop claim of the campaign that does not exist

@@ -188,7 +188,97 @@ FIELD_CASES = [
     Case("pricing-source-nul", _set("pricing.source", "list\x00price"), "pricing.source", TEXT_RULE),
     Case("pricing-as-of-long", _set("pricing.as_of", "2026-" * 20), "pricing.as_of", TEXT_RULE),
 ]
-CASES = TEXT_CASES + FIELD_CASES
+
+# ------------------------------------------------------------------------ numbers: every one bounded (benchctl.spec.bounds)
+ENGINE_CPU = yaml.safe_load((ROOT / "examples" / "engine-cpu.yaml").read_text(encoding="utf-8"))
+
+
+def _set_all(changes: dict[str, Any], base: dict[str, Any] | None = None) -> str:
+    """An example (default: smoke) with several fields set, as YAML."""
+    data = copy.deepcopy(SMOKE if base is None else base)
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        node: Any = data
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node.setdefault(p, {})
+        node[int(last) if last.isdigit() else last] = value
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=False)
+
+
+NAN, INF = float("nan"), float("inf")
+FINITE = "Input should be a finite number"
+
+
+def _le(bound: float) -> str:
+    return f"less than or equal to {bound:g}" if isinstance(bound, float) else f"less than or equal to {bound}"
+
+
+# (id, changes, where, rule): the issue's five fields far beyond their bounds (and NaN/infinity where a float, or
+# where an int field is given one), then each new cross-field case
+NUMBER_CASES = [
+    Case("number-max-context-1e9", _set("model.max_context", 10**9), "model.max_context", _le(1_048_576)),
+    Case("number-max-context-nan", _set("model.max_context", NAN), "model.max_context", FINITE),
+    Case("number-kv-bytes-per-token-1e12", _set("model.kv_bytes_per_token", 10**12), "model.kv_bytes_per_token",
+         _le(16_777_216)),
+    Case("number-kv-bytes-per-token-inf", _set("model.kv_bytes_per_token", INF), "model.kv_bytes_per_token", FINITE),
+    Case("number-quality-seed-2e63", _set("quality.seed", 2**63), "quality.seed", _le(2**31 - 1)),
+    Case("number-quality-seed-nan", _set("quality.seed", NAN), "quality.seed", FINITE),
+    Case("number-dataset-conversations-1e12", _set("workloads.1.dataset_conversations", 10**12),
+         "workloads[1].dataset_conversations", _le(100_000)),
+    Case("number-dataset-conversations-inf", _set("workloads.1.dataset_conversations", INF),
+         "workloads[1].dataset_conversations", FINITE),
+    Case("number-lognormal-sigma-1000", _set("workloads.2.lognormal_sigma", 1000.0), "workloads[2].lognormal_sigma",
+         _le(8.0)),
+    Case("number-lognormal-sigma-nan", _set("workloads.2.lognormal_sigma", NAN), "workloads[2].lognormal_sigma", FINITE),
+    Case("number-lognormal-sigma-inf", _set("workloads.2.lognormal_sigma", INF), "workloads[2].lognormal_sigma", FINITE),
+    # a range so narrow for its sigma that the dataset would redraw for ever (tens of millions of draws)
+    Case("number-lognormal-sigma-narrow-range", _set_all({"workloads.2.lognormal_sigma": 8.0,
+                                                          "workloads.2.isl_range": [30_000, 30_000]}),
+         "workloads[2]: lognormal_sigma 8 lands only", "valid for this range and requests: at most"),
+    Case("number-lognormal-default-sigma-one-length", _set_all({"workloads.2.isl_range": [100_000, 100_000],
+                                                               "workloads.2.requests": 100_000}),
+         "workloads[2]: the default lognormal_sigma", "valid for this range and requests: at most"),
+    Case("number-speedup-ratio-zero", _set("experiments.0.mocker", {"speedup_ratio": 0}),
+         "experiments[0].mocker.speedup_ratio", "greater than 0"),
+    Case("number-speedup-ratio-inf", _set("experiments.0.mocker", {"speedup_ratio": INF}),
+         "experiments[0].mocker.speedup_ratio", FINITE),
+    Case("number-speedup-ratio-1e6", _set("experiments.0.mocker", {"speedup_ratio": 1e6}),
+         "experiments[0].mocker.speedup_ratio", _le(1000.0)),
+    Case("number-block-size-1e6", _set("experiments.0.mocker", {"block_size": 10**6}),
+         "experiments[0].mocker.block_size", _le(1024)),
+    Case("number-num-gpu-blocks-1e12", _set("experiments.0.mocker", {"num_gpu_blocks": 10**12}),
+         "experiments[0].mocker.num_gpu_blocks", _le(16_777_216)),
+    Case("number-zipf-exponent-1000", _set("workloads.2.zipf_exponent", 1000.0), "workloads[2].zipf_exponent",
+         _le(10.0)),
+    Case("number-isl-range-1e9", _set("workloads.2.isl_range", [64, 10**9]), "workloads[2].isl_range[1]",
+         _le(1_048_576)),
+    Case("number-turn-delay-inf", _set("workloads.1.turn_delay_ms", INF), "workloads[1].turn_delay_ms", FINITE),
+    Case("number-sweep-duration-1e9", _set("workloads.0.duration_s", 1e9), "workloads[0].duration_s", _le(86_400.0)),
+    Case("number-budget-inf", _set("budget.max_usd", INF), "budget.max_usd", FINITE),
+    Case("number-timeout-capacity-inf", _set("timeouts.capacity_s", INF), "timeouts.capacity_s", FINITE),
+    Case("number-timeout-ready-1e9", _set("timeouts.ready_s", 1e9), "timeouts.ready_s", _le(86_400.0)),
+    Case("number-weights-gb-1e9", _set("model.weights_gb", 1e9), "model.weights_gb", _le(10_000.0)),
+    Case("number-auto-mode-fee-negative", _set("pricing.auto_mode_fee_usd_per_hour", {"p4d.24xlarge": -1.0}),
+         "pricing.auto_mode_fee_usd_per_hour.p4d.24xlarge", "greater than or equal to 0"),
+    Case("number-slo-ttft-inf", _set("slo.ttft_ms", INF), "slo.ttft_ms", FINITE),
+    Case("number-min-gpu-driver-1e9", _set("kubernetes.min_gpu_driver", 10**9), "kubernetes.min_gpu_driver",
+         _le(9999)),
+    # cross-field
+    Case("cross-tune-same-arm-twice", _set("tune", {"experiments": ["agg", "agg"]}), "tune.experiments[1]",
+         "'agg' is named twice"),
+    Case("cross-search-start-over-max", _set("workloads.0.search", {"start": 512, "max_concurrency": 64,
+                                                                     "duration_s": 4}),
+         "workloads[0].search: start 512 exceeds max_concurrency 64", "valid: a first probe of 1..64"),
+    Case("cross-tensor-parallel-on-the-cpu-engine", _set_all({"experiments.0.workers.0.tensor_parallel": 16},
+                                                            ENGINE_CPU),
+         "experiments[0].workers[0].tensor_parallel: 16 on local CPU pool 'cpu'", "runs each worker as one process "
+         "with tensor parallelism 1"),
+    Case("cross-max-context-local-1e6", _set("model.max_context", 1_000_000), "model.max_context: 1000000 is beyond "
+         "what a local engine serves", "at most 40960 with a local pool"),
+    Case("cross-cpu-engine-longer-than-its-model", _set_all({"workloads.0.isl": 8000}, ENGINE_CPU), "workloads[0]: "
+         "its longest request (8000 + 16 tokens) exceeds 4096", "isl + osl at most 4096 on the CPU engine"),
+]
+CASES = TEXT_CASES + FIELD_CASES + NUMBER_CASES
 
 
 def _run_all(spec: Path, tmp: Path, capsys: pytest.CaptureFixture[str]) -> list[tuple[str, int, str]]:
@@ -218,7 +308,8 @@ def test_the_suite_tries_every_kind_of_hostile_input() -> None:
     # the count the issue asks for, and that no kind of case was lost on the way
     assert len(CASES) >= 100, len(CASES)
     kinds = {c.id.split("-")[0] for c in CASES}
-    assert {"alias", "plain", "oversize", "url", "model", "checkpoint", "description", "nodegroup"} <= kinds
+    assert {"alias", "plain", "oversize", "url", "model", "checkpoint", "description", "nodegroup", "number",
+            "cross"} <= kinds
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -353,7 +444,8 @@ def test_the_metadata_address_is_named_as_such() -> None:
 
 class _Body:
     def __init__(self, data: bytes) -> None:
-        self.data, self.asked, self.closed = data, [], False
+        self.data, self.closed = data, False
+        self.asked: list[int] = []
 
     def read(self, n: int = -1) -> bytes:
         self.asked.append(n)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from benchctl import logtext
 
 # what the Dynamo mocker's tracing subscriber writes to a terminal (dim timestamp, coloured level, bold target)
@@ -51,3 +53,16 @@ def test_a_dead_worker_is_described_end_first_without_escapes(tmp_path) -> None:
     first, *rest = text.splitlines()
     assert first.startswith("worker-0 (pid 4242) exited") and "\x1b" not in text
     assert rest == ["2026-12-01T19:02:11.734Z ERROR dynamo_llm::mocker: engine exited"] * 3
+
+
+@pytest.mark.parametrize("control", [*(chr(c) for c in range(0x20) if c not in (9, 10)), "\x7f",
+                                     *(chr(c) for c in range(0x80, 0xA0))])
+def test_every_c0_and_c1_control_but_tab_and_newline_prints_inert_as_its_visible_escape(control: str) -> None:
+    out = logtext.inert(f"a{control}b\tc\nd")
+    assert out == f"a\\x{ord(control):02x}b\tc\nd"
+    assert not any((0x00 <= ord(ch) < 0x20 and ch not in "\t\n") or 0x7F <= ord(ch) < 0xA0 for ch in out)
+
+
+def test_inert_keeps_printable_text_and_turns_an_osc_52_clipboard_write_into_plain_characters() -> None:
+    hostile = "label \x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b[2J \x9b31m caf\u00e9 \u2713"
+    assert logtext.inert(hostile) == "label \\x1b]52;c;ZWNobyBwd25lZA==\\x07 \\x1b[2J \\x9b31m caf\u00e9 \u2713"

@@ -586,7 +586,7 @@ def test_one_runner_job_per_workload_with_its_steps_in_order_and_the_load_image(
         assert ctl["resources"]["limits"] == ctl["resources"]["requests"] == {"cpu": "250m", "memory": "512Mi"}
         assert pod["serviceAccountName"] == CID  # the campaign's own (benchctl.aws.runner_identity)
         assert pod["automountServiceAccountToken"] is False  # no API token: AIPerf's pod discovery finds nothing
-        assert pod["volumes"] == [{"name": "artifacts", "emptyDir": {}},
+        assert pod["volumes"] == [{"name": "artifacts", "emptyDir": {"sizeLimit": j.ARTIFACTS_SIZE_LIMIT}},
                                   {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
         assert not any(e["name"] == "HF_TOKEN" for c in pod["containers"] for e in c.get("env", []))
         assert job["spec"]["activeDeadlineSeconds"] == int(

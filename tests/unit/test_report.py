@@ -329,6 +329,43 @@ def test_html_report_shows_spec_and_log_text_as_text(lake: LocalLake) -> None:
     assert html_escape(HOSTILE, quote=False) in page
 
 
+FAILED_STATE = "<script>alert(5)</script>Deploy|Ready"
+FAILED_ERROR = "<img src=x onerror=alert(4)> `x` *b*"
+FAILED_CAUSE = "line 1\n```\n<img src=x onerror=alert(6)>\n```"
+
+
+def _hostile_failed_campaign(lake: LocalLake) -> None:
+    """The standard lake's campaign row again, FAILED, its failed state, error and cause holding HTML and
+    Markdown (the "How it ended" heading and cause of a failed campaign, which a succeeded one never shows)."""
+    row = lake.read_table("campaigns", C)[0]
+    row.update(status="failed", failed_state=FAILED_STATE, error=FAILED_ERROR, cause=FAILED_CAUSE)
+    lake.write("campaigns", [row], part_name="campaign")
+
+
+def test_a_failed_campaigns_ending_shows_its_state_error_and_cause_as_text_in_markdown(lake: LocalLake) -> None:
+    _hostile_failed_campaign(lake)
+    md = render_report(lake.root, C, "md")
+    shown = _rendered_markdown(md)
+    heading = next(line for line in shown.splitlines() if line.startswith("<h2>How it ended"))
+    # the heading holds the words, not the elements: no image, script, code span or emphasis of its own
+    assert heading == ("<h2>How it ended: FAILED in state "
+                       f"{html_escape(FAILED_STATE, quote=False)}: {html_escape(FAILED_ERROR, quote=False)}"
+                       " (SIMULATED)</h2>"), heading
+    assert "<img" not in shown and "<script" not in shown
+    # the cause stays one code block whatever fences it holds: its image line is inside it, as text
+    block = shown.split("<h2>How it ended", 1)[1].split("<pre><code", 1)[1].split("</code></pre>", 1)[0]
+    assert "&lt;img src=x onerror=alert(6)&gt;" in block and "line 1" in block
+
+
+def test_a_failed_campaigns_ending_shows_its_state_and_error_as_text_in_html(lake: LocalLake) -> None:
+    _hostile_failed_campaign(lake)
+    page = render_report(lake.root, C)
+    ending_html = page[page.index('<section id="ending"'):].split("</section>", 1)[0]
+    assert "<img" not in page and "<script>alert(5)" not in page
+    assert (f"How it ended: FAILED in state {html_escape(FAILED_STATE)}: {html_escape(FAILED_ERROR)}"
+            in ending_html), ending_html[:400]
+
+
 # ------------------------------------------------------------------------------------------ bad input
 
 

@@ -14,9 +14,10 @@ import pytest
 from moto import mock_aws
 
 from benchctl.aws.k8s.client import KubeClient
-from benchctl.aws.k8s.common import LABEL_CAMPAIGN, runner_service_account
+from benchctl.aws.k8s.common import LABEL_CAMPAIGN, RUNNER_GRANTS, runner_service_account
 from benchctl.aws.runner_identity import SETTLE_S, RunnerIdentity, RunnerIdentityError
 from tests.fakes import pod_identity
+from tests.fakes.eks_world import runner_grants
 from tests.fakes.k8s_api import FakeKubeApi
 
 CLUSTER, NS, CID = "bench", "dynamo-bench", "seed-plan-20261201-101500"
@@ -28,6 +29,7 @@ def world() -> Iterator[tuple[Any, pod_identity.PodIdentity, FakeKubeApi]]:
     with mock_aws(), FakeKubeApi() as api:
         session = boto3.Session(aws_access_key_id="a", aws_secret_access_key="b", region_name="us-east-1")
         fake = pod_identity.install(session, CLUSTER)
+        api.put(runner_grants(NS))  # as stacks/kubernetes/benchctl-identities.yaml applies it
         yield session, fake, api
 
 
@@ -47,9 +49,12 @@ def test_the_campaigns_service_account_and_association_are_made_once_and_removed
     (a,) = fake.associations.values()
     assert (a["namespace"], a["serviceAccount"], a["roleArn"]) == (NS, CID, ROLE)
     assert ident.ensure() == 20.0 and len(fake.associations) == 1  # a retried Plan: nothing new
+    assert api.stored("ConfigMap", RUNNER_GRANTS, NS)["data"] == {CID: CID}  # granted once both were checked
     removed = ident.release()
-    assert removed == [f"pod identity association {a['associationId']}", f"ServiceAccount/{CID}"]
+    assert removed == [f"pod identity association {a['associationId']}",
+                       f"grant of campaign {CID} in ConfigMap {NS}/{RUNNER_GRANTS}", f"ServiceAccount/{CID}"]
     assert fake.associations == {} and api.stored("ServiceAccount", CID, NS) is None
+    assert api.stored("ConfigMap", RUNNER_GRANTS, NS).get("data") == {}
     assert ident.release() == []  # again: nothing left, no error
 
 
@@ -58,13 +63,15 @@ def test_another_owners_service_account_or_role_is_refused_and_nothing_changes(w
     api.put({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CID, "namespace": NS}})
     with pytest.raises(RunnerIdentityError, match=rf"service account {NS}/{CID} .*exists and is not this campaign's"):
         identity(session, api).ensure()
-    assert fake.associations == {}
+    assert fake.associations == {} and not api.stored("ConfigMap", RUNNER_GRANTS, NS).get("data")  # no grant
     other = "seed-plan-20261201-101501"
     session.client("eks").create_pod_identity_association(clusterName=CLUSTER, namespace=NS, serviceAccount=other,
                                                           roleArn="arn:aws:iam::123456789012:role/admin")
     with pytest.raises(RunnerIdentityError, match=r"already associated with arn:aws:iam::123456789012:role/admin"):
         identity(session, api, other).ensure()
-    assert identity(session, api, other).release() == [f"ServiceAccount/{other}"]  # ours; the other role's stays
+    assert not api.stored("ConfigMap", RUNNER_GRANTS, NS).get("data")  # another role's account: never granted
+    assert identity(session, api, other).release() == [  # ours; the other role's association stays
+        f"grant of campaign {other} in ConfigMap {NS}/{RUNNER_GRANTS}", f"ServiceAccount/{other}"]
     assert len(fake.associations) == 1
 
 
@@ -115,3 +122,25 @@ def test_an_association_made_meanwhile_is_judged_again_once(world, monkeypatch) 
     seen = iter([[], real(ident)])  # the second look finds it
     monkeypatch.setattr(RunnerIdentity, "_associations", lambda self: next(seen))
     assert ident.ensure() == 20.0 and len(fake.associations) == 1
+
+
+def test_without_the_grants_configmap_the_identity_is_refused_naming_the_file_to_apply(world) -> None:
+    """The grants are what the admission policy benchctl-runner-identities reads: a cluster without them would
+    refuse every runner Job, so Plan stops at once and says which file to apply."""
+    session, _fake, api = world
+    api.remove("ConfigMap", RUNNER_GRANTS, NS)
+    with pytest.raises(RunnerIdentityError, match=rf"ConfigMap {NS}/{RUNNER_GRANTS} does not exist.*"
+                                                  r"stacks/kubernetes/benchctl-identities\.yaml"):
+        identity(session, api).ensure()
+
+
+def test_two_campaigns_grants_are_one_key_each_and_one_release_leaves_the_other(world) -> None:
+    """A merge patch of one key per campaign: two campaigns granted one after the other both stay granted, and
+    one campaign's end removes only its own grant."""
+    session, _fake, api = world
+    other = "seed-plan-20261201-101501"
+    identity(session, api).ensure()
+    identity(session, api, other).ensure()
+    assert api.stored("ConfigMap", RUNNER_GRANTS, NS)["data"] == {CID: CID, other: other}
+    identity(session, api).release()
+    assert api.stored("ConfigMap", RUNNER_GRANTS, NS)["data"] == {other: other}

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchctl.aws.k8s.admission_shapes import script_params
+from benchctl.aws.k8s.capacity import EFA_INTERFACES, NODE_CAPACITY, node_capacity
 from benchctl.aws.k8s.common import LABEL_MANAGED, MANAGED_BY
 from benchctl.planning import ceilings as ceiling_rules
 from benchctl.planning.ceilings import Ceilings
@@ -32,31 +34,7 @@ FUNCTION_GROUPS: dict[str, str] = {
     "Sweep": "benchctl-sweep",
 }
 PARAMS_NAME = "benchctl-admission"
-
-# vCPUs, memory (GiB) and GPUs of the instance types an Auto Mode pool may use: a NodePool's cpu and memory
-# limits are nodes x these (Karpenter counts a node's whole capacity against its NodePool's limits). From
-# the EC2 instance type pages (Accelerated computing: P4, P5, G6e; General purpose: M7i).
-NODE_CAPACITY: dict[str, tuple[int, int, int]] = {
-    "p4d.24xlarge": (96, 1152, 8),
-    "p4de.24xlarge": (96, 1152, 8),
-    "p5.48xlarge": (192, 2048, 8),
-    "p5e.48xlarge": (192, 2048, 8),
-    "p5en.48xlarge": (192, 2048, 8),
-    "g6e.12xlarge": (48, 384, 4),
-    "g6e.48xlarge": (192, 1536, 8),
-    "m7i.2xlarge": (8, 32, 0),
-}
-
-
-def node_capacity(instance_type: str) -> tuple[int, int, int]:
-    """(vCPUs, memory GiB, GPUs) of ``instance_type``; a clear error for a type the table does not know."""
-    try:
-        return NODE_CAPACITY[instance_type]
-    except KeyError:
-        raise ValueError(f"instance type {instance_type!r}: its vCPUs and memory are not known (an Auto Mode "
-                         f"NodePool's cpu and memory limits need them); known: {', '.join(sorted(NODE_CAPACITY))}"
-                         ) from None
-
+__all__ = ["EFA_INTERFACES", "NODE_CAPACITY", "node_capacity"]  # kept importable from here (benchctl.aws.k8s.capacity)
 
 @dataclass(frozen=True)
 class AdmissionAllowList:
@@ -72,6 +50,14 @@ class AdmissionAllowList:
     max_nodes_per_pool: int = 8
     node_class: str = "default"
     namespace: str = "dynamo-bench"
+    # the only Secret a pod may mount (the model prefetch's HF token) and the only claim (the model volume)
+    hf_token_secret: str = "hf-token"  # noqa: S105 (a Secret's name, not a secret)
+    model_claim: str = "model-cache"
+    # bounds of what a spec could not reach: a Job's activeDeadlineSeconds, an emptyDir's sizeLimit, a worker's
+    # /dev/shm
+    max_job_seconds: int = 48 * 3600
+    max_empty_dir: str = "4Ti"
+    max_shared_memory: str = "64Gi"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -82,10 +68,18 @@ class AdmissionAllowList:
                      if not any(p.startswith(q) for q in self.image_prefixes)]
         problems += [f"instance type {t!r}: unknown" for t in self.instance_types if t not in NODE_CAPACITY]
         problems += [f"service account {s!r}: empty or with a space" for s in self.service_accounts if not s or " " in s]
+        problems += [f"{what} {name!r}: not a Kubernetes object name" for what, name in
+                     (("hf_token_secret", self.hf_token_secret), ("model_claim", self.model_claim))
+                     if not name or " " in name or name != name.lower()]
         if self.max_nodes_per_pool < 1:
             problems.append(f"max_nodes_per_pool {self.max_nodes_per_pool}: must be at least 1")
         if problems:
             raise ValueError("admission allow-list: " + "; ".join(problems))
+
+    def pod_ceilings(self) -> tuple[int, str, int, int]:
+        """(cpu, memory, GPUs, EFA interfaces) one pod may ask: the largest allowed node's."""
+        cpu, mem, gpus = (max(node_capacity(t)[i] for t in self.instance_types) for i in range(3))
+        return cpu, f"{mem}Gi", gpus, max(EFA_INTERFACES.get(t, 0) for t in self.instance_types)
 
     def ceilings(self) -> tuple[int, str, int]:
         """(cpu, memory, GPUs) a NodePool may have: the largest allowed node times the node ceiling."""
@@ -142,6 +136,7 @@ def admission_params(allow: AdmissionAllowList = DEFAULT_ALLOW_LIST) -> JSON:
     """The ConfigMap the admission policies read (their ``paramRef``), in the benchmark namespace. Lists are
     space-separated (ConfigMap values are strings; the policies split them)."""
     cpu, memory, gpus = allow.ceilings()
+    pod_cpu, pod_memory, pod_gpus, pod_efa = allow.pod_ceilings()
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": PARAMS_NAME, "namespace": allow.namespace, "labels": {LABEL_MANAGED: MANAGED_BY}},
@@ -152,6 +147,12 @@ def admission_params(allow: AdmissionAllowList = DEFAULT_ALLOW_LIST) -> JSON:
             "instanceTypes": " ".join(allow.instance_types),
             "maxCpu": str(cpu), "maxMemory": memory, "maxGpus": str(gpus),
             "nodeClass": allow.node_class,
+            "hfTokenSecret": allow.hf_token_secret, "modelClaim": allow.model_claim,
+            "maxPodCpu": str(pod_cpu), "maxPodMemory": pod_memory, "maxPodGpus": str(pod_gpus),
+            "maxPodEfa": str(pod_efa), "maxReplicas": str(gpus), "maxJobSeconds": str(allow.max_job_seconds),
+            "maxEmptyDir": allow.max_empty_dir, "maxSharedMemory": allow.max_shared_memory,
+            # what the pods run, exactly (benchctl's own scripts: render this file again when they change)
+            **script_params(),
         },
     }
 

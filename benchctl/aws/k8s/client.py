@@ -50,6 +50,7 @@ RESOURCES: dict[str, Resource] = {
         Resource("v1", "Secret", "secrets", True),
         Resource("v1", "PersistentVolumeClaim", "persistentvolumeclaims", True),
         Resource("v1", "ServiceAccount", "serviceaccounts", True),
+        Resource("v1", "ConfigMap", "configmaps", True),  # the runner grants (benchctl.aws.runner_identity)
         Resource("batch/v1", "Job", "jobs", True),
         Resource("apps/v1", "DaemonSet", "daemonsets", True),
         Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False),
@@ -209,6 +210,13 @@ class KubeClient:
             raise ValueError(f"replace {r.kind}: metadata.name is required")
         return dict(self._request("PUT", r.path(ns, name), _what(r.kind, name, ns), query=FIELD_VALIDATION,
                                   body=obj))
+
+    def merge_patch(self, api_version: str, kind: str, name: str, namespace: str | None, patch: JSON) -> JSON:
+        """A JSON merge patch (RFC 7386, ``application/merge-patch+json``) of one object: only the keys in
+        ``patch`` change, a null removes one; two writers of different keys never overwrite each other."""
+        r = self._resource(api_version, kind, namespace)
+        return dict(self._request("PATCH", r.path(namespace, name), _what(kind, name, namespace), body=patch,
+                                  content_type="application/merge-patch+json"))
 
     def logs(self, pod: str, namespace: str, container: str | None = None, tail_lines: int | None = 200) -> str:
         path = RESOURCES["Pod"].path(namespace, pod) + "/log"

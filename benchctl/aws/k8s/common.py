@@ -128,6 +128,19 @@ def runner_service_account(campaign_id: str) -> str:
     return check_campaign_id(campaign_id, "the campaign id cannot name its runner's service account")
 
 
+# The runner grants: a ConfigMap in the benchmark namespace (stacks/kubernetes/benchctl-identities.yaml) whose data
+# maps each live campaign id to its runner service account. The admission policy benchctl-runner-identities reads it
+# as its parameter: a Job runs as a service account only when its campaign's grant names that account.
+RUNNER_GRANTS = "benchctl-runner-grants"
+
+
+def runner_grant_patch(campaign_id: str, *, granted: bool) -> JSON:
+    """The JSON merge patch (RFC 7386) of :data:`RUNNER_GRANTS` that adds (``granted``) or removes a campaign's
+    grant: one key per campaign, so concurrent campaigns never overwrite each other's."""
+    account = runner_service_account(campaign_id)
+    return {"data": {campaign_id: account if granted else None}}
+
+
 def control_uri(runs_uri: str, campaign_id: str) -> str:
     """Where a campaign's runner hand-over lives: ``s3://<the run stores' bucket>/runner/<campaign id>``
     (``constants.runner_prefix``; a top-level prefix of the results bucket, outside ``runs/``)."""

@@ -76,6 +76,12 @@ CONTROL_RESOURCES = {"cpu": "250m", "memory": "512Mi"}
 CONTROL_HOME = "/tmp"  # the CLI's home (~/.aws): the image's /root is not this user's
 
 
+# The runner's emptyDir holds one step at a time (its request, inputs and AIPerf's artifacts; the control container
+# removes a step's directory once uploaded): bounded, as the admission policy asks of every emptyDir, far above a
+# step's artifacts (AIPerf's per-request export of a long sweep is tens of MB)
+ARTIFACTS_SIZE_LIMIT = "20Gi"
+
+
 def pod_security() -> JSON:
     """One user for every container of a load runner or preflight pod (the load image's), whose group also
     owns the pod's volumes (``fsGroup``), under the container runtime's default seccomp profile (Kubernetes' Pod
@@ -375,7 +381,7 @@ def render_runner_job(spec: CampaignSpec, campaign_id: str, experiment: str, gro
         "serviceAccountName": runner_service_account(campaign_id),
         "automountServiceAccountToken": False,
         "securityContext": pod_security(),
-        "volumes": [{"name": "artifacts", "emptyDir": {}}, model_volume(spec.kubernetes)],
+        "volumes": [{"name": "artifacts", "emptyDir": {"sizeLimit": ARTIFACTS_SIZE_LIMIT}}, model_volume(spec.kubernetes)],
         "containers": [
             {
                 "name": "aiperf",

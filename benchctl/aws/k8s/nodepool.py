@@ -6,7 +6,7 @@ import math
 import shlex
 from typing import Any
 
-from benchctl.aws.k8s.admission import node_capacity
+from benchctl.aws.k8s.capacity import node_capacity
 from benchctl.aws.k8s.common import (
     GPU,
     NODEPOOL_API_VERSION,

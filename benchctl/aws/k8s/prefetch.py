@@ -46,6 +46,12 @@ for model, revision, snapshot in todo:
 """
 
 
+# The prefetch's whole command, the same in every campaign: the admission policy compares it (and PREFETCH_SCRIPT, in
+# the env) with the deployment's parameters (benchctl.aws.k8s.admission_shapes.script_params)
+PREFETCH_COMMAND = ('python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --root-user-action=ignore '
+                    f'--target "$PYTHONPATH" "{PREFETCH_HF_HUB}" && exec python3 -c "$PREFETCH_SCRIPT"')
+
+
 PREFETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
 
 
@@ -62,8 +68,6 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, we
     campaign's ``pools`` (:func:`off_gpu_pools`), with requests and limits. Without ``weights`` (a mocker
     campaign) only the config and tokenizer files (:data:`MOCKER_FILES`)."""
     lbl = labels(campaign_id, step_id="prefetch")
-    install = ('python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --root-user-action=ignore '
-               f'--target "$PYTHONPATH" "{PREFETCH_HF_HUB}"')
     pod_spec: JSON = {
         "automountServiceAccountToken": False,
         "affinity": off_gpu_pools(pools, campaign_id),
@@ -71,7 +75,7 @@ def render_prefetch_job(model: ModelSpec, k: Kubernetes, campaign_id: str, *, we
         "containers": [{
             "name": "prefetch",
             "image": k.prefetch_image,
-            "command": ["sh", "-c", f'{install} && exec python3 -c "$PREFETCH_SCRIPT"'],
+            "command": ["sh", "-c", PREFETCH_COMMAND],
             "env": [*hf_env(k), {"name": "MODEL", "value": model.name}, {"name": "REVISION", "value": model.revision or ""},
                     {"name": "SNAPSHOT", "value": model_snapshot_dir(model)}, {"name": "PYTHONPATH", "value": PREFETCH_LIB},
                     {"name": "PREFETCH_SCRIPT", "value": PREFETCH_SCRIPT},

@@ -17,7 +17,11 @@ Rules (see docs/FACTS.md, "AIPerf 0.13.0", for the file formats):
   ``buckets``) flattened to one row per metric x labels x stat. Warm-up metrics and per-timeslice
   stats are not ingested.
 
-Malformed input raises :class:`ArtifactError` naming the file, the line and what was expected.
+Malformed input raises :class:`ArtifactError` naming the file, the line and what was expected; so does input no
+AIPerf writes, naming the field: non-finite numbers, duplicate keys and nesting beyond 64 (every file is parsed
+by :func:`benchctl.strict_json.loads_strict`), negative latencies, durations, counts and rates (``base.convert``),
+impossible server metrics (``server_metrics``: negative counters, values beyond +-1e30) and manifest or record
+times that are not whole nanoseconds.
 One exception, decided here: a LAST line of ``profile_export.jsonl`` that has no terminating newline
 and does not parse is a write cut short (AIPerf killed mid-record); it is dropped and reported in
 ``IngestResult.warnings`` and in the step's ``ingest_warnings_json``. A bad line that ends with a

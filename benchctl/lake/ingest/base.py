@@ -13,6 +13,7 @@ from typing import Any
 
 from benchctl.errors import ArtifactError
 from benchctl.lake.schema import normalize_row
+from benchctl.strict_json import loads_strict
 
 SUMMARY_JSON = "profile_export_aiperf.json"
 RECORDS_JSONL = "profile_export.jsonl"
@@ -100,7 +101,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise _decode_error(path, data, exc) from None
     try:
-        obj = json.loads(text)
+        obj = loads_strict(text, str(path))
     except json.JSONDecodeError as exc:
         raise ArtifactError(
             f"{path}:{exc.lineno}: expected a JSON object, got invalid JSON ({exc.msg} at column {exc.colno})"
@@ -118,6 +119,17 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
     phases = manifest.get("phases")
     if phases is not None and not isinstance(phases, list):
         raise ArtifactError(f"{path}: expected 'phases' to be a list of phase objects")
+    for i, phase in enumerate(phases or []):
+        if not isinstance(phase, dict):
+            raise ArtifactError(f"{path}: phases[{i}]: expected a phase object, got a JSON {type(phase).__name__}")
+        for key in ("start_ns", "end_ns"):
+            ns = phase.get(key)
+            if ns is not None and (isinstance(ns, bool) or not isinstance(ns, int) or ns < 0):
+                raise ArtifactError(f"{path}: phases[{i}].{key}: expected whole nanoseconds since the epoch "
+                                    f"(an integer >= 0), got {ns!r:.80}")
+        start, end = phase.get("start_ns"), phase.get("end_ns")
+        if isinstance(start, int) and isinstance(end, int) and end < start:
+            raise ArtifactError(f"{path}: phases[{i}].end_ns: {end} is before its start_ns {start}")
     return manifest
 
 
@@ -132,11 +144,18 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
 def number(loc: Path | str, what: str, value: Any) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ArtifactError(f"{loc}: {what}: expected a number, got {value!r:.80}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ArtifactError(f"{loc}: {what}: {value!r} is not a finite number")
     return value
 
 
 def convert(loc: Path | str, what: str, value: Any, unit: Any, units: dict[str, float | None]) -> float:
+    """``value`` in the target unit of ``units``. Every unit table here measures a latency, a duration, a count,
+    a rate or a ratio: a negative value is one no AIPerf writes, refused rather than averaged."""
     value = number(loc, what, value)
+    if value < 0:
+        raise ArtifactError(f"{loc}: {what}: {value!r} is negative; a latency, duration, count, rate or ratio "
+                            "is >= 0")
     if not isinstance(unit, str) or unit not in units:
         raise ArtifactError(f"{loc}: {what}: unknown unit {unit!r}; expected one of {sorted(units)}")
     factor = units[unit]

@@ -5,7 +5,6 @@ benchctl only."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from benchctl.errors import ArtifactError
 from benchctl.lake import client_load
 from benchctl.lake.ingest.base import EPOCH, REQUESTS, RUNNER_RECORD, TO_MS, convert
+from benchctl.strict_json import loads_strict
 
 
 def _epoch_s(dt: Any) -> float | None:
@@ -51,7 +51,7 @@ def read_cpu(artifact_dir: Path) -> tuple[list[client_load.Sample], float | None
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = loads_strict(path.read_text(encoding="utf-8"), str(path))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ArtifactError(f"{path}: expected the load runner's JSON record ({exc})") from None
     if not isinstance(record, dict):

@@ -18,6 +18,7 @@ from benchctl.lake.ingest.base import (
     convert,
     str_or_none,
 )
+from benchctl.strict_json import loads_strict
 
 # A generated dataset's lines are sessions named by their line (benchctl.planning.datasets writes them):
 # the records read them back.
@@ -51,7 +52,7 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[str
             continue
         truncated_tail = lineno == last and not ends_with_newline
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = loads_strict(raw.decode("utf-8"), f"{path}:{lineno}")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             if truncated_tail:  # a write cut short: drop the last line, say so
                 warnings.append(_truncated_warning(path, lineno, len(raw)))
@@ -120,6 +121,12 @@ def request_row(
     def int_md(key: str) -> int | None:
         v = md.get(key)
         return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    for key in ("request_start_ns", "request_end_ns"):  # present: a time, never a silent NULL
+        v = md.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ArtifactError(f"{path}:{lineno}: metadata.{key}: expected whole nanoseconds since the epoch "
+                                f"(an integer >= 0), got {v!r:.80}")
 
     def str_md(key: str) -> str | None:
         v = md.get(key)

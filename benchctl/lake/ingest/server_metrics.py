@@ -12,6 +12,27 @@ from benchctl.errors import ArtifactError
 from benchctl.lake.ingest.base import StepContext, number, read_json_object, str_or_none
 from benchctl.lake.schema import json_text
 
+# What a server metric's value may be (decided here; NaN and infinities are refused by the parser first):
+# a counter only grows (Prometheus' metric types: "a cumulative metric ... can only increase"), so every stat of
+# a counter (its total over the window, its rate) is >= 0; a histogram's observation counts (``count``,
+# ``count_rate``, each bucket) are >= 0. A gauge "can arbitrarily go up and down": negative values are kept
+# (a temperature, a delta), as are a histogram's other statistics (observations may be negative). Every value,
+# of any type, lies within +-MAX_ABS: no quantity a server exports comes near it (a timestamp in ns is ~1.8e18,
+# a byte count of a node ~1e13), and -1e308 summed in a view is -inf.
+MAX_ABS = 1e30
+_COUNTS = {"counter": None, "histogram": {"count", "count_rate", "bucket"}}  # None: every stat
+
+
+def _checked(path: Path, where: str, mtype: str | None, stat: str, value: Any) -> float | int:
+    v = number(path, where, value)
+    if not -MAX_ABS <= v <= MAX_ABS:
+        raise ArtifactError(f"{path}: {where}: {v!r} is beyond +-{MAX_ABS:g}, what no server metric reaches")
+    counts = _COUNTS.get(mtype or "", set())
+    if v < 0 and (counts is None or stat in counts):
+        raise ArtifactError(f"{path}: {where}: {v!r} is negative; a {mtype}'s {stat} counts and is >= 0 "
+                            "(only a gauge may go below 0)")
+    return v
+
 
 def default_source(endpoint_url: str | None) -> str:
     """``host:port`` of a metrics URL: the source name when the caller gave none."""
@@ -96,13 +117,13 @@ def server_metrics_rows(
             series_of = {"source": source, "endpoint_url": url, "metric": name, "metric_type": mtype, "unit": unit}
             for stat_name, value in stats.items():
                 if value is not None:
-                    v = number(path, f"{where}.stats.{stat_name}", value)
+                    v = _checked(path, f"{where}.stats.{stat_name}", mtype, stat_name, value)
                     rows.append(_server_row(ctx, **series_of, labels=labels, stat=stat_name, value=v))
             buckets = series.get("buckets") or {}
             if not isinstance(buckets, dict):
                 raise ArtifactError(f"{path}: {where}.buckets: expected an object of bound -> count")
             for le, count in buckets.items():
-                v = number(path, f"{where}.buckets.{le}", count)
+                v = _checked(path, f"{where}.buckets.{le}", mtype, "bucket", count)
                 rows.append(_server_row(ctx, **series_of, labels={**labels, "le": str(le)}, stat="bucket", value=v))
     return rows
 

@@ -170,7 +170,10 @@ def step_from_summary(
                 raise ArtifactError(
                     f"{path}: error_summary[{i}]: expected an {{error_details, count}} object"
                 )
-            error_count += as_int(path, what, float(number(path, what, e.get("count")))) or 0
+            count = number(path, what, e.get("count"))
+            if count < 0:
+                raise ArtifactError(f"{path}: {what}: {count!r} is negative; a count of errors is >= 0")
+            error_count += as_int(path, what, float(count)) or 0
     request_count = as_int(path, "request_count.avg", stat("request_count", "avg", REQUESTS))
 
     started, ended = profiling_window(manifest, profiling)
