@@ -603,12 +603,15 @@ def test_the_rehearsal_on_auto_mode_is_a_cpu_nodepool_the_platform_admits_and_pl
     # held: the same admission refuses the CPU NodePool without its taint, or of a type the ceilings do not list
     (nodepool,) = [o for o in created_objects("Pools", spec, "aws-rehearsal-auto-mode-20261205-101010")
                    if o["kind"] == "NodePool"]
-    for change in (lambda o: o["spec"]["template"]["spec"].pop("taints"),
-                   lambda o: o["spec"]["template"]["spec"]["requirements"][0].update(values=["m7i.48xlarge"])):
+    for change, rule in ((lambda o: o["spec"]["template"]["spec"].pop("taints"), "[isolation]"),
+                         (lambda o: o["spec"]["template"]["spec"]["requirements"][0].update(values=["m7i.48xlarge"]),
+                          "[types]")):
         bad = json.loads(json.dumps(nodepool))
         change(bad)
-        assert admission.admit(operation="CREATE", api_version="karpenter.sh/v1", plural="nodepools", namespace="",
-                               groups=[FUNCTION_GROUPS["Pools"]], obj=bad, old=None) != []
+        refused = [m.split("denied request: ", 1)[-1] for _, _, m in admission.admit(
+            operation="CREATE", api_version="karpenter.sh/v1", plural="nodepools", namespace="",
+            groups=[FUNCTION_GROUPS["Pools"]], obj=bad, old=None)]
+        assert any(m.startswith(rule) for m in refused), (rule, refused)
 
 
 # ------------------------------------------------------------------------------------------ bad context

@@ -189,15 +189,20 @@ def test_every_platform_manifest_passes_strict_validation(which: str) -> None:
         assert manifest_problems(m) == [], (m["kind"], m["metadata"]["name"])
 
 
-@pytest.mark.parametrize(("kind", "path", "value"), [
-    ("PersistentVolumeClaim", "spec.accessMode", ["ReadWriteMany"]),  # a field Kubernetes does not have
-    ("StorageClass", "reclaimPolicy", 1),
-    ("PodMonitor", "spec.podMetricsEndpoints", [{"port": "system", "intervall": "5s"}]),
-    ("PodMonitor", "metadata.labels", {"benchctl.io/role": "not a label value"}),
+@pytest.mark.parametrize(("kind", "path", "value", "problem"), [
+    ("PersistentVolumeClaim", "spec.accessMode", ["ReadWriteMany"],  # a field Kubernetes does not have
+     "spec: Additional properties are not allowed ('accessMode' was unexpected)"),
+    ("StorageClass", "reclaimPolicy", 1, "reclaimPolicy: 1 is not of type 'string'"),
+    ("PodMonitor", "spec.podMetricsEndpoints", [{"port": "system", "intervall": "5s"}],
+     "spec.podMetricsEndpoints.0: Additional properties are not allowed ('intervall' was unexpected)"),
+    ("PodMonitor", "metadata.labels", {"benchctl.io/role": "not a label value"},
+     "metadata.labels.benchctl.io/role: 'not a label value' is not a label value"),
 ])
-def test_the_manifest_validation_refuses_what_the_api_server_would(kind: str, path: str, value: Any) -> None:
+def test_the_manifest_validation_refuses_what_the_api_server_would(kind: str, path: str, value: Any,
+                                                                   problem: str) -> None:
     obj = next(m for m in pm.platform_manifests(MANAGED) if m["kind"] == kind)
-    assert manifest_problems(_set(obj, path, value)) != []
+    problems = manifest_problems(_set(obj, path, value))
+    assert len(problems) == 1 and problems[0].startswith(problem), problems
 
 
 def test_the_dashboard_configmaps_hold_exactly_our_dashboards_as_the_grafana_sidecar_loads_them() -> None:

@@ -101,6 +101,27 @@ def test_a_runner_job_run_as_the_dynamo_operators_account_through_its_label_is_r
     assert _rules(_admit(_runner_job(OPERATOR_SA), LOAD, {CID: CID})) == ["[identity/grant]"]
 
 
+def _as_other_account(job: JSON) -> JSON:
+    job["spec"]["template"]["spec"]["serviceAccountName"] = OTHER
+    return job
+
+
+# The review's b05 and b06 as the grants hold them. b05 as the review wrote it, a Job labelled with ANOTHER LIVE
+# campaign's id and run as that campaign's account, is still admitted: one Load function writes every campaign's
+# Jobs, so no request tells campaign A's invocation from B's (docs/explanation/safety.md, "Runner identities").
+@pytest.mark.parametrize(("case", "job", "grants", "rule"), [
+    pytest.param("b05", lambda: _runner_job(OTHER), {CID: CID}, "[identity/grant]",
+                 id="b05 a runner Job labelled and run as an ended campaign's runner"),
+    pytest.param("b05", lambda: _as_other_account(_runner_job(CID)), {CID: CID, OTHER: OTHER}, "[identity/match]",
+                 id="b05 a runner Job of this campaign run as another live campaign's runner"),
+    pytest.param("b06", lambda: _runner_job(OPERATOR_SA), {CID: CID}, "[identity/grant]",
+                 id="b06 a runner Job run as the Dynamo operator's account"),
+])
+def test_the_reviews_runner_identity_cases_are_refused_naming_the_rule(case: str, job: Any, grants: dict[str, str],
+                                                                         rule: str) -> None:
+    assert _rules(_admit(job(), LOAD, grants)) == [rule], case
+
+
 @pytest.mark.parametrize("field", ["serviceAccountName", "serviceAccount"])
 def test_a_runner_job_whose_account_is_not_its_campaigns_grant_is_refused_by_the_match_rule(field: str) -> None:
     """Labelled with a granted campaign, running as another live campaign's runner (or the deprecated alias
