@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from benchctl.aws.k8s.admission import admission_params, allow_list_from_ceilings
+from benchctl.aws.k8s.admission import FUNCTION_GROUPS, admission_params, allow_list_from_ceilings
 from benchctl.planning import ceilings
 from tests import crd_schemas, yaml_files
 from tests.fakes import eks_world
@@ -44,6 +44,15 @@ def admission() -> Admission:
     asks): one per process (its verdicts are a pure function of each request: they are kept)."""
     allow = allow_list_from_ceilings(ceilings.default(), load_image_registry=LOAD_IMAGE.split("/")[0] + "/")
     return Admission(yaml_files.load_all(ADMISSION_FILE), [admission_params(allow)])
+
+
+def writer_group(path: str, obj: dict[str, Any]) -> str:
+    """The group of the function that writes an object ``benchctl render`` makes at ``path``
+    (stacks/kubernetes/benchctl-rbac.yaml): Pools the node pools, the image pre-pull and the model prefetch; Load
+    the runner Jobs; Serving the deployment and its smoke Job."""
+    if obj["kind"] in ("NodePool", "DaemonSet") or path.endswith("prefetch-job.yaml"):
+        return FUNCTION_GROUPS["Pools"]
+    return FUNCTION_GROUPS["Load"] if "/jobs/" in path else FUNCTION_GROUPS["Serving"]
 
 
 @functools.cache

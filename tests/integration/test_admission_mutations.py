@@ -38,7 +38,7 @@ from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.aws.k8s.render import render_campaign
 from benchctl.aws.runner_identity import service_account_object
 from tests import yaml_files
-from tests.aws_checks import ADMISSION_FILE, IDENTITIES_FILE, admission
+from tests.aws_checks import ADMISSION_FILE, IDENTITIES_FILE, admission, writer_group
 from tests.fakes import eks_world
 from tests.fakes.admission import Admission
 from tests.fakes.eks_world import CID, NS, example_specs
@@ -100,13 +100,6 @@ POD_EXTRA = [("hostPID", True), ("initContainers", [{"name": "init", "image": "p
 CONTAINER_EXTRA = [("envFrom", [{"secretRef": {"name": "hf-token"}}]), ("workingDir", "/proc/1/root")]
 
 
-def _writer(path: str, obj: JSON) -> str:
-    """The group of the function that writes a rendered object (stacks/kubernetes/benchctl-rbac.yaml)."""
-    if obj["kind"] in ("NodePool", "DaemonSet") or path.endswith("prefetch-job.yaml"):
-        return FUNCTION_GROUPS["Pools"]
-    return FUNCTION_GROUPS["Load"] if "/jobs/" in path else FUNCTION_GROUPS["Serving"]
-
-
 def _structure(node: Any) -> Any:
     if isinstance(node, dict):
         return {k: _structure(v) for k, v in node.items()}
@@ -125,7 +118,7 @@ def written_objects() -> list[tuple[str, JSON]]:
     plan = FUNCTION_GROUPS["Plan"]
     out: dict[str, tuple[str, JSON]] = {}
     for spec in example_specs().values():
-        found = [(_writer(p, o), o) for p, o in render_campaign(spec, CID) if o["kind"] in RESOURCES]
+        found = [(writer_group(p, o), o) for p, o in render_campaign(spec, CID) if o["kind"] in RESOURCES]
         found += [(plan, render_preflight_job(spec, CID, check)) for check in ("aiperf", "uploader")]
         for group, obj in found:
             out.setdefault(json.dumps([group, _structure(obj)], sort_keys=True), (group, obj))

@@ -38,7 +38,7 @@ from benchctl.aws.k8s.nodepool import render_nodepool
 from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.aws.k8s.render import render_campaign
 from benchctl.planning import ceilings
-from tests.aws_checks import ADMISSION_FILE, K8S_VERSION, admission, upstream_api
+from tests.aws_checks import ADMISSION_FILE, K8S_VERSION, admission, upstream_api, writer_group
 from tests.fakes.admission import Admission, Quantity, defaulted
 from tests.fakes.eks_world import CID, FUNCTION_TOKENS, LOAD_IMAGE, NS, example_specs
 
@@ -108,15 +108,6 @@ def _pod(obj: JSON, component: str | None = None) -> JSON:
 # ----------------------------------------------------------------------------- what benchctl renders
 
 
-def _writer(path: str, obj: JSON) -> str:
-    """The group of the function that writes a rendered object (stacks/kubernetes/benchctl-rbac.yaml): Pools the
-    node pools, the image pre-pull and the model prefetch; Load the runner Jobs; Serving the deployment and its
-    smoke Job."""
-    if obj["kind"] in ("NodePool", "DaemonSet") or path.endswith("prefetch-job.yaml"):
-        return FUNCTION_GROUPS["Pools"]
-    return FUNCTION_GROUPS["Load"] if "/jobs/" in path else FUNCTION_GROUPS["Serving"]
-
-
 def _shape(obj: JSON) -> str:
     """An object with what no rule reads left out: its name, its experiment's, the arguments and env values of
     every container and the command of an unprivileged one (the campaign label, which the service-account rule
@@ -146,11 +137,11 @@ def test_every_manifest_benchctl_renders_for_every_example_is_admitted() -> None
             if obj["kind"] not in RESOURCES:
                 continue
             n += 1
-            key = (_writer(path, obj), _shape(obj))
+            key = (writer_group(path, obj), _shape(obj))
             if key in shapes:
                 continue
             shapes.add(key)
-            assert _admit(obj, adm=adm, groups=(_writer(path, obj),)) == [], (name, path)
+            assert _admit(obj, adm=adm, groups=(writer_group(path, obj),)) == [], (name, path)
     assert n > 150 and len(shapes) > 50
 
 

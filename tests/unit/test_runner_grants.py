@@ -20,7 +20,7 @@ from benchctl.aws.k8s.common import RUNNER_GRANTS, runner_grant_patch
 from benchctl.aws.k8s.preflight_jobs import render_preflight_job
 from benchctl.aws.k8s.render import render_campaign
 from tests import yaml_files
-from tests.aws_checks import IDENTITIES_FILE, upstream_api
+from tests.aws_checks import IDENTITIES_FILE, upstream_api, writer_group
 from tests.fakes.admission import Admission
 from tests.fakes.eks_world import CID, FUNCTION_TOKENS, NS, example_specs
 
@@ -83,11 +83,9 @@ def test_a_runner_job_of_a_granted_campaign_and_plans_preflight_jobs_are_admitte
 
 
 def test_every_object_the_other_functions_write_names_no_service_account_and_is_admitted_without_a_grant() -> None:
-    writers = {"DynamoGraphDeployment": SERVING, "DaemonSet": POOLS}
     for path, obj in render_campaign(SPEC, CID):
-        if obj["kind"] in writers or (obj["kind"] == "Job" and "/jobs/" not in path):
-            group = writers.get(obj["kind"], POOLS if "prefetch" in path else SERVING)
-            assert _admit(obj, group, {}) == [], path
+        if obj["kind"] in ("DynamoGraphDeployment", "DaemonSet") or (obj["kind"] == "Job" and "/jobs/" not in path):
+            assert _admit(obj, writer_group(path, obj), {}) == [], path
 
 
 # ------------------------------------------------------------------------ a label cannot pick the account
