@@ -123,10 +123,7 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
         if not isinstance(phase, dict):
             raise ArtifactError(f"{path}: phases[{i}]: expected a phase object, got a JSON {type(phase).__name__}")
         for key in ("start_ns", "end_ns"):
-            ns = phase.get(key)
-            if ns is not None and (isinstance(ns, bool) or not isinstance(ns, int) or ns < 0):
-                raise ArtifactError(f"{path}: phases[{i}].{key}: expected whole nanoseconds since the epoch "
-                                    f"(an integer >= 0), got {ns!r:.80}")
+            epoch_ns(path, f"phases[{i}].{key}", phase.get(key))
         start, end = phase.get("start_ns"), phase.get("end_ns")
         if isinstance(start, int) and isinstance(end, int) and end < start:
             raise ArtifactError(f"{path}: phases[{i}].end_ns: {end} is before its start_ns {start}")
@@ -146,6 +143,15 @@ def number(loc: Path | str, what: str, value: Any) -> float | int:
         raise ArtifactError(f"{loc}: {what}: expected a number, got {value!r:.80}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ArtifactError(f"{loc}: {what}: {value!r} is not a finite number")
+    return value
+
+
+def epoch_ns(loc: Path | str, what: str, value: Any) -> int | None:
+    """``value`` if it is absent (None) or whole nanoseconds since the epoch (an integer >= 0): a time, never a
+    string, a float or a negative number silently read as none."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ArtifactError(f"{loc}: {what}: expected whole nanoseconds since the epoch (an integer >= 0), "
+                            f"got {value!r:.80}")
     return value
 
 

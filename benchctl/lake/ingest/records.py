@@ -16,6 +16,7 @@ from benchctl.lake.ingest.base import (
     StepContext,
     as_int,
     convert,
+    epoch_ns,
     str_or_none,
 )
 from benchctl.strict_json import loads_strict
@@ -123,10 +124,7 @@ def request_row(
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     for key in ("request_start_ns", "request_end_ns"):  # present: a time, never a silent NULL
-        v = md.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ArtifactError(f"{path}:{lineno}: metadata.{key}: expected whole nanoseconds since the epoch "
-                                f"(an integer >= 0), got {v!r:.80}")
+        epoch_ns(f"{path}:{lineno}", f"metadata.{key}", md.get(key))
 
     def str_md(key: str) -> str | None:
         v = md.get(key)
